@@ -1,0 +1,1 @@
+//! JSON-RPC 2.0 envelope decoding and NDJSON frame encoding.

@@ -1,0 +1,1 @@
+//! Provider wire formats (Anthropic Messages, OpenAI Chat Completions).

@@ -1,0 +1,1 @@
+//! REST bodies, events, ids and problem documents as they travel on the wire.
