@@ -1,1 +1,221 @@
+//! The BAE protocol engine: a single-threaded, sans-IO state machine.
+//!
+//! Shape (after quinn-proto / str0m): the driver feeds everything that
+//! happens through [`Engine::handle_input`] and [`Engine::handle_timeout`],
+//! then drains [`Engine::poll_output`] for everything that must happen and
+//! sleeps until [`Engine::poll_timeout`]. The engine never reads a socket, a
+//! file, a clock or the OS RNG: time arrives as [`Now`], entropy through the
+//! injected [`Entropy`] source.
+//!
+//! Durability rule: every [`StoreWrite`] an input causes is emitted *before*
+//! any output that reveals it. The driver commits writes (group commit, one
+//! transaction per batch) before it hands later [`Output::Send`]s to sockets.
 #![forbid(unsafe_code)]
+
+pub mod store;
+
+use std::collections::VecDeque;
+
+pub use store::{ReadId, ReadResult, Snapshot, StoreRead, StoreWrite};
+
+/// Identifies one accepted TCP connection (chosen by the driver, never reused).
+pub type ConnId = u64;
+/// Identifies one outstanding provider HTTP call.
+pub type CallId = u64;
+
+/// Which listener accepted a connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Listener {
+    Client,
+    Admin,
+}
+
+/// The two clocks the engine needs, both supplied by the driver.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Now {
+    /// Monotonic milliseconds since an arbitrary origin (timers).
+    pub mono_ms: u64,
+    /// Wall clock, Unix epoch milliseconds (`created_at` stamps).
+    pub unix_ms: u64,
+}
+
+/// Source of randomness for ids and secrets. Production drivers must supply
+/// a CSPRNG; the simulator supplies a seeded generator.
+pub trait Entropy {
+    fn fill(&mut self, buf: &mut [u8]);
+}
+
+/// Where a provider's credential goes on the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AuthPlacement {
+    /// `x-api-key: <token>` (Anthropic).
+    XApiKey,
+    /// `authorization: Bearer <token>` (OpenAI).
+    Bearer,
+}
+
+/// An HTTP call to an LLM provider, performed by the driver.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProviderCall {
+    pub id: CallId,
+    pub url: String,
+    /// Headers without the credential.
+    pub headers: Vec<(String, String)>,
+    /// The raw `auth_token` template (`${VAR}` resolved by the driver right
+    /// before the call, never stored or logged).
+    pub auth_template: String,
+    pub auth: AuthPlacement,
+    pub body: Vec<u8>,
+    pub timeout_ms: u64,
+}
+
+/// What came back from a [`ProviderCall`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum ProviderReply {
+    /// An HTTP response was obtained (any status).
+    Http { status: u16, body: Vec<u8> },
+    /// No usable HTTP response: connect/TLS/IO/timeout. Text has URLs removed.
+    Transport(String),
+    /// The credential template could not be resolved (unset `${VAR}`…).
+    Credential(String),
+}
+
+/// Everything that happens to the engine.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Input {
+    /// A connection was accepted on `listener`.
+    Accepted { conn: ConnId, listener: Listener },
+    /// Bytes arrived on a connection.
+    Received { conn: ConnId, bytes: Vec<u8> },
+    /// `bytes` previously emitted for `conn` were written to the socket.
+    Flushed { conn: ConnId, bytes: usize },
+    /// The peer closed the connection or it failed; the engine forgets it.
+    Closed { conn: ConnId },
+    /// A store read was answered (`Err` carries a log-safe error text).
+    ReadDone {
+        id: ReadId,
+        result: Result<ReadResult, String>,
+    },
+    /// A provider call finished.
+    ProviderDone { call: CallId, reply: ProviderReply },
+    /// Graceful shutdown began: stop starting work, end streams.
+    Shutdown,
+}
+
+/// Everything the engine needs done.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Output {
+    /// Write bytes to a connection (after committing earlier writes).
+    Send { conn: ConnId, bytes: Vec<u8> },
+    /// Close a connection once everything sent before has been written.
+    Close { conn: ConnId },
+    /// Persist a change (see the durability rule).
+    Write(StoreWrite),
+    /// Answer a query with [`Input::ReadDone`].
+    Read { id: ReadId, read: StoreRead },
+    /// Perform a provider call and report [`Input::ProviderDone`].
+    CallProvider(ProviderCall),
+}
+
+/// One `[[providers.entries]]` registry entry, as the engine needs it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProviderEntry {
+    pub name: String,
+    /// `"anthropic"` or `"openai"`.
+    pub kind: String,
+    /// Effective base URL (explicit or the kind default, no trailing `/`).
+    pub base_url: String,
+    pub model: String,
+    /// Raw credential template; resolved only by the driver, per call.
+    pub auth_template: String,
+    pub max_tokens: u32,
+}
+
+/// Engine settings, fixed at start.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Server version reported by `/api/v1/meta`.
+    pub version: String,
+    pub max_head_bytes: usize,
+    pub max_headers: usize,
+    pub max_body_bytes: usize,
+    /// `BAE_TURN_TIMEOUT`: how long a paused turn's owner may stay away.
+    pub turn_timeout_ms: u64,
+    /// Per provider HTTP call (the reference has none; a hung provider
+    /// would hold the turn gate forever).
+    pub provider_timeout_ms: u64,
+    /// `--dangerously-disable-admin-auth`.
+    pub admin_auth_disabled: bool,
+    /// The provider registry.
+    pub providers: Vec<ProviderEntry>,
+    /// Names of configured MCP servers (`GET /admin/v1/mcp-servers` data is
+    /// rendered by the driver; the engine only needs names).
+    pub mcp_server_names: Vec<String>,
+    /// Pre-rendered JSON bodies for the read-only registry endpoints
+    /// (`/admin/v1/providers`, `/admin/v1/mcp-servers`, `/admin/v1/config`).
+    pub admin_providers_json: String,
+    pub admin_mcp_servers_json: String,
+    pub admin_config_json: String,
+    /// Events a streaming consumer may fall behind before it is dropped
+    /// with the `lagged` error (the reference's broadcast capacity).
+    pub subscriber_lag_limit: usize,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            max_head_bytes: 16 * 1024,
+            max_headers: 64,
+            max_body_bytes: 1024 * 1024,
+            turn_timeout_ms: 120_000,
+            provider_timeout_ms: 300_000,
+            admin_auth_disabled: false,
+            providers: Vec::new(),
+            mcp_server_names: Vec::new(),
+            admin_providers_json: r#"{"items":[]}"#.to_string(),
+            admin_mcp_servers_json: r#"{"items":[]}"#.to_string(),
+            admin_config_json: "{}".to_string(),
+            subscriber_lag_limit: 256,
+        }
+    }
+}
+
+/// The protocol engine. See the crate docs for the driving contract.
+pub struct Engine {
+    config: Config,
+    entropy: Box<dyn Entropy>,
+    outputs: VecDeque<Output>,
+}
+
+impl Engine {
+    /// Builds an engine restored from `snapshot` (everything but events).
+    pub fn new(config: Config, entropy: Box<dyn Entropy>, snapshot: Snapshot, now: Now) -> Self {
+        let _ = (snapshot, now);
+        Engine {
+            config,
+            entropy,
+            outputs: VecDeque::new(),
+        }
+    }
+
+    /// Feeds one thing that happened.
+    pub fn handle_input(&mut self, now: Now, input: Input) {
+        let _ = (now, input, &self.config, &mut self.entropy);
+    }
+
+    /// Fires every timer due at `now`.
+    pub fn handle_timeout(&mut self, now: Now) {
+        let _ = now;
+    }
+
+    /// Next thing to do, in order. Drain it completely after every input.
+    pub fn poll_output(&mut self) -> Option<Output> {
+        self.outputs.pop_front()
+    }
+
+    /// Monotonic deadline (`Now::mono_ms`) of the next timer, if any.
+    pub fn poll_timeout(&self) -> Option<u64> {
+        None
+    }
+}

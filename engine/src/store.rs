@@ -1,0 +1,230 @@
+//! The engine's view of durable storage.
+//!
+//! The engine never touches a database. It emits [`StoreWrite`]s (which the
+//! driver commits, in emission order, one transaction per batch) and
+//! [`StoreRead`]s (which the driver answers with [`ReadResult`]s). Both the
+//! SQLite store in `io-smol` and the simulated store in `sim` implement
+//! exactly these semantics.
+//!
+//! Ordering contract: a read is answered only after every write emitted
+//! before it has been committed, so a read always observes the engine's own
+//! earlier writes.
+
+use serde_json::Value;
+
+/// Session lifecycle state (`sessions.state`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SessionState {
+    Open,
+    Closed,
+    Error,
+}
+
+impl SessionState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SessionState::Open => "open",
+            SessionState::Closed => "closed",
+            SessionState::Error => "error",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "open" => Some(SessionState::Open),
+            "closed" => Some(SessionState::Closed),
+            "error" => Some(SessionState::Error),
+            _ => None,
+        }
+    }
+}
+
+/// `keys.role`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum KeyRole {
+    Client,
+    Session,
+    Admin,
+}
+
+impl KeyRole {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            KeyRole::Client => "client",
+            KeyRole::Session => "session",
+            KeyRole::Admin => "admin",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "client" => Some(KeyRole::Client),
+            "session" => Some(KeyRole::Session),
+            "admin" => Some(KeyRole::Admin),
+            _ => None,
+        }
+    }
+}
+
+/// One `profiles` row. List members are stored as JSON arrays.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProfileRow {
+    pub id: String,
+    pub name: String,
+    /// Stored in `provider_config` as a JSON string (historical column name).
+    pub primary_provider: String,
+    /// Stored in `fallback_configs`.
+    pub fallback_providers: Vec<String>,
+    pub mcp_servers: Vec<String>,
+    /// Element types are not checked by the reference, so keep raw values.
+    pub allowed_tools: Vec<Value>,
+    pub available_sandboxes: Vec<String>,
+    pub created_at: String,
+    pub updated_at: String,
+    pub deleted_at: Option<String>,
+}
+
+/// One `keys` row. Only the SHA-256 digest of a key is ever stored.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KeyRow {
+    pub id: String,
+    /// Client key: operator label. Session key: the session id it is bound to.
+    /// Admin key: `bootstrap-admin` or the hash file's name.
+    pub name: String,
+    /// 64 lowercase hex characters (or a legacy Argon2id PHC string).
+    pub key_hash: String,
+    pub key_prefix: String,
+    pub role: KeyRole,
+    pub profile_id: Option<String>,
+    /// Session keys: the client key they were minted for.
+    pub client_id: Option<String>,
+    pub created_at: String,
+    pub last_used_at: Option<String>,
+    pub deleted_at: Option<String>,
+}
+
+/// One `sessions` row. The three tool maps are JSON objects keyed by client
+/// key id (`{"key_…": [tool, …]}`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SessionRow {
+    pub id: String,
+    pub client_key_id: String,
+    pub profile_id: String,
+    pub state: SessionState,
+    pub client_version: Option<String>,
+    pub client_tools: Value,
+    pub sandbox_tools: Value,
+    pub subagent_tools: Value,
+    /// Normalised compaction config; `None` = client mode without prompt.
+    pub compaction: Option<Value>,
+    pub created_at: String,
+    pub closed_at: Option<String>,
+}
+
+/// One `session_events` row. `seq` is the SQLite rowid: the engine assigns
+/// it (strictly increasing across the whole database) so that ordering and
+/// cursors are known without a read.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EventRow {
+    pub seq: u64,
+    pub id: String,
+    pub session_id: String,
+    pub client_key_id: Option<String>,
+    pub event_type: String,
+    /// Payload as compact JSON text.
+    pub payload: String,
+    pub created_at: String,
+}
+
+/// A durable change. The driver applies writes in emission order and commits
+/// each batch atomically before releasing any output emitted after them.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StoreWrite {
+    InsertProfile(ProfileRow),
+    /// Full replacement of the row with the same id.
+    UpdateProfile(ProfileRow),
+    InsertKey(KeyRow),
+    /// Soft delete: sets `deleted_at`.
+    RevokeKey { id: String, at: String },
+    /// Replace `key_hash` (legacy Argon2id upgrade on first use).
+    SetKeyHash { id: String, key_hash: String },
+    /// Stamps `last_used_at`. Not a durability point: never gates output.
+    TouchKey { id: String, at: String },
+    InsertSession(SessionRow),
+    SetSessionState {
+        id: String,
+        state: SessionState,
+        closed_at: Option<String>,
+    },
+    /// Replaces the three per-client tool columns of a session.
+    SetSessionTools {
+        id: String,
+        client_tools: Value,
+        sandbox_tools: Value,
+        subagent_tools: Value,
+    },
+    InsertEvent(EventRow),
+}
+
+impl StoreWrite {
+    /// Whether outputs emitted after this write must wait for its commit.
+    pub fn gates_output(&self) -> bool {
+        !matches!(self, StoreWrite::TouchKey { .. })
+    }
+}
+
+/// Correlates a [`StoreRead`] with its [`ReadResult`].
+pub type ReadId = u64;
+
+/// A query the engine needs answered.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StoreRead {
+    /// Events of one session with `seq > after_seq`, ascending, at most `limit`.
+    Events {
+        session_id: String,
+        after_seq: u64,
+        limit: usize,
+    },
+    /// The `seq` of event `event_id` if it belongs to `session_id`.
+    EventSeq { session_id: String, event_id: String },
+    /// Everything a turn needs to rebuild provider-facing history of an open
+    /// session after a restart (spec 05 §8, 07 §6).
+    History { session_id: String },
+}
+
+/// Provider-facing history of a session as reconstructed from the log.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct HistoryLoad {
+    /// `client.message.send` / `server.message.send` rows at or after the
+    /// compaction lower bound (spec 07 §6), in order, as `(seq, event_type,
+    /// payload)`.
+    pub messages: Vec<(u64, String, Value)>,
+    /// `usage` of the newest successful non-compaction `provider.response`:
+    /// `None` = no such event; `Some(None)` = it had no usable usage.
+    pub newest_usage: Option<Option<(u64, u64)>>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum ReadResult {
+    Events(Vec<EventRow>),
+    EventSeq(Option<u64>),
+    History(HistoryLoad),
+}
+
+/// What the engine is restored from at start: everything but events.
+#[derive(Debug, Clone, Default)]
+pub struct Snapshot {
+    /// All profiles, including soft-deleted ones (names stay unique).
+    pub profiles: Vec<ProfileRow>,
+    /// Active (not revoked) keys of every role.
+    pub keys: Vec<KeyRow>,
+    /// All sessions in creation (rowid) order.
+    pub sessions: Vec<SessionRow>,
+    /// Largest event `seq` in the database (0 when empty).
+    pub max_event_seq: u64,
+    /// `(session_id, client_key_id)` of every `session.driver.register`
+    /// event on an open session, in log order (registrations are durable).
+    pub drivers: Vec<(String, String)>,
+    /// Event counts per session id, for per-session sequence numbering.
+    pub event_counts: Vec<(String, u64)>,
+}
