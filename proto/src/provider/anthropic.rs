@@ -1,0 +1,56 @@
+//! Anthropic Messages specifics (`05-profiles-and-providers.md` §6.1, §7).
+
+use serde_json::Value;
+
+use super::{ProviderResponse, Usage};
+
+/// Wire tool list: each canonical definition verbatim, except that a `null`
+/// `description` is omitted (§10.1). The logged list is not affected.
+pub(super) fn wire_tools(tools: &[Value]) -> Value {
+    Value::Array(
+        tools
+            .iter()
+            .map(|t| {
+                let mut t = t.clone();
+                if let Value::Object(obj) = &mut t {
+                    if obj.get("description").is_some_and(Value::is_null) {
+                        obj.shift_remove("description");
+                    }
+                }
+                t
+            })
+            .collect(),
+    )
+}
+
+/// The raw body is the canonical response as is; any 2xx JSON body is a
+/// success.
+pub(super) fn parse(raw: Value) -> ProviderResponse {
+    let content = match raw.get("content") {
+        Some(Value::Array(a)) => a.clone(),
+        _ => Vec::new(),
+    };
+    let usage = raw.get("usage").and_then(usage);
+    let truncated = (raw.get("stop_reason").and_then(Value::as_str) == Some("max_tokens"))
+        .then_some("stop_reason max_tokens");
+    ProviderResponse {
+        raw,
+        content,
+        usage,
+        truncated,
+    }
+}
+
+/// §7.1: input includes both cache counters (C-080); both base numbers must
+/// be non-negative integers or the whole usage is `None` (C-079).
+fn usage(u: &Value) -> Option<Usage> {
+    let input = u.get("input_tokens")?.as_u64()?;
+    let output = u.get("output_tokens")?.as_u64()?;
+    let cache = |k: &str| u.get(k).and_then(Value::as_u64).unwrap_or(0);
+    Some(Usage {
+        input_tokens: input
+            .saturating_add(cache("cache_read_input_tokens"))
+            .saturating_add(cache("cache_creation_input_tokens")),
+        output_tokens: output,
+    })
+}
