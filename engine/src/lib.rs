@@ -12,9 +12,21 @@
 //! transaction per batch) before it hands later [`Output::Send`]s to sockets.
 #![forbid(unsafe_code)]
 
+mod admin_api;
+mod auth;
+mod client_api;
+mod conn;
+mod log;
+pub mod mem_store;
+mod model;
+mod respond;
+mod rpc;
 pub mod store;
+mod turn;
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
+
+use model::Catalog;
 
 pub use store::{ReadId, ReadResult, Snapshot, StoreRead, StoreWrite};
 
@@ -186,27 +198,68 @@ pub struct Engine {
     config: Config,
     entropy: Box<dyn Entropy>,
     outputs: VecDeque<Output>,
+    /// Time of the input being handled.
+    now: Now,
+    catalog: Catalog,
+    conns: HashMap<ConnId, conn::Conn>,
+    /// Next event rowid (global, strictly increasing).
+    next_seq: u64,
+    next_read: ReadId,
+    pending_reads: HashMap<ReadId, conn::PendingRead>,
+    /// Runtime state of open sessions (gate, waiters, history cache).
+    live: HashMap<String, turn::Live>,
+    turns: HashMap<turn::TurnId, turn::Turn>,
+    next_turn: turn::TurnId,
+    /// Provider calls in flight, by the turn that made them.
+    calls: HashMap<CallId, turn::TurnId>,
+    next_call: CallId,
+    /// While set, events are not echoed on this connection's stream (a
+    /// request's own recorded input, spec 01 §7).
+    quiet: Option<ConnId>,
+    shutting_down: bool,
 }
 
 impl Engine {
     /// Builds an engine restored from `snapshot` (everything but events).
     pub fn new(config: Config, entropy: Box<dyn Entropy>, snapshot: Snapshot, now: Now) -> Self {
-        let _ = (snapshot, now);
         Engine {
             config,
             entropy,
             outputs: VecDeque::new(),
+            now,
+            catalog: Catalog::restore(&snapshot),
+            conns: HashMap::new(),
+            next_seq: snapshot.max_event_seq + 1,
+            next_read: 1,
+            pending_reads: HashMap::new(),
+            live: HashMap::new(),
+            turns: HashMap::new(),
+            next_turn: 1,
+            calls: HashMap::new(),
+            next_call: 1,
+            quiet: None,
+            shutting_down: false,
         }
     }
 
     /// Feeds one thing that happened.
     pub fn handle_input(&mut self, now: Now, input: Input) {
-        let _ = (now, input, &self.config, &mut self.entropy);
+        self.now = now;
+        match input {
+            Input::Accepted { conn, listener } => self.on_accepted(conn, listener),
+            Input::Received { conn, bytes } => self.on_received(conn, &bytes),
+            Input::Flushed { conn, bytes } => self.on_flushed(conn, bytes),
+            Input::Closed { conn } => self.on_closed(conn),
+            Input::ReadDone { id, result } => self.on_read_done(id, result),
+            Input::ProviderDone { call, reply } => self.on_provider_done(call, reply),
+            Input::Shutdown => self.on_shutdown(),
+        }
     }
 
     /// Fires every timer due at `now`.
     pub fn handle_timeout(&mut self, now: Now) {
-        let _ = now;
+        self.now = now;
+        self.fire_gate_deadlines();
     }
 
     /// Next thing to do, in order. Drain it completely after every input.
@@ -216,6 +269,58 @@ impl Engine {
 
     /// Monotonic deadline (`Now::mono_ms`) of the next timer, if any.
     pub fn poll_timeout(&self) -> Option<u64> {
-        None
+        self.next_gate_deadline()
+    }
+
+    /// Number of connections the engine is tracking (for drivers' shutdown).
+    pub fn connection_count(&self) -> usize {
+        self.conns.len()
+    }
+
+    fn random_bytes<const N: usize>(&mut self) -> [u8; N] {
+        let mut b = [0u8; N];
+        self.entropy.fill(&mut b);
+        b
+    }
+
+    /// A fresh `<prefix>` + 32-hex id.
+    fn new_id(&mut self, kind: proto::wire::ids::IdKind) -> String {
+        let bytes = self.random_bytes::<16>();
+        proto::wire::ids::make_id(kind, bytes)
+    }
+
+    /// A fresh secret token (192 bits of entropy).
+    fn new_secret(&mut self, kind: proto::wire::ids::SecretKind) -> String {
+        let bytes = self.random_bytes::<24>();
+        proto::wire::ids::make_secret(kind, bytes)
+    }
+
+    /// `created_at` text for the current input.
+    fn timestamp(&self) -> String {
+        proto::wire::time::format_created_at(self.now.unix_ms)
+    }
+
+    fn write(&mut self, w: StoreWrite) {
+        self.outputs.push_back(Output::Write(w));
+    }
+
+    fn read(&mut self, read: StoreRead, then: conn::PendingRead) {
+        let id = self.next_read;
+        self.next_read += 1;
+        self.pending_reads.insert(id, then);
+        self.outputs.push_back(Output::Read { id, read });
+    }
+
+    fn on_shutdown(&mut self) {
+        self.shutting_down = true;
+        let idle: Vec<ConnId> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| !c.busy)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in idle {
+            self.close_conn(id);
+        }
     }
 }

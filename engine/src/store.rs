@@ -145,11 +145,20 @@ pub enum StoreWrite {
     UpdateProfile(ProfileRow),
     InsertKey(KeyRow),
     /// Soft delete: sets `deleted_at`.
-    RevokeKey { id: String, at: String },
+    RevokeKey {
+        id: String,
+        at: String,
+    },
     /// Replace `key_hash` (legacy Argon2id upgrade on first use).
-    SetKeyHash { id: String, key_hash: String },
+    SetKeyHash {
+        id: String,
+        key_hash: String,
+    },
     /// Stamps `last_used_at`. Not a durability point: never gates output.
-    TouchKey { id: String, at: String },
+    TouchKey {
+        id: String,
+        at: String,
+    },
     InsertSession(SessionRow),
     SetSessionState {
         id: String,
@@ -186,7 +195,10 @@ pub enum StoreRead {
         limit: usize,
     },
     /// The `seq` of event `event_id` if it belongs to `session_id`.
-    EventSeq { session_id: String, event_id: String },
+    EventSeq {
+        session_id: String,
+        event_id: String,
+    },
     /// Everything a turn needs to rebuild provider-facing history of an open
     /// session after a restart (spec 05 §8, 07 §6).
     History { session_id: String },

@@ -1,0 +1,445 @@
+//! Admin-port REST surface (spec 03): profiles, client keys and the
+//! revocation cascade, read-only sessions and events, registry snapshots.
+
+use proto::http::{Method, Request};
+use proto::wire::ids::{IdKind, SecretKind};
+use proto::wire::problem::ProblemType;
+use serde_json::{json, Value};
+
+use crate::model::{Key, StoredHash};
+use crate::store::{KeyRole, KeyRow, ProfileRow, SessionState, StoreWrite};
+use crate::{auth, ConnId, Engine};
+
+enum Route<'a> {
+    Profiles,
+    Profile(&'a str),
+    Keys,
+    Key(&'a str),
+    Sessions,
+    SessionEvents(&'a str),
+    McpServers,
+    Providers,
+    Config,
+    SandboxStatus,
+}
+
+fn route(path: &str) -> Option<Route<'_>> {
+    let rest = path.strip_prefix("/admin/v1/")?;
+    let parts: Vec<&str> = rest.split('/').collect();
+    match parts.as_slice() {
+        ["profiles"] => Some(Route::Profiles),
+        ["profiles", id] if !id.is_empty() => Some(Route::Profile(id)),
+        ["keys"] => Some(Route::Keys),
+        ["keys", id] if !id.is_empty() => Some(Route::Key(id)),
+        ["sessions"] => Some(Route::Sessions),
+        ["sessions", id, "events"] if !id.is_empty() => Some(Route::SessionEvents(id)),
+        ["mcp-servers"] => Some(Route::McpServers),
+        ["providers"] => Some(Route::Providers),
+        ["config"] => Some(Route::Config),
+        ["sandbox-status"] => Some(Route::SandboxStatus),
+        _ => None,
+    }
+}
+
+/// A page of an append-only ordering: the cursor is the position after the
+/// last item returned, so later inserts and removals never shift it.
+fn page_of<T>(
+    order: &[String],
+    after: usize,
+    limit: usize,
+    mut item: impl FnMut(&str) -> Option<T>,
+) -> (Vec<T>, Option<String>) {
+    let mut items = Vec::new();
+    let mut pos = after;
+    while pos < order.len() {
+        if let Some(v) = item(&order[pos]) {
+            if items.len() == limit {
+                return (items, Some(pos.to_string()));
+            }
+            items.push(v);
+        }
+        pos += 1;
+    }
+    (items, None)
+}
+
+impl Engine {
+    pub(crate) fn route_admin(&mut self, conn: ConnId, req: Request) {
+        let path = req.path.clone();
+        let Some(r) = route(&path) else {
+            return self.problem(conn, ProblemType::NotFound, "no such route");
+        };
+        if !self.auth_admin(conn, &req) {
+            return;
+        }
+        match (r, &req.method) {
+            (Route::Profiles, Method::Post) => self.create_profile(conn, &req),
+            (Route::Profiles, Method::Get) => self.list_profiles(conn, &req),
+            (Route::Profile(id), Method::Get) => self.get_profile(conn, id),
+            (Route::Profile(id), Method::Put) => self.replace_profile(conn, &req, id),
+            (Route::Profile(id), Method::Delete) => self.delete_profile(conn, id),
+            (Route::Keys, Method::Post) => self.create_key(conn, &req),
+            (Route::Keys, Method::Get) => self.list_keys(conn, &req),
+            (Route::Key(id), Method::Delete) => self.revoke_key(conn, id),
+            (Route::Sessions, Method::Get) => self.list_sessions(conn, &req),
+            (Route::SessionEvents(id), Method::Get) => {
+                if !self.catalog.sessions.contains_key(id) {
+                    return self.problem(conn, ProblemType::NotFound, &format!("no session {id}"));
+                }
+                self.events_page(conn, &req, id);
+            }
+            (Route::McpServers, Method::Get) => {
+                let body = self.config.admin_mcp_servers_json.clone();
+                self.respond_json(conn, 200, body.as_bytes());
+            }
+            (Route::Providers, Method::Get) => {
+                let body = self.config.admin_providers_json.clone();
+                self.respond_json(conn, 200, body.as_bytes());
+            }
+            (Route::Config, Method::Get) => {
+                let body = self.config.admin_config_json.clone();
+                self.respond_json(conn, 200, body.as_bytes());
+            }
+            (Route::SandboxStatus, Method::Get) => self.sandbox_status(conn),
+            _ => self.problem(conn, ProblemType::MethodNotAllowed, "method not allowed"),
+        }
+    }
+
+    fn auth_admin(&mut self, conn: ConnId, req: &Request) -> bool {
+        if self.config.admin_auth_disabled {
+            return true;
+        }
+        let token = match auth::bearer(req.header("authorization")) {
+            Ok(t) => t,
+            Err(e) => {
+                self.problem(conn, ProblemType::Unauthorized, e.detail());
+                return false;
+            }
+        };
+        match self.catalog.find_admin_key(token).map(|k| k.id.clone()) {
+            Some(id) => {
+                self.touch_key(&id);
+                true
+            }
+            None => {
+                self.problem(conn, ProblemType::Unauthorized, "invalid admin key");
+                false
+            }
+        }
+    }
+
+    fn page_params(&mut self, conn: ConnId, req: &Request) -> Option<(usize, usize)> {
+        let cursor = req.query_param("cursor");
+        let limit = req.query_param("limit");
+        match proto::wire::parse_page_query(cursor.as_deref(), limit.as_deref()) {
+            Ok((after, limit)) => Some((after.unwrap_or(0) as usize, limit)),
+            Err(detail) => {
+                self.problem(conn, ProblemType::BadRequest, &detail);
+                None
+            }
+        }
+    }
+
+    fn profile_view(&self, row: &ProfileRow) -> Value {
+        json!({
+            "id": row.id,
+            "name": row.name,
+            "primary_provider": row.primary_provider,
+            "fallback_providers": row.fallback_providers,
+            "mcp_servers": row.mcp_servers,
+            "allowed_tools": row.allowed_tools,
+            "available_sandboxes": row.available_sandboxes,
+            "created_at": row.created_at,
+            "updated_at": row.updated_at,
+        })
+    }
+
+    fn create_profile(&mut self, conn: ConnId, req: &Request) {
+        let body = match proto::wire::admin::ProfileBody::parse(&req.body) {
+            Ok(b) => b,
+            Err(detail) => return self.problem(conn, ProblemType::BadRequest, &detail),
+        };
+        if self.catalog.profile_names.contains(&body.name) {
+            return self.problem(
+                conn,
+                ProblemType::DuplicateName,
+                "a profile with that name already exists",
+            );
+        }
+        let now = self.timestamp();
+        let row = ProfileRow {
+            id: self.new_id(IdKind::Profile),
+            name: body.name,
+            primary_provider: body.primary_provider,
+            fallback_providers: body.fallback_providers,
+            mcp_servers: body.mcp_servers,
+            allowed_tools: body.allowed_tools.into_iter().map(Value::String).collect(),
+            available_sandboxes: body.available_sandboxes,
+            created_at: now.clone(),
+            updated_at: now,
+            deleted_at: None,
+        };
+        let created = json!({"id": row.id, "name": row.name, "created_at": row.created_at});
+        self.write(StoreWrite::InsertProfile(row.clone()));
+        self.catalog.insert_profile(row);
+        self.respond_value(conn, 201, &created);
+    }
+
+    fn list_profiles(&mut self, conn: ConnId, req: &Request) {
+        let Some((after, limit)) = self.page_params(conn, req) else {
+            return;
+        };
+        let (items, next) = page_of(&self.catalog.profile_order, after, limit, |id| {
+            self.catalog
+                .live_profile(id)
+                .map(|p| self.profile_view(&p.row))
+        });
+        self.respond_value(conn, 200, &json!({"items": items, "next_cursor": next}));
+    }
+
+    fn get_profile(&mut self, conn: ConnId, id: &str) {
+        match self.catalog.live_profile(id) {
+            Some(p) => {
+                let view = self.profile_view(&p.row);
+                self.respond_value(conn, 200, &view);
+            }
+            None => self.problem(conn, ProblemType::NotFound, &format!("no profile {id}")),
+        }
+    }
+
+    fn replace_profile(&mut self, conn: ConnId, req: &Request, id: &str) {
+        let body = match proto::wire::admin::ProfileBody::parse(&req.body) {
+            Ok(b) => b,
+            Err(detail) => return self.problem(conn, ProblemType::BadRequest, &detail),
+        };
+        let Some(current) = self.catalog.live_profile(id).map(|p| p.row.clone()) else {
+            return self.problem(conn, ProblemType::NotFound, &format!("no profile {id}"));
+        };
+        if body.name != current.name && self.catalog.profile_names.contains(&body.name) {
+            return self.problem(
+                conn,
+                ProblemType::DuplicateName,
+                "a profile with that name already exists",
+            );
+        }
+        let row = ProfileRow {
+            id: current.id.clone(),
+            name: body.name,
+            primary_provider: body.primary_provider,
+            fallback_providers: body.fallback_providers,
+            mcp_servers: body.mcp_servers,
+            allowed_tools: body.allowed_tools.into_iter().map(Value::String).collect(),
+            available_sandboxes: body.available_sandboxes,
+            created_at: current.created_at.clone(),
+            updated_at: self.timestamp(),
+            deleted_at: None,
+        };
+        // The old name stays reserved, exactly like the UNIQUE column would
+        // keep it only if another row held it; a renamed row frees it.
+        self.catalog.profile_names.remove(&current.name);
+        self.catalog.profile_names.insert(row.name.clone());
+        let view = self.profile_view(&row);
+        self.write(StoreWrite::UpdateProfile(row.clone()));
+        if let Some(p) = self.catalog.profiles.get_mut(id) {
+            p.row = row;
+        }
+        self.respond_value(conn, 200, &view);
+    }
+
+    fn delete_profile(&mut self, conn: ConnId, id: &str) {
+        let Some(mut row) = self.catalog.live_profile(id).map(|p| p.row.clone()) else {
+            return self.problem(conn, ProblemType::NotFound, &format!("no profile {id}"));
+        };
+        let in_use = self
+            .catalog
+            .keys
+            .values()
+            .filter(|k| k.role == KeyRole::Client && k.profile_id.as_deref() == Some(id))
+            .count();
+        if in_use > 0 {
+            let detail =
+                format!("profile has {in_use} active client key(s); revoke them before deleting");
+            return self.problem(conn, ProblemType::ProfileInUse, &detail);
+        }
+        row.deleted_at = Some(self.timestamp());
+        self.write(StoreWrite::UpdateProfile(row.clone()));
+        if let Some(p) = self.catalog.profiles.get_mut(id) {
+            p.row = row;
+        }
+        self.respond(conn, 204, None, b"");
+    }
+
+    fn create_key(&mut self, conn: ConnId, req: &Request) {
+        let body = match proto::wire::admin::CreateKeyBody::parse(&req.body) {
+            Ok(b) => b,
+            Err(detail) => return self.problem(conn, ProblemType::BadRequest, &detail),
+        };
+        if self.catalog.live_profile(&body.profile_id).is_none() {
+            let detail = format!("no active profile {}", body.profile_id);
+            return self.problem(conn, ProblemType::ProfileUnavailable, &detail);
+        }
+        let secret = self.new_secret(SecretKind::Client);
+        let row = KeyRow {
+            id: self.new_id(IdKind::Key),
+            name: body.name,
+            key_hash: auth::digest_hex(&secret),
+            key_prefix: secret[..8].to_string(),
+            role: KeyRole::Client,
+            profile_id: Some(body.profile_id),
+            client_id: None,
+            created_at: self.timestamp(),
+            last_used_at: None,
+            deleted_at: None,
+        };
+        let created = json!({
+            "id": row.id,
+            "name": row.name,
+            "key": secret,
+            "prefix": row.key_prefix,
+            "profile_id": row.profile_id,
+            "created_at": row.created_at,
+        });
+        let mut key = Key::from_row(&row);
+        key.hash = StoredHash::Sha256(auth::digest(&secret));
+        self.write(StoreWrite::InsertKey(row));
+        self.catalog.insert_key(key);
+        self.respond_value(conn, 201, &created);
+    }
+
+    fn list_keys(&mut self, conn: ConnId, req: &Request) {
+        let Some((after, limit)) = self.page_params(conn, req) else {
+            return;
+        };
+        let (items, next) = page_of(&self.catalog.client_key_order, after, limit, |id| {
+            self.catalog
+                .keys
+                .get(id)
+                .filter(|k| k.role == KeyRole::Client)
+                .map(|k| {
+                    json!({
+                        "id": k.id,
+                        "name": k.name,
+                        "prefix": k.prefix,
+                        "profile_id": k.profile_id,
+                        "created_at": k.created_at,
+                        "last_used_at": k.last_used_at,
+                    })
+                })
+        });
+        self.respond_value(conn, 200, &json!({"items": items, "next_cursor": next}));
+    }
+
+    /// Revocation cascade (spec 03 §4.2), in one batch of writes.
+    fn revoke_key(&mut self, conn: ConnId, id: &str) {
+        let is_client = self
+            .catalog
+            .keys
+            .get(id)
+            .is_some_and(|k| k.role == KeyRole::Client);
+        if !is_client {
+            return self.problem(
+                conn,
+                ProblemType::NotFound,
+                &format!("no active client key {id}"),
+            );
+        }
+        let at = self.timestamp();
+        self.catalog.remove_key(id);
+        self.write(StoreWrite::RevokeKey {
+            id: id.to_string(),
+            at: at.clone(),
+        });
+        let session_keys: Vec<(String, String)> = self
+            .catalog
+            .keys
+            .values()
+            .filter(|k| k.role == KeyRole::Session && k.client_id.as_deref() == Some(id))
+            .map(|k| (k.id.clone(), k.name.clone()))
+            .collect();
+        let mut touched: Vec<String> = Vec::new();
+        for (key_id, session_id) in session_keys {
+            self.catalog.remove_key(&key_id);
+            self.write(StoreWrite::RevokeKey {
+                id: key_id,
+                at: at.clone(),
+            });
+            if !touched.contains(&session_id) {
+                touched.push(session_id);
+            }
+        }
+        touched.sort_by_key(|s| self.catalog.session_order.iter().position(|x| x == s));
+        for session_id in touched {
+            let open =
+                self.catalog.sessions.get(&session_id).map(|s| s.state) == Some(SessionState::Open);
+            let orphaned = self
+                .catalog
+                .session_keys
+                .get(&session_id)
+                .is_none_or(|v| v.is_empty());
+            if open && orphaned {
+                self.close_session(&session_id, id, "client_key_revoked");
+            }
+        }
+        self.respond(conn, 204, None, b"");
+    }
+
+    fn list_sessions(&mut self, conn: ConnId, req: &Request) {
+        let filter = match req.query_param("state").as_deref() {
+            None | Some("") => None,
+            Some(v) => match SessionState::parse(v) {
+                Some(s) => Some(s),
+                None => {
+                    let detail = format!(
+                        "invalid state filter \"{v}\"; expected one of open, closed, error"
+                    );
+                    return self.problem(conn, ProblemType::BadRequest, &detail);
+                }
+            },
+        };
+        let Some((after, limit)) = self.page_params(conn, req) else {
+            return;
+        };
+        let (items, next) = page_of(&self.catalog.session_order, after, limit, |id| {
+            let s = self.catalog.sessions.get(id)?;
+            if filter.is_some_and(|f| f != s.state) {
+                return None;
+            }
+            Some(json!({
+                "id": s.id,
+                "profile_id": s.profile_id,
+                "state": s.state.as_str(),
+                "client_version": s.client_version,
+                "created_at": s.created_at,
+                "closed_at": s.closed_at,
+            }))
+        });
+        self.respond_value(conn, 200, &json!({"items": items, "next_cursor": next}));
+    }
+
+    /// No sandbox driver runs in this server yet: every declared image is
+    /// reported `pending`, as right after provisioning starts.
+    fn sandbox_status(&mut self, conn: ConnId) {
+        let mut items: Vec<(String, Value)> = self
+            .catalog
+            .profiles
+            .values()
+            .filter(|p| p.is_live() && !p.row.available_sandboxes.is_empty())
+            .map(|p| {
+                let mut names = p.row.available_sandboxes.clone();
+                names.sort();
+                names.dedup();
+                let images: Vec<Value> = names
+                    .iter()
+                    .map(|n| json!({"name": n, "status": "pending"}))
+                    .collect();
+                (
+                    p.row.id.clone(),
+                    json!({"profile_id": p.row.id, "images": images}),
+                )
+            })
+            .collect();
+        items.sort_by(|a, b| a.0.cmp(&b.0));
+        let items: Vec<Value> = items.into_iter().map(|(_, v)| v).collect();
+        self.respond_value(conn, 200, &json!({ "items": items }));
+    }
+}

@@ -1,0 +1,606 @@
+//! Client-port REST surface (seed "Client API", spec 01 §1–§4): health,
+//! meta, session create/join/participants/events/close, and the hand-off of
+//! `/rpc` to the JSON-RPC layer.
+
+use proto::http::{Method, Request};
+use proto::wire::ids::{IdKind, SecretKind};
+use proto::wire::problem::ProblemType;
+use serde_json::{json, Map, Value};
+
+use crate::model::{Key, Session, StoredHash};
+use crate::store::{KeyRole, KeyRow, SessionRow, SessionState, StoreRead, StoreWrite};
+use crate::{auth, conn::PendingRead, ConnId, Engine};
+
+/// Client-port routes.
+enum Route<'a> {
+    Health,
+    Meta,
+    Sessions,
+    Join(&'a str),
+    Participants(&'a str),
+    Events(&'a str),
+    Session(&'a str),
+    Rpc(&'a str),
+}
+
+fn route(path: &str) -> Option<Route<'_>> {
+    match path {
+        "/healthz" => return Some(Route::Health),
+        "/api/v1/meta" => return Some(Route::Meta),
+        "/api/v1/sessions" => return Some(Route::Sessions),
+        _ => {}
+    }
+    let rest = path.strip_prefix("/api/v1/sessions/")?;
+    let mut parts = rest.splitn(2, '/');
+    let id = parts.next().filter(|s| !s.is_empty())?;
+    match parts.next() {
+        None => Some(Route::Session(id)),
+        Some("join") => Some(Route::Join(id)),
+        Some("participants") => Some(Route::Participants(id)),
+        Some("events") => Some(Route::Events(id)),
+        Some("rpc") => Some(Route::Rpc(id)),
+        Some(_) => None,
+    }
+}
+
+/// Which method each route answers (others get 405).
+fn allowed(r: &Route<'_>) -> Method {
+    match r {
+        Route::Health | Route::Meta | Route::Participants(_) | Route::Events(_) => Method::Get,
+        Route::Sessions | Route::Join(_) | Route::Rpc(_) => Method::Post,
+        Route::Session(_) => Method::Delete,
+    }
+}
+
+impl Engine {
+    pub(crate) fn route_client(&mut self, conn: ConnId, req: Request) {
+        let path = req.path.clone();
+        let Some(r) = route(&path) else {
+            return self.problem(conn, ProblemType::NotFound, "no such route");
+        };
+        if req.method != allowed(&r) {
+            return self.problem(conn, ProblemType::MethodNotAllowed, "method not allowed");
+        }
+        match r {
+            Route::Health => {
+                tracing::debug!("GET /healthz");
+                self.respond(conn, 200, None, b"");
+            }
+            Route::Meta => {
+                let body = json!({"version": self.config.version, "api_versions": ["v1"]});
+                self.respond_value(conn, 200, &body);
+            }
+            Route::Sessions => self.create_session(conn, &req),
+            Route::Join(id) => self.join_session(conn, &req, id),
+            Route::Participants(id) => self.participants(conn, &req, id),
+            Route::Events(id) => self.session_events(conn, &req, id),
+            Route::Session(id) => self.close_session_rest(conn, &req, id),
+            Route::Rpc(id) => self.rpc_request(conn, req.clone(), id),
+        }
+    }
+
+    /// Authenticates a client key (`bae_…`); answers 401 on failure.
+    fn auth_client(&mut self, conn: ConnId, req: &Request) -> Option<Key> {
+        let token = match auth::bearer(req.header("authorization")) {
+            Ok(t) => t,
+            Err(e) => {
+                self.problem(conn, ProblemType::Unauthorized, e.detail());
+                return None;
+            }
+        };
+        match self.catalog.find_client_key(token).cloned() {
+            Some(k) => {
+                self.touch_key(&k.id);
+                Some(k)
+            }
+            None => {
+                self.problem(conn, ProblemType::Unauthorized, "invalid client key");
+                None
+            }
+        }
+    }
+
+    /// Authenticates a session key bound to `session_id`; 401 on failure
+    /// (also for an unknown session: the key cannot match anything).
+    pub(crate) fn auth_session(
+        &mut self,
+        conn: ConnId,
+        req: &Request,
+        session_id: &str,
+    ) -> Option<Key> {
+        let token = match auth::bearer(req.header("authorization")) {
+            Ok(t) => t,
+            Err(e) => {
+                self.problem(conn, ProblemType::Unauthorized, e.detail());
+                return None;
+            }
+        };
+        match self.catalog.find_session_key(session_id, token).cloned() {
+            Some(k) => {
+                self.touch_key(&k.id);
+                Some(k)
+            }
+            None => {
+                self.problem(conn, ProblemType::Unauthorized, "invalid session key");
+                None
+            }
+        }
+    }
+
+    /// Stamps `last_used_at` (best effort, never a durability point).
+    pub(crate) fn touch_key(&mut self, key_id: &str) {
+        let at = self.timestamp();
+        if let Some(k) = self.catalog.keys.get_mut(key_id) {
+            k.last_used_at = Some(at.clone());
+        }
+        self.write(StoreWrite::TouchKey {
+            id: key_id.to_string(),
+            at,
+        });
+    }
+
+    fn create_session(&mut self, conn: ConnId, req: &Request) {
+        // 1. Auth before the body is even looked at (C-011).
+        let Some(key) = self.auth_client(conn, req) else {
+            return;
+        };
+        // 2. Body shape.
+        if let Err(detail) = require_json(req) {
+            return self.problem(conn, ProblemType::BadRequest, detail);
+        }
+        let body = match proto::wire::parse_open(&req.body) {
+            Ok(b) => b,
+            Err(detail) => return self.problem(conn, ProblemType::BadRequest, &detail),
+        };
+        // 3. The compaction minimum is checked by `parse_open`, before the
+        // profile is loaded: no audit row (C-018).
+        let tool_names: Vec<&str> = body.tools.iter().map(|t| t.name.as_str()).collect();
+        // 4–5. Profile and primary provider (audited failures).
+        let profile_id = key.profile_id.clone().unwrap_or_default();
+        let Some(profile) = self.catalog.live_profile(&profile_id).cloned() else {
+            self.audit_session(&key.id, &profile_id, &tool_names, None);
+            return self.problem(
+                conn,
+                ProblemType::ProfileUnavailable,
+                "the profile bound to this client key is no longer available",
+            );
+        };
+        if self.provider(&profile.row.primary_provider).is_none() {
+            tracing::error!(
+                profile_id = %profile.row.id,
+                primary_provider = %profile.row.primary_provider,
+                "primary provider is not configured in the [providers] registry"
+            );
+            let primary = profile.row.primary_provider.clone();
+            self.audit_session(&key.id, &profile_id, &tool_names, Some(&primary));
+            return self.problem(
+                conn,
+                ProblemType::PrimaryProviderUnavailable,
+                &format!("primary provider \"{primary}\" is not configured in bae-config.toml"),
+            );
+        }
+        // 6–8. Tool declarations.
+        if let Err((kind, detail)) = check_declarations(
+            &profile,
+            &body.tools,
+            &body.sandbox_tools,
+            &body.subagent_tools,
+        ) {
+            return self.problem(conn, kind, &detail);
+        }
+        // 9. Session row, session key and `session.open`, atomically.
+        let session_id = self.new_id(IdKind::Session);
+        let now = self.timestamp();
+        let mut session = Session {
+            id: session_id.clone(),
+            creator: key.id.clone(),
+            profile_id: profile_id.clone(),
+            state: SessionState::Open,
+            client_version: body.client_version.clone(),
+            client_tools: Map::new(),
+            sandbox_tools: Map::new(),
+            subagent_tools: Map::new(),
+            compaction: serde_json::from_str(&body.compaction.to_json()).ok(),
+            created_at: now.clone(),
+            closed_at: None,
+        };
+        set_declarations(
+            &mut session,
+            &key.id,
+            &body.tools,
+            &body.sandbox_tools,
+            &body.subagent_tools,
+        );
+        self.write(StoreWrite::InsertSession(session.to_row()));
+        self.catalog.insert_session(session);
+        let session_key = self.mint_session_key(&session_id, &key);
+        let payload = declaration_payload(
+            body.client_version.as_deref(),
+            &body.tools,
+            &body.sandbox_tools,
+            &body.subagent_tools,
+        );
+        self.append_event(&session_id, Some(&key.id), "session.open", payload);
+        let response = json!({
+            "session_id": session_id,
+            "session_key": session_key,
+            "profile": self.sanitized_profile(&profile_id),
+        });
+        self.respond_value(conn, 201, &response);
+    }
+
+    fn join_session(&mut self, conn: ConnId, req: &Request, session_id: &str) {
+        // 1. Auth.
+        let Some(key) = self.auth_client(conn, req) else {
+            return;
+        };
+        // 2–3. Body, then the compaction key in any form (C-031, C-032).
+        if let Err(detail) = require_json(req) {
+            return self.problem(conn, ProblemType::BadRequest, detail);
+        }
+        let body = match proto::wire::parse_join(&req.body) {
+            Ok(b) => b,
+            Err(detail) => return self.problem(conn, ProblemType::BadRequest, &detail),
+        };
+        if body.compaction_present {
+            return self.problem(
+                conn,
+                ProblemType::BadRequest,
+                "compaction is a session-level setting fixed at creation and cannot be set on join",
+            );
+        }
+        // 4–5. Session lookup and state.
+        let Some(session) = self.catalog.sessions.get(session_id) else {
+            return self.problem(
+                conn,
+                ProblemType::NotFound,
+                &format!("no session {session_id}"),
+            );
+        };
+        if session.state != SessionState::Open {
+            let detail = format!("session is already {}", session.state.as_str());
+            return self.problem(conn, ProblemType::SessionClosed, &detail);
+        }
+        // 6. Profile boundary: nothing logged, nothing minted (C-036).
+        let profile_id = session.profile_id.clone();
+        if key.profile_id.as_deref() != Some(profile_id.as_str()) {
+            return self.problem(
+                conn,
+                ProblemType::ProfileMismatch,
+                "this client key belongs to a different profile than the session",
+            );
+        }
+        let tool_names: Vec<&str> = body.tools.iter().map(|t| t.name.as_str()).collect();
+        // 7–8. Profile and primary provider (audited on a separate row).
+        let Some(profile) = self.catalog.live_profile(&profile_id).cloned() else {
+            self.audit_session(&key.id, &profile_id, &tool_names, None);
+            return self.problem(
+                conn,
+                ProblemType::ProfileUnavailable,
+                "the profile bound to this session is no longer available",
+            );
+        };
+        if self.provider(&profile.row.primary_provider).is_none() {
+            tracing::error!(
+                profile_id = %profile.row.id,
+                primary_provider = %profile.row.primary_provider,
+                "primary provider is not configured in the [providers] registry"
+            );
+            let primary = profile.row.primary_provider.clone();
+            self.audit_session(&key.id, &profile_id, &tool_names, Some(&primary));
+            return self.problem(
+                conn,
+                ProblemType::PrimaryProviderUnavailable,
+                &format!("primary provider \"{primary}\" is not configured in bae-config.toml"),
+            );
+        }
+        // 9. Declarations of the joiner, checked on their own (C-039).
+        if let Err((kind, detail)) = check_declarations(
+            &profile,
+            &body.tools,
+            &body.sandbox_tools,
+            &body.subagent_tools,
+        ) {
+            return self.problem(conn, kind, &detail);
+        }
+        // 10. Replace the joiner's entries, mint its key, log the join.
+        let session = self
+            .catalog
+            .sessions
+            .get_mut(session_id)
+            .expect("checked above");
+        set_declarations(
+            session,
+            &key.id,
+            &body.tools,
+            &body.sandbox_tools,
+            &body.subagent_tools,
+        );
+        let row = session.to_row();
+        self.write(StoreWrite::SetSessionTools {
+            id: row.id.clone(),
+            client_tools: row.client_tools,
+            sandbox_tools: row.sandbox_tools,
+            subagent_tools: row.subagent_tools,
+        });
+        let session_key = self.mint_session_key(session_id, &key);
+        let payload = declaration_payload(
+            body.client_version.as_deref(),
+            &body.tools,
+            &body.sandbox_tools,
+            &body.subagent_tools,
+        );
+        self.append_event(session_id, Some(&key.id), "session.join", payload);
+        let response = json!({
+            "session_id": session_id,
+            "session_key": session_key,
+            "profile": self.sanitized_profile(&profile_id),
+        });
+        self.respond_value(conn, 201, &response);
+    }
+
+    fn participants(&mut self, conn: ConnId, req: &Request, session_id: &str) {
+        if self.auth_session(conn, req, session_id).is_none() {
+            return;
+        }
+        let drivers: Vec<String> = self
+            .catalog
+            .drivers
+            .get(session_id)
+            .map(|d| d.iter().cloned().collect())
+            .unwrap_or_default();
+        self.respond_value(conn, 200, &json!({ "drivers": drivers }));
+    }
+
+    fn session_events(&mut self, conn: ConnId, req: &Request, session_id: &str) {
+        if self.auth_session(conn, req, session_id).is_none() {
+            return;
+        }
+        self.events_page(conn, req, session_id);
+    }
+
+    /// Shared by both ports: validates `cursor`/`limit` and reads one page.
+    pub(crate) fn events_page(&mut self, conn: ConnId, req: &Request, session_id: &str) {
+        let cursor = req.query_param("cursor");
+        let limit = req.query_param("limit");
+        let (after, limit) =
+            match proto::wire::parse_page_query(cursor.as_deref(), limit.as_deref()) {
+                Ok(v) => v,
+                Err(detail) => return self.problem(conn, ProblemType::BadRequest, &detail),
+            };
+        self.read(
+            StoreRead::Events {
+                session_id: session_id.to_string(),
+                after_seq: after.unwrap_or(0),
+                limit: limit + 1,
+            },
+            PendingRead::EventsPage { conn, limit },
+        );
+    }
+
+    fn close_session_rest(&mut self, conn: ConnId, req: &Request, session_id: &str) {
+        if self.auth_session(conn, req, session_id).is_none() {
+            return;
+        }
+        let state = self.catalog.sessions.get(session_id).map(|s| s.state);
+        match state {
+            Some(SessionState::Open) => {
+                let creator = self.catalog.sessions[session_id].creator.clone();
+                self.close_session(session_id, &creator, "client_close");
+                let body = json!({"session_id": session_id, "state": "closed"});
+                self.respond_value(conn, 200, &body);
+            }
+            Some(other) => {
+                self.teardown_session(session_id);
+                let detail = format!("session is already {}", other.as_str());
+                self.problem(conn, ProblemType::SessionClosed, &detail);
+            }
+            None => self.problem(conn, ProblemType::Unauthorized, "invalid session key"),
+        }
+    }
+
+    /// `open → closed` with its `session.close` event, then runtime teardown.
+    pub(crate) fn close_session(&mut self, session_id: &str, attributed_to: &str, reason: &str) {
+        let at = self.timestamp();
+        if let Some(s) = self.catalog.sessions.get_mut(session_id) {
+            s.state = SessionState::Closed;
+            s.closed_at = Some(at.clone());
+        }
+        self.write(StoreWrite::SetSessionState {
+            id: session_id.to_string(),
+            state: SessionState::Closed,
+            closed_at: Some(at),
+        });
+        self.append_event(
+            session_id,
+            Some(attributed_to),
+            "session.close",
+            json!({ "reason": reason }),
+        );
+        self.teardown_session(session_id);
+    }
+
+    /// Drops every piece of runtime state of a session (drivers, gate,
+    /// streams, parked pause).
+    pub(crate) fn teardown_session(&mut self, session_id: &str) {
+        self.catalog.drivers.remove(session_id);
+        self.end_live_session(session_id);
+    }
+
+    /// Inserts a session key bound to `session_id` for `client`; returns the
+    /// plaintext (shown once).
+    fn mint_session_key(&mut self, session_id: &str, client: &Key) -> String {
+        let secret = self.new_secret(SecretKind::Session);
+        let id = self.new_id(IdKind::Key);
+        let row = KeyRow {
+            id,
+            name: session_id.to_string(),
+            key_hash: auth::digest_hex(&secret),
+            key_prefix: secret[..8].to_string(),
+            role: KeyRole::Session,
+            profile_id: client.profile_id.clone(),
+            client_id: Some(client.id.clone()),
+            created_at: self.timestamp(),
+            last_used_at: None,
+            deleted_at: None,
+        };
+        let mut key = Key::from_row(&row);
+        key.hash = StoredHash::Sha256(auth::digest(&secret));
+        self.write(StoreWrite::InsertKey(row));
+        self.catalog.insert_key(key);
+        secret
+    }
+
+    /// A separate `error` session recording a rejected create/join (spec 01
+    /// §4.4). No session key is minted for it.
+    fn audit_session(
+        &mut self,
+        key_id: &str,
+        profile_id: &str,
+        tools: &[&str],
+        primary: Option<&str>,
+    ) {
+        let id = self.new_id(IdKind::Session);
+        let mut client_tools = Map::new();
+        let named: Vec<Value> = tools.iter().map(|n| json!({ "name": n })).collect();
+        client_tools.insert(key_id.to_string(), Value::Array(named));
+        let mut empty = Map::new();
+        empty.insert(key_id.to_string(), json!([]));
+        let row = SessionRow {
+            id: id.clone(),
+            client_key_id: key_id.to_string(),
+            profile_id: profile_id.to_string(),
+            state: SessionState::Error,
+            client_version: None,
+            client_tools: Value::Object(client_tools),
+            sandbox_tools: Value::Object(empty.clone()),
+            subagent_tools: Value::Object(empty),
+            compaction: None,
+            created_at: self.timestamp(),
+            closed_at: None,
+        };
+        self.write(StoreWrite::InsertSession(row.clone()));
+        self.catalog.insert_session(Session::from_row(&row));
+        let payload = match primary {
+            None => json!({"reason": "profile_unavailable", "profile_id": profile_id}),
+            Some(p) => json!({
+                "reason": "primary_provider_unavailable",
+                "profile_id": profile_id,
+                "primary_provider": p,
+            }),
+        };
+        self.append_event(&id, Some(key_id), "session.error", payload);
+    }
+
+    pub(crate) fn provider(&self, name: &str) -> Option<&crate::ProviderEntry> {
+        self.config.providers.iter().find(|p| p.name == name)
+    }
+
+    /// The client-facing profile: no tokens, no env names, no base URL.
+    fn sanitized_profile(&self, profile_id: &str) -> Value {
+        let Some(p) = self.catalog.profiles.get(profile_id) else {
+            return Value::Null;
+        };
+        let provider = match self.provider(&p.row.primary_provider) {
+            Some(e) => json!({"provider": e.kind, "model": e.model}),
+            None => json!({"provider": null, "model": null}),
+        };
+        json!({
+            "id": p.row.id,
+            "name": p.row.name,
+            "allowed_tools": p.row.allowed_tools,
+            "mcp_servers": p.row.mcp_servers,
+            "provider": provider,
+        })
+    }
+}
+
+/// Create/join bodies must be declared JSON (the reference's rejection text).
+fn require_json(req: &Request) -> Result<(), &'static str> {
+    let ok = req
+        .header("content-type")
+        .and_then(|v| std::str::from_utf8(v).ok())
+        .map(|v| {
+            let essence = v.split(';').next().unwrap_or("").trim();
+            essence.eq_ignore_ascii_case("application/json")
+        })
+        .unwrap_or(false);
+    if ok {
+        Ok(())
+    } else {
+        Err("Expected request with `Content-Type: application/json`")
+    }
+}
+
+/// Steps 6–8 of create (and 9 of join): reserved names, the allowlist, and
+/// subagent declarations.
+fn check_declarations(
+    profile: &crate::model::Profile,
+    tools: &[proto::wire::ClientToolDef],
+    sandbox_tools: &[proto::wire::ClientToolDef],
+    subagent_tools: &[proto::wire::SubagentToolDef],
+) -> Result<(), (ProblemType, String)> {
+    let as_pair = |p: proto::wire::Problem| {
+        let kind = p.kind().unwrap_or(ProblemType::BadRequest);
+        (kind, p.detail)
+    };
+    proto::wire::session::check_reserved_names(tools, sandbox_tools).map_err(as_pair)?;
+    if let Some(name) = tools
+        .iter()
+        .map(|t| t.name.as_str())
+        .find(|n| !profile.allows_tool(n))
+    {
+        return Err((
+            ProblemType::ToolNotAllowed,
+            proto::wire::session::tool_not_allowed_detail(name),
+        ));
+    }
+    proto::wire::session::validate_subagent_tools(subagent_tools).map_err(as_pair)
+}
+
+/// Writes one client's declarations into the session's per-client maps.
+fn set_declarations(
+    session: &mut Session,
+    key_id: &str,
+    tools: &[proto::wire::ClientToolDef],
+    sandbox_tools: &[proto::wire::ClientToolDef],
+    subagent_tools: &[proto::wire::SubagentToolDef],
+) {
+    let stored =
+        |ts: &[proto::wire::ClientToolDef]| Value::Array(ts.iter().map(|t| t.to_value()).collect());
+    session
+        .client_tools
+        .insert(key_id.to_string(), stored(tools));
+    session
+        .sandbox_tools
+        .insert(key_id.to_string(), stored(sandbox_tools));
+    let subs: Vec<Value> = subagent_tools
+        .iter()
+        .filter_map(|t| serde_json::to_value(t).ok())
+        .collect();
+    session
+        .subagent_tools
+        .insert(key_id.to_string(), Value::Array(subs));
+}
+
+/// `session.open` / `session.join` payload: names only, declaration order.
+fn declaration_payload(
+    client_version: Option<&str>,
+    tools: &[proto::wire::ClientToolDef],
+    sandbox_tools: &[proto::wire::ClientToolDef],
+    subagent_tools: &[proto::wire::SubagentToolDef],
+) -> Value {
+    let names = |it: Vec<&str>| {
+        Value::Array(
+            it.into_iter()
+                .map(|n| Value::String(n.to_string()))
+                .collect(),
+        )
+    };
+    json!({
+        "client_version": client_version,
+        "tools": names(tools.iter().map(|t| t.name.as_str()).collect()),
+        "sandbox_tools": names(sandbox_tools.iter().map(|t| t.name.as_str()).collect()),
+        "subagent_tools": names(subagent_tools.iter().map(|t| t.name.as_str()).collect()),
+    })
+}

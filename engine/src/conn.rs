@@ -1,0 +1,184 @@
+//! Connection lifecycle: bytes in, decoded requests dispatched one at a time
+//! (pipelined requests wait their turn), responses out, close rules.
+
+use proto::http::{Decoded, RequestDecoder};
+
+use crate::{ConnId, Engine, Listener, Output, ReadResult};
+
+/// What a connection is doing.
+pub struct Conn {
+    pub listener: Listener,
+    pub decoder: RequestDecoder,
+    /// A request is being answered; later pipelined requests wait.
+    pub busy: bool,
+    /// The current request's keep-alive verdict.
+    pub keep_alive: bool,
+    /// A `Close` was emitted; ignore further input.
+    pub closing: bool,
+    /// Bytes emitted but not yet reported flushed (back-pressure measure).
+    pub unflushed: usize,
+    /// An open NDJSON response (`/rpc`).
+    pub stream: Option<crate::rpc::Stream>,
+}
+
+/// A request waiting for a store read.
+pub enum PendingRead {
+    /// `GET …/events` on either port.
+    EventsPage { conn: ConnId, limit: usize },
+    /// `session.subscribe` resolving `since_event_id`.
+    ReplayStart { conn: ConnId },
+    /// `session.subscribe` replaying one page.
+    ReplayPage { conn: ConnId },
+    /// A turn rebuilding provider-facing history after a restart.
+    TurnHistory { turn: crate::turn::TurnId },
+}
+
+impl Engine {
+    pub(crate) fn on_accepted(&mut self, conn: ConnId, listener: Listener) {
+        let limits = proto::http::Limits {
+            max_head_bytes: self.config.max_head_bytes,
+            max_headers: self.config.max_headers,
+            max_body_bytes: self.config.max_body_bytes,
+            ..Default::default()
+        };
+        self.conns.insert(
+            conn,
+            Conn {
+                listener,
+                decoder: RequestDecoder::new(limits),
+                busy: false,
+                keep_alive: true,
+                closing: false,
+                unflushed: 0,
+                stream: None,
+            },
+        );
+        if self.shutting_down {
+            self.close_conn(conn);
+        }
+    }
+
+    pub(crate) fn on_received(&mut self, conn: ConnId, bytes: &[u8]) {
+        let Some(c) = self.conns.get_mut(&conn) else {
+            return;
+        };
+        if c.closing {
+            return;
+        }
+        c.decoder.feed(bytes);
+        self.pump(conn);
+    }
+
+    pub(crate) fn on_flushed(&mut self, conn: ConnId, bytes: usize) {
+        if let Some(c) = self.conns.get_mut(&conn) {
+            c.unflushed = c.unflushed.saturating_sub(bytes);
+        }
+        self.stream_flushed(conn, bytes);
+    }
+
+    pub(crate) fn on_closed(&mut self, conn: ConnId) {
+        self.conns.remove(&conn);
+        self.forget_conn_in_turns(conn);
+    }
+
+    /// Decodes and dispatches requests until one goes asynchronous or the
+    /// buffer runs dry.
+    pub(crate) fn pump(&mut self, conn: ConnId) {
+        loop {
+            let Some(c) = self.conns.get_mut(&conn) else {
+                return;
+            };
+            if c.busy || c.closing {
+                return;
+            }
+            match c.decoder.poll() {
+                Ok(None) => return,
+                Ok(Some(Decoded::ContinueExpected)) => {
+                    self.send(conn, proto::http::CONTINUE_100.to_vec());
+                }
+                Ok(Some(Decoded::Request(req))) => {
+                    c.busy = true;
+                    c.keep_alive = req.keep_alive && !self.shutting_down;
+                    let listener = c.listener;
+                    match listener {
+                        Listener::Client => self.route_client(conn, req),
+                        Listener::Admin => self.route_admin(conn, req),
+                    }
+                }
+                Err(rejection) => {
+                    tracing::debug!(
+                        conn,
+                        status = rejection.status,
+                        reason = rejection.reason,
+                        "rejected request"
+                    );
+                    self.send(conn, proto::http::encode_rejection(&rejection));
+                    self.close_conn(conn);
+                    return;
+                }
+            }
+        }
+    }
+
+    pub(crate) fn send(&mut self, conn: ConnId, bytes: Vec<u8>) {
+        if let Some(c) = self.conns.get_mut(&conn) {
+            if c.closing {
+                return;
+            }
+            c.unflushed += bytes.len();
+            self.outputs.push_back(Output::Send { conn, bytes });
+        }
+    }
+
+    pub(crate) fn close_conn(&mut self, conn: ConnId) {
+        if let Some(c) = self.conns.get_mut(&conn) {
+            if !c.closing {
+                c.closing = true;
+                self.outputs.push_back(Output::Close { conn });
+            }
+        }
+    }
+
+    /// The current request of `conn` is fully answered: close or move on to
+    /// the next pipelined request.
+    pub(crate) fn finish_request(&mut self, conn: ConnId) {
+        let Some(c) = self.conns.get_mut(&conn) else {
+            return;
+        };
+        c.busy = false;
+        if !c.keep_alive {
+            self.close_conn(conn);
+        } else {
+            self.pump(conn);
+        }
+    }
+
+    /// Whether responses on `conn` must carry `Connection: close`.
+    pub(crate) fn closes_after(&self, conn: ConnId) -> bool {
+        self.conns.get(&conn).map(|c| !c.keep_alive).unwrap_or(true)
+    }
+
+    pub(crate) fn on_read_done(&mut self, id: u64, result: Result<ReadResult, String>) {
+        let Some(pending) = self.pending_reads.remove(&id) else {
+            return;
+        };
+        match pending {
+            PendingRead::EventsPage { conn, limit } => match result {
+                Ok(ReadResult::Events(rows)) => self.answer_events_page(conn, limit, rows),
+                Ok(_) | Err(_) => {
+                    if let Err(e) = &result {
+                        tracing::error!(error = %e, "event page read failed");
+                    }
+                    self.problem(
+                        conn,
+                        proto::wire::problem::ProblemType::Internal,
+                        "internal error",
+                    );
+                }
+            },
+            PendingRead::ReplayStart { conn } => self.on_replay_start(conn, result),
+            PendingRead::ReplayPage { conn } => self.on_replay_page(conn, result),
+            PendingRead::TurnHistory { turn } => self.on_turn_history(turn, result),
+        }
+    }
+}

@@ -1,0 +1,60 @@
+//! The append-only event log: id and rowid assignment, the durable write,
+//! and publication to live streams (after the write, so the driver commits
+//! before any stream sees the event).
+
+use serde_json::Value;
+
+use crate::store::{EventRow, StoreWrite};
+use crate::Engine;
+
+/// An appended event, with its EventView JSON rendered once.
+#[derive(Debug, Clone)]
+pub struct Appended {
+    pub seq: u64,
+    pub id: String,
+    pub json: String,
+}
+
+impl Engine {
+    /// Appends one event to `session_id`'s log and publishes it.
+    pub(crate) fn append_event(
+        &mut self,
+        session_id: &str,
+        client_key_id: Option<&str>,
+        event_type: &str,
+        payload: Value,
+    ) -> Appended {
+        debug_assert!(
+            proto::wire::EventType::parse(event_type).is_some(),
+            "{event_type}"
+        );
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        let id = self.new_id(proto::wire::ids::IdKind::Event);
+        if matches!(event_type, "client.message.send" | "server.message.send") {
+            if let Some(h) = self
+                .live
+                .get_mut(session_id)
+                .and_then(|l| l.history.as_mut())
+            {
+                h.push(proto::provider::history_message(event_type, &payload));
+            }
+        }
+        let payload = payload.to_string();
+        let row = EventRow {
+            seq,
+            id: id.clone(),
+            session_id: session_id.to_string(),
+            client_key_id: client_key_id.map(str::to_string),
+            event_type: event_type.to_string(),
+            payload,
+            created_at: self.timestamp(),
+        };
+        tracing::trace!(session_id, event_type, payload = %row.payload, "event");
+        let json = crate::respond::event_json(&row);
+        self.write(StoreWrite::InsertEvent(row));
+        let appended = Appended { seq, id, json };
+        self.publish(session_id, &appended);
+        appended
+    }
+}

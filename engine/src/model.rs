@@ -1,0 +1,286 @@
+//! In-memory catalogue of profiles, keys and sessions: what hot paths need
+//! without a store round trip. Events are never held here (they are read
+//! from the store on demand).
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+
+use serde_json::{Map, Value};
+
+use crate::auth;
+use crate::store::{KeyRole, KeyRow, ProfileRow, SessionRow, SessionState, Snapshot};
+
+#[derive(Debug, Clone)]
+pub struct Profile {
+    pub row: ProfileRow,
+}
+
+impl Profile {
+    pub fn is_live(&self) -> bool {
+        self.row.deleted_at.is_none()
+    }
+
+    /// Whether `name` appears in `allowed_tools` (exact, case-sensitive).
+    pub fn allows_tool(&self, name: &str) -> bool {
+        self.row
+            .allowed_tools
+            .iter()
+            .any(|t| t.as_str() == Some(name))
+    }
+}
+
+/// A stored key digest: SHA-256, or a legacy Argon2id PHC string that is
+/// upgraded on first use.
+#[derive(Debug, Clone)]
+pub enum StoredHash {
+    Sha256([u8; 32]),
+    /// Unusable or legacy value: never matches by digest.
+    Other(String),
+}
+
+#[derive(Debug, Clone)]
+pub struct Key {
+    pub id: String,
+    pub name: String,
+    pub hash: StoredHash,
+    pub prefix: String,
+    pub role: KeyRole,
+    pub profile_id: Option<String>,
+    pub client_id: Option<String>,
+    pub created_at: String,
+    pub last_used_at: Option<String>,
+}
+
+impl Key {
+    pub fn from_row(row: &KeyRow) -> Self {
+        let hash = match auth::parse_digest(&row.key_hash) {
+            Some(d) => StoredHash::Sha256(d),
+            None => StoredHash::Other(row.key_hash.clone()),
+        };
+        Key {
+            id: row.id.clone(),
+            name: row.name.clone(),
+            hash,
+            prefix: row.key_prefix.clone(),
+            role: row.role,
+            profile_id: row.profile_id.clone(),
+            client_id: row.client_id.clone(),
+            created_at: row.created_at.clone(),
+            last_used_at: row.last_used_at.clone(),
+        }
+    }
+
+    pub fn matches(&self, candidate: &[u8; 32]) -> bool {
+        match &self.hash {
+            StoredHash::Sha256(d) => auth::ct_eq(d, candidate),
+            StoredHash::Other(_) => false,
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Session {
+    pub id: String,
+    pub creator: String,
+    pub profile_id: String,
+    pub state: SessionState,
+    pub client_version: Option<String>,
+    /// Per-client declarations, keyed by client key id.
+    pub client_tools: Map<String, Value>,
+    pub sandbox_tools: Map<String, Value>,
+    pub subagent_tools: Map<String, Value>,
+    pub compaction: Option<Value>,
+    pub created_at: String,
+    pub closed_at: Option<String>,
+}
+
+impl Session {
+    pub fn from_row(row: &SessionRow) -> Self {
+        Session {
+            id: row.id.clone(),
+            creator: row.client_key_id.clone(),
+            profile_id: row.profile_id.clone(),
+            state: row.state,
+            client_version: row.client_version.clone(),
+            client_tools: as_object(&row.client_tools),
+            sandbox_tools: as_object(&row.sandbox_tools),
+            subagent_tools: as_object(&row.subagent_tools),
+            compaction: row.compaction.clone(),
+            created_at: row.created_at.clone(),
+            closed_at: row.closed_at.clone(),
+        }
+    }
+
+    pub fn to_row(&self) -> SessionRow {
+        SessionRow {
+            id: self.id.clone(),
+            client_key_id: self.creator.clone(),
+            profile_id: self.profile_id.clone(),
+            state: self.state,
+            client_version: self.client_version.clone(),
+            client_tools: Value::Object(self.client_tools.clone()),
+            sandbox_tools: Value::Object(self.sandbox_tools.clone()),
+            subagent_tools: Value::Object(self.subagent_tools.clone()),
+            compaction: self.compaction.clone(),
+            created_at: self.created_at.clone(),
+            closed_at: self.closed_at.clone(),
+        }
+    }
+
+    /// A legacy non-object column reads as empty; the next write replaces it.
+    pub fn tools_of<'a>(map: &'a Map<String, Value>, key_id: &str) -> &'a [Value] {
+        map.get(key_id)
+            .and_then(Value::as_array)
+            .map(Vec::as_slice)
+            .unwrap_or(&[])
+    }
+}
+
+fn as_object(v: &Value) -> Map<String, Value> {
+    match v {
+        Value::Object(m) => m.clone(),
+        _ => Map::new(),
+    }
+}
+
+/// Profiles, keys and sessions with the indexes authentication needs.
+#[derive(Debug, Default)]
+pub struct Catalog {
+    pub profiles: HashMap<String, Profile>,
+    /// Profile ids in creation order (admin listing).
+    pub profile_order: Vec<String>,
+    /// Every profile name ever used, deleted ones included.
+    pub profile_names: HashSet<String>,
+
+    /// Active keys by id.
+    pub keys: HashMap<String, Key>,
+    /// Active client key ids in creation order (admin listing).
+    pub client_key_order: Vec<String>,
+    /// Active client keys by display prefix (first 8 characters).
+    pub client_by_prefix: HashMap<String, Vec<String>>,
+    /// Active session keys by the session they are bound to.
+    pub session_keys: HashMap<String, Vec<String>>,
+    /// Active admin keys.
+    pub admin_keys: Vec<String>,
+
+    pub sessions: HashMap<String, Session>,
+    /// Session ids in creation order (admin listing; cursor = position).
+    pub session_order: Vec<String>,
+    /// Registered drivers per session (durable: rebuilt from the log).
+    pub drivers: HashMap<String, BTreeSet<String>>,
+}
+
+impl Catalog {
+    pub fn restore(snapshot: &Snapshot) -> Self {
+        let mut c = Catalog::default();
+        for p in &snapshot.profiles {
+            c.insert_profile(p.clone());
+        }
+        for k in &snapshot.keys {
+            if k.deleted_at.is_none() {
+                c.insert_key(Key::from_row(k));
+            }
+        }
+        for s in &snapshot.sessions {
+            c.insert_session(Session::from_row(s));
+        }
+        for (sid, kid) in &snapshot.drivers {
+            if c.sessions.get(sid).map(|s| s.state) == Some(SessionState::Open) {
+                c.drivers
+                    .entry(sid.clone())
+                    .or_default()
+                    .insert(kid.clone());
+            }
+        }
+        c
+    }
+
+    pub fn insert_profile(&mut self, row: ProfileRow) {
+        self.profile_names.insert(row.name.clone());
+        self.profile_order.push(row.id.clone());
+        self.profiles.insert(row.id.clone(), Profile { row });
+    }
+
+    pub fn live_profile(&self, id: &str) -> Option<&Profile> {
+        self.profiles.get(id).filter(|p| p.is_live())
+    }
+
+    pub fn insert_key(&mut self, key: Key) {
+        match key.role {
+            KeyRole::Client => {
+                self.client_key_order.push(key.id.clone());
+                self.client_by_prefix
+                    .entry(key.prefix.clone())
+                    .or_default()
+                    .push(key.id.clone());
+            }
+            KeyRole::Session => {
+                self.session_keys
+                    .entry(key.name.clone())
+                    .or_default()
+                    .push(key.id.clone());
+            }
+            KeyRole::Admin => self.admin_keys.push(key.id.clone()),
+        }
+        self.keys.insert(key.id.clone(), key);
+    }
+
+    /// Forgets a revoked key everywhere.
+    pub fn remove_key(&mut self, id: &str) -> Option<Key> {
+        let key = self.keys.remove(id)?;
+        match key.role {
+            KeyRole::Client => {
+                // `client_key_order` stays append-only: list cursors are
+                // positions in it; listings skip revoked ids.
+                if let Some(v) = self.client_by_prefix.get_mut(&key.prefix) {
+                    v.retain(|k| k != id);
+                    if v.is_empty() {
+                        self.client_by_prefix.remove(&key.prefix);
+                    }
+                }
+            }
+            KeyRole::Session => {
+                if let Some(v) = self.session_keys.get_mut(&key.name) {
+                    v.retain(|k| k != id);
+                }
+            }
+            KeyRole::Admin => self.admin_keys.retain(|k| k != id),
+        }
+        Some(key)
+    }
+
+    pub fn insert_session(&mut self, s: Session) {
+        self.session_order.push(s.id.clone());
+        self.sessions.insert(s.id.clone(), s);
+    }
+
+    /// Client key whose digest matches `token` (candidates by prefix).
+    pub fn find_client_key(&self, token: &str) -> Option<&Key> {
+        if !token.starts_with("bae_") || token.starts_with("bae_ses_") {
+            return None;
+        }
+        let prefix: String = token.chars().take(8).collect();
+        let ids = self.client_by_prefix.get(&prefix)?;
+        let d = auth::digest(token);
+        ids.iter()
+            .filter_map(|id| self.keys.get(id))
+            .find(|k| k.matches(&d))
+    }
+
+    /// Session key for `session_id` whose digest matches `token`.
+    pub fn find_session_key(&self, session_id: &str, token: &str) -> Option<&Key> {
+        let ids = self.session_keys.get(session_id)?;
+        let d = auth::digest(token);
+        ids.iter()
+            .filter_map(|id| self.keys.get(id))
+            .find(|k| k.matches(&d))
+    }
+
+    /// Admin key whose digest matches `token` (every active admin row).
+    pub fn find_admin_key(&self, token: &str) -> Option<&Key> {
+        let d = auth::digest(token);
+        self.admin_keys
+            .iter()
+            .filter_map(|id| self.keys.get(id))
+            .find(|k| k.matches(&d))
+    }
+}

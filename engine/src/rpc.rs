@@ -1,0 +1,400 @@
+//! `POST /api/v1/sessions/{id}/rpc`: authentication before the stream
+//! opens, the JSON-RPC envelope (spec 01 §5), NDJSON framing, and the
+//! methods that do not take the turn gate.
+
+use std::collections::VecDeque;
+
+use proto::http::Request;
+use proto::jsonrpc::{self, Call};
+use serde_json::{json, Value};
+
+use crate::conn::PendingRead;
+use crate::log::Appended;
+use crate::store::{EventRow, ReadResult, SessionState, StoreRead};
+use crate::{ConnId, Engine};
+
+/// Rows per replay read (spec 01 §6.3).
+const REPLAY_PAGE: usize = 200;
+
+/// An open NDJSON response on a connection.
+pub struct Stream {
+    pub session_id: String,
+    /// The request id (`None` = notification: no terminal frame).
+    pub id: Option<Value>,
+    pub kind: StreamKind,
+    /// Byte sizes of frames emitted but not yet flushed: the consumer's lag.
+    pub in_flight: VecDeque<usize>,
+    /// Bytes of the oldest in-flight frame already flushed.
+    pub flushed_partial: usize,
+}
+
+pub enum StreamKind {
+    /// A single-answer method: nothing is forwarded.
+    Single,
+    /// `session.subscribe`.
+    Subscribe(Subscription),
+    /// A gated request waiting in the FIFO: silent until admitted.
+    Queued,
+    /// The gate holder's stream: every event except its own input.
+    Turn,
+}
+
+pub struct Subscription {
+    /// Replay still running: live events wait here (deduplicated by seq).
+    pub replaying: bool,
+    pub buffered: Vec<Appended>,
+    /// Highest seq delivered so far.
+    pub delivered: u64,
+}
+
+impl Engine {
+    pub(crate) fn rpc_request(&mut self, conn: ConnId, req: Request, session_id: &str) {
+        let Some(key) = self.auth_session(conn, &req, session_id) else {
+            return;
+        };
+        // From here on the answer is always 200 NDJSON (C-050).
+        let close = self.closes_after(conn);
+        self.send(
+            conn,
+            proto::http::encode_stream_head(200, "application/x-ndjson", close),
+        );
+        self.open_stream(conn, session_id, None);
+        let call = match jsonrpc::decode_call(&req.body) {
+            Ok(call) => call,
+            Err(e) => {
+                if let Some(frame) = e.frame() {
+                    self.frame(conn, &frame);
+                }
+                return self.end_stream(conn);
+            }
+        };
+        if let Some(s) = self.stream_mut(conn) {
+            s.id = call.id.clone();
+        }
+        // The acting client key is the one the session key was minted for.
+        let acting = key.client_id.clone().unwrap_or(key.id);
+        self.dispatch_rpc(conn, session_id, &acting, call);
+    }
+
+    fn dispatch_rpc(&mut self, conn: ConnId, session_id: &str, key_id: &str, call: Call) {
+        match call.method.as_str() {
+            "session.registerDriver" => self.register_driver(conn, session_id, key_id),
+            "session.sendMessage" => self.send_message(conn, session_id, key_id, &call.params),
+            "session.subscribe" => self.subscribe(conn, session_id, &call.params),
+            "session.unsubscribe" => {
+                self.unsubscribe_all(session_id);
+                self.terminal_result(conn, r#"{"unsubscribed":true}"#);
+            }
+            other => {
+                let msg = format!("Method not found: {other}");
+                self.terminal_error(conn, -32601, &msg);
+            }
+        }
+    }
+
+    /// `"session is <state>, not open"` unless the session is open.
+    pub(crate) fn open_state_error(&self, session_id: &str) -> Option<String> {
+        match self.catalog.sessions.get(session_id).map(|s| s.state) {
+            Some(SessionState::Open) => None,
+            Some(state) => Some(format!("session is {}, not open", state.as_str())),
+            None => Some("session no longer exists".to_string()),
+        }
+    }
+
+    fn register_driver(&mut self, conn: ConnId, session_id: &str, key_id: &str) {
+        if let Some(msg) = self.open_state_error(session_id) {
+            return self.terminal_error(conn, -32000, &msg);
+        }
+        let newly = self
+            .catalog
+            .drivers
+            .entry(session_id.to_string())
+            .or_default()
+            .insert(key_id.to_string());
+        if newly {
+            self.append_event(
+                session_id,
+                Some(key_id),
+                "session.driver.register",
+                json!({}),
+            );
+            let profile_id = self.catalog.sessions[session_id].profile_id.clone();
+            let images = self
+                .catalog
+                .live_profile(&profile_id)
+                .map(|p| p.row.available_sandboxes.clone())
+                .unwrap_or_default();
+            if !images.is_empty() {
+                // No sandbox driver runs yet, so every image reads as pending.
+                let list: Vec<Value> = images
+                    .iter()
+                    .map(|i| json!({"name": i, "status": "pending"}))
+                    .collect();
+                self.append_event(
+                    session_id,
+                    Some(key_id),
+                    "session.sandbox.available",
+                    json!({ "images": list }),
+                );
+            }
+        }
+        self.terminal_result(conn, r#"{"registered":true}"#);
+    }
+
+    fn subscribe(&mut self, conn: ConnId, session_id: &str, params: &Value) {
+        let since = match params.get("since_event_id") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(s)) => Some(s.clone()),
+            Some(_) => {
+                return self.terminal_error(
+                    conn,
+                    -32602,
+                    "Invalid params: since_event_id must be a string",
+                );
+            }
+        };
+        // Attach first, then replay, so nothing committed meanwhile is lost.
+        let replaying = since.is_some();
+        if let Some(s) = self.stream_mut(conn) {
+            s.kind = StreamKind::Subscribe(Subscription {
+                replaying,
+                buffered: Vec::new(),
+                delivered: 0,
+            });
+        }
+        if let Some(event_id) = since {
+            self.read(
+                StoreRead::EventSeq {
+                    session_id: session_id.to_string(),
+                    event_id,
+                },
+                PendingRead::ReplayStart { conn },
+            );
+        }
+    }
+
+    pub(crate) fn on_replay_start(&mut self, conn: ConnId, result: Result<ReadResult, String>) {
+        match result {
+            // An unknown or foreign id replays from the very first event.
+            Ok(ReadResult::EventSeq(seq)) => self.replay_page(conn, seq.unwrap_or(0)),
+            _ => self.replay_failed(conn),
+        }
+    }
+
+    fn replay_page(&mut self, conn: ConnId, after_seq: u64) {
+        let Some(s) = self.stream_mut(conn) else {
+            return;
+        };
+        let session_id = s.session_id.clone();
+        self.read(
+            StoreRead::Events {
+                session_id,
+                after_seq,
+                limit: REPLAY_PAGE,
+            },
+            PendingRead::ReplayPage { conn },
+        );
+    }
+
+    pub(crate) fn on_replay_page(&mut self, conn: ConnId, result: Result<ReadResult, String>) {
+        let rows: Vec<EventRow> = match result {
+            Ok(ReadResult::Events(rows)) => rows,
+            _ => return self.replay_failed(conn),
+        };
+        if self.stream_mut(conn).is_none() {
+            return;
+        }
+        let full = rows.len() == REPLAY_PAGE;
+        let mut last = None;
+        for row in &rows {
+            let frame = jsonrpc::event_frame(&crate::respond::event_json(row));
+            self.frame(conn, &frame);
+            last = Some(row.seq);
+        }
+        if let Some(StreamKind::Subscribe(sub)) = self.stream_mut(conn).map(|s| &mut s.kind) {
+            if let Some(l) = last {
+                sub.delivered = l;
+            }
+        }
+        if full {
+            return self.replay_page(conn, last.unwrap_or(0));
+        }
+        // Replay done: deliver what arrived meanwhile, skipping duplicates.
+        let pending = match self.stream_mut(conn).map(|s| &mut s.kind) {
+            Some(StreamKind::Subscribe(sub)) => {
+                sub.replaying = false;
+                std::mem::take(&mut sub.buffered)
+            }
+            _ => return,
+        };
+        for ev in pending {
+            self.deliver(conn, &ev);
+        }
+    }
+
+    fn replay_failed(&mut self, conn: ConnId) {
+        let frame = jsonrpc::error_frame(Some(&Value::Null), -32000, "replay failed");
+        self.frame(conn, &frame);
+        self.end_stream(conn);
+    }
+
+    /// Ends every `session.subscribe` stream of the session (level-triggered:
+    /// also those still replaying).
+    pub(crate) fn unsubscribe_all(&mut self, session_id: &str) {
+        let subs: Vec<ConnId> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| {
+                c.stream.as_ref().is_some_and(|s| {
+                    s.session_id == session_id && matches!(s.kind, StreamKind::Subscribe(_))
+                })
+            })
+            .map(|(id, _)| *id)
+            .collect();
+        for conn in subs {
+            self.end_stream(conn);
+        }
+    }
+
+    /// Session closed: every stream of it ends cleanly.
+    pub(crate) fn end_live_session(&mut self, session_id: &str) {
+        self.unsubscribe_all(session_id);
+        self.drop_live(session_id);
+    }
+
+    /// Fans a committed event out to the session's live streams.
+    pub(crate) fn publish(&mut self, session_id: &str, ev: &Appended) {
+        let targets: Vec<ConnId> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| {
+                c.stream
+                    .as_ref()
+                    .is_some_and(|s| s.session_id == session_id)
+            })
+            .map(|(id, _)| *id)
+            .collect();
+        let quiet = self.quiet;
+        for conn in targets {
+            let Some(s) = self.stream_mut(conn) else {
+                continue;
+            };
+            match &mut s.kind {
+                StreamKind::Single | StreamKind::Queued => {}
+                StreamKind::Turn if quiet == Some(conn) => {}
+                StreamKind::Turn => self.deliver(conn, ev),
+                StreamKind::Subscribe(sub) if sub.replaying => {
+                    sub.buffered.push(ev.clone());
+                    if sub.buffered.len() > self.config.subscriber_lag_limit {
+                        self.lagged(conn);
+                    }
+                }
+                StreamKind::Subscribe(_) => self.deliver(conn, ev),
+            }
+        }
+    }
+
+    /// Writes one live event to a subscriber unless already delivered; a
+    /// consumer too far behind gets the `lagged` error and is dropped.
+    fn deliver(&mut self, conn: ConnId, ev: &Appended) {
+        let lag_limit = self.config.subscriber_lag_limit;
+        let Some(s) = self.stream_mut(conn) else {
+            return;
+        };
+        if let StreamKind::Subscribe(sub) = &mut s.kind {
+            if ev.seq <= sub.delivered {
+                return;
+            }
+            sub.delivered = ev.seq;
+        }
+        if s.in_flight.len() >= lag_limit {
+            return self.lagged(conn);
+        }
+        self.frame(conn, &jsonrpc::event_frame(&ev.json));
+    }
+
+    fn lagged(&mut self, conn: ConnId) {
+        self.frame(conn, jsonrpc::LAGGED_FRAME);
+        self.end_stream(conn);
+    }
+
+    // ---- NDJSON stream plumbing -------------------------------------------
+
+    fn open_stream(&mut self, conn: ConnId, session_id: &str, id: Option<Value>) {
+        if let Some(c) = self.conns.get_mut(&conn) {
+            c.stream = Some(Stream {
+                session_id: session_id.to_string(),
+                id,
+                kind: StreamKind::Single,
+                in_flight: VecDeque::new(),
+                flushed_partial: 0,
+            });
+        }
+    }
+
+    pub(crate) fn stream_mut(&mut self, conn: ConnId) -> Option<&mut Stream> {
+        self.conns.get_mut(&conn).and_then(|c| c.stream.as_mut())
+    }
+
+    /// One NDJSON line as one HTTP chunk.
+    pub(crate) fn frame(&mut self, conn: ConnId, line: &str) {
+        let mut bytes = Vec::with_capacity(line.len() + 12);
+        proto::http::encode_chunk(line.as_bytes(), &mut bytes);
+        let len = bytes.len();
+        if let Some(s) = self.stream_mut(conn) {
+            s.in_flight.push_back(len);
+        }
+        self.send(conn, bytes);
+    }
+
+    /// Terminal `result` frame (omitted for notifications), then the end.
+    pub(crate) fn terminal_result(&mut self, conn: ConnId, result_json: &str) {
+        if let Some(id) = self.stream_mut(conn).and_then(|s| s.id.clone()) {
+            let frame = jsonrpc::result_frame(&id, result_json);
+            self.frame(conn, &frame);
+        }
+        self.end_stream(conn);
+    }
+
+    /// Terminal `error` frame (omitted for notifications), then the end.
+    pub(crate) fn terminal_error(&mut self, conn: ConnId, code: i64, message: &str) {
+        if let Some(id) = self.stream_mut(conn).and_then(|s| s.id.clone()) {
+            let frame = jsonrpc::error_frame(Some(&id), code, message);
+            self.frame(conn, &frame);
+        }
+        self.end_stream(conn);
+    }
+
+    /// Closes the chunked body and frees the connection for its next request.
+    pub(crate) fn end_stream(&mut self, conn: ConnId) {
+        let Some(c) = self.conns.get_mut(&conn) else {
+            return;
+        };
+        let Some(stream) = c.stream.take() else {
+            return;
+        };
+        if matches!(stream.kind, StreamKind::Turn) {
+            // The turn runs on without a consumer.
+            self.forget_conn_in_turns(conn);
+        }
+        self.send(conn, proto::http::LAST_CHUNK.to_vec());
+        self.finish_request(conn);
+    }
+
+    /// Accounts flushed bytes against in-flight frames.
+    pub(crate) fn stream_flushed(&mut self, conn: ConnId, mut bytes: usize) {
+        let Some(s) = self.stream_mut(conn) else {
+            return;
+        };
+        bytes += s.flushed_partial;
+        while let Some(&front) = s.in_flight.front() {
+            if bytes >= front {
+                bytes -= front;
+                s.in_flight.pop_front();
+            } else {
+                break;
+            }
+        }
+        s.flushed_partial = if s.in_flight.is_empty() { 0 } else { bytes };
+    }
+}

@@ -1,0 +1,241 @@
+//! Building the recorded user turn when a request resumes or retires a
+//! paused turn (spec 01 §8.4). Pure functions over content values.
+
+use serde_json::{json, Value};
+
+/// Text of the synthetic result for a client tool call nobody answered.
+pub const ABANDONED_TEXT: &str = "Client tool call was abandoned before returning a result.";
+
+/// The synthetic error result for an unanswered client `tool_use` id.
+pub fn abandoned_result(id: &str) -> Value {
+    json!({"type": "tool_result", "tool_use_id": id, "content": ABANDONED_TEXT, "is_error": true})
+}
+
+fn is_tool_result(b: &Value) -> bool {
+    b.get("type").and_then(Value::as_str) == Some("tool_result")
+}
+
+fn result_id(b: &Value) -> Option<&str> {
+    b.get("tool_use_id").and_then(Value::as_str)
+}
+
+/// Whether the incoming content is a *replacement* (a non-empty string, or a
+/// non-empty block array with no `tool_result`); anything else continues.
+pub fn is_replacement(content: &Value) -> bool {
+    match content {
+        Value::String(s) => !s.is_empty(),
+        Value::Array(a) => !a.is_empty() && !a.iter().any(is_tool_result),
+        _ => false,
+    }
+}
+
+/// Whether content carries any `tool_result` block.
+pub fn has_tool_result(content: &Value) -> bool {
+    matches!(content, Value::Array(a) if a.iter().any(is_tool_result))
+}
+
+/// The parked state a merge needs.
+pub struct PausedTurn<'a> {
+    /// `tool_use` ids of the paused assistant message, in order (E).
+    pub expected: &'a [String],
+    /// Server-dispatched results produced before the pause.
+    pub server_results: &'a [Value],
+}
+
+impl PausedTurn<'_> {
+    fn server_result(&self, id: &str) -> Option<&Value> {
+        self.server_results
+            .iter()
+            .find(|r| result_id(r) == Some(id))
+    }
+}
+
+/// The merged content and which of its results came from the server (those
+/// are not re-logged as `tool.result`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Merged {
+    pub content: Value,
+    pub server_ids: Vec<String>,
+}
+
+/// Owner + continuation: one result per expected id (server results win),
+/// then the client's non-result blocks in their order.
+pub fn merge_continuation(p: &PausedTurn<'_>, content: &Value) -> Result<Merged, String> {
+    let blocks: &[Value] = match content {
+        Value::Array(a) => a,
+        _ => &[],
+    };
+    let mut client: Vec<(&str, &Value)> = Vec::new();
+    for b in blocks.iter().filter(|b| is_tool_result(b)) {
+        let id = result_id(b).unwrap_or("");
+        if !p.expected.iter().any(|e| e == id) {
+            return Err(format!(
+                "tool_result id \"{id}\" is not in the paused assistant turn"
+            ));
+        }
+        if client.iter().any(|(c, _)| *c == id) {
+            return Err(format!(
+                "client returned a duplicate tool_result for id \"{id}\""
+            ));
+        }
+        client.push((id, b));
+    }
+    let mut out = Vec::new();
+    let mut server_ids = Vec::new();
+    for id in p.expected {
+        if let Some(r) = p.server_result(id) {
+            out.push(r.clone());
+            server_ids.push(id.clone());
+        } else if let Some((_, b)) = client.iter().find(|(c, _)| c == id) {
+            out.push((*b).clone());
+        } else {
+            return Err(format!("no tool_result for tool_use id \"{id}\""));
+        }
+    }
+    out.extend(blocks.iter().filter(|b| !is_tool_result(b)).cloned());
+    Ok(Merged {
+        content: Value::Array(out),
+        server_ids,
+    })
+}
+
+/// Owner replacement or timeout retirement: synthetic errors for unanswered
+/// client ids plus parked server results, then the new content.
+/// `retiring` applies the retirement-only validity rules.
+pub fn merge_abandonment(
+    p: &PausedTurn<'_>,
+    content: Option<&Value>,
+    retiring: bool,
+) -> Result<Merged, String> {
+    let mut out = Vec::new();
+    let mut server_ids = Vec::new();
+    for id in p.expected {
+        if let Some(r) = p.server_result(id) {
+            out.push(r.clone());
+            server_ids.push(id.clone());
+        } else {
+            out.push(abandoned_result(id));
+        }
+    }
+    match content {
+        None => {}
+        Some(Value::String(s)) => {
+            if !s.is_empty() {
+                out.push(json!({"type": "text", "text": s}));
+            }
+        }
+        Some(Value::Array(a)) => {
+            if retiring && a.iter().any(is_tool_result) {
+                return Err(
+                    "timed-out replacement message must not contain tool_result blocks".to_string(),
+                );
+            }
+            out.extend(a.iter().cloned());
+        }
+        Some(_) => {
+            return Err(
+                "abandonment message content must be a string or content-block array".to_string(),
+            );
+        }
+    }
+    Ok(Merged {
+        content: Value::Array(out),
+        server_ids,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn paused<'a>(expected: &'a [String], server: &'a [Value]) -> PausedTurn<'a> {
+        PausedTurn {
+            expected,
+            server_results: server,
+        }
+    }
+
+    fn ids(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn classification_of_incoming_content() {
+        assert!(is_replacement(&json!("hi")));
+        assert!(!is_replacement(&json!("")));
+        assert!(is_replacement(&json!([{"type":"text","text":"x"}])));
+        assert!(!is_replacement(&json!([])));
+        assert!(!is_replacement(
+            &json!([{"type":"tool_result","tool_use_id":"a","content":"x"}])
+        ));
+        assert!(!is_replacement(&json!(5)));
+    }
+
+    #[test]
+    fn continuation_orders_results_by_paused_turn_c104_c105() {
+        let e = ids(&["mcp1", "c1", "c2"]);
+        let server =
+            vec![json!({"type":"tool_result","tool_use_id":"mcp1","content":[],"is_error":false})];
+        let content = json!([
+            {"type":"tool_result","tool_use_id":"c2","content":"two"},
+            {"type":"text","text":"note"},
+            {"type":"tool_result","tool_use_id":"mcp1","content":"client copy dropped"},
+            {"type":"tool_result","tool_use_id":"c1","content":"one"}
+        ]);
+        let m = merge_continuation(&paused(&e, &server), &content).unwrap();
+        let blocks = m.content.as_array().unwrap();
+        assert_eq!(blocks[0], server[0]);
+        assert_eq!(blocks[1]["tool_use_id"], "c1");
+        assert_eq!(blocks[2]["tool_use_id"], "c2");
+        assert_eq!(blocks[3]["type"], "text");
+        assert_eq!(m.server_ids, vec!["mcp1".to_string()]);
+    }
+
+    #[test]
+    fn continuation_rejections_c106_c107() {
+        let e = ids(&["a", "b"]);
+        let p = paused(&e, &[]);
+        let missing = json!([{"type":"tool_result","tool_use_id":"a","content":"x"}]);
+        assert_eq!(
+            merge_continuation(&p, &missing).unwrap_err(),
+            "no tool_result for tool_use id \"b\""
+        );
+        let extra = json!([{"type":"tool_result","tool_use_id":"z","content":"x"}]);
+        assert_eq!(
+            merge_continuation(&p, &extra).unwrap_err(),
+            "tool_result id \"z\" is not in the paused assistant turn"
+        );
+        let dup = json!([
+            {"type":"tool_result","tool_use_id":"a","content":"x"},
+            {"type":"tool_result","tool_use_id":"a","content":"y"}
+        ]);
+        assert_eq!(
+            merge_continuation(&p, &dup).unwrap_err(),
+            "client returned a duplicate tool_result for id \"a\""
+        );
+        assert!(merge_continuation(&p, &json!([])).is_err());
+    }
+
+    #[test]
+    fn abandonment_synthesises_errors_then_appends_text_c109() {
+        let e = ids(&["a"]);
+        let m = merge_abandonment(&paused(&e, &[]), Some(&json!("new question")), false).unwrap();
+        assert_eq!(
+            m.content,
+            json!([
+                {"type":"tool_result","tool_use_id":"a","content":ABANDONED_TEXT,"is_error":true},
+                {"type":"text","text":"new question"}
+            ])
+        );
+    }
+
+    #[test]
+    fn retirement_rejects_tool_results_and_odd_content() {
+        let e = ids(&["a"]);
+        let p = paused(&e, &[]);
+        let with_result = json!([{"type":"tool_result","tool_use_id":"a","content":"x"}]);
+        assert!(merge_abandonment(&p, Some(&with_result), true).is_err());
+        assert!(merge_abandonment(&p, Some(&json!(7)), true).is_err());
+        assert!(merge_abandonment(&p, None, true).is_ok());
+    }
+}

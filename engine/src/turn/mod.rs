@@ -1,0 +1,876 @@
+//! The live session loop: the FIFO turn gate with paused turns (spec 01 §8),
+//! `session.sendMessage`, the provider attempt walk (spec 05 §5), tool
+//! dispatch (spec 06 §2) and the 8-iteration turn loop (spec 05 §9).
+//!
+//! A turn is a state machine parked in [`Engine::turns`] between inputs: it
+//! waits for a history read or a provider reply, never for a socket. It runs
+//! to completion even if its consumer disconnects (only frames are lost).
+
+pub mod merge;
+
+use std::collections::VecDeque;
+
+use proto::provider::{self, Kind};
+use serde_json::{json, Value};
+
+use crate::conn::PendingRead;
+use crate::rpc::StreamKind;
+use crate::store::{ReadResult, SessionState, StoreRead, StoreWrite};
+use crate::{
+    AuthPlacement, CallId, ConnId, Engine, Output, ProviderCall, ProviderEntry, ProviderReply,
+};
+
+/// Round trips per turn before `loop_limit` (spec 05 §9).
+pub const MAX_ITERATIONS: u32 = 8;
+/// The assistant text of a turn that ended `ProvidersFailed`.
+pub const UNAVAILABLE_TEXT: &str = "The provider is currently unavailable.";
+
+pub type TurnId = u64;
+
+/// In-memory runtime state of an open session.
+#[derive(Default)]
+pub struct Live {
+    pub holder: Holder,
+    /// Gate waiters in arrival order.
+    pub queue: VecDeque<Waiter>,
+    /// Provider-facing history as rebuilt from the log (`None` = not loaded).
+    pub history: Option<Vec<Value>>,
+}
+
+#[derive(Default)]
+pub enum Holder {
+    #[default]
+    Free,
+    Running(TurnId),
+    Paused(Pause),
+}
+
+/// A parked paused turn: the gate stays taken for its owner.
+#[derive(Debug, Clone)]
+pub struct Pause {
+    pub owner: String,
+    /// `Now::mono_ms` after which another arrival may retire the turn.
+    pub deadline: u64,
+    /// `tool_use` ids of the paused assistant message, in order.
+    pub expected: Vec<String>,
+    /// Server-dispatched results produced before the pause.
+    pub server_results: Vec<Value>,
+}
+
+/// A queued gated request.
+pub struct Waiter {
+    pub conn: ConnId,
+    pub key_id: String,
+    pub message: UserMessage,
+}
+
+/// `params.message` of `session.sendMessage`.
+#[derive(Debug, Clone)]
+pub struct UserMessage {
+    pub role: String,
+    pub content: Value,
+}
+
+/// How a request came to hold the gate.
+enum Takeover {
+    Fresh,
+    /// The paused turn's owner came back.
+    Resume(Pause),
+    /// Another driver arrived after the deadline.
+    Retire(Pause),
+}
+
+/// A turn in flight.
+pub struct Turn {
+    pub session_id: String,
+    pub key_id: String,
+    /// The request's stream (`None` once the consumer is gone).
+    pub conn: Option<ConnId>,
+    /// EventView JSON of every event this request appended (`result.events`).
+    pub events: Vec<String>,
+    /// Working history: persisted messages plus in-memory tool rounds.
+    pub history: Vec<Value>,
+    pub tools: Vec<Value>,
+    pub chain: Vec<ProviderEntry>,
+    pub attempt: usize,
+    pub iteration: u32,
+    pub call: Option<CallId>,
+}
+
+enum Outcome {
+    Completed(Value),
+    Paused(Value, Pause),
+    ProvidersFailed,
+}
+
+impl Engine {
+    pub(crate) fn live_mut(&mut self, session_id: &str) -> &mut Live {
+        self.live.entry(session_id.to_string()).or_default()
+    }
+
+    /// `session.sendMessage`: pre-gate checks, then the arrival rules.
+    pub(crate) fn send_message(
+        &mut self,
+        conn: ConnId,
+        session_id: &str,
+        key_id: &str,
+        params: &Value,
+    ) {
+        if !self.is_driver(session_id, key_id) {
+            return self.terminal_error(
+                conn,
+                -32001,
+                "call session.registerDriver before session.sendMessage",
+            );
+        }
+        if let Some(msg) = self.open_state_error(session_id) {
+            return self.terminal_error(conn, -32000, &msg);
+        }
+        let message = match parse_message(params) {
+            Ok(m) => m,
+            Err(msg) => return self.terminal_error(conn, -32602, &msg),
+        };
+        let now = self.now.mono_ms;
+        let live = self.live_mut(session_id);
+        match &live.holder {
+            Holder::Paused(p) if p.owner == key_id => {
+                let Holder::Paused(p) = std::mem::take(&mut live.holder) else {
+                    unreachable!()
+                };
+                self.acquire(conn, session_id, key_id, message, Takeover::Resume(p));
+            }
+            Holder::Paused(p) if p.deadline <= now && live.queue.is_empty() => {
+                let Holder::Paused(p) = std::mem::take(&mut live.holder) else {
+                    unreachable!()
+                };
+                // Logged before this request subscribes: observers see it,
+                // the reclaiming caller does not (C-122).
+                self.log_abandoned(session_id, &p.owner);
+                self.acquire(conn, session_id, key_id, message, Takeover::Retire(p));
+            }
+            Holder::Free if live.queue.is_empty() => {
+                self.acquire(conn, session_id, key_id, message, Takeover::Fresh);
+            }
+            _ => {
+                live.queue.push_back(Waiter {
+                    conn,
+                    key_id: key_id.to_string(),
+                    message,
+                });
+                if let Some(s) = self.stream_mut(conn) {
+                    s.kind = StreamKind::Queued;
+                }
+            }
+        }
+    }
+
+    pub(crate) fn is_driver(&self, session_id: &str, key_id: &str) -> bool {
+        self.catalog
+            .drivers
+            .get(session_id)
+            .is_some_and(|d| d.contains(key_id))
+    }
+
+    fn log_abandoned(&mut self, session_id: &str, owner: &str) {
+        let payload = json!({"reason": "driver_turn_abandoned", "owner_client_key_id": owner});
+        self.append_event(session_id, Some(owner), "session.error", payload);
+    }
+
+    /// The request now holds the gate: re-check, record the user turn and
+    /// start the loop.
+    fn acquire(
+        &mut self,
+        conn: ConnId,
+        session_id: &str,
+        key_id: &str,
+        message: UserMessage,
+        takeover: Takeover,
+    ) {
+        let turn_id = self.next_turn;
+        self.next_turn += 1;
+        self.live_mut(session_id).holder = Holder::Running(turn_id);
+        let conn_alive = self.stream_mut(conn).is_some();
+        if let Some(s) = self.stream_mut(conn) {
+            s.kind = StreamKind::Turn;
+        }
+        self.turns.insert(
+            turn_id,
+            Turn {
+                session_id: session_id.to_string(),
+                key_id: key_id.to_string(),
+                conn: conn_alive.then_some(conn),
+                events: Vec::new(),
+                history: Vec::new(),
+                tools: Vec::new(),
+                chain: Vec::new(),
+                attempt: 0,
+                iteration: 0,
+                call: None,
+            },
+        );
+        if let Some(msg) = self.open_state_error(session_id) {
+            return self.fail_turn(turn_id, -32000, &msg);
+        }
+        // Build the single user message that follows the paused turn.
+        let merged = match &takeover {
+            Takeover::Fresh => {
+                if merge::has_tool_result(&message.content) {
+                    return self.fail_turn(
+                        turn_id,
+                        -32000,
+                        "tool result merge invalid: no paused turn is awaiting tool results (it may have timed out and been retired)",
+                    );
+                }
+                Ok(merge::Merged {
+                    content: message.content.clone(),
+                    server_ids: Vec::new(),
+                })
+            }
+            Takeover::Resume(p) | Takeover::Retire(p) => {
+                let retiring = matches!(takeover, Takeover::Retire(_));
+                let paused = merge::PausedTurn {
+                    expected: &p.expected,
+                    server_results: &p.server_results,
+                };
+                if message.role != "user" {
+                    Err(format!(
+                        "paused tool continuation must have role \"user\", got \"{}\"",
+                        message.role
+                    ))
+                } else if !retiring && !merge::is_replacement(&message.content) {
+                    merge::merge_continuation(&paused, &message.content)
+                } else {
+                    merge::merge_abandonment(&paused, Some(&message.content), retiring)
+                }
+            }
+        };
+        let merged = match merged {
+            Ok(m) => m,
+            Err(reason) => {
+                let payload = json!({"reason": "tool_result_merge_invalid", "detail": reason});
+                self.turn_event(turn_id, "session.error", payload);
+                self.set_state(session_id, SessionState::Error);
+                return self.fail_turn(
+                    turn_id,
+                    -32000,
+                    &format!("tool result merge invalid: {reason}"),
+                );
+            }
+        };
+        // The request's own input is never echoed on its own stream.
+        self.quiet = Some(conn);
+        let payload = json!({"role": message.role, "content": merged.content});
+        self.turn_event(turn_id, "client.message.send", payload);
+        if let Value::Array(blocks) = &merged.content {
+            for b in blocks {
+                if b.get("type").and_then(Value::as_str) != Some("tool_result") {
+                    continue;
+                }
+                let id = b.get("tool_use_id").and_then(Value::as_str).unwrap_or("");
+                if merged.server_ids.iter().any(|s| s == id) {
+                    continue;
+                }
+                let payload = json!({
+                    "tool_use_id": id,
+                    "dispatch": "client",
+                    "server_name": null,
+                    "is_error": b.get("is_error").and_then(Value::as_bool).unwrap_or(false),
+                    "content": b.get("content").cloned().unwrap_or(Value::Null),
+                });
+                self.turn_event(turn_id, "tool.result", payload);
+            }
+        }
+        self.quiet = None;
+        // The profile and the provider chain are re-read every turn.
+        let profile_id = self.catalog.sessions[session_id].profile_id.clone();
+        let Some(profile) = self
+            .catalog
+            .live_profile(&profile_id)
+            .map(|p| p.row.clone())
+        else {
+            let payload = json!({"reason": "profile_unavailable", "profile_id": profile_id});
+            self.turn_event(turn_id, "session.error", payload);
+            self.set_state(session_id, SessionState::Error);
+            return self.fail_turn(
+                turn_id,
+                -32000,
+                "profile_unavailable: the profile bound to this session is no longer available",
+            );
+        };
+        let Some(primary) = self.provider(&profile.primary_provider).cloned() else {
+            let detail = format!(
+                "primary provider \"{}\" is not configured in bae-config.toml",
+                profile.primary_provider
+            );
+            self.turn_event(
+                turn_id,
+                "session.error",
+                json!({"reason": "provider_config", "detail": detail}),
+            );
+            self.set_state(session_id, SessionState::Error);
+            return self.end_turn(turn_id, Outcome::ProvidersFailed);
+        };
+        let mut chain = vec![primary];
+        for name in &profile.fallback_providers {
+            match self.provider(name) {
+                Some(p) => chain.push(p.clone()),
+                None => {
+                    tracing::error!(provider = %name, "fallback provider is not configured; skipped")
+                }
+            }
+        }
+        let tools = self.advertised_tools(session_id, key_id);
+        if let Some(t) = self.turns.get_mut(&turn_id) {
+            t.chain = chain;
+            t.tools = tools;
+        }
+        // History: the cache already holds the just-recorded message.
+        match self.live.get(session_id).and_then(|l| l.history.clone()) {
+            Some(h) => self.start_loop(turn_id, h),
+            None => self.read(
+                StoreRead::History {
+                    session_id: session_id.to_string(),
+                },
+                PendingRead::TurnHistory { turn: turn_id },
+            ),
+        }
+    }
+
+    pub(crate) fn on_turn_history(&mut self, turn_id: TurnId, result: Result<ReadResult, String>) {
+        let Some(session_id) = self.turns.get(&turn_id).map(|t| t.session_id.clone()) else {
+            return;
+        };
+        match result {
+            Ok(ReadResult::History(load)) => {
+                let history: Vec<Value> = load
+                    .messages
+                    .iter()
+                    .map(|(_, et, payload)| provider::history_message(et, payload))
+                    .collect();
+                self.live_mut(&session_id).history = Some(history.clone());
+                self.start_loop(turn_id, history);
+            }
+            other => {
+                if let Err(e) = other {
+                    tracing::error!(error = %e, "history read failed");
+                }
+                self.fail_turn(turn_id, -32000, "session loop failed");
+            }
+        }
+    }
+
+    fn start_loop(&mut self, turn_id: TurnId, history: Vec<Value>) {
+        if let Some(t) = self.turns.get_mut(&turn_id) {
+            t.history = history;
+            t.iteration = 0;
+        }
+        self.next_round(turn_id);
+    }
+
+    /// One provider round trip: attempt 0 of the chain.
+    fn next_round(&mut self, turn_id: TurnId) {
+        let Some(t) = self.turns.get_mut(&turn_id) else {
+            return;
+        };
+        if t.iteration >= MAX_ITERATIONS {
+            let session_id = t.session_id.clone();
+            let payload = json!({"reason": "loop_limit", "max_iterations": MAX_ITERATIONS});
+            self.turn_event(turn_id, "session.error", payload);
+            self.set_state(&session_id, SessionState::Error);
+            return self.end_turn(turn_id, Outcome::ProvidersFailed);
+        }
+        t.iteration += 1;
+        t.attempt = 0;
+        self.send_attempt(turn_id);
+    }
+
+    /// Logs `provider.request` for the current attempt and emits the call.
+    fn send_attempt(&mut self, turn_id: TurnId) {
+        let Some(t) = self.turns.get(&turn_id) else {
+            return;
+        };
+        let entry = t.chain[t.attempt].clone();
+        let kind = Kind::parse(&entry.kind).unwrap_or(Kind::Anthropic);
+        let prepared = provider::prepare_request(
+            kind,
+            &entry.base_url,
+            &entry.model,
+            entry.max_tokens,
+            &t.history,
+            &t.tools,
+        );
+        let mut payload = json!({
+            "attempt": t.attempt,
+            "kind": if t.attempt == 0 { "primary" } else { "fallback" },
+            "provider": entry.kind,
+            "base_url": entry.base_url,
+            "model": entry.model,
+            "max_tokens": entry.max_tokens,
+            "messages": prepared.logged_messages,
+            "tools": t.tools,
+        });
+        if let Some(n) = &prepared.normalized {
+            payload["normalized"] = n.clone();
+        }
+        self.turn_event(turn_id, "provider.request", payload);
+        let call_id = self.next_call;
+        self.next_call += 1;
+        self.calls.insert(call_id, turn_id);
+        if let Some(t) = self.turns.get_mut(&turn_id) {
+            t.call = Some(call_id);
+        }
+        let auth = match prepared.auth {
+            provider::AuthHeader::XApiKey => AuthPlacement::XApiKey,
+            provider::AuthHeader::Bearer => AuthPlacement::Bearer,
+        };
+        self.outputs.push_back(Output::CallProvider(ProviderCall {
+            id: call_id,
+            url: prepared.url,
+            headers: prepared.headers,
+            auth_template: entry.auth_template.clone(),
+            auth,
+            body: prepared.body,
+            timeout_ms: self.config.provider_timeout_ms,
+        }));
+    }
+
+    pub(crate) fn on_provider_done(&mut self, call: CallId, reply: ProviderReply) {
+        let Some(turn_id) = self.calls.remove(&call) else {
+            return;
+        };
+        let Some(t) = self.turns.get_mut(&turn_id) else {
+            return;
+        };
+        t.call = None;
+        let entry = t.chain[t.attempt].clone();
+        let attempt = t.attempt;
+        let kind = Kind::parse(&entry.kind).unwrap_or(Kind::Anthropic);
+        let attempt_kind = if attempt == 0 { "primary" } else { "fallback" };
+        let failure = match reply {
+            ProviderReply::Credential(msg) | ProviderReply::Transport(msg) => {
+                (Value::Null, msg, Value::Null)
+            }
+            ProviderReply::Http { status, body } if !(200..300).contains(&status) => (
+                json!(status),
+                provider::http_error_text(status),
+                Value::String(String::from_utf8_lossy(&body).into_owned()),
+            ),
+            ProviderReply::Http { body, .. } => match provider::parse_response(kind, &body) {
+                Ok(resp) => {
+                    let payload = json!({
+                        "attempt": attempt,
+                        "kind": attempt_kind,
+                        "provider": entry.kind,
+                        "ok": true,
+                        "status": 200,
+                        "body": resp.raw,
+                        "usage": resp.usage.as_ref().map(|u| u.to_json()),
+                    });
+                    self.turn_event(turn_id, "provider.response", payload);
+                    return self.on_assistant(turn_id, resp.content);
+                }
+                Err(e) => (Value::Null, e.to_string(), Value::Null),
+            },
+        };
+        let (status, error, body) = failure;
+        let payload = json!({
+            "attempt": attempt,
+            "kind": attempt_kind,
+            "provider": entry.kind,
+            "ok": false,
+            "status": status,
+            "error": error,
+            "body": body,
+        });
+        self.turn_event(turn_id, "provider.response", payload);
+        if attempt == 0 {
+            let payload =
+                json!({"reason": "provider_call_failed", "provider": entry.kind, "detail": error});
+            self.turn_event(turn_id, "session.error", payload);
+        }
+        let Some(t) = self.turns.get_mut(&turn_id) else {
+            return;
+        };
+        if t.attempt + 1 < t.chain.len() {
+            t.attempt += 1;
+            return self.send_attempt(turn_id);
+        }
+        let attempts = t.chain.len();
+        let session_id = t.session_id.clone();
+        let payload = json!({"reason": "all_providers_failed", "attempts": attempts});
+        self.turn_event(turn_id, "session.error", payload);
+        self.set_state(&session_id, SessionState::Error);
+        self.end_turn(turn_id, Outcome::ProvidersFailed)
+    }
+
+    /// A successful round trip: finish, pause, or dispatch server tools and
+    /// go round again.
+    fn on_assistant(&mut self, turn_id: TurnId, content: Vec<Value>) {
+        let Some(t) = self.turns.get(&turn_id) else {
+            return;
+        };
+        let (session_id, key_id) = (t.session_id.clone(), t.key_id.clone());
+        let uses: Vec<Value> = provider::tool_uses(&content).into_iter().cloned().collect();
+        if uses.is_empty() {
+            let message = json!({"role": "assistant", "content": content});
+            self.turn_event(turn_id, "server.message.send", message.clone());
+            return self.end_turn(turn_id, Outcome::Completed(message));
+        }
+        let dispatches: Vec<&'static str> = uses
+            .iter()
+            .map(|u| self.classify(&session_id, &key_id, u["name"].as_str().unwrap_or("")))
+            .collect();
+        for (u, d) in uses.iter().zip(&dispatches) {
+            let payload = json!({
+                "id": u.get("id").cloned().unwrap_or(Value::Null),
+                "name": u["name"],
+                "input": u.get("input").cloned().unwrap_or_else(|| json!({})),
+                "dispatch": d,
+                "server_name": null,
+            });
+            self.turn_event(turn_id, "tool.call", payload);
+        }
+        let mut server_results = Vec::new();
+        for (u, d) in uses.iter().zip(&dispatches) {
+            if *d != "client" {
+                server_results.push(self.dispatch_server_tool(turn_id, u, d));
+            }
+        }
+        if dispatches.contains(&"client") {
+            let mut annotated = content.clone();
+            let mut i = 0;
+            for block in annotated.iter_mut() {
+                if block.get("type").and_then(Value::as_str) == Some("tool_use")
+                    && block["name"].is_string()
+                {
+                    block["dispatch"] = json!(dispatches[i]);
+                    i += 1;
+                }
+            }
+            let message = json!({"role": "assistant", "content": annotated});
+            self.turn_event(turn_id, "server.message.send", message.clone());
+            let expected = uses
+                .iter()
+                .map(|u| {
+                    u.get("id")
+                        .and_then(Value::as_str)
+                        .unwrap_or("")
+                        .to_string()
+                })
+                .collect();
+            let pause = Pause {
+                owner: key_id,
+                deadline: self.now.mono_ms + self.config.turn_timeout_ms,
+                expected,
+                server_results,
+            };
+            return self.end_turn(turn_id, Outcome::Paused(message, pause));
+        }
+        // All-server round: extend the in-memory history only.
+        if let Some(t) = self.turns.get_mut(&turn_id) {
+            t.history
+                .push(json!({"role": "assistant", "content": content}));
+            t.history
+                .push(json!({"role": "user", "content": server_results}));
+        }
+        self.next_round(turn_id);
+    }
+
+    /// `client` | `sandbox` | `subagent` | `mcp` for a tool name (spec 06 §2).
+    fn classify(&self, session_id: &str, key_id: &str, name: &str) -> &'static str {
+        let s = &self.catalog.sessions[session_id];
+        let has = |map: &serde_json::Map<String, Value>| {
+            crate::model::Session::tools_of(map, key_id)
+                .iter()
+                .any(|t| t.get("name").and_then(Value::as_str) == Some(name))
+        };
+        if has(&s.client_tools) {
+            "client"
+        } else if has(&s.sandbox_tools) {
+            "sandbox"
+        } else if has(&s.subagent_tools) || name == "remote_subagent_status" {
+            "subagent"
+        } else {
+            "mcp"
+        }
+    }
+
+    /// Runs one server-side tool and returns its `tool_result` block. No MCP
+    /// connection, remote sandbox or subagent runner exists in this server
+    /// yet, so each answers with its documented "not available" result.
+    fn dispatch_server_tool(&mut self, turn_id: TurnId, tool_use: &Value, dispatch: &str) -> Value {
+        let id = tool_use
+            .get("id")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
+        let name = tool_use["name"].as_str().unwrap_or("").to_string();
+        let input = tool_use.get("input").cloned().unwrap_or_else(|| json!({}));
+        let (content, extra) = match dispatch {
+            "sandbox" => {
+                let command = input
+                    .get("command")
+                    .filter(|c| c.is_string())
+                    .cloned()
+                    .unwrap_or(Value::Null);
+                let error = format!(
+                    "no remote sandbox is running for tool '{name}'; call session.startRemoteSandbox first"
+                );
+                self.turn_event(
+                    turn_id,
+                    "sandbox.request",
+                    json!({"tool": name, "input": input, "command": command}),
+                );
+                self.turn_event(
+                    turn_id,
+                    "sandbox.response",
+                    json!({"sandbox_id": null, "ok": false, "error": error}),
+                );
+                (
+                    json!([{"type": "text", "text": format!("sandbox error: {error}")}]),
+                    json!(null),
+                )
+            }
+            "subagent" => {
+                let text = if name == "remote_subagent_status" {
+                    json!({"error": "unknown subagent_id"}).to_string()
+                } else {
+                    json!({"error": format!(
+                        "no remote sandbox is running for tool '{name}'; call session.startRemoteSandbox first"
+                    )})
+                    .to_string()
+                };
+                (json!([{"type": "text", "text": text}]), json!(null))
+            }
+            _ => {
+                let error = format!("no MCP server is configured for tool '{name}'");
+                self.turn_event(
+                    turn_id,
+                    "mcp.request",
+                    json!({"method": "tools/call", "server_name": null, "tool": name, "input": input}),
+                );
+                self.turn_event(
+                    turn_id,
+                    "mcp.response",
+                    json!({"server_name": null, "ok": false, "error": error}),
+                );
+                (
+                    json!([{"type": "text", "text": format!("MCP error: {error}")}]),
+                    json!(null),
+                )
+            }
+        };
+        let payload = json!({
+            "tool_use_id": id,
+            "dispatch": dispatch,
+            "server_name": extra,
+            "is_error": true,
+            "content": content,
+        });
+        self.turn_event(turn_id, "tool.result", payload);
+        json!({"type": "tool_result", "tool_use_id": id, "content": content, "is_error": true})
+    }
+
+    /// The acting driver's own declarations (spec 06 §1): client, sandbox,
+    /// subagent tools, in that order, as `{name, description, input_schema}`.
+    fn advertised_tools(&self, session_id: &str, key_id: &str) -> Vec<Value> {
+        let s = &self.catalog.sessions[session_id];
+        let mut out = Vec::new();
+        for map in [&s.client_tools, &s.sandbox_tools, &s.subagent_tools] {
+            for t in crate::model::Session::tools_of(map, key_id) {
+                out.push(json!({
+                    "name": t.get("name").cloned().unwrap_or(Value::Null),
+                    "description": t.get("description").cloned().unwrap_or(Value::Null),
+                    "input_schema": t.get("input_schema").cloned().unwrap_or_else(|| json!({})),
+                }));
+            }
+        }
+        out
+    }
+
+    /// Appends an event on behalf of a turn (and into its `result.events`).
+    fn turn_event(&mut self, turn_id: TurnId, event_type: &str, payload: Value) {
+        let Some(t) = self.turns.get(&turn_id) else {
+            return;
+        };
+        let (session_id, key_id) = (t.session_id.clone(), t.key_id.clone());
+        let ev = self.append_event(&session_id, Some(&key_id), event_type, payload);
+        if let Some(t) = self.turns.get_mut(&turn_id) {
+            t.events.push(ev.json);
+        }
+    }
+
+    pub(crate) fn set_state(&mut self, session_id: &str, state: SessionState) {
+        let at = self.timestamp();
+        if let Some(s) = self.catalog.sessions.get_mut(session_id) {
+            s.state = state;
+            s.closed_at = Some(at.clone());
+        }
+        self.write(StoreWrite::SetSessionState {
+            id: session_id.to_string(),
+            state,
+            closed_at: Some(at),
+        });
+    }
+
+    /// Terminal result for the turn's request, then gate bookkeeping.
+    fn end_turn(&mut self, turn_id: TurnId, outcome: Outcome) {
+        let Some(t) = self.turns.remove(&turn_id) else {
+            return;
+        };
+        let message = match &outcome {
+            Outcome::Completed(m) | Outcome::Paused(m, _) => m.clone(),
+            Outcome::ProvidersFailed => json!({
+                "role": "assistant",
+                "content": [{"type": "text", "text": UNAVAILABLE_TEXT}],
+            }),
+        };
+        if let Some(conn) = t.conn {
+            let mut result =
+                String::with_capacity(256 + t.events.iter().map(String::len).sum::<usize>());
+            result.push_str("{\"message\":");
+            result.push_str(&message.to_string());
+            result.push_str(",\"events\":[");
+            result.push_str(&t.events.join(","));
+            result.push_str("]}");
+            self.terminal_result(conn, &result);
+        }
+        match outcome {
+            Outcome::Paused(_, pause) => {
+                if let Some(live) = self.live.get_mut(&t.session_id) {
+                    live.holder = Holder::Paused(pause);
+                }
+            }
+            _ => self.release_gate(&t.session_id),
+        }
+    }
+
+    /// Error terminal for a request holding the gate (nothing else recorded).
+    fn fail_turn(&mut self, turn_id: TurnId, code: i64, message: &str) {
+        let Some(t) = self.turns.remove(&turn_id) else {
+            return;
+        };
+        if let Some(conn) = t.conn {
+            self.terminal_error(conn, code, message);
+        }
+        self.release_gate(&t.session_id);
+    }
+
+    /// Frees the gate and admits the next live waiter.
+    fn release_gate(&mut self, session_id: &str) {
+        let Some(live) = self.live.get_mut(session_id) else {
+            return;
+        };
+        live.holder = Holder::Free;
+        self.admit_next(session_id);
+    }
+
+    /// Hands a free gate to the oldest waiter whose connection is still
+    /// there; with a parked pause, only an expired one may be retired.
+    fn admit_next(&mut self, session_id: &str) {
+        let now = self.now.mono_ms;
+        loop {
+            let Some(live) = self.live.get_mut(session_id) else {
+                return;
+            };
+            let takeover = match &live.holder {
+                Holder::Free => Takeover::Fresh,
+                Holder::Paused(p) if p.deadline <= now => Takeover::Retire(p.clone()),
+                _ => return,
+            };
+            let Some(w) = live.queue.pop_front() else {
+                return;
+            };
+            if !self.conns.contains_key(&w.conn) {
+                continue;
+            }
+            if let Takeover::Retire(p) = &takeover {
+                self.live_mut(session_id).holder = Holder::Free;
+                self.log_abandoned(session_id, &p.owner);
+            }
+            return self.acquire(w.conn, session_id, &w.key_id, w.message, takeover);
+        }
+    }
+
+    /// Earliest pause deadline with someone waiting behind it.
+    pub(crate) fn next_gate_deadline(&self) -> Option<u64> {
+        self.live
+            .values()
+            .filter(|l| !l.queue.is_empty())
+            .filter_map(|l| match &l.holder {
+                Holder::Paused(p) => Some(p.deadline),
+                _ => None,
+            })
+            .min()
+    }
+
+    /// The engine's own abandonment timer: a waiter behind an expired pause
+    /// retires it without needing a new arrival.
+    pub(crate) fn fire_gate_deadlines(&mut self) {
+        let now = self.now.mono_ms;
+        let due: Vec<String> = self
+            .live
+            .iter()
+            .filter(|(_, l)| {
+                !l.queue.is_empty() && matches!(&l.holder, Holder::Paused(p) if p.deadline <= now)
+            })
+            .map(|(id, _)| id.clone())
+            .collect();
+        for session_id in due {
+            self.admit_next(&session_id);
+        }
+    }
+
+    /// A connection went away: it leaves any queue; a running turn keeps
+    /// going without its consumer.
+    pub(crate) fn forget_conn_in_turns(&mut self, conn: ConnId) {
+        for live in self.live.values_mut() {
+            live.queue.retain(|w| w.conn != conn);
+        }
+        for t in self.turns.values_mut() {
+            if t.conn == Some(conn) {
+                t.conn = None;
+            }
+        }
+    }
+
+    /// Session closed or revoked: drop the gate, the pause and the waiters
+    /// (who then fail the post-gate state check).
+    pub(crate) fn drop_live(&mut self, session_id: &str) {
+        let Some(mut live) = self.live.remove(session_id) else {
+            return;
+        };
+        let waiters: Vec<Waiter> = live.queue.drain(..).collect();
+        for w in waiters {
+            let msg = self
+                .open_state_error(session_id)
+                .unwrap_or_else(|| "session no longer exists".into());
+            if let Some(s) = self.stream_mut(w.conn) {
+                s.kind = StreamKind::Single;
+            }
+            self.terminal_error(w.conn, -32000, &msg);
+        }
+    }
+}
+
+/// `params.message` with `role` defaulting to `"user"` (C-076).
+fn parse_message(params: &Value) -> Result<UserMessage, String> {
+    let Some(m) = params.get("message") else {
+        return Err("Invalid params: missing \"message\"".to_string());
+    };
+    let Some(obj) = m.as_object() else {
+        return Err("Invalid params: message must be an object".to_string());
+    };
+    let Some(content) = obj.get("content") else {
+        return Err("Invalid params: missing field `content`".to_string());
+    };
+    let role = match obj.get("role") {
+        None | Some(Value::Null) => "user".to_string(),
+        Some(Value::String(r)) => r.clone(),
+        Some(_) => return Err("Invalid params: role must be a string".to_string()),
+    };
+    Ok(UserMessage {
+        role,
+        content: content.clone(),
+    })
+}

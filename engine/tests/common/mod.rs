@@ -1,0 +1,357 @@
+//! A deterministic in-process driver for engine tests: commits writes to a
+//! `MemStore`, answers reads, answers provider calls from a script, and
+//! collects the bytes written to each connection.
+#![allow(dead_code)]
+
+use std::collections::{HashMap, VecDeque};
+
+use engine::mem_store::MemStore;
+use engine::store::{KeyRole, KeyRow};
+use engine::{
+    Config, ConnId, Engine, Entropy, Input, Listener, Now, Output, ProviderCall, ProviderReply,
+};
+use serde_json::Value;
+
+pub struct SeqEntropy(pub u64);
+
+impl Entropy for SeqEntropy {
+    fn fill(&mut self, buf: &mut [u8]) {
+        for b in buf.iter_mut() {
+            self.0 = self
+                .0
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            *b = (self.0 >> 33) as u8;
+        }
+    }
+}
+
+pub const ADMIN_KEY: &str = "bae_admin_000000000000000000000000000000000000000000000000";
+
+pub struct Harness {
+    pub engine: Engine,
+    pub store: MemStore,
+    pub now: Now,
+    pub sent: HashMap<ConnId, Vec<u8>>,
+    pub closed: Vec<ConnId>,
+    pub calls: VecDeque<ProviderCall>,
+    /// Scripted provider replies, consumed in order; empty = calls wait.
+    pub replies: VecDeque<ProviderReply>,
+    next_conn: ConnId,
+}
+
+impl Harness {
+    pub fn new(config: Config) -> Self {
+        let mut store = MemStore::default();
+        store.apply(&engine::StoreWrite::InsertKey(KeyRow {
+            id: "key_admin".into(),
+            name: "bootstrap-admin".into(),
+            key_hash: sha_hex(ADMIN_KEY),
+            key_prefix: ADMIN_KEY[..8].into(),
+            role: KeyRole::Admin,
+            profile_id: None,
+            client_id: None,
+            created_at: "2026-01-01T00:00:00.000Z".into(),
+            last_used_at: None,
+            deleted_at: None,
+        }));
+        let now = Now {
+            mono_ms: 1_000,
+            unix_ms: 1_780_000_000_000,
+        };
+        let engine = Engine::new(
+            config.clone(),
+            Box::new(SeqEntropy(7)),
+            store.snapshot(),
+            now,
+        );
+        Harness {
+            engine,
+            store,
+            now,
+            sent: HashMap::new(),
+            closed: Vec::new(),
+            calls: VecDeque::new(),
+            replies: VecDeque::new(),
+            next_conn: 1,
+        }
+    }
+
+    /// Rebuilds the engine from the store, as a restart would.
+    pub fn restart(&mut self, config: Config) {
+        self.engine = Engine::new(
+            config,
+            Box::new(SeqEntropy(99)),
+            self.store.snapshot(),
+            self.now,
+        );
+        self.sent.clear();
+        self.calls.clear();
+    }
+
+    pub fn input(&mut self, input: Input) {
+        self.engine.handle_input(self.now, input);
+        self.drain();
+    }
+
+    pub fn advance(&mut self, ms: u64) {
+        self.now.mono_ms += ms;
+        self.now.unix_ms += ms;
+        if self
+            .engine
+            .poll_timeout()
+            .is_some_and(|t| t <= self.now.mono_ms)
+        {
+            self.engine.handle_timeout(self.now);
+            self.drain();
+        }
+    }
+
+    fn drain(&mut self) {
+        loop {
+            let mut progressed = false;
+            let mut reads = Vec::new();
+            while let Some(o) = self.engine.poll_output() {
+                progressed = true;
+                match o {
+                    Output::Write(w) => self.store.apply(&w),
+                    Output::Send { conn, bytes } => {
+                        self.sent.entry(conn).or_default().extend(bytes)
+                    }
+                    Output::Close { conn } => self.closed.push(conn),
+                    Output::Read { id, read } => reads.push((id, read)),
+                    Output::CallProvider(c) => self.calls.push_back(c),
+                }
+            }
+            for (id, read) in reads {
+                let result = Ok(self.store.read(&read));
+                self.engine
+                    .handle_input(self.now, Input::ReadDone { id, result });
+            }
+            while let (Some(_), Some(_)) = (self.calls.front(), self.replies.front()) {
+                let call = self.calls.pop_front().unwrap();
+                let reply = self.replies.pop_front().unwrap();
+                self.engine.handle_input(
+                    self.now,
+                    Input::ProviderDone {
+                        call: call.id,
+                        reply,
+                    },
+                );
+                progressed = true;
+            }
+            if !progressed {
+                return;
+            }
+        }
+    }
+
+    pub fn connect(&mut self, listener: Listener) -> ConnId {
+        let conn = self.next_conn;
+        self.next_conn += 1;
+        self.input(Input::Accepted { conn, listener });
+        conn
+    }
+
+    pub fn send_bytes(&mut self, conn: ConnId, bytes: &[u8]) {
+        self.input(Input::Received {
+            conn,
+            bytes: bytes.to_vec(),
+        });
+    }
+
+    pub fn take(&mut self, conn: ConnId) -> Vec<u8> {
+        self.sent.remove(&conn).unwrap_or_default()
+    }
+
+    /// One request on a fresh connection; returns (status, body).
+    pub fn request(
+        &mut self,
+        listener: Listener,
+        method: &str,
+        path: &str,
+        token: Option<&str>,
+        body: Option<&Value>,
+    ) -> (u16, Value) {
+        let conn = self.connect(listener);
+        self.send_bytes(conn, &build_request(method, path, token, body));
+        let raw = self.take(conn);
+        let (status, body) = parse_response(&raw);
+        let json = if body.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_slice(&body)
+                .unwrap_or(Value::String(String::from_utf8_lossy(&body).into()))
+        };
+        (status, json)
+    }
+
+    pub fn admin(&mut self, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
+        self.request(Listener::Admin, method, path, Some(ADMIN_KEY), body)
+    }
+
+    pub fn client(
+        &mut self,
+        method: &str,
+        path: &str,
+        token: &str,
+        body: Option<&Value>,
+    ) -> (u16, Value) {
+        self.request(Listener::Client, method, path, Some(token), body)
+    }
+
+    /// Starts an `/rpc` request and returns its connection (frames via `frames`).
+    pub fn rpc_start(&mut self, session_id: &str, key: &str, call: &Value) -> ConnId {
+        let conn = self.connect(Listener::Client);
+        let path = format!("/api/v1/sessions/{session_id}/rpc");
+        self.send_bytes(conn, &build_request("POST", &path, Some(key), Some(call)));
+        conn
+    }
+
+    /// NDJSON frames written so far on `conn` (cumulative).
+    pub fn frames(&self, conn: ConnId) -> Vec<Value> {
+        let raw = self.sent.get(&conn).cloned().unwrap_or_default();
+        let (_, body) = parse_response(&raw);
+        body.split(|b| *b == b'\n')
+            .filter(|l| !l.is_empty())
+            .map(|l| serde_json::from_slice(l).expect("frame is JSON"))
+            .collect()
+    }
+
+    pub fn rpc(&mut self, session_id: &str, key: &str, call: &Value) -> Vec<Value> {
+        let conn = self.rpc_start(session_id, key, call);
+        self.frames(conn)
+    }
+
+    /// Profile + client key + open session; returns (client key, session id, session key).
+    pub fn open_session(
+        &mut self,
+        allowed_tools: &[&str],
+        body: Value,
+    ) -> (String, String, String) {
+        let (s, p) = self.admin(
+            "POST",
+            "/admin/v1/profiles",
+            Some(&serde_json::json!({"name": format!("p{}", self.next_conn), "primary_provider": "main", "allowed_tools": allowed_tools})),
+        );
+        assert_eq!(s, 201, "{p}");
+        let (s, k) = self.admin(
+            "POST",
+            "/admin/v1/keys",
+            Some(&serde_json::json!({"name": "k", "profile_id": p["id"]})),
+        );
+        assert_eq!(s, 201, "{k}");
+        let key = k["key"].as_str().unwrap().to_string();
+        let (s, o) = self.client("POST", "/api/v1/sessions", &key, Some(&body));
+        assert_eq!(s, 201, "{o}");
+        (
+            key,
+            o["session_id"].as_str().unwrap().into(),
+            o["session_key"].as_str().unwrap().into(),
+        )
+    }
+}
+
+pub fn sha_hex(s: &str) -> String {
+    use std::fmt::Write;
+    let d = <sha2::Sha256 as sha2::Digest>::digest(s.as_bytes());
+    let mut out = String::new();
+    for b in d {
+        write!(out, "{b:02x}").unwrap();
+    }
+    out
+}
+
+pub fn build_request(
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: Option<&Value>,
+) -> Vec<u8> {
+    let body = body.map(|b| b.to_string()).unwrap_or_default();
+    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n");
+    if let Some(t) = token {
+        req.push_str(&format!("Authorization: Bearer {t}\r\n"));
+    }
+    if !body.is_empty() {
+        req.push_str("Content-Type: application/json\r\n");
+    }
+    req.push_str(&format!("Content-Length: {}\r\n\r\n{body}", body.len()));
+    req.into_bytes()
+}
+
+/// Status and de-chunked body of one response.
+pub fn parse_response(raw: &[u8]) -> (u16, Vec<u8>) {
+    let text = raw;
+    let Some(head_end) = text.windows(4).position(|w| w == b"\r\n\r\n") else {
+        return (0, Vec::new());
+    };
+    let head = String::from_utf8_lossy(&text[..head_end]).to_string();
+    let status: u16 = head
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let rest = &text[head_end + 4..];
+    if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        let mut out = Vec::new();
+        let mut i = 0;
+        while i < rest.len() {
+            let Some(le) = rest[i..].windows(2).position(|w| w == b"\r\n") else {
+                break;
+            };
+            let size =
+                usize::from_str_radix(std::str::from_utf8(&rest[i..i + le]).unwrap().trim(), 16)
+                    .unwrap();
+            i += le + 2;
+            if size == 0 {
+                break;
+            }
+            out.extend_from_slice(&rest[i..i + size]);
+            i += size + 2;
+        }
+        (status, out)
+    } else {
+        (status, rest.to_vec())
+    }
+}
+
+pub fn anthropic_text(text: &str) -> ProviderReply {
+    let body = serde_json::json!({
+        "id": "msg_1", "type": "message", "role": "assistant", "model": "m",
+        "content": [{"type": "text", "text": text}],
+        "stop_reason": "end_turn", "usage": {"input_tokens": 10, "output_tokens": 5}
+    });
+    ProviderReply::Http {
+        status: 200,
+        body: body.to_string().into_bytes(),
+    }
+}
+
+pub fn anthropic_tool_use(blocks: Value) -> ProviderReply {
+    let body = serde_json::json!({
+        "id": "msg_2", "type": "message", "role": "assistant", "model": "m",
+        "content": blocks, "stop_reason": "tool_use", "usage": {"input_tokens": 10, "output_tokens": 5}
+    });
+    ProviderReply::Http {
+        status: 200,
+        body: body.to_string().into_bytes(),
+    }
+}
+
+pub fn config() -> Config {
+    Config {
+        providers: vec![engine::ProviderEntry {
+            name: "main".into(),
+            kind: "anthropic".into(),
+            base_url: "http://127.0.0.1:9".into(),
+            model: "claude-test".into(),
+            auth_template: "${TOKEN}".into(),
+            max_tokens: 1024,
+        }],
+        ..Config::default()
+    }
+}

@@ -1,0 +1,307 @@
+//! Engine-level flows through the in-process harness (no sockets): fast
+//! feedback on check orders and event sequences. End-to-end coverage over
+//! the real binary lives in `io-smol/tests`.
+
+mod common;
+
+use common::*;
+use engine::Listener;
+use serde_json::{json, Value};
+
+fn types(events: &Value) -> Vec<String> {
+    events
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["event_type"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn health_and_meta_c001_c002() {
+    let mut h = Harness::new(config());
+    let (s, b) = h.request(Listener::Client, "GET", "/healthz", None, None);
+    assert_eq!((s, b), (200, Value::Null));
+    let (s, b) = h.request(Listener::Client, "GET", "/api/v1/meta", None, None);
+    assert_eq!(s, 200);
+    assert_eq!(b["api_versions"], json!(["v1"]));
+}
+
+#[test]
+fn create_join_events_close_lifecycle() {
+    let mut h = Harness::new(config());
+    let (key, sid, skey) = h.open_session(&["get_time"], json!({"tools": [{"name": "get_time"}]}));
+    assert!(sid.starts_with("ses_") && sid.len() == 36);
+    assert!(skey.starts_with("bae_ses_") && skey.len() == 56);
+    // Join with the same client key mints a second session key (C-037).
+    let (s, j) = h.client(
+        "POST",
+        &format!("/api/v1/sessions/{sid}/join"),
+        &key,
+        Some(&json!({})),
+    );
+    assert_eq!(s, 201, "{j}");
+    assert_ne!(j["session_key"], json!(skey));
+    // Compaction on join is rejected even for unknown sessions (C-031/C-032).
+    let (s, e) = h.client(
+        "POST",
+        "/api/v1/sessions/ses_nope/join",
+        &key,
+        Some(&json!({"compaction": null})),
+    );
+    assert_eq!(s, 400);
+    assert_eq!(
+        e["detail"],
+        "compaction is a session-level setting fixed at creation and cannot be set on join"
+    );
+    let (s, page) = h.client(
+        "GET",
+        &format!("/api/v1/sessions/{sid}/events"),
+        &skey,
+        None,
+    );
+    assert_eq!(s, 200);
+    assert_eq!(types(&page["items"]), vec!["session.open", "session.join"]);
+    assert_eq!(page["next_cursor"], Value::Null);
+    assert_eq!(page["items"][0]["payload"]["tools"], json!(["get_time"]));
+    // Paging with limit=1 yields a cursor.
+    let (_, p1) = h.client(
+        "GET",
+        &format!("/api/v1/sessions/{sid}/events?limit=1"),
+        &skey,
+        None,
+    );
+    assert_eq!(p1["items"].as_array().unwrap().len(), 1);
+    let cursor = p1["next_cursor"].as_str().unwrap().to_string();
+    let (_, p2) = h.client(
+        "GET",
+        &format!("/api/v1/sessions/{sid}/events?limit=1&cursor={cursor}"),
+        &skey,
+        None,
+    );
+    assert_eq!(types(&p2["items"]), vec!["session.join"]);
+    // Close, then close again (C-044, C-045).
+    let (s, c) = h.client("DELETE", &format!("/api/v1/sessions/{sid}"), &skey, None);
+    assert_eq!((s, c), (200, json!({"session_id": sid, "state": "closed"})));
+    let (s, c) = h.client("DELETE", &format!("/api/v1/sessions/{sid}"), &skey, None);
+    assert_eq!(s, 409, "{c}");
+    // Events still readable after close (C-043) and survive a restart.
+    h.restart(config());
+    let (s, page) = h.client(
+        "GET",
+        &format!("/api/v1/sessions/{sid}/events"),
+        &skey,
+        None,
+    );
+    assert_eq!(s, 200);
+    assert_eq!(
+        types(&page["items"]),
+        vec!["session.open", "session.join", "session.close"]
+    );
+}
+
+#[test]
+fn auth_rules_c003_c010() {
+    let mut h = Harness::new(config());
+    let (key, sid, skey) = h.open_session(&[], json!({}));
+    let (s, b) = h.request(
+        Listener::Client,
+        "POST",
+        "/api/v1/sessions",
+        None,
+        Some(&json!({})),
+    );
+    assert_eq!(s, 401);
+    assert_eq!(b["type"], "unauthorized");
+    let (s, _) = h.client("POST", "/api/v1/sessions", &skey, Some(&json!({})));
+    assert_eq!(s, 401, "session key where a client key is required");
+    let (s, _) = h.client("GET", &format!("/api/v1/sessions/{sid}/events"), &key, None);
+    assert_eq!(s, 401, "client key where a session key is required");
+    let (s, _) = h.client(
+        "GET",
+        "/api/v1/sessions/ses_00000000000000000000000000000000/events",
+        &skey,
+        None,
+    );
+    assert_eq!(s, 401, "unknown session id on a session-key route");
+    let (s, _) = h.client("GET", "/api/v1/sessions/x/events", ADMIN_KEY, None);
+    assert_eq!(s, 401);
+}
+
+#[test]
+fn text_turn_c072_c073_c074() {
+    let mut h = Harness::new(config());
+    let (_key, sid, skey) = h.open_session(&[], json!({}));
+    let f = h.rpc(
+        &sid,
+        &skey,
+        &json!({"jsonrpc": "2.0", "id": 1, "method": "session.registerDriver"}),
+    );
+    assert_eq!(
+        f,
+        vec![json!({"jsonrpc": "2.0", "id": 1, "result": {"registered": true}})]
+    );
+    h.replies.push_back(anthropic_text("hello"));
+    let call = json!({"jsonrpc": "2.0", "id": 2, "method": "session.sendMessage", "params": {"message": {"content": "hi"}}});
+    let frames = h.rpc(&sid, &skey, &call);
+    let last = frames.last().unwrap();
+    assert_eq!(last["id"], 2);
+    assert_eq!(
+        types(&last["result"]["events"]),
+        vec![
+            "client.message.send",
+            "provider.request",
+            "provider.response",
+            "server.message.send"
+        ]
+    );
+    assert_eq!(last["result"]["message"]["content"][0]["text"], "hello");
+    // Notifications exclude the sender's own client.message.send.
+    let notes: Vec<&str> = frames[..frames.len() - 1]
+        .iter()
+        .map(|f| f["params"]["event_type"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        notes,
+        vec![
+            "provider.request",
+            "provider.response",
+            "server.message.send"
+        ]
+    );
+    assert_eq!(h.calls.len(), 0);
+}
+
+#[test]
+fn client_tool_pause_and_resume_c102_c104() {
+    let mut h = Harness::new(config());
+    let (_key, sid, skey) = h.open_session(
+        &["get_time"],
+        json!({"tools": [{"name": "get_time", "input_schema": {"type": "object"}}]}),
+    );
+    h.rpc(
+        &sid,
+        &skey,
+        &json!({"jsonrpc": "2.0", "id": 1, "method": "session.registerDriver"}),
+    );
+    h.replies.push_back(anthropic_tool_use(json!([
+        {"type": "tool_use", "id": "tu_1", "name": "get_time", "input": {}},
+        {"type": "tool_use", "id": "tu_2", "name": "list_dir", "input": {"path": "/"}}
+    ])));
+    let send = |content: Value| json!({"jsonrpc": "2.0", "id": 2, "method": "session.sendMessage", "params": {"message": {"role": "user", "content": content}}});
+    let frames = h.rpc(&sid, &skey, &send(json!("time?")));
+    let result = &frames.last().unwrap()["result"];
+    let blocks = result["message"]["content"].as_array().unwrap();
+    assert_eq!(blocks[0]["dispatch"], "client");
+    assert_eq!(blocks[1]["dispatch"], "mcp");
+    assert_eq!(
+        types(&result["events"]),
+        vec![
+            "client.message.send",
+            "provider.request",
+            "provider.response",
+            "tool.call",
+            "tool.call",
+            "mcp.request",
+            "mcp.response",
+            "tool.result",
+            "server.message.send"
+        ]
+    );
+    // Resume with the client's result only; the server's is merged in.
+    h.replies.push_back(anthropic_text("it is noon"));
+    let frames = h.rpc(
+        &sid,
+        &skey,
+        &send(json!([{"type": "tool_result", "tool_use_id": "tu_1", "content": "12:00"}])),
+    );
+    let result = &frames.last().unwrap()["result"];
+    let ev = result["events"].as_array().unwrap();
+    assert_eq!(ev[0]["event_type"], "client.message.send");
+    let merged = ev[0]["payload"]["content"].as_array().unwrap();
+    assert_eq!(merged[0]["tool_use_id"], "tu_1");
+    assert_eq!(merged[1]["tool_use_id"], "tu_2");
+    assert_eq!(ev[1]["event_type"], "tool.result");
+    assert_eq!(ev[1]["payload"]["dispatch"], "client");
+    assert_eq!(ev[2]["event_type"], "provider.request");
+    // dispatch never reaches the provider (C-093).
+    let msgs = ev[2]["payload"]["messages"].to_string();
+    assert!(!msgs.contains("dispatch"), "{msgs}");
+    assert_eq!(result["message"]["content"][0]["text"], "it is noon");
+}
+
+#[test]
+fn fifo_gate_second_driver_waits_silently_c118() {
+    let mut h = Harness::new(config());
+    let (key, sid, skey) = h.open_session(&[], json!({}));
+    let (_, j) = h.client(
+        "POST",
+        &format!("/api/v1/sessions/{sid}/join"),
+        &key,
+        Some(&json!({})),
+    );
+    let skey2 = j["session_key"].as_str().unwrap().to_string();
+    for k in [&skey, &skey2] {
+        h.rpc(
+            &sid,
+            k,
+            &json!({"jsonrpc": "2.0", "id": 1, "method": "session.registerDriver"}),
+        );
+    }
+    let send = |t: &str| json!({"jsonrpc": "2.0", "id": 9, "method": "session.sendMessage", "params": {"message": {"content": t}}});
+    let a = h.rpc_start(&sid, &skey, &send("first"));
+    let b = h.rpc_start(&sid, &skey2, &send("second"));
+    assert!(h.frames(b).is_empty(), "queued stream writes no frames");
+    assert_eq!(h.calls.len(), 1);
+    h.replies.push_back(anthropic_text("one"));
+    h.replies.push_back(anthropic_text("two"));
+    h.advance(0);
+    h.input(engine::Input::Flushed { conn: a, bytes: 0 });
+    let fa = h.frames(a);
+    let fb = h.frames(b);
+    assert_eq!(
+        fa.last().unwrap()["result"]["message"]["content"][0]["text"],
+        "one"
+    );
+    assert_eq!(
+        fb.last().unwrap()["result"]["message"]["content"][0]["text"],
+        "two"
+    );
+}
+
+#[test]
+fn all_providers_failed_c084_c085() {
+    let mut h = Harness::new(config());
+    let (_key, sid, skey) = h.open_session(&[], json!({}));
+    h.rpc(
+        &sid,
+        &skey,
+        &json!({"jsonrpc": "2.0", "id": 1, "method": "session.registerDriver"}),
+    );
+    h.replies.push_back(engine::ProviderReply::Http {
+        status: 500,
+        body: b"boom".to_vec(),
+    });
+    let frames = h.rpc(&sid, &skey, &json!({"jsonrpc": "2.0", "id": 2, "method": "session.sendMessage", "params": {"message": {"content": "hi"}}}));
+    let result = &frames.last().unwrap()["result"];
+    assert_eq!(
+        result["message"]["content"][0]["text"],
+        "The provider is currently unavailable."
+    );
+    assert_eq!(
+        types(&result["events"]),
+        vec![
+            "client.message.send",
+            "provider.request",
+            "provider.response",
+            "session.error",
+            "session.error"
+        ]
+    );
+    assert_eq!(
+        result["events"][4]["payload"],
+        json!({"reason": "all_providers_failed", "attempts": 1})
+    );
+    let again = h.rpc(&sid, &skey, &json!({"jsonrpc": "2.0", "id": 3, "method": "session.sendMessage", "params": {"message": {"content": "hi"}}}));
+    assert_eq!(again[0]["error"]["message"], "session is error, not open");
+}
