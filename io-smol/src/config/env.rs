@@ -1,0 +1,593 @@
+//! `BAE_*` environment variables (spec 04 §1) plus our extensions.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::{Cli, ConfigError};
+
+/// Host-wide container engine for remote sandboxes (`BAE_SANDBOX_DRIVER`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SandboxDriver {
+    /// `docker` (default).
+    #[default]
+    Docker,
+    /// `apple-container` (the macOS `container` CLI).
+    AppleContainer,
+}
+
+impl SandboxDriver {
+    /// The variable's spelling: `docker` / `apple-container`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SandboxDriver::Docker => "docker",
+            SandboxDriver::AppleContainer => "apple-container",
+        }
+    }
+
+    /// The CLI executable the driver invokes: `docker` / `container`.
+    pub fn program(self) -> &'static str {
+        match self {
+            SandboxDriver::Docker => "docker",
+            SandboxDriver::AppleContainer => "container",
+        }
+    }
+}
+
+/// SQLite `PRAGMA synchronous` mode (`BAE_SQLITE_SYNCHRONOUS`, extension).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Synchronous {
+    /// `NORMAL` (default): durable across process crashes; with WAL a power
+    /// loss may roll back the most recent commits.
+    #[default]
+    Normal,
+    /// `FULL`: fsync on every commit.
+    Full,
+}
+
+impl Synchronous {
+    /// The pragma value: `NORMAL` / `FULL`.
+    pub fn pragma_value(self) -> &'static str {
+        match self {
+            Synchronous::Normal => "NORMAL",
+            Synchronous::Full => "FULL",
+        }
+    }
+}
+
+/// Runtime settings read from the environment once at startup.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Env {
+    /// `BAE_ADDR`, default `0.0.0.0:8080`: client listener.
+    pub addr: SocketAddr,
+    /// `BAE_ADMIN_ADDR`, default `127.0.0.1:8081`: admin listener; loopback
+    /// only.
+    pub admin_addr: SocketAddr,
+    /// `BAE_DB_PATH`, default `/var/lib/bae/bae.db`.
+    pub db_path: PathBuf,
+    /// `BAE_LOG`, default `info`: stderr log filter directive (not validated
+    /// here; an unparsable value falls back to `info` at logging init).
+    pub log: String,
+    /// `BAE_OTEL_LOG`, default `info`: filter for the OTel export layer.
+    pub otel_log: String,
+    /// `BAE_SHUTDOWN_TIMEOUT`, default 30 s.
+    pub shutdown_timeout: Duration,
+    /// `BAE_CONFIG`, default unset (an empty value counts as unset);
+    /// `--config` wins (see [`resolve_paths`]).
+    pub config_path: Option<PathBuf>,
+    /// `BAE_TURN_TIMEOUT`, default 120 s.
+    pub turn_timeout: Duration,
+    /// `BAE_SUBAGENT_TIMEOUT`, default 600 s.
+    pub subagent_timeout: Duration,
+    /// `BAE_MAX_SUBAGENTS_PER_SESSION`, default 8 (`0` disables remote
+    /// launches).
+    pub max_subagents_per_session: u64,
+    /// `BAE_ADMIN_KEY_FILE`, default `/var/lib/bae/admin-key.pem`.
+    pub admin_key_file: PathBuf,
+    /// `BAE_ADMIN_KEY_HASH_FILE`, default `/var/lib/bae/admin-key-hash.pem`.
+    pub admin_key_hash_file: PathBuf,
+    /// `BAE_DANGEROUSLY_DISABLE_ADMIN_AUTH` truthy (trimmed `1` or
+    /// case-insensitive `true`); after [`resolve_paths`] also the flag.
+    pub disable_admin_auth: bool,
+    /// `BAE_SANDBOX_DRIVER`, default `docker`.
+    pub sandbox_driver: SandboxDriver,
+    /// Extension `BAE_MAX_HEAD_BYTES`, default 16384: maximum size of an
+    /// HTTP request line + headers, in bytes (≥ 1).
+    pub max_head_bytes: usize,
+    /// Extension `BAE_MAX_HEADERS`, default 64: maximum number of request
+    /// headers (≥ 1).
+    pub max_headers: usize,
+    /// Extension `BAE_MAX_BODY_BYTES`, default 1048576 (1 MiB): maximum
+    /// request body size in bytes (≥ 1).
+    pub max_body_bytes: usize,
+    /// Extension `BAE_PROVIDER_TIMEOUT`, default 300 s: whole-request timeout
+    /// of one provider HTTP attempt (≥ 1 s). A timeout is an ordinary
+    /// transport failure (`status: null`).
+    pub provider_timeout: Duration,
+    /// Extension `BAE_SQLITE_SYNCHRONOUS`, `normal` (default) or `full`,
+    /// case-insensitive, trimmed.
+    pub sqlite_synchronous: Synchronous,
+}
+
+/// Default `BAE_ADDR`.
+pub const DEFAULT_ADDR: &str = "0.0.0.0:8080";
+/// Default `BAE_ADMIN_ADDR`.
+pub const DEFAULT_ADMIN_ADDR: &str = "127.0.0.1:8081";
+/// Default `BAE_DB_PATH`.
+pub const DEFAULT_DB_PATH: &str = "/var/lib/bae/bae.db";
+/// Default `BAE_ADMIN_KEY_FILE`.
+pub const DEFAULT_ADMIN_KEY_FILE: &str = "/var/lib/bae/admin-key.pem";
+/// Default `BAE_ADMIN_KEY_HASH_FILE`.
+pub const DEFAULT_ADMIN_KEY_HASH_FILE: &str = "/var/lib/bae/admin-key-hash.pem";
+
+/// Reads a variable from the real process environment. Non-UTF-8 values are
+/// converted lossily. Pass this to [`parse_env`] and [`super::substitute`].
+pub fn process_env(name: &str) -> Option<String> {
+    if name.is_empty() || name.contains(['=', '\0']) {
+        return None;
+    }
+    std::env::var_os(name).map(|v| v.to_string_lossy().into_owned())
+}
+
+/// Parses and validates the `BAE_*` variables through `get` (spec 04 §1).
+///
+/// Variables are validated in table order; the first error wins. Addresses
+/// are taken verbatim (no trimming, no host names); durations and counts are
+/// trimmed non-negative decimal integers (no sign).
+pub fn parse_env(get: impl Fn(&str) -> Option<String>) -> Result<Env, ConfigError> {
+    let addr = parse_addr("BAE_ADDR", get("BAE_ADDR"), DEFAULT_ADDR)?;
+    let admin_addr = parse_addr("BAE_ADMIN_ADDR", get("BAE_ADMIN_ADDR"), DEFAULT_ADMIN_ADDR)?;
+    if !admin_addr.ip().is_loopback() {
+        return Err(ConfigError::AdminNotLoopback { addr: admin_addr });
+    }
+    let db_path = PathBuf::from(get("BAE_DB_PATH").unwrap_or_else(|| DEFAULT_DB_PATH.into()));
+    let log = get("BAE_LOG").unwrap_or_else(|| "info".into());
+    let otel_log = get("BAE_OTEL_LOG").unwrap_or_else(|| "info".into());
+    let shutdown_timeout = seconds("BAE_SHUTDOWN_TIMEOUT", get("BAE_SHUTDOWN_TIMEOUT"), 30)?;
+    let config_path = get("BAE_CONFIG")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from);
+    let turn_timeout = seconds("BAE_TURN_TIMEOUT", get("BAE_TURN_TIMEOUT"), 120)?;
+    let subagent_timeout = seconds("BAE_SUBAGENT_TIMEOUT", get("BAE_SUBAGENT_TIMEOUT"), 600)?;
+    let max_subagents_per_session = whole(
+        "BAE_MAX_SUBAGENTS_PER_SESSION",
+        get("BAE_MAX_SUBAGENTS_PER_SESSION"),
+        8,
+    )?;
+    let admin_key_file =
+        PathBuf::from(get("BAE_ADMIN_KEY_FILE").unwrap_or_else(|| DEFAULT_ADMIN_KEY_FILE.into()));
+    let admin_key_hash_file = PathBuf::from(
+        get("BAE_ADMIN_KEY_HASH_FILE").unwrap_or_else(|| DEFAULT_ADMIN_KEY_HASH_FILE.into()),
+    );
+    let disable_admin_auth = get("BAE_DANGEROUSLY_DISABLE_ADMIN_AUTH")
+        .map(|v| is_truthy(&v))
+        .unwrap_or(false);
+    let sandbox_driver = match get("BAE_SANDBOX_DRIVER") {
+        None => SandboxDriver::Docker,
+        Some(v) => match v.trim() {
+            "docker" => SandboxDriver::Docker,
+            "apple-container" => SandboxDriver::AppleContainer,
+            _ => return Err(ConfigError::UnsupportedSandboxDriver { value: v }),
+        },
+    };
+
+    let max_head_bytes = positive_usize("BAE_MAX_HEAD_BYTES", get("BAE_MAX_HEAD_BYTES"), 16384)?;
+    let max_headers = positive_usize("BAE_MAX_HEADERS", get("BAE_MAX_HEADERS"), 64)?;
+    let max_body_bytes =
+        positive_usize("BAE_MAX_BODY_BYTES", get("BAE_MAX_BODY_BYTES"), 1_048_576)?;
+    let provider_timeout = match get("BAE_PROVIDER_TIMEOUT") {
+        None => Duration::from_secs(300),
+        Some(v) => match parse_whole(&v) {
+            Some(n) if n > 0 => Duration::from_secs(n),
+            _ => {
+                return Err(ConfigError::InvalidValue {
+                    var: "BAE_PROVIDER_TIMEOUT",
+                    value: v,
+                    expected: "a whole number of seconds, at least 1",
+                })
+            }
+        },
+    };
+    let sqlite_synchronous = match get("BAE_SQLITE_SYNCHRONOUS") {
+        None => Synchronous::Normal,
+        Some(v) => {
+            let t = v.trim();
+            if t.eq_ignore_ascii_case("normal") {
+                Synchronous::Normal
+            } else if t.eq_ignore_ascii_case("full") {
+                Synchronous::Full
+            } else {
+                return Err(ConfigError::InvalidValue {
+                    var: "BAE_SQLITE_SYNCHRONOUS",
+                    value: v,
+                    expected: "\"normal\" or \"full\"",
+                });
+            }
+        }
+    };
+
+    Ok(Env {
+        addr,
+        admin_addr,
+        db_path,
+        log,
+        otel_log,
+        shutdown_timeout,
+        config_path,
+        turn_timeout,
+        subagent_timeout,
+        max_subagents_per_session,
+        admin_key_file,
+        admin_key_hash_file,
+        disable_admin_auth,
+        sandbox_driver,
+        max_head_bytes,
+        max_headers,
+        max_body_bytes,
+        provider_timeout,
+        sqlite_synchronous,
+    })
+}
+
+/// Applies flag > environment precedence: `--config`, `--admin-key-file`,
+/// `--admin-key-hash-file` replace the environment values when given, and
+/// `--dangerously-disable-admin-auth` forces `disable_admin_auth`.
+pub fn resolve_paths(cli: &Cli, env: &mut Env) {
+    if let Some(p) = &cli.config_path {
+        env.config_path = Some(p.clone());
+    }
+    if let Some(p) = &cli.admin_key_file {
+        env.admin_key_file = p.clone();
+    }
+    if let Some(p) = &cli.admin_key_hash_file {
+        env.admin_key_hash_file = p.clone();
+    }
+    if cli.disable_admin_auth {
+        env.disable_admin_auth = true;
+    }
+}
+
+/// §5 step 7: `--rotate-admin-key` with admin auth disabled through the
+/// environment is an error (the flag+flag case is already rejected by
+/// [`super::parse_cli`]). Call after [`resolve_paths`], before opening the
+/// database.
+pub fn check_rotate_with_disabled_auth(cli: &Cli, env: &Env) -> Result<(), ConfigError> {
+    if cli.rotate_admin_key && env.disable_admin_auth {
+        Err(ConfigError::RotateWithDisabledAuth)
+    } else {
+        Ok(())
+    }
+}
+
+fn is_truthy(v: &str) -> bool {
+    let t = v.trim();
+    t == "1" || t.eq_ignore_ascii_case("true")
+}
+
+fn parse_addr(
+    var: &'static str,
+    value: Option<String>,
+    default: &str,
+) -> Result<SocketAddr, ConfigError> {
+    let value = value.unwrap_or_else(|| default.to_string());
+    value
+        .parse::<SocketAddr>()
+        .map_err(|e| ConfigError::InvalidAddress {
+            var,
+            value: value.clone(),
+            detail: e.to_string(),
+        })
+}
+
+/// Trimmed, non-empty, ASCII digits only, fits in u64.
+fn parse_whole(v: &str) -> Option<u64> {
+    let t = v.trim();
+    if t.is_empty() || !t.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    t.parse().ok()
+}
+
+fn whole(var: &'static str, value: Option<String>, default: u64) -> Result<u64, ConfigError> {
+    match value {
+        None => Ok(default),
+        Some(v) => parse_whole(&v).ok_or(ConfigError::NotWholeSeconds { var, value: v }),
+    }
+}
+
+fn seconds(
+    var: &'static str,
+    value: Option<String>,
+    default: u64,
+) -> Result<Duration, ConfigError> {
+    whole(var, value, default).map(Duration::from_secs)
+}
+
+fn positive_usize(
+    var: &'static str,
+    value: Option<String>,
+    default: usize,
+) -> Result<usize, ConfigError> {
+    match value {
+        None => Ok(default),
+        Some(v) => match parse_whole(&v).and_then(|n| usize::try_from(n).ok()) {
+            Some(n) if n > 0 => Ok(n),
+            _ => Err(ConfigError::InvalidValue {
+                var,
+                value: v,
+                expected: "a positive whole number",
+            }),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{parse_cli, Command};
+    use super::*;
+    use std::collections::HashMap;
+
+    fn env_of(pairs: &[(&str, &str)]) -> Result<Env, ConfigError> {
+        let m: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        parse_env(|k| m.get(k).cloned())
+    }
+
+    fn cli(args: &[&str]) -> Cli {
+        let v: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+        parse_cli(&v).unwrap()
+    }
+
+    #[test]
+    fn defaults() {
+        let e = env_of(&[]).unwrap();
+        assert_eq!(e.addr, "0.0.0.0:8080".parse().unwrap());
+        assert_eq!(e.admin_addr, "127.0.0.1:8081".parse().unwrap());
+        assert_eq!(e.db_path, PathBuf::from("/var/lib/bae/bae.db"));
+        assert_eq!(e.log, "info");
+        assert_eq!(e.otel_log, "info");
+        assert_eq!(e.shutdown_timeout, Duration::from_secs(30));
+        assert_eq!(e.config_path, None);
+        assert_eq!(e.turn_timeout, Duration::from_secs(120));
+        assert_eq!(e.subagent_timeout, Duration::from_secs(600));
+        assert_eq!(e.max_subagents_per_session, 8);
+        assert_eq!(
+            e.admin_key_file,
+            PathBuf::from("/var/lib/bae/admin-key.pem")
+        );
+        assert_eq!(
+            e.admin_key_hash_file,
+            PathBuf::from("/var/lib/bae/admin-key-hash.pem")
+        );
+        assert!(!e.disable_admin_auth);
+        assert_eq!(e.sandbox_driver, SandboxDriver::Docker);
+        assert_eq!(e.max_head_bytes, 16384);
+        assert_eq!(e.max_headers, 64);
+        assert_eq!(e.max_body_bytes, 1_048_576);
+        assert_eq!(e.provider_timeout, Duration::from_secs(300));
+        assert_eq!(e.sqlite_synchronous, Synchronous::Normal);
+    }
+
+    #[test]
+    fn explicit_values() {
+        let e = env_of(&[
+            ("BAE_ADDR", "[::]:9000"),
+            ("BAE_ADMIN_ADDR", "[::1]:9001"),
+            ("BAE_DB_PATH", "/tmp/x.db"),
+            ("BAE_LOG", "baesrv=debug"),
+            ("BAE_SHUTDOWN_TIMEOUT", " 5 "),
+            ("BAE_CONFIG", "/etc/bae.toml"),
+            ("BAE_TURN_TIMEOUT", "0"),
+            ("BAE_SUBAGENT_TIMEOUT", "\t60\n"),
+            ("BAE_MAX_SUBAGENTS_PER_SESSION", "0"),
+            ("BAE_DANGEROUSLY_DISABLE_ADMIN_AUTH", " TRUE "),
+            ("BAE_SANDBOX_DRIVER", " apple-container "),
+            ("BAE_MAX_BODY_BYTES", "10"),
+            ("BAE_PROVIDER_TIMEOUT", "7"),
+            ("BAE_SQLITE_SYNCHRONOUS", "Full"),
+        ])
+        .unwrap();
+        assert_eq!(e.addr, "[::]:9000".parse().unwrap());
+        assert_eq!(e.admin_addr, "[::1]:9001".parse().unwrap());
+        assert_eq!(e.db_path, PathBuf::from("/tmp/x.db"));
+        assert_eq!(e.log, "baesrv=debug");
+        assert_eq!(e.shutdown_timeout, Duration::from_secs(5));
+        assert_eq!(e.config_path, Some(PathBuf::from("/etc/bae.toml")));
+        assert_eq!(e.turn_timeout, Duration::ZERO);
+        assert_eq!(e.subagent_timeout, Duration::from_secs(60));
+        assert_eq!(e.max_subagents_per_session, 0);
+        assert!(e.disable_admin_auth);
+        assert_eq!(e.sandbox_driver, SandboxDriver::AppleContainer);
+        assert_eq!(e.sandbox_driver.program(), "container");
+        assert_eq!(e.max_body_bytes, 10);
+        assert_eq!(e.provider_timeout, Duration::from_secs(7));
+        assert_eq!(e.sqlite_synchronous, Synchronous::Full);
+        assert_eq!(e.sqlite_synchronous.pragma_value(), "FULL");
+    }
+
+    #[test]
+    fn truthy_rule() {
+        for (v, want) in [
+            ("1", true),
+            ("true", true),
+            ("True", true),
+            (" 1\n", true),
+            ("yes", false),
+            ("0", false),
+            ("", false),
+            ("false", false),
+            ("11", false),
+        ] {
+            let e = env_of(&[("BAE_DANGEROUSLY_DISABLE_ADMIN_AUTH", v)]).unwrap();
+            assert_eq!(e.disable_admin_auth, want, "{v:?}");
+        }
+    }
+
+    #[test]
+    fn admin_addr_must_be_loopback_c216() {
+        let err = env_of(&[("BAE_ADMIN_ADDR", "0.0.0.0:8081")]).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "BAE_ADMIN_ADDR: 0.0.0.0:8081 is not a loopback address; \
+             the admin port must bind to localhost only"
+        );
+        assert_eq!(err.exit_code(), 2);
+        assert!(env_of(&[("BAE_ADMIN_ADDR", "[::]:8081")]).is_err());
+        assert!(env_of(&[("BAE_ADMIN_ADDR", "10.0.0.1:8081")]).is_err());
+        // All of 127.0.0.0/8 is loopback.
+        assert!(env_of(&[("BAE_ADMIN_ADDR", "127.1.2.3:8081")]).is_ok());
+        // The client listener may bind anywhere.
+        assert!(env_of(&[("BAE_ADDR", "10.0.0.1:1")]).is_ok());
+    }
+
+    #[test]
+    fn bad_addresses() {
+        let err = env_of(&[("BAE_ADMIN_ADDR", "localhost:8081")]).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "BAE_ADMIN_ADDR: \"localhost:8081\" is not a valid host:port address \
+             (invalid socket address syntax)"
+        );
+        for bad in ["", "8080", "::1:80", "1.2.3.4", "0.0.0.0:99999"] {
+            let err = env_of(&[("BAE_ADDR", bad)]).unwrap_err();
+            assert!(
+                matches!(
+                    err,
+                    ConfigError::InvalidAddress {
+                        var: "BAE_ADDR",
+                        ..
+                    }
+                ),
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn bad_seconds_c217() {
+        let err = env_of(&[("BAE_TURN_TIMEOUT", "soon")]).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "BAE_TURN_TIMEOUT: \"soon\" is not a whole number of seconds"
+        );
+        for var in [
+            "BAE_SHUTDOWN_TIMEOUT",
+            "BAE_TURN_TIMEOUT",
+            "BAE_SUBAGENT_TIMEOUT",
+            "BAE_MAX_SUBAGENTS_PER_SESSION",
+        ] {
+            for bad in [
+                "",
+                "  ",
+                "-1",
+                "+1",
+                "1.5",
+                "1e3",
+                "99999999999999999999999",
+            ] {
+                let err = env_of(&[(var, bad)]).unwrap_err();
+                assert_eq!(
+                    err,
+                    ConfigError::NotWholeSeconds {
+                        var,
+                        value: bad.to_string()
+                    }
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn bad_sandbox_driver_c218() {
+        let err = env_of(&[("BAE_SANDBOX_DRIVER", "podman")]).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "BAE_SANDBOX_DRIVER: \"podman\" is not a supported sandbox driver \
+             (expected \"docker\" or \"apple-container\")"
+        );
+        assert!(env_of(&[("BAE_SANDBOX_DRIVER", "Docker")]).is_err());
+        assert!(env_of(&[("BAE_SANDBOX_DRIVER", "")]).is_err());
+    }
+
+    #[test]
+    fn bad_extensions() {
+        for (var, bad) in [
+            ("BAE_MAX_HEAD_BYTES", "0"),
+            ("BAE_MAX_HEADERS", "x"),
+            ("BAE_MAX_BODY_BYTES", "-5"),
+            ("BAE_PROVIDER_TIMEOUT", "0"),
+            ("BAE_SQLITE_SYNCHRONOUS", "off"),
+        ] {
+            let err = env_of(&[(var, bad)]).unwrap_err();
+            assert!(
+                matches!(err, ConfigError::InvalidValue { var: v, .. } if v == var),
+                "{var}"
+            );
+            assert!(err.to_string().starts_with(&format!("{var}: \"{bad}\"")));
+        }
+    }
+
+    #[test]
+    fn first_error_in_table_order() {
+        let err = env_of(&[
+            ("BAE_SANDBOX_DRIVER", "podman"),
+            ("BAE_TURN_TIMEOUT", "soon"),
+            ("BAE_ADDR", "nope"),
+        ])
+        .unwrap_err();
+        assert!(matches!(err, ConfigError::InvalidAddress { .. }));
+    }
+
+    #[test]
+    fn flags_beat_env_c225() {
+        let mut e = env_of(&[
+            ("BAE_CONFIG", "/env.toml"),
+            ("BAE_ADMIN_KEY_FILE", "/env-key"),
+            ("BAE_ADMIN_KEY_HASH_FILE", "/env-hash"),
+        ])
+        .unwrap();
+        let c = cli(&[
+            "--config=/flag.toml",
+            "--admin-key-file",
+            "/flag-key",
+            "--admin-key-hash-file",
+            "/flag-hash",
+            "--dangerously-disable-admin-auth",
+        ]);
+        resolve_paths(&c, &mut e);
+        assert_eq!(e.config_path, Some(PathBuf::from("/flag.toml")));
+        assert_eq!(e.admin_key_file, PathBuf::from("/flag-key"));
+        assert_eq!(e.admin_key_hash_file, PathBuf::from("/flag-hash"));
+        assert!(e.disable_admin_auth);
+
+        // Without flags the environment stays.
+        let mut e = env_of(&[("BAE_CONFIG", "/env.toml")]).unwrap();
+        resolve_paths(&cli(&[]), &mut e);
+        assert_eq!(e.config_path, Some(PathBuf::from("/env.toml")));
+        assert_eq!(e.admin_key_file, PathBuf::from(DEFAULT_ADMIN_KEY_FILE));
+        assert!(!e.disable_admin_auth);
+    }
+
+    #[test]
+    fn rotate_with_env_disabled_auth() {
+        let c = cli(&["serve", "--rotate-admin-key"]);
+        assert_eq!(c.command, Command::Serve);
+        let mut e = env_of(&[("BAE_DANGEROUSLY_DISABLE_ADMIN_AUTH", "1")]).unwrap();
+        resolve_paths(&c, &mut e);
+        let err = check_rotate_with_disabled_auth(&c, &e).unwrap_err();
+        assert_eq!(err, ConfigError::RotateWithDisabledAuth);
+        assert_eq!(err.exit_code(), 2);
+
+        let mut e = env_of(&[]).unwrap();
+        resolve_paths(&c, &mut e);
+        assert!(check_rotate_with_disabled_auth(&c, &e).is_ok());
+    }
+
+    #[test]
+    fn process_env_guards_bad_names() {
+        assert_eq!(process_env(""), None);
+        assert_eq!(process_env("A=B"), None);
+    }
+}

@@ -1,0 +1,3 @@
+//! Runtime library of the `baesrv` binary.
+
+pub mod config;
