@@ -1,0 +1,406 @@
+//! Admin-key bootstrap at `serve` start (spec 03 §5.1).
+//!
+//! Decision order, first match wins:
+//!
+//! 1. auth disabled → touch nothing (warn on every boot);
+//! 2. rotate → soft-delete every active admin row, delete the key file,
+//!    self-generate (the hash file is ignored);
+//! 3. an active admin row exists → nothing (the key file is left alone);
+//! 4. the hash file exists → ingest it (the key file is not written);
+//! 5. otherwise → self-generate (a stale key file is overwritten).
+//!
+//! The plaintext key is never logged; it only ever reaches the key file.
+
+use std::fmt;
+use std::fs::{self, OpenOptions, Permissions};
+use std::io::{self, Write};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+use super::{Store, StoreError};
+
+/// Plaintext prefix of admin keys.
+pub const ADMIN_KEY_PREFIX: &str = "bae_admin_";
+/// `keys.name` of a self-generated admin key.
+pub const BOOTSTRAP_ADMIN_NAME: &str = "bootstrap-admin";
+/// `keys.name` of an ingested admin key whose hash file has no `name`.
+pub const PROVISIONED_ADMIN_NAME: &str = "provisioned-admin";
+
+const NOW_SQL: &str = "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')";
+
+/// Inputs of the bootstrap (already merged flag > env > default).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BootstrapSettings {
+    /// `--dangerously-disable-admin-auth` or the env equivalent.
+    pub disabled: bool,
+    /// `--rotate-admin-key`.
+    pub rotate: bool,
+    /// Plaintext key file (written when self-generating).
+    pub key_file: PathBuf,
+    /// Pre-provisioned hash file (read-only input).
+    pub hash_file: PathBuf,
+}
+
+/// Which row of the decision table applied.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BootstrapOutcome {
+    /// Row 1: admin auth is disabled; nothing was touched.
+    Disabled,
+    /// Row 2: old admin keys revoked, a new key written to the key file.
+    Rotated,
+    /// Row 3: an active admin key already exists.
+    Existing,
+    /// Row 4: the hash file was ingested under this row name.
+    Ingested { name: String },
+    /// Row 5: a new key was generated and written to the key file.
+    Generated,
+}
+
+/// A bootstrap failure.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BootstrapError {
+    /// Malformed or unreadable hash file: a usage error (exit 2).
+    HashFile { path: PathBuf, detail: String },
+    /// The key file could not be written or removed (exit 1).
+    KeyFile { path: PathBuf, detail: String },
+    /// Database failure (exit 1).
+    Store(StoreError),
+}
+
+impl BootstrapError {
+    /// Process exit code (spec 04 §4).
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            BootstrapError::HashFile { .. } => 2,
+            BootstrapError::KeyFile { .. } | BootstrapError::Store(_) => 1,
+        }
+    }
+}
+
+impl fmt::Display for BootstrapError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BootstrapError::HashFile { path, detail } => {
+                write!(
+                    f,
+                    "invalid admin key hash file \"{}\": {detail}",
+                    path.display()
+                )
+            }
+            BootstrapError::KeyFile { path, detail } => {
+                write!(
+                    f,
+                    "cannot write admin key file \"{}\": {detail}",
+                    path.display()
+                )
+            }
+            BootstrapError::Store(e) => write!(f, "admin key bootstrap failed: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for BootstrapError {}
+
+impl From<StoreError> for BootstrapError {
+    fn from(e: StoreError) -> Self {
+        BootstrapError::Store(e)
+    }
+}
+
+impl From<sqlite::Error> for BootstrapError {
+    fn from(e: sqlite::Error) -> Self {
+        BootstrapError::Store(e.into())
+    }
+}
+
+/// Runs the startup decision table. `entropy` must fill its buffer from the
+/// OS CSPRNG in production.
+pub fn bootstrap_admin_key(
+    store: &Store,
+    settings: &BootstrapSettings,
+    entropy: &mut dyn FnMut(&mut [u8]),
+) -> Result<BootstrapOutcome, BootstrapError> {
+    if settings.disabled {
+        tracing::warn!(
+            "admin API authentication is DISABLED (--dangerously-disable-admin-auth) — anyone \
+             able to reach the admin port has full control"
+        );
+        return Ok(BootstrapOutcome::Disabled);
+    }
+    if settings.rotate {
+        store.with_transaction(|conn| -> Result<(), BootstrapError> {
+            conn.execute(format!(
+                "UPDATE keys SET deleted_at = {NOW_SQL} WHERE role = 'admin' AND deleted_at IS NULL"
+            ))?;
+            match fs::remove_file(&settings.key_file) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => {
+                    return Err(BootstrapError::KeyFile {
+                        path: settings.key_file.clone(),
+                        detail: format!("cannot remove old key file: {e}"),
+                    })
+                }
+            }
+            self_generate(conn, &settings.key_file, entropy)
+        })?;
+        tracing::info!(path = %settings.key_file.display(), "admin key rotated");
+        return Ok(BootstrapOutcome::Rotated);
+    }
+    if active_admin_rows(store)? > 0 {
+        return Ok(BootstrapOutcome::Existing);
+    }
+    match fs::metadata(&settings.hash_file) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        _ => {
+            let parsed = parse_hash_file(&settings.hash_file)?;
+            let name = parsed.name.clone();
+            store.with_transaction(|conn| -> Result<(), BootstrapError> {
+                insert_admin_row(conn, &new_key_id(entropy), &parsed)
+            })?;
+            tracing::info!(
+                path = %settings.hash_file.display(),
+                name = %name,
+                "admin key hash loaded from pre-provisioned file"
+            );
+            return Ok(BootstrapOutcome::Ingested { name });
+        }
+    }
+    store.with_transaction(|conn| self_generate(conn, &settings.key_file, entropy))?;
+    tracing::info!(
+        path = %settings.key_file.display(),
+        "no admin key found; generated new admin key, written to file"
+    );
+    Ok(BootstrapOutcome::Generated)
+}
+
+fn active_admin_rows(store: &Store) -> Result<i64, BootstrapError> {
+    let mut st = store
+        .raw()
+        .prepare("SELECT COUNT(*) FROM keys WHERE role = 'admin' AND deleted_at IS NULL")?;
+    st.next()?;
+    Ok(st.read::<i64, _>(0)?)
+}
+
+/// A validated admin row to insert.
+struct AdminRow {
+    name: String,
+    key_hash: String,
+    prefix: String,
+}
+
+/// Mints a key, inserts its row and writes the key file, all inside the
+/// caller's transaction: if the file cannot be written the row is rolled
+/// back, so a failed boot never leaves an admin row nobody holds the key to.
+fn self_generate(
+    conn: &sqlite::Connection,
+    key_file: &Path,
+    entropy: &mut dyn FnMut(&mut [u8]),
+) -> Result<(), BootstrapError> {
+    let mut secret = [0u8; 24];
+    entropy(&mut secret);
+    let key = format!("{ADMIN_KEY_PREFIX}{}", hex(&secret));
+    let row = AdminRow {
+        name: BOOTSTRAP_ADMIN_NAME.to_string(),
+        key_hash: sha256_hex(&key),
+        prefix: key[..8].to_string(),
+    };
+    insert_admin_row(conn, &new_key_id(entropy), &row)?;
+    write_key_file(key_file, &key).map_err(|e| BootstrapError::KeyFile {
+        path: key_file.to_path_buf(),
+        detail: e.to_string(),
+    })
+}
+
+fn insert_admin_row(
+    conn: &sqlite::Connection,
+    id: &str,
+    row: &AdminRow,
+) -> Result<(), BootstrapError> {
+    let mut st = conn.prepare(format!(
+        "INSERT INTO keys (id, name, key_hash, key_prefix, role, profile_id, client_id, \
+         created_at) VALUES (?1, ?2, ?3, ?4, 'admin', NULL, NULL, {NOW_SQL})"
+    ))?;
+    st.bind((1, id))?;
+    st.bind((2, row.name.as_str()))?;
+    st.bind((3, row.key_hash.as_str()))?;
+    st.bind((4, row.prefix.as_str()))?;
+    while st.next()? == sqlite::State::Row {}
+    Ok(())
+}
+
+/// Creates or truncates `path` with mode 0600 and writes `key` + `\n`.
+fn write_key_file(path: &Path, key: &str) -> io::Result<()> {
+    let mut f = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)?;
+    // `mode` only applies on creation: tighten a pre-existing file too,
+    // before any key material is written into it.
+    f.set_permissions(Permissions::from_mode(0o600))?;
+    f.write_all(key.as_bytes())?;
+    f.write_all(b"\n")?;
+    f.sync_all()
+}
+
+fn parse_hash_file(path: &Path) -> Result<AdminRow, BootstrapError> {
+    let bad = |detail: String| BootstrapError::HashFile {
+        path: path.to_path_buf(),
+        detail,
+    };
+    let text = fs::read_to_string(path).map_err(|e| bad(format!("cannot read file: {e}")))?;
+    let value: Value =
+        serde_json::from_str(&text).map_err(|e| bad(format!("not valid JSON: {e}")))?;
+    let obj = value
+        .as_object()
+        .ok_or_else(|| bad("expected a JSON object".to_string()))?;
+    let required = |member: &str| -> Result<String, BootstrapError> {
+        match obj.get(member) {
+            Some(Value::String(s)) if !s.trim().is_empty() => Ok(s.clone()),
+            Some(Value::String(_)) => Err(bad(format!("\"{member}\" must not be blank"))),
+            Some(_) => Err(bad(format!("\"{member}\" must be a string"))),
+            None => Err(bad(format!("missing required member \"{member}\""))),
+        }
+    };
+    let key_hash = required("key_hash")?;
+    let prefix = required("prefix")?;
+    let name = match obj.get("name") {
+        None | Some(Value::Null) => PROVISIONED_ADMIN_NAME.to_string(),
+        Some(Value::String(s)) if s.trim().is_empty() => PROVISIONED_ADMIN_NAME.to_string(),
+        Some(Value::String(s)) => s.clone(),
+        Some(_) => return Err(bad("\"name\" must be a string".to_string())),
+    };
+    if !is_sha256_hex(&key_hash) && !is_valid_argon2id_phc(&key_hash) {
+        return Err(bad(
+            "\"key_hash\" must be 64 lowercase hexadecimal characters (SHA-256) or an \
+             Argon2id PHC string"
+                .to_string(),
+        ));
+    }
+    Ok(AdminRow {
+        name,
+        key_hash,
+        prefix,
+    })
+}
+
+/// Exactly 64 lowercase hexadecimal characters.
+pub fn is_sha256_hex(s: &str) -> bool {
+    s.len() == 64 && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
+/// A structurally valid `$argon2id$[v=16|19$]m=<n>,t=<n>,p=<n>$<salt>$<hash>`
+/// PHC string (unpadded standard base64 salt ≥ 8 bytes, hash ≥ 4 bytes).
+pub fn is_valid_argon2id_phc(s: &str) -> bool {
+    let mut parts = s.split('$');
+    if parts.next() != Some("") || parts.next() != Some("argon2id") {
+        return false;
+    }
+    let rest: Vec<&str> = parts.collect();
+    let rest = match rest.as_slice() {
+        [v, tail @ ..] if v.starts_with("v=") => {
+            if !matches!(&v[2..], "16" | "19") {
+                return false;
+            }
+            tail
+        }
+        all => all,
+    };
+    let [params, salt, hash] = rest else {
+        return false;
+    };
+    let names = ["m", "t", "p"];
+    let items: Vec<&str> = params.split(',').collect();
+    if items.len() != 3 {
+        return false;
+    }
+    for (item, want) in items.iter().zip(names) {
+        let Some((k, v)) = item.split_once('=') else {
+            return false;
+        };
+        if k != want || v.is_empty() || v.len() > 10 || !v.bytes().all(|b| b.is_ascii_digit()) {
+            return false;
+        }
+        if v.parse::<u32>().map_or(true, |n| n == 0) {
+            return false;
+        }
+    }
+    b64_len(salt).is_some_and(|n| n >= 8) && b64_len(hash).is_some_and(|n| n >= 4)
+}
+
+/// Decoded length of unpadded standard base64, `None` when malformed.
+fn b64_len(s: &str) -> Option<usize> {
+    if s.is_empty()
+        || s.len() % 4 == 1
+        || !s
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'+' || b == b'/')
+    {
+        return None;
+    }
+    Some(s.len() * 3 / 4)
+}
+
+fn new_key_id(entropy: &mut dyn FnMut(&mut [u8])) -> String {
+    let mut b = [0u8; 16];
+    entropy(&mut b);
+    format!("key_{}", hex(&b))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut s = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        s.push(DIGITS[(b >> 4) as usize] as char);
+        s.push(DIGITS[(b & 0xf) as usize] as char);
+    }
+    s
+}
+
+/// Lowercase hex SHA-256 of the token's UTF-8 bytes (spec 08 §4.2).
+pub fn sha256_hex(token: &str) -> String {
+    hex(&Sha256::digest(token.as_bytes()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sha256_known_vector() {
+        assert_eq!(
+            sha256_hex("abc"),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+        assert!(is_sha256_hex(&sha256_hex("x")));
+        assert!(!is_sha256_hex(&sha256_hex("x").to_uppercase()));
+        assert!(!is_sha256_hex("abc"));
+    }
+
+    #[test]
+    fn phc_validation() {
+        let ok = "$argon2id$v=19$m=19456,t=2,p=1$c29tZXNhbHRzb21lc2FsdA$\
+                  ZXhhbXBsZWhhc2hleGFtcGxlaGFzaGV4YW1wbGVoYXNo";
+        assert!(is_valid_argon2id_phc(ok));
+        assert!(is_valid_argon2id_phc(
+            "$argon2id$m=65536,t=3,p=4$c29tZXNhbHRzb21lc2FsdA$ZXhhbXBsZWhhc2g"
+        ));
+        for bad in [
+            "$argon2i$v=19$m=19456,t=2,p=1$c29tZXNhbHRzb21lc2FsdA$ZXhhbXBsZWhhc2g",
+            "$argon2id$v=20$m=19456,t=2,p=1$c29tZXNhbHRzb21lc2FsdA$ZXhhbXBsZWhhc2g",
+            "$argon2id$v=19$t=2,m=19456,p=1$c29tZXNhbHRzb21lc2FsdA$ZXhhbXBsZWhhc2g",
+            "$argon2id$v=19$m=19456,t=2,p=1$c29tZXNhbHRzb21lc2FsdA",
+            "$argon2id$v=19$m=19456,t=2,p=1$c2FsdA$ZXhhbXBsZWhhc2g",
+            "$argon2id$v=19$m=x,t=2,p=1$c29tZXNhbHRzb21lc2FsdA$ZXhhbXBsZWhhc2g",
+            "$argon2id$v=19$m=19456,t=2,p=1$c29tZXNhbHRz!21lc2FsdA$ZXhhbXBsZWhhc2g",
+            "argon2id$v=19$m=19456,t=2,p=1$c29tZXNhbHRzb21lc2FsdA$ZXhhbXBsZWhhc2g",
+        ] {
+            assert!(!is_valid_argon2id_phc(bad), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,897 @@
+//! SQLite storage (spec 08): connection setup, migrations, the engine's
+//! write/read contract ([`engine::store`]) and the admin-key bootstrap.
+//!
+//! One [`Store`] owns one SQLite connection. The driver moves it onto a
+//! dedicated worker thread and talks to it through a [`StoreConn`], which
+//! keeps every prepared statement for the lifetime of the connection.
+//!
+//! # Durability (`synchronous`)
+//!
+//! The database runs in WAL mode (best effort, spec 08 §8.3). With
+//! [`Synchronous::Normal`] every committed transaction has been written to
+//! the WAL file before `COMMIT` returns, so it survives a process crash or
+//! `kill -9`; only the WAL fsync is deferred to checkpoints, so the last
+//! transactions may be lost on power loss or an OS crash (the database is
+//! never corrupted). [`Synchronous::Full`] fsyncs the WAL on every commit
+//! and is durable against power loss too, at the cost of one fsync per
+//! group commit.
+
+mod bootstrap;
+mod schema;
+
+use std::collections::HashSet;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use engine::store::{
+    EventRow, HistoryLoad, KeyRole, KeyRow, ProfileRow, ReadResult, SessionRow, SessionState,
+    Snapshot, StoreRead, StoreWrite,
+};
+use serde_json::Value;
+use sqlite::{Connection, State, Statement};
+
+pub use bootstrap::{
+    bootstrap_admin_key, is_sha256_hex, is_valid_argon2id_phc, BootstrapError, BootstrapOutcome,
+    BootstrapSettings, ADMIN_KEY_PREFIX, BOOTSTRAP_ADMIN_NAME, PROVISIONED_ADMIN_NAME,
+};
+pub use schema::{EXTRA_INDEXES, LATEST_VERSION, MIGRATIONS};
+
+/// Busy timeout of every connection (spec 08 §1).
+pub const BUSY_TIMEOUT_MS: usize = 10_000;
+
+/// `PRAGMA synchronous` setting (see the module docs for what each means).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Synchronous {
+    /// Survives process crashes; may lose the newest commits on power loss.
+    #[default]
+    Normal,
+    /// fsync on every commit.
+    Full,
+}
+
+impl Synchronous {
+    fn pragma(self) -> &'static str {
+        match self {
+            Synchronous::Normal => "PRAGMA synchronous = NORMAL",
+            Synchronous::Full => "PRAGMA synchronous = FULL",
+        }
+    }
+}
+
+/// A storage failure. `Display` gives a log-safe, operator-facing message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreError {
+    /// The database file could not be opened or created.
+    Open { path: PathBuf, detail: String },
+    /// The database was written by a newer binary.
+    NewerSchema { db: i64, max: i64 },
+    /// Migrations failed (the transaction was rolled back).
+    Migrate { detail: String },
+    /// Any other SQLite error.
+    Sqlite(String),
+    /// A stored value could not be interpreted.
+    Corrupt(String),
+}
+
+impl fmt::Display for StoreError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StoreError::Open { path, detail } => {
+                let dir = match path.parent() {
+                    Some(p) if !p.as_os_str().is_empty() => p.display().to_string(),
+                    _ => ".".to_string(),
+                };
+                write!(
+                    f,
+                    "cannot open database \"{}\": {detail}; the directory \"{dir}\" must exist \
+                     and be writable by the server",
+                    path.display()
+                )
+            }
+            StoreError::NewerSchema { db, max } => write!(
+                f,
+                "database schema version {db} is newer than this binary supports (max {max}); \
+                 upgrade the server or restore a compatible snapshot"
+            ),
+            StoreError::Migrate { detail } => write!(f, "database migration failed: {detail}"),
+            StoreError::Sqlite(detail) => write!(f, "database error: {detail}"),
+            StoreError::Corrupt(detail) => write!(f, "unreadable database value: {detail}"),
+        }
+    }
+}
+
+impl std::error::Error for StoreError {}
+
+impl From<sqlite::Error> for StoreError {
+    fn from(e: sqlite::Error) -> Self {
+        StoreError::Sqlite(sqlite_text(&e))
+    }
+}
+
+fn sqlite_text(e: &sqlite::Error) -> String {
+    match (&e.message, e.code) {
+        (Some(m), Some(c)) => format!("{m} (code {c})"),
+        (Some(m), None) => m.clone(),
+        (None, Some(c)) => format!("sqlite error code {c}"),
+        (None, None) => "unknown sqlite error".to_string(),
+    }
+}
+
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+/// What [`Store::migrate`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MigrateReport {
+    /// Version found in the database before migrating (0 = fresh).
+    pub from: i64,
+    /// Version after migrating (always [`LATEST_VERSION`]).
+    pub to: i64,
+}
+
+/// One SQLite connection to the server database.
+pub struct Store {
+    conn: Connection,
+    path: PathBuf,
+}
+
+impl fmt::Debug for Store {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Store").field("path", &self.path).finish()
+    }
+}
+
+impl Store {
+    /// Opens (creating if absent) the database at `path`: busy timeout 10 s,
+    /// WAL journal (best effort), the given `synchronous`, foreign keys on.
+    /// Does not migrate; call [`Store::migrate`] next.
+    pub fn open(path: impl AsRef<Path>, synchronous: Synchronous) -> Result<Store> {
+        let path = path.as_ref().to_path_buf();
+        let open_err = |detail: String| StoreError::Open {
+            path: path.clone(),
+            detail,
+        };
+        if let Some(dir) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            match std::fs::metadata(dir) {
+                Ok(m) if m.is_dir() => {}
+                Ok(_) => return Err(open_err("parent is not a directory".into())),
+                Err(e) => return Err(open_err(format!("directory not accessible: {e}"))),
+            }
+        }
+        let flags = sqlite::OpenFlags::new()
+            .with_create()
+            .with_read_write()
+            .with_no_mutex();
+        let mut conn =
+            Connection::open_with_flags(&path, flags).map_err(|e| open_err(sqlite_text(&e)))?;
+        conn.set_busy_timeout(BUSY_TIMEOUT_MS)
+            .map_err(|e| open_err(sqlite_text(&e)))?;
+        // Touch the file so that a missing/unwritable location fails here.
+        conn.execute("SELECT COUNT(*) FROM sqlite_master")
+            .map_err(|e| open_err(sqlite_text(&e)))?;
+        // Best effort (spec 08 §8.3): some filesystems refuse WAL.
+        if let Err(e) = conn.execute("PRAGMA journal_mode = WAL") {
+            tracing::debug!(error = %sqlite_text(&e), "journal_mode=WAL refused; keeping default");
+        }
+        conn.execute(synchronous.pragma())
+            .map_err(|e| open_err(sqlite_text(&e)))?;
+        conn.execute("PRAGMA foreign_keys = ON")
+            .map_err(|e| open_err(sqlite_text(&e)))?;
+        Ok(Store { conn, path })
+    }
+
+    /// The database file path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// `MAX(version)` of `schema_version`, 0 when the table is absent.
+    pub fn schema_version(&self) -> Result<i64> {
+        let mut st = self.conn.prepare(
+            "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'schema_version'",
+        )?;
+        st.next()?;
+        if st.read::<i64, _>(0)? == 0 {
+            return Ok(0);
+        }
+        let mut st = self
+            .conn
+            .prepare("SELECT COALESCE(MAX(version), 0) FROM schema_version")?;
+        st.next()?;
+        Ok(st.read::<i64, _>(0)?)
+    }
+
+    /// Applies every pending migration (spec 08 §2) in one `IMMEDIATE`
+    /// transaction with foreign keys off, then ensures the extra indexes.
+    /// Refuses a database newer than [`LATEST_VERSION`].
+    pub fn migrate(&self) -> Result<MigrateReport> {
+        let from = self.schema_version()?;
+        if from > LATEST_VERSION {
+            return Err(StoreError::NewerSchema {
+                db: from,
+                max: LATEST_VERSION,
+            });
+        }
+        if from < LATEST_VERSION {
+            let mig = |e: sqlite::Error| StoreError::Migrate {
+                detail: sqlite_text(&e),
+            };
+            // PRAGMA foreign_keys is a no-op inside a transaction: switch it
+            // off before BEGIN and back on after COMMIT/ROLLBACK.
+            self.conn
+                .execute("PRAGMA foreign_keys = OFF")
+                .map_err(mig)?;
+            let outcome = self.apply_migrations(from);
+            let restore = self.conn.execute("PRAGMA foreign_keys = ON");
+            let applied = outcome?;
+            restore.map_err(mig)?;
+            for (version, name) in applied {
+                tracing::info!(version, name, "applied database migration");
+            }
+        }
+        for sql in EXTRA_INDEXES {
+            self.conn.execute(sql)?;
+        }
+        Ok(MigrateReport {
+            from,
+            to: LATEST_VERSION,
+        })
+    }
+
+    fn apply_migrations(&self, from: i64) -> Result<Vec<(i64, &'static str)>> {
+        let mig = |e: sqlite::Error| StoreError::Migrate {
+            detail: sqlite_text(&e),
+        };
+        self.conn.execute("BEGIN IMMEDIATE").map_err(mig)?;
+        let run = || -> Result<Vec<(i64, &'static str)>> {
+            // Re-check under the write lock: another process may have
+            // migrated between our read and BEGIN.
+            let current = self.schema_version()?;
+            if current > LATEST_VERSION {
+                return Err(StoreError::NewerSchema {
+                    db: current,
+                    max: LATEST_VERSION,
+                });
+            }
+            let mut applied = Vec::new();
+            for m in MIGRATIONS.iter().filter(|m| m.version > current.max(from)) {
+                self.conn.execute(m.sql).map_err(|e| StoreError::Migrate {
+                    detail: format!("migration {} ({}): {}", m.version, m.name, sqlite_text(&e)),
+                })?;
+                let mut st = self
+                    .conn
+                    .prepare("INSERT INTO schema_version (version, applied_at) VALUES (?, datetime('now'))")
+                    .map_err(mig)?;
+                st.bind((1, m.version)).map_err(mig)?;
+                while st.next().map_err(mig)? == State::Row {}
+                applied.push((m.version, m.name));
+            }
+            Ok(applied)
+        };
+        match run() {
+            Ok(applied) => match self.conn.execute("COMMIT") {
+                Ok(()) => Ok(applied),
+                Err(e) => {
+                    let _ = self.conn.execute("ROLLBACK");
+                    Err(mig(e))
+                }
+            },
+            Err(e) => {
+                let _ = self.conn.execute("ROLLBACK");
+                Err(e)
+            }
+        }
+    }
+
+    /// A handle that caches prepared statements for as long as it lives.
+    pub fn conn(&self) -> StoreConn<'_> {
+        StoreConn {
+            conn: &self.conn,
+            stmts: (0..Q::COUNT).map(|_| None).collect(),
+        }
+    }
+
+    /// See [`StoreConn::load_snapshot`].
+    pub fn load_snapshot(&self) -> Result<Snapshot> {
+        self.conn().load_snapshot()
+    }
+
+    /// See [`StoreConn::commit`].
+    pub fn commit(&self, batch: &[StoreWrite]) -> Result<()> {
+        self.conn().commit(batch)
+    }
+
+    /// See [`StoreConn::read`].
+    pub fn read(&self, read: &StoreRead) -> Result<ReadResult> {
+        self.conn().read(read)
+    }
+
+    /// Runs `f` inside one `BEGIN IMMEDIATE … COMMIT` transaction on this
+    /// connection (rolled back when `f` or the commit fails). Used by the
+    /// admin-key bootstrap.
+    pub(crate) fn with_transaction<T, E>(
+        &self,
+        f: impl FnOnce(&Connection) -> std::result::Result<T, E>,
+    ) -> std::result::Result<T, E>
+    where
+        E: From<StoreError>,
+    {
+        self.conn
+            .execute("BEGIN IMMEDIATE")
+            .map_err(StoreError::from)?;
+        match f(&self.conn) {
+            Ok(v) => match self.conn.execute("COMMIT") {
+                Ok(()) => Ok(v),
+                Err(e) => {
+                    let _ = self.conn.execute("ROLLBACK");
+                    Err(StoreError::from(e).into())
+                }
+            },
+            Err(e) => {
+                let _ = self.conn.execute("ROLLBACK");
+                Err(e)
+            }
+        }
+    }
+
+    pub(crate) fn raw(&self) -> &Connection {
+        &self.conn
+    }
+}
+
+/// The cached statements, indexed by [`Q`].
+macro_rules! queries {
+    ($($name:ident = $sql:expr;)*) => {
+        #[derive(Debug, Clone, Copy)]
+        #[allow(clippy::upper_case_acronyms)]
+        enum Q { $($name),* }
+        impl Q {
+            const ALL: &'static [Q] = &[$(Q::$name),*];
+            const COUNT: usize = Q::ALL.len();
+            fn sql(self) -> &'static str {
+                match self { $(Q::$name => $sql),* }
+            }
+        }
+    };
+}
+
+queries! {
+    Begin = "BEGIN IMMEDIATE";
+    BeginRead = "BEGIN DEFERRED";
+    Commit = "COMMIT";
+    Rollback = "ROLLBACK";
+    InsertProfile = "INSERT INTO profiles (id, name, provider_config, fallback_configs, \
+        mcp_servers, allowed_tools, available_sandboxes, created_at, updated_at, deleted_at) \
+        VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)";
+    UpdateProfile = "UPDATE profiles SET name = ?2, provider_config = ?3, fallback_configs = ?4, \
+        mcp_servers = ?5, allowed_tools = ?6, available_sandboxes = ?7, created_at = ?8, \
+        updated_at = ?9, deleted_at = ?10 WHERE id = ?1";
+    InsertKey = "INSERT INTO keys (id, name, key_hash, key_prefix, role, profile_id, client_id, \
+        created_at, last_used_at, deleted_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)";
+    RevokeKey = "UPDATE keys SET deleted_at = ?2 WHERE id = ?1 AND deleted_at IS NULL";
+    SetKeyHash = "UPDATE keys SET key_hash = ?2 WHERE id = ?1";
+    TouchKey = "UPDATE keys SET last_used_at = ?2 WHERE id = ?1";
+    InsertSession = "INSERT INTO sessions (id, client_key_id, profile_id, state, client_version, \
+        client_tools, created_at, closed_at, sandbox_tools, subagent_tools, compaction) \
+        VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)";
+    SetSessionState = "UPDATE sessions SET state = ?2, closed_at = ?3 WHERE id = ?1";
+    SetSessionTools = "UPDATE sessions SET client_tools = ?2, sandbox_tools = ?3, \
+        subagent_tools = ?4 WHERE id = ?1";
+    InsertEvent = "INSERT INTO session_events (rowid, id, session_id, client_key_id, event_type, \
+        payload, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)";
+    SelectEvents = "SELECT rowid, id, session_id, client_key_id, event_type, payload, created_at \
+        FROM session_events WHERE session_id = ?1 AND rowid > ?2 ORDER BY rowid LIMIT ?3";
+    SelectEventSeq = "SELECT rowid FROM session_events WHERE id = ?1 AND session_id = ?2";
+    NewestCompaction = "SELECT \
+        CASE WHEN json_valid(payload) THEN json_extract(payload, '$.preamble_event_id') END, \
+        CASE WHEN json_valid(payload) THEN json_extract(payload, '$.summary_event_id') END \
+        FROM session_events WHERE session_id = ?1 AND event_type = 'session.compaction.completed' \
+        ORDER BY rowid DESC LIMIT 1";
+    ResolvePreamble = "SELECT rowid FROM session_events WHERE id = ?1 AND session_id = ?2 \
+        AND event_type = 'server.message.send'";
+    ResolveSummary = "SELECT rowid FROM session_events WHERE id = ?1 AND session_id = ?2 \
+        AND event_type IN ('client.message.send', 'server.message.send')";
+    HistoryMessages = "SELECT rowid, event_type, payload FROM session_events \
+        WHERE session_id = ?1 AND event_type IN ('client.message.send', 'server.message.send') \
+        AND rowid >= ?2 ORDER BY rowid";
+    NewestUsage = "SELECT \
+        json_type(payload, '$.usage.input_tokens'), json_extract(payload, '$.usage.input_tokens'), \
+        json_type(payload, '$.usage.output_tokens'), json_extract(payload, '$.usage.output_tokens') \
+        FROM session_events WHERE session_id = ?1 AND event_type = 'provider.response' \
+        AND (CASE WHEN json_valid(payload) THEN \
+                json_type(payload, '$.ok') = 'true' AND json_type(payload, '$.purpose') IS NULL \
+             ELSE 0 END) \
+        ORDER BY rowid DESC LIMIT 1";
+    AllProfiles = "SELECT id, name, provider_config, fallback_configs, mcp_servers, allowed_tools, \
+        available_sandboxes, created_at, updated_at, deleted_at FROM profiles ORDER BY rowid";
+    ActiveKeys = "SELECT id, name, key_hash, key_prefix, role, profile_id, client_id, created_at, \
+        last_used_at, deleted_at FROM keys WHERE deleted_at IS NULL ORDER BY rowid";
+    AllSessions = "SELECT id, client_key_id, profile_id, state, client_version, client_tools, \
+        sandbox_tools, subagent_tools, compaction, created_at, closed_at FROM sessions ORDER BY rowid";
+    MaxSeq = "SELECT COALESCE(MAX(rowid), 0) FROM session_events";
+    Drivers = "SELECT e.session_id, e.client_key_id FROM session_events e \
+        JOIN sessions s ON s.id = e.session_id \
+        WHERE s.state = 'open' AND e.event_type = 'session.driver.register' \
+        AND e.client_key_id IS NOT NULL ORDER BY e.rowid";
+    EventCounts = "SELECT session_id, COUNT(*) FROM session_events GROUP BY session_id \
+        ORDER BY session_id";
+}
+
+/// A borrowed connection with a per-connection prepared-statement cache.
+/// The store worker keeps one for its whole life.
+pub struct StoreConn<'c> {
+    conn: &'c Connection,
+    stmts: Vec<Option<Statement<'c>>>,
+}
+
+impl<'c> StoreConn<'c> {
+    /// The cached, reset statement for `q` (prepared on first use).
+    fn stmt(&mut self, q: Q) -> Result<&mut Statement<'c>> {
+        let slot = &mut self.stmts[q as usize];
+        if slot.is_none() {
+            *slot = Some(self.conn.prepare(q.sql())?);
+        }
+        let st = slot.as_mut().expect("just filled");
+        st.reset()?;
+        Ok(st)
+    }
+
+    fn run(&mut self, q: Q) -> Result<()> {
+        let st = self.stmt(q)?;
+        let r = step_to_end(st);
+        let _ = st.reset();
+        r
+    }
+
+    /// Applies `batch` in order inside one `BEGIN IMMEDIATE … COMMIT`
+    /// transaction. On any error the transaction is rolled back and nothing
+    /// of the batch is stored.
+    pub fn commit(&mut self, batch: &[StoreWrite]) -> Result<()> {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        self.run(Q::Begin)?;
+        let mut outcome = Ok(());
+        for w in batch {
+            if let Err(e) = self.apply(w) {
+                outcome = Err(e);
+                break;
+            }
+        }
+        if outcome.is_ok() {
+            outcome = self.run(Q::Commit);
+        }
+        if outcome.is_err() {
+            let _ = self.run(Q::Rollback);
+        }
+        outcome
+    }
+
+    fn apply(&mut self, w: &StoreWrite) -> Result<()> {
+        match w {
+            StoreWrite::InsertProfile(p) => self.write_profile(Q::InsertProfile, p),
+            StoreWrite::UpdateProfile(p) => self.write_profile(Q::UpdateProfile, p),
+            StoreWrite::InsertKey(k) => {
+                let st = self.stmt(Q::InsertKey)?;
+                st.bind((1, k.id.as_str()))?;
+                st.bind((2, k.name.as_str()))?;
+                st.bind((3, k.key_hash.as_str()))?;
+                st.bind((4, k.key_prefix.as_str()))?;
+                st.bind((5, k.role.as_str()))?;
+                st.bind((6, k.profile_id.as_deref()))?;
+                st.bind((7, k.client_id.as_deref()))?;
+                st.bind((8, k.created_at.as_str()))?;
+                st.bind((9, k.last_used_at.as_deref()))?;
+                st.bind((10, k.deleted_at.as_deref()))?;
+                finish(st)
+            }
+            StoreWrite::RevokeKey { id, at } => self.two_text(Q::RevokeKey, id, at),
+            StoreWrite::SetKeyHash { id, key_hash } => self.two_text(Q::SetKeyHash, id, key_hash),
+            StoreWrite::TouchKey { id, at } => self.two_text(Q::TouchKey, id, at),
+            StoreWrite::InsertSession(s) => {
+                let client_tools = json_text(&s.client_tools);
+                let sandbox_tools = json_text(&s.sandbox_tools);
+                let subagent_tools = json_text(&s.subagent_tools);
+                let compaction = s.compaction.as_ref().map(json_text);
+                let st = self.stmt(Q::InsertSession)?;
+                st.bind((1, s.id.as_str()))?;
+                st.bind((2, s.client_key_id.as_str()))?;
+                st.bind((3, s.profile_id.as_str()))?;
+                st.bind((4, s.state.as_str()))?;
+                st.bind((5, s.client_version.as_deref()))?;
+                st.bind((6, client_tools.as_str()))?;
+                st.bind((7, s.created_at.as_str()))?;
+                st.bind((8, s.closed_at.as_deref()))?;
+                st.bind((9, sandbox_tools.as_str()))?;
+                st.bind((10, subagent_tools.as_str()))?;
+                st.bind((11, compaction.as_deref()))?;
+                finish(st)
+            }
+            StoreWrite::SetSessionState {
+                id,
+                state,
+                closed_at,
+            } => {
+                let st = self.stmt(Q::SetSessionState)?;
+                st.bind((1, id.as_str()))?;
+                st.bind((2, state.as_str()))?;
+                st.bind((3, closed_at.as_deref()))?;
+                finish(st)
+            }
+            StoreWrite::SetSessionTools {
+                id,
+                client_tools,
+                sandbox_tools,
+                subagent_tools,
+            } => {
+                let (c, s, a) = (
+                    json_text(client_tools),
+                    json_text(sandbox_tools),
+                    json_text(subagent_tools),
+                );
+                let st = self.stmt(Q::SetSessionTools)?;
+                st.bind((1, id.as_str()))?;
+                st.bind((2, c.as_str()))?;
+                st.bind((3, s.as_str()))?;
+                st.bind((4, a.as_str()))?;
+                finish(st)
+            }
+            StoreWrite::InsertEvent(e) => {
+                let seq = seq_to_i64(e.seq)?;
+                let st = self.stmt(Q::InsertEvent)?;
+                st.bind((1, seq))?;
+                st.bind((2, e.id.as_str()))?;
+                st.bind((3, e.session_id.as_str()))?;
+                st.bind((4, e.client_key_id.as_deref()))?;
+                st.bind((5, e.event_type.as_str()))?;
+                st.bind((6, e.payload.as_str()))?;
+                st.bind((7, e.created_at.as_str()))?;
+                finish(st)
+            }
+        }
+    }
+
+    fn write_profile(&mut self, q: Q, p: &ProfileRow) -> Result<()> {
+        let primary = json_text(&Value::String(p.primary_provider.clone()));
+        let fallbacks = serde_json::to_string(&p.fallback_providers).expect("strings serialize");
+        let mcp = serde_json::to_string(&p.mcp_servers).expect("strings serialize");
+        let tools = serde_json::to_string(&p.allowed_tools).expect("values serialize");
+        let sandboxes = serde_json::to_string(&p.available_sandboxes).expect("strings serialize");
+        let st = self.stmt(q)?;
+        st.bind((1, p.id.as_str()))?;
+        st.bind((2, p.name.as_str()))?;
+        st.bind((3, primary.as_str()))?;
+        st.bind((4, fallbacks.as_str()))?;
+        st.bind((5, mcp.as_str()))?;
+        st.bind((6, tools.as_str()))?;
+        st.bind((7, sandboxes.as_str()))?;
+        st.bind((8, p.created_at.as_str()))?;
+        st.bind((9, p.updated_at.as_str()))?;
+        st.bind((10, p.deleted_at.as_deref()))?;
+        finish(st)
+    }
+
+    fn two_text(&mut self, q: Q, a: &str, b: &str) -> Result<()> {
+        let st = self.stmt(q)?;
+        st.bind((1, a))?;
+        st.bind((2, b))?;
+        finish(st)
+    }
+
+    /// Answers one engine query.
+    pub fn read(&mut self, read: &StoreRead) -> Result<ReadResult> {
+        match read {
+            StoreRead::Events {
+                session_id,
+                after_seq,
+                limit,
+            } => {
+                let after = seq_to_i64(*after_seq)?;
+                let limit = i64::try_from(*limit).unwrap_or(i64::MAX);
+                let st = self.stmt(Q::SelectEvents)?;
+                st.bind((1, session_id.as_str()))?;
+                st.bind((2, after))?;
+                st.bind((3, limit))?;
+                let mut rows = Vec::new();
+                let r = (|| {
+                    while st.next()? == State::Row {
+                        rows.push(read_event(st)?);
+                    }
+                    Ok(())
+                })();
+                let _ = st.reset();
+                r.map(|()| ReadResult::Events(rows))
+            }
+            StoreRead::EventSeq {
+                session_id,
+                event_id,
+            } => {
+                let seq = self.lookup_seq(Q::SelectEventSeq, event_id, session_id)?;
+                Ok(ReadResult::EventSeq(seq))
+            }
+            StoreRead::History { session_id } => {
+                self.run(Q::BeginRead)?;
+                let r = self.history(session_id);
+                let _ = self.run(Q::Commit);
+                r.map(ReadResult::History)
+            }
+        }
+    }
+
+    fn lookup_seq(&mut self, q: Q, event_id: &str, session_id: &str) -> Result<Option<u64>> {
+        let st = self.stmt(q)?;
+        st.bind((1, event_id))?;
+        st.bind((2, session_id))?;
+        let r = (|| {
+            if st.next()? == State::Row {
+                Ok(Some(st.read::<i64, _>(0)? as u64))
+            } else {
+                Ok(None)
+            }
+        })();
+        let _ = st.reset();
+        r
+    }
+
+    fn history(&mut self, session_id: &str) -> Result<HistoryLoad> {
+        // Lower bound (spec 07 §6).
+        let (preamble, summary) = {
+            let st = self.stmt(Q::NewestCompaction)?;
+            st.bind((1, session_id))?;
+            let r = (|| -> Result<(Option<String>, Option<String>)> {
+                if st.next()? == State::Row {
+                    Ok((text_value(st, 0)?, text_value(st, 1)?))
+                } else {
+                    Ok((None, None))
+                }
+            })();
+            let _ = st.reset();
+            r?
+        };
+        let mut bound = None;
+        if let Some(id) = &preamble {
+            bound = self.lookup_seq(Q::ResolvePreamble, id, session_id)?;
+        }
+        if bound.is_none() {
+            if let Some(id) = &summary {
+                bound = self.lookup_seq(Q::ResolveSummary, id, session_id)?;
+            }
+        }
+        let bound = bound.unwrap_or(0);
+
+        let mut messages = Vec::new();
+        {
+            let st = self.stmt(Q::HistoryMessages)?;
+            st.bind((1, session_id))?;
+            st.bind((2, bound as i64))?;
+            let r = (|| -> Result<()> {
+                while st.next()? == State::Row {
+                    let seq = st.read::<i64, _>(0)? as u64;
+                    let event_type = st.read::<String, _>(1)?;
+                    let raw = st.read::<String, _>(2)?;
+                    let payload = serde_json::from_str(&raw).map_err(|e| {
+                        StoreError::Corrupt(format!("payload of event seq {seq}: {e}"))
+                    })?;
+                    messages.push((seq, event_type, payload));
+                }
+                Ok(())
+            })();
+            let _ = st.reset();
+            r?;
+        }
+
+        let newest_usage = {
+            let st = self.stmt(Q::NewestUsage)?;
+            st.bind((1, session_id))?;
+            let r = (|| -> Result<Option<Option<(u64, u64)>>> {
+                if st.next()? != State::Row {
+                    return Ok(None);
+                }
+                let in_type = st.read::<Option<String>, _>(0)?;
+                let out_type = st.read::<Option<String>, _>(2)?;
+                if in_type.as_deref() != Some("integer") || out_type.as_deref() != Some("integer") {
+                    return Ok(Some(None));
+                }
+                let input = st.read::<i64, _>(1)?;
+                let output = st.read::<i64, _>(3)?;
+                if input < 0 || output < 0 {
+                    return Ok(Some(None));
+                }
+                Ok(Some(Some((input as u64, output as u64))))
+            })();
+            let _ = st.reset();
+            r?
+        };
+        Ok(HistoryLoad {
+            messages,
+            newest_usage,
+        })
+    }
+
+    /// Everything the engine restores from at start (see [`Snapshot`]).
+    pub fn load_snapshot(&mut self) -> Result<Snapshot> {
+        self.run(Q::BeginRead)?;
+        let r = self.snapshot_inner();
+        let _ = self.run(Q::Commit);
+        r
+    }
+
+    fn snapshot_inner(&mut self) -> Result<Snapshot> {
+        let mut snap = Snapshot::default();
+        self.each_row(Q::AllProfiles, |st| {
+            snap.profiles.push(read_profile(st)?);
+            Ok(())
+        })?;
+        self.each_row(Q::ActiveKeys, |st| {
+            snap.keys.push(read_key(st)?);
+            Ok(())
+        })?;
+        self.each_row(Q::AllSessions, |st| {
+            snap.sessions.push(read_session(st)?);
+            Ok(())
+        })?;
+        self.each_row(Q::MaxSeq, |st| {
+            snap.max_event_seq = st.read::<i64, _>(0)?.max(0) as u64;
+            Ok(())
+        })?;
+        let mut seen = HashSet::new();
+        self.each_row(Q::Drivers, |st| {
+            let pair = (st.read::<String, _>(0)?, st.read::<String, _>(1)?);
+            if seen.insert(pair.clone()) {
+                snap.drivers.push(pair);
+            }
+            Ok(())
+        })?;
+        self.each_row(Q::EventCounts, |st| {
+            snap.event_counts.push((
+                st.read::<String, _>(0)?,
+                st.read::<i64, _>(1)?.max(0) as u64,
+            ));
+            Ok(())
+        })?;
+        Ok(snap)
+    }
+
+    fn each_row(&mut self, q: Q, mut f: impl FnMut(&Statement<'c>) -> Result<()>) -> Result<()> {
+        let st = self.stmt(q)?;
+        let r = (|| {
+            while st.next()? == State::Row {
+                f(st)?;
+            }
+            Ok(())
+        })();
+        let _ = st.reset();
+        r
+    }
+}
+
+fn step_to_end(st: &mut Statement<'_>) -> Result<()> {
+    while st.next()? == State::Row {}
+    Ok(())
+}
+
+/// Runs a bound write statement to completion and resets it.
+fn finish(st: &mut Statement<'_>) -> Result<()> {
+    let r = step_to_end(st);
+    let _ = st.reset();
+    r
+}
+
+fn seq_to_i64(seq: u64) -> Result<i64> {
+    i64::try_from(seq).map_err(|_| StoreError::Corrupt(format!("event seq {seq} out of range")))
+}
+
+/// Compact JSON text of a value.
+fn json_text(v: &Value) -> String {
+    serde_json::to_string(v).expect("serde_json::Value always serializes")
+}
+
+/// Reads a column that should hold text; non-text values yield `None`.
+fn text_value(st: &Statement<'_>, i: usize) -> Result<Option<String>> {
+    Ok(match st.read::<sqlite::Value, _>(i)? {
+        sqlite::Value::String(s) => Some(s),
+        _ => None,
+    })
+}
+
+fn read_event(st: &Statement<'_>) -> Result<EventRow> {
+    Ok(EventRow {
+        seq: st.read::<i64, _>(0)? as u64,
+        id: st.read::<String, _>(1)?,
+        session_id: st.read::<String, _>(2)?,
+        client_key_id: st.read::<Option<String>, _>(3)?,
+        event_type: st.read::<String, _>(4)?,
+        payload: st.read::<String, _>(5)?,
+        created_at: st.read::<String, _>(6)?,
+    })
+}
+
+/// Parses a JSON column; unparsable text is kept as a JSON string so that a
+/// legacy or hand-edited value never prevents the server from starting.
+fn json_column(raw: Option<String>) -> Option<Value> {
+    raw.map(|s| serde_json::from_str(&s).unwrap_or(Value::String(s)))
+}
+
+fn string_list(raw: Option<String>) -> Vec<String> {
+    match json_column(raw) {
+        Some(Value::Array(items)) => items
+            .into_iter()
+            .map(|v| match v {
+                Value::String(s) => s,
+                other => other.to_string(),
+            })
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+fn read_profile(st: &Statement<'_>) -> Result<ProfileRow> {
+    let primary = match json_column(st.read::<Option<String>, _>(2)?) {
+        Some(Value::String(s)) => s,
+        Some(Value::Null) | None => String::new(),
+        Some(other) => other.to_string(),
+    };
+    let allowed_tools = match json_column(st.read::<Option<String>, _>(5)?) {
+        Some(Value::Array(items)) => items,
+        _ => Vec::new(),
+    };
+    Ok(ProfileRow {
+        id: st.read::<String, _>(0)?,
+        name: st.read::<String, _>(1)?,
+        primary_provider: primary,
+        fallback_providers: string_list(st.read::<Option<String>, _>(3)?),
+        mcp_servers: string_list(st.read::<Option<String>, _>(4)?),
+        allowed_tools,
+        available_sandboxes: string_list(st.read::<Option<String>, _>(6)?),
+        created_at: st.read::<String, _>(7)?,
+        updated_at: st.read::<String, _>(8)?,
+        deleted_at: st.read::<Option<String>, _>(9)?,
+    })
+}
+
+fn read_key(st: &Statement<'_>) -> Result<KeyRow> {
+    let role_text = st.read::<String, _>(4)?;
+    let role = KeyRole::parse(&role_text)
+        .ok_or_else(|| StoreError::Corrupt(format!("unknown key role \"{role_text}\"")))?;
+    Ok(KeyRow {
+        id: st.read::<String, _>(0)?,
+        name: st.read::<String, _>(1)?,
+        key_hash: st.read::<String, _>(2)?,
+        key_prefix: st.read::<String, _>(3)?,
+        role,
+        profile_id: st.read::<Option<String>, _>(5)?,
+        client_id: st.read::<Option<String>, _>(6)?,
+        created_at: st.read::<String, _>(7)?,
+        last_used_at: st.read::<Option<String>, _>(8)?,
+        deleted_at: st.read::<Option<String>, _>(9)?,
+    })
+}
+
+fn tool_map(raw: Option<String>) -> Value {
+    match json_column(raw) {
+        Some(Value::Null) | None => Value::Object(Default::default()),
+        Some(v) => v,
+    }
+}
+
+fn read_session(st: &Statement<'_>) -> Result<SessionRow> {
+    let state_text = st.read::<String, _>(3)?;
+    let state = SessionState::parse(&state_text)
+        .ok_or_else(|| StoreError::Corrupt(format!("unknown session state \"{state_text}\"")))?;
+    let compaction = match json_column(st.read::<Option<String>, _>(8)?) {
+        Some(Value::Null) | None => None,
+        Some(v) => Some(v),
+    };
+    Ok(SessionRow {
+        id: st.read::<String, _>(0)?,
+        client_key_id: st.read::<String, _>(1)?,
+        profile_id: st.read::<String, _>(2)?,
+        state,
+        client_version: st.read::<Option<String>, _>(4)?,
+        client_tools: tool_map(st.read::<Option<String>, _>(5)?),
+        sandbox_tools: tool_map(st.read::<Option<String>, _>(6)?),
+        subagent_tools: tool_map(st.read::<Option<String>, _>(7)?),
+        compaction,
+        created_at: st.read::<String, _>(9)?,
+        closed_at: st.read::<Option<String>, _>(10)?,
+    })
+}

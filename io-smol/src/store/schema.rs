@@ -1,0 +1,147 @@
+//! The persisted schema: the nine numbered migrations of spec 08 §2 and the
+//! extra (unnumbered) indexes this server adds for its hot queries.
+
+/// Highest migration version this binary knows (spec 08 §2).
+pub const LATEST_VERSION: i64 = 9;
+
+/// One forward-only migration.
+pub struct Migration {
+    pub version: i64,
+    pub name: &'static str,
+    /// One or more statements, executed as a script.
+    pub sql: &'static str,
+}
+
+/// The numbered migrations, in order. The SQL of an applied migration must
+/// never change: databases written by the reference server (same version)
+/// are a compatibility surface.
+pub const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        name: "schema_version",
+        sql: "CREATE TABLE IF NOT EXISTS schema_version (
+                  version    INTEGER PRIMARY KEY,
+                  applied_at TEXT NOT NULL
+              );",
+    },
+    Migration {
+        version: 2,
+        name: "keys",
+        sql: "CREATE TABLE keys (
+                  id           TEXT PRIMARY KEY,
+                  name         TEXT NOT NULL,
+                  key_hash     TEXT NOT NULL,
+                  key_prefix   TEXT NOT NULL,
+                  role         TEXT NOT NULL CHECK (role IN ('client', 'session')),
+                  profile_id   TEXT REFERENCES profiles(id),
+                  client_id    TEXT REFERENCES keys(id),
+                  created_at   TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
+                  last_used_at TEXT,
+                  deleted_at   TEXT
+              );",
+    },
+    Migration {
+        version: 3,
+        name: "profiles",
+        sql: "CREATE TABLE profiles (
+                  id               TEXT PRIMARY KEY,
+                  name             TEXT NOT NULL UNIQUE,
+                  provider_config  TEXT NOT NULL,
+                  fallback_configs TEXT NOT NULL DEFAULT '[]',
+                  mcp_servers      TEXT NOT NULL DEFAULT '[]',
+                  allowed_tools    TEXT NOT NULL DEFAULT '[]',
+                  created_at       TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
+                  updated_at       TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
+                  deleted_at       TEXT
+              );",
+    },
+    Migration {
+        version: 4,
+        name: "sessions",
+        sql: "CREATE TABLE sessions (
+                  id             TEXT PRIMARY KEY,
+                  client_key_id  TEXT NOT NULL REFERENCES keys(id),
+                  profile_id     TEXT NOT NULL REFERENCES profiles(id),
+                  state          TEXT NOT NULL CHECK (state IN ('open', 'closed', 'error')),
+                  client_version TEXT,
+                  client_tools   TEXT NOT NULL DEFAULT '{}',
+                  created_at     TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
+                  closed_at      TEXT
+              );",
+    },
+    Migration {
+        version: 5,
+        name: "session_events",
+        sql: "CREATE TABLE session_events (
+                  id            TEXT PRIMARY KEY,
+                  session_id    TEXT NOT NULL REFERENCES sessions(id),
+                  client_key_id TEXT,
+                  event_type    TEXT NOT NULL,
+                  payload       TEXT NOT NULL,
+                  created_at    TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))
+              );",
+    },
+    Migration {
+        version: 6,
+        name: "admin_key_role",
+        // Create-copy-drop-rename: SQLite cannot alter a CHECK constraint.
+        // Foreign keys are off while migrations run, so dropping the old
+        // table does not cascade or fail on the rows that reference it.
+        sql: "CREATE TABLE keys_new (
+                  id           TEXT PRIMARY KEY,
+                  name         TEXT NOT NULL,
+                  key_hash     TEXT NOT NULL,
+                  key_prefix   TEXT NOT NULL,
+                  role         TEXT NOT NULL CHECK (role IN ('client', 'session', 'admin')),
+                  profile_id   TEXT REFERENCES profiles(id),
+                  client_id    TEXT REFERENCES keys(id),
+                  created_at   TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
+                  last_used_at TEXT,
+                  deleted_at   TEXT
+              );
+              INSERT INTO keys_new (id, name, key_hash, key_prefix, role, profile_id,
+                                    client_id, created_at, last_used_at, deleted_at)
+                  SELECT id, name, key_hash, key_prefix, role, profile_id,
+                         client_id, created_at, last_used_at, deleted_at
+                  FROM keys ORDER BY rowid;
+              DROP TABLE keys;
+              ALTER TABLE keys_new RENAME TO keys;",
+    },
+    Migration {
+        version: 7,
+        name: "profiles_sandboxes",
+        sql: "ALTER TABLE profiles ADD COLUMN available_sandboxes TEXT;
+              ALTER TABLE sessions ADD COLUMN sandbox_tools TEXT;",
+    },
+    Migration {
+        version: 8,
+        name: "sessions_subagent_tools",
+        sql: "ALTER TABLE sessions ADD COLUMN subagent_tools TEXT;",
+    },
+    Migration {
+        version: 9,
+        name: "sessions_compaction",
+        sql: "ALTER TABLE sessions ADD COLUMN compaction TEXT;
+              CREATE INDEX idx_session_events_session_type
+                  ON session_events(session_id, event_type);",
+    },
+];
+
+/// Secondary indexes for this server's hot queries (spec 08 §3.5).
+///
+/// They are deliberately NOT a numbered migration: `schema_version` must
+/// stay at 9 (C-233) so that a database remains interchangeable with the
+/// reference server of the same schema version. Extra indexes are invisible
+/// to every query the reference makes (SQLite only ever adds access paths),
+/// so `CREATE INDEX IF NOT EXISTS` at every start is both safe on a
+/// reference-written database and idempotent on ours.
+pub const EXTRA_INDEXES: &[&str] = &[
+    // Session-key auth: role='session' AND name=<session id>.
+    "CREATE INDEX IF NOT EXISTS bae_idx_keys_role_name ON keys(role, name)",
+    // Client-key auth: role='client' AND key_prefix=<first 8 chars>.
+    "CREATE INDEX IF NOT EXISTS bae_idx_keys_role_prefix ON keys(role, key_prefix)",
+    // Event paging and per-session counts: (session_id, rowid) order. The
+    // (session_id, event_type) index cannot serve `rowid > ? ORDER BY rowid`
+    // across event types without a sort.
+    "CREATE INDEX IF NOT EXISTS bae_idx_session_events_session ON session_events(session_id)",
+];

@@ -1,0 +1,160 @@
+//! Schema, migrations and connection setup (spec 08 §1–§3, C-228, C-233).
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use io_smol::store::{Store, StoreError, Synchronous, LATEST_VERSION};
+
+fn temp_dir(tag: &str) -> PathBuf {
+    static N: AtomicU32 = AtomicU32::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "baesrv-{tag}-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn scalar(path: &std::path::Path, sql: &str) -> i64 {
+    let conn = sqlite::open(path).unwrap();
+    let mut st = conn.prepare(sql).unwrap();
+    st.next().unwrap();
+    st.read::<i64, _>(0).unwrap()
+}
+
+#[test]
+fn fresh_database_migrates_to_9_with_index() {
+    let dir = temp_dir("schema");
+    let db = dir.join("bae.db");
+    let store = Store::open(&db, Synchronous::Normal).unwrap();
+    let report = store.migrate().unwrap();
+    assert_eq!((report.from, report.to), (0, 9));
+    assert_eq!(store.schema_version().unwrap(), LATEST_VERSION);
+    drop(store);
+
+    assert_eq!(scalar(&db, "SELECT MAX(version) FROM schema_version"), 9);
+    assert_eq!(scalar(&db, "SELECT COUNT(*) FROM schema_version"), 9);
+    assert_eq!(
+        scalar(
+            &db,
+            "SELECT COUNT(*) FROM sqlite_master WHERE type = 'index' \
+             AND name = 'idx_session_events_session_type'"
+        ),
+        1
+    );
+    // applied_at uses datetime('now'): YYYY-MM-DD HH:MM:SS.
+    let conn = sqlite::open(&db).unwrap();
+    let mut st = conn
+        .prepare("SELECT applied_at FROM schema_version WHERE version = 9")
+        .unwrap();
+    st.next().unwrap();
+    let at: String = st.read(0).unwrap();
+    assert_eq!(at.len(), 19, "{at}");
+    assert_eq!(&at[10..11], " ");
+    // Columns added by 7–9 and the widened role CHECK of 6.
+    conn.execute(
+        "SELECT available_sandboxes FROM profiles; \
+         SELECT sandbox_tools, subagent_tools, compaction FROM sessions;",
+    )
+    .unwrap();
+    conn.execute(
+        "INSERT INTO keys (id, name, key_hash, key_prefix, role, created_at) \
+         VALUES ('key_a', 'n', 'h', 'bae_admi', 'admin', 't')",
+    )
+    .unwrap();
+    assert!(conn
+        .execute(
+            "INSERT INTO keys (id, name, key_hash, key_prefix, role, created_at) \
+             VALUES ('key_b', 'n', 'h', 'p', 'root', 't')",
+        )
+        .is_err());
+    // WAL requested.
+    let mut st = conn.prepare("PRAGMA journal_mode").unwrap();
+    st.next().unwrap();
+    assert_eq!(st.read::<String, _>(0).unwrap().to_lowercase(), "wal");
+}
+
+#[test]
+fn reopening_is_idempotent() {
+    let dir = temp_dir("reopen");
+    let db = dir.join("bae.db");
+    for round in 0..3 {
+        let store = Store::open(&db, Synchronous::Full).unwrap();
+        let r = store.migrate().unwrap();
+        assert_eq!(r.from, if round == 0 { 0 } else { 9 });
+        assert_eq!(store.schema_version().unwrap(), 9);
+    }
+    assert_eq!(scalar(&db, "SELECT COUNT(*) FROM schema_version"), 9);
+    // The extra (unnumbered) indexes exist exactly once.
+    assert_eq!(
+        scalar(
+            &db,
+            "SELECT COUNT(*) FROM sqlite_master WHERE type = 'index' AND name LIKE 'bae_idx_%'"
+        ),
+        3
+    );
+}
+
+#[test]
+fn partial_database_is_completed() {
+    // A database stopped at version 5 (before the keys rebuild) keeps its
+    // rows through migrations 6–9.
+    let dir = temp_dir("partial");
+    let db = dir.join("bae.db");
+    {
+        let conn = sqlite::open(&db).unwrap();
+        for m in &io_smol::store::MIGRATIONS[..5] {
+            conn.execute(m.sql).unwrap();
+            conn.execute(format!(
+                "INSERT INTO schema_version VALUES ({}, datetime('now'))",
+                m.version
+            ))
+            .unwrap();
+        }
+        conn.execute(
+            "INSERT INTO keys (id, name, key_hash, key_prefix, role, created_at) \
+             VALUES ('key_old', 'label', 'h', 'bae_1234', 'client', 't')",
+        )
+        .unwrap();
+    }
+    let store = Store::open(&db, Synchronous::Normal).unwrap();
+    assert_eq!(store.migrate().unwrap().from, 5);
+    let snap = store.load_snapshot().unwrap();
+    assert_eq!(snap.keys.len(), 1);
+    assert_eq!(snap.keys[0].id, "key_old");
+}
+
+#[test]
+fn newer_schema_is_refused() {
+    let dir = temp_dir("newer");
+    let db = dir.join("bae.db");
+    Store::open(&db, Synchronous::Normal)
+        .unwrap()
+        .migrate()
+        .unwrap();
+    {
+        let conn = sqlite::open(&db).unwrap();
+        conn.execute("INSERT INTO schema_version VALUES (10, datetime('now'))")
+            .unwrap();
+    }
+    let store = Store::open(&db, Synchronous::Normal).unwrap();
+    let err = store.migrate().unwrap_err();
+    assert_eq!(err, StoreError::NewerSchema { db: 10, max: 9 });
+    assert_eq!(
+        err.to_string(),
+        "database schema version 10 is newer than this binary supports (max 9); \
+         upgrade the server or restore a compatible snapshot"
+    );
+}
+
+#[test]
+fn missing_directory_is_reported() {
+    let dir = temp_dir("missing");
+    let db = dir.join("nope").join("bae.db");
+    let err = Store::open(&db, Synchronous::Normal).unwrap_err();
+    let text = err.to_string();
+    assert!(matches!(err, StoreError::Open { .. }), "{err:?}");
+    assert!(text.contains("must exist and be writable"), "{text}");
+}
