@@ -1,0 +1,141 @@
+//! Identifier and secret-key formats (spec 02 §2).
+//!
+//! Ids are `<prefix>` + 32 lowercase hex characters built from 16 bytes the
+//! caller draws from its CSPRNG; secrets are `<prefix>` + 48 lowercase hex
+//! characters built from 24 bytes.
+
+const HEX: &[u8; 16] = b"0123456789abcdef";
+
+/// Entity kinds that carry a generated id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum IdKind {
+    /// `ses_…`
+    Session,
+    /// `evt_…`
+    Event,
+    /// `key_…` (client, session and admin key rows alike)
+    Key,
+    /// `pro_…`
+    Profile,
+    /// `sba_…` (remote subagent tasks)
+    Subagent,
+}
+
+impl IdKind {
+    /// Every id kind.
+    pub const ALL: [IdKind; 5] = [
+        IdKind::Session,
+        IdKind::Event,
+        IdKind::Key,
+        IdKind::Profile,
+        IdKind::Subagent,
+    ];
+
+    /// The prefix including the trailing underscore, e.g. `"ses_"`.
+    pub const fn prefix(self) -> &'static str {
+        match self {
+            IdKind::Session => "ses_",
+            IdKind::Event => "evt_",
+            IdKind::Key => "key_",
+            IdKind::Profile => "pro_",
+            IdKind::Subagent => "sba_",
+        }
+    }
+}
+
+/// Secret key kinds (plaintext formats).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SecretKind {
+    /// `bae_` + 48 hex
+    Client,
+    /// `bae_ses_` + 48 hex
+    Session,
+    /// `bae_admin_` + 48 hex
+    Admin,
+}
+
+impl SecretKind {
+    /// Every secret kind.
+    pub const ALL: [SecretKind; 3] = [SecretKind::Client, SecretKind::Session, SecretKind::Admin];
+
+    /// The plaintext prefix, e.g. `"bae_ses_"`.
+    pub const fn prefix(self) -> &'static str {
+        match self {
+            SecretKind::Client => "bae_",
+            SecretKind::Session => "bae_ses_",
+            SecretKind::Admin => "bae_admin_",
+        }
+    }
+
+    /// The `keys.role` column value for this kind.
+    pub const fn role(self) -> &'static str {
+        match self {
+            SecretKind::Client => "client",
+            SecretKind::Session => "session",
+            SecretKind::Admin => "admin",
+        }
+    }
+}
+
+/// Lowercase hex of `bytes`.
+pub fn to_hex(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len() * 2);
+    push_hex(&mut out, bytes);
+    out
+}
+
+fn push_hex(out: &mut String, bytes: &[u8]) {
+    for &b in bytes {
+        out.push(HEX[(b >> 4) as usize] as char);
+        out.push(HEX[(b & 0xf) as usize] as char);
+    }
+}
+
+fn is_lower_hex(s: &str, len: usize) -> bool {
+    s.len() == len && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
+/// `<prefix>` + 32 lowercase hex of `bytes`.
+pub fn make_id(kind: IdKind, bytes: [u8; 16]) -> String {
+    let mut out = String::with_capacity(4 + 32);
+    out.push_str(kind.prefix());
+    push_hex(&mut out, &bytes);
+    out
+}
+
+/// Whether `s` is exactly `<prefix>` + 32 lowercase hex.
+pub fn is_id(kind: IdKind, s: &str) -> bool {
+    s.strip_prefix(kind.prefix())
+        .is_some_and(|rest| is_lower_hex(rest, 32))
+}
+
+/// `<prefix>` + 48 lowercase hex of `bytes`.
+pub fn make_secret(kind: SecretKind, bytes: [u8; 24]) -> String {
+    let mut out = String::with_capacity(kind.prefix().len() + 48);
+    out.push_str(kind.prefix());
+    push_hex(&mut out, &bytes);
+    out
+}
+
+/// Whether `s` is exactly `<prefix>` + 48 lowercase hex for `kind`.
+///
+/// The formats are disjoint: a session or admin secret is never a valid
+/// client secret (`ses_…`/`admin_…` is not 48 hex).
+pub fn is_secret(kind: SecretKind, s: &str) -> bool {
+    s.strip_prefix(kind.prefix())
+        .is_some_and(|rest| is_lower_hex(rest, 48))
+}
+
+/// Which secret format `s` has, if any.
+pub fn secret_kind(s: &str) -> Option<SecretKind> {
+    SecretKind::ALL.into_iter().find(|&k| is_secret(k, s))
+}
+
+/// The display prefix stored for a key: its first 8 characters
+/// (e.g. `bae_1a2b`). Shorter inputs are returned whole.
+pub fn key_prefix(plaintext: &str) -> &str {
+    match plaintext.char_indices().nth(8) {
+        Some((i, _)) => &plaintext[..i],
+        None => plaintext,
+    }
+}
