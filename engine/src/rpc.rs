@@ -80,6 +80,10 @@ impl Engine {
         match call.method.as_str() {
             "session.registerDriver" => self.register_driver(conn, session_id, key_id),
             "session.sendMessage" => self.send_message(conn, session_id, key_id, &call.params),
+            "session.compact" => self.compact(conn, session_id, key_id, &call.params),
+            "session.updateClientTools" => {
+                self.update_client_tools(conn, session_id, key_id, &call.params)
+            }
             "session.subscribe" => self.subscribe(conn, session_id, &call.params),
             "session.unsubscribe" => {
                 self.unsubscribe_all(session_id);
@@ -90,6 +94,61 @@ impl Engine {
                 self.terminal_error(conn, -32601, &msg);
             }
         }
+    }
+
+    /// `session.updateClientTools` (spec 06 §3.2): full replacement of the
+    /// caller's own client tools, used from its next provider call.
+    fn update_client_tools(
+        &mut self,
+        conn: ConnId,
+        session_id: &str,
+        key_id: &str,
+        params: &Value,
+    ) {
+        if !self.is_driver(session_id, key_id) {
+            return self.terminal_error(
+                conn,
+                -32001,
+                "call session.registerDriver before session.updateClientTools",
+            );
+        }
+        if let Some(msg) = self.open_state_error(session_id) {
+            return self.terminal_error(conn, -32000, &msg);
+        }
+        let parsed = match jsonrpc::UpdateClientToolsParams::parse(params) {
+            Ok(p) => p,
+            Err(msg) => return self.terminal_error(conn, -32602, &msg),
+        };
+        let profile_id = self.catalog.sessions[session_id].profile_id.clone();
+        let Some(allowed) = self.catalog.live_profile(&profile_id).map(|p| {
+            p.row
+                .allowed_tools
+                .iter()
+                .filter_map(|v| v.as_str().map(str::to_string))
+                .collect::<Vec<_>>()
+        }) else {
+            return self.terminal_error(conn, -32603, "Internal error");
+        };
+        if let Err(e) = parsed.check_allowed(&allowed) {
+            return self.terminal_error(conn, e.code, &e.message);
+        }
+        let session = self
+            .catalog
+            .sessions
+            .get_mut(session_id)
+            .expect("open session");
+        let tools: Vec<Value> = parsed.tools.iter().map(|t| t.to_value()).collect();
+        session
+            .client_tools
+            .insert(key_id.to_string(), Value::Array(tools));
+        let row = session.to_row();
+        self.write(crate::store::StoreWrite::SetSessionTools {
+            id: row.id,
+            client_tools: row.client_tools,
+            sandbox_tools: row.sandbox_tools,
+            subagent_tools: row.subagent_tools,
+        });
+        self.terminal_result(conn, r#"{"updated":true}"#);
     }
 
     /// `"session is <state>, not open"` unless the session is open.

@@ -305,3 +305,171 @@ fn all_providers_failed_c084_c085() {
     let again = h.rpc(&sid, &skey, &json!({"jsonrpc": "2.0", "id": 3, "method": "session.sendMessage", "params": {"message": {"content": "hi"}}}));
     assert_eq!(again[0]["error"]["message"], "session is error, not open");
 }
+
+fn register(h: &mut Harness, sid: &str, key: &str) {
+    let f = h.rpc(
+        sid,
+        key,
+        &json!({"jsonrpc": "2.0", "id": 1, "method": "session.registerDriver"}),
+    );
+    assert_eq!(f[0]["result"]["registered"], true);
+}
+
+fn send(h: &mut Harness, sid: &str, key: &str, content: Value) -> Vec<Value> {
+    h.rpc(sid, key, &json!({"jsonrpc": "2.0", "id": 5, "method": "session.sendMessage", "params": {"message": {"content": content}}}))
+}
+
+#[test]
+fn manual_compaction_rewrites_provider_history_c169_c171() {
+    let mut h = Harness::new(config());
+    let (_key, sid, skey) = h.open_session(
+        &[],
+        json!({"compaction": {"mode": "client", "prompt": "keep TODOs"}}),
+    );
+    register(&mut h, &sid, &skey);
+    h.replies.push_back(anthropic_text("first answer"));
+    send(&mut h, &sid, &skey, json!("first"));
+    h.replies.push_back(anthropic_text("the summary"));
+    let frames = h.rpc(
+        &sid,
+        &skey,
+        &json!({"jsonrpc": "2.0", "id": 7, "method": "session.compact", "params": {}}),
+    );
+    let notes: Vec<&str> = frames[..frames.len() - 1]
+        .iter()
+        .map(|f| f["params"]["event_type"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        notes,
+        vec![
+            "session.compaction.started",
+            "provider.request",
+            "provider.response",
+            "server.message.send",
+            "server.message.send",
+            "session.compaction.completed"
+        ]
+    );
+    let done = &frames.last().unwrap()["result"];
+    assert_eq!(done["event_type"], "session.compaction.completed");
+    assert_eq!(done["payload"]["compacted_message_count"], 2);
+    assert_eq!(frames[0]["params"]["payload"]["token_count"], 15);
+    let req = &frames[1]["params"]["payload"];
+    assert_eq!(req["purpose"], "compaction");
+    assert_eq!(req["max_tokens"], 4096);
+    assert_eq!(
+        req["messages"][2]["content"], "keep TODOs",
+        "stored client prompt is the instruction"
+    );
+    // The next turn starts from preamble + summary.
+    h.replies.push_back(anthropic_text("after"));
+    let frames = send(&mut h, &sid, &skey, json!("next"));
+    let ev = frames.last().unwrap()["result"]["events"]
+        .as_array()
+        .unwrap()
+        .clone();
+    let msgs = &ev[1]["payload"]["messages"];
+    assert_eq!(
+        msgs[0]["content"][0]["text"],
+        proto::provider::PREAMBLE_TEXT
+    );
+    assert_eq!(msgs[1]["content"][0]["text"], "the summary");
+    assert_eq!(msgs[2]["content"], "next");
+    assert_eq!(msgs.as_array().unwrap().len(), 3);
+    // Same after a restart (history rebuilt from the log).
+    h.restart(config());
+    register(&mut h, &sid, &skey);
+    h.replies.push_back(anthropic_text("again"));
+    let frames = send(&mut h, &sid, &skey, json!("more"));
+    let ev = frames.last().unwrap()["result"]["events"]
+        .as_array()
+        .unwrap()
+        .clone();
+    assert_eq!(ev[1]["payload"]["messages"].as_array().unwrap().len(), 5);
+}
+
+#[test]
+fn compact_during_live_pause_is_turn_in_progress_c168() {
+    let mut h = Harness::new(config());
+    let (_key, sid, skey) = h.open_session(&["t"], json!({"tools": [{"name": "t"}]}));
+    register(&mut h, &sid, &skey);
+    h.replies.push_back(anthropic_tool_use(
+        json!([{"type": "tool_use", "id": "tu_1", "name": "t", "input": {}}]),
+    ));
+    send(&mut h, &sid, &skey, json!("go"));
+    let f = h.rpc(
+        &sid,
+        &skey,
+        &json!({"jsonrpc": "2.0", "id": 3, "method": "session.compact"}),
+    );
+    assert_eq!(
+        f,
+        vec![
+            json!({"jsonrpc": "2.0", "id": 3, "error": {"code": -32020, "message": "turn in progress: resolve the paused turn before compacting"}})
+        ]
+    );
+    // After the timeout the pause is reclaimed (C-183).
+    h.advance(121_000);
+    h.replies.push_back(anthropic_text("sum"));
+    let f = h.rpc(
+        &sid,
+        &skey,
+        &json!({"jsonrpc": "2.0", "id": 4, "method": "session.compact"}),
+    );
+    let notes: Vec<String> = f[..f.len() - 1]
+        .iter()
+        .map(|x| x["params"]["event_type"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(
+        &notes[..4],
+        &[
+            "session.error",
+            "server.message.send",
+            "tool.result",
+            "session.compaction.started"
+        ]
+    );
+    assert_eq!(
+        f[1]["params"]["payload"]["synthetic"],
+        "abandoned_tool_results"
+    );
+    assert_eq!(
+        f.last().unwrap()["result"]["event_type"],
+        "session.compaction.completed"
+    );
+}
+
+#[test]
+fn auto_compaction_strictly_above_threshold_c179_c180() {
+    let mut h = Harness::new(config());
+    let (_key, sid, skey) =
+        h.open_session(&[], json!({"compaction": {"mode": "auto", "size": 1000}}));
+    register(&mut h, &sid, &skey);
+    let reply = |i: u64, o: u64| {
+        engine::ProviderReply::Http {
+        status: 200,
+        body: json!({"role": "assistant", "content": [{"type": "text", "text": "x"}], "stop_reason": "end_turn", "usage": {"input_tokens": i, "output_tokens": o}}).to_string().into_bytes(),
+    }
+    };
+    h.replies.push_back(reply(900, 100));
+    let f = send(&mut h, &sid, &skey, json!("a"));
+    assert_eq!(
+        types(&f.last().unwrap()["result"]["events"]).len(),
+        4,
+        "exactly at size: no compaction"
+    );
+    h.replies.push_back(reply(900, 101));
+    h.replies.push_back(anthropic_text("summary"));
+    let f = send(&mut h, &sid, &skey, json!("b"));
+    let t = types(&f.last().unwrap()["result"]["events"]);
+    assert_eq!(t[4], "session.compaction.started");
+    assert_eq!(t.last().unwrap(), "session.compaction.completed");
+    assert_eq!(
+        f.last().unwrap()["result"]["message"]["content"][0]["text"],
+        "x"
+    );
+    assert_eq!(
+        f.last().unwrap()["result"]["events"][4]["payload"],
+        json!({"trigger": "auto", "reason": "token_threshold", "token_count": 1001, "threshold_tokens": 1000})
+    );
+}

@@ -6,6 +6,7 @@
 //! waits for a history read or a provider reply, never for a socket. It runs
 //! to completion even if its consumer disconnects (only frames are lost).
 
+pub mod compact;
 pub mod merge;
 
 use std::collections::VecDeque;
@@ -35,6 +36,11 @@ pub struct Live {
     pub queue: VecDeque<Waiter>,
     /// Provider-facing history as rebuilt from the log (`None` = not loaded).
     pub history: Option<Vec<Value>>,
+    /// Usage of the newest successful non-compaction provider call (valid
+    /// once `history` is loaded): the manual compaction `token_count`.
+    pub newest_usage: Option<(u64, u64)>,
+    /// Backoff armed by a failed automatic compaction (spec 07 §3.3).
+    pub backoff: Option<compact::Backoff>,
 }
 
 #[derive(Default)]
@@ -55,13 +61,22 @@ pub struct Pause {
     pub expected: Vec<String>,
     /// Server-dispatched results produced before the pause.
     pub server_results: Vec<Value>,
+    /// An auto-compaction crossing observed before the pause (spec 07 §3.2).
+    pub auto_trigger: Option<u64>,
 }
 
 /// A queued gated request.
 pub struct Waiter {
     pub conn: ConnId,
     pub key_id: String,
-    pub message: UserMessage,
+    pub op: Op,
+}
+
+/// What a gated request wants to do once admitted.
+pub enum Op {
+    Send(UserMessage),
+    /// `session.compact` with its call-level prompt.
+    Compact(Option<String>),
 }
 
 /// `params.message` of `session.sendMessage`.
@@ -95,9 +110,20 @@ pub struct Turn {
     pub attempt: usize,
     pub iteration: u32,
     pub call: Option<CallId>,
+    pub mode: Mode,
+    /// `(input, output)` usage of this request's newest successful call.
+    pub last_usage: Option<(u64, u64)>,
+    /// Auto-compaction trigger carried from a resumed or retired pause.
+    pub carried_trigger: Option<u64>,
 }
 
-enum Outcome {
+/// What the provider calls of a [`Turn`] are for.
+pub enum Mode {
+    Chat,
+    Compaction(compact::Run),
+}
+
+pub(crate) enum Outcome {
     Completed(Value),
     Paused(Value, Pause),
     ProvidersFailed,
@@ -126,8 +152,11 @@ impl Engine {
         if let Some(msg) = self.open_state_error(session_id) {
             return self.terminal_error(conn, -32000, &msg);
         }
-        let message = match parse_message(params) {
-            Ok(m) => m,
+        let message = match proto::jsonrpc::SendMessageParams::parse(params) {
+            Ok(m) => UserMessage {
+                role: m.role,
+                content: m.content,
+            },
             Err(msg) => return self.terminal_error(conn, -32602, &msg),
         };
         let now = self.now.mono_ms;
@@ -152,15 +181,19 @@ impl Engine {
                 self.acquire(conn, session_id, key_id, message, Takeover::Fresh);
             }
             _ => {
-                live.queue.push_back(Waiter {
-                    conn,
-                    key_id: key_id.to_string(),
-                    message,
-                });
-                if let Some(s) = self.stream_mut(conn) {
-                    s.kind = StreamKind::Queued;
-                }
+                self.enqueue(session_id, conn, key_id, Op::Send(message));
             }
+        }
+    }
+
+    pub(crate) fn enqueue(&mut self, session_id: &str, conn: ConnId, key_id: &str, op: Op) {
+        self.live_mut(session_id).queue.push_back(Waiter {
+            conn,
+            key_id: key_id.to_string(),
+            op,
+        });
+        if let Some(s) = self.stream_mut(conn) {
+            s.kind = StreamKind::Queued;
         }
     }
 
@@ -171,21 +204,21 @@ impl Engine {
             .is_some_and(|d| d.contains(key_id))
     }
 
-    fn log_abandoned(&mut self, session_id: &str, owner: &str) {
+    pub(crate) fn log_abandoned(&mut self, session_id: &str, owner: &str) {
         let payload = json!({"reason": "driver_turn_abandoned", "owner_client_key_id": owner});
         self.append_event(session_id, Some(owner), "session.error", payload);
     }
 
     /// The request now holds the gate: re-check, record the user turn and
     /// start the loop.
-    fn acquire(
+    /// Makes `conn`'s request the gate holder and returns its turn id.
+    pub(crate) fn hold_gate(
         &mut self,
         conn: ConnId,
         session_id: &str,
         key_id: &str,
-        message: UserMessage,
-        takeover: Takeover,
-    ) {
+        mode: Mode,
+    ) -> TurnId {
         let turn_id = self.next_turn;
         self.next_turn += 1;
         self.live_mut(session_id).holder = Holder::Running(turn_id);
@@ -206,8 +239,28 @@ impl Engine {
                 attempt: 0,
                 iteration: 0,
                 call: None,
+                mode,
+                last_usage: None,
+                carried_trigger: None,
             },
         );
+        turn_id
+    }
+
+    fn acquire(
+        &mut self,
+        conn: ConnId,
+        session_id: &str,
+        key_id: &str,
+        message: UserMessage,
+        takeover: Takeover,
+    ) {
+        let turn_id = self.hold_gate(conn, session_id, key_id, Mode::Chat);
+        if let Takeover::Resume(p) | Takeover::Retire(p) = &takeover {
+            if let Some(t) = self.turns.get_mut(&turn_id) {
+                t.carried_trigger = p.auto_trigger;
+            }
+        }
         if let Some(msg) = self.open_state_error(session_id) {
             return self.fail_turn(turn_id, -32000, &msg);
         }
@@ -347,7 +400,15 @@ impl Engine {
                     .iter()
                     .map(|(_, et, payload)| provider::history_message(et, payload))
                     .collect();
-                self.live_mut(&session_id).history = Some(history.clone());
+                let live = self.live_mut(&session_id);
+                live.history = Some(history.clone());
+                live.newest_usage = load.newest_usage.flatten();
+                if matches!(
+                    self.turns.get(&turn_id).map(|t| &t.mode),
+                    Some(Mode::Compaction(_))
+                ) {
+                    return self.compaction_history_ready(turn_id);
+                }
                 self.start_loop(turn_id, history);
             }
             other => {
@@ -359,7 +420,7 @@ impl Engine {
         }
     }
 
-    fn start_loop(&mut self, turn_id: TurnId, history: Vec<Value>) {
+    pub(crate) fn start_loop(&mut self, turn_id: TurnId, history: Vec<Value>) {
         if let Some(t) = self.turns.get_mut(&turn_id) {
             t.history = history;
             t.iteration = 0;
@@ -385,19 +446,29 @@ impl Engine {
     }
 
     /// Logs `provider.request` for the current attempt and emits the call.
-    fn send_attempt(&mut self, turn_id: TurnId) {
+    pub(crate) fn send_attempt(&mut self, turn_id: TurnId) {
         let Some(t) = self.turns.get(&turn_id) else {
             return;
         };
         let entry = t.chain[t.attempt].clone();
         let kind = Kind::parse(&entry.kind).unwrap_or(Kind::Anthropic);
+        let compaction = matches!(t.mode, Mode::Compaction(_));
+        // Compaction never advertises tools and gets at least 4096 tokens.
+        let (messages, tools, max_tokens) = match &t.mode {
+            Mode::Chat => (&t.history, t.tools.clone(), entry.max_tokens),
+            Mode::Compaction(run) => (
+                &run.messages,
+                Vec::new(),
+                entry.max_tokens.max(compact::MIN_MAX_TOKENS),
+            ),
+        };
         let prepared = provider::prepare_request(
             kind,
             &entry.base_url,
             &entry.model,
-            entry.max_tokens,
-            &t.history,
-            &t.tools,
+            max_tokens,
+            messages,
+            &tools,
         );
         let mut payload = json!({
             "attempt": t.attempt,
@@ -405,12 +476,15 @@ impl Engine {
             "provider": entry.kind,
             "base_url": entry.base_url,
             "model": entry.model,
-            "max_tokens": entry.max_tokens,
+            "max_tokens": max_tokens,
             "messages": prepared.logged_messages,
-            "tools": t.tools,
+            "tools": tools,
         });
         if let Some(n) = &prepared.normalized {
             payload["normalized"] = n.clone();
+        }
+        if compaction {
+            payload["purpose"] = json!("compaction");
         }
         self.turn_event(turn_id, "provider.request", payload);
         let call_id = self.next_call;
@@ -446,6 +520,7 @@ impl Engine {
         let attempt = t.attempt;
         let kind = Kind::parse(&entry.kind).unwrap_or(Kind::Anthropic);
         let attempt_kind = if attempt == 0 { "primary" } else { "fallback" };
+        let compaction = matches!(t.mode, Mode::Compaction(_));
         let failure = match reply {
             ProviderReply::Credential(msg) | ProviderReply::Transport(msg) => {
                 (Value::Null, msg, Value::Null)
@@ -457,7 +532,7 @@ impl Engine {
             ),
             ProviderReply::Http { body, .. } => match provider::parse_response(kind, &body) {
                 Ok(resp) => {
-                    let payload = json!({
+                    let mut payload = json!({
                         "attempt": attempt,
                         "kind": attempt_kind,
                         "provider": entry.kind,
@@ -466,14 +541,28 @@ impl Engine {
                         "body": resp.raw,
                         "usage": resp.usage.as_ref().map(|u| u.to_json()),
                     });
+                    let usage = resp
+                        .usage
+                        .as_ref()
+                        .map(|u| (u.input_tokens, u.output_tokens));
+                    if compaction {
+                        payload["purpose"] = json!("compaction");
+                        self.turn_event(turn_id, "provider.response", payload);
+                        return self.on_summary(turn_id, resp, usage);
+                    }
                     self.turn_event(turn_id, "provider.response", payload);
+                    let session_id = self.turns[&turn_id].session_id.clone();
+                    self.live_mut(&session_id).newest_usage = usage;
+                    if let Some(t) = self.turns.get_mut(&turn_id) {
+                        t.last_usage = usage;
+                    }
                     return self.on_assistant(turn_id, resp.content);
                 }
                 Err(e) => (Value::Null, e.to_string(), Value::Null),
             },
         };
         let (status, error, body) = failure;
-        let payload = json!({
+        let mut payload = json!({
             "attempt": attempt,
             "kind": attempt_kind,
             "provider": entry.kind,
@@ -482,8 +571,11 @@ impl Engine {
             "error": error,
             "body": body,
         });
+        if compaction {
+            payload["purpose"] = json!("compaction");
+        }
         self.turn_event(turn_id, "provider.response", payload);
-        if attempt == 0 {
+        if attempt == 0 && !compaction {
             let payload =
                 json!({"reason": "provider_call_failed", "provider": entry.kind, "detail": error});
             self.turn_event(turn_id, "session.error", payload);
@@ -497,6 +589,9 @@ impl Engine {
         }
         let attempts = t.chain.len();
         let session_id = t.session_id.clone();
+        if compaction {
+            return self.compaction_failed(turn_id, &format!("all {attempts} providers failed"));
+        }
         let payload = json!({"reason": "all_providers_failed", "attempts": attempts});
         self.turn_event(turn_id, "session.error", payload);
         self.set_state(&session_id, SessionState::Error);
@@ -514,6 +609,9 @@ impl Engine {
         if uses.is_empty() {
             let message = json!({"role": "assistant", "content": content});
             self.turn_event(turn_id, "server.message.send", message.clone());
+            if self.maybe_auto_compact(turn_id, &message) {
+                return;
+            }
             return self.end_turn(turn_id, Outcome::Completed(message));
         }
         let dispatches: Vec<&'static str> = uses
@@ -558,11 +656,13 @@ impl Engine {
                         .to_string()
                 })
                 .collect();
+            let auto_trigger = self.auto_crossing(turn_id);
             let pause = Pause {
                 owner: key_id,
                 deadline: self.now.mono_ms + self.config.turn_timeout_ms,
                 expected,
                 server_results,
+                auto_trigger,
             };
             return self.end_turn(turn_id, Outcome::Paused(message, pause));
         }
@@ -689,15 +789,19 @@ impl Engine {
     }
 
     /// Appends an event on behalf of a turn (and into its `result.events`).
-    fn turn_event(&mut self, turn_id: TurnId, event_type: &str, payload: Value) {
-        let Some(t) = self.turns.get(&turn_id) else {
-            return;
-        };
+    pub(crate) fn turn_event(
+        &mut self,
+        turn_id: TurnId,
+        event_type: &str,
+        payload: Value,
+    ) -> Option<crate::log::Appended> {
+        let t = self.turns.get(&turn_id)?;
         let (session_id, key_id) = (t.session_id.clone(), t.key_id.clone());
         let ev = self.append_event(&session_id, Some(&key_id), event_type, payload);
         if let Some(t) = self.turns.get_mut(&turn_id) {
-            t.events.push(ev.json);
+            t.events.push(ev.json.clone());
         }
+        Some(ev)
     }
 
     pub(crate) fn set_state(&mut self, session_id: &str, state: SessionState) {
@@ -714,7 +818,7 @@ impl Engine {
     }
 
     /// Terminal result for the turn's request, then gate bookkeeping.
-    fn end_turn(&mut self, turn_id: TurnId, outcome: Outcome) {
+    pub(crate) fn end_turn(&mut self, turn_id: TurnId, outcome: Outcome) {
         let Some(t) = self.turns.remove(&turn_id) else {
             return;
         };
@@ -740,13 +844,15 @@ impl Engine {
                 if let Some(live) = self.live.get_mut(&t.session_id) {
                     live.holder = Holder::Paused(pause);
                 }
+                // A compaction never waits on a pause (spec 07 §4.2 step 4).
+                self.reject_queued_compactions(&t.session_id);
             }
             _ => self.release_gate(&t.session_id),
         }
     }
 
     /// Error terminal for a request holding the gate (nothing else recorded).
-    fn fail_turn(&mut self, turn_id: TurnId, code: i64, message: &str) {
+    pub(crate) fn fail_turn(&mut self, turn_id: TurnId, code: i64, message: &str) {
         let Some(t) = self.turns.remove(&turn_id) else {
             return;
         };
@@ -757,7 +863,7 @@ impl Engine {
     }
 
     /// Frees the gate and admits the next live waiter.
-    fn release_gate(&mut self, session_id: &str) {
+    pub(crate) fn release_gate(&mut self, session_id: &str) {
         let Some(live) = self.live.get_mut(session_id) else {
             return;
         };
@@ -784,11 +890,25 @@ impl Engine {
             if !self.conns.contains_key(&w.conn) {
                 continue;
             }
+            let message = match w.op {
+                Op::Send(m) => m,
+                Op::Compact(prompt) => {
+                    let reclaimed = match takeover {
+                        Takeover::Retire(p) => {
+                            self.live_mut(session_id).holder = Holder::Free;
+                            Some(p)
+                        }
+                        _ => None,
+                    };
+                    return self
+                        .acquire_compaction(w.conn, session_id, &w.key_id, prompt, reclaimed);
+                }
+            };
             if let Takeover::Retire(p) = &takeover {
                 self.live_mut(session_id).holder = Holder::Free;
                 self.log_abandoned(session_id, &p.owner);
             }
-            return self.acquire(w.conn, session_id, &w.key_id, w.message, takeover);
+            return self.acquire(w.conn, session_id, &w.key_id, message, takeover);
         }
     }
 
@@ -851,26 +971,4 @@ impl Engine {
             self.terminal_error(w.conn, -32000, &msg);
         }
     }
-}
-
-/// `params.message` with `role` defaulting to `"user"` (C-076).
-fn parse_message(params: &Value) -> Result<UserMessage, String> {
-    let Some(m) = params.get("message") else {
-        return Err("Invalid params: missing \"message\"".to_string());
-    };
-    let Some(obj) = m.as_object() else {
-        return Err("Invalid params: message must be an object".to_string());
-    };
-    let Some(content) = obj.get("content") else {
-        return Err("Invalid params: missing field `content`".to_string());
-    };
-    let role = match obj.get("role") {
-        None | Some(Value::Null) => "user".to_string(),
-        Some(Value::String(r)) => r.clone(),
-        Some(_) => return Err("Invalid params: role must be a string".to_string()),
-    };
-    Ok(UserMessage {
-        role,
-        content: content.clone(),
-    })
 }

@@ -1,0 +1,453 @@
+//! Compaction (spec 07): the shared procedure, the automatic trigger with
+//! its backoff, and `session.compact` on the turn gate.
+
+use proto::provider::ProviderResponse;
+use serde_json::{json, Value};
+
+use super::{merge, Holder, Mode, Op, Outcome, Pause, TurnId};
+use crate::conn::PendingRead;
+use crate::store::StoreRead;
+use crate::{ConnId, Engine};
+
+/// Compaction calls get at least this output budget (spec 07 §2 step 2).
+pub const MIN_MAX_TOKENS: u32 = 4096;
+
+/// The built-in instruction (spec 07 §5): fixed text, sent as user content.
+pub const DEFAULT_INSTRUCTION: &str =
+    "Summarize this conversation so far into a single, self-contained compacted summary \
+that replaces it. Keep every key fact, decision, constraint, completed piece of work, open task, \
+and any state needed to continue the work exactly where it left off. Output only the summary, \
+with no commentary before or after it.";
+
+/// A failed automatic attempt suppresses later triggers until a completed
+/// turn reports a higher count (spec 07 §3.3).
+#[derive(Debug, Clone, Copy)]
+pub struct Backoff {
+    pub token_count: u64,
+    pub completed_turns_since: u64,
+}
+
+/// A compaction in progress.
+#[derive(Debug, Default)]
+pub struct Run {
+    /// Inline after a Completed turn: the turn's own answer, still to be
+    /// returned, and the count that triggered.
+    pub auto: Option<(Value, u64)>,
+    pub instruction: String,
+    /// The `session.compaction.started` payload.
+    pub trigger: Value,
+    /// Messages replayed into the summary request (`compacted_message_count`).
+    pub count: usize,
+    /// The request messages: history plus instruction.
+    pub messages: Vec<Value>,
+}
+
+impl Engine {
+    /// `session.compact` (spec 07 §4.2).
+    pub(crate) fn compact(&mut self, conn: ConnId, session_id: &str, key_id: &str, params: &Value) {
+        if !self.is_driver(session_id, key_id) {
+            return self.terminal_error(
+                conn,
+                -32001,
+                "call session.registerDriver before session.compact",
+            );
+        }
+        if let Some(msg) = self.open_state_error(session_id) {
+            return self.terminal_error(conn, -32000, &msg);
+        }
+        let prompt = match proto::jsonrpc::CompactParams::parse(params) {
+            Ok(p) => p.prompt,
+            Err(msg) => return self.terminal_error(conn, -32602, &msg),
+        };
+        let now = self.now.mono_ms;
+        let live = self.live_mut(session_id);
+        match &live.holder {
+            Holder::Paused(p) if p.deadline > now => self.turn_in_progress(conn),
+            Holder::Paused(_) if live.queue.is_empty() => {
+                let Holder::Paused(p) = std::mem::take(&mut live.holder) else {
+                    unreachable!()
+                };
+                self.acquire_compaction(conn, session_id, key_id, prompt, Some(p));
+            }
+            Holder::Free if live.queue.is_empty() => {
+                self.acquire_compaction(conn, session_id, key_id, prompt, None)
+            }
+            _ => self.enqueue(session_id, conn, key_id, Op::Compact(prompt)),
+        }
+    }
+
+    fn turn_in_progress(&mut self, conn: ConnId) {
+        self.terminal_error(
+            conn,
+            -32020,
+            "turn in progress: resolve the paused turn before compacting",
+        );
+    }
+
+    /// A turn just paused: every queued compaction fails fast with `-32020`.
+    pub(crate) fn reject_queued_compactions(&mut self, session_id: &str) {
+        let Some(live) = self.live.get_mut(session_id) else {
+            return;
+        };
+        let (compacts, rest): (Vec<_>, Vec<_>) = live
+            .queue
+            .drain(..)
+            .partition(|w| matches!(w.op, Op::Compact(_)));
+        live.queue = rest.into();
+        for w in compacts {
+            self.turn_in_progress(w.conn);
+        }
+    }
+
+    /// The compaction holds the gate (steps 5–8), optionally retiring an
+    /// expired pause first.
+    pub(crate) fn acquire_compaction(
+        &mut self,
+        conn: ConnId,
+        session_id: &str,
+        key_id: &str,
+        prompt: Option<String>,
+        reclaimed: Option<Pause>,
+    ) {
+        let turn_id = self.hold_gate(conn, session_id, key_id, Mode::Compaction(Run::default()));
+        if let Some(p) = &reclaimed {
+            // Logged after the caller attached: it is streamed to it.
+            self.log_abandoned(session_id, &p.owner);
+        }
+        if let Some(msg) = self.open_state_error(session_id) {
+            return self.fail_turn(turn_id, -32000, &msg);
+        }
+        if let Some(p) = &reclaimed {
+            let paused = merge::PausedTurn {
+                expected: &p.expected,
+                server_results: &p.server_results,
+            };
+            let merged = match merge::merge_abandonment(&paused, None, true) {
+                Ok(m) => m,
+                Err(reason) => {
+                    return self.fail_turn(
+                        turn_id,
+                        -32000,
+                        &format!("tool result merge invalid: {reason}"),
+                    )
+                }
+            };
+            let payload = json!({"role": "user", "content": merged.content, "synthetic": "abandoned_tool_results"});
+            self.turn_event(turn_id, "server.message.send", payload);
+            for b in merged.content.as_array().into_iter().flatten() {
+                let id = b["tool_use_id"].as_str().unwrap_or("");
+                if merged.server_ids.iter().any(|s| s == id) {
+                    continue;
+                }
+                let payload = json!({
+                    "tool_use_id": id,
+                    "dispatch": "client",
+                    "server_name": null,
+                    "is_error": b.get("is_error").and_then(Value::as_bool).unwrap_or(false),
+                    "content": b.get("content").cloned().unwrap_or(Value::Null),
+                });
+                self.turn_event(turn_id, "tool.result", payload);
+            }
+        }
+        let profile_id = self.catalog.sessions[session_id].profile_id.clone();
+        if self.catalog.live_profile(&profile_id).is_none() {
+            return self.fail_turn(
+                turn_id,
+                -32000,
+                "profile_unavailable: the profile bound to this session is no longer available",
+            );
+        }
+        let stored = self.catalog.sessions[session_id]
+            .compaction
+            .as_ref()
+            .and_then(|c| c.get("prompt"))
+            .and_then(Value::as_str)
+            .map(str::to_string);
+        let instruction = prompt
+            .or(stored)
+            .unwrap_or_else(|| DEFAULT_INSTRUCTION.to_string());
+        if let Some(t) = self.turns.get_mut(&turn_id) {
+            if let Mode::Compaction(run) = &mut t.mode {
+                run.instruction = instruction;
+            }
+        }
+        if self
+            .live
+            .get(session_id)
+            .is_some_and(|l| l.history.is_some())
+        {
+            self.compaction_history_ready(turn_id);
+        } else {
+            self.read(
+                StoreRead::History {
+                    session_id: session_id.to_string(),
+                },
+                PendingRead::TurnHistory { turn: turn_id },
+            );
+        }
+    }
+
+    /// Manual compaction with history loaded: compute the trigger and go.
+    pub(crate) fn compaction_history_ready(&mut self, turn_id: TurnId) {
+        let Some(t) = self.turns.get(&turn_id) else {
+            return;
+        };
+        let token_count = self
+            .live
+            .get(&t.session_id)
+            .and_then(|l| l.newest_usage)
+            .map(|(i, o)| i + o);
+        let trigger = json!({"trigger": "client", "reason": "manual", "token_count": token_count, "threshold_tokens": null});
+        self.begin_compaction(turn_id, trigger);
+    }
+
+    /// The shared procedure (spec 07 §2) from provider resolution on.
+    fn begin_compaction(&mut self, turn_id: TurnId, trigger: Value) {
+        let Some(t) = self.turns.get(&turn_id) else {
+            return;
+        };
+        let session_id = t.session_id.clone();
+        let profile_id = self.catalog.sessions[&session_id].profile_id.clone();
+        let Some(profile) = self
+            .catalog
+            .live_profile(&profile_id)
+            .map(|p| p.row.clone())
+        else {
+            return self.compaction_failed(
+                turn_id,
+                "provider_config: the profile bound to this session is no longer available",
+            );
+        };
+        let Some(primary) = self.provider(&profile.primary_provider).cloned() else {
+            let detail = format!(
+                "provider_config: primary provider \"{}\" is not configured in bae-config.toml",
+                profile.primary_provider
+            );
+            return self.compaction_failed(turn_id, &detail);
+        };
+        let mut chain = vec![primary];
+        chain.extend(
+            profile
+                .fallback_providers
+                .iter()
+                .filter_map(|n| self.provider(n).cloned()),
+        );
+        let history = self
+            .live
+            .get(&session_id)
+            .and_then(|l| l.history.clone())
+            .unwrap_or_default();
+        self.turn_event(turn_id, "session.compaction.started", trigger.clone());
+        let Some(t) = self.turns.get_mut(&turn_id) else {
+            return;
+        };
+        let Mode::Compaction(run) = &mut t.mode else {
+            return;
+        };
+        run.trigger = trigger;
+        run.count = history.len();
+        run.messages = with_instruction(history, &run.instruction);
+        t.chain = chain;
+        t.attempt = 0;
+        self.send_attempt(turn_id);
+    }
+
+    /// A successful summary call: validate, then write the atomic trio.
+    pub(crate) fn on_summary(
+        &mut self,
+        turn_id: TurnId,
+        resp: ProviderResponse,
+        usage: Option<(u64, u64)>,
+    ) {
+        if let Some(why) = resp.truncated {
+            return self.compaction_failed(turn_id, &format!("summary truncated: {why}"));
+        }
+        let has_text = resp.content.iter().any(|b| {
+            b.get("type").and_then(Value::as_str) == Some("text")
+                && b.get("text")
+                    .and_then(Value::as_str)
+                    .is_some_and(|t| !t.trim().is_empty())
+        });
+        if !has_text {
+            return self.compaction_failed(turn_id, "empty summary");
+        }
+        let Some(t) = self.turns.get(&turn_id) else {
+            return;
+        };
+        let session_id = t.session_id.clone();
+        let count = match &t.mode {
+            Mode::Compaction(run) => run.count,
+            Mode::Chat => 0,
+        };
+        // Emitted back to back from one input: the driver commits the three
+        // rows in one transaction before any of them is published.
+        let preamble = json!({
+            "role": "user",
+            "content": [{"type": "text", "text": proto::provider::PREAMBLE_TEXT}],
+            "synthetic": "compaction_preamble",
+        });
+        let preamble_id = self
+            .turn_event(turn_id, "server.message.send", preamble.clone())
+            .map(|e| e.id);
+        let summary = json!({"role": "assistant", "content": resp.content});
+        let summary_id = self
+            .turn_event(turn_id, "server.message.send", summary.clone())
+            .map(|e| e.id);
+        let completed = json!({
+            "preamble_event_id": preamble_id,
+            "summary_event_id": summary_id,
+            "compacted_message_count": count,
+            "input_tokens": usage.map(|u| u.0),
+            "summary_tokens": usage.map(|u| u.1),
+        });
+        let done = self.turn_event(turn_id, "session.compaction.completed", completed);
+        if let Some(live) = self.live.get_mut(&session_id) {
+            live.history = Some(vec![
+                proto::provider::history_message("server.message.send", &preamble),
+                proto::provider::history_message("server.message.send", &summary),
+            ]);
+            live.backoff = None;
+        }
+        self.finish_compaction(turn_id, done.map(|e| e.json));
+    }
+
+    /// A logical compaction failure: history untouched, session open.
+    pub(crate) fn compaction_failed(&mut self, turn_id: TurnId, detail: &str) {
+        let Some(t) = self.turns.get(&turn_id) else {
+            return;
+        };
+        let session_id = t.session_id.clone();
+        if let Mode::Compaction(Run {
+            auto: Some((_, count)),
+            ..
+        }) = &t.mode
+        {
+            let count = *count;
+            if let Some(live) = self.live.get_mut(&session_id) {
+                live.backoff = Some(Backoff {
+                    token_count: count,
+                    completed_turns_since: 0,
+                });
+            }
+            return self.finish_compaction(turn_id, None);
+        }
+        self.fail_turn(turn_id, -32000, &format!("compaction failed: {detail}"));
+    }
+
+    /// Manual: the completed EventView is the result. Auto: the turn's own
+    /// `{message, events}` result, compaction events included.
+    fn finish_compaction(&mut self, turn_id: TurnId, completed: Option<String>) {
+        let Some(t) = self.turns.get_mut(&turn_id) else {
+            return;
+        };
+        let mode = std::mem::replace(&mut t.mode, Mode::Chat);
+        match mode {
+            Mode::Compaction(Run {
+                auto: Some((message, _)),
+                ..
+            }) => self.end_turn(turn_id, Outcome::Completed(message)),
+            _ => {
+                let Some(t) = self.turns.remove(&turn_id) else {
+                    return;
+                };
+                if let Some(conn) = t.conn {
+                    match completed {
+                        Some(json) => self.terminal_result(conn, &json),
+                        None => self.terminal_error(conn, -32000, "compaction failed"),
+                    }
+                }
+                self.release_gate(&t.session_id);
+            }
+        }
+    }
+
+    /// The auto threshold crossed by this request's last successful call,
+    /// or the trigger it carried over from a pause.
+    pub(crate) fn auto_crossing(&self, turn_id: TurnId) -> Option<u64> {
+        let t = self.turns.get(&turn_id)?;
+        let size = self
+            .catalog
+            .sessions
+            .get(&t.session_id)?
+            .compaction
+            .as_ref()?;
+        if size.get("mode").and_then(Value::as_str) != Some("auto") {
+            return None;
+        }
+        let size = size.get("size").and_then(Value::as_u64)?;
+        let crossed = t.last_usage.map(|(i, o)| i + o).filter(|c| *c > size);
+        crossed.or(t.carried_trigger)
+    }
+
+    /// At a Completed boundary (spec 07 §3.1): start an inline compaction
+    /// when the threshold was crossed and the backoff allows. Returns
+    /// whether the turn continues as a compaction.
+    pub(crate) fn maybe_auto_compact(&mut self, turn_id: TurnId, message: &Value) -> bool {
+        let Some(t) = self.turns.get(&turn_id) else {
+            return false;
+        };
+        let session_id = t.session_id.clone();
+        let Some(size) = self.catalog.sessions[&session_id]
+            .compaction
+            .as_ref()
+            .filter(|c| c.get("mode").and_then(Value::as_str) == Some("auto"))
+            .and_then(|c| c.get("size"))
+            .and_then(Value::as_u64)
+        else {
+            return false;
+        };
+        let backoff = self
+            .live
+            .get_mut(&session_id)
+            .and_then(|l| l.backoff.as_mut())
+            .map(|b| {
+                b.completed_turns_since += 1;
+                *b
+            });
+        let Some(count) = self.auto_crossing(turn_id) else {
+            tracing::debug!(
+                session_id,
+                "no usable usage or below threshold; no auto compaction"
+            );
+            return false;
+        };
+        let reason = match backoff {
+            Some(b) if b.completed_turns_since >= 1 && count > b.token_count => {
+                "retry_after_failure"
+            }
+            Some(_) => return false,
+            None => "token_threshold",
+        };
+        if let Some(t) = self.turns.get_mut(&turn_id) {
+            t.mode = Mode::Compaction(Run {
+                auto: Some((message.clone(), count)),
+                instruction: DEFAULT_INSTRUCTION.to_string(),
+                ..Run::default()
+            });
+        }
+        let trigger = json!({"trigger": "auto", "reason": reason, "token_count": count, "threshold_tokens": size});
+        self.begin_compaction(turn_id, trigger);
+        true
+    }
+}
+
+/// History plus the instruction: appended to a trailing user message, else
+/// as a new user message (spec 07 §2 step 5).
+fn with_instruction(mut history: Vec<Value>, instruction: &str) -> Vec<Value> {
+    let text = json!({"type": "text", "text": instruction});
+    match history.last_mut() {
+        Some(last) if last.get("role").and_then(Value::as_str) == Some("user") => {
+            let content = match last.get_mut("content").map(Value::take) {
+                Some(Value::String(s)) => vec![json!({"type": "text", "text": s}), text],
+                Some(Value::Array(mut blocks)) => {
+                    blocks.push(text);
+                    blocks
+                }
+                _ => vec![text],
+            };
+            last["content"] = Value::Array(content);
+        }
+        _ => history.push(json!({"role": "user", "content": instruction})),
+    }
+    history
+}
