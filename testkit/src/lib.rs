@@ -1,0 +1,19 @@
+//! Test support for `baesrv` end-to-end tests: a harness that boots the real
+//! binary ([`server`]), a blocking HTTP/1.1 + NDJSON client ([`http`]), a
+//! scriptable mock LLM provider ([`mock_provider`]) and admin/session
+//! fixtures ([`fixtures`]).
+//!
+//! Std-only networking and threads; no async, no dependency on the server's
+//! own crates.
+
+pub mod fixtures;
+pub mod http;
+pub mod mock_provider;
+pub mod server;
+pub mod tempdir;
+mod wire;
+
+pub use http::{rpc_request, HttpClient, Response, RpcStream};
+pub use mock_provider::{Endpoint, MockProvider, RecordedRequest, Reply};
+pub use server::{RunOutput, Server, ServerOptions, StartError};
+pub use tempdir::TestDir;

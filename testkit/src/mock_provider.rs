@@ -1,0 +1,735 @@
+//! A scriptable mock LLM provider speaking Anthropic Messages
+//! (`POST /v1/messages`) and OpenAI Chat Completions
+//! (`POST /v1/chat/completions`) over plain HTTP/1.1 on `127.0.0.1:0`.
+//!
+//! Replies are taken from a FIFO script shared by every connection (in the
+//! order requests finish arriving); when the script is empty the default
+//! reply is used (initially the text `"ok"` with usage (10, 5) in the wire
+//! format of the endpoint hit). Connections are kept alive, one thread each.
+
+use std::collections::VecDeque;
+use std::io::{self, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::wire::{self, BodyDecoder};
+
+/// Default usage reported by the convenience constructors.
+pub const DEFAULT_USAGE: (u64, u64) = (10, 5);
+
+/// One scripted answer.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Reply {
+    /// Text answer rendered in the format of the endpoint hit. `truncated`
+    /// selects `stop_reason: "max_tokens"` / `finish_reason: "length"`.
+    Text {
+        text: String,
+        usage: Option<(u64, u64)>,
+        truncated: bool,
+    },
+    /// Tool call(s) `(id, name, input)` rendered in the format of the
+    /// endpoint hit (OpenAI: `arguments` is the serialized input), with an
+    /// optional leading text.
+    ToolUse {
+        text: Option<String>,
+        calls: Vec<(String, String, Value)>,
+        usage: Option<(u64, u64)>,
+    },
+    /// Anthropic text answer with an explicit stop reason.
+    AnthropicText {
+        text: String,
+        usage: Option<(u64, u64)>,
+        stop_reason: String,
+    },
+    /// Anthropic answer with arbitrary content blocks, `stop_reason: "tool_use"`.
+    AnthropicToolUse {
+        blocks: Vec<Value>,
+        usage: Option<(u64, u64)>,
+    },
+    /// OpenAI text answer (`content` may be `None` → JSON null).
+    OpenaiText {
+        text: Option<String>,
+        usage: Option<(u64, u64)>,
+        finish_reason: String,
+    },
+    /// OpenAI answer with raw `tool_calls` entries, `finish_reason: "tool_calls"`.
+    OpenaiToolCalls {
+        content: Option<String>,
+        calls: Vec<Value>,
+        usage: Option<(u64, u64)>,
+    },
+    /// Any JSON body with the given status.
+    Json { status: u16, body: Value },
+    /// Verbatim body.
+    Raw {
+        status: u16,
+        body: String,
+        content_type: String,
+    },
+    /// Wait, then answer with the inner reply.
+    Delay(Duration, Box<Reply>),
+    /// Never answer (the connection is held until the mock is dropped).
+    Hang,
+    /// Drop the connection without answering.
+    Close,
+}
+
+impl Reply {
+    /// Endpoint-adaptive text answer with usage (10, 5).
+    pub fn text(text: impl Into<String>) -> Reply {
+        Reply::Text {
+            text: text.into(),
+            usage: Some(DEFAULT_USAGE),
+            truncated: false,
+        }
+    }
+
+    /// Endpoint-adaptive single tool call with usage (10, 5).
+    pub fn tool_use(id: impl Into<String>, name: impl Into<String>, input: Value) -> Reply {
+        Reply::ToolUse {
+            text: None,
+            calls: vec![(id.into(), name.into(), input)],
+            usage: Some(DEFAULT_USAGE),
+        }
+    }
+
+    /// Endpoint-adaptive multiple tool calls `(id, name, input)`.
+    pub fn tool_uses(calls: Vec<(&str, &str, Value)>) -> Reply {
+        Reply::ToolUse {
+            text: None,
+            calls: calls
+                .into_iter()
+                .map(|(i, n, v)| (i.to_string(), n.to_string(), v))
+                .collect(),
+            usage: Some(DEFAULT_USAGE),
+        }
+    }
+
+    pub fn anthropic_text(text: impl Into<String>) -> Reply {
+        Reply::AnthropicText {
+            text: text.into(),
+            usage: Some(DEFAULT_USAGE),
+            stop_reason: "end_turn".into(),
+        }
+    }
+
+    pub fn anthropic_tool_use(blocks: Vec<Value>) -> Reply {
+        Reply::AnthropicToolUse {
+            blocks,
+            usage: Some(DEFAULT_USAGE),
+        }
+    }
+
+    pub fn openai_text(text: impl Into<String>) -> Reply {
+        Reply::OpenaiText {
+            text: Some(text.into()),
+            usage: Some(DEFAULT_USAGE),
+            finish_reason: "stop".into(),
+        }
+    }
+
+    /// OpenAI answer with raw `tool_calls` entries.
+    pub fn openai_tool_calls(content: Option<&str>, calls: Vec<Value>) -> Reply {
+        Reply::OpenaiToolCalls {
+            content: content.map(str::to_string),
+            calls,
+            usage: Some(DEFAULT_USAGE),
+        }
+    }
+
+    /// OpenAI single tool call with a verbatim `arguments` string.
+    pub fn openai_tool_call(id: &str, name: &str, arguments: &str) -> Reply {
+        Reply::openai_tool_calls(
+            None,
+            vec![
+                json!({"id": id, "type": "function", "function": {"name": name, "arguments": arguments}}),
+            ],
+        )
+    }
+
+    /// Non-2xx (or any) status with a plain-text body.
+    pub fn status(status: u16, body: impl Into<String>) -> Reply {
+        Reply::Raw {
+            status,
+            body: body.into(),
+            content_type: "text/plain".into(),
+        }
+    }
+
+    /// 200 with an arbitrary JSON body.
+    pub fn json(body: Value) -> Reply {
+        Reply::Json { status: 200, body }
+    }
+
+    pub fn raw(status: u16, content_type: &str, body: impl Into<String>) -> Reply {
+        Reply::Raw {
+            status,
+            body: body.into(),
+            content_type: content_type.into(),
+        }
+    }
+
+    /// Answer with `self` after `delay`.
+    pub fn delayed(self, delay: Duration) -> Reply {
+        Reply::Delay(delay, Box::new(self))
+    }
+
+    /// Replace the usage of a text/tool reply (no-op for other variants).
+    pub fn with_usage(self, input: u64, output: u64) -> Reply {
+        self.set_usage(Some((input, output)))
+    }
+
+    /// Omit `usage` from the response body.
+    pub fn without_usage(self) -> Reply {
+        self.set_usage(None)
+    }
+
+    fn set_usage(self, new: Option<(u64, u64)>) -> Reply {
+        match self {
+            Reply::Text {
+                text, truncated, ..
+            } => Reply::Text {
+                text,
+                usage: new,
+                truncated,
+            },
+            Reply::ToolUse { text, calls, .. } => Reply::ToolUse {
+                text,
+                calls,
+                usage: new,
+            },
+            Reply::AnthropicText {
+                text, stop_reason, ..
+            } => Reply::AnthropicText {
+                text,
+                usage: new,
+                stop_reason,
+            },
+            Reply::AnthropicToolUse { blocks, .. } => {
+                Reply::AnthropicToolUse { blocks, usage: new }
+            }
+            Reply::OpenaiText {
+                text,
+                finish_reason,
+                ..
+            } => Reply::OpenaiText {
+                text,
+                usage: new,
+                finish_reason,
+            },
+            Reply::OpenaiToolCalls { content, calls, .. } => Reply::OpenaiToolCalls {
+                content,
+                calls,
+                usage: new,
+            },
+            Reply::Delay(d, inner) => Reply::Delay(d, Box::new(inner.set_usage(new))),
+            other => other,
+        }
+    }
+
+    /// Mark a text reply as cut off by the output budget
+    /// (`max_tokens` / `length`).
+    pub fn truncated(self) -> Reply {
+        match self {
+            Reply::Text { text, usage, .. } => Reply::Text {
+                text,
+                usage,
+                truncated: true,
+            },
+            Reply::AnthropicText { text, usage, .. } => Reply::AnthropicText {
+                text,
+                usage,
+                stop_reason: "max_tokens".into(),
+            },
+            Reply::OpenaiText { text, usage, .. } => Reply::OpenaiText {
+                text,
+                usage,
+                finish_reason: "length".into(),
+            },
+            Reply::Delay(d, inner) => Reply::Delay(d, Box::new(inner.truncated())),
+            other => other,
+        }
+    }
+}
+
+/// Which wire format a request path selects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Endpoint {
+    Anthropic,
+    Openai,
+    Unknown,
+}
+
+impl Endpoint {
+    pub fn of_path(path: &str) -> Endpoint {
+        let path = path.split('?').next().unwrap_or("");
+        if path.ends_with("/v1/messages") {
+            Endpoint::Anthropic
+        } else if path.ends_with("/v1/chat/completions") {
+            Endpoint::Openai
+        } else {
+            Endpoint::Unknown
+        }
+    }
+}
+
+/// A request the mock received.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecordedRequest {
+    pub method: String,
+    /// Request target as sent (path plus any query).
+    pub path: String,
+    /// Lower-cased header names, in order.
+    pub headers: Vec<(String, String)>,
+    /// The body parsed as JSON (`Value::Null` if it is not JSON).
+    pub body: Value,
+    pub raw_body: Vec<u8>,
+}
+
+impl RecordedRequest {
+    /// Case-insensitive header lookup.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        wire::header(&self.headers, name)
+    }
+
+    pub fn endpoint(&self) -> Endpoint {
+        Endpoint::of_path(&self.path)
+    }
+
+    /// `body.messages` (or `Null`).
+    pub fn messages(&self) -> &Value {
+        self.body.get("messages").unwrap_or(&Value::Null)
+    }
+}
+
+struct State {
+    script: VecDeque<Reply>,
+    default: Option<Reply>,
+    requests: Vec<RecordedRequest>,
+    conns: Vec<TcpStream>,
+    shutdown: bool,
+    seq: u64,
+}
+
+struct Shared {
+    state: Mutex<State>,
+    cond: Condvar,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Sleep up to `d`, returning early (true) on shutdown.
+    fn sleep_or_shutdown(&self, d: Duration) -> bool {
+        let deadline = Instant::now() + d;
+        let mut st = self.lock();
+        loop {
+            if st.shutdown {
+                return true;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return false;
+            }
+            st = self
+                .cond
+                .wait_timeout(st, deadline - now)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+    }
+}
+
+/// The mock provider server; stops (and releases hung connections) on drop.
+pub struct MockProvider {
+    /// `http://127.0.0.1:<port>` — use as a provider entry's `base_url`.
+    pub base_url: String,
+    pub addr: SocketAddr,
+    shared: Arc<Shared>,
+    accept: Option<JoinHandle<()>>,
+}
+
+impl MockProvider {
+    #[track_caller]
+    pub fn start() -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind mock provider");
+        let addr = listener.local_addr().expect("mock provider addr");
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State {
+                script: VecDeque::new(),
+                default: None,
+                requests: Vec::new(),
+                conns: Vec::new(),
+                shutdown: false,
+                seq: 0,
+            }),
+            cond: Condvar::new(),
+        });
+        let sh = shared.clone();
+        let accept = thread::Builder::new()
+            .name("mock-provider-accept".into())
+            .spawn(move || accept_loop(listener, sh))
+            .expect("spawn mock accept thread");
+        MockProvider {
+            base_url: format!("http://{addr}"),
+            addr,
+            shared,
+            accept: Some(accept),
+        }
+    }
+
+    /// Append a reply to the FIFO script.
+    pub fn push(&self, reply: Reply) {
+        self.shared.lock().script.push_back(reply);
+    }
+
+    /// Append several replies.
+    pub fn push_all(&self, replies: impl IntoIterator<Item = Reply>) {
+        self.shared.lock().script.extend(replies);
+    }
+
+    /// Reply used when the script is empty (instead of the built-in "ok").
+    pub fn set_default(&self, reply: Reply) {
+        self.shared.lock().default = Some(reply);
+    }
+
+    /// Scripted replies not yet consumed.
+    pub fn pending_replies(&self) -> usize {
+        self.shared.lock().script.len()
+    }
+
+    /// Every request received so far, in arrival order.
+    pub fn requests(&self) -> Vec<RecordedRequest> {
+        self.shared.lock().requests.clone()
+    }
+
+    pub fn request_count(&self) -> usize {
+        self.shared.lock().requests.len()
+    }
+
+    /// Forget recorded requests (the script is kept).
+    pub fn clear_requests(&self) {
+        self.shared.lock().requests.clear();
+    }
+
+    /// Wait until at least `n` requests were received (or `timeout`), then
+    /// return all recorded requests — possibly fewer than `n` on timeout.
+    pub fn wait_requests(&self, n: usize, timeout: Duration) -> Vec<RecordedRequest> {
+        let deadline = Instant::now() + timeout;
+        let mut st = self.shared.lock();
+        loop {
+            let now = Instant::now();
+            if st.requests.len() >= n || now >= deadline {
+                return st.requests.clone();
+            }
+            st = self
+                .shared
+                .cond
+                .wait_timeout(st, deadline - now)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+    }
+}
+
+impl Drop for MockProvider {
+    fn drop(&mut self) {
+        let conns = {
+            let mut st = self.shared.lock();
+            st.shutdown = true;
+            std::mem::take(&mut st.conns)
+        };
+        self.shared.cond.notify_all();
+        for c in conns {
+            let _ = c.shutdown(Shutdown::Both);
+        }
+        // Unblock accept().
+        let _ = TcpStream::connect_timeout(&self.addr, Duration::from_secs(1));
+        if let Some(h) = self.accept.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
+    for conn in listener.incoming() {
+        if shared.lock().shutdown {
+            return;
+        }
+        let Ok(conn) = conn else { continue };
+        let _ = conn.set_nodelay(true);
+        {
+            let mut st = shared.lock();
+            if let Ok(clone) = conn.try_clone() {
+                st.conns.push(clone);
+            }
+        }
+        let sh = shared.clone();
+        let _ = thread::Builder::new()
+            .name("mock-provider-conn".into())
+            .spawn(move || {
+                let _ = serve_conn(conn, &sh);
+            });
+    }
+}
+
+struct Incoming {
+    head: wire::RequestHead,
+    body: Vec<u8>,
+}
+
+/// Read one request; `Ok(None)` on a clean close between requests.
+fn read_request(conn: &mut TcpStream, input: &mut Vec<u8>) -> io::Result<Option<Incoming>> {
+    let bad = |e: String| io::Error::new(io::ErrorKind::InvalidData, e);
+    let mut buf = [0u8; 16384];
+    let head = loop {
+        if let Some((head, used)) = wire::parse_request_head(input).map_err(bad)? {
+            input.drain(..used);
+            break head;
+        }
+        let n = conn.read(&mut buf)?;
+        if n == 0 {
+            return Ok(None);
+        }
+        input.extend_from_slice(&buf[..n]);
+    };
+    if wire::header(&head.headers, "expect").is_some_and(|v| v.eq_ignore_ascii_case("100-continue"))
+    {
+        conn.write_all(b"HTTP/1.1 100 Continue\r\n\r\n")?;
+    }
+    let mut decoder = BodyDecoder::for_request(&head.headers).map_err(bad)?;
+    let mut body = Vec::new();
+    loop {
+        decoder.feed(input, &mut body).map_err(bad)?;
+        if decoder.is_done() {
+            break;
+        }
+        let n = conn.read(&mut buf)?;
+        if n == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "eof in request body",
+            ));
+        }
+        input.extend_from_slice(&buf[..n]);
+    }
+    Ok(Some(Incoming { head, body }))
+}
+
+fn serve_conn(mut conn: TcpStream, shared: &Shared) -> io::Result<()> {
+    let mut input = Vec::new();
+    loop {
+        let Some(req) = read_request(&mut conn, &mut input)? else {
+            return Ok(());
+        };
+        let wants_close = wire::header(&req.head.headers, "connection")
+            .is_some_and(|v| v.eq_ignore_ascii_case("close"));
+        let endpoint = Endpoint::of_path(&req.head.target);
+        let (reply, seq) = {
+            let mut st = shared.lock();
+            st.seq += 1;
+            let seq = st.seq;
+            st.requests.push(RecordedRequest {
+                method: req.head.method.clone(),
+                path: req.head.target.clone(),
+                headers: req.head.headers.clone(),
+                body: serde_json::from_slice(&req.body).unwrap_or(Value::Null),
+                raw_body: req.body,
+            });
+            let reply = if endpoint == Endpoint::Unknown {
+                Reply::Json {
+                    status: 404,
+                    body: json!({"error": format!("mock provider: no route {}", req.head.target)}),
+                }
+            } else {
+                st.script
+                    .pop_front()
+                    .or_else(|| st.default.clone())
+                    .unwrap_or_else(|| Reply::text("ok"))
+            };
+            (reply, seq)
+        };
+        shared.cond.notify_all();
+        if !answer(&mut conn, shared, reply, endpoint, seq, wants_close)? || wants_close {
+            let _ = conn.shutdown(Shutdown::Both);
+            return Ok(());
+        }
+    }
+}
+
+/// Write the reply; Ok(false) means the connection must be dropped.
+fn answer(
+    conn: &mut TcpStream,
+    shared: &Shared,
+    reply: Reply,
+    endpoint: Endpoint,
+    seq: u64,
+    close: bool,
+) -> io::Result<bool> {
+    let (status, content_type, body) = match reply {
+        Reply::Delay(d, inner) => {
+            if shared.sleep_or_shutdown(d) {
+                return Ok(false);
+            }
+            return answer(conn, shared, *inner, endpoint, seq, close);
+        }
+        Reply::Hang => {
+            let mut st = shared.lock();
+            while !st.shutdown {
+                st = shared.cond.wait(st).unwrap_or_else(|p| p.into_inner());
+            }
+            return Ok(false);
+        }
+        Reply::Close => return Ok(false),
+        Reply::Raw {
+            status,
+            body,
+            content_type,
+        } => (status, content_type, body.into_bytes()),
+        Reply::Json { status, body } => (
+            status,
+            "application/json".to_string(),
+            body.to_string().into_bytes(),
+        ),
+        other => (
+            200,
+            "application/json".to_string(),
+            render(other, endpoint, seq).to_string().into_bytes(),
+        ),
+    };
+    let head = format!(
+        "HTTP/1.1 {status} {}\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\nconnection: {}\r\n\r\n",
+        wire::reason_phrase(status),
+        body.len(),
+        if close { "close" } else { "keep-alive" },
+    );
+    let mut out = head.into_bytes();
+    out.extend_from_slice(&body);
+    conn.write_all(&out)?;
+    conn.flush()?;
+    Ok(true)
+}
+
+fn anthropic_body(
+    seq: u64,
+    content: Vec<Value>,
+    stop_reason: &str,
+    usage: Option<(u64, u64)>,
+) -> Value {
+    let mut v = json!({
+        "id": format!("msg_mock_{seq:06}"),
+        "type": "message",
+        "role": "assistant",
+        "model": "mock",
+        "content": content,
+        "stop_reason": stop_reason,
+        "stop_sequence": null,
+    });
+    if let Some((i, o)) = usage {
+        v["usage"] = json!({"input_tokens": i, "output_tokens": o});
+    }
+    v
+}
+
+fn openai_body(
+    seq: u64,
+    content: Option<String>,
+    tool_calls: Vec<Value>,
+    finish_reason: &str,
+    usage: Option<(u64, u64)>,
+) -> Value {
+    let mut message = json!({"role": "assistant", "content": content});
+    if !tool_calls.is_empty() {
+        message["tool_calls"] = Value::Array(tool_calls);
+    }
+    let mut v = json!({
+        "id": format!("chatcmpl-mock-{seq:06}"),
+        "object": "chat.completion",
+        "created": 0,
+        "model": "mock",
+        "choices": [{"index": 0, "message": message, "finish_reason": finish_reason}],
+    });
+    if let Some((i, o)) = usage {
+        v["usage"] = json!({"prompt_tokens": i, "completion_tokens": o, "total_tokens": i + o});
+    }
+    v
+}
+
+/// Render a body-producing reply for `endpoint` (Unknown renders as Anthropic).
+fn render(reply: Reply, endpoint: Endpoint, seq: u64) -> Value {
+    let openai = endpoint == Endpoint::Openai;
+    match reply {
+        Reply::Text {
+            text,
+            usage,
+            truncated,
+        } => {
+            if openai {
+                let finish = if truncated { "length" } else { "stop" };
+                openai_body(seq, Some(text), vec![], finish, usage)
+            } else {
+                let stop = if truncated { "max_tokens" } else { "end_turn" };
+                anthropic_body(
+                    seq,
+                    vec![json!({"type": "text", "text": text})],
+                    stop,
+                    usage,
+                )
+            }
+        }
+        Reply::ToolUse { text, calls, usage } => {
+            if openai {
+                let calls = calls
+                    .into_iter()
+                    .map(|(id, name, input)| {
+                        json!({"id": id, "type": "function",
+                               "function": {"name": name, "arguments": input.to_string()}})
+                    })
+                    .collect();
+                openai_body(seq, text, calls, "tool_calls", usage)
+            } else {
+                let mut blocks: Vec<Value> = text
+                    .into_iter()
+                    .map(|t| json!({"type": "text", "text": t}))
+                    .collect();
+                blocks.extend(
+                    calls
+                        .into_iter()
+                        .map(|(id, name, input)| json!({"type": "tool_use", "id": id, "name": name, "input": input})),
+                );
+                anthropic_body(seq, blocks, "tool_use", usage)
+            }
+        }
+        Reply::AnthropicText {
+            text,
+            usage,
+            stop_reason,
+        } => anthropic_body(
+            seq,
+            vec![json!({"type": "text", "text": text})],
+            &stop_reason,
+            usage,
+        ),
+        Reply::AnthropicToolUse { blocks, usage } => anthropic_body(seq, blocks, "tool_use", usage),
+        Reply::OpenaiText {
+            text,
+            usage,
+            finish_reason,
+        } => openai_body(seq, text, vec![], &finish_reason, usage),
+        Reply::OpenaiToolCalls {
+            content,
+            calls,
+            usage,
+        } => openai_body(seq, content, calls, "tool_calls", usage),
+        Reply::Json { body, .. } => body,
+        Reply::Raw { body, .. } => Value::String(body),
+        Reply::Delay(_, inner) => render(*inner, endpoint, seq),
+        Reply::Hang | Reply::Close => Value::Null,
+    }
+}

@@ -1,0 +1,361 @@
+//! Internal HTTP/1.1 framing helpers shared by the client and the mock
+//! provider: head parsing and incremental body decoding (content-length,
+//! chunked, until-close).
+
+/// Index just past the `\r\n\r\n` that terminates an HTTP head, if present.
+pub(crate) fn find_head_end(buf: &[u8]) -> Option<usize> {
+    buf.windows(4).position(|w| w == b"\r\n\r\n").map(|p| p + 4)
+}
+
+/// Split a head (without the terminating blank line) into its first line and
+/// lower-cased header pairs.
+fn split_head(head: &[u8]) -> Result<(String, Vec<(String, String)>), String> {
+    let text = std::str::from_utf8(head).map_err(|e| format!("non-UTF-8 HTTP head: {e}"))?;
+    let mut lines = text.split("\r\n").filter(|l| !l.is_empty());
+    let first = lines.next().ok_or("empty HTTP head")?.to_string();
+    let mut headers = Vec::new();
+    for line in lines {
+        let (name, value) = line
+            .split_once(':')
+            .ok_or_else(|| format!("malformed header line {line:?}"))?;
+        headers.push((name.trim().to_ascii_lowercase(), value.trim().to_string()));
+    }
+    Ok((first, headers))
+}
+
+#[derive(Debug)]
+pub(crate) struct ResponseHead {
+    pub status: u16,
+    pub reason: String,
+    pub headers: Vec<(String, String)>,
+}
+
+/// Parse a response head from the start of `buf`. `Ok(None)` = incomplete.
+/// On success returns the head and the number of bytes it occupied.
+pub(crate) fn parse_response_head(buf: &[u8]) -> Result<Option<(ResponseHead, usize)>, String> {
+    let Some(end) = find_head_end(buf) else {
+        return Ok(None);
+    };
+    let (first, headers) = split_head(&buf[..end - 4])?;
+    let mut parts = first.splitn(3, ' ');
+    let version = parts.next().unwrap_or("");
+    if !version.starts_with("HTTP/") {
+        return Err(format!("bad status line {first:?}"));
+    }
+    let status = parts
+        .next()
+        .and_then(|s| s.parse::<u16>().ok())
+        .ok_or_else(|| format!("bad status line {first:?}"))?;
+    let reason = parts.next().unwrap_or("").to_string();
+    Ok(Some((
+        ResponseHead {
+            status,
+            reason,
+            headers,
+        },
+        end,
+    )))
+}
+
+pub(crate) struct RequestHead {
+    pub method: String,
+    pub target: String,
+    pub headers: Vec<(String, String)>,
+}
+
+/// Parse a request head from the start of `buf`. `Ok(None)` = incomplete.
+pub(crate) fn parse_request_head(buf: &[u8]) -> Result<Option<(RequestHead, usize)>, String> {
+    let Some(end) = find_head_end(buf) else {
+        return Ok(None);
+    };
+    let (first, headers) = split_head(&buf[..end - 4])?;
+    let mut parts = first.split(' ');
+    let (Some(method), Some(target), Some(version)) = (parts.next(), parts.next(), parts.next())
+    else {
+        return Err(format!("bad request line {first:?}"));
+    };
+    if !version.starts_with("HTTP/1.") {
+        return Err(format!("unsupported HTTP version in {first:?}"));
+    }
+    Ok(Some((
+        RequestHead {
+            method: method.to_string(),
+            target: target.to_string(),
+            headers,
+        },
+        end,
+    )))
+}
+
+/// Case-insensitive header lookup over lower-cased pairs.
+pub(crate) fn header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    headers
+        .iter()
+        .find(|(n, _)| n.eq_ignore_ascii_case(name))
+        .map(|(_, v)| v.as_str())
+}
+
+fn is_chunked(headers: &[(String, String)]) -> bool {
+    headers.iter().any(|(n, v)| {
+        n == "transfer-encoding"
+            && v.split(',')
+                .any(|t| t.trim().eq_ignore_ascii_case("chunked"))
+    })
+}
+
+fn content_length(headers: &[(String, String)]) -> Result<Option<usize>, String> {
+    match header(headers, "content-length") {
+        None => Ok(None),
+        Some(v) => v
+            .trim()
+            .parse::<usize>()
+            .map(Some)
+            .map_err(|_| format!("bad content-length {v:?}")),
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ChunkState {
+    Size,
+    Data(usize),
+    DataEnd,
+    Trailer,
+    Done,
+}
+
+/// Incremental decoder for `Transfer-Encoding: chunked`.
+#[derive(Debug)]
+pub(crate) struct ChunkedDecoder {
+    state: ChunkState,
+}
+
+impl ChunkedDecoder {
+    pub(crate) fn new() -> Self {
+        ChunkedDecoder {
+            state: ChunkState::Size,
+        }
+    }
+
+    pub(crate) fn is_done(&self) -> bool {
+        self.state == ChunkState::Done
+    }
+
+    /// Consume as much of `input` as possible, appending payload to `out`.
+    /// Consumed bytes are drained from `input`; an incomplete tail stays.
+    pub(crate) fn feed(&mut self, input: &mut Vec<u8>, out: &mut Vec<u8>) -> Result<(), String> {
+        let mut pos = 0;
+        let result = loop {
+            match self.state {
+                ChunkState::Size => {
+                    let Some(nl) = input[pos..].iter().position(|&b| b == b'\n') else {
+                        if input.len() - pos > 1024 {
+                            break Err("chunk-size line too long".to_string());
+                        }
+                        break Ok(());
+                    };
+                    let line = &input[pos..pos + nl];
+                    let line = line.strip_suffix(b"\r").unwrap_or(line);
+                    let line = String::from_utf8_lossy(line);
+                    let hex = line.split(';').next().unwrap_or("").trim();
+                    if hex.is_empty() || hex.len() > 15 {
+                        break Err(format!("bad chunk-size line {line:?}"));
+                    }
+                    let size = match usize::from_str_radix(hex, 16) {
+                        Ok(s) => s,
+                        Err(_) => break Err(format!("bad chunk-size line {line:?}")),
+                    };
+                    pos += nl + 1;
+                    self.state = if size == 0 {
+                        ChunkState::Trailer
+                    } else {
+                        ChunkState::Data(size)
+                    };
+                }
+                ChunkState::Data(n) => {
+                    let avail = input.len() - pos;
+                    if avail == 0 {
+                        break Ok(());
+                    }
+                    let take = n.min(avail);
+                    out.extend_from_slice(&input[pos..pos + take]);
+                    pos += take;
+                    self.state = if take == n {
+                        ChunkState::DataEnd
+                    } else {
+                        ChunkState::Data(n - take)
+                    };
+                }
+                ChunkState::DataEnd => {
+                    let rest = &input[pos..];
+                    if rest.starts_with(b"\r\n") {
+                        pos += 2;
+                        self.state = ChunkState::Size;
+                    } else if rest.starts_with(b"\n") {
+                        pos += 1;
+                        self.state = ChunkState::Size;
+                    } else if rest.is_empty() || rest == b"\r" {
+                        break Ok(());
+                    } else {
+                        break Err("missing CRLF after chunk data".to_string());
+                    }
+                }
+                ChunkState::Trailer => {
+                    let Some(nl) = input[pos..].iter().position(|&b| b == b'\n') else {
+                        break Ok(());
+                    };
+                    let line = &input[pos..pos + nl];
+                    let empty = line.is_empty() || line == b"\r";
+                    pos += nl + 1;
+                    if empty {
+                        self.state = ChunkState::Done;
+                    }
+                }
+                ChunkState::Done => break Ok(()),
+            }
+        };
+        input.drain(..pos);
+        result
+    }
+}
+
+/// How a message body is delimited.
+#[derive(Debug)]
+pub(crate) enum BodyDecoder {
+    /// No body at all (e.g. 204, HEAD).
+    Empty,
+    Length(usize),
+    Chunked(ChunkedDecoder),
+    /// Body runs until the peer closes the connection.
+    UntilClose,
+}
+
+impl BodyDecoder {
+    /// Decoder for a response body, following RFC 9112 §6.3.
+    pub(crate) fn for_response(
+        status: u16,
+        headers: &[(String, String)],
+        head_request: bool,
+    ) -> Result<Self, String> {
+        if head_request || (100..200).contains(&status) || status == 204 || status == 304 {
+            return Ok(BodyDecoder::Empty);
+        }
+        if is_chunked(headers) {
+            return Ok(BodyDecoder::Chunked(ChunkedDecoder::new()));
+        }
+        match content_length(headers)? {
+            Some(n) => Ok(BodyDecoder::Length(n)),
+            None => Ok(BodyDecoder::UntilClose),
+        }
+    }
+
+    /// Decoder for a request body (no body unless framed).
+    pub(crate) fn for_request(headers: &[(String, String)]) -> Result<Self, String> {
+        if is_chunked(headers) {
+            return Ok(BodyDecoder::Chunked(ChunkedDecoder::new()));
+        }
+        match content_length(headers)? {
+            Some(n) => Ok(BodyDecoder::Length(n)),
+            None => Ok(BodyDecoder::Empty),
+        }
+    }
+
+    pub(crate) fn is_done(&self) -> bool {
+        match self {
+            BodyDecoder::Empty => true,
+            BodyDecoder::Length(n) => *n == 0,
+            BodyDecoder::Chunked(c) => c.is_done(),
+            BodyDecoder::UntilClose => false,
+        }
+    }
+
+    /// Move decoded payload from `input` to `out`, draining what was used.
+    pub(crate) fn feed(&mut self, input: &mut Vec<u8>, out: &mut Vec<u8>) -> Result<(), String> {
+        match self {
+            BodyDecoder::Empty => Ok(()),
+            BodyDecoder::Length(n) => {
+                let take = (*n).min(input.len());
+                out.extend(input.drain(..take));
+                *n -= take;
+                Ok(())
+            }
+            BodyDecoder::Chunked(c) => c.feed(input, out),
+            BodyDecoder::UntilClose => {
+                out.append(input);
+                Ok(())
+            }
+        }
+    }
+}
+
+pub(crate) fn reason_phrase(status: u16) -> &'static str {
+    match status {
+        100 => "Continue",
+        200 => "OK",
+        201 => "Created",
+        204 => "No Content",
+        400 => "Bad Request",
+        401 => "Unauthorized",
+        403 => "Forbidden",
+        404 => "Not Found",
+        408 => "Request Timeout",
+        409 => "Conflict",
+        413 => "Payload Too Large",
+        422 => "Unprocessable Entity",
+        429 => "Too Many Requests",
+        500 => "Internal Server Error",
+        502 => "Bad Gateway",
+        503 => "Service Unavailable",
+        504 => "Gateway Timeout",
+        529 => "Overloaded",
+        _ => "Status",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn decode_in_pieces(encoded: &[u8], piece: usize) -> (Vec<u8>, bool) {
+        let mut dec = ChunkedDecoder::new();
+        let mut input = Vec::new();
+        let mut out = Vec::new();
+        for part in encoded.chunks(piece) {
+            input.extend_from_slice(part);
+            dec.feed(&mut input, &mut out).unwrap();
+        }
+        (out, dec.is_done())
+    }
+
+    #[test]
+    fn chunked_any_split() {
+        let encoded = b"5;ext=1\r\nhello\r\n1\r\n \r\nA\r\n0123456789\r\n0\r\nx-trailer: 1\r\n\r\n";
+        for piece in 1..encoded.len() + 1 {
+            let (out, done) = decode_in_pieces(encoded, piece);
+            assert_eq!(out, b"hello 0123456789", "piece size {piece}");
+            assert!(done, "piece size {piece}");
+        }
+    }
+
+    #[test]
+    fn chunked_rejects_garbage() {
+        let mut dec = ChunkedDecoder::new();
+        let mut input = b"zz\r\n".to_vec();
+        assert!(dec.feed(&mut input, &mut Vec::new()).is_err());
+        let mut dec = ChunkedDecoder::new();
+        let mut input = b"2\r\nabXY".to_vec();
+        assert!(dec.feed(&mut input, &mut Vec::new()).is_err());
+    }
+
+    #[test]
+    fn response_head() {
+        let buf = b"HTTP/1.1 404 Not Found\r\nContent-Length: 3\r\nX-A: b\r\n\r\nabc";
+        let (head, used) = parse_response_head(buf).unwrap().unwrap();
+        assert_eq!(head.status, 404);
+        assert_eq!(head.reason, "Not Found");
+        assert_eq!(header(&head.headers, "x-a"), Some("b"));
+        assert_eq!(&buf[used..], b"abc");
+        assert!(parse_response_head(b"HTTP/1.1 200 OK\r\n")
+            .unwrap()
+            .is_none());
+    }
+}
