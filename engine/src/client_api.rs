@@ -213,6 +213,8 @@ impl Engine {
         );
         self.write(StoreWrite::InsertSession(session.to_row()));
         self.catalog.insert_session(session);
+        // A new session's history is known: empty.
+        self.live_mut(&session_id).history = Some(Vec::new());
         let session_key = self.mint_session_key(&session_id, &key);
         let payload = declaration_payload(
             body.client_version.as_deref(),

@@ -31,6 +31,10 @@ pub enum PendingRead {
     ReplayPage { conn: ConnId },
     /// A turn rebuilding provider-facing history after a restart.
     TurnHistory { turn: crate::turn::TurnId },
+    /// First gated arrival after a start: history and a parked pause.
+    Recover { session_id: String },
+    /// The events after a paused assistant message (owner, server results).
+    RecoverPause { session_id: String, paused_seq: u64 },
 }
 
 impl Engine {
@@ -179,6 +183,11 @@ impl Engine {
             PendingRead::ReplayStart { conn } => self.on_replay_start(conn, result),
             PendingRead::ReplayPage { conn } => self.on_replay_page(conn, result),
             PendingRead::TurnHistory { turn } => self.on_turn_history(turn, result),
+            PendingRead::Recover { session_id } => self.on_recover(&session_id, result),
+            PendingRead::RecoverPause {
+                session_id,
+                paused_seq,
+            } => self.on_recover_pause(&session_id, paused_seq, result),
         }
     }
 }

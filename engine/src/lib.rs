@@ -115,6 +115,9 @@ pub enum Input {
 }
 
 /// Everything the engine needs done.
+// Outputs are moved straight to the driver; boxing writes would add an
+// allocation per event for no gain.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq)]
 pub enum Output {
     /// Write bytes to a connection (after committing earlier writes).

@@ -34,7 +34,7 @@ impl Profile {
 pub enum StoredHash {
     Sha256([u8; 32]),
     /// Unusable or legacy value: never matches by digest.
-    Other(String),
+    Other,
 }
 
 #[derive(Debug, Clone)]
@@ -54,7 +54,7 @@ impl Key {
     pub fn from_row(row: &KeyRow) -> Self {
         let hash = match auth::parse_digest(&row.key_hash) {
             Some(d) => StoredHash::Sha256(d),
-            None => StoredHash::Other(row.key_hash.clone()),
+            None => StoredHash::Other,
         };
         Key {
             id: row.id.clone(),
@@ -72,7 +72,7 @@ impl Key {
     pub fn matches(&self, candidate: &[u8; 32]) -> bool {
         match &self.hash {
             StoredHash::Sha256(d) => auth::ct_eq(d, candidate),
-            StoredHash::Other(_) => false,
+            StoredHash::Other => false,
         }
     }
 }

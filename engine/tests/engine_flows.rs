@@ -473,3 +473,86 @@ fn auto_compaction_strictly_above_threshold_c179_c180() {
         json!({"trigger": "auto", "reason": "token_threshold", "token_count": 1001, "threshold_tokens": 1000})
     );
 }
+
+#[test]
+fn paused_turn_survives_restart_and_owner_resumes() {
+    let mut h = Harness::new(config());
+    let (_key, sid, skey) = h.open_session(&["t"], json!({"tools": [{"name": "t"}]}));
+    register(&mut h, &sid, &skey);
+    h.replies.push_back(anthropic_tool_use(json!([
+        {"type": "tool_use", "id": "tu_1", "name": "t", "input": {}},
+        {"type": "tool_use", "id": "tu_2", "name": "srv", "input": {}}
+    ])));
+    send(&mut h, &sid, &skey, json!("go"));
+    h.restart(config());
+    // Registration is durable: no second registerDriver needed.
+    let (_, parts) = h.client(
+        "GET",
+        &format!("/api/v1/sessions/{sid}/participants"),
+        &skey,
+        None,
+    );
+    assert_eq!(parts["drivers"].as_array().unwrap().len(), 1);
+    h.replies.push_back(anthropic_text("done"));
+    let f = send(
+        &mut h,
+        &sid,
+        &skey,
+        json!([{"type": "tool_result", "tool_use_id": "tu_1", "content": "ok"}]),
+    );
+    let r = &f.last().unwrap()["result"];
+    assert_eq!(r["message"]["content"][0]["text"], "done", "{r}");
+    let merged = &r["events"][0]["payload"]["content"];
+    assert_eq!(
+        merged[1]["tool_use_id"], "tu_2",
+        "server result restored from the log"
+    );
+}
+
+#[test]
+fn waiter_retires_expired_pause_by_timer_c121() {
+    let mut h = Harness::new(config());
+    let (_key, sid, skey) = h.open_session(&["t"], json!({"tools": [{"name": "t"}]}));
+    let key = second_client_key(&mut h);
+    let (_, j) = h.client(
+        "POST",
+        &format!("/api/v1/sessions/{sid}/join"),
+        &key,
+        Some(&json!({})),
+    );
+    let skey2 = j["session_key"].as_str().unwrap().to_string();
+    register(&mut h, &sid, &skey);
+    register(&mut h, &sid, &skey2);
+    h.replies.push_back(anthropic_tool_use(
+        json!([{"type": "tool_use", "id": "tu_1", "name": "t", "input": {}}]),
+    ));
+    send(&mut h, &sid, &skey, json!("go"));
+    let b = h.rpc_start(&sid, &skey2, &json!({"jsonrpc": "2.0", "id": 1, "method": "session.sendMessage", "params": {"message": {"content": "mine"}}}));
+    assert!(h.frames(b).is_empty());
+    h.replies.push_back(anthropic_text("hi b"));
+    h.advance(119_000);
+    assert!(h.frames(b).is_empty(), "still within the owner's timeout");
+    h.advance(2_000);
+    let f = h.frames(b);
+    let r = &f.last().unwrap()["result"];
+    assert_eq!(r["message"]["content"][0]["text"], "hi b");
+    assert!(
+        !types(&r["events"]).contains(&"session.error".to_string()),
+        "C-122: abandonment not in the reclaimer's events"
+    );
+    let first = &r["events"][0]["payload"]["content"][0];
+    assert_eq!(first["is_error"], true);
+}
+
+/// Another client key on the profile of the first key listed.
+fn second_client_key(h: &mut Harness) -> String {
+    let (_, keys) = h.admin("GET", "/admin/v1/keys", None);
+    let profile_id = keys["items"][0]["profile_id"].clone();
+    let (s, k) = h.admin(
+        "POST",
+        "/admin/v1/keys",
+        Some(&json!({"name": "second", "profile_id": profile_id})),
+    );
+    assert_eq!(s, 201);
+    k["key"].as_str().unwrap().to_string()
+}

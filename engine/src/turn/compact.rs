@@ -59,6 +59,17 @@ impl Engine {
             Ok(p) => p.prompt,
             Err(msg) => return self.terminal_error(conn, -32602, &msg),
         };
+        self.arrive(conn, session_id, key_id, Op::Compact(prompt));
+    }
+
+    /// Arrival rules of `session.compact`: never wait on a pause.
+    pub(crate) fn arrive_compact(
+        &mut self,
+        conn: ConnId,
+        session_id: &str,
+        key_id: &str,
+        prompt: Option<String>,
+    ) {
         let now = self.now.mono_ms;
         let live = self.live_mut(session_id);
         match &live.holder {
@@ -109,7 +120,7 @@ impl Engine {
         prompt: Option<String>,
         reclaimed: Option<Pause>,
     ) {
-        let turn_id = self.hold_gate(conn, session_id, key_id, Mode::Compaction(Run::default()));
+        let turn_id = self.hold_gate(conn, session_id, key_id, Mode::Compaction(Box::default()));
         if let Some(p) = &reclaimed {
             // Logged after the caller attached: it is streamed to it.
             self.log_abandoned(session_id, &p.owner);
@@ -317,12 +328,11 @@ impl Engine {
             return;
         };
         let session_id = t.session_id.clone();
-        if let Mode::Compaction(Run {
-            auto: Some((_, count)),
-            ..
-        }) = &t.mode
-        {
-            let count = *count;
+        let auto_count = match &t.mode {
+            Mode::Compaction(run) => run.auto.as_ref().map(|(_, c)| *c),
+            Mode::Chat => None,
+        };
+        if let Some(count) = auto_count {
             if let Some(live) = self.live.get_mut(&session_id) {
                 live.backoff = Some(Backoff {
                     token_count: count,
@@ -341,12 +351,13 @@ impl Engine {
             return;
         };
         let mode = std::mem::replace(&mut t.mode, Mode::Chat);
-        match mode {
-            Mode::Compaction(Run {
-                auto: Some((message, _)),
-                ..
-            }) => self.end_turn(turn_id, Outcome::Completed(message)),
-            _ => {
+        let auto_message = match mode {
+            Mode::Compaction(run) => run.auto.map(|(m, _)| m),
+            Mode::Chat => None,
+        };
+        match auto_message {
+            Some(message) => self.end_turn(turn_id, Outcome::Completed(message)),
+            None => {
                 let Some(t) = self.turns.remove(&turn_id) else {
                     return;
                 };
@@ -419,11 +430,11 @@ impl Engine {
             None => "token_threshold",
         };
         if let Some(t) = self.turns.get_mut(&turn_id) {
-            t.mode = Mode::Compaction(Run {
+            t.mode = Mode::Compaction(Box::new(Run {
                 auto: Some((message.clone(), count)),
                 instruction: DEFAULT_INSTRUCTION.to_string(),
                 ..Run::default()
-            });
+            }));
         }
         let trigger = json!({"trigger": "auto", "reason": reason, "token_count": count, "threshold_tokens": size});
         self.begin_compaction(turn_id, trigger);

@@ -119,11 +119,8 @@ pub fn merge_abandonment(
     }
     match content {
         None => {}
-        Some(Value::String(s)) => {
-            if !s.is_empty() {
-                out.push(json!({"type": "text", "text": s}));
-            }
-        }
+        Some(Value::String(s)) if !s.is_empty() => out.push(json!({"type": "text", "text": s})),
+        Some(Value::String(_)) => {}
         Some(Value::Array(a)) => {
             if retiring && a.iter().any(is_tool_result) {
                 return Err(

@@ -8,6 +8,7 @@
 
 pub mod compact;
 pub mod merge;
+mod recover;
 
 use std::collections::VecDeque;
 
@@ -47,7 +48,9 @@ pub struct Live {
 pub enum Holder {
     #[default]
     Free,
-    Running(TurnId),
+    /// Rebuilding history and a possible pause from the log after a start.
+    Recovering,
+    Running,
     Paused(Pause),
 }
 
@@ -120,7 +123,7 @@ pub struct Turn {
 /// What the provider calls of a [`Turn`] are for.
 pub enum Mode {
     Chat,
-    Compaction(compact::Run),
+    Compaction(Box<compact::Run>),
 }
 
 pub(crate) enum Outcome {
@@ -159,6 +162,41 @@ impl Engine {
             },
             Err(msg) => return self.terminal_error(conn, -32602, &msg),
         };
+        self.arrive(conn, session_id, key_id, Op::Send(message));
+    }
+
+    /// A gated request passed its pre-gate checks. The first one after a
+    /// start rebuilds history and any parked pause from the log (the
+    /// reference loses pauses on restart; spec 01 §10 note 3).
+    pub(crate) fn arrive(&mut self, conn: ConnId, session_id: &str, key_id: &str, op: Op) {
+        let live = self.live_mut(session_id);
+        if live.history.is_none() {
+            let start = matches!(live.holder, Holder::Free);
+            if start {
+                live.holder = Holder::Recovering;
+            }
+            self.enqueue(session_id, conn, key_id, op);
+            if start {
+                let read = StoreRead::History {
+                    session_id: session_id.to_string(),
+                };
+                self.read(
+                    read,
+                    PendingRead::Recover {
+                        session_id: session_id.to_string(),
+                    },
+                );
+            }
+            return;
+        }
+        match op {
+            Op::Send(message) => self.arrive_send(conn, session_id, key_id, message),
+            Op::Compact(prompt) => self.arrive_compact(conn, session_id, key_id, prompt),
+        }
+    }
+
+    /// Arrival rules of `sendMessage` (spec 01 §8.3).
+    fn arrive_send(&mut self, conn: ConnId, session_id: &str, key_id: &str, message: UserMessage) {
         let now = self.now.mono_ms;
         let live = self.live_mut(session_id);
         match &live.holder {
@@ -221,7 +259,7 @@ impl Engine {
     ) -> TurnId {
         let turn_id = self.next_turn;
         self.next_turn += 1;
-        self.live_mut(session_id).holder = Holder::Running(turn_id);
+        self.live_mut(session_id).holder = Holder::Running;
         let conn_alive = self.stream_mut(conn).is_some();
         if let Some(s) = self.stream_mut(conn) {
             s.kind = StreamKind::Turn;

@@ -1,0 +1,138 @@
+//! Rebuilding a session's runtime state from the log after a start: the
+//! provider-facing history and, when the log ends on a paused assistant
+//! message, the parked pause with its owner and server results. The owner
+//! gets a fresh `BAE_TURN_TIMEOUT` from the moment of recovery.
+
+use serde_json::{json, Value};
+
+use super::{Holder, Pause, Waiter};
+use crate::conn::PendingRead;
+use crate::store::{ReadResult, StoreRead};
+use crate::Engine;
+
+/// Events read after a paused message (its tool rounds are bounded by the
+/// number of tool_use blocks; this is generous).
+const PAUSE_SCAN: usize = 4096;
+
+impl Engine {
+    pub(crate) fn on_recover(&mut self, session_id: &str, result: Result<ReadResult, String>) {
+        let load = match result {
+            Ok(ReadResult::History(load)) => load,
+            other => {
+                if let Err(e) = other {
+                    tracing::error!(error = %e, session_id, "history recovery read failed");
+                }
+                return self.recovery_failed(session_id);
+            }
+        };
+        let n = load.messages.len();
+        let paused_seq = load.messages.last().and_then(|(seq, et, p)| {
+            let assistant =
+                p.get("role").and_then(Value::as_str).unwrap_or("assistant") == "assistant";
+            let tagged = p["content"].as_array().is_some_and(|c| {
+                c.iter().any(|b| {
+                    b.get("type").and_then(Value::as_str) == Some("tool_use")
+                        && b.get("dispatch").is_some()
+                })
+            });
+            (et == "server.message.send" && assistant && tagged).then_some(*seq)
+        });
+        let history = load
+            .messages
+            .iter()
+            .map(|(_, et, p)| proto::provider::history_message(et, p))
+            .collect();
+        let live = self.live_mut(session_id);
+        live.history = Some(history);
+        live.newest_usage = load.newest_usage.flatten();
+        match paused_seq {
+            Some(paused_seq) => {
+                // Server results were logged between the preceding message
+                // and the paused one.
+                let after_seq = if n >= 2 { load.messages[n - 2].0 } else { 0 };
+                self.read(
+                    StoreRead::Events {
+                        session_id: session_id.to_string(),
+                        after_seq,
+                        limit: PAUSE_SCAN,
+                    },
+                    PendingRead::RecoverPause {
+                        session_id: session_id.to_string(),
+                        paused_seq,
+                    },
+                )
+            }
+            None => self.recovered(session_id, Holder::Free),
+        }
+    }
+
+    pub(crate) fn on_recover_pause(
+        &mut self,
+        session_id: &str,
+        paused_seq: u64,
+        result: Result<ReadResult, String>,
+    ) {
+        let rows = match result {
+            Ok(ReadResult::Events(rows)) => rows,
+            _ => return self.recovery_failed(session_id),
+        };
+        let Some(at) = rows.iter().position(|r| r.seq == paused_seq) else {
+            return self.recovery_failed(session_id);
+        };
+        let message: Value = serde_json::from_str(&rows[at].payload).unwrap_or(Value::Null);
+        let expected: Vec<String> = message["content"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|b| b.get("type").and_then(Value::as_str) == Some("tool_use"))
+            .map(|b| b["id"].as_str().unwrap_or("").to_string())
+            .collect();
+        let server_results = rows[..at]
+            .iter()
+            .filter(|r| r.event_type == "tool.result")
+            .filter_map(|r| serde_json::from_str::<Value>(&r.payload).ok())
+            .filter(|p| {
+                p["dispatch"] != "client" && expected.iter().any(|e| p["tool_use_id"] == e.as_str())
+            })
+            .map(|p| {
+                json!({
+                    "type": "tool_result",
+                    "tool_use_id": p["tool_use_id"],
+                    "content": p["content"],
+                    "is_error": p["is_error"].as_bool().unwrap_or(false),
+                })
+            })
+            .collect();
+        let pause = Pause {
+            owner: rows[at].client_key_id.clone().unwrap_or_default(),
+            deadline: self.now.mono_ms + self.config.turn_timeout_ms,
+            expected,
+            server_results,
+            auto_trigger: None,
+        };
+        tracing::info!(session_id, owner = %pause.owner, "restored a paused turn from the log");
+        self.recovered(session_id, Holder::Paused(pause));
+    }
+
+    /// Recovery done: queued arrivals go through the arrival rules in order.
+    fn recovered(&mut self, session_id: &str, holder: Holder) {
+        let live = self.live_mut(session_id);
+        live.holder = holder;
+        let waiters: Vec<Waiter> = live.queue.drain(..).collect();
+        for w in waiters {
+            if self.conns.contains_key(&w.conn) {
+                self.arrive(w.conn, session_id, &w.key_id, w.op);
+            }
+        }
+    }
+
+    fn recovery_failed(&mut self, session_id: &str) {
+        let live = self.live_mut(session_id);
+        live.holder = Holder::Free;
+        live.history = None;
+        let waiters: Vec<Waiter> = live.queue.drain(..).collect();
+        for w in waiters {
+            self.terminal_error(w.conn, -32000, "session loop failed");
+        }
+    }
+}
