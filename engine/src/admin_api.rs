@@ -356,6 +356,8 @@ impl Engine {
             .filter(|k| k.role == KeyRole::Session && k.client_id.as_deref() == Some(id))
             .map(|k| (k.id.clone(), k.name.clone()))
             .collect();
+        let mut session_keys = session_keys;
+        session_keys.sort();
         let mut touched: Vec<String> = Vec::new();
         for (key_id, session_id) in session_keys {
             self.catalog.remove_key(&key_id);

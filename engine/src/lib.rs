@@ -24,7 +24,7 @@ mod rpc;
 pub mod store;
 mod turn;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use model::Catalog;
 
@@ -204,13 +204,15 @@ pub struct Engine {
     /// Time of the input being handled.
     now: Now,
     catalog: Catalog,
-    conns: HashMap<ConnId, conn::Conn>,
+    // Ordered maps wherever iteration order reaches the outputs: the same
+    // inputs must give the same outputs (the simulator depends on it).
+    conns: BTreeMap<ConnId, conn::Conn>,
     /// Next event rowid (global, strictly increasing).
     next_seq: u64,
     next_read: ReadId,
     pending_reads: HashMap<ReadId, conn::PendingRead>,
     /// Runtime state of open sessions (gate, waiters, history cache).
-    live: HashMap<String, turn::Live>,
+    live: BTreeMap<String, turn::Live>,
     turns: HashMap<turn::TurnId, turn::Turn>,
     next_turn: turn::TurnId,
     /// Provider calls in flight, by the turn that made them.
@@ -231,11 +233,11 @@ impl Engine {
             outputs: VecDeque::new(),
             now,
             catalog: Catalog::restore(&snapshot),
-            conns: HashMap::new(),
+            conns: BTreeMap::new(),
             next_seq: snapshot.max_event_seq + 1,
             next_read: 1,
             pending_reads: HashMap::new(),
-            live: HashMap::new(),
+            live: BTreeMap::new(),
             turns: HashMap::new(),
             next_turn: 1,
             calls: HashMap::new(),

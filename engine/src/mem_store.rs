@@ -1,7 +1,7 @@
 //! An in-memory store with the same semantics as the SQLite store: used by
 //! the simulator and by engine tests. Pure data structure, no I/O.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use serde_json::Value;
 
@@ -18,7 +18,7 @@ pub struct MemStore {
     /// Events by seq (rowid order).
     pub events: BTreeMap<u64, EventRow>,
     /// Event seqs per session, ascending.
-    by_session: HashMap<String, Vec<u64>>,
+    by_session: BTreeMap<String, Vec<u64>>,
 }
 
 impl MemStore {
