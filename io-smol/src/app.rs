@@ -1,0 +1,296 @@
+//! The `baesrv` process: subcommands, the `serve` startup sequence of spec
+//! 04 §5 and exit codes (§4).
+//!
+//! Exit codes: 0 success; 1 runtime failure (database, bootstrap I/O,
+//! listener bind, runtime); 2 usage/configuration error. Errors go to stderr
+//! as `baesrv: …` before logging is initialised and through the logger
+//! afterwards.
+
+use std::io::Write;
+
+use engine::store::Snapshot;
+use engine::{Engine, Entropy, ProviderEntry};
+use tracing_subscriber::EnvFilter;
+
+use crate::config::{self, Cli, Command, ConfigError, Env, FileConfig};
+use crate::driver::{self, Clock, DriverSettings, OsEntropy};
+use crate::store::{self, bootstrap_admin_key, BootstrapSettings, Store};
+
+/// Exit code of runtime failures.
+pub const EXIT_RUNTIME: i32 = 1;
+/// Exit code of usage and configuration errors.
+pub const EXIT_USAGE: i32 = 2;
+
+/// Runs the process with `args` (without the program name); returns the
+/// exit code.
+pub fn main_with_args(args: &[String]) -> i32 {
+    // §5 step 1: flags (rotate+disable flags are rejected by the parser).
+    let cli = match config::parse_cli(args) {
+        Ok(cli) => cli,
+        Err(e) => {
+            eprintln!("{}", e.stderr_line());
+            if e.show_usage() {
+                eprint!("{}", config::usage_text());
+            }
+            return e.exit_code();
+        }
+    };
+    match cli.command {
+        Command::Version => {
+            print!("{}", config::version_text());
+            let _ = std::io::stdout().flush();
+            0
+        }
+        Command::Help => {
+            eprint!("{}", config::usage_text());
+            0
+        }
+        Command::Migrate => migrate(&cli),
+        Command::Serve => serve(&cli),
+    }
+}
+
+/// §5 step 2: environment, with flag > env precedence applied.
+fn read_env(cli: &Cli) -> Result<Env, ConfigError> {
+    let mut env = config::parse_env(config::process_env)?;
+    config::resolve_paths(cli, &mut env);
+    Ok(env)
+}
+
+fn config_error(e: &ConfigError) -> i32 {
+    eprintln!("{}", e.stderr_line());
+    e.exit_code()
+}
+
+/// Initialises the stderr logger from `BAE_LOG` (an unparsable filter falls
+/// back to `info`, with a warning).
+fn init_logging(directive: &str) {
+    let (filter, bad) = match EnvFilter::try_new(directive) {
+        Ok(f) => (f, false),
+        Err(_) => (EnvFilter::new("info"), true),
+    };
+    let _ = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(filter)
+        .try_init();
+    if bad {
+        tracing::warn!(directive, "BAE_LOG is not a valid filter; using \"info\"");
+    }
+}
+
+fn sync_mode(env: &Env) -> store::Synchronous {
+    match env.sqlite_synchronous {
+        config::Synchronous::Normal => store::Synchronous::Normal,
+        config::Synchronous::Full => store::Synchronous::Full,
+    }
+}
+
+/// Opens and migrates the database (§5 step 8).
+fn open_store(env: &Env) -> Result<Store, store::StoreError> {
+    let store = Store::open(&env.db_path, sync_mode(env))?;
+    store.migrate()?;
+    Ok(store)
+}
+
+/// `baesrv migrate`: env only (`--config` is ignored), open, migrate, close.
+fn migrate(cli: &Cli) -> i32 {
+    let env = match read_env(cli) {
+        Ok(env) => env,
+        Err(e) => return config_error(&e),
+    };
+    init_logging(&env.log);
+    match open_store(&env) {
+        Ok(store) => {
+            drop(store);
+            println!("migrations up to date at {}", env.db_path.display());
+            0
+        }
+        Err(e) => {
+            tracing::error!("{e}");
+            EXIT_RUNTIME
+        }
+    }
+}
+
+/// `baesrv serve`: the startup sequence of spec 04 §5.
+fn serve(cli: &Cli) -> i32 {
+    // Step 2.
+    let env = match read_env(cli) {
+        Ok(env) => env,
+        Err(e) => return config_error(&e),
+    };
+    // Step 3.
+    let file = match config::load_file(env.config_path.as_deref()) {
+        Ok(f) => f,
+        Err(e) => return config_error(&e),
+    };
+    // Step 4: telemetry was validated by the loader; resolve its headers
+    // once (the only `${VAR}` resolved at startup).
+    if let Err(e) = config::resolve_otlp_headers(&file.telemetry, config::process_env) {
+        return config_error(&e);
+    }
+    // Step 5.
+    init_logging(&env.log);
+    if file.telemetry.enabled {
+        tracing::warn!(
+            "[telemetry] enabled = true, but this build has no OpenTelemetry exporter; \
+             spans and metrics are not exported"
+        );
+    }
+    // Step 6 (registries were validated by the loader).
+    tracing::info!(
+        mcp_servers = file.mcp.servers.len(),
+        providers = file.providers.len(),
+        "registries loaded"
+    );
+    // Step 7.
+    if let Err(e) = config::check_rotate_with_disabled_auth(cli, &env) {
+        tracing::error!("configuration error: {e}");
+        return e.exit_code();
+    }
+    // Step 8.
+    let store = match open_store(&env) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::error!("{e}");
+            return EXIT_RUNTIME;
+        }
+    };
+    // Step 9.
+    let settings = BootstrapSettings {
+        disabled: env.disable_admin_auth,
+        rotate: cli.rotate_admin_key,
+        key_file: env.admin_key_file.clone(),
+        hash_file: env.admin_key_hash_file.clone(),
+    };
+    let mut os_rng = OsEntropy;
+    let mut entropy = |buf: &mut [u8]| os_rng.fill(buf);
+    if let Err(e) = bootstrap_admin_key(&store, &settings, &mut entropy) {
+        tracing::error!("{e}");
+        return e.exit_code();
+    }
+    let snapshot = match store.load_snapshot() {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::error!("{e}");
+            return EXIT_RUNTIME;
+        }
+    };
+    // Step 10.
+    if let Err(code) = check_sandbox_driver(&env, &snapshot) {
+        return code;
+    }
+    // Step 12 (once at start).
+    log_activity(&snapshot);
+
+    let clock = Clock::new();
+    let engine = Engine::new(
+        engine_config(&env, &file),
+        Box::new(OsEntropy),
+        snapshot,
+        clock.now(),
+    );
+    // Step 13.
+    let listeners = match driver::bind_listeners(env.addr, env.admin_addr) {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::error!("{e}");
+            return EXIT_RUNTIME;
+        }
+    };
+    tracing::info!(client = %env.addr, admin = %env.admin_addr, "listening");
+    // Step 14.
+    let settings = DriverSettings {
+        shutdown_timeout: env.shutdown_timeout,
+    };
+    match driver::run(engine, clock, store, listeners, settings) {
+        Ok(()) => 0,
+        Err(e) => {
+            tracing::error!("runtime failure: {e}");
+            EXIT_RUNTIME
+        }
+    }
+}
+
+/// §5 step 10: `apple-container` only works on macOS; elsewhere it is fatal
+/// (exit 2) when an active profile declares sandboxes, else a warning.
+fn check_sandbox_driver(env: &Env, snapshot: &Snapshot) -> Result<(), i32> {
+    if env.sandbox_driver != config::SandboxDriver::AppleContainer || cfg!(target_os = "macos") {
+        return Ok(());
+    }
+    let uses_sandboxes = snapshot
+        .profiles
+        .iter()
+        .any(|p| p.deleted_at.is_none() && !p.available_sandboxes.is_empty());
+    if uses_sandboxes {
+        tracing::error!(
+            "configuration error: BAE_SANDBOX_DRIVER: \"apple-container\" is not usable on \
+             this host, but an active profile declares available_sandboxes"
+        );
+        return Err(EXIT_USAGE);
+    }
+    tracing::warn!(
+        "BAE_SANDBOX_DRIVER \"apple-container\" is not supported on this host; \
+         every sandbox call will fail"
+    );
+    Ok(())
+}
+
+fn log_activity(s: &Snapshot) {
+    let profiles = s.profiles.iter().filter(|p| p.deleted_at.is_none()).count();
+    let client_keys = s
+        .keys
+        .iter()
+        .filter(|k| k.role == engine::store::KeyRole::Client)
+        .count();
+    let open = s
+        .sessions
+        .iter()
+        .filter(|x| x.state == engine::store::SessionState::Open)
+        .count();
+    let events: u64 = s.event_counts.iter().map(|(_, n)| n).sum();
+    tracing::info!(
+        profiles,
+        client_keys,
+        open_sessions = open,
+        total_sessions = s.sessions.len(),
+        events,
+        mcp_live = 0,
+        "activity summary"
+    );
+}
+
+/// The engine's settings from the environment and the config file.
+pub fn engine_config(env: &Env, file: &FileConfig) -> engine::Config {
+    let providers = file
+        .providers
+        .iter()
+        .map(|p| ProviderEntry {
+            name: p.name.clone(),
+            kind: p.kind.as_str().to_string(),
+            base_url: p.api_base_url().to_string(),
+            model: p.model.clone(),
+            auth_template: p.auth_token.clone(),
+            max_tokens: p.max_tokens,
+        })
+        .collect();
+    engine::Config {
+        version: env!("CARGO_PKG_VERSION").to_string(),
+        max_head_bytes: env.max_head_bytes,
+        max_headers: env.max_headers,
+        max_body_bytes: env.max_body_bytes,
+        turn_timeout_ms: duration_ms(env.turn_timeout),
+        provider_timeout_ms: duration_ms(env.provider_timeout),
+        admin_auth_disabled: env.disable_admin_auth,
+        providers,
+        mcp_server_names: file.mcp.servers.iter().map(|s| s.name.clone()).collect(),
+        admin_providers_json: config::providers_json(file).to_string(),
+        admin_mcp_servers_json: config::mcp_servers_json(file).to_string(),
+        admin_config_json: config::redacted_config_json(file).to_string(),
+        ..engine::Config::default()
+    }
+}
+
+fn duration_ms(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}

@@ -1,0 +1,576 @@
+//! The runtime around the sans-IO engine.
+//!
+//! Threads:
+//!
+//! * the **driver thread** (`smol::block_on`) owns the [`Engine`] and runs
+//!   the only loop that ever touches it: wait for the next [`Event`], feed
+//!   it as an [`Input`] (or fire due timers), drain [`Engine::poll_output`]
+//!   completely and dispatch every output;
+//! * smol's executor runs the per-connection reader/writer tasks, the
+//!   acceptors and the signal listener; they only move bytes and report
+//!   back through one bounded channel;
+//! * one dedicated **store thread** owns the SQLite connection and runs
+//!   store jobs FIFO (group commit, see [`pipeline`]);
+//! * provider HTTP calls run on the `blocking` thread pool.
+//!
+//! The driver contains no protocol logic: it never looks inside bytes,
+//! writes or reads.
+//!
+//! Commit failures are fatal (crash-only): the store thread logs the error
+//! and exits the process with code 1 before any output held behind the
+//! failed batch is released, so nothing unacknowledged was ever revealed and
+//! a restart rebuilds the state from the database.
+
+pub mod pipeline;
+pub mod provider;
+
+use std::collections::HashMap;
+use std::io;
+use std::net::{Shutdown, SocketAddr};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use engine::store::{ReadId, ReadResult, StoreWrite};
+use engine::{CallId, ConnId, Engine, Entropy, Input, Listener, Now, Output, ProviderReply};
+use futures_lite::{future, AsyncReadExt, AsyncWriteExt, StreamExt};
+use smol::channel::{self, Receiver, Sender};
+use smol::net::{TcpListener, TcpStream};
+use smol::Timer;
+
+use crate::store::Store;
+use pipeline::{Delivery, Job, Pipeline};
+
+/// Capacity of the event channel: readers wait (back-pressure) when the
+/// engine falls this far behind.
+const EVENT_CAPACITY: usize = 4096;
+/// Read buffer per connection.
+const READ_CHUNK: usize = 16 * 1024;
+/// Largest coalesced write.
+const MAX_WRITE: usize = 256 * 1024;
+/// Events handled per wake-up before the store gets a chance to commit.
+const BURST: usize = 512;
+
+/// The OS CSPRNG as the engine's entropy source.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct OsEntropy;
+
+impl Entropy for OsEntropy {
+    fn fill(&mut self, buf: &mut [u8]) {
+        // An unavailable OS RNG is unrecoverable: never fall back to a
+        // weaker source for key material.
+        getrandom::getrandom(buf).expect("OS random number generator unavailable");
+    }
+}
+
+/// Monotonic + wall clock in the engine's [`Now`] representation.
+#[derive(Debug, Clone, Copy)]
+pub struct Clock {
+    origin: Instant,
+}
+
+impl Default for Clock {
+    fn default() -> Self {
+        Clock::new()
+    }
+}
+
+impl Clock {
+    pub fn new() -> Self {
+        Clock {
+            origin: Instant::now(),
+        }
+    }
+
+    pub fn now(&self) -> Now {
+        Now {
+            mono_ms: self.origin.elapsed().as_millis() as u64,
+            unix_ms: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map(|d| d.as_millis() as u64)
+                .unwrap_or(0),
+        }
+    }
+
+    /// The [`Instant`] of a monotonic engine deadline.
+    pub fn instant_at(&self, mono_ms: u64) -> Instant {
+        self.origin + Duration::from_millis(mono_ms)
+    }
+}
+
+/// Bound listeners, in the order they were bound (client, then admin).
+pub struct Listeners {
+    pub client: std::net::TcpListener,
+    pub admin: std::net::TcpListener,
+}
+
+/// Binds the client listener, then the admin listener (spec 04 §5 step 13).
+/// The error names the listener and address.
+pub fn bind_listeners(client: SocketAddr, admin: SocketAddr) -> Result<Listeners, String> {
+    let client = std::net::TcpListener::bind(client)
+        .map_err(|e| format!("cannot bind client listener on {client}: {e}"))?;
+    let admin = std::net::TcpListener::bind(admin)
+        .map_err(|e| format!("cannot bind admin listener on {admin}: {e}"))?;
+    Ok(Listeners { client, admin })
+}
+
+/// Runtime settings of the driver.
+#[derive(Debug, Clone)]
+pub struct DriverSettings {
+    /// `BAE_SHUTDOWN_TIMEOUT`: budget for the graceful drain.
+    pub shutdown_timeout: Duration,
+}
+
+/// Everything the driver loop reacts to.
+enum Event {
+    Accepted(Listener, TcpStream),
+    /// `Received`, `Flushed` or `Closed` from a connection task.
+    Net(Input),
+    Provider(CallId, ProviderReply),
+    Committed(u64),
+    ReadDone(ReadId, Result<ReadResult, String>),
+    Signal,
+}
+
+enum WriterMsg {
+    Data(Vec<u8>),
+    Close,
+}
+
+struct Conn {
+    writer: Sender<WriterMsg>,
+}
+
+/// Runs the server until a graceful shutdown completes. Blocks the calling
+/// thread, which becomes the engine thread.
+pub fn run(
+    engine: Engine,
+    clock: Clock,
+    store: Store,
+    listeners: Listeners,
+    settings: DriverSettings,
+) -> io::Result<()> {
+    let (events_tx, events_rx) = channel::bounded(EVENT_CAPACITY);
+    let (jobs_tx, jobs_rx) = channel::unbounded();
+    let store_events = events_tx.clone();
+    let store_thread = std::thread::Builder::new()
+        .name("bae-store".into())
+        .spawn(move || store_worker(store, jobs_rx, store_events))?;
+
+    let driver = Driver {
+        engine,
+        clock,
+        pipe: Pipeline::new(),
+        conns: HashMap::new(),
+        next_conn: 1,
+        provider_inflight: 0,
+        events_tx,
+        jobs_tx,
+        shutdown_deadline: None,
+        settings,
+    };
+    let result = smol::block_on(driver.run(events_rx, listeners));
+    // The store thread ends once the job channel is dropped (with the
+    // driver) and every submitted job has finished.
+    let _ = store_thread.join();
+    result
+}
+
+struct Driver {
+    engine: Engine,
+    clock: Clock,
+    pipe: Pipeline,
+    conns: HashMap<ConnId, Conn>,
+    next_conn: ConnId,
+    provider_inflight: usize,
+    events_tx: Sender<Event>,
+    jobs_tx: Sender<Vec<Job>>,
+    shutdown_deadline: Option<Instant>,
+    settings: DriverSettings,
+}
+
+impl Driver {
+    async fn run(mut self, events: Receiver<Event>, listeners: Listeners) -> io::Result<()> {
+        let client = TcpListener::try_from(listeners.client)?;
+        let admin = TcpListener::try_from(listeners.admin)?;
+        let mut acceptors = vec![
+            smol::spawn(accept_loop(
+                client,
+                Listener::Client,
+                self.events_tx.clone(),
+            )),
+            smol::spawn(accept_loop(admin, Listener::Admin, self.events_tx.clone())),
+        ];
+        let mut signals =
+            async_signal::Signals::new([async_signal::Signal::Term, async_signal::Signal::Int])?;
+        let signal_tx = self.events_tx.clone();
+        smol::spawn(async move {
+            while signals.next().await.is_some() {
+                if signal_tx.send(Event::Signal).await.is_err() {
+                    break;
+                }
+            }
+        })
+        .detach();
+
+        loop {
+            self.drain_outputs();
+            self.submit_store();
+            if let Some(deadline) = self.shutdown_deadline {
+                if self.conns.is_empty() && self.provider_inflight == 0 && self.pipe.is_quiet() {
+                    tracing::info!("all connections finished");
+                    break;
+                }
+                if Instant::now() >= deadline {
+                    tracing::warn!(
+                        connections = self.conns.len(),
+                        "shutdown timeout elapsed with work in flight; stopping anyway"
+                    );
+                    break;
+                }
+            }
+
+            let wake = self.next_wake();
+            let first = match wake {
+                Some(at) => {
+                    future::or(async { events.recv().await.ok() }, async {
+                        Timer::at(at).await;
+                        None
+                    })
+                    .await
+                }
+                None => events.recv().await.ok(),
+            };
+            if let Some(ev) = first {
+                self.handle_event(ev, &mut acceptors);
+                for _ in 1..BURST {
+                    match events.try_recv() {
+                        Ok(ev) => self.handle_event(ev, &mut acceptors),
+                        Err(_) => break,
+                    }
+                }
+            }
+            self.fire_timers();
+        }
+
+        drop(acceptors);
+        self.finish(&events).await;
+        Ok(())
+    }
+
+    /// Earliest of the engine's next timer and the shutdown deadline.
+    fn next_wake(&self) -> Option<Instant> {
+        let timer = self
+            .engine
+            .poll_timeout()
+            .map(|ms| self.clock.instant_at(ms));
+        match (timer, self.shutdown_deadline) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    fn fire_timers(&mut self) {
+        let now = self.clock.now();
+        if self.engine.poll_timeout().is_some_and(|t| t <= now.mono_ms) {
+            self.engine.handle_timeout(now);
+            self.drain_outputs();
+        }
+    }
+
+    fn input(&mut self, input: Input) {
+        let now = self.clock.now();
+        self.engine.handle_input(now, input);
+        self.drain_outputs();
+    }
+
+    fn handle_event(&mut self, ev: Event, acceptors: &mut Vec<smol::Task<()>>) {
+        match ev {
+            Event::Accepted(listener, stream) => {
+                if self.shutdown_deadline.is_some() {
+                    let _ = stream.shutdown(Shutdown::Both);
+                    return;
+                }
+                self.accept(listener, stream);
+            }
+            Event::Net(input) => {
+                let conn = match &input {
+                    Input::Received { conn, .. }
+                    | Input::Flushed { conn, .. }
+                    | Input::Closed { conn } => *conn,
+                    _ => unreachable!("connection tasks only report connection inputs"),
+                };
+                if matches!(input, Input::Closed { .. }) {
+                    // Forget the writer: it drains what is queued, then
+                    // shuts the socket down. Later reports are stale.
+                    if self.conns.remove(&conn).is_none() {
+                        return;
+                    }
+                } else if !self.conns.contains_key(&conn) {
+                    return;
+                }
+                self.input(input);
+            }
+            Event::Provider(call, reply) => {
+                self.provider_inflight = self.provider_inflight.saturating_sub(1);
+                self.input(Input::ProviderDone { call, reply });
+            }
+            Event::Committed(batch) => {
+                for d in self.pipe.committed(batch) {
+                    self.dispatch(d);
+                }
+            }
+            Event::ReadDone(id, result) => {
+                self.pipe.read_done();
+                self.input(Input::ReadDone { id, result });
+            }
+            Event::Signal => {
+                if self.shutdown_deadline.is_some() {
+                    tracing::warn!("second shutdown signal; finishing now");
+                    self.shutdown_deadline = Some(Instant::now());
+                    return;
+                }
+                tracing::info!(
+                    timeout_secs = self.settings.shutdown_timeout.as_secs(),
+                    "shutdown signal received; draining"
+                );
+                self.shutdown_deadline = Some(Instant::now() + self.settings.shutdown_timeout);
+                // Stop accepting: cancelling the acceptors drops (closes)
+                // both listening sockets.
+                acceptors.clear();
+                self.input(Input::Shutdown);
+            }
+        }
+    }
+
+    fn accept(&mut self, listener: Listener, stream: TcpStream) {
+        let conn = self.next_conn;
+        self.next_conn += 1;
+        if let Err(e) = stream.set_nodelay(true) {
+            tracing::debug!(conn, error = %e, "TCP_NODELAY failed");
+        }
+        let (writer_tx, writer_rx) = channel::unbounded();
+        self.conns.insert(conn, Conn { writer: writer_tx });
+        self.input(Input::Accepted { conn, listener });
+        smol::spawn(read_loop(conn, stream.clone(), self.events_tx.clone())).detach();
+        smol::spawn(write_loop(conn, stream, writer_rx, self.events_tx.clone())).detach();
+    }
+
+    /// Drains every engine output and dispatches it.
+    fn drain_outputs(&mut self) {
+        while let Some(out) = self.engine.poll_output() {
+            match out {
+                Output::Write(w) => self.pipe.write(w),
+                Output::Send { conn, bytes } => {
+                    if let Some(d) = self.pipe.deliver(Delivery::Send { conn, bytes }) {
+                        self.dispatch(d);
+                    }
+                }
+                Output::Close { conn } => {
+                    if let Some(d) = self.pipe.deliver(Delivery::Close { conn }) {
+                        self.dispatch(d);
+                    }
+                }
+                Output::Read { id, read } => self.pipe.read(id, read),
+                Output::CallProvider(call) => self.call_provider(call),
+            }
+        }
+    }
+
+    fn dispatch(&mut self, d: Delivery) {
+        let (conn, msg) = match d {
+            Delivery::Send { conn, bytes } => (conn, WriterMsg::Data(bytes)),
+            Delivery::Close { conn } => (conn, WriterMsg::Close),
+        };
+        if let Some(c) = self.conns.get(&conn) {
+            // Unbounded: never fails while the writer task is alive; a dead
+            // writer means the connection is already going away.
+            let _ = c.writer.try_send(msg);
+        }
+    }
+
+    fn call_provider(&mut self, call: engine::ProviderCall) {
+        self.provider_inflight += 1;
+        let tx = self.events_tx.clone();
+        tracing::debug!(call = call.id, "provider call started");
+        smol::spawn(async move {
+            let id = call.id;
+            let reply = blocking::unblock(move || provider::perform(&call)).await;
+            match &reply {
+                ProviderReply::Http { status, body } => {
+                    tracing::debug!(call = id, status, bytes = body.len(), "provider call done")
+                }
+                ProviderReply::Transport(e) => {
+                    tracing::debug!(call = id, error = %e, "provider call failed")
+                }
+                ProviderReply::Credential(e) => {
+                    tracing::debug!(call = id, error = %e, "provider credential unresolved")
+                }
+            }
+            let _ = tx.send(Event::Provider(id, reply)).await;
+        })
+        .detach();
+    }
+
+    /// Hands queued store work to the worker when it is idle.
+    fn submit_store(&mut self) {
+        if let Some(jobs) = self.pipe.take_submission() {
+            if self.jobs_tx.try_send(jobs).is_err() {
+                // The store thread is gone: it only stops by exiting the
+                // process, so this is unreachable in practice.
+                tracing::error!("store worker unavailable; exiting");
+                std::process::exit(1);
+            }
+        }
+    }
+
+    /// After the drain: commit everything still pending, then return.
+    async fn finish(mut self, events: &Receiver<Event>) {
+        loop {
+            self.submit_store();
+            if self.pipe.is_quiet() {
+                break;
+            }
+            match events.recv().await {
+                Ok(Event::Committed(batch)) => {
+                    for d in self.pipe.committed(batch) {
+                        self.dispatch(d);
+                    }
+                }
+                Ok(Event::ReadDone(..)) => self.pipe.read_done(),
+                Ok(_) => {}
+                Err(_) => break,
+            }
+        }
+        tracing::info!("pending writes committed; shutdown complete");
+    }
+}
+
+async fn accept_loop(listener: TcpListener, which: Listener, tx: Sender<Event>) {
+    loop {
+        match listener.accept().await {
+            Ok((stream, _peer)) => {
+                if tx.send(Event::Accepted(which, stream)).await.is_err() {
+                    return;
+                }
+            }
+            Err(e) => {
+                // EMFILE and friends: back off instead of spinning.
+                tracing::warn!(listener = ?which, error = %e, "accept failed");
+                Timer::after(Duration::from_millis(100)).await;
+            }
+        }
+    }
+}
+
+async fn read_loop(conn: ConnId, mut stream: TcpStream, tx: Sender<Event>) {
+    let mut buf = vec![0u8; READ_CHUNK];
+    loop {
+        match stream.read(&mut buf).await {
+            Ok(0) => break,
+            Ok(n) => {
+                let input = Input::Received {
+                    conn,
+                    bytes: buf[..n].to_vec(),
+                };
+                if tx.send(Event::Net(input)).await.is_err() {
+                    return;
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(_) => break,
+        }
+    }
+    let _ = tx.send(Event::Net(Input::Closed { conn })).await;
+}
+
+async fn write_loop(
+    conn: ConnId,
+    mut stream: TcpStream,
+    rx: Receiver<WriterMsg>,
+    tx: Sender<Event>,
+) {
+    'outer: while let Ok(msg) = rx.recv().await {
+        let mut buf = match msg {
+            WriterMsg::Data(bytes) => bytes,
+            WriterMsg::Close => break,
+        };
+        // Coalesce whatever else is already queued into one write.
+        let mut close_after = false;
+        while buf.len() < MAX_WRITE {
+            match rx.try_recv() {
+                Ok(WriterMsg::Data(more)) => buf.extend_from_slice(&more),
+                Ok(WriterMsg::Close) => {
+                    close_after = true;
+                    break;
+                }
+                Err(_) => break,
+            }
+        }
+        if stream.write_all(&buf).await.is_err() {
+            break 'outer;
+        }
+        let flushed = Input::Flushed {
+            conn,
+            bytes: buf.len(),
+        };
+        if tx.send(Event::Net(flushed)).await.is_err() || close_after {
+            break;
+        }
+    }
+    let _ = stream.flush().await;
+    // Also wakes the reader, which then reports `Closed`.
+    let _ = stream.shutdown(Shutdown::Both);
+}
+
+/// The store thread: one SQLite connection with cached statements, jobs in
+/// FIFO order.
+fn store_worker(store: Store, jobs: Receiver<Vec<Job>>, events: Sender<Event>) {
+    let mut conn = store.conn();
+    while let Ok(batch) = jobs.recv_blocking() {
+        for job in batch {
+            match job {
+                Job::Commit { batch, writes } => {
+                    if let Err(e) = conn.commit(&writes) {
+                        tracing::error!(
+                            error = %e,
+                            writes = writes.len(),
+                            "store commit failed; exiting (crash-only: nothing of this batch \
+                             was revealed, restart rebuilds state from the database)"
+                        );
+                        std::process::exit(1);
+                    }
+                    if tracing::enabled!(tracing::Level::TRACE) {
+                        trace_events(&writes);
+                    }
+                    if events.send_blocking(Event::Committed(batch)).is_err() {
+                        return;
+                    }
+                }
+                Job::Read { id, read } => {
+                    let result = conn.read(&read).map_err(|e| {
+                        tracing::warn!(error = %e, "store read failed");
+                        e.to_string()
+                    });
+                    if events.send_blocking(Event::ReadDone(id, result)).is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Spec 04 §6: every persisted event with its full payload at trace level.
+fn trace_events(writes: &[StoreWrite]) {
+    for w in writes {
+        if let StoreWrite::InsertEvent(e) = w {
+            tracing::trace!(
+                seq = e.seq,
+                id = %e.id,
+                session = %e.session_id,
+                event_type = %e.event_type,
+                payload = %e.payload,
+                "event persisted"
+            );
+        }
+    }
+}

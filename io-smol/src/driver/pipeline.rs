@@ -1,0 +1,258 @@
+//! Output sequencing: group commit and durability gating, without I/O.
+//!
+//! The engine emits [`StoreWrite`]s, [`StoreRead`]s and deliveries (sends and
+//! closes) in one ordered stream. This module decides, purely, when each
+//! piece may happen:
+//!
+//! * writes accumulate in a *pending* batch; whenever the store worker is
+//!   idle, everything pending is sealed into one commit job (group commit);
+//! * a read is queued after every write emitted before it (the pending batch
+//!   is sealed first), so it observes the engine's own writes;
+//! * a delivery emitted after a gating write ([`StoreWrite::gates_output`])
+//!   is held until the batch containing that write has committed; held
+//!   deliveries are released in emission order, so a `Close` never overtakes
+//!   the sends before it.
+
+use std::collections::VecDeque;
+
+use engine::store::{ReadId, StoreRead, StoreWrite};
+use engine::ConnId;
+
+/// Bytes or a close for one connection.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Delivery {
+    Send { conn: ConnId, bytes: Vec<u8> },
+    Close { conn: ConnId },
+}
+
+/// A unit of work for the store worker, processed in FIFO order.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Job {
+    /// Commit `writes` atomically; completion releases deliveries gated on
+    /// batch ids up to `batch`.
+    Commit { batch: u64, writes: Vec<StoreWrite> },
+    /// Answer a read.
+    Read { id: ReadId, read: StoreRead },
+}
+
+/// See the module docs.
+#[derive(Debug, Default)]
+pub struct Pipeline {
+    pending: Vec<StoreWrite>,
+    /// Batch id of the newest gating write (0 = none yet).
+    last_gating: u64,
+    /// Id the pending batch will get when sealed.
+    next_batch: u64,
+    /// Highest committed batch id.
+    committed: u64,
+    held: VecDeque<(u64, Delivery)>,
+    queued: VecDeque<Job>,
+    /// Jobs handed to the worker and not yet completed.
+    outstanding: usize,
+}
+
+impl Pipeline {
+    pub fn new() -> Self {
+        Pipeline {
+            next_batch: 1,
+            ..Default::default()
+        }
+    }
+
+    /// Appends a write to the pending batch.
+    pub fn write(&mut self, w: StoreWrite) {
+        if w.gates_output() {
+            self.last_gating = self.next_batch;
+        }
+        self.pending.push(w);
+    }
+
+    /// A delivery: `Some` when it may be dispatched now, `None` when it was
+    /// held behind an uncommitted batch.
+    pub fn deliver(&mut self, d: Delivery) -> Option<Delivery> {
+        if self.last_gating <= self.committed {
+            debug_assert!(self.held.is_empty());
+            Some(d)
+        } else {
+            self.held.push_back((self.last_gating, d));
+            None
+        }
+    }
+
+    /// Queues a read after every write emitted so far.
+    pub fn read(&mut self, id: ReadId, read: StoreRead) {
+        self.seal();
+        self.queued.push_back(Job::Read { id, read });
+    }
+
+    fn seal(&mut self) {
+        if !self.pending.is_empty() {
+            let batch = self.next_batch;
+            self.next_batch += 1;
+            self.queued.push_back(Job::Commit {
+                batch,
+                writes: std::mem::take(&mut self.pending),
+            });
+        }
+    }
+
+    /// When the worker is idle: everything queued plus all pending writes
+    /// (sealed into one batch), in order. `None` when busy or nothing to do.
+    pub fn take_submission(&mut self) -> Option<Vec<Job>> {
+        if self.outstanding > 0 {
+            return None;
+        }
+        self.seal();
+        if self.queued.is_empty() {
+            return None;
+        }
+        let jobs: Vec<Job> = self.queued.drain(..).collect();
+        self.outstanding = jobs.len();
+        Some(jobs)
+    }
+
+    /// A commit job finished: returns the deliveries it releases, in order.
+    pub fn committed(&mut self, batch: u64) -> Vec<Delivery> {
+        self.outstanding = self.outstanding.saturating_sub(1);
+        self.committed = self.committed.max(batch);
+        let mut out = Vec::new();
+        while let Some((need, _)) = self.held.front() {
+            if *need > self.committed {
+                break;
+            }
+            out.push(self.held.pop_front().expect("front exists").1);
+        }
+        out
+    }
+
+    /// A read job finished.
+    pub fn read_done(&mut self) {
+        self.outstanding = self.outstanding.saturating_sub(1);
+    }
+
+    /// Whether the worker has nothing outstanding.
+    pub fn worker_idle(&self) -> bool {
+        self.outstanding == 0
+    }
+
+    /// Nothing pending, queued, outstanding or held.
+    pub fn is_quiet(&self) -> bool {
+        self.pending.is_empty()
+            && self.queued.is_empty()
+            && self.outstanding == 0
+            && self.held.is_empty()
+    }
+
+    /// Number of held deliveries (diagnostics).
+    pub fn held_len(&self) -> usize {
+        self.held.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn touch() -> StoreWrite {
+        StoreWrite::TouchKey {
+            id: "k".into(),
+            at: "t".into(),
+        }
+    }
+
+    fn revoke(id: &str) -> StoreWrite {
+        StoreWrite::RevokeKey {
+            id: id.into(),
+            at: "t".into(),
+        }
+    }
+
+    fn send(conn: ConnId, b: &str) -> Delivery {
+        Delivery::Send {
+            conn,
+            bytes: b.as_bytes().to_vec(),
+        }
+    }
+
+    #[test]
+    fn sends_without_gating_writes_go_immediately() {
+        let mut p = Pipeline::new();
+        assert_eq!(p.deliver(send(1, "a")), Some(send(1, "a")));
+        p.write(touch());
+        assert_eq!(p.deliver(send(1, "b")), Some(send(1, "b")));
+        // The touch is still committed eventually.
+        let jobs = p.take_submission().unwrap();
+        assert_eq!(jobs.len(), 1);
+        assert!(p.committed(1).is_empty());
+        assert!(p.is_quiet());
+    }
+
+    #[test]
+    fn sends_after_gating_write_wait_for_commit_in_order() {
+        let mut p = Pipeline::new();
+        p.write(revoke("a"));
+        assert_eq!(p.deliver(send(1, "x")), None);
+        assert_eq!(p.deliver(Delivery::Close { conn: 1 }), None);
+        assert_eq!(p.deliver(send(2, "y")), None);
+        let jobs = p.take_submission().unwrap();
+        assert_eq!(
+            jobs,
+            vec![Job::Commit {
+                batch: 1,
+                writes: vec![revoke("a")]
+            }]
+        );
+        // While the worker is busy, new writes accumulate (group commit).
+        p.write(revoke("b"));
+        p.write(revoke("c"));
+        assert_eq!(p.deliver(send(3, "z")), None);
+        assert!(p.take_submission().is_none());
+        assert_eq!(
+            p.committed(1),
+            vec![send(1, "x"), Delivery::Close { conn: 1 }, send(2, "y")]
+        );
+        let jobs = p.take_submission().unwrap();
+        assert_eq!(
+            jobs,
+            vec![Job::Commit {
+                batch: 2,
+                writes: vec![revoke("b"), revoke("c")]
+            }]
+        );
+        assert_eq!(p.committed(2), vec![send(3, "z")]);
+        assert!(p.is_quiet());
+    }
+
+    #[test]
+    fn reads_follow_earlier_writes() {
+        let mut p = Pipeline::new();
+        p.write(revoke("a"));
+        p.read(
+            7,
+            StoreRead::History {
+                session_id: "s".into(),
+            },
+        );
+        p.write(revoke("b"));
+        let jobs = p.take_submission().unwrap();
+        assert!(matches!(jobs[0], Job::Commit { batch: 1, .. }));
+        assert!(matches!(jobs[1], Job::Read { id: 7, .. }));
+        assert!(matches!(jobs[2], Job::Commit { batch: 2, .. }));
+        assert!(!p.worker_idle());
+        p.committed(1);
+        p.read_done();
+        assert!(!p.worker_idle());
+        p.committed(2);
+        assert!(p.worker_idle());
+        assert!(p.is_quiet());
+    }
+
+    #[test]
+    fn send_after_commit_already_done_is_immediate() {
+        let mut p = Pipeline::new();
+        p.write(revoke("a"));
+        p.take_submission().unwrap();
+        p.committed(1);
+        assert_eq!(p.deliver(send(1, "x")), Some(send(1, "x")));
+    }
+}
