@@ -21,6 +21,7 @@ pub mod mem_store;
 mod model;
 mod respond;
 mod rpc;
+mod rpc_sandbox;
 pub mod store;
 mod turn;
 
@@ -171,6 +172,8 @@ pub struct Config {
     pub admin_providers_json: String,
     pub admin_mcp_servers_json: String,
     pub admin_config_json: String,
+    /// `BAE_MAX_SUBAGENTS_PER_SESSION`.
+    pub max_subagents_per_session: u64,
     /// Events a streaming consumer may fall behind before it is dropped
     /// with the `lagged` error (the reference's broadcast capacity).
     pub subscriber_lag_limit: usize,
@@ -191,6 +194,7 @@ impl Default for Config {
             admin_providers_json: r#"{"items":[]}"#.to_string(),
             admin_mcp_servers_json: r#"{"items":[]}"#.to_string(),
             admin_config_json: "{}".to_string(),
+            max_subagents_per_session: 8,
             subscriber_lag_limit: 256,
         }
     }

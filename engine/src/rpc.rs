@@ -84,6 +84,22 @@ impl Engine {
             "session.updateClientTools" => {
                 self.update_client_tools(conn, session_id, key_id, &call.params)
             }
+            "session.startRemoteSandbox" => {
+                self.start_remote_sandbox(conn, session_id, key_id, &call.params)
+            }
+            "session.stopRemoteSandbox" => self.stop_remote_sandbox(conn, session_id, key_id),
+            "session.execRemoteSandbox" => {
+                self.exec_remote_sandbox(conn, session_id, key_id, &call.params)
+            }
+            "session.reportLocalSandbox" => {
+                self.report_local_sandbox(conn, session_id, key_id, &call.params)
+            }
+            "session.reportLocalSubagent" => {
+                self.report_local_subagent(conn, session_id, key_id, &call.params)
+            }
+            "session.cancelSubagent" => {
+                self.cancel_subagent(conn, session_id, key_id, &call.params)
+            }
             "session.subscribe" => self.subscribe(conn, session_id, &call.params),
             "session.unsubscribe" => {
                 self.unsubscribe_all(session_id);

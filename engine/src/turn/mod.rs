@@ -744,6 +744,7 @@ impl Engine {
             .to_string();
         let name = tool_use["name"].as_str().unwrap_or("").to_string();
         let input = tool_use.get("input").cloned().unwrap_or_else(|| json!({}));
+        let mut is_error = true;
         let (content, extra) = match dispatch {
             "sandbox" => {
                 let command = input
@@ -770,14 +771,8 @@ impl Engine {
                 )
             }
             "subagent" => {
-                let text = if name == "remote_subagent_status" {
-                    json!({"error": "unknown subagent_id"}).to_string()
-                } else {
-                    json!({"error": format!(
-                        "no remote sandbox is running for tool '{name}'; call session.startRemoteSandbox first"
-                    )})
-                    .to_string()
-                };
+                let (text, failed) = self.subagent_result(turn_id, &name, &input);
+                is_error = failed;
                 (json!([{"type": "text", "text": text}]), json!(null))
             }
             _ => {
@@ -802,11 +797,64 @@ impl Engine {
             "tool_use_id": id,
             "dispatch": dispatch,
             "server_name": extra,
-            "is_error": true,
+            "is_error": is_error,
             "content": content,
         });
         self.turn_event(turn_id, "tool.result", payload);
-        json!({"type": "tool_result", "tool_use_id": id, "content": content, "is_error": true})
+        json!({"type": "tool_result", "tool_use_id": id, "content": content, "is_error": is_error})
+    }
+
+    /// Remote subagent dispatch (spec 06 §6.3–§6.4) in a server with no
+    /// remote sandbox: launches fail validation in the documented order and
+    /// the status tool tracks nothing. Returns the result text and whether
+    /// it is an error.
+    fn subagent_result(&self, turn_id: TurnId, name: &str, input: &Value) -> (String, bool) {
+        if name == "remote_subagent_status" {
+            return match input.get("subagent_id") {
+                Some(Value::String(_)) => {
+                    (json!({"error": "unknown subagent_id"}).to_string(), true)
+                }
+                _ => (json!({"subagents": []}).to_string(), false),
+            };
+        }
+        let field = |k: &str| {
+            input
+                .get(k)
+                .and_then(Value::as_str)
+                .filter(|v| !v.trim().is_empty())
+        };
+        let error = |e: String| (json!({ "error": e }).to_string(), true);
+        let (Some(harness), Some(_), Some(_)) = (field("harness"), field("model"), field("prompt"))
+        else {
+            return error(
+                "launch_subagent requires string \"harness\", \"model\", and \"prompt\""
+                    .to_string(),
+            );
+        };
+        let Some(t) = self.turns.get(&turn_id) else {
+            return error("turn is gone".to_string());
+        };
+        let declared = crate::model::Session::tools_of(
+            &self.catalog.sessions[&t.session_id].subagent_tools,
+            &t.key_id,
+        )
+        .iter()
+        .find(|d| d.get("name").and_then(Value::as_str) == Some(name))
+        .and_then(|d| d.get("subagents").and_then(Value::as_array))
+        .is_some_and(|entries| {
+            entries
+                .iter()
+                .any(|e| e.get("harness").and_then(Value::as_str) == Some(harness))
+        });
+        if !declared {
+            return error(format!("unknown harness \"{harness}\""));
+        }
+        if self.config.max_subagents_per_session == 0 {
+            return error("subagent limit reached (max 0 per session)".to_string());
+        }
+        error(format!(
+            "no remote sandbox is running for tool '{name}'; call session.startRemoteSandbox first"
+        ))
     }
 
     /// The acting driver's own declarations (spec 06 §1): client, sandbox,
