@@ -6,7 +6,7 @@
 //! as `baesrv: …` before logging is initialised and through the logger
 //! afterwards.
 
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 
 use engine::store::Snapshot;
 use engine::{Engine, Entropy, ProviderEntry};
@@ -71,6 +71,7 @@ fn init_logging(directive: &str) {
     };
     let _ = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_env_filter(filter)
         .try_init();
     if bad {

@@ -367,7 +367,7 @@ queries! {
         updated_at = ?9, deleted_at = ?10 WHERE id = ?1";
     InsertKey = "INSERT INTO keys (id, name, key_hash, key_prefix, role, profile_id, client_id, \
         created_at, last_used_at, deleted_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)";
-    RevokeKey = "UPDATE keys SET deleted_at = ?2 WHERE id = ?1 AND deleted_at IS NULL";
+    RevokeKey = "UPDATE keys SET deleted_at = ?2 WHERE id = ?1";
     SetKeyHash = "UPDATE keys SET key_hash = ?2 WHERE id = ?1";
     TouchKey = "UPDATE keys SET last_used_at = ?2 WHERE id = ?1";
     InsertSession = "INSERT INTO sessions (id, client_key_id, profile_id, state, client_version, \
@@ -668,9 +668,9 @@ impl<'c> StoreConn<'c> {
                     let seq = st.read::<i64, _>(0)? as u64;
                     let event_type = st.read::<String, _>(1)?;
                     let raw = st.read::<String, _>(2)?;
-                    let payload = serde_json::from_str(&raw).map_err(|e| {
-                        StoreError::Corrupt(format!("payload of event seq {seq}: {e}"))
-                    })?;
+                    // Same rule as the in-memory store: an unparsable
+                    // payload reads as JSON null instead of failing the turn.
+                    let payload = serde_json::from_str(&raw).unwrap_or(Value::Null);
                     messages.push((seq, event_type, payload));
                 }
                 Ok(())
