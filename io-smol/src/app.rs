@@ -181,7 +181,7 @@ fn serve(cli: &Cli) -> i32 {
     if let Err(code) = check_sandbox_driver(&env, &snapshot) {
         return code;
     }
-    // Step 12 (once at start).
+    // Step 12: once now, then hourly from the driver.
     log_activity(&snapshot);
 
     let clock = Clock::new();
@@ -238,27 +238,22 @@ fn check_sandbox_driver(env: &Env, snapshot: &Snapshot) -> Result<(), i32> {
 }
 
 fn log_activity(s: &Snapshot) {
-    let profiles = s.profiles.iter().filter(|p| p.deleted_at.is_none()).count();
-    let client_keys = s
-        .keys
-        .iter()
-        .filter(|k| k.role == engine::store::KeyRole::Client)
-        .count();
-    let open = s
-        .sessions
-        .iter()
-        .filter(|x| x.state == engine::store::SessionState::Open)
-        .count();
-    let events: u64 = s.event_counts.iter().map(|(_, n)| n).sum();
-    tracing::info!(
-        profiles,
-        client_keys,
-        open_sessions = open,
-        total_sessions = s.sessions.len(),
-        events,
-        mcp_live = 0,
-        "activity summary"
-    );
+    store::Activity {
+        profiles: s.profiles.iter().filter(|p| p.deleted_at.is_none()).count() as u64,
+        client_keys: s
+            .keys
+            .iter()
+            .filter(|k| k.role == engine::store::KeyRole::Client)
+            .count() as u64,
+        open_sessions: s
+            .sessions
+            .iter()
+            .filter(|x| x.state == engine::store::SessionState::Open)
+            .count() as u64,
+        total_sessions: s.sessions.len() as u64,
+        events: s.event_counts.iter().map(|(_, n)| n).sum(),
+    }
+    .log();
 }
 
 /// The engine's settings from the environment and the config file.

@@ -193,6 +193,16 @@ fn every_write_variant_round_trips() {
     assert_eq!(snap.sessions[1], want2);
 
     assert_eq!(snap.max_event_seq, 7);
+    assert_eq!(
+        store.conn().activity().unwrap(),
+        io_smol::store::Activity {
+            profiles: 0, // the only profile is soft-deleted
+            client_keys: 1,
+            open_sessions: 1,
+            total_sessions: 2,
+            events: 4,
+        }
+    );
     // Only the open session's registration, deduplicated, in log order.
     assert_eq!(snap.drivers, vec![("ses_1".into(), "key_c".into())]);
     let mut counts = snap.event_counts.clone();

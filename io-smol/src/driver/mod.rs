@@ -48,6 +48,8 @@ const READ_CHUNK: usize = 16 * 1024;
 const MAX_WRITE: usize = 256 * 1024;
 /// Events handled per wake-up before the store gets a chance to commit.
 const BURST: usize = 512;
+/// Period of the activity summary log line (spec 04 §5 step 12).
+const ACTIVITY_PERIOD: Duration = Duration::from_secs(3600);
 
 /// The OS CSPRNG as the engine's entropy source.
 #[derive(Debug, Default, Clone, Copy)]
@@ -165,6 +167,7 @@ pub fn run(
         events_tx,
         jobs_tx,
         shutdown_deadline: None,
+        next_activity: Instant::now() + ACTIVITY_PERIOD,
         settings,
     };
     let result = smol::block_on(driver.run(events_rx, listeners));
@@ -184,6 +187,7 @@ struct Driver {
     events_tx: Sender<Event>,
     jobs_tx: Sender<Vec<Job>>,
     shutdown_deadline: Option<Instant>,
+    next_activity: Instant,
     settings: DriverSettings,
 }
 
@@ -229,16 +233,11 @@ impl Driver {
             }
 
             let wake = self.next_wake();
-            let first = match wake {
-                Some(at) => {
-                    future::or(async { events.recv().await.ok() }, async {
-                        Timer::at(at).await;
-                        None
-                    })
-                    .await
-                }
-                None => events.recv().await.ok(),
-            };
+            let first = future::or(async { events.recv().await.ok() }, async {
+                Timer::at(wake).await;
+                None
+            })
+            .await;
             if let Some(ev) = first {
                 self.handle_event(ev, &mut acceptors);
                 for _ in 1..BURST {
@@ -256,19 +255,25 @@ impl Driver {
         Ok(())
     }
 
-    /// Earliest of the engine's next timer and the shutdown deadline.
-    fn next_wake(&self) -> Option<Instant> {
+    /// Earliest of the engine's next timer, the shutdown deadline and the
+    /// next activity summary.
+    fn next_wake(&self) -> Instant {
         let timer = self
             .engine
             .poll_timeout()
             .map(|ms| self.clock.instant_at(ms));
-        match (timer, self.shutdown_deadline) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        [timer, self.shutdown_deadline]
+            .into_iter()
+            .flatten()
+            .fold(self.next_activity, Instant::min)
     }
 
     fn fire_timers(&mut self) {
+        if Instant::now() >= self.next_activity {
+            self.next_activity += ACTIVITY_PERIOD;
+            // Runs after the jobs already queued; reports nothing back.
+            let _ = self.jobs_tx.try_send(vec![Job::Activity]);
+        }
         let now = self.clock.now();
         if self.engine.poll_timeout().is_some_and(|t| t <= now.mono_ms) {
             self.engine.handle_timeout(now);
@@ -545,6 +550,10 @@ fn store_worker(store: Store, jobs: Receiver<Vec<Job>>, events: Sender<Event>) {
                         return;
                     }
                 }
+                Job::Activity => match conn.activity() {
+                    Ok(a) => a.log(),
+                    Err(e) => tracing::warn!(error = %e, "activity summary query failed"),
+                },
                 Job::Read { id, read } => {
                     let result = conn.read(&read).map_err(|e| {
                         tracing::warn!(error = %e, "store read failed");

@@ -33,6 +33,9 @@ pub enum Job {
     Commit { batch: u64, writes: Vec<StoreWrite> },
     /// Answer a read.
     Read { id: ReadId, read: StoreRead },
+    /// Log the periodic activity summary (driver maintenance; reports no
+    /// completion and is never produced by the pipeline itself).
+    Activity,
 }
 
 /// See the module docs.

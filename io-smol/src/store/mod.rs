@@ -128,6 +128,33 @@ pub struct MigrateReport {
     pub to: i64,
 }
 
+/// Database counts of the activity summary.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Activity {
+    /// Live (not deleted) profiles.
+    pub profiles: u64,
+    /// Active client keys.
+    pub client_keys: u64,
+    pub open_sessions: u64,
+    pub total_sessions: u64,
+    pub events: u64,
+}
+
+impl Activity {
+    /// Logs the summary line (live MCP connections are not the store's to
+    /// know; the engine owns them).
+    pub fn log(&self) {
+        tracing::info!(
+            profiles = self.profiles,
+            client_keys = self.client_keys,
+            open_sessions = self.open_sessions,
+            total_sessions = self.total_sessions,
+            events = self.events,
+            "activity summary"
+        );
+    }
+}
+
 /// One SQLite connection to the server database.
 pub struct Store {
     conn: Connection,
@@ -412,6 +439,12 @@ queries! {
         JOIN sessions s ON s.id = e.session_id \
         WHERE s.state = 'open' AND e.event_type = 'session.driver.register' \
         AND e.client_key_id IS NOT NULL ORDER BY e.rowid";
+    Activity = "SELECT \
+        (SELECT COUNT(*) FROM profiles WHERE deleted_at IS NULL), \
+        (SELECT COUNT(*) FROM keys WHERE role = 'client' AND deleted_at IS NULL), \
+        (SELECT COUNT(*) FROM sessions WHERE state = 'open'), \
+        (SELECT COUNT(*) FROM sessions), \
+        (SELECT COUNT(*) FROM session_events)";
     EventCounts = "SELECT session_id, COUNT(*) FROM session_events GROUP BY session_id \
         ORDER BY session_id";
 }
@@ -705,6 +738,23 @@ impl<'c> StoreConn<'c> {
             messages,
             newest_usage,
         })
+    }
+
+    /// Counts for the periodic activity summary (spec 04 §5 step 12).
+    pub fn activity(&mut self) -> Result<Activity> {
+        let mut a = Activity::default();
+        self.each_row(Q::Activity, |st| {
+            let n = |i: usize| st.read::<i64, _>(i).map(|v| v.max(0) as u64);
+            a = Activity {
+                profiles: n(0)?,
+                client_keys: n(1)?,
+                open_sessions: n(2)?,
+                total_sessions: n(3)?,
+                events: n(4)?,
+            };
+            Ok(())
+        })?;
+        Ok(a)
     }
 
     /// Everything the engine restores from at start (see [`Snapshot`]).
