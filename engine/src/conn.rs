@@ -19,6 +19,9 @@ pub struct Conn {
     pub unflushed: usize,
     /// An open NDJSON response (`/rpc`).
     pub stream: Option<crate::rpc::Stream>,
+    /// Method, path and start time of the request being answered (logged
+    /// once with its status).
+    pub current: Option<(String, String, u64)>,
 }
 
 /// A request waiting for a store read.
@@ -55,6 +58,7 @@ impl Engine {
                 closing: false,
                 unflushed: 0,
                 stream: None,
+                current: None,
             },
         );
         if self.shutting_down {
@@ -70,6 +74,13 @@ impl Engine {
             return;
         }
         c.decoder.feed(bytes);
+        // A client that keeps pipelining while a request is being answered
+        // must not grow the buffer without bound.
+        let cap = 2 * (self.config.max_head_bytes + self.config.max_body_bytes);
+        if c.busy && c.decoder.buffered() > cap {
+            tracing::debug!(conn, "pipelined input over the buffer cap; closing");
+            return self.close_conn(conn);
+        }
         self.pump(conn);
     }
 
@@ -81,7 +92,9 @@ impl Engine {
     }
 
     pub(crate) fn on_closed(&mut self, conn: ConnId) {
-        self.conns.remove(&conn);
+        if let Some(stream) = self.conns.remove(&conn).and_then(|c| c.stream) {
+            self.unindex_stream(conn, &stream.session_id);
+        }
         self.forget_conn_in_turns(conn);
     }
 
@@ -103,6 +116,11 @@ impl Engine {
                 Ok(Some(Decoded::Request(req))) => {
                     c.busy = true;
                     c.keep_alive = req.keep_alive && !self.shutting_down;
+                    c.current = Some((
+                        req.method.as_str().to_string(),
+                        req.path.clone(),
+                        self.now.mono_ms,
+                    ));
                     let listener = c.listener;
                     match listener {
                         Listener::Client => self.route_client(conn, req),
@@ -121,6 +139,23 @@ impl Engine {
                     return;
                 }
             }
+        }
+    }
+
+    /// One log line per request: method, path, status, latency (spec 04 §6).
+    pub(crate) fn log_request(&mut self, conn: ConnId, status: u16) {
+        let Some((method, path, start)) = self.conns.get_mut(&conn).and_then(|c| c.current.take())
+        else {
+            return;
+        };
+        let ms = self.now.mono_ms.saturating_sub(start);
+        let listener = self.conns.get(&conn).map(|c| c.listener);
+        if path == "/healthz" {
+            tracing::debug!(%method, %path, status, ms, "request");
+        } else if listener == Some(Listener::Admin) {
+            tracing::info!(target: "baesrv::admin", %method, %path, status, ms, "request");
+        } else {
+            tracing::info!(target: "baesrv::client", %method, %path, status, ms, "request");
         }
     }
 

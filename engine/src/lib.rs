@@ -174,6 +174,12 @@ pub struct Config {
     pub admin_config_json: String,
     /// `BAE_MAX_SUBAGENTS_PER_SESSION`.
     pub max_subagents_per_session: u64,
+    /// Gated requests that may wait on one session's turn gate; beyond it a
+    /// request is refused with `-32000` instead of queueing without bound.
+    pub max_queued_per_session: usize,
+    /// Opt-in: write a blank NDJSON line on a stream silent for this long
+    /// (0 = never, the default; SDKs skip blank lines, proxies see traffic).
+    pub ndjson_keepalive_ms: u64,
     /// Events a streaming consumer may fall behind before it is dropped
     /// with the `lagged` error (the reference's broadcast capacity).
     pub subscriber_lag_limit: usize,
@@ -195,6 +201,8 @@ impl Default for Config {
             admin_mcp_servers_json: r#"{"items":[]}"#.to_string(),
             admin_config_json: "{}".to_string(),
             max_subagents_per_session: 8,
+            max_queued_per_session: 256,
+            ndjson_keepalive_ms: 0,
             subscriber_lag_limit: 256,
         }
     }
@@ -217,6 +225,8 @@ pub struct Engine {
     pending_reads: HashMap<ReadId, conn::PendingRead>,
     /// Runtime state of open sessions (gate, waiters, history cache).
     live: BTreeMap<String, turn::Live>,
+    /// Connections with an open NDJSON stream, per session (fan-out index).
+    streams: BTreeMap<String, std::collections::BTreeSet<ConnId>>,
     turns: HashMap<turn::TurnId, turn::Turn>,
     next_turn: turn::TurnId,
     /// Provider calls in flight, by the turn that made them.
@@ -242,6 +252,7 @@ impl Engine {
             next_read: 1,
             pending_reads: HashMap::new(),
             live: BTreeMap::new(),
+            streams: BTreeMap::new(),
             turns: HashMap::new(),
             next_turn: 1,
             calls: HashMap::new(),
@@ -269,6 +280,7 @@ impl Engine {
     pub fn handle_timeout(&mut self, now: Now) {
         self.now = now;
         self.fire_gate_deadlines();
+        self.send_keepalives();
     }
 
     /// Next thing to do, in order. Drain it completely after every input.
@@ -278,7 +290,10 @@ impl Engine {
 
     /// Monotonic deadline (`Now::mono_ms`) of the next timer, if any.
     pub fn poll_timeout(&self) -> Option<u64> {
-        self.next_gate_deadline()
+        [self.next_gate_deadline(), self.next_keepalive()]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     /// Number of connections the engine is tracking (for drivers' shutdown).
@@ -320,16 +335,32 @@ impl Engine {
         self.outputs.push_back(Output::Read { id, read });
     }
 
+    /// Graceful shutdown: no new requests or admissions; subscriptions end
+    /// cleanly; queued requests are refused; running turns finish (the driver
+    /// waits for them up to `BAE_SHUTDOWN_TIMEOUT`).
     fn on_shutdown(&mut self) {
         self.shutting_down = true;
-        let idle: Vec<ConnId> = self
-            .conns
-            .iter()
-            .filter(|(_, c)| !c.busy)
-            .map(|(id, _)| *id)
-            .collect();
-        for id in idle {
-            self.close_conn(id);
+        let ids: Vec<ConnId> = self.conns.keys().copied().collect();
+        for id in ids {
+            if let Some(c) = self.conns.get_mut(&id) {
+                c.keep_alive = false;
+            }
+            let kind = self
+                .conns
+                .get(&id)
+                .and_then(|c| c.stream.as_ref())
+                .map(|s| &s.kind);
+            match kind {
+                None if !self.conns[&id].busy => self.close_conn(id),
+                Some(rpc::StreamKind::Subscribe(_)) => self.end_stream(id),
+                Some(rpc::StreamKind::Queued) => {
+                    self.terminal_error(id, -32000, "server is shutting down")
+                }
+                _ => {}
+            }
+        }
+        for live in self.live.values_mut() {
+            live.queue.clear();
         }
     }
 }

@@ -15,6 +15,7 @@ impl Engine {
         body: &[u8],
     ) {
         let close = self.closes_after(conn);
+        self.log_request(conn, status);
         let bytes = proto::http::encode_response(status, content_type, &[], body, close);
         self.send(conn, bytes);
         self.finish_request(conn);

@@ -26,6 +26,8 @@ pub struct Stream {
     pub in_flight: VecDeque<usize>,
     /// Bytes of the oldest in-flight frame already flushed.
     pub flushed_partial: usize,
+    /// When the last bytes went out (keepalive timing).
+    pub last_write_ms: u64,
 }
 
 pub enum StreamKind {
@@ -54,6 +56,7 @@ impl Engine {
         };
         // From here on the answer is always 200 NDJSON (C-050).
         let close = self.closes_after(conn);
+        self.log_request(conn, 200);
         self.send(
             conn,
             proto::http::encode_stream_head(200, "application/x-ndjson", close),
@@ -317,14 +320,17 @@ impl Engine {
     /// also those still replaying).
     pub(crate) fn unsubscribe_all(&mut self, session_id: &str) {
         let subs: Vec<ConnId> = self
-            .conns
-            .iter()
-            .filter(|(_, c)| {
-                c.stream.as_ref().is_some_and(|s| {
-                    s.session_id == session_id && matches!(s.kind, StreamKind::Subscribe(_))
-                })
+            .session_streams(session_id)
+            .into_iter()
+            .filter(|c| {
+                matches!(
+                    self.conns
+                        .get(c)
+                        .and_then(|c| c.stream.as_ref())
+                        .map(|s| &s.kind),
+                    Some(StreamKind::Subscribe(_))
+                )
             })
-            .map(|(id, _)| *id)
             .collect();
         for conn in subs {
             self.end_stream(conn);
@@ -339,16 +345,7 @@ impl Engine {
 
     /// Fans a committed event out to the session's live streams.
     pub(crate) fn publish(&mut self, session_id: &str, ev: &Appended) {
-        let targets: Vec<ConnId> = self
-            .conns
-            .iter()
-            .filter(|(_, c)| {
-                c.stream
-                    .as_ref()
-                    .is_some_and(|s| s.session_id == session_id)
-            })
-            .map(|(id, _)| *id)
-            .collect();
+        let targets = self.session_streams(session_id);
         let quiet = self.quiet;
         for conn in targets {
             let Some(s) = self.stream_mut(conn) else {
@@ -403,7 +400,30 @@ impl Engine {
                 kind: StreamKind::Single,
                 in_flight: VecDeque::new(),
                 flushed_partial: 0,
+                last_write_ms: self.now.mono_ms,
             });
+            self.streams
+                .entry(session_id.to_string())
+                .or_default()
+                .insert(conn);
+        }
+    }
+
+    /// Connections with an open stream on `session_id`, in id order.
+    fn session_streams(&self, session_id: &str) -> Vec<ConnId> {
+        self.streams
+            .get(session_id)
+            .map(|s| s.iter().copied().collect())
+            .unwrap_or_default()
+    }
+
+    /// Forgets `conn` in the per-session stream index.
+    pub(crate) fn unindex_stream(&mut self, conn: ConnId, session_id: &str) {
+        if let Some(set) = self.streams.get_mut(session_id) {
+            set.remove(&conn);
+            if set.is_empty() {
+                self.streams.remove(session_id);
+            }
         }
     }
 
@@ -416,8 +436,10 @@ impl Engine {
         let mut bytes = Vec::with_capacity(line.len() + 12);
         proto::http::encode_chunk(line.as_bytes(), &mut bytes);
         let len = bytes.len();
+        let now = self.now.mono_ms;
         if let Some(s) = self.stream_mut(conn) {
             s.in_flight.push_back(len);
+            s.last_write_ms = now;
         }
         self.send(conn, bytes);
     }
@@ -448,12 +470,49 @@ impl Engine {
         let Some(stream) = c.stream.take() else {
             return;
         };
+        self.unindex_stream(conn, &stream.session_id);
         if matches!(stream.kind, StreamKind::Turn) {
             // The turn runs on without a consumer.
             self.forget_conn_in_turns(conn);
         }
         self.send(conn, proto::http::LAST_CHUNK.to_vec());
         self.finish_request(conn);
+    }
+
+    /// Earliest keepalive deadline over open streams (opt-in).
+    pub(crate) fn next_keepalive(&self) -> Option<u64> {
+        let every = self.config.ndjson_keepalive_ms;
+        if every == 0 {
+            return None;
+        }
+        self.conns
+            .values()
+            .filter_map(|c| c.stream.as_ref())
+            .map(|s| s.last_write_ms + every)
+            .min()
+    }
+
+    /// A blank line (which NDJSON readers skip) on every stream silent for
+    /// the keepalive interval.
+    pub(crate) fn send_keepalives(&mut self) {
+        let every = self.config.ndjson_keepalive_ms;
+        if every == 0 {
+            return;
+        }
+        let now = self.now.mono_ms;
+        let due: Vec<ConnId> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| {
+                c.stream
+                    .as_ref()
+                    .is_some_and(|s| s.last_write_ms + every <= now)
+            })
+            .map(|(id, _)| *id)
+            .collect();
+        for conn in due {
+            self.frame(conn, "\n");
+        }
     }
 
     /// Accounts flushed bytes against in-flight frames.

@@ -556,3 +556,76 @@ fn second_client_key(h: &mut Harness) -> String {
     assert_eq!(s, 201);
     k["key"].as_str().unwrap().to_string()
 }
+
+#[test]
+fn opt_in_keepalive_writes_blank_lines_only_when_enabled() {
+    let mut cfg = config();
+    cfg.ndjson_keepalive_ms = 1_000;
+    let mut h = Harness::new(cfg);
+    let (_key, sid, skey) = h.open_session(&[], json!({}));
+    let conn = h.rpc_start(
+        &sid,
+        &skey,
+        &json!({"jsonrpc": "2.0", "method": "session.subscribe"}),
+    );
+    h.advance(1_500);
+    let raw = h.take(conn);
+    let (_, body) = parse_response(&raw);
+    assert_eq!(body, b"\n", "one blank NDJSON line");
+    // Off by default.
+    let mut h = Harness::new(config());
+    let (_key, sid, skey) = h.open_session(&[], json!({}));
+    let conn = h.rpc_start(
+        &sid,
+        &skey,
+        &json!({"jsonrpc": "2.0", "method": "session.subscribe"}),
+    );
+    h.advance(60_000);
+    let (_, body) = parse_response(&h.take(conn));
+    assert!(body.is_empty());
+}
+
+#[test]
+fn subscriber_replay_then_live_without_duplicates_c127() {
+    let mut h = Harness::new(config());
+    let (_key, sid, skey) = h.open_session(&[], json!({}));
+    register(&mut h, &sid, &skey);
+    h.replies.push_back(anthropic_text("one"));
+    send(&mut h, &sid, &skey, json!("a"));
+    let (_, page) = h.client(
+        "GET",
+        &format!("/api/v1/sessions/{sid}/events"),
+        &skey,
+        None,
+    );
+    let first = page["items"][0]["id"].as_str().unwrap().to_string();
+    let sub = h.rpc_start(&sid, &skey, &json!({"jsonrpc": "2.0", "id": 1, "method": "session.subscribe", "params": {"since_event_id": first}}));
+    h.replies.push_back(anthropic_text("two"));
+    send(&mut h, &sid, &skey, json!("b"));
+    let ids: Vec<String> = h
+        .frames(sub)
+        .iter()
+        .map(|f| f["params"]["id"].as_str().unwrap().to_string())
+        .collect();
+    let (_, page) = h.client(
+        "GET",
+        &format!("/api/v1/sessions/{sid}/events"),
+        &skey,
+        None,
+    );
+    let all: Vec<String> = page["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["id"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(ids, all[1..].to_vec());
+    // unsubscribe ends it (C-130).
+    let f = h.rpc(
+        &sid,
+        &skey,
+        &json!({"jsonrpc": "2.0", "id": 2, "method": "session.unsubscribe"}),
+    );
+    assert_eq!(f[0]["result"]["unsubscribed"], true);
+    assert!(h.sent.get(&sub).unwrap().ends_with(b"0\r\n\r\n"));
+}

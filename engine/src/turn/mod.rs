@@ -225,6 +225,16 @@ impl Engine {
     }
 
     pub(crate) fn enqueue(&mut self, session_id: &str, conn: ConnId, key_id: &str, op: Op) {
+        if self.shutting_down {
+            return self.terminal_error(conn, -32000, "server is shutting down");
+        }
+        if self.live_mut(session_id).queue.len() >= self.config.max_queued_per_session {
+            return self.terminal_error(
+                conn,
+                -32000,
+                "turn queue full: too many requests are waiting on this session",
+            );
+        }
         self.live_mut(session_id).queue.push_back(Waiter {
             conn,
             key_id: key_id.to_string(),
