@@ -158,3 +158,15 @@ fn missing_directory_is_reported() {
     assert!(matches!(err, StoreError::Open { .. }), "{err:?}");
     assert!(text.contains("must exist and be writable"), "{text}");
 }
+
+#[test]
+fn permission_failures_suggest_a_writable_location() {
+    let e = StoreError::Migrate {
+        detail: "attempt to write a readonly database (code 8)".into(),
+    };
+    assert!(e.to_string().contains("must exist and be writable"), "{e}");
+    let e = StoreError::Migrate {
+        detail: "no such table: x".into(),
+    };
+    assert!(!e.to_string().contains("writable"), "{e}");
+}

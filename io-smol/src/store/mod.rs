@@ -93,7 +93,16 @@ impl fmt::Display for StoreError {
                 "database schema version {db} is newer than this binary supports (max {max}); \
                  upgrade the server or restore a compatible snapshot"
             ),
-            StoreError::Migrate { detail } => write!(f, "database migration failed: {detail}"),
+            StoreError::Migrate { detail } => {
+                write!(f, "database migration failed: {detail}")?;
+                if looks_like_permissions(detail) {
+                    f.write_str(
+                        "; the database file and its directory must exist and be writable \
+                         by the server",
+                    )?;
+                }
+                Ok(())
+            }
             StoreError::Sqlite(detail) => write!(f, "database error: {detail}"),
             StoreError::Corrupt(detail) => write!(f, "unreadable database value: {detail}"),
         }
@@ -106,6 +115,13 @@ impl From<sqlite::Error> for StoreError {
     fn from(e: sqlite::Error) -> Self {
         StoreError::Sqlite(sqlite_text(&e))
     }
+}
+
+/// SQLite's wording for "cannot write here" (read-only file or directory,
+/// or the WAL/journal cannot be created).
+fn looks_like_permissions(detail: &str) -> bool {
+    let d = detail.to_ascii_lowercase();
+    d.contains("readonly") || d.contains("read-only") || d.contains("unable to open")
 }
 
 fn sqlite_text(e: &sqlite::Error) -> String {
