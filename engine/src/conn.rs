@@ -22,6 +22,10 @@ pub struct Conn {
     /// Method, path and start time of the request being answered (logged
     /// once with its status).
     pub current: Option<(String, String, u64)>,
+    /// When the first bytes of a still-incomplete request arrived.
+    pub partial_since: Option<u64>,
+    /// Armed while waiting for request bytes (indexed in `read_deadlines`).
+    pub read_deadline: Option<u64>,
 }
 
 /// A request waiting for a store read.
@@ -59,10 +63,14 @@ impl Engine {
                 unflushed: 0,
                 stream: None,
                 current: None,
+                partial_since: None,
+                read_deadline: None,
             },
         );
         if self.shutting_down {
             self.close_conn(conn);
+        } else {
+            self.arm_read_deadline(conn);
         }
     }
 
@@ -92,7 +100,13 @@ impl Engine {
     }
 
     pub(crate) fn on_closed(&mut self, conn: ConnId) {
-        if let Some(stream) = self.conns.remove(&conn).and_then(|c| c.stream) {
+        let Some(c) = self.conns.remove(&conn) else {
+            return;
+        };
+        if let Some(d) = c.read_deadline {
+            self.read_deadlines.remove(&(d, conn));
+        }
+        if let Some(stream) = c.stream {
             self.unindex_stream(conn, &stream.session_id);
         }
         self.forget_conn_in_turns(conn);
@@ -109,12 +123,19 @@ impl Engine {
                 return;
             }
             match c.decoder.poll() {
-                Ok(None) => return,
+                Ok(None) => return self.arm_read_deadline(conn),
                 Ok(Some(Decoded::ContinueExpected)) => {
                     self.send(conn, proto::http::CONTINUE_100.to_vec());
                 }
                 Ok(Some(Decoded::Request(req))) => {
                     c.busy = true;
+                    c.partial_since = None;
+                    if let Some(d) = c.read_deadline.take() {
+                        self.read_deadlines.remove(&(d, conn));
+                    }
+                    let Some(c) = self.conns.get_mut(&conn) else {
+                        return;
+                    };
                     c.keep_alive = req.keep_alive && !self.shutting_down;
                     c.current = Some((
                         req.method.as_str().to_string(),
@@ -139,6 +160,57 @@ impl Engine {
                     return;
                 }
             }
+        }
+    }
+
+    /// Waiting for request bytes: an idle connection gets the idle timeout,
+    /// a partial request the request timeout from its first byte (slowloris).
+    fn arm_read_deadline(&mut self, conn: ConnId) {
+        let now = self.now.mono_ms;
+        let (idle_ms, request_ms) = (self.config.idle_timeout_ms, self.config.request_timeout_ms);
+        let Some(c) = self.conns.get_mut(&conn) else {
+            return;
+        };
+        let deadline = if c.decoder.is_idle() {
+            c.partial_since = None;
+            now + idle_ms
+        } else {
+            *c.partial_since.get_or_insert(now) + request_ms
+        };
+        if let Some(old) = c.read_deadline.replace(deadline) {
+            self.read_deadlines.remove(&(old, conn));
+        }
+        self.read_deadlines.insert((deadline, conn));
+    }
+
+    /// Earliest read deadline.
+    pub(crate) fn next_read_deadline(&self) -> Option<u64> {
+        self.read_deadlines.first().map(|(d, _)| *d)
+    }
+
+    /// Closes idle connections and answers stalled partial requests 408.
+    pub(crate) fn expire_reads(&mut self) {
+        let now = self.now.mono_ms;
+        while let Some(&(deadline, conn)) = self.read_deadlines.first() {
+            if deadline > now {
+                return;
+            }
+            self.read_deadlines.remove(&(deadline, conn));
+            let Some(c) = self.conns.get_mut(&conn) else {
+                continue;
+            };
+            c.read_deadline = None;
+            if c.busy || c.closing {
+                continue;
+            }
+            if !c.decoder.is_idle() {
+                let timeout = proto::http::Rejection {
+                    status: 408,
+                    reason: "request not received in time",
+                };
+                self.send(conn, proto::http::encode_rejection(&timeout));
+            }
+            self.close_conn(conn);
         }
     }
 

@@ -177,6 +177,11 @@ pub struct Config {
     /// Gated requests that may wait on one session's turn gate; beyond it a
     /// request is refused with `-32000` instead of queueing without bound.
     pub max_queued_per_session: usize,
+    /// How long a request's head and body may take to arrive, from its first
+    /// byte (slowloris guard; answered 408 and closed).
+    pub request_timeout_ms: u64,
+    /// How long a keep-alive connection may sit idle between requests.
+    pub idle_timeout_ms: u64,
     /// Opt-in: write a blank NDJSON line on a stream silent for this long
     /// (0 = never, the default; SDKs skip blank lines, proxies see traffic).
     pub ndjson_keepalive_ms: u64,
@@ -203,6 +208,8 @@ impl Default for Config {
             max_subagents_per_session: 8,
             max_queued_per_session: 256,
             ndjson_keepalive_ms: 0,
+            request_timeout_ms: 30_000,
+            idle_timeout_ms: 75_000,
             subscriber_lag_limit: 256,
         }
     }
@@ -227,6 +234,8 @@ pub struct Engine {
     live: BTreeMap<String, turn::Live>,
     /// Connections with an open NDJSON stream, per session (fan-out index).
     streams: BTreeMap<String, std::collections::BTreeSet<ConnId>>,
+    /// `(deadline, conn)` of connections waiting for request bytes.
+    read_deadlines: std::collections::BTreeSet<(u64, ConnId)>,
     turns: HashMap<turn::TurnId, turn::Turn>,
     next_turn: turn::TurnId,
     /// Provider calls in flight, by the turn that made them.
@@ -253,6 +262,7 @@ impl Engine {
             pending_reads: HashMap::new(),
             live: BTreeMap::new(),
             streams: BTreeMap::new(),
+            read_deadlines: Default::default(),
             turns: HashMap::new(),
             next_turn: 1,
             calls: HashMap::new(),
@@ -281,6 +291,7 @@ impl Engine {
         self.now = now;
         self.fire_gate_deadlines();
         self.send_keepalives();
+        self.expire_reads();
     }
 
     /// Next thing to do, in order. Drain it completely after every input.
@@ -290,10 +301,14 @@ impl Engine {
 
     /// Monotonic deadline (`Now::mono_ms`) of the next timer, if any.
     pub fn poll_timeout(&self) -> Option<u64> {
-        [self.next_gate_deadline(), self.next_keepalive()]
-            .into_iter()
-            .flatten()
-            .min()
+        [
+            self.next_gate_deadline(),
+            self.next_keepalive(),
+            self.next_read_deadline(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     /// Number of connections the engine is tracking (for drivers' shutdown).

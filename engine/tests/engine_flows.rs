@@ -629,3 +629,22 @@ fn subscriber_replay_then_live_without_duplicates_c127() {
     assert_eq!(f[0]["result"]["unsubscribed"], true);
     assert!(h.sent.get(&sub).unwrap().ends_with(b"0\r\n\r\n"));
 }
+
+#[test]
+fn slowloris_head_gets_408_and_idle_connections_close() {
+    let mut h = Harness::new(config());
+    let slow = h.connect(Listener::Client);
+    h.send_bytes(slow, b"GET /healthz HTTP/1.1\r\nHost: x\r\n");
+    let idle = h.connect(Listener::Client);
+    h.advance(29_000);
+    assert!(!h.closed.contains(&slow));
+    h.advance(2_000);
+    assert!(h.closed.contains(&slow));
+    assert!(h.take(slow).starts_with(b"HTTP/1.1 408"));
+    assert!(!h.closed.contains(&idle));
+    h.advance(50_000);
+    assert!(
+        h.closed.contains(&idle),
+        "idle keep-alive connection closed"
+    );
+}

@@ -283,6 +283,11 @@ pub fn engine_config(env: &Env, file: &FileConfig) -> engine::Config {
         admin_providers_json: config::providers_json(file).to_string(),
         admin_mcp_servers_json: config::mcp_servers_json(file).to_string(),
         admin_config_json: config::redacted_config_json(file).to_string(),
+        max_subagents_per_session: env.max_subagents_per_session,
+        max_queued_per_session: env.max_queued_turns,
+        ndjson_keepalive_ms: duration_ms(env.ndjson_keepalive),
+        request_timeout_ms: duration_ms(env.request_timeout),
+        idle_timeout_ms: duration_ms(env.idle_timeout),
         ..engine::Config::default()
     }
 }

@@ -107,6 +107,21 @@ pub struct Env {
     /// Extension `BAE_SQLITE_SYNCHRONOUS`, `normal` (default) or `full`,
     /// case-insensitive, trimmed.
     pub sqlite_synchronous: Synchronous,
+    /// Extension `BAE_REQUEST_TIMEOUT`, default 30 s (≥ 1): a request's head
+    /// and body must arrive within this time of its first byte (else 408).
+    pub request_timeout: Duration,
+    /// Extension `BAE_IDLE_TIMEOUT`, default 75 s (≥ 1): idle keep-alive
+    /// connections are closed after this long.
+    pub idle_timeout: Duration,
+    /// Extension `BAE_MAX_CONNECTIONS`, default 10000 (≥ 1): accepted
+    /// connections beyond it are closed at once.
+    pub max_connections: usize,
+    /// Extension `BAE_MAX_QUEUED_TURNS`, default 256 (≥ 1): requests that may
+    /// wait on one session's turn gate.
+    pub max_queued_turns: usize,
+    /// Extension `BAE_NDJSON_KEEPALIVE`, default 0 = off: seconds of silence
+    /// after which a blank line is written on an NDJSON stream (opt-in).
+    pub ndjson_keepalive: Duration,
 }
 
 /// Default `BAE_ADDR`.
@@ -188,6 +203,13 @@ pub fn parse_env(get: impl Fn(&str) -> Option<String>) -> Result<Env, ConfigErro
             }
         },
     };
+    let request_timeout = positive_seconds("BAE_REQUEST_TIMEOUT", get("BAE_REQUEST_TIMEOUT"), 30)?;
+    let idle_timeout = positive_seconds("BAE_IDLE_TIMEOUT", get("BAE_IDLE_TIMEOUT"), 75)?;
+    let max_connections =
+        positive_usize("BAE_MAX_CONNECTIONS", get("BAE_MAX_CONNECTIONS"), 10_000)?;
+    let max_queued_turns =
+        positive_usize("BAE_MAX_QUEUED_TURNS", get("BAE_MAX_QUEUED_TURNS"), 256)?;
+    let ndjson_keepalive = seconds("BAE_NDJSON_KEEPALIVE", get("BAE_NDJSON_KEEPALIVE"), 0)?;
     let sqlite_synchronous = match get("BAE_SQLITE_SYNCHRONOUS") {
         None => Synchronous::Normal,
         Some(v) => {
@@ -226,7 +248,31 @@ pub fn parse_env(get: impl Fn(&str) -> Option<String>) -> Result<Env, ConfigErro
         max_body_bytes,
         provider_timeout,
         sqlite_synchronous,
+        request_timeout,
+        idle_timeout,
+        max_connections,
+        max_queued_turns,
+        ndjson_keepalive,
     })
+}
+
+/// Whole seconds, at least 1.
+fn positive_seconds(
+    var: &'static str,
+    value: Option<String>,
+    default: u64,
+) -> Result<Duration, ConfigError> {
+    match value {
+        None => Ok(Duration::from_secs(default)),
+        Some(v) => match parse_whole(&v) {
+            Some(n) if n > 0 => Ok(Duration::from_secs(n)),
+            _ => Err(ConfigError::InvalidValue {
+                var,
+                value: v,
+                expected: "a whole number of seconds, at least 1",
+            }),
+        },
+    }
 }
 
 /// Applies flag > environment precedence: `--config`, `--admin-key-file`,
