@@ -65,7 +65,7 @@ fn config_error(e: &ConfigError) -> i32 {
 /// Initialises the stderr logger from `BAE_LOG` (an unparsable filter falls
 /// back to `info`, with a warning).
 fn init_logging(directive: &str) {
-    let (filter, bad) = match EnvFilter::try_new(directive) {
+    let (filter, bad) = match EnvFilter::try_new(expand_log_directive(directive)) {
         Ok(f) => (f, false),
         Err(_) => (EnvFilter::new("info"), true),
     };
@@ -77,6 +77,29 @@ fn init_logging(directive: &str) {
     if bad {
         tracing::warn!(directive, "BAE_LOG is not a valid filter; using \"info\"");
     }
+}
+
+/// Crates whose log targets make up "baesrv".
+const LOG_CRATES: [&str; 3] = ["io_smol", "engine", "proto"];
+
+/// Operators write `BAE_LOG=baesrv=debug` (the binary's name, as for the
+/// reference); our events carry crate-path targets. Every directive whose
+/// target is `baesrv` (or `baesrv::…`) is kept and duplicated for each of
+/// our crates.
+pub fn expand_log_directive(directive: &str) -> String {
+    let mut out: Vec<String> = Vec::new();
+    for d in directive.split(',') {
+        out.push(d.to_string());
+        let t = d.trim_start();
+        let rest = match t.strip_prefix("baesrv") {
+            Some(r) if r.is_empty() || r.starts_with(['=', ':', '[']) => r,
+            _ => continue,
+        };
+        for c in LOG_CRATES {
+            out.push(format!("{c}{rest}"));
+        }
+    }
+    out.join(",")
 }
 
 fn sync_mode(env: &Env) -> store::Synchronous {
@@ -294,4 +317,26 @@ pub fn engine_config(env: &Env, file: &FileConfig) -> engine::Config {
 
 fn duration_ms(d: std::time::Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::expand_log_directive;
+
+    #[test]
+    fn baesrv_target_covers_our_crates() {
+        assert_eq!(expand_log_directive("info"), "info");
+        assert_eq!(
+            expand_log_directive("baesrv=debug,tower=warn"),
+            "baesrv=debug,io_smol=debug,engine=debug,proto=debug,tower=warn"
+        );
+        assert_eq!(
+            expand_log_directive("warn,baesrv"),
+            "warn,baesrv,io_smol,engine,proto"
+        );
+        assert_eq!(expand_log_directive("baesrvx=debug"), "baesrvx=debug");
+        for d in ["baesrv=debug,tower=warn", "warn,baesrv", "baesrv::x=trace"] {
+            assert!(tracing_subscriber::EnvFilter::try_new(expand_log_directive(d)).is_ok());
+        }
+    }
 }
