@@ -226,6 +226,7 @@ fn serve(cli: &Cli) -> i32 {
     // Step 14.
     let settings = DriverSettings {
         shutdown_timeout: env.shutdown_timeout,
+        max_connections: env.max_connections,
     };
     match driver::run(engine, clock, store, listeners, settings) {
         Ok(()) => 0,

@@ -119,6 +119,8 @@ pub fn bind_listeners(client: SocketAddr, admin: SocketAddr) -> Result<Listeners
 pub struct DriverSettings {
     /// `BAE_SHUTDOWN_TIMEOUT`: budget for the graceful drain.
     pub shutdown_timeout: Duration,
+    /// `BAE_MAX_CONNECTIONS`: connections beyond it are closed on accept.
+    pub max_connections: usize,
 }
 
 /// Everything the driver loop reacts to.
@@ -291,6 +293,14 @@ impl Driver {
         match ev {
             Event::Accepted(listener, stream) => {
                 if self.shutdown_deadline.is_some() {
+                    let _ = stream.shutdown(Shutdown::Both);
+                    return;
+                }
+                if self.conns.len() >= self.settings.max_connections {
+                    tracing::warn!(
+                        max = self.settings.max_connections,
+                        "connection limit reached; refusing"
+                    );
                     let _ = stream.shutdown(Shutdown::Both);
                     return;
                 }
