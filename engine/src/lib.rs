@@ -19,6 +19,8 @@ mod conn;
 mod log;
 pub mod mem_store;
 mod model;
+#[cfg(feature = "planted-bugs")]
+pub mod planted;
 mod respond;
 mod rpc;
 mod rpc_sandbox;
@@ -188,6 +190,9 @@ pub struct Config {
     /// Events a streaming consumer may fall behind before it is dropped
     /// with the `lagged` error (the reference's broadcast capacity).
     pub subscriber_lag_limit: usize,
+    /// A deliberately planted bug (simulator self-test only).
+    #[cfg(feature = "planted-bugs")]
+    pub planted: Option<planted::Bug>,
 }
 
 impl Default for Config {
@@ -211,6 +216,8 @@ impl Default for Config {
             request_timeout_ms: 30_000,
             idle_timeout_ms: 75_000,
             subscriber_lag_limit: 256,
+            #[cfg(feature = "planted-bugs")]
+            planted: None,
         }
     }
 }
@@ -236,7 +243,7 @@ pub struct Engine {
     streams: BTreeMap<String, std::collections::BTreeSet<ConnId>>,
     /// `(deadline, conn)` of connections waiting for request bytes.
     read_deadlines: std::collections::BTreeSet<(u64, ConnId)>,
-    turns: HashMap<turn::TurnId, turn::Turn>,
+    turns: BTreeMap<turn::TurnId, turn::Turn>,
     next_turn: turn::TurnId,
     /// Provider calls in flight, by the turn that made them.
     calls: HashMap<CallId, turn::TurnId>,
@@ -250,6 +257,8 @@ pub struct Engine {
 impl Engine {
     /// Builds an engine restored from `snapshot` (everything but events).
     pub fn new(config: Config, entropy: Box<dyn Entropy>, snapshot: Snapshot, now: Now) -> Self {
+        #[cfg(feature = "planted-bugs")]
+        let snapshot = planted::restore_snapshot(&config, snapshot);
         Engine {
             config,
             entropy,
@@ -263,7 +272,7 @@ impl Engine {
             live: BTreeMap::new(),
             streams: BTreeMap::new(),
             read_deadlines: Default::default(),
-            turns: HashMap::new(),
+            turns: BTreeMap::new(),
             next_turn: 1,
             calls: HashMap::new(),
             next_call: 1,

@@ -52,8 +52,14 @@ impl Engine {
         };
         tracing::trace!(session_id, event_type, payload = %row.payload, "event");
         let json = crate::respond::event_json(&row);
-        self.write(StoreWrite::InsertEvent(row));
         let appended = Appended { seq, id, json };
+        #[cfg(feature = "planted-bugs")]
+        if self.planted(crate::planted::Bug::DeliverBeforeCommit) {
+            self.publish(session_id, &appended);
+            self.write(StoreWrite::InsertEvent(row));
+            return appended;
+        }
+        self.write(StoreWrite::InsertEvent(row));
         self.publish(session_id, &appended);
         appended
     }

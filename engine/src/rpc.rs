@@ -254,7 +254,12 @@ impl Engine {
     pub(crate) fn on_replay_start(&mut self, conn: ConnId, result: Result<ReadResult, String>) {
         match result {
             // An unknown or foreign id replays from the very first event.
-            Ok(ReadResult::EventSeq(seq)) => self.replay_page(conn, seq.unwrap_or(0)),
+            Ok(ReadResult::EventSeq(seq)) => {
+                #[cfg(feature = "planted-bugs")]
+                let seq =
+                    seq.map(|s| s + self.planted(crate::planted::Bug::ReplaySkipsBoundary) as u64);
+                self.replay_page(conn, seq.unwrap_or(0))
+            }
             _ => self.replay_failed(conn),
         }
     }

@@ -648,3 +648,32 @@ fn slowloris_head_gets_408_and_idle_connections_close() {
         "idle keep-alive connection closed"
     );
 }
+
+#[test]
+fn close_cancels_the_in_flight_turn_c047() {
+    let mut h = Harness::new(config());
+    let (_key, sid, skey) = h.open_session(&[], json!({}));
+    register(&mut h, &sid, &skey);
+    let a = h.rpc_start(&sid, &skey, &json!({"jsonrpc": "2.0", "id": 1, "method": "session.sendMessage", "params": {"message": {"content": "x"}}}));
+    assert_eq!(h.calls.len(), 1);
+    let (s, _) = h.client("DELETE", &format!("/api/v1/sessions/{sid}"), &skey, None);
+    assert_eq!(s, 200);
+    assert!(h.sent[&a].ends_with(b"0\r\n\r\n"), "stream ended");
+    assert!(
+        !h.frames(a).iter().any(|f| f.get("id").is_some()),
+        "no terminal frame"
+    );
+    h.replies.push_back(anthropic_text("late"));
+    h.advance(0);
+    let (_, page) = h.client(
+        "GET",
+        &format!("/api/v1/sessions/{sid}/events"),
+        &skey,
+        None,
+    );
+    assert_eq!(
+        types(&page["items"]).last().unwrap(),
+        "session.close",
+        "nothing logged after close"
+    );
+}

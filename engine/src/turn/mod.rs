@@ -345,6 +345,8 @@ impl Engine {
                 }
             }
         };
+        #[cfg(feature = "planted-bugs")]
+        let merged = merged.map(|m| self.planted_duplicate_result(m));
         let merged = match merged {
             Ok(m) => m,
             Err(reason) => {
@@ -712,6 +714,8 @@ impl Engine {
                 server_results,
                 auto_trigger,
             };
+            #[cfg(feature = "planted-bugs")]
+            let pause = self.planted_early_deadline(pause);
             return self.end_turn(turn_id, Outcome::Paused(message, pause));
         }
         // All-server round: extend the in-memory history only.
@@ -901,6 +905,11 @@ impl Engine {
     }
 
     pub(crate) fn set_state(&mut self, session_id: &str, state: SessionState) {
+        // Terminal states are final (spec 02 §3): a turn still running when
+        // its session was closed must not move it to `error`.
+        if (self.catalog.sessions.get(session_id)).is_some_and(|s| s.state != SessionState::Open) {
+            return;
+        }
         let at = self.timestamp();
         if let Some(s) = self.catalog.sessions.get_mut(session_id) {
             s.state = state;
@@ -937,6 +946,10 @@ impl Engine {
         }
         match outcome {
             Outcome::Paused(_, pause) => {
+                #[cfg(feature = "planted-bugs")]
+                if self.planted(crate::planted::Bug::GateReleasedOnPause) {
+                    return self.release_gate(&t.session_id);
+                }
                 if let Some(live) = self.live.get_mut(&t.session_id) {
                     live.holder = Holder::Paused(pause);
                 }
@@ -980,7 +993,15 @@ impl Engine {
                 Holder::Paused(p) if p.deadline <= now => Takeover::Retire(p.clone()),
                 _ => return,
             };
-            let Some(w) = live.queue.pop_front() else {
+            #[cfg(feature = "planted-bugs")]
+            let w = if self.config.planted == Some(crate::planted::Bug::AdmitNewestWaiter) {
+                live.queue.pop_back()
+            } else {
+                live.queue.pop_front()
+            };
+            #[cfg(not(feature = "planted-bugs"))]
+            let w = live.queue.pop_front();
+            let Some(w) = w else {
                 return;
             };
             if !self.conns.contains_key(&w.conn) {
@@ -1053,6 +1074,23 @@ impl Engine {
     /// Session closed or revoked: drop the gate, the pause and the waiters
     /// (who then fail the post-gate state check).
     pub(crate) fn drop_live(&mut self, session_id: &str) {
+        // A closed session is terminal: its in-flight turn stops here (a
+        // late provider reply is ignored) and its stream ends without a
+        // terminal frame, like every other stream of the session.
+        let cancelled: Vec<TurnId> = self
+            .turns
+            .iter()
+            .filter(|(_, t)| t.session_id == session_id)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in cancelled {
+            if let Some(t) = self.turns.remove(&id) {
+                self.calls.retain(|_, turn| *turn != id);
+                if let Some(conn) = t.conn {
+                    self.end_stream(conn);
+                }
+            }
+        }
         let Some(mut live) = self.live.remove(session_id) else {
             return;
         };
