@@ -707,8 +707,8 @@ fn c201_session_list_filters_and_audit_rows() {
             })
             .collect()
     };
-    assert_eq!(ids("open"), [open.sid.clone()]);
-    assert_eq!(ids("closed"), [closed.sid.clone()]);
+    assert_eq!(ids("open"), vec![open.sid.as_str()]);
+    assert_eq!(ids("closed"), vec![closed.sid.as_str()]);
     let errors = ids("error");
     assert_eq!(errors.len(), 1, "the audit row");
     let all = ids("");
