@@ -1,0 +1,204 @@
+//! Swarm testing: every seed first draws its own fault mix and workload
+//! shape, so different seeds explore very different corners (few sessions
+//! with heavy contention, many crashes, slow readers, flaky providers…).
+
+use std::fmt;
+
+use crate::rng::Rng;
+
+#[derive(Debug, Clone)]
+pub struct Swarm {
+    pub sessions: usize,
+    /// Drivers per session.
+    pub drivers: Vec<usize>,
+    /// Observers per session.
+    pub observers: Vec<usize>,
+    /// Steps of the main (faulty) phase.
+    pub steps: u64,
+
+    // Provider.
+    pub provider_latency_ms: (u64, u64),
+    pub provider_timeout_ms: u64,
+    pub provider_http500: f64,
+    pub provider_malformed: f64,
+    pub provider_transport: f64,
+    pub tool_use: f64,
+    /// Of tool_use replies: fraction of blocks naming an undeclared (MCP) tool.
+    pub mcp_tool: f64,
+    pub has_fallback: bool,
+    /// Usage numbers large enough to cross auto-compaction thresholds.
+    pub big_usage: f64,
+
+    // Clients.
+    pub malformed_body: f64,
+    pub disconnect_streaming: f64,
+    pub disconnect_queued: f64,
+    pub never_return: f64,
+    pub think_ms: (u64, u64),
+    /// Answers to a paused turn.
+    pub answer_missing: f64,
+    pub answer_duplicate: f64,
+    pub answer_wrong_id: f64,
+    pub answer_plain: f64,
+    pub answer_late: f64,
+    pub compact: f64,
+    pub auto_compaction: f64,
+    pub slow_reader: f64,
+    pub unsubscribe: f64,
+    pub since_bogus: f64,
+    pub events_page: f64,
+
+    // Network and store.
+    pub split_bytes: f64,
+    pub net_delay_ms: (u64, u64),
+    pub flush_delay_ms: (u64, u64),
+    pub sockbuf: usize,
+    pub commit_ms: (u64, u64),
+    pub read_ms: (u64, u64),
+
+    // Engine config.
+    pub turn_timeout_ms: u64,
+    pub lag_limit: usize,
+    /// NDJSON keepalive interval (0 = off).
+    pub keepalive_ms: u64,
+
+    // Crashes.
+    pub crash: f64,
+}
+
+impl Swarm {
+    pub fn draw(rng: &mut Rng) -> Swarm {
+        let sessions = rng.range(1, 3) as usize;
+        let drivers = (0..sessions).map(|_| rng.range(1, 4) as usize).collect();
+        let observers = (0..sessions).map(|_| rng.range(0, 3) as usize).collect();
+        let lat_lo = rng.range(1, 50);
+        let lat_hi = lat_lo + *rng.pick(&[0, 20, 200, 2_000, 10_000]);
+        let turn_timeout_ms = *rng.pick(&[150, 600, 2_000, 10_000, 120_000]);
+        Swarm {
+            sessions,
+            drivers,
+            observers,
+            steps: rng.range(1_500, 4_000),
+            provider_latency_ms: (lat_lo, lat_hi),
+            provider_timeout_ms: *rng.pick(&[500, 3_000, 30_000, 300_000]),
+            provider_http500: rng.rate(0.5, 0.25),
+            provider_malformed: rng.rate(0.6, 0.15),
+            provider_transport: rng.rate(0.6, 0.15),
+            tool_use: rng.rate(0.15, 0.8),
+            mcp_tool: rng.rate(0.3, 0.6),
+            has_fallback: rng.chance(0.4),
+            big_usage: rng.rate(0.5, 0.5),
+            malformed_body: rng.rate(0.5, 0.1),
+            disconnect_streaming: rng.rate(0.4, 0.25),
+            disconnect_queued: rng.rate(0.4, 0.25),
+            never_return: rng.rate(0.6, 0.08),
+            think_ms: (0, *rng.pick(&[5, 50, 500, 3_000])),
+            answer_missing: rng.rate(0.5, 0.15),
+            answer_duplicate: rng.rate(0.5, 0.15),
+            answer_wrong_id: rng.rate(0.5, 0.15),
+            answer_plain: rng.rate(0.4, 0.3),
+            answer_late: rng.rate(0.4, 0.3),
+            compact: rng.rate(0.5, 0.15),
+            auto_compaction: rng.rate(0.5, 1.0),
+            slow_reader: rng.rate(0.4, 1.0),
+            unsubscribe: rng.rate(0.4, 0.2),
+            since_bogus: rng.rate(0.6, 0.2),
+            events_page: rng.rate(0.4, 0.3),
+            split_bytes: rng.rate(0.3, 0.9),
+            net_delay_ms: (0, *rng.pick(&[0, 2, 20])),
+            flush_delay_ms: (0, *rng.pick(&[0, 3, 30])),
+            sockbuf: *rng.pick(&[256, 4_096, 65_536]),
+            commit_ms: (0, *rng.pick(&[0, 1, 5, 40])),
+            read_ms: (0, *rng.pick(&[0, 2, 20])),
+            turn_timeout_ms,
+            lag_limit: *rng.pick(&[2, 4, 16, 256]),
+            keepalive_ms: *rng.pick(&[0, 0, 0, 1_000, 5_000]),
+            crash: if rng.chance(0.5) {
+                0.0
+            } else {
+                *rng.pick(&[0.0005, 0.002, 0.006])
+            },
+        }
+    }
+
+    /// Turns every fault off (the liveness phase).
+    pub fn calm(&mut self) {
+        self.provider_http500 = 0.0;
+        self.provider_malformed = 0.0;
+        self.provider_transport = 0.0;
+        self.provider_latency_ms = (1, 20);
+        self.provider_timeout_ms = 300_000;
+        self.malformed_body = 0.0;
+        self.disconnect_streaming = 0.0;
+        self.disconnect_queued = 0.0;
+        self.never_return = 0.0;
+        self.answer_missing = 0.0;
+        self.answer_duplicate = 0.0;
+        self.answer_wrong_id = 0.0;
+        self.answer_plain = 0.0;
+        self.answer_late = 0.0;
+        self.compact = 0.0;
+        self.unsubscribe = 0.0;
+        self.crash = 0.0;
+        self.tool_use = self.tool_use.min(0.3);
+    }
+}
+
+impl fmt::Display for Swarm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "sessions={} drivers={:?} observers={:?} steps={} \
+             provider[latency={}..{}ms timeout={}ms http500={} malformed={} transport={} tool_use={} mcp={} fallback={} big_usage={}] \
+             clients[malformed_body={} disc_stream={} disc_queued={} never_return={} think={}..{}ms \
+             answer(missing={} dup={} wrong_id={} plain={} late={}) compact={} auto_compaction={} slow_reader={} unsubscribe={} since_bogus={} events_page={}] \
+             net[split={} delay={}..{}ms flush_delay={}..{}ms sockbuf={}] store[commit={}..{}ms read={}..{}ms] \
+             engine[turn_timeout={}ms lag_limit={} keepalive={}ms] crash={}",
+            self.sessions,
+            self.drivers,
+            self.observers,
+            self.steps,
+            self.provider_latency_ms.0,
+            self.provider_latency_ms.1,
+            self.provider_timeout_ms,
+            self.provider_http500,
+            self.provider_malformed,
+            self.provider_transport,
+            self.tool_use,
+            self.mcp_tool,
+            self.has_fallback,
+            self.big_usage,
+            self.malformed_body,
+            self.disconnect_streaming,
+            self.disconnect_queued,
+            self.never_return,
+            self.think_ms.0,
+            self.think_ms.1,
+            self.answer_missing,
+            self.answer_duplicate,
+            self.answer_wrong_id,
+            self.answer_plain,
+            self.answer_late,
+            self.compact,
+            self.auto_compaction,
+            self.slow_reader,
+            self.unsubscribe,
+            self.since_bogus,
+            self.events_page,
+            self.split_bytes,
+            self.net_delay_ms.0,
+            self.net_delay_ms.1,
+            self.flush_delay_ms.0,
+            self.flush_delay_ms.1,
+            self.sockbuf,
+            self.commit_ms.0,
+            self.commit_ms.1,
+            self.read_ms.0,
+            self.read_ms.1,
+            self.turn_timeout_ms,
+            self.lag_limit,
+            self.keepalive_ms,
+            self.crash,
+        )
+    }
+}
