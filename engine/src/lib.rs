@@ -176,6 +176,10 @@ pub struct Config {
     pub admin_config_json: String,
     /// `BAE_MAX_SUBAGENTS_PER_SESSION`.
     pub max_subagents_per_session: u64,
+    /// Opt-in: keep driver registrations across restarts (rebuilt from the
+    /// `session.driver.register` events). Off by default: the contract
+    /// says the registry is in memory and empty after a restart.
+    pub durable_drivers: bool,
     /// Gated requests that may wait on one session's turn gate; beyond it a
     /// request is refused with `-32000` instead of queueing without bound.
     pub max_queued_per_session: usize,
@@ -211,6 +215,7 @@ impl Default for Config {
             admin_mcp_servers_json: r#"{"items":[]}"#.to_string(),
             admin_config_json: "{}".to_string(),
             max_subagents_per_session: 8,
+            durable_drivers: false,
             max_queued_per_session: 256,
             ndjson_keepalive_ms: 0,
             request_timeout_ms: 30_000,
@@ -259,12 +264,13 @@ impl Engine {
     pub fn new(config: Config, entropy: Box<dyn Entropy>, snapshot: Snapshot, now: Now) -> Self {
         #[cfg(feature = "planted-bugs")]
         let snapshot = planted::restore_snapshot(&config, snapshot);
+        let catalog = Catalog::restore(&snapshot, config.durable_drivers);
         Engine {
             config,
             entropy,
             outputs: VecDeque::new(),
             now,
-            catalog: Catalog::restore(&snapshot),
+            catalog,
             conns: BTreeMap::new(),
             next_seq: snapshot.max_event_seq + 1,
             next_read: 1,

@@ -170,7 +170,7 @@ pub struct Catalog {
 }
 
 impl Catalog {
-    pub fn restore(snapshot: &Snapshot) -> Self {
+    pub fn restore(snapshot: &Snapshot, durable_drivers: bool) -> Self {
         let mut c = Catalog::default();
         for p in &snapshot.profiles {
             c.insert_profile(p.clone());
@@ -183,7 +183,7 @@ impl Catalog {
         for s in &snapshot.sessions {
             c.insert_session(Session::from_row(s));
         }
-        for (sid, kid) in &snapshot.drivers {
+        for (sid, kid) in snapshot.drivers.iter().filter(|_| durable_drivers) {
             if c.sessions.get(sid).map(|s| s.state) == Some(SessionState::Open) {
                 c.drivers
                     .entry(sid.clone())

@@ -69,6 +69,12 @@ fn init_logging(directive: &str) {
         Ok(f) => (f, false),
         Err(_) => (EnvFilter::new("info"), true),
     };
+    // The HTTP client logs whole request heads (credential headers
+    // included) at debug level: provider tokens must never reach a log.
+    let filter = ["ureq=warn", "rustls=warn"]
+        .into_iter()
+        .filter_map(|d| d.parse().ok())
+        .fold(filter, |f, d| f.add_directive(d));
     let _ = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())
@@ -309,6 +315,7 @@ pub fn engine_config(env: &Env, file: &FileConfig) -> engine::Config {
         admin_config_json: config::redacted_config_json(file).to_string(),
         max_subagents_per_session: env.max_subagents_per_session,
         max_queued_per_session: env.max_queued_turns,
+        durable_drivers: env.durable_drivers,
         ndjson_keepalive_ms: duration_ms(env.ndjson_keepalive),
         request_timeout_ms: duration_ms(env.request_timeout),
         idle_timeout_ms: duration_ms(env.idle_timeout),

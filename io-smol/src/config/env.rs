@@ -122,6 +122,10 @@ pub struct Env {
     /// Extension `BAE_NDJSON_KEEPALIVE`, default 0 = off: seconds of silence
     /// after which a blank line is written on an NDJSON stream (opt-in).
     pub ndjson_keepalive: Duration,
+    /// Extension `BAE_DURABLE_DRIVERS` (truthy like the admin-auth switch),
+    /// default off: driver registrations survive restarts (opt-in, visible
+    /// on the wire: participants and `-32001` differ from the reference).
+    pub durable_drivers: bool,
 }
 
 /// Default `BAE_ADDR`.
@@ -210,6 +214,9 @@ pub fn parse_env(get: impl Fn(&str) -> Option<String>) -> Result<Env, ConfigErro
     let max_queued_turns =
         positive_usize("BAE_MAX_QUEUED_TURNS", get("BAE_MAX_QUEUED_TURNS"), 256)?;
     let ndjson_keepalive = seconds("BAE_NDJSON_KEEPALIVE", get("BAE_NDJSON_KEEPALIVE"), 0)?;
+    let durable_drivers = get("BAE_DURABLE_DRIVERS")
+        .map(|v| is_truthy(&v))
+        .unwrap_or(false);
     let sqlite_synchronous = match get("BAE_SQLITE_SYNCHRONOUS") {
         None => Synchronous::Normal,
         Some(v) => {
@@ -253,6 +260,7 @@ pub fn parse_env(get: impl Fn(&str) -> Option<String>) -> Result<Env, ConfigErro
         max_connections,
         max_queued_turns,
         ndjson_keepalive,
+        durable_drivers,
     })
 }
 

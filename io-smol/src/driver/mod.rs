@@ -107,11 +107,23 @@ pub struct Listeners {
 /// Binds the client listener, then the admin listener (spec 04 §5 step 13).
 /// The error names the listener and address.
 pub fn bind_listeners(client: SocketAddr, admin: SocketAddr) -> Result<Listeners, String> {
-    let client = std::net::TcpListener::bind(client)
-        .map_err(|e| format!("cannot bind client listener on {client}: {e}"))?;
-    let admin = std::net::TcpListener::bind(admin)
-        .map_err(|e| format!("cannot bind admin listener on {admin}: {e}"))?;
+    let client =
+        listen(client).map_err(|e| format!("cannot bind client listener on {client}: {e}"))?;
+    let admin = listen(admin).map_err(|e| format!("cannot bind admin listener on {admin}: {e}"))?;
     Ok(Listeners { client, admin })
+}
+
+/// Accept-queue length. std's default of 128 makes connection bursts
+/// overflow the queue: the kernel drops SYNs and clients stall ~1 s.
+const LISTEN_BACKLOG: i32 = 1024;
+
+fn listen(addr: SocketAddr) -> io::Result<std::net::TcpListener> {
+    use socket2::{Domain, Socket, Type};
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
+    socket.set_reuse_address(true)?;
+    socket.bind(&addr.into())?;
+    socket.listen(LISTEN_BACKLOG)?;
+    Ok(socket.into())
 }
 
 /// Runtime settings of the driver.
