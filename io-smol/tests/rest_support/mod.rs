@@ -363,3 +363,13 @@ pub fn raw_exchange(addr: std::net::SocketAddr, req: &[u8], timeout: Duration) -
 pub fn tool(name: &str) -> Value {
     json!({"name": name, "description": "d", "input_schema": {"type": "object", "properties": {}}})
 }
+
+/// Requests the mock provider received on its Anthropic endpoint. (Other
+/// traffic can reach a mock's port: a concurrently starting test server
+/// that was handed the same ephemeral port probes `/healthz` on it.)
+pub fn provider_requests(mock: &MockProvider) -> Vec<testkit::RecordedRequest> {
+    mock.requests()
+        .into_iter()
+        .filter(|r| r.endpoint() == testkit::Endpoint::Anthropic)
+        .collect()
+}
