@@ -197,12 +197,13 @@ impl Engine {
             profile_id: profile_id.clone(),
             state: SessionState::Open,
             client_version: body.client_version.clone(),
-            client_tools: Map::new(),
-            sandbox_tools: Map::new(),
-            subagent_tools: Map::new(),
-            compaction: serde_json::from_str(&body.compaction.to_json()).ok(),
+            client_tools: Default::default(),
+            sandbox_tools: Default::default(),
+            subagent_tools: Default::default(),
+            compaction: body.compaction.clone(),
             created_at: now.clone(),
             closed_at: None,
+            fresh: true,
         };
         set_declarations(
             &mut session,
@@ -213,8 +214,7 @@ impl Engine {
         );
         self.write(StoreWrite::InsertSession(session.to_row()));
         self.catalog.insert_session(session);
-        // A new session's history is known: empty.
-        self.live_mut(&session_id).history = Some(Vec::new());
+
         let session_key = self.mint_session_key(&session_id, &key);
         let payload = declaration_payload(
             body.client_version.as_deref(),
@@ -568,21 +568,14 @@ fn set_declarations(
     sandbox_tools: &[proto::wire::ClientToolDef],
     subagent_tools: &[proto::wire::SubagentToolDef],
 ) {
-    let stored =
-        |ts: &[proto::wire::ClientToolDef]| Value::Array(ts.iter().map(|t| t.to_value()).collect());
-    session
-        .client_tools
-        .insert(key_id.to_string(), stored(tools));
-    session
-        .sandbox_tools
-        .insert(key_id.to_string(), stored(sandbox_tools));
-    let subs: Vec<Value> = subagent_tools
+    let stored = |ts: &[proto::wire::ClientToolDef]| ts.iter().map(|t| t.to_value()).collect();
+    session.client_tools.set(key_id, stored(tools));
+    session.sandbox_tools.set(key_id, stored(sandbox_tools));
+    let subs = subagent_tools
         .iter()
         .filter_map(|t| serde_json::to_value(t).ok())
         .collect();
-    session
-        .subagent_tools
-        .insert(key_id.to_string(), Value::Array(subs));
+    session.subagent_tools.set(key_id, subs);
 }
 
 /// `session.open` / `session.join` payload: names only, declaration order.

@@ -6,6 +6,8 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 
 use serde_json::{Map, Value};
 
+use proto::wire::CompactionConfig;
+
 use crate::auth;
 use crate::store::{KeyRole, KeyRow, ProfileRow, SessionRow, SessionState, Snapshot};
 
@@ -85,12 +87,15 @@ pub struct Session {
     pub state: SessionState,
     pub client_version: Option<String>,
     /// Per-client declarations, keyed by client key id.
-    pub client_tools: Map<String, Value>,
-    pub sandbox_tools: Map<String, Value>,
-    pub subagent_tools: Map<String, Value>,
-    pub compaction: Option<Value>,
+    pub client_tools: ToolMap,
+    pub sandbox_tools: ToolMap,
+    pub subagent_tools: ToolMap,
+    pub compaction: CompactionConfig,
     pub created_at: String,
     pub closed_at: Option<String>,
+    /// Created by this process: its history is known to be empty, so the
+    /// first turn needs no store read (not persisted).
+    pub fresh: bool,
 }
 
 impl Session {
@@ -101,12 +106,15 @@ impl Session {
             profile_id: row.profile_id.clone(),
             state: row.state,
             client_version: row.client_version.clone(),
-            client_tools: as_object(&row.client_tools),
-            sandbox_tools: as_object(&row.sandbox_tools),
-            subagent_tools: as_object(&row.subagent_tools),
-            compaction: row.compaction.clone(),
+            client_tools: ToolMap::from_value(&row.client_tools),
+            sandbox_tools: ToolMap::from_value(&row.sandbox_tools),
+            subagent_tools: ToolMap::from_value(&row.subagent_tools),
+            compaction: CompactionConfig::from_stored(
+                row.compaction.as_ref().map(|c| c.to_string()).as_deref(),
+            ),
             created_at: row.created_at.clone(),
             closed_at: row.closed_at.clone(),
+            fresh: false,
         }
     }
 
@@ -117,28 +125,61 @@ impl Session {
             profile_id: self.profile_id.clone(),
             state: self.state,
             client_version: self.client_version.clone(),
-            client_tools: Value::Object(self.client_tools.clone()),
-            sandbox_tools: Value::Object(self.sandbox_tools.clone()),
-            subagent_tools: Value::Object(self.subagent_tools.clone()),
-            compaction: self.compaction.clone(),
+            client_tools: self.client_tools.to_value(),
+            sandbox_tools: self.sandbox_tools.to_value(),
+            subagent_tools: self.subagent_tools.to_value(),
+            compaction: serde_json::from_str(&self.compaction.to_json()).ok(),
             created_at: self.created_at.clone(),
             closed_at: self.closed_at.clone(),
         }
     }
+}
 
-    /// A legacy non-object column reads as empty; the next write replaces it.
-    pub fn tools_of<'a>(map: &'a Map<String, Value>, key_id: &str) -> &'a [Value] {
-        map.get(key_id)
-            .and_then(Value::as_array)
-            .map(Vec::as_slice)
-            .unwrap_or(&[])
+/// One kind of per-client tool declarations (`{"<client key id>": [tool…]}`),
+/// held as its compact JSON text: a few dozen bytes per session instead of
+/// a map per session, parsed only when a turn, join or update needs it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolMap(Box<str>);
+
+impl Default for ToolMap {
+    fn default() -> Self {
+        ToolMap("{}".into())
     }
 }
 
-fn as_object(v: &Value) -> Map<String, Value> {
-    match v {
-        Value::Object(m) => m.clone(),
-        _ => Map::new(),
+impl ToolMap {
+    /// A legacy non-object column reads as empty; the next write replaces it.
+    pub fn from_value(v: &Value) -> Self {
+        match v {
+            Value::Object(_) => ToolMap(v.to_string().into_boxed_str()),
+            _ => ToolMap::default(),
+        }
+    }
+
+    fn parse(&self) -> Map<String, Value> {
+        match serde_json::from_str(&self.0) {
+            Ok(Value::Object(m)) => m,
+            _ => Map::new(),
+        }
+    }
+
+    pub fn to_value(&self) -> Value {
+        Value::Object(self.parse())
+    }
+
+    /// The declarations of one client (empty when it declared none).
+    pub fn get(&self, key_id: &str) -> Vec<Value> {
+        match self.parse().remove(key_id) {
+            Some(Value::Array(tools)) => tools,
+            _ => Vec::new(),
+        }
+    }
+
+    /// Replaces one client's declarations; other clients' stay untouched.
+    pub fn set(&mut self, key_id: &str, tools: Vec<Value>) {
+        let mut m = self.parse();
+        m.insert(key_id.to_string(), Value::Array(tools));
+        self.0 = Value::Object(m).to_string().into_boxed_str();
     }
 }
 

@@ -157,9 +157,7 @@ impl Engine {
             .get_mut(session_id)
             .expect("open session");
         let tools: Vec<Value> = parsed.tools.iter().map(|t| t.to_value()).collect();
-        session
-            .client_tools
-            .insert(key_id.to_string(), Value::Array(tools));
+        session.client_tools.set(key_id, tools);
         let row = session.to_row();
         self.write(crate::store::StoreWrite::SetSessionTools {
             id: row.id,

@@ -170,9 +170,7 @@ impl Engine {
         }
         let stored = self.catalog.sessions[session_id]
             .compaction
-            .as_ref()
-            .and_then(|c| c.get("prompt"))
-            .and_then(Value::as_str)
+            .client_prompt()
             .map(str::to_string);
         let instruction = prompt
             .or(stored)
@@ -381,11 +379,7 @@ impl Engine {
             .sessions
             .get(&t.session_id)?
             .compaction
-            .as_ref()?;
-        if size.get("mode").and_then(Value::as_str) != Some("auto") {
-            return None;
-        }
-        let size = size.get("size").and_then(Value::as_u64)?;
+            .auto_size()?;
         let crossed = t.last_usage.map(|(i, o)| i + o).filter(|c| *c > size);
         crossed.or(t.carried_trigger)
     }
@@ -398,13 +392,7 @@ impl Engine {
             return false;
         };
         let session_id = t.session_id.clone();
-        let Some(size) = self.catalog.sessions[&session_id]
-            .compaction
-            .as_ref()
-            .filter(|c| c.get("mode").and_then(Value::as_str) == Some("auto"))
-            .and_then(|c| c.get("size"))
-            .and_then(Value::as_u64)
-        else {
+        let Some(size) = self.catalog.sessions[&session_id].compaction.auto_size() else {
             return false;
         };
         let backoff = self

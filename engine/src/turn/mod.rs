@@ -169,7 +169,15 @@ impl Engine {
     /// start rebuilds history and any parked pause from the log (the
     /// reference loses pauses on restart; spec 01 §10 note 3).
     pub(crate) fn arrive(&mut self, conn: ConnId, session_id: &str, key_id: &str, op: Op) {
+        let fresh = self
+            .catalog
+            .sessions
+            .get(session_id)
+            .is_some_and(|s| s.fresh);
         let live = self.live_mut(session_id);
+        if live.history.is_none() && fresh {
+            live.history = Some(Vec::new());
+        }
         if live.history.is_none() {
             let start = matches!(live.holder, Holder::Free);
             if start {
@@ -731,8 +739,8 @@ impl Engine {
     /// `client` | `sandbox` | `subagent` | `mcp` for a tool name (spec 06 §2).
     fn classify(&self, session_id: &str, key_id: &str, name: &str) -> &'static str {
         let s = &self.catalog.sessions[session_id];
-        let has = |map: &serde_json::Map<String, Value>| {
-            crate::model::Session::tools_of(map, key_id)
+        let has = |map: &crate::model::ToolMap| {
+            map.get(key_id)
                 .iter()
                 .any(|t| t.get("name").and_then(Value::as_str) == Some(name))
         };
@@ -848,18 +856,17 @@ impl Engine {
         let Some(t) = self.turns.get(&turn_id) else {
             return error("turn is gone".to_string());
         };
-        let declared = crate::model::Session::tools_of(
-            &self.catalog.sessions[&t.session_id].subagent_tools,
-            &t.key_id,
-        )
-        .iter()
-        .find(|d| d.get("name").and_then(Value::as_str) == Some(name))
-        .and_then(|d| d.get("subagents").and_then(Value::as_array))
-        .is_some_and(|entries| {
-            entries
-                .iter()
-                .any(|e| e.get("harness").and_then(Value::as_str) == Some(harness))
-        });
+        let declared = self.catalog.sessions[&t.session_id]
+            .subagent_tools
+            .get(&t.key_id)
+            .iter()
+            .find(|d| d.get("name").and_then(Value::as_str) == Some(name))
+            .and_then(|d| d.get("subagents").and_then(Value::as_array))
+            .is_some_and(|entries| {
+                entries
+                    .iter()
+                    .any(|e| e.get("harness").and_then(Value::as_str) == Some(harness))
+            });
         if !declared {
             return error(format!("unknown harness \"{harness}\""));
         }
@@ -877,7 +884,7 @@ impl Engine {
         let s = &self.catalog.sessions[session_id];
         let mut out = Vec::new();
         for map in [&s.client_tools, &s.sandbox_tools, &s.subagent_tools] {
-            for t in crate::model::Session::tools_of(map, key_id) {
+            for t in map.get(key_id) {
                 out.push(json!({
                     "name": t.get("name").cloned().unwrap_or(Value::Null),
                     "description": t.get("description").cloned().unwrap_or(Value::Null),
