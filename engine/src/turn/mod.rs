@@ -430,10 +430,8 @@ impl Engine {
                 }
             }
         }
-        let tools = self.advertised_tools(session_id, key_id);
         if let Some(t) = self.turns.get_mut(&turn_id) {
             t.chain = chain;
-            t.tools = tools;
         }
         // History: the cache already holds the just-recorded message.
         match self.live.get(session_id).and_then(|l| l.history.clone()) {
@@ -500,6 +498,14 @@ impl Engine {
         }
         t.iteration += 1;
         t.attempt = 0;
+        // The tool list is recomputed for every round trip (spec 05 §9 3a):
+        // an `updateClientTools` applies to the next provider call, never to
+        // one already sent.
+        let (session_id, key_id) = (t.session_id.clone(), t.key_id.clone());
+        let tools = self.advertised_tools(&session_id, &key_id);
+        if let Some(t) = self.turns.get_mut(&turn_id) {
+            t.tools = tools;
+        }
         self.send_attempt(turn_id);
     }
 
