@@ -62,6 +62,15 @@ pub struct Swarm {
     /// NDJSON keepalive interval (0 = off).
     pub keepalive_ms: u64,
 
+    // Operator.
+    /// Per admin action: revoke a random participant's client key.
+    pub revoke: f64,
+    /// Per admin action: point the profile at a missing primary provider
+    /// (repaired by the next admin action).
+    pub break_profile: f64,
+    /// Engine request timeout (slowloris guard).
+    pub request_timeout_ms: u64,
+
     // Crashes.
     pub crash: f64,
 }
@@ -113,6 +122,9 @@ impl Swarm {
             turn_timeout_ms,
             lag_limit: *rng.pick(&[2, 4, 16, 256]),
             keepalive_ms: *rng.pick(&[0, 0, 0, 1_000, 5_000]),
+            revoke: rng.rate(0.7, 0.3),
+            break_profile: rng.rate(0.8, 0.2),
+            request_timeout_ms: *rng.pick(&[30_000, 30_000, 30_000, 40]),
             crash: if rng.chance(0.5) {
                 0.0
             } else {
@@ -140,6 +152,8 @@ impl Swarm {
         self.compact = 0.0;
         self.unsubscribe = 0.0;
         self.crash = 0.0;
+        self.revoke = 0.0;
+        self.break_profile = 0.0;
         self.tool_use = self.tool_use.min(0.3);
     }
 }
@@ -153,7 +167,7 @@ impl fmt::Display for Swarm {
              clients[malformed_body={} disc_stream={} disc_queued={} never_return={} think={}..{}ms \
              answer(missing={} dup={} wrong_id={} plain={} late={}) compact={} auto_compaction={} slow_reader={} unsubscribe={} since_bogus={} events_page={}] \
              net[split={} delay={}..{}ms flush_delay={}..{}ms sockbuf={}] store[commit={}..{}ms read={}..{}ms] \
-             engine[turn_timeout={}ms lag_limit={} keepalive={}ms] crash={}",
+             engine[turn_timeout={}ms lag_limit={} keepalive={}ms request_timeout={}ms] admin[revoke={} break_profile={}] crash={}",
             self.sessions,
             self.drivers,
             self.observers,
@@ -198,6 +212,9 @@ impl fmt::Display for Swarm {
             self.turn_timeout_ms,
             self.lag_limit,
             self.keepalive_ms,
+            self.request_timeout_ms,
+            self.revoke,
+            self.break_profile,
             self.crash,
         )
     }

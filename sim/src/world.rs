@@ -29,6 +29,8 @@ pub const CLIENT_TOOLS: [&str; 3] = ["get_time", "read_file", "run_query"];
 const ADMIN_TOKEN: &str = "bae_admin_5151515151515151515151515151515151515151515151";
 /// Sessions a slot may go through (a dead session is replaced by a new one).
 const MAX_GENERATIONS: u32 = 4;
+/// Failed creations after which a slot gives up.
+const MAX_FAILED_CREATES: u32 = 25;
 /// Safety cap on the liveness phase.
 const LIVENESS_MAX_STEPS: u64 = 200_000;
 
@@ -113,6 +115,8 @@ enum Ev {
     ClientRead(ConnId),
     /// The engine's own timer.
     Timer,
+    /// The operator acts through the admin listener (survives crashes).
+    Admin,
 }
 
 enum Held {
@@ -198,6 +202,12 @@ enum Kind {
         limit: usize,
     },
     Garbage,
+    /// Admin: revoke the client key of this actor.
+    Revoke(usize),
+    /// Admin: replace the profile (primary provider `main` or a missing one).
+    PutProfile {
+        broken: bool,
+    },
 }
 
 struct Req {
@@ -225,6 +235,8 @@ struct Req {
     expect_after: Option<u64>,
     frames: u64,
     started_ms: u64,
+    /// Seqs of the event notifications a `sendMessage` stream received.
+    notified: Vec<u64>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -262,6 +274,7 @@ struct Slot {
     dead: bool,
     creating: bool,
     generations: u32,
+    failed_creates: u32,
     compaction: Value,
 }
 
@@ -305,6 +318,8 @@ pub struct World {
     stats: Stats,
     timer_at: Option<u64>,
     dead_engine: bool,
+    profile_id: String,
+    profile_broken: bool,
 }
 
 fn now_of(mono: u64, unix0: u64) -> Now {
@@ -360,6 +375,7 @@ impl World {
             provider_timeout_ms: swarm.provider_timeout_ms,
             subscriber_lag_limit: swarm.lag_limit,
             ndjson_keepalive_ms: swarm.keepalive_ms,
+            request_timeout_ms: swarm.request_timeout_ms,
             ..Config::default()
         };
         if swarm.has_fallback {
@@ -433,6 +449,8 @@ impl World {
             stats: Stats::default(),
             timer_at: None,
             dead_engine: false,
+            profile_id: String::new(),
+            profile_broken: false,
         }
     }
 
@@ -735,9 +753,11 @@ impl World {
             expect_after: None,
             frames: 0,
             started_ms: self.now_ms,
+            notified: Vec::new(),
         });
         let mut pieces = VecDeque::new();
-        if bytes.len() > 1 && self.rng.chance(self.swarm.split_bytes) {
+        let calm = self.phase == Phase::Setup;
+        if !calm && bytes.len() > 1 && self.rng.chance(self.swarm.split_bytes) {
             let mut cuts: Vec<usize> = (0..self.rng.range(1, 3))
                 .map(|_| self.rng.range(1, bytes.len() as u64 - 1) as usize)
                 .collect();
@@ -762,7 +782,11 @@ impl World {
             },
         );
         self.input(Input::Accepted { conn, listener });
-        let d = self.draw(self.swarm.net_delay_ms);
+        let d = if calm {
+            0
+        } else {
+            self.draw(self.swarm.net_delay_ms)
+        };
         self.after(d, Ev::Deliver(conn));
         rid
     }
@@ -1101,10 +1125,97 @@ impl World {
                         check::INV_TURN_STREAM,
                         format!("{who}: result.events does not start with its own client.message.send: {}", first["event_type"]),
                     );
+                } else {
+                    let events = events.clone();
+                    self.check_turn_result(rid, who, &events);
                 }
             }
+        } else if v["result"].get("event_type").is_some() {
+            // session.compact answers with the completed event itself.
+            self.checker.on_wire_event(who, &v["result"]);
         }
         self.reqs[rid].terminal = Some(v);
+    }
+
+    /// `inv_turn_stream` for a finished `sendMessage`: `result.events` holds
+    /// every event the turn appended under its key (and only those), and the
+    /// stream was notified of each of them except the request's own input
+    /// (its `client.message.send` and the client `tool.result`s right after
+    /// it), and of nothing from before it held the gate.
+    fn check_turn_result(&mut self, rid: usize, who: &str, events: &[Value]) {
+        let seqs: Vec<u64> = events
+            .iter()
+            .filter_map(|e| {
+                e["id"]
+                    .as_str()
+                    .and_then(|id| self.checker.ids.get(id).copied())
+            })
+            .collect();
+        if seqs.len() != events.len() || seqs.is_empty() {
+            return; // already reported by inv_committed_before_wire
+        }
+        let first = seqs[0];
+        let last = *seqs.last().expect("non-empty");
+        let mut own_input = 1;
+        while own_input < events.len()
+            && events[own_input]["event_type"] == "tool.result"
+            && events[own_input]["payload"]["dispatch"] == "client"
+        {
+            own_input += 1;
+        }
+        let key = self.actors[self.reqs[rid].actor].key_id.clone();
+        let session = self.reqs[rid].session.clone();
+        let in_window: Vec<u64> = self
+            .store
+            .events
+            .range(first..=last)
+            .filter(|(_, e)| {
+                e.session_id == session
+                    && e.client_key_id.as_deref() == Some(key.as_str())
+                    && !matches!(
+                        e.event_type.as_str(),
+                        "session.driver.register" | "session.join" | "session.sandbox.available"
+                    )
+                    && !e.payload.contains("driver_turn_abandoned")
+            })
+            .map(|(s, _)| *s)
+            .collect();
+        if in_window != seqs {
+            self.checker.fail(
+                check::INV_TURN_STREAM,
+                format!(
+                    "{who}: result.events seqs {seqs:?} but the key's events in that window are {in_window:?}"
+                ),
+            );
+        }
+        let notified = self.reqs[rid].notified.clone();
+        if let Some(n) = notified.iter().find(|n| **n < first) {
+            self.checker.fail(
+                check::INV_TURN_STREAM,
+                format!(
+                    "{who}: notified of seq {n}, before its own client.message.send (seq {first})"
+                ),
+            );
+        }
+        let missed: Vec<u64> = seqs[own_input..]
+            .iter()
+            .filter(|s| !notified.contains(s))
+            .copied()
+            .collect();
+        if !missed.is_empty() {
+            self.checker.fail(
+                check::INV_TURN_STREAM,
+                format!(
+                    "{who}: turn events {missed:?} are in result.events but were never streamed"
+                ),
+            );
+        }
+        if let Some(n) = seqs[..own_input].iter().find(|s| notified.contains(s)) {
+            self.checker.fail(
+                check::INV_TURN_STREAM,
+                format!("{who}: its own input event seq {n} was echoed on its stream"),
+            );
+        }
     }
 
     fn on_event_frame(&mut self, rid: usize, who: &str, ev: &Value) {
@@ -1124,6 +1235,9 @@ impl World {
                 check::INV_STREAM_EXACTLY_ONCE,
                 format!("{who}: event seq {seq} after {prev:?} (duplicate or reordered)"),
             );
+        }
+        if matches!(self.reqs[rid].kind, Kind::Send { .. }) {
+            self.reqs[rid].notified.push(seq);
         }
         match self.reqs[rid].kind.clone() {
             Kind::Subscribe { .. } => {
@@ -1188,6 +1302,7 @@ impl World {
         if complete {
             self.check_events_page(rid);
         }
+        self.admin_req_finished(rid, complete);
         if actor != usize::MAX {
             self.actor_req_finished(rid, complete);
         }
@@ -1257,7 +1372,9 @@ impl World {
         body: &Value,
     ) -> (u16, Value) {
         let bytes = http::request(method, path, Some(token), Some(body.to_string().as_bytes()));
+        let phase = std::mem::replace(&mut self.phase, Phase::Setup);
         let rid = self.start_req(usize::MAX, 0, "", Kind::Setup, listener, bytes);
+        self.phase = phase;
         for _ in 0..100_000 {
             if self.reqs[rid].done || self.reqs[rid].lost || self.dead_engine {
                 break;
@@ -1299,6 +1416,7 @@ impl World {
             return;
         }
         let profile_id = p["id"].as_str().unwrap_or("").to_string();
+        self.profile_id = profile_id.clone();
         for slot in 0..self.swarm.sessions {
             let compaction = if self.rng.chance(self.swarm.auto_compaction) {
                 json!({"mode": "auto", "size": self.rng.range(1_000, 20_000)})
@@ -1310,6 +1428,7 @@ impl World {
                 dead: true,
                 creating: false,
                 generations: 0,
+                failed_creates: 0,
                 compaction,
             });
             let roles = std::iter::repeat_n(Role::Driver, self.swarm.drivers[slot]).chain(
@@ -1386,6 +1505,9 @@ impl World {
             let d = self.rng.range(0, 50);
             self.schedule_act(a, d);
         }
+        if self.swarm.revoke > 0.0 || self.swarm.break_profile > 0.0 {
+            self.after(1_000, Ev::Admin);
+        }
         let steps = opts
             .max_steps
             .unwrap_or(self.swarm.steps)
@@ -1423,6 +1545,7 @@ impl World {
                 self.actors[a].act_scheduled = false;
                 self.act(a);
             }
+            Ev::Admin => self.admin_act(),
             Ev::Deliver(c) => self.on_deliver(c),
             Ev::ClientClose(c) => self.client_close(c),
             Ev::EngineClosed(c) => self.engine_closed(c),
@@ -1470,7 +1593,8 @@ impl World {
             }
         }
         self.io = Io::new();
-        self.queue.retain(|_, ev| matches!(ev, Ev::Act(_)));
+        self.queue
+            .retain(|_, ev| matches!(ev, Ev::Act(_) | Ev::Admin));
         self.timer_at = None;
         self.checker.on_restart();
         self.epoch += 1;
@@ -1518,6 +1642,14 @@ impl World {
     }
 
     fn liveness(&mut self) {
+        if self.swarm.break_profile > 0.0 {
+            // Whatever admin request may still be in flight, end repaired.
+            let body =
+                json!({"name": "sim", "primary_provider": "main", "allowed_tools": CLIENT_TOOLS});
+            let path = format!("/admin/v1/profiles/{}", self.profile_id);
+            let (st, _) = self.blocking(Listener::Admin, "PUT", &path, ADMIN_TOKEN, &body);
+            self.profile_broken = st != 200;
+        }
         self.phase = Phase::Liveness;
         self.swarm.calm();
         self.t("LIVENESS phase: faults off".into());
@@ -1596,7 +1728,7 @@ impl World {
 
     fn slot_hopeless(&self, slot: usize) -> bool {
         let s = &self.slots[slot];
-        s.dead && s.generations >= MAX_GENERATIONS
+        s.dead && (s.generations >= MAX_GENERATIONS || s.failed_creates >= MAX_FAILED_CREATES)
     }
 
     fn finish(mut self) -> Report {
@@ -1678,7 +1810,7 @@ impl World {
         let slot = self.actors[a].slot;
         // Session lifecycle: replace a dead session, join the current one.
         if self.slots[slot].dead {
-            if self.slots[slot].creating || self.slots[slot].generations >= MAX_GENERATIONS {
+            if self.slots[slot].creating || self.slot_hopeless(slot) {
                 if self.phase == Phase::Liveness {
                     self.actors[a].final_send = false;
                     self.actors[a].paused = None;
@@ -2004,6 +2136,66 @@ impl World {
         }
     }
 
+    /// The operator: revokes a participant's client key (which may close
+    /// sessions), or breaks / repairs the profile's primary provider.
+    fn admin_act(&mut self) {
+        if self.phase != Phase::Main || self.dead_engine {
+            return;
+        }
+        if self.profile_broken || self.rng.chance(self.swarm.break_profile) {
+            let broken = !self.profile_broken;
+            let mut body = json!({
+                "name": "sim",
+                "primary_provider": if broken { "ghost" } else { "main" },
+                "allowed_tools": CLIENT_TOOLS,
+            });
+            if self.swarm.has_fallback {
+                body["fallback_providers"] = json!(["backup"]);
+            }
+            let path = format!("/admin/v1/profiles/{}", self.profile_id);
+            let bytes = http::request(
+                "PUT",
+                &path,
+                Some(ADMIN_TOKEN),
+                Some(body.to_string().as_bytes()),
+            );
+            self.start_req(
+                usize::MAX,
+                0,
+                "",
+                Kind::PutProfile { broken },
+                Listener::Admin,
+                bytes,
+            );
+        } else if self.rng.chance(self.swarm.revoke) {
+            let live: Vec<usize> = (0..self.actors.len())
+                .filter(|a| !self.actors[*a].gone)
+                .collect();
+            if !live.is_empty() {
+                let a = live[self.rng.index(live.len())];
+                let path = format!("/admin/v1/keys/{}", self.actors[a].key_id);
+                let bytes = http::request("DELETE", &path, Some(ADMIN_TOKEN), None);
+                self.start_req(usize::MAX, 0, "", Kind::Revoke(a), Listener::Admin, bytes);
+            }
+        }
+        let d = self.rng.range(200, 3_000);
+        self.after(d, Ev::Admin);
+    }
+
+    fn admin_req_finished(&mut self, rid: usize, complete: bool) {
+        let status = self.reqs[rid].status;
+        match self.reqs[rid].kind {
+            Kind::Revoke(a) if complete && status == Some(204) => {
+                self.t(format!("{} was revoked", self.actors[a].name));
+                self.actors[a].gone = true;
+            }
+            Kind::PutProfile { broken } if complete && status == Some(200) => {
+                self.profile_broken = broken;
+            }
+            _ => {}
+        }
+    }
+
     fn mark_dead(&mut self, slot: usize, sid: &str) {
         if self.slots[slot].current.as_deref() == Some(sid) && !self.slots[slot].dead {
             self.t(format!("slot {slot}: session {sid} is no longer open"));
@@ -2040,6 +2232,9 @@ impl World {
         match kind {
             Kind::Create => {
                 self.slots[slot].creating = false;
+                if status != Some(201) {
+                    self.slots[slot].failed_creates += 1;
+                }
                 if complete && status == Some(201) {
                     let new_sid = body["session_id"].as_str().unwrap_or("").to_string();
                     self.checker.acked_sessions.insert(new_sid.clone());
