@@ -1,6 +1,7 @@
 //! Runtime library of the `baesrv` binary.
 
-pub mod config;
-pub mod store;
 pub mod app;
+pub mod config;
+pub mod ctl;
 pub mod driver;
+pub mod store;
