@@ -116,7 +116,8 @@ impl Engine {
                 return false;
             }
         };
-        match self.catalog.find_admin_key(token).map(|k| k.id.clone()) {
+        let candidates = self.catalog.admin_keys.clone();
+        match self.authenticate(&candidates, token).map(|k| k.id) {
             Some(id) => {
                 self.touch_key(&id);
                 true

@@ -88,7 +88,8 @@ impl Engine {
                 return None;
             }
         };
-        match self.catalog.find_client_key(token).cloned() {
+        let candidates = self.catalog.client_candidates(token).to_vec();
+        match self.authenticate(&candidates, token) {
             Some(k) => {
                 self.touch_key(&k.id);
                 Some(k)
@@ -115,7 +116,8 @@ impl Engine {
                 return None;
             }
         };
-        match self.catalog.find_session_key(session_id, token).cloned() {
+        let candidates = self.catalog.session_candidates(session_id).to_vec();
+        match self.authenticate(&candidates, token) {
             Some(k) => {
                 self.touch_key(&k.id);
                 Some(k)

@@ -14,6 +14,7 @@
 
 mod admin_api;
 mod auth;
+mod auth_legacy;
 mod client_api;
 mod conn;
 mod log;
@@ -253,6 +254,8 @@ pub struct Engine {
     /// Provider calls in flight, by the turn that made them.
     calls: HashMap<CallId, turn::TurnId>,
     next_call: CallId,
+    /// When the last legacy Argon2id verification failed (rate limit).
+    last_legacy_failure: Option<u64>,
     /// While set, events are not echoed on this connection's stream (a
     /// request's own recorded input, spec 01 §7).
     quiet: Option<ConnId>,
@@ -283,6 +286,7 @@ impl Engine {
             calls: HashMap::new(),
             next_call: 1,
             quiet: None,
+            last_legacy_failure: None,
             shutting_down: false,
         }
     }

@@ -35,7 +35,9 @@ impl Profile {
 #[derive(Debug, Clone)]
 pub enum StoredHash {
     Sha256([u8; 32]),
-    /// Unusable or legacy value: never matches by digest.
+    /// A legacy Argon2id PHC string: verified once, then upgraded.
+    Argon2(Box<str>),
+    /// Unusable value: never matches (one corrupt row locks nobody out).
     Other,
 }
 
@@ -56,6 +58,9 @@ impl Key {
     pub fn from_row(row: &KeyRow) -> Self {
         let hash = match auth::parse_digest(&row.key_hash) {
             Some(d) => StoredHash::Sha256(d),
+            None if row.key_hash.starts_with("$argon2id$") => {
+                StoredHash::Argon2(row.key_hash.clone().into())
+            }
             None => StoredHash::Other,
         };
         Key {
@@ -74,7 +79,7 @@ impl Key {
     pub fn matches(&self, candidate: &[u8; 32]) -> bool {
         match &self.hash {
             StoredHash::Sha256(d) => auth::ct_eq(d, candidate),
-            StoredHash::Other => false,
+            StoredHash::Argon2(_) | StoredHash::Other => false,
         }
     }
 }
@@ -294,34 +299,47 @@ impl Catalog {
         self.sessions.insert(s.id.clone(), s);
     }
 
-    /// Client key whose digest matches `token` (candidates by prefix).
-    pub fn find_client_key(&self, token: &str) -> Option<&Key> {
+    /// Candidate client keys for `token`: selected by display prefix.
+    pub fn client_candidates(&self, token: &str) -> &[String] {
         if !token.starts_with("bae_") || token.starts_with("bae_ses_") {
-            return None;
+            return &[];
         }
         let prefix: String = token.chars().take(8).collect();
-        let ids = self.client_by_prefix.get(&prefix)?;
-        let d = auth::digest(token);
-        ids.iter()
-            .filter_map(|id| self.keys.get(id))
-            .find(|k| k.matches(&d))
+        self.client_by_prefix
+            .get(&prefix)
+            .map(Vec::as_slice)
+            .unwrap_or(&[])
     }
 
-    /// Session key for `session_id` whose digest matches `token`.
-    pub fn find_session_key(&self, session_id: &str, token: &str) -> Option<&Key> {
-        let ids = self.session_keys.get(session_id)?;
-        let d = auth::digest(token);
-        ids.iter()
-            .filter_map(|id| self.keys.get(id))
-            .find(|k| k.matches(&d))
+    /// Candidate session keys: those bound to `session_id`.
+    pub fn session_candidates(&self, session_id: &str) -> &[String] {
+        self.session_keys
+            .get(session_id)
+            .map(Vec::as_slice)
+            .unwrap_or(&[])
     }
 
-    /// Admin key whose digest matches `token` (every active admin row).
-    pub fn find_admin_key(&self, token: &str) -> Option<&Key> {
+    /// The key among `candidates` whose SHA-256 digest matches `token`.
+    pub fn match_digest(&self, candidates: &[String], token: &str) -> Option<&Key> {
         let d = auth::digest(token);
-        self.admin_keys
+        candidates
             .iter()
             .filter_map(|id| self.keys.get(id))
             .find(|k| k.matches(&d))
+    }
+
+    /// Legacy Argon2id rows among `candidates` that `token` could belong to
+    /// (the row's display prefix is a prefix of the token).
+    pub fn legacy_candidates(&self, candidates: &[String], token: &str) -> Vec<(String, Box<str>)> {
+        candidates
+            .iter()
+            .filter_map(|id| self.keys.get(id))
+            .filter_map(|k| match &k.hash {
+                StoredHash::Argon2(phc) if token.starts_with(&k.prefix) => {
+                    Some((k.id.clone(), phc.clone()))
+                }
+                _ => None,
+            })
+            .collect()
     }
 }

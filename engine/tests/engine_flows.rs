@@ -701,3 +701,61 @@ fn durable_driver_registrations_are_opt_in() {
         "still driving"
     );
 }
+
+#[test]
+fn legacy_argon2id_admin_hash_verifies_once_then_upgrades_c236() {
+    use argon2::password_hash::{PasswordHasher, SaltString};
+    let token = "bae_admin_111111111111111111111111111111111111111111111111";
+    let salt = SaltString::from_b64("c29tZXNhbHRzb21lc2FsdA").unwrap();
+    let phc = argon2::Argon2::default()
+        .hash_password(token.as_bytes(), &salt)
+        .unwrap()
+        .to_string();
+    let mut h = Harness::new(config());
+    h.store
+        .apply(&engine::StoreWrite::InsertKey(engine::store::KeyRow {
+            id: "key_legacy".into(),
+            name: "provisioned-admin".into(),
+            key_hash: phc,
+            key_prefix: token[..14].into(),
+            role: engine::store::KeyRole::Admin,
+            profile_id: None,
+            client_id: None,
+            created_at: "2026-01-01T00:00:00.000Z".into(),
+            last_used_at: None,
+            deleted_at: None,
+        }));
+    h.restart(config());
+    let wrong = "bae_admin_111111111111111111111111111111111111111111111112";
+    let (s, _) = h.request(
+        Listener::Admin,
+        "GET",
+        "/admin/v1/profiles",
+        Some(wrong),
+        None,
+    );
+    assert_eq!(s, 401);
+    h.advance(1_500);
+    let (s, _) = h.request(
+        Listener::Admin,
+        "GET",
+        "/admin/v1/profiles",
+        Some(token),
+        None,
+    );
+    assert_eq!(s, 200);
+    let row = h.store.keys.iter().find(|k| k.id == "key_legacy").unwrap();
+    assert_eq!(
+        row.key_hash,
+        sha_hex(token),
+        "upgraded to SHA-256 on first use"
+    );
+    let (s, _) = h.request(
+        Listener::Admin,
+        "GET",
+        "/admin/v1/profiles",
+        Some(token),
+        None,
+    );
+    assert_eq!(s, 200);
+}
