@@ -1,0 +1,621 @@
+//! The provider attempt walk and both wire formats over the real binary and
+//! the loopback mock provider (spec 05 §3–§9; checklist C-083…C-097, C-101).
+
+mod live_support;
+
+use live_support::*;
+use serde_json::{json, Value};
+use testkit::fixtures::provider_toml;
+use testkit::{Endpoint, MockProvider, Reply, Server};
+
+/// Registry: `anth` (Anthropic, token from `$LIVE_ANTH_TOKEN`), `oai`
+/// (OpenAI, literal token), `unset` (Anthropic whose token variable is not
+/// set), `slash` (Anthropic with a trailing-slash base URL).
+fn server() -> (MockProvider, Server) {
+    let mock = MockProvider::start();
+    let slash = format!("{}/", mock.base_url);
+    let config = provider_toml(&[
+        (
+            "anth",
+            "anthropic",
+            &mock.base_url,
+            "claude-mock",
+            "${LIVE_ANTH_TOKEN}",
+        ),
+        (
+            "oai",
+            "openai",
+            &mock.base_url,
+            "gpt-mock",
+            "sk-oai-literal",
+        ),
+        (
+            "unset",
+            "anthropic",
+            &mock.base_url,
+            "claude-mock",
+            "${LIVE_UNSET_TOKEN_VAR}",
+        ),
+        ("slash", "anthropic", &slash, "claude-mock", "tok-slash"),
+    ]);
+    // The harness strips only `BAE_*` from the child's environment.
+    assert!(
+        std::env::var_os("LIVE_UNSET_TOKEN_VAR").is_none(),
+        "LIVE_UNSET_TOKEN_VAR must not be set for these tests"
+    );
+    let server = Server::start(opts(&config).env("LIVE_ANTH_TOKEN", "anth-secret-123"));
+    (mock, server)
+}
+
+fn payloads(evs: &[Value], event_type: &str) -> Vec<Value> {
+    of_type(evs, event_type)
+        .into_iter()
+        .map(|e| e["payload"].clone())
+        .collect()
+}
+
+#[test]
+fn c083_failing_anthropic_primary_falls_back_to_openai() {
+    let (mock, server) = server();
+    let f = open_registered(&server, "anth", &["oai"], &[], json!({}));
+    mock.push_all([
+        Reply::status(500, "upstream exploded"),
+        Reply::openai_text("from openai"),
+    ]);
+    let (notes, t) = send(&server, &f.session_id, &f.a, json!("hi"));
+    let evs = result_events(&t);
+    assert_eq!(
+        types(&evs),
+        vec![
+            "client.message.send",
+            "provider.request",
+            "provider.response",
+            "session.error",
+            "provider.request",
+            "provider.response",
+            "server.message.send"
+        ]
+    );
+    assert_eq!(types(&note_events(&notes)), types(&evs[1..]));
+    let reqs = payloads(&evs, "provider.request");
+    assert_eq!(
+        (reqs[0]["attempt"].clone(), reqs[0]["kind"].clone()),
+        (json!(0), json!("primary"))
+    );
+    assert_eq!(reqs[0]["provider"], "anthropic");
+    assert_eq!(
+        (reqs[1]["attempt"].clone(), reqs[1]["kind"].clone()),
+        (json!(1), json!("fallback"))
+    );
+    assert_eq!(reqs[1]["provider"], "openai");
+    assert_eq!(reqs[1]["model"], "gpt-mock");
+    assert!(reqs[1].get("normalized").is_none());
+    let resps = payloads(&evs, "provider.response");
+    assert_eq!(
+        resps[0],
+        json!({"attempt": 0, "kind": "primary", "provider": "anthropic", "ok": false,
+               "status": 500, "error": "provider returned HTTP 500",
+               "body": "upstream exploded"})
+    );
+    assert_eq!(resps[1]["ok"], true);
+    assert_eq!(resps[1]["kind"], "fallback");
+    assert_eq!(
+        resps[1]["body"]["object"], "chat.completion",
+        "raw OpenAI body"
+    );
+    assert_eq!(
+        resps[1]["usage"],
+        json!({"input_tokens": 10, "output_tokens": 5})
+    );
+    assert_eq!(
+        evs[3]["payload"],
+        json!({"reason": "provider_call_failed", "provider": "anthropic",
+               "detail": "provider returned HTTP 500"})
+    );
+    assert_eq!(
+        t["result"]["message"],
+        json!({"role": "assistant", "content": [{"type": "text", "text": "from openai"}]})
+    );
+    let sent = mock.requests();
+    assert_eq!(sent.len(), 2);
+    assert_eq!(sent[0].endpoint(), Endpoint::Anthropic);
+    assert_eq!(sent[1].endpoint(), Endpoint::Openai);
+    assert_eq!(admin_state(&server, &f.session_id), "open");
+}
+
+#[test]
+fn c084_c085_all_providers_failed_is_a_result_and_errors_the_session() {
+    let (mock, server) = server();
+    let f = open_registered(&server, "anth", &["oai"], &[], json!({}));
+    mock.push_all([Reply::status(503, "a"), Reply::status(429, "b")]);
+    let (_, t) = send(&server, &f.session_id, &f.a, json!("hi"));
+    assert!(t.get("error").is_none(), "exhaustion is a result: {t}");
+    assert_eq!(
+        t["result"]["message"],
+        json!({"role": "assistant", "content": [{"type": "text", "text": "The provider is currently unavailable."}]})
+    );
+    let evs = result_events(&t);
+    assert_eq!(
+        types(&evs),
+        vec![
+            "client.message.send",
+            "provider.request",
+            "provider.response",
+            "session.error",
+            "provider.request",
+            "provider.response",
+            "session.error"
+        ]
+    );
+    // provider_call_failed only after attempt 0.
+    assert_eq!(evs[3]["payload"]["reason"], "provider_call_failed");
+    assert_eq!(
+        evs[6]["payload"],
+        json!({"reason": "all_providers_failed", "attempts": 2})
+    );
+    assert!(of_type(&evs, "server.message.send").is_empty());
+    assert_eq!(admin_state(&server, &f.session_id), "error");
+}
+
+#[test]
+fn c086_unset_token_variable_fails_that_attempt_only() {
+    let (mock, server) = server();
+    let f = open_registered(&server, "unset", &["anth"], &[], json!({}));
+    mock.push(Reply::text("fallback answered"));
+    let (_, t) = send(&server, &f.session_id, &f.a, json!("hi"));
+    let evs = result_events(&t);
+    let resps = payloads(&evs, "provider.response");
+    assert_eq!(
+        resps[0],
+        json!({"attempt": 0, "kind": "primary", "provider": "anthropic", "ok": false,
+               "status": null,
+               "error": "environment variable LIVE_UNSET_TOKEN_VAR referenced by provider config is not set",
+               "body": null})
+    );
+    assert_eq!(resps[1]["ok"], true);
+    assert_eq!(text_of(&t["result"]["message"]), "fallback answered");
+    // Only the fallback reached the wire.
+    let sent = mock.requests();
+    assert_eq!(sent.len(), 1);
+    assert_eq!(sent[0].header("x-api-key"), Some("anth-secret-123"));
+}
+
+#[test]
+fn c087_unresolvable_fallbacks_are_skipped_with_contiguous_attempts() {
+    let (mock, server) = server();
+    let f = open_registered(
+        &server,
+        "anth",
+        &["ghost", "oai", "phantom"],
+        &[],
+        json!({}),
+    );
+    mock.push_all([Reply::status(500, "x"), Reply::status(500, "y")]);
+    let (_, t) = send(&server, &f.session_id, &f.a, json!("hi"));
+    let evs = result_events(&t);
+    let attempts: Vec<Value> = payloads(&evs, "provider.request")
+        .iter()
+        .map(|p| json!([p["attempt"], p["kind"], p["provider"]]))
+        .collect();
+    assert_eq!(
+        attempts,
+        vec![
+            json!([0, "primary", "anthropic"]),
+            json!([1, "fallback", "openai"])
+        ]
+    );
+    assert_eq!(
+        error_with_reason(&evs, "all_providers_failed").unwrap()["payload"]["attempts"],
+        2
+    );
+}
+
+#[test]
+fn c088_c097_anthropic_wire_request() {
+    let (mock, server) = server();
+    for (primary, base) in [
+        ("anth", mock.base_url.clone()),
+        ("slash", mock.base_url.clone()),
+    ] {
+        mock.clear_requests();
+        let f = open_registered(
+            &server,
+            primary,
+            &[],
+            &["get_time"],
+            json!({"tools": [tool("get_time")]}),
+        );
+        mock.push(Reply::text("done"));
+        let (_, t) = send(&server, &f.session_id, &f.a, json!("hi"));
+        let req_ev = &payloads(&result_events(&t), "provider.request")[0];
+        // C-097: effective base URL without the trailing slash.
+        assert_eq!(req_ev["base_url"], json!(base));
+        let sent = mock.requests();
+        assert_eq!(sent.len(), 1);
+        let r = &sent[0];
+        assert_eq!(r.method, "POST");
+        assert_eq!(r.path, "/v1/messages", "C-097 no double slash");
+        let token = if primary == "anth" {
+            "anth-secret-123"
+        } else {
+            "tok-slash"
+        };
+        assert_eq!(r.header("x-api-key"), Some(token));
+        assert_eq!(r.header("anthropic-version"), Some("2023-06-01"));
+        assert!(r.header("authorization").is_none());
+        assert!(r
+            .header("content-type")
+            .unwrap_or("")
+            .starts_with("application/json"));
+        assert_eq!(r.body["model"], "claude-mock");
+        assert_eq!(r.body["max_tokens"], 4096);
+        assert_eq!(r.body["messages"], req_ev["messages"]);
+        assert_eq!(r.body["tools"][0]["name"], "get_time");
+        assert_eq!(
+            r.body["tools"][0]["input_schema"],
+            json!({"type": "object"})
+        );
+        for absent in ["system", "temperature", "stream", "metadata", "tool_choice"] {
+            assert!(r.body.get(absent).is_none(), "{absent} sent: {}", r.body);
+        }
+        let log = serde_json::to_string(&events(&server, &f.session_id, &f.a.session_key)).unwrap();
+        assert!(!log.contains(token), "token leaked into the log");
+    }
+}
+
+#[test]
+fn c089_openai_wire_request_omits_empty_tools() {
+    let (mock, server) = server();
+    let f = open_registered(&server, "oai", &[], &[], json!({}));
+    mock.push(Reply::openai_text("hello"));
+    let (_, t) = send(&server, &f.session_id, &f.a, json!("hi there"));
+    let sent = mock.requests();
+    assert_eq!(sent.len(), 1);
+    let r = &sent[0];
+    assert_eq!(r.path, "/v1/chat/completions");
+    assert_eq!(r.header("authorization"), Some("Bearer sk-oai-literal"));
+    assert!(r.header("x-api-key").is_none());
+    assert!(
+        r.body.get("tools").is_none(),
+        "tools omitted when empty: {}",
+        r.body
+    );
+    assert_eq!(r.body["model"], "gpt-mock");
+    assert_eq!(r.body["max_tokens"], 4096);
+    assert_eq!(
+        r.body["messages"],
+        json!([{"role": "user", "content": "hi there"}])
+    );
+    // The logged request keeps the canonical list and `tools: []`.
+    let req_ev = &payloads(&result_events(&t), "provider.request")[0];
+    assert_eq!(req_ev["tools"], json!([]));
+    assert_eq!(
+        req_ev["messages"],
+        json!([{"role": "user", "content": "hi there"}])
+    );
+    assert_eq!(text_of(&t["result"]["message"]), "hello");
+}
+
+#[test]
+fn c090_c092_c093_openai_tool_calls_round_trip() {
+    let (mock, server) = server();
+    let f = open_registered(
+        &server,
+        "oai",
+        &[],
+        &["get_time"],
+        json!({"tools": [tool("get_time")]}),
+    );
+    mock.push(Reply::openai_tool_calls(
+        Some("checking"),
+        vec![json!({"id": "call_1", "type": "function",
+                    "function": {"name": "get_time", "arguments": "{\"tz\":\"UTC\"}"}})],
+    ));
+    let (_, t) = send(&server, &f.session_id, &f.a, json!("time?"));
+    let evs = result_events(&t);
+    // C-090: canonical tool_use downstream, raw Chat Completions in the log.
+    let raw = &payloads(&evs, "provider.response")[0]["body"];
+    assert_eq!(
+        raw["choices"][0]["message"]["tool_calls"][0]["id"],
+        "call_1"
+    );
+    assert_eq!(
+        t["result"]["message"],
+        json!({"role": "assistant", "content": [
+            {"type": "text", "text": "checking"},
+            {"type": "tool_use", "id": "call_1", "name": "get_time", "input": {"tz": "UTC"}, "dispatch": "client"}
+        ]})
+    );
+    let call = &payloads(&evs, "tool.call")[0];
+    assert_eq!(call["id"], "call_1");
+    assert_eq!(call["input"], json!({"tz": "UTC"}));
+    // OpenAI tool advertisement.
+    let first = &mock.requests()[0];
+    assert_eq!(
+        first.body["tools"],
+        json!([{"type": "function", "function": {"name": "get_time",
+               "description": "get_time tool", "parameters": {"type": "object"}}}])
+    );
+
+    mock.push(Reply::openai_text("It is noon UTC"));
+    let (_, t) = send(
+        &server,
+        &f.session_id,
+        &f.a,
+        json!([tool_result("call_1", "12:00")]),
+    );
+    assert_eq!(text_of(&t["result"]["message"]), "It is noon UTC");
+    let req_ev = &payloads(&result_events(&t), "provider.request")[0];
+    // C-093: no dispatch in the logged canonical messages...
+    assert_eq!(
+        req_ev["messages"][1],
+        json!({"role": "assistant", "content": [
+            {"type": "text", "text": "checking"},
+            {"type": "tool_use", "id": "call_1", "name": "get_time", "input": {"tz": "UTC"}}
+        ]})
+    );
+    // ...nor on the wire; C-092 tool results become role "tool".
+    let second = &mock.requests()[1];
+    assert!(!second.raw_body.windows(8).any(|w| w == b"dispatch"));
+    assert_eq!(
+        second.body["messages"],
+        json!([
+            {"role": "user", "content": "time?"},
+            {"role": "assistant", "content": "checking", "tool_calls": [
+                {"id": "call_1", "type": "function",
+                 "function": {"name": "get_time", "arguments": "{\"tz\":\"UTC\"}"}}
+            ]},
+            {"role": "tool", "tool_call_id": "call_1", "content": "12:00"}
+        ])
+    );
+}
+
+#[test]
+fn c091_non_json_openai_arguments_fail_the_attempt() {
+    let (mock, server) = server();
+    let f = open_registered(
+        &server,
+        "oai",
+        &["anth"],
+        &["get_time"],
+        json!({"tools": [tool("get_time")]}),
+    );
+    mock.push_all([
+        Reply::openai_tool_call("call_9", "get_time", "{not json"),
+        Reply::text("anthropic fallback"),
+    ]);
+    let (_, t) = send(&server, &f.session_id, &f.a, json!("time?"));
+    let evs = result_events(&t);
+    let failed = &payloads(&evs, "provider.response")[0];
+    assert_eq!(failed["ok"], false);
+    assert_eq!(failed["status"], Value::Null);
+    assert_eq!(failed["body"], Value::Null);
+    let err = failed["error"].as_str().unwrap();
+    assert!(
+        err.starts_with("tool_calls entry \"get_time\" has non-JSON function.arguments: "),
+        "{err}"
+    );
+    assert_eq!(text_of(&t["result"]["message"]), "anthropic fallback");
+}
+
+#[test]
+fn c093_dispatch_stripped_for_anthropic_and_c094_normalizer_merges() {
+    let (mock, server) = server();
+    let f = open_registered(
+        &server,
+        "anth",
+        &[],
+        &["get_time"],
+        json!({"tools": [tool("get_time")]}),
+    );
+    mock.push(Reply::tool_use("toolu_1", "get_time", json!({})));
+    let (_, t) = send(&server, &f.session_id, &f.a, json!("time?"));
+    assert_eq!(t["result"]["message"]["content"][0]["dispatch"], "client");
+    mock.push(Reply::text("noon"));
+    let (_, t) = send(
+        &server,
+        &f.session_id,
+        &f.a,
+        json!([tool_result("toolu_1", "12:00")]),
+    );
+    let req_ev = &payloads(&result_events(&t), "provider.request")[0];
+    assert_eq!(
+        req_ev["messages"][1]["content"][0],
+        json!({"type": "tool_use", "id": "toolu_1", "name": "get_time", "input": {}})
+    );
+    assert!(
+        req_ev.get("normalized").is_none(),
+        "nothing to normalise: {req_ev}"
+    );
+    let wire = &mock.requests()[1];
+    assert!(!wire.raw_body.windows(8).any(|w| w == b"dispatch"));
+    assert_eq!(wire.body["messages"], req_ev["messages"]);
+
+    // C-094: a recorded assistant-role client message makes two consecutive
+    // assistant messages; the normaliser folds them and records `merged`.
+    mock.push(Reply::text("ack"));
+    let (_, t) = server.client().rpc(
+        &f.session_id,
+        &f.a.session_key,
+        "session.sendMessage",
+        json!({"message": {"role": "assistant", "content": "a note"}}),
+        1,
+    );
+    let req_ev = &payloads(&result_events(&t), "provider.request")[0];
+    // History: user, assistant(tool_use), user(result), assistant(noon), assistant(note).
+    assert_eq!(
+        req_ev["normalized"],
+        json!({"merged": [[3, 4]]}),
+        "{req_ev}"
+    );
+    let msgs = req_ev["messages"].as_array().unwrap();
+    assert_eq!(msgs.len(), 4);
+    assert_eq!(
+        msgs[3],
+        json!({"role": "assistant", "content": [
+            {"type": "text", "text": "noon"}, {"type": "text", "text": "a note"}
+        ]})
+    );
+    assert_eq!(mock.requests()[2].body["messages"], req_ev["messages"]);
+}
+
+#[test]
+fn c094_first_assistant_message_prepends_a_user_message() {
+    let (mock, server) = server();
+    let f = open_registered(&server, "anth", &[], &[], json!({}));
+    mock.push(Reply::text("ok"));
+    let (_, t) = server.client().rpc(
+        &f.session_id,
+        &f.a.session_key,
+        "session.sendMessage",
+        json!({"message": {"role": "assistant", "content": "I start"}}),
+        1,
+    );
+    let req_ev = &payloads(&result_events(&t), "provider.request")[0];
+    assert_eq!(req_ev["normalized"], json!({"prepended_user": true}));
+    assert_eq!(
+        req_ev["messages"][0],
+        json!({"role": "user", "content": [{"type": "text",
+               "text": "The earlier part of this conversation was compacted. A summary follows."}]})
+    );
+}
+
+#[test]
+fn c095_c101_eight_all_server_rounds_hit_the_loop_limit() {
+    let (mock, server) = server();
+    let f = open_registered(&server, "anth", &[], &[], json!({}));
+    mock.set_default(Reply::tool_use("tu_loop", "mystery_tool", json!({"n": 1})));
+    let (_, t) = send(&server, &f.session_id, &f.a, json!("loop forever"));
+    assert_eq!(
+        text_of(&t["result"]["message"]),
+        "The provider is currently unavailable."
+    );
+    let evs = result_events(&t);
+    assert_eq!(of_type(&evs, "provider.request").len(), 8);
+    assert_eq!(mock.request_count(), 8);
+    assert_eq!(of_type(&evs, "tool.call").len(), 8);
+    // C-101: no intermediate server.message.send.
+    assert!(of_type(&evs, "server.message.send").is_empty());
+    let last = evs.last().unwrap();
+    assert_eq!(
+        last["payload"],
+        json!({"reason": "loop_limit", "max_iterations": 8})
+    );
+    assert_eq!(admin_state(&server, &f.session_id), "error");
+    // The in-memory rounds were sent to the provider: the 8th request has
+    // 1 user + 7 × (assistant, user) messages.
+    let last_req = &payloads(&evs, "provider.request")[7];
+    assert_eq!(last_req["messages"].as_array().unwrap().len(), 15);
+}
+
+#[test]
+fn c096_primary_missing_at_turn_time_errors_the_session() {
+    let (mock, mut server) = server();
+    let f = open_registered(&server, "anth", &[], &[], json!({}));
+    // Restart with a registry that no longer has `anth`.
+    let config = provider_toml(&[("oai", "openai", &mock.base_url, "gpt-mock", "k")]);
+    server.restart_with(|o| o.config_toml = Some(config));
+    reregister(&server, &f.session_id, &[&f.a]);
+    let (_, t) = send(&server, &f.session_id, &f.a, json!("hi"));
+    assert_eq!(
+        text_of(&t["result"]["message"]),
+        "The provider is currently unavailable."
+    );
+    let evs = result_events(&t);
+    assert_eq!(types(&evs), vec!["client.message.send", "session.error"]);
+    assert_eq!(
+        evs[1]["payload"],
+        json!({"reason": "provider_config",
+               "detail": "primary provider \"anth\" is not configured in bae-config.toml"})
+    );
+    assert_eq!(admin_state(&server, &f.session_id), "error");
+    assert_eq!(mock.request_count(), 0);
+}
+
+/// Spec 05 §5.2 failure table: unusable 2xx bodies and transport errors
+/// fail the attempt with `status: null`, `body: null`, and never leak the
+/// URL.
+#[test]
+fn unusable_bodies_and_transport_errors_fail_the_attempt() {
+    let mock = MockProvider::start();
+    // A closed port for a transport failure.
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let dead_url = format!("http://{}", dead.local_addr().unwrap());
+    drop(dead);
+    let config = provider_toml(&[
+        ("anth", "anthropic", &mock.base_url, "claude-mock", "k"),
+        ("oai", "openai", &mock.base_url, "gpt-mock", "k"),
+        ("dead", "anthropic", &dead_url, "claude-mock", "k"),
+    ]);
+    let server = Server::start(opts(&config));
+    let cases: Vec<(&str, Reply, &str)> = vec![
+        (
+            "anth",
+            Reply::raw(200, "application/json", "this is not json"),
+            "provider returned non-JSON body: ",
+        ),
+        (
+            "oai",
+            Reply::json(json!({"id": "x", "choices": []})),
+            "provider response is missing choices[0].message",
+        ),
+        (
+            "oai",
+            Reply::openai_tool_calls(
+                None,
+                vec![json!({"id": "c", "type": "function", "function": {"arguments": "{}"}})],
+            ),
+            "tool_calls entry is missing function.name",
+        ),
+        ("dead", Reply::text("unused"), ""),
+    ];
+    for (primary, reply, prefix) in cases {
+        let f = open_registered(&server, primary, &["anth"], &[], json!({}));
+        if primary != "dead" {
+            mock.push(reply);
+        }
+        mock.push(Reply::text("fallback"));
+        let (_, t) = send(&server, &f.session_id, &f.a, json!("hi"));
+        let failed = &payloads(&result_events(&t), "provider.response")[0];
+        assert_eq!(failed["ok"], false, "{primary}: {failed}");
+        assert_eq!(failed["status"], Value::Null, "{primary}");
+        assert_eq!(failed["body"], Value::Null, "{primary}");
+        let err = failed["error"].as_str().unwrap();
+        assert!(err.starts_with(prefix), "{primary}: {err}");
+        assert!(!err.contains("http://"), "no URL in error text: {err}");
+        assert_eq!(text_of(&t["result"]["message"]), "fallback");
+    }
+}
+
+/// Spec 05 §6.1 step 1 / the seed's content blocks: `dispatch` and the
+/// reserved `caller` member are stripped from every `tool_use` block of
+/// every message, whoever recorded it, before the provider sees it.
+#[test]
+fn dispatch_and_caller_are_stripped_from_recorded_client_content() {
+    let (mock, server) = server();
+    let f = open_registered(&server, "anth", &[], &[], json!({}));
+    mock.push(Reply::text("ok"));
+    let block = json!({"type": "tool_use", "id": "tu_9", "name": "n", "input": {"a": 1},
+                       "dispatch": "client", "caller": {"type": "direct"}});
+    let (_, t) = server.client().rpc(
+        &f.session_id,
+        &f.a.session_key,
+        "session.sendMessage",
+        json!({"message": {"role": "user", "content": [{"type": "text", "text": "see"}, block]}}),
+        1,
+    );
+    let evs = result_events(&t);
+    // Recorded as sent…
+    assert_eq!(
+        evs[0]["payload"]["content"][1]["caller"],
+        json!({"type": "direct"})
+    );
+    // …but stripped for the provider (logged request and wire body).
+    let req = &payloads(&evs, "provider.request")[0];
+    assert_eq!(
+        req["messages"][0]["content"][1],
+        json!({"type": "tool_use", "id": "tu_9", "name": "n", "input": {"a": 1}})
+    );
+    let wire = &mock.requests()[0];
+    assert_eq!(wire.body["messages"], req["messages"]);
+}
