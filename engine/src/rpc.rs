@@ -478,6 +478,13 @@ impl Engine {
             // The turn runs on without a consumer.
             self.forget_conn_in_turns(conn);
         }
+        if matches!(stream.kind, StreamKind::Subscribe(_)) {
+            // A replay read still in flight belongs to this stream: a later
+            // request on the same keep-alive connection must not get its rows.
+            self.pending_reads.retain(|_, p| {
+                !matches!(p, PendingRead::ReplayStart { conn: c } | PendingRead::ReplayPage { conn: c } if *c == conn)
+            });
+        }
         self.send(conn, proto::http::LAST_CHUNK.to_vec());
         self.finish_request(conn);
     }
