@@ -156,31 +156,13 @@ impl Engine {
         };
         // 3. The compaction minimum is checked by `parse_open`, before the
         // profile is loaded: no audit row (C-018).
-        let tool_names: Vec<&str> = body.tools.iter().map(|t| t.name.as_str()).collect();
         // 4–5. Profile and primary provider (audited failures).
         let profile_id = key.profile_id.clone().unwrap_or_default();
-        let Some(profile) = self.catalog.live_profile(&profile_id).cloned() else {
-            self.audit_session(&key.id, &profile_id, &tool_names, None);
-            return self.problem(
-                conn,
-                ProblemType::ProfileUnavailable,
-                "the profile bound to this client key is no longer available",
-            );
+        let Some(profile) =
+            self.usable_profile(conn, &key.id, &profile_id, &body.tools, "client key")
+        else {
+            return;
         };
-        if self.provider(&profile.row.primary_provider).is_none() {
-            tracing::error!(
-                profile_id = %profile.row.id,
-                primary_provider = %profile.row.primary_provider,
-                "primary provider is not configured in the [providers] registry"
-            );
-            let primary = profile.row.primary_provider.clone();
-            self.audit_session(&key.id, &profile_id, &tool_names, Some(&primary));
-            return self.problem(
-                conn,
-                ProblemType::PrimaryProviderUnavailable,
-                &format!("primary provider \"{primary}\" is not configured in bae-config.toml"),
-            );
-        }
         // 6–8. Tool declarations.
         if let Err((kind, detail)) = check_declarations(
             &profile,
@@ -274,30 +256,11 @@ impl Engine {
                 "this client key belongs to a different profile than the session",
             );
         }
-        let tool_names: Vec<&str> = body.tools.iter().map(|t| t.name.as_str()).collect();
         // 7–8. Profile and primary provider (audited on a separate row).
-        let Some(profile) = self.catalog.live_profile(&profile_id).cloned() else {
-            self.audit_session(&key.id, &profile_id, &tool_names, None);
-            return self.problem(
-                conn,
-                ProblemType::ProfileUnavailable,
-                "the profile bound to this session is no longer available",
-            );
+        let Some(profile) = self.usable_profile(conn, &key.id, &profile_id, &body.tools, "session")
+        else {
+            return;
         };
-        if self.provider(&profile.row.primary_provider).is_none() {
-            tracing::error!(
-                profile_id = %profile.row.id,
-                primary_provider = %profile.row.primary_provider,
-                "primary provider is not configured in the [providers] registry"
-            );
-            let primary = profile.row.primary_provider.clone();
-            self.audit_session(&key.id, &profile_id, &tool_names, Some(&primary));
-            return self.problem(
-                conn,
-                ProblemType::PrimaryProviderUnavailable,
-                &format!("primary provider \"{primary}\" is not configured in bae-config.toml"),
-            );
-        }
         // 9. Declarations of the joiner, checked on their own (C-039).
         if let Err((kind, detail)) = check_declarations(
             &profile,
@@ -429,6 +392,35 @@ impl Engine {
     pub(crate) fn teardown_session(&mut self, session_id: &str) {
         self.catalog.drivers.remove(session_id);
         self.end_live_session(session_id);
+    }
+
+    /// Create/join steps "profile" and "primary provider": each failure is
+    /// answered 422 and recorded as an audit session (spec 01 §4.4); the
+    /// provider failure is logged on every attempt.
+    fn usable_profile(
+        &mut self,
+        conn: ConnId,
+        key_id: &str,
+        profile_id: &str,
+        tools: &[proto::wire::ClientToolDef],
+        bound_to: &str,
+    ) -> Option<crate::model::Profile> {
+        let tool_names: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
+        let Some(profile) = self.catalog.live_profile(profile_id).cloned() else {
+            self.audit_session(key_id, profile_id, &tool_names, None);
+            let detail = format!("the profile bound to this {bound_to} is no longer available");
+            self.problem(conn, ProblemType::ProfileUnavailable, &detail);
+            return None;
+        };
+        if self.provider(&profile.row.primary_provider).is_some() {
+            return Some(profile);
+        }
+        let primary = profile.row.primary_provider.clone();
+        tracing::error!(profile_id, primary_provider = %primary, "primary provider is not configured in the [providers] registry");
+        self.audit_session(key_id, profile_id, &tool_names, Some(&primary));
+        let detail = format!("primary provider \"{primary}\" is not configured in bae-config.toml");
+        self.problem(conn, ProblemType::PrimaryProviderUnavailable, &detail);
+        None
     }
 
     /// Inserts a session key bound to `session_id` for `client`; returns the

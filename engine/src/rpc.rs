@@ -124,15 +124,8 @@ impl Engine {
         key_id: &str,
         params: &Value,
     ) {
-        if !self.is_driver(session_id, key_id) {
-            return self.terminal_error(
-                conn,
-                -32001,
-                "call session.registerDriver before session.updateClientTools",
-            );
-        }
-        if let Some(msg) = self.open_state_error(session_id) {
-            return self.terminal_error(conn, -32000, &msg);
+        if !self.require_open_driver(conn, session_id, key_id, "session.updateClientTools") {
+            return;
         }
         let parsed = match jsonrpc::UpdateClientToolsParams::parse(params) {
             Ok(p) => p,

@@ -21,7 +21,9 @@ impl Engine {
         self.terminal_error(conn, e.code, &e.message);
     }
 
-    fn require_driver(
+    /// The first check of every gated method: `-32001` unless the caller
+    /// registered as a driver.
+    pub(crate) fn require_driver(
         &mut self,
         conn: ConnId,
         session_id: &str,
@@ -39,6 +41,27 @@ impl Engine {
         false
     }
 
+    /// `-32001`, then `-32000` unless the session is open (the pre-checks of
+    /// the methods with an open-state check, spec 01 §6.1).
+    pub(crate) fn require_open_driver(
+        &mut self,
+        conn: ConnId,
+        session_id: &str,
+        key_id: &str,
+        method: &str,
+    ) -> bool {
+        if !self.require_driver(conn, session_id, key_id, method) {
+            return false;
+        }
+        match self.open_state_error(session_id) {
+            Some(msg) => {
+                self.terminal_error(conn, -32000, &msg);
+                false
+            }
+            None => true,
+        }
+    }
+
     pub(crate) fn start_remote_sandbox(
         &mut self,
         conn: ConnId,
@@ -46,11 +69,8 @@ impl Engine {
         key_id: &str,
         params: &Value,
     ) {
-        if !self.require_driver(conn, session_id, key_id, "session.startRemoteSandbox") {
+        if !self.require_open_driver(conn, session_id, key_id, "session.startRemoteSandbox") {
             return;
-        }
-        if let Some(msg) = self.open_state_error(session_id) {
-            return self.terminal_error(conn, -32000, &msg);
         }
         let image = match StartRemoteSandboxParams::parse(params) {
             Ok(p) => p.image,

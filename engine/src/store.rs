@@ -12,32 +12,8 @@
 
 use serde_json::Value;
 
-/// Session lifecycle state (`sessions.state`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum SessionState {
-    Open,
-    Closed,
-    Error,
-}
-
-impl SessionState {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            SessionState::Open => "open",
-            SessionState::Closed => "closed",
-            SessionState::Error => "error",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<Self> {
-        match s {
-            "open" => Some(SessionState::Open),
-            "closed" => Some(SessionState::Closed),
-            "error" => Some(SessionState::Error),
-            _ => None,
-        }
-    }
-}
+/// Session lifecycle state (`sessions.state`): the wire type.
+pub use proto::wire::SessionState;
 
 /// `keys.role`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -45,15 +45,8 @@ pub struct Run {
 impl Engine {
     /// `session.compact` (spec 07 §4.2).
     pub(crate) fn compact(&mut self, conn: ConnId, session_id: &str, key_id: &str, params: &Value) {
-        if !self.is_driver(session_id, key_id) {
-            return self.terminal_error(
-                conn,
-                -32001,
-                "call session.registerDriver before session.compact",
-            );
-        }
-        if let Some(msg) = self.open_state_error(session_id) {
-            return self.terminal_error(conn, -32000, &msg);
+        if !self.require_open_driver(conn, session_id, key_id, "session.compact") {
+            return;
         }
         let prompt = match proto::jsonrpc::CompactParams::parse(params) {
             Ok(p) => p.prompt,
