@@ -31,6 +31,7 @@ pub const INV_LIVENESS: &str = "inv_liveness";
 pub const INV_ENGINE_PANIC: &str = "inv_engine_no_panic";
 pub const INV_SESSION_STATE_MACHINE: &str = "inv_session_state_machine";
 pub const INV_TERMINAL_SESSION_QUIET: &str = "inv_terminal_session_quiet";
+pub const INV_AUTH_CONSISTENT: &str = "inv_auth_consistent";
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Violation {

@@ -61,6 +61,8 @@ pub struct ResponseParser {
     line: Vec<u8>,
     body: Vec<u8>,
     pub status: Option<u16>,
+    /// Only track message boundaries (no NDJSON/JSON decoding).
+    framing_only: bool,
 }
 
 impl Default for ResponseParser {
@@ -71,6 +73,7 @@ impl Default for ResponseParser {
             line: Vec::new(),
             body: Vec::new(),
             status: None,
+            framing_only: false,
         }
     }
 }
@@ -80,8 +83,21 @@ fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
 }
 
 impl ResponseParser {
+    /// A parser that only finds where responses end (cheap).
+    pub fn framing_only() -> Self {
+        ResponseParser {
+            framing_only: true,
+            ..Default::default()
+        }
+    }
+
     pub fn is_done(&self) -> bool {
         self.state == State::Done
+    }
+
+    /// Bytes received after the complete response (a pipelined next one).
+    pub fn take_rest(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.buf)
     }
 
     /// Feeds bytes and returns everything that became complete.
@@ -132,7 +148,9 @@ impl ResponseParser {
                 }
                 State::Fixed { remaining } => {
                     let take = remaining.min(self.buf.len());
-                    self.body.extend_from_slice(&self.buf[..take]);
+                    if !self.framing_only {
+                        self.body.extend_from_slice(&self.buf[..take]);
+                    }
                     self.buf.drain(..take);
                     if remaining - take > 0 {
                         self.state = State::Fixed {
@@ -166,6 +184,17 @@ impl ResponseParser {
                         return;
                     }
                     let take = remaining.min(self.buf.len());
+                    if self.framing_only {
+                        self.buf.drain(..take);
+                        self.state = if remaining - take == 0 {
+                            State::ChunkDataEnd
+                        } else {
+                            State::ChunkData {
+                                remaining: remaining - take,
+                            }
+                        };
+                        continue;
+                    }
                     let mut data = &self.buf[..take];
                     while let Some(i) = data.iter().position(|b| *b == b'\n') {
                         self.line.extend_from_slice(&data[..i]);
@@ -211,13 +240,8 @@ impl ResponseParser {
                         self.state = State::Done;
                     }
                 }
-                State::Done => {
-                    if !self.buf.is_empty() {
-                        self.state = State::Broken;
-                        out.push(Parsed::Garbage("bytes after the response".into()));
-                    }
-                    return;
-                }
+                // Anything after a complete response belongs to the next one.
+                State::Done => return,
                 State::Broken => return,
             }
         }

@@ -103,7 +103,16 @@ fn print_failure(r: &Report) {
         println!("  … {} more", r.violations.len() - 10);
     }
     println!("  reproduce: {}", repro(r.seed));
+    print_bug_hint();
 }
+
+#[cfg(feature = "planted-bugs")]
+fn print_bug_hint() {
+    println!("  (planted bug: add `--features planted-bugs --bug NAME` to the command)");
+}
+
+#[cfg(not(feature = "planted-bugs"))]
+fn print_bug_hint() {}
 
 fn main() -> ExitCode {
     let args = match parse() {

@@ -42,6 +42,7 @@ pub struct Swarm {
     pub answer_plain: f64,
     pub answer_late: f64,
     pub compact: f64,
+    pub update_tools: f64,
     pub auto_compaction: f64,
     pub slow_reader: f64,
     pub unsubscribe: f64,
@@ -50,6 +51,12 @@ pub struct Swarm {
 
     // Network and store.
     pub split_bytes: f64,
+    /// Requests sent keep-alive (reusing an idle connection when possible).
+    pub keep_alive: f64,
+    /// registerDriver + sendMessage pipelined on one connection.
+    pub pipeline: f64,
+    /// Engine idle timeout for keep-alive connections.
+    pub idle_timeout_ms: u64,
     pub net_delay_ms: (u64, u64),
     pub flush_delay_ms: (u64, u64),
     pub sockbuf: usize,
@@ -108,6 +115,7 @@ impl Swarm {
             answer_plain: rng.rate(0.4, 0.3),
             answer_late: rng.rate(0.4, 0.3),
             compact: rng.rate(0.5, 0.15),
+            update_tools: rng.rate(0.5, 0.1),
             auto_compaction: rng.rate(0.5, 1.0),
             slow_reader: rng.rate(0.4, 1.0),
             unsubscribe: rng.rate(0.4, 0.2),
@@ -125,6 +133,9 @@ impl Swarm {
             revoke: rng.rate(0.7, 0.3),
             break_profile: rng.rate(0.8, 0.2),
             request_timeout_ms: *rng.pick(&[30_000, 30_000, 30_000, 40]),
+            keep_alive: rng.rate(0.4, 0.8),
+            pipeline: rng.rate(0.5, 0.5),
+            idle_timeout_ms: *rng.pick(&[75_000, 75_000, 300]),
             crash: if rng.chance(0.5) {
                 0.0
             } else {
@@ -150,6 +161,7 @@ impl Swarm {
         self.answer_plain = 0.0;
         self.answer_late = 0.0;
         self.compact = 0.0;
+        self.update_tools = 0.0;
         self.unsubscribe = 0.0;
         self.crash = 0.0;
         self.revoke = 0.0;
@@ -165,8 +177,8 @@ impl fmt::Display for Swarm {
             "sessions={} drivers={:?} observers={:?} steps={} \
              provider[latency={}..{}ms timeout={}ms http500={} malformed={} transport={} tool_use={} mcp={} fallback={} big_usage={}] \
              clients[malformed_body={} disc_stream={} disc_queued={} never_return={} think={}..{}ms \
-             answer(missing={} dup={} wrong_id={} plain={} late={}) compact={} auto_compaction={} slow_reader={} unsubscribe={} since_bogus={} events_page={}] \
-             net[split={} delay={}..{}ms flush_delay={}..{}ms sockbuf={}] store[commit={}..{}ms read={}..{}ms] \
+             answer(missing={} dup={} wrong_id={} plain={} late={}) compact={} update_tools={} auto_compaction={} slow_reader={} unsubscribe={} since_bogus={} events_page={}] \
+             net[split={} keep_alive={} pipeline={} idle_timeout={}ms delay={}..{}ms flush_delay={}..{}ms sockbuf={}] store[commit={}..{}ms read={}..{}ms] \
              engine[turn_timeout={}ms lag_limit={} keepalive={}ms request_timeout={}ms] admin[revoke={} break_profile={}] crash={}",
             self.sessions,
             self.drivers,
@@ -194,12 +206,16 @@ impl fmt::Display for Swarm {
             self.answer_plain,
             self.answer_late,
             self.compact,
+            self.update_tools,
             self.auto_compaction,
             self.slow_reader,
             self.unsubscribe,
             self.since_bogus,
             self.events_page,
             self.split_bytes,
+            self.keep_alive,
+            self.pipeline,
+            self.idle_timeout_ms,
             self.net_delay_ms.0,
             self.net_delay_ms.1,
             self.flush_delay_ms.0,

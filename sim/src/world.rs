@@ -164,8 +164,21 @@ impl Io {
 
 #[derive(Default)]
 struct SimConn {
+    /// The request whose response the client is reading.
     req: usize,
-    to_send: VecDeque<Vec<u8>>,
+    /// Pipelined requests behind it, in order.
+    pending: VecDeque<usize>,
+    /// Every request sent on this connection, in order, and the index of
+    /// the one the engine is answering (for end-of-response bookkeeping).
+    all: Vec<usize>,
+    engine_pos: usize,
+    /// Keep-alive connection with no request in flight.
+    idle: bool,
+    /// Framing-only parser over everything the engine emitted on it.
+    shadow: ResponseParser,
+    /// Request bytes not yet delivered; `Some(rid)` marks the piece that
+    /// completes request `rid`.
+    to_send: VecDeque<(Vec<u8>, Option<usize>)>,
     outbound: VecDeque<u8>,
     wire: VecDeque<u8>,
     flush_scheduled: bool,
@@ -176,8 +189,6 @@ struct SimConn {
     engine_told_closed: bool,
     parser: ResponseParser,
     slow: bool,
-    /// The engine emitted the end of the response (last chunk or close).
-    end_emitted: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -202,6 +213,8 @@ enum Kind {
         limit: usize,
     },
     Garbage,
+    /// `session.updateClientTools` with this declaration.
+    UpdateTools(Vec<&'static str>),
     /// Admin: revoke the client key of this actor.
     Revoke(usize),
     /// Admin: replace the profile (primary provider `main` or a missing one).
@@ -237,6 +250,8 @@ struct Req {
     started_ms: u64,
     /// Seqs of the event notifications a `sendMessage` stream received.
     notified: Vec<u64>,
+    /// The engine emitted the end of this request's response.
+    end_emitted: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -267,6 +282,8 @@ struct Actor {
     last_seen: Option<(String, u64)>,
     /// Liveness phase: one more message to send.
     final_send: bool,
+    /// An idle keep-alive connection to reuse.
+    idle_conn: Option<ConnId>,
 }
 
 struct Slot {
@@ -320,6 +337,10 @@ pub struct World {
     dead_engine: bool,
     profile_id: String,
     profile_broken: bool,
+    /// When set, the next request is pipelined on this connection.
+    pipeline_on: Option<ConnId>,
+    /// The next request is sent keep-alive.
+    force_keep_alive: bool,
 }
 
 fn now_of(mono: u64, unix0: u64) -> Now {
@@ -376,6 +397,7 @@ impl World {
             subscriber_lag_limit: swarm.lag_limit,
             ndjson_keepalive_ms: swarm.keepalive_ms,
             request_timeout_ms: swarm.request_timeout_ms,
+            idle_timeout_ms: swarm.idle_timeout_ms,
             ..Config::default()
         };
         if swarm.has_fallback {
@@ -451,6 +473,8 @@ impl World {
             dead_engine: false,
             profile_id: String::new(),
             profile_broken: false,
+            pipeline_on: None,
+            force_keep_alive: false,
         }
     }
 
@@ -520,14 +544,12 @@ impl World {
                 Output::Send { conn, bytes } => {
                     self.trace.hash.write_field(&bytes);
                     self.t(format!("out send conn={conn} len={}", bytes.len()));
-                    if bytes.ends_with(proto::http::LAST_CHUNK) {
-                        self.stream_end_emitted(conn);
-                    }
+                    self.track_response_ends(conn, &bytes);
                     self.deliver(Held::Send { conn, bytes });
                 }
                 Output::Close { conn } => {
                     self.t(format!("out close conn={conn}"));
-                    self.stream_end_emitted(conn);
+                    self.stream_end_emitted(conn, true);
                     self.deliver(Held::Close { conn });
                 }
                 Output::Read { id, read } => {
@@ -754,9 +776,20 @@ impl World {
             frames: 0,
             started_ms: self.now_ms,
             notified: Vec::new(),
+            end_emitted: false,
         });
-        let mut pieces = VecDeque::new();
         let calm = self.phase == Phase::Setup;
+        let keep_alive = std::mem::take(&mut self.force_keep_alive)
+            || (!calm
+                && actor != usize::MAX
+                && listener == Listener::Client
+                && self.rng.chance(self.swarm.keep_alive));
+        let bytes = if keep_alive {
+            strip_close(bytes)
+        } else {
+            bytes
+        };
+        let mut pieces: VecDeque<(Vec<u8>, Option<usize>)> = VecDeque::new();
         if !calm && bytes.len() > 1 && self.rng.chance(self.swarm.split_bytes) {
             let mut cuts: Vec<usize> = (0..self.rng.range(1, 3))
                 .map(|_| self.rng.range(1, bytes.len() as u64 - 1) as usize)
@@ -765,19 +798,54 @@ impl World {
             cuts.dedup();
             let mut prev = 0;
             for c in cuts {
-                pieces.push_back(bytes[prev..c].to_vec());
+                pieces.push_back((bytes[prev..c].to_vec(), None));
                 prev = c;
             }
-            pieces.push_back(bytes[prev..].to_vec());
+            pieces.push_back((bytes[prev..].to_vec(), Some(rid)));
         } else {
-            pieces.push_back(bytes);
+            pieces.push_back((bytes, Some(rid)));
+        }
+        // Reuse the actor's idle keep-alive connection, or pipeline behind
+        // the one given by `pipeline_on`.
+        let reuse = if let Some(c) = self.pipeline_on.take() {
+            Some(c)
+        } else if keep_alive {
+            self.actors[actor].idle_conn.take().filter(|c| {
+                self.conns.get(c).is_some_and(|c| {
+                    c.idle && !c.client_closed && !c.server_closing && !c.server_closed
+                })
+            })
+        } else {
+            None
+        };
+        if let Some(conn) = reuse {
+            self.reqs[rid].conn = conn;
+            self.t(format!("req #{rid} reuses conn={conn}"));
+            let c = self.conns.get_mut(&conn).expect("checked");
+            let deliver_chain_idle = c.to_send.is_empty();
+            if c.idle {
+                c.idle = false;
+                c.req = rid;
+                c.engine_pos = c.all.len();
+            } else {
+                c.pending.push_back(rid);
+            }
+            c.all.push(rid);
+            c.to_send.extend(pieces);
+            if deliver_chain_idle {
+                let d = self.draw(self.swarm.net_delay_ms);
+                self.after(d, Ev::Deliver(conn));
+            }
+            return rid;
         }
         self.conns.insert(
             conn,
             SimConn {
                 req: rid,
+                all: vec![rid],
                 to_send: pieces,
                 slow,
+                shadow: ResponseParser::framing_only(),
                 ..Default::default()
             },
         );
@@ -798,22 +866,22 @@ impl World {
         if c.client_closed || c.server_closed {
             return;
         }
-        let Some(piece) = c.to_send.pop_front() else {
+        let Some((piece, completes)) = c.to_send.pop_front() else {
             return;
         };
-        let last = c.to_send.is_empty();
-        let rid = c.req;
-        if last {
+        let more = !c.to_send.is_empty();
+        if let Some(rid) = completes {
             self.before_arrival(rid);
         }
         self.t(format!(
-            "in recv conn={conn} len={} last={last}",
+            "in recv conn={conn} len={} completes={completes:?}",
             piece.len()
         ));
         self.input(Input::Received { conn, bytes: piece });
-        if last {
+        if let Some(rid) = completes {
             self.after_arrival(rid);
-        } else {
+        }
+        if more {
             let d = self.draw(self.swarm.net_delay_ms);
             self.after(d, Ev::Deliver(conn));
         }
@@ -874,19 +942,51 @@ impl World {
             avail
         };
         let c = self.conns.get_mut(&conn).expect("conn");
-        let bytes = take_front(&mut c.wire, n);
-        let mut parsed = Vec::new();
-        c.parser.feed(&bytes, &mut parsed);
-        let rid = c.req;
+        let mut bytes = take_front(&mut c.wire, n);
         let more = !c.wire.is_empty();
         let eof = c.wire.is_empty() && c.server_closed;
         let refill = !c.outbound.is_empty() && !c.flush_scheduled;
         if refill {
             c.flush_scheduled = true;
         }
-        for p in parsed {
-            self.on_parsed(rid, p);
+        while let Some(c) = self.conns.get_mut(&conn) {
+            let mut parsed = Vec::new();
+            c.parser.feed(&bytes, &mut parsed);
+            let rid = c.req;
+            for p in parsed {
+                self.on_parsed(rid, p);
+            }
+            // A complete response: the next pipelined one starts with
+            // whatever bytes are left.
+            let Some(c) = self.conns.get_mut(&conn) else {
+                break;
+            };
+            if !c.parser.is_done() {
+                break;
+            }
+            bytes = c.parser.take_rest();
+            match c.pending.pop_front() {
+                Some(next) => {
+                    c.req = next;
+                    c.parser = ResponseParser::default();
+                }
+                None => {
+                    c.idle = true;
+                    let owner = self.reqs[rid].actor;
+                    if !bytes.is_empty() {
+                        self.checker.fail(
+                            check::INV_WIRE_WELL_FORMED,
+                            format!("conn {conn}: {} bytes after the last response", bytes.len()),
+                        );
+                    } else if owner != usize::MAX && !c.server_closing {
+                        c.parser = ResponseParser::default();
+                        self.actors[owner].idle_conn = Some(conn);
+                    }
+                    break;
+                }
+            }
         }
+        let rid = self.conns.get(&conn).map(|c| c.req).unwrap_or(0);
         if refill {
             self.after(0, Ev::Flush(conn));
         }
@@ -904,6 +1004,14 @@ impl World {
             }
         } else if eof {
             self.finish_req(rid, false);
+            let pending: Vec<usize> = self
+                .conns
+                .get_mut(&conn)
+                .map(|c| c.pending.drain(..).collect())
+                .unwrap_or_default();
+            for r in pending {
+                self.finish_req(r, false);
+            }
         }
     }
 
@@ -917,12 +1025,14 @@ impl World {
         c.client_closed = true;
         c.outbound.clear();
         c.wire.clear();
+        c.to_send.clear();
         let rid = c.req;
-        if self.reqs[rid].done {
-            return;
-        }
+        let pending: Vec<usize> = c.pending.drain(..).collect();
         self.t(format!("client closes conn={conn} (req #{rid})"));
         self.finish_req(rid, true);
+        for r in pending {
+            self.finish_req(r, true);
+        }
         let d = self.draw(self.swarm.net_delay_ms);
         self.after(d, Ev::EngineClosed(conn));
     }
@@ -935,24 +1045,62 @@ impl World {
             return;
         }
         c.engine_told_closed = true;
-        let rid = c.req;
-        self.reqs[rid].waiting = false;
+        let all = c.all.clone();
+        for r in &all {
+            self.reqs[*r].waiting = false;
+        }
         self.t(format!("in closed conn={conn}"));
         self.input(Input::Closed { conn });
         // Forget fully finished connections.
+        let finished = all.iter().all(|r| self.reqs[*r].done || self.reqs[*r].lost);
         if let Some(c) = self.conns.get(&conn) {
-            if c.wire.is_empty() && (c.client_closed || self.reqs[rid].done || self.reqs[rid].lost)
-            {
+            if c.wire.is_empty() && (c.client_closed || finished) {
                 self.conns.remove(&conn);
             }
         }
     }
 
-    fn stream_end_emitted(&mut self, conn: ConnId) {
+    /// Follows the engine's output on `conn` with a framing-only parser to
+    /// learn exactly when each response ends (whatever its framing).
+    fn track_response_ends(&mut self, conn: ConnId, bytes: &[u8]) {
+        let mut ends = 0;
         if let Some(c) = self.conns.get_mut(&conn) {
-            c.end_emitted = true;
-            let rid = c.req;
-            self.reqs[rid].waiting = false;
+            let mut input = bytes.to_vec();
+            loop {
+                let mut out = Vec::new();
+                c.shadow.feed(&input, &mut out);
+                if !c.shadow.is_done() {
+                    break;
+                }
+                ends += 1;
+                input = c.shadow.take_rest();
+                c.shadow = ResponseParser::framing_only();
+                if input.is_empty() {
+                    break;
+                }
+            }
+        }
+        for _ in 0..ends {
+            self.stream_end_emitted(conn, false);
+        }
+    }
+
+    /// The engine finished answering the request it is on (`close`: and
+    /// will answer none after it).
+    fn stream_end_emitted(&mut self, conn: ConnId, close: bool) {
+        let Some(c) = self.conns.get_mut(&conn) else {
+            return;
+        };
+        let ended: Vec<usize> = if close {
+            c.all[c.engine_pos.min(c.all.len())..].to_vec()
+        } else {
+            let r = c.all.get(c.engine_pos).copied();
+            c.engine_pos += 1;
+            r.into_iter().collect()
+        };
+        for r in ended {
+            self.reqs[r].end_emitted = true;
+            self.reqs[r].waiting = false;
         }
     }
 
@@ -979,8 +1127,7 @@ impl World {
         if r.arrival.is_none() {
             return;
         }
-        let ended = self.conns.get(&r.conn).is_none_or(|c| c.end_emitted);
-        if !r.admitted && !ended {
+        if !r.admitted && !r.end_emitted {
             self.reqs[rid].waiting = true;
         }
     }
@@ -1486,6 +1633,7 @@ impl World {
                     sends: 0,
                     last_seen: None,
                     final_send: false,
+                    idle_conn: None,
                 });
             }
         }
@@ -1601,7 +1749,7 @@ impl World {
         let lost: Vec<usize> = self
             .conns
             .values()
-            .map(|c| c.req)
+            .flat_map(|c| c.all.iter().copied())
             .filter(|r| !self.reqs[*r].done && !self.reqs[*r].lost)
             .collect();
         self.conns.clear();
@@ -1653,6 +1801,7 @@ impl World {
         self.phase = Phase::Liveness;
         self.swarm.calm();
         self.t("LIVENESS phase: faults off".into());
+        self.queue.retain(|_, ev| !matches!(ev, Ev::ClientClose(_)));
         for c in self.conns.values_mut() {
             c.slow = false;
         }
@@ -1890,8 +2039,20 @@ impl World {
             return;
         }
         if !self.actors[a].registered || (!liveness && self.rng.chance(0.02)) {
+            let pipeline = !liveness
+                && self.actors[a].paused.is_none()
+                && self.rng.chance(self.swarm.pipeline);
+            self.force_keep_alive = pipeline;
             let rid = self.rpc(a, Kind::Register, "session.registerDriver", None, false);
+            self.force_keep_alive = false;
             self.actors[a].busy = rid;
+            if let (true, Some(rid)) = (pipeline, rid) {
+                // registerDriver and sendMessage back to back on one
+                // connection: the engine answers them in order.
+                self.pipeline_on = Some(self.reqs[rid].conn);
+                self.send_text(a);
+                self.pipeline_on = None;
+            }
             return;
         }
         if let Some((client_ids, server_ids)) = self.actors[a].paused.clone() {
@@ -1917,7 +2078,22 @@ impl World {
             self.actors[a].busy = rid;
         } else if r < sw.compact + sw.malformed_body {
             self.send_garbage(a);
-        } else if r < sw.compact + sw.malformed_body + 0.004 {
+        } else if r < sw.compact + sw.malformed_body + sw.update_tools {
+            let tools: Vec<&'static str> = CLIENT_TOOLS
+                .iter()
+                .copied()
+                .filter(|_| self.rng.chance(0.5))
+                .collect();
+            let params = json!({"tools": Self::tool_defs(&tools)});
+            let rid = self.rpc(
+                a,
+                Kind::UpdateTools(tools),
+                "session.updateClientTools",
+                Some(params),
+                false,
+            );
+            self.actors[a].busy = rid;
+        } else if r < sw.compact + sw.malformed_body + sw.update_tools + 0.004 {
             let sid = self.actors[a].joined.clone().unwrap_or_default();
             let key = self.actors[a].session_key.clone().unwrap_or_default();
             let path = format!("/api/v1/sessions/{sid}");
@@ -2196,6 +2372,30 @@ impl World {
         }
     }
 
+    /// A 401 for a key the actor was given: only legitimate once the client
+    /// key is revoked (committed before the 401 could be released). The
+    /// actor then stops for good (the operator's answer may have been lost
+    /// in a crash).
+    fn on_unauthorized(&mut self, a: usize, rid: usize) {
+        let key_id = &self.actors[a].key_id;
+        let revoked = self
+            .store
+            .keys
+            .iter()
+            .any(|k| &k.id == key_id && k.deleted_at.is_some());
+        if !revoked {
+            self.checker.fail(
+                check::INV_AUTH_CONSISTENT,
+                format!(
+                    "req #{rid} ({}) answered 401 but its client key {key_id} is not revoked",
+                    self.actors[a].name
+                ),
+            );
+        }
+        self.t(format!("{} is unauthorized and stops", self.actors[a].name));
+        self.actors[a].gone = true;
+    }
+
     fn mark_dead(&mut self, slot: usize, sid: &str) {
         if self.slots[slot].current.as_deref() == Some(sid) && !self.slots[slot].dead {
             self.t(format!("slot {slot}: session {sid} is no longer open"));
@@ -2222,6 +2422,9 @@ impl World {
             .to_string();
         if err.contains("not open") || err.contains("no longer exists") {
             self.mark_dead(slot, &sid);
+        }
+        if complete && status == Some(401) && kind != Kind::Garbage {
+            self.on_unauthorized(a, rid);
         }
         if self.actors[a].sub == Some(rid) {
             self.actors[a].sub = None;
@@ -2312,6 +2515,11 @@ impl World {
                     self.actors[a].final_send = self.actors[a].paused.is_none();
                 }
             }
+            Kind::UpdateTools(tools)
+                if terminal.as_ref().is_some_and(|t| t.get("result").is_some()) =>
+            {
+                self.actors[a].tools = tools;
+            }
             Kind::Close if complete && status == Some(200) => {
                 self.mark_dead(slot, &sid);
             }
@@ -2324,6 +2532,15 @@ impl World {
 
 fn engine_unavailable() -> &'static str {
     "The provider is currently unavailable."
+}
+
+/// The same request without `Connection: close` (keep-alive).
+fn strip_close(bytes: Vec<u8>) -> Vec<u8> {
+    const HDR: &[u8] = b"Connection: close\r\n";
+    match bytes.windows(HDR.len()).position(|w| w == HDR) {
+        Some(i) => [&bytes[..i], &bytes[i + HDR.len()..]].concat(),
+        None => bytes,
+    }
 }
 
 /// A short trace rendering of a terminal frame.
