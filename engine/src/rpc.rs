@@ -429,6 +429,7 @@ impl Engine {
 
     /// One NDJSON line as one HTTP chunk.
     pub(crate) fn frame(&mut self, conn: ConnId, line: &str) {
+        let line = proto::jsonrpc::escape_line_separators(line);
         let mut bytes = Vec::with_capacity(line.len() + 12);
         proto::http::encode_chunk(line.as_bytes(), &mut bytes);
         let len = bytes.len();

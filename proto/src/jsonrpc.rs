@@ -1161,3 +1161,44 @@ impl CancelSubagentParams {
         }
     }
 }
+
+/// Escapes U+2028, U+2029 and U+0085 as `\uXXXX` in a JSON line. JSON allows
+/// them raw inside strings, but common line readers (Python's
+/// `str.splitlines`, httpx `aiter_lines`) treat them as line breaks and would
+/// split one NDJSON frame in two. They can only occur inside JSON strings,
+/// so the replacement decodes to the same value.
+pub fn escape_line_separators(line: &str) -> std::borrow::Cow<'_, str> {
+    let needs = line.contains(['\u{2028}', '\u{2029}', '\u{0085}']);
+    if !needs {
+        return std::borrow::Cow::Borrowed(line);
+    }
+    let mut out = String::with_capacity(line.len() + 16);
+    for c in line.chars() {
+        match c {
+            '\u{2028}' => out.push_str("\\u2028"),
+            '\u{2029}' => out.push_str("\\u2029"),
+            '\u{0085}' => out.push_str("\\u0085"),
+            c => out.push(c),
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
+#[cfg(test)]
+mod line_separator_tests {
+    use super::escape_line_separators;
+
+    #[test]
+    fn line_separators_are_escaped_and_decode_to_the_same_value() {
+        let v = serde_json::json!({"text": "a\u{2028}b\u{2029}c\u{0085}d"});
+        let line = v.to_string();
+        let escaped = escape_line_separators(&line);
+        assert!(!escaped.contains(['\u{2028}', '\u{2029}', '\u{0085}']));
+        let back: serde_json::Value = serde_json::from_str(&escaped).unwrap();
+        assert_eq!(back, v);
+        assert!(matches!(
+            escape_line_separators("{}"),
+            std::borrow::Cow::Borrowed(_)
+        ));
+    }
+}
