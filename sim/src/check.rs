@@ -32,6 +32,7 @@ pub const INV_ENGINE_PANIC: &str = "inv_engine_no_panic";
 pub const INV_SESSION_STATE_MACHINE: &str = "inv_session_state_machine";
 pub const INV_TERMINAL_SESSION_QUIET: &str = "inv_terminal_session_quiet";
 pub const INV_AUTH_CONSISTENT: &str = "inv_auth_consistent";
+pub const INV_SHUTDOWN_NO_ADMISSION: &str = "inv_shutdown_no_admission";
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Violation {
@@ -82,6 +83,8 @@ pub struct Checker {
     pub acked_sessions: BTreeSet<String>,
     /// Gate per session, from the committed log (what a restart recovers).
     pub committed_gates: BTreeMap<String, Gate>,
+    /// A graceful shutdown is in progress (no new turn may start).
+    pub shutting_down: bool,
     /// Suppresses reports (replaying the committed log).
     pub silent: bool,
     /// Session state as emitted (`InsertSession` / `SetSessionState`).
@@ -140,6 +143,19 @@ impl Checker {
 
     /// Every event the engine emits, in emission order.
     pub fn on_emit(&mut self, row: &EventRow) {
+        if self.shutting_down
+            && (row.event_type == "client.message.send"
+                || (row.event_type == "session.compaction.started"
+                    && row.payload.contains("\"client\"")))
+        {
+            self.fail(
+                INV_SHUTDOWN_NO_ADMISSION,
+                format!(
+                    "session {}: {} {} admitted during graceful shutdown",
+                    row.session_id, row.event_type, row.id
+                ),
+            );
+        }
         let payload = parse_payload(row, true);
         self.gate_step(row, &payload);
         if row.event_type == "provider.request" {

@@ -166,12 +166,13 @@ fn main() -> ExitCode {
                         println!("seed {} swarm: {}", r.seed, r.swarm);
                     }
                     println!(
-                        "seed {}: {} — steps={} events={} crashes={} turns={} pauses={} provider_calls={} lagged={} trace={:016x} log={:016x}",
+                        "seed {}: {} — steps={} events={} crashes={} graceful_restarts={} turns={} pauses={} provider_calls={} lagged={} trace={:016x} log={:016x}",
                         r.seed,
                         if r.ok() { "ok" } else { "FAIL" },
                         r.stats.steps,
                         r.stats.events,
                         r.stats.crashes,
+                        r.stats.graceful_restarts,
                         r.stats.turns_completed,
                         r.stats.pauses,
                         r.stats.provider_calls,

@@ -61,6 +61,8 @@ pub struct Swarm {
     pub flush_delay_ms: (u64, u64),
     pub sockbuf: usize,
     pub commit_ms: (u64, u64),
+    /// Store reads answered with an error.
+    pub read_error: f64,
     pub read_ms: (u64, u64),
 
     // Engine config.
@@ -80,6 +82,8 @@ pub struct Swarm {
 
     // Crashes.
     pub crash: f64,
+    /// Per step: begin a graceful shutdown (`Input::Shutdown`) and restart.
+    pub shutdown: f64,
 }
 
 impl Swarm {
@@ -133,6 +137,7 @@ impl Swarm {
             revoke: rng.rate(0.7, 0.3),
             break_profile: rng.rate(0.8, 0.2),
             request_timeout_ms: *rng.pick(&[30_000, 30_000, 30_000, 40]),
+            read_error: rng.rate(0.7, 0.1),
             keep_alive: rng.rate(0.4, 0.8),
             pipeline: rng.rate(0.5, 0.5),
             idle_timeout_ms: *rng.pick(&[75_000, 75_000, 300]),
@@ -141,6 +146,7 @@ impl Swarm {
             } else {
                 *rng.pick(&[0.0005, 0.002, 0.006])
             },
+            shutdown: *rng.pick(&[0.0, 0.0, 0.0005, 0.002]),
         }
     }
 
@@ -164,6 +170,8 @@ impl Swarm {
         self.update_tools = 0.0;
         self.unsubscribe = 0.0;
         self.crash = 0.0;
+        self.shutdown = 0.0;
+        self.read_error = 0.0;
         self.revoke = 0.0;
         self.break_profile = 0.0;
         self.tool_use = self.tool_use.min(0.3);
@@ -178,8 +186,8 @@ impl fmt::Display for Swarm {
              provider[latency={}..{}ms timeout={}ms http500={} malformed={} transport={} tool_use={} mcp={} fallback={} big_usage={}] \
              clients[malformed_body={} disc_stream={} disc_queued={} never_return={} think={}..{}ms \
              answer(missing={} dup={} wrong_id={} plain={} late={}) compact={} update_tools={} auto_compaction={} slow_reader={} unsubscribe={} since_bogus={} events_page={}] \
-             net[split={} keep_alive={} pipeline={} idle_timeout={}ms delay={}..{}ms flush_delay={}..{}ms sockbuf={}] store[commit={}..{}ms read={}..{}ms] \
-             engine[turn_timeout={}ms lag_limit={} keepalive={}ms request_timeout={}ms] admin[revoke={} break_profile={}] crash={}",
+             net[split={} keep_alive={} pipeline={} idle_timeout={}ms delay={}..{}ms flush_delay={}..{}ms sockbuf={}] store[commit={}..{}ms read={}..{}ms read_error={}] \
+             engine[turn_timeout={}ms lag_limit={} keepalive={}ms request_timeout={}ms] admin[revoke={} break_profile={}] crash={} shutdown={}",
             self.sessions,
             self.drivers,
             self.observers,
@@ -225,6 +233,7 @@ impl fmt::Display for Swarm {
             self.commit_ms.1,
             self.read_ms.0,
             self.read_ms.1,
+            self.read_error,
             self.turn_timeout_ms,
             self.lag_limit,
             self.keepalive_ms,
@@ -232,6 +241,7 @@ impl fmt::Display for Swarm {
             self.revoke,
             self.break_profile,
             self.crash,
+            self.shutdown,
         )
     }
 }

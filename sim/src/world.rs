@@ -31,6 +31,8 @@ const ADMIN_TOKEN: &str = "bae_admin_5151515151515151515151515151515151515151515
 const MAX_GENERATIONS: u32 = 4;
 /// Failed creations after which a slot gives up.
 const MAX_FAILED_CREATES: u32 = 25;
+/// How long a graceful shutdown may take before the process just exits.
+const SHUTDOWN_TIMEOUT_MS: u64 = 30_000;
 /// Safety cap on the liveness phase.
 const LIVENESS_MAX_STEPS: u64 = 200_000;
 
@@ -59,6 +61,7 @@ pub struct Stats {
     pub main_steps: u64,
     pub events: u64,
     pub crashes: u32,
+    pub graceful_restarts: u32,
     pub requests: u64,
     pub turns_completed: u64,
     pub pauses: u64,
@@ -176,6 +179,8 @@ struct SimConn {
     idle: bool,
     /// Framing-only parser over everything the engine emitted on it.
     shadow: ResponseParser,
+    /// The engine emitted `Close`: it ignores anything sent after.
+    close_emitted: bool,
     /// Request bytes not yet delivered; `Some(rid)` marks the piece that
     /// completes request `rid`.
     to_send: VecDeque<(Vec<u8>, Option<usize>)>,
@@ -341,6 +346,8 @@ pub struct World {
     pipeline_on: Option<ConnId>,
     /// The next request is sent keep-alive.
     force_keep_alive: bool,
+    /// A graceful shutdown in progress since this virtual time.
+    shutdown_since: Option<u64>,
 }
 
 fn now_of(mono: u64, unix0: u64) -> Now {
@@ -475,6 +482,7 @@ impl World {
             profile_broken: false,
             pipeline_on: None,
             force_keep_alive: false,
+            shutdown_since: None,
         }
     }
 
@@ -678,12 +686,16 @@ impl World {
                 }
             }
             Job::Read { id, read } => {
-                let result = self.store.read(&read);
-                self.t(format!("store read id={id} answered"));
-                self.input(Input::ReadDone {
-                    id,
-                    result: Ok(result),
-                });
+                // Read failures are not fatal in the driver: they reach the
+                // engine as `Err` (commit failures are crashes instead).
+                let result = if self.rng.chance(self.swarm.read_error) {
+                    self.t(format!("store read id={id} FAILED"));
+                    Err("simulated read failure".to_string())
+                } else {
+                    self.t(format!("store read id={id} answered"));
+                    Ok(self.store.read(&read))
+                };
+                self.input(Input::ReadDone { id, result });
             }
         }
         if self.io.running.is_empty() {
@@ -1092,6 +1104,7 @@ impl World {
             return;
         };
         let ended: Vec<usize> = if close {
+            c.close_emitted = true;
             c.all[c.engine_pos.min(c.all.len())..].to_vec()
         } else {
             let r = c.all.get(c.engine_pos).copied();
@@ -1127,7 +1140,8 @@ impl World {
         if r.arrival.is_none() {
             return;
         }
-        if !r.admitted && !r.end_emitted {
+        let ignored = self.conns.get(&r.conn).is_none_or(|c| c.close_emitted);
+        if !r.admitted && !r.end_emitted && !ignored {
             self.reqs[rid].waiting = true;
         }
     }
@@ -1666,7 +1680,10 @@ impl World {
             }
             if self.rng.chance(self.swarm.crash) {
                 self.crash();
+            } else if self.shutdown_since.is_none() && self.rng.chance(self.swarm.shutdown) {
+                self.begin_shutdown();
             }
+            self.shutdown_progress();
             if !self.step_event() {
                 break;
             }
@@ -1740,19 +1757,70 @@ impl World {
                 }
             }
         }
+        self.restart(false);
+    }
+
+    /// Starts a graceful shutdown (`Input::Shutdown`); the restart follows
+    /// once the engine has no connections and the store pipeline is quiet.
+    fn begin_shutdown(&mut self) {
+        self.t("SHUTDOWN begins".into());
+        self.shutdown_since = Some(self.now_ms);
+        self.checker.shutting_down = true;
+        self.input(Input::Shutdown);
+    }
+
+    /// Completes a graceful shutdown when the server has drained (or forces
+    /// it, as a crash, after the shutdown timeout).
+    fn shutdown_progress(&mut self) {
+        let Some(since) = self.shutdown_since else {
+            return;
+        };
+        let io_quiet = self.io.pending.is_empty()
+            && self.io.queued.is_empty()
+            && self.io.running.is_empty()
+            && self.io.held.is_empty();
+        if self.engine.connection_count() == 0 && io_quiet {
+            self.stats.graceful_restarts += 1;
+            self.t("SHUTDOWN complete: graceful restart".into());
+            self.restart(true);
+        } else if self.now_ms >= since + SHUTDOWN_TIMEOUT_MS {
+            self.t("SHUTDOWN timed out: process exits".into());
+            self.crash();
+        }
+    }
+
+    /// Rebuilds the engine from the store exactly like io-smol starts.
+    /// After a graceful shutdown, connections the server already closed keep
+    /// their unread bytes for the client.
+    fn restart(&mut self, graceful: bool) {
+        self.shutdown_since = None;
+        self.checker.shutting_down = false;
         self.io = Io::new();
-        self.queue
-            .retain(|_, ev| matches!(ev, Ev::Act(_) | Ev::Admin));
+        let keep: BTreeSet<ConnId> = if graceful {
+            self.conns
+                .iter()
+                .filter(|(_, c)| c.engine_told_closed)
+                .map(|(id, _)| *id)
+                .collect()
+        } else {
+            BTreeSet::new()
+        };
+        self.queue.retain(|_, ev| match ev {
+            Ev::Act(_) | Ev::Admin => true,
+            Ev::ClientRead(c) => keep.contains(c),
+            _ => false,
+        });
         self.timer_at = None;
         self.checker.on_restart();
         self.epoch += 1;
         let lost: Vec<usize> = self
             .conns
-            .values()
-            .flat_map(|c| c.all.iter().copied())
+            .iter()
+            .filter(|(id, _)| !keep.contains(id))
+            .flat_map(|(_, c)| c.all.iter().copied())
             .filter(|r| !self.reqs[*r].done && !self.reqs[*r].lost)
             .collect();
-        self.conns.clear();
+        self.conns.retain(|id, _| keep.contains(id));
         for r in self.reqs.iter_mut() {
             r.waiting = false;
         }
@@ -1781,7 +1849,7 @@ impl World {
             self.epoch, self.checker.max_seq
         ));
         for rid in lost {
-            self.t(format!("req #{rid} connection reset by crash"));
+            self.t(format!("req #{rid} connection reset by the restart"));
             self.reqs[rid].lost = true;
             if self.reqs[rid].actor != usize::MAX {
                 self.actor_req_finished(rid, false);
@@ -1830,6 +1898,7 @@ impl World {
             if self.dead_engine || steps >= LIVENESS_MAX_STEPS {
                 break;
             }
+            self.shutdown_progress();
             if self.quiescent() {
                 break;
             }
