@@ -26,6 +26,10 @@ pub struct Stream {
     pub in_flight: VecDeque<usize>,
     /// Bytes of the oldest in-flight frame already flushed.
     pub flushed_partial: usize,
+    /// Bytes emitted on the connection before this stream's first frame
+    /// (earlier responses, the head) and not yet flushed: flush reports
+    /// cover them first, so they never count as this consumer's progress.
+    pub unflushed_before: usize,
     /// When the last bytes went out (keepalive timing).
     pub last_write_ms: u64,
 }
@@ -396,6 +400,7 @@ impl Engine {
                 kind: StreamKind::Single,
                 in_flight: VecDeque::new(),
                 flushed_partial: 0,
+                unflushed_before: c.unflushed,
                 last_write_ms: self.now.mono_ms,
             });
             self.streams
@@ -524,6 +529,9 @@ impl Engine {
         let Some(s) = self.stream_mut(conn) else {
             return;
         };
+        let earlier = bytes.min(s.unflushed_before);
+        s.unflushed_before -= earlier;
+        bytes -= earlier;
         bytes += s.flushed_partial;
         while let Some(&front) = s.in_flight.front() {
             if bytes >= front {
