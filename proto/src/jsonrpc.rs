@@ -1168,7 +1168,10 @@ impl CancelSubagentParams {
 /// split one NDJSON frame in two. They can only occur inside JSON strings,
 /// so the replacement decodes to the same value.
 pub fn escape_line_separators(line: &str) -> std::borrow::Cow<'_, str> {
-    let needs = line.contains(['\u{2028}', '\u{2029}', '\u{0085}']);
+    // Their UTF-8 encodings start with 0xE2 / 0xC2: a byte scan settles
+    // the common case without decoding characters.
+    let needs = line.as_bytes().iter().any(|&b| b == 0xE2 || b == 0xC2)
+        && line.contains(['\u{2028}', '\u{2029}', '\u{0085}']);
     if !needs {
         return std::borrow::Cow::Borrowed(line);
     }

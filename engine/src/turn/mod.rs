@@ -106,8 +106,9 @@ pub struct Turn {
     pub conn: Option<ConnId>,
     /// EventView JSON of every event this request appended (`result.events`).
     pub events: Vec<String>,
-    /// Working history: persisted messages plus in-memory tool rounds.
-    pub history: Vec<Value>,
+    /// All-server tool rounds of this turn, kept in memory after the
+    /// session's cached provider-facing history (never copied per turn).
+    pub tail: Vec<Value>,
     pub tools: Vec<Value>,
     pub chain: Vec<ProviderEntry>,
     pub attempt: usize,
@@ -282,7 +283,7 @@ impl Engine {
                 key_id: key_id.to_string(),
                 conn: conn_alive.then_some(conn),
                 events: Vec::new(),
-                history: Vec::new(),
+                tail: Vec::new(),
                 tools: Vec::new(),
                 chain: Vec::new(),
                 attempt: 0,
@@ -427,14 +428,19 @@ impl Engine {
             t.chain = chain;
         }
         // History: the cache already holds the just-recorded message.
-        match self.live.get(session_id).and_then(|l| l.history.clone()) {
-            Some(h) => self.start_loop(turn_id, h),
-            None => self.read(
+        if self
+            .live
+            .get(session_id)
+            .is_some_and(|l| l.history.is_some())
+        {
+            self.start_loop(turn_id);
+        } else {
+            self.read(
                 StoreRead::History {
                     session_id: session_id.to_string(),
                 },
                 PendingRead::TurnHistory { turn: turn_id },
-            ),
+            );
         }
     }
 
@@ -450,7 +456,7 @@ impl Engine {
                     .map(|(_, et, payload)| provider::history_message(et, payload))
                     .collect();
                 let live = self.live_mut(&session_id);
-                live.history = Some(history.clone());
+                live.history = Some(history);
                 live.newest_usage = load.newest_usage.flatten();
                 if matches!(
                     self.turns.get(&turn_id).map(|t| &t.mode),
@@ -458,7 +464,7 @@ impl Engine {
                 ) {
                     return self.compaction_history_ready(turn_id);
                 }
-                self.start_loop(turn_id, history);
+                self.start_loop(turn_id);
             }
             other => {
                 if let Err(e) = other {
@@ -469,9 +475,9 @@ impl Engine {
         }
     }
 
-    pub(crate) fn start_loop(&mut self, turn_id: TurnId, history: Vec<Value>) {
+    pub(crate) fn start_loop(&mut self, turn_id: TurnId) {
         if let Some(t) = self.turns.get_mut(&turn_id) {
-            t.history = history;
+            t.tail.clear();
             t.iteration = 0;
         }
         self.next_round(turn_id);
@@ -511,38 +517,56 @@ impl Engine {
         let kind = Kind::parse(&entry.kind).unwrap_or(Kind::Anthropic);
         let compaction = matches!(t.mode, Mode::Compaction(_));
         // Compaction never advertises tools and gets at least 4096 tokens.
-        let (messages, tools, max_tokens) = match &t.mode {
-            Mode::Chat => (&t.history, t.tools.clone(), entry.max_tokens),
-            Mode::Compaction(run) => (
-                &run.messages,
-                Vec::new(),
-                entry.max_tokens.max(compact::MIN_MAX_TOKENS),
-            ),
+        // A chat round sends the session's cached history plus this turn's
+        // in-memory tool rounds, borrowed rather than copied.
+        let cached: &[Value] = match &t.mode {
+            Mode::Chat => self
+                .live
+                .get(&t.session_id)
+                .and_then(|l| l.history.as_deref())
+                .unwrap_or(&[]),
+            Mode::Compaction(run) => &run.messages,
+        };
+        let tail: &[Value] = match &t.mode {
+            Mode::Chat => &t.tail,
+            Mode::Compaction(_) => &[],
+        };
+        let (tools, max_tokens) = match &t.mode {
+            Mode::Chat => (t.tools.clone(), entry.max_tokens),
+            Mode::Compaction(_) => (Vec::new(), entry.max_tokens.max(compact::MIN_MAX_TOKENS)),
         };
         let prepared = provider::prepare_request(
             kind,
             &entry.base_url,
             &entry.model,
             max_tokens,
-            messages,
+            cached.iter().chain(tail),
             &tools,
         );
-        let mut payload = json!({
-            "attempt": t.attempt,
-            "kind": if t.attempt == 0 { "primary" } else { "fallback" },
-            "provider": entry.kind,
-            "base_url": entry.base_url,
-            "model": entry.model,
-            "max_tokens": max_tokens,
-            "messages": prepared.logged_messages,
-            "tools": tools,
-        });
-        if let Some(n) = &prepared.normalized {
-            payload["normalized"] = n.clone();
+        // Built by moving values in: `json!` would copy the history again.
+        let mut payload = serde_json::Map::with_capacity(10);
+        payload.insert("attempt".into(), json!(t.attempt));
+        payload.insert(
+            "kind".into(),
+            json!(if t.attempt == 0 {
+                "primary"
+            } else {
+                "fallback"
+            }),
+        );
+        payload.insert("provider".into(), Value::String(entry.kind.clone()));
+        payload.insert("base_url".into(), Value::String(entry.base_url.clone()));
+        payload.insert("model".into(), Value::String(entry.model.clone()));
+        payload.insert("max_tokens".into(), json!(max_tokens));
+        payload.insert("messages".into(), Value::Array(prepared.logged_messages));
+        payload.insert("tools".into(), Value::Array(tools));
+        if let Some(n) = prepared.normalized {
+            payload.insert("normalized".into(), n);
         }
         if compaction {
-            payload["purpose"] = json!("compaction");
+            payload.insert("purpose".into(), json!("compaction"));
         }
+        let payload = Value::Object(payload);
         self.turn_event(turn_id, "provider.request", payload);
         let call_id = self.next_call;
         self.next_call += 1;
@@ -727,9 +751,9 @@ impl Engine {
         }
         // All-server round: extend the in-memory history only.
         if let Some(t) = self.turns.get_mut(&turn_id) {
-            t.history
+            t.tail
                 .push(json!({"role": "assistant", "content": content}));
-            t.history
+            t.tail
                 .push(json!({"role": "user", "content": server_results}));
         }
         self.next_round(turn_id);

@@ -17,7 +17,7 @@ mod openai;
 
 use std::fmt;
 
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 
 pub use normalize::{normalize_anthropic, Normalized};
 
@@ -152,9 +152,9 @@ pub struct PreparedRequest {
 /// Removes the server-internal `dispatch` and `caller` members from every
 /// `tool_use` block of every message (§6.1 step 1, C-093). Everything else,
 /// including member order, is preserved.
-pub fn strip_internal(messages: &[Value]) -> Vec<Value> {
+pub fn strip_internal<'a>(messages: impl IntoIterator<Item = &'a Value>) -> Vec<Value> {
     messages
-        .iter()
+        .into_iter()
         .map(|m| {
             let mut m = m.clone();
             if let Some(Value::Array(blocks)) = m.get_mut("content") {
@@ -177,51 +177,40 @@ pub fn strip_internal(messages: &[Value]) -> Vec<Value> {
 /// `base_url` is the effective base (see [`effective_base_url`]);
 /// `history` is the canonical message list (§8) and `tools` the canonical
 /// tool list (`{name, description, input_schema}`).
-pub fn prepare_request(
+pub fn prepare_request<'a>(
     kind: Kind,
     base_url: &str,
     model: &str,
     max_tokens: u32,
-    history: &[Value],
+    history: impl IntoIterator<Item = &'a Value>,
     tools: &[Value],
 ) -> PreparedRequest {
     let stripped = strip_internal(history);
     let url = endpoint_url(kind, base_url);
     let mut headers = vec![("content-type".to_string(), "application/json".to_string())];
-    let mut body = Map::new();
-    body.insert("model".into(), Value::String(model.to_string()));
-    body.insert("max_tokens".into(), Value::from(max_tokens));
     match kind {
         Kind::Anthropic => {
             headers.push(("anthropic-version".into(), ANTHROPIC_VERSION.into()));
             let Normalized { messages, record } = normalize_anthropic(stripped);
-            body.insert("messages".into(), Value::Array(messages.clone()));
             // §10.3: omitting an empty `tools` is safer than `[]`.
-            if !tools.is_empty() {
-                body.insert("tools".into(), anthropic::wire_tools(tools));
-            }
+            let tools = (!tools.is_empty()).then(|| anthropic::wire_tools(tools));
             PreparedRequest {
                 url,
                 headers,
                 auth: AuthHeader::XApiKey,
-                body: to_bytes(&Value::Object(body)),
+                body: body_bytes(model, max_tokens, &messages, tools.as_ref()),
                 logged_messages: messages,
                 normalized: record,
             }
         }
         Kind::Openai => {
-            body.insert(
-                "messages".into(),
-                Value::Array(openai::translate_messages(&stripped)),
-            );
-            if !tools.is_empty() {
-                body.insert("tools".into(), openai::translate_tools(tools));
-            }
+            let translated = openai::translate_messages(&stripped);
+            let tools = (!tools.is_empty()).then(|| openai::translate_tools(tools));
             PreparedRequest {
                 url,
                 headers,
                 auth: AuthHeader::Bearer,
-                body: to_bytes(&Value::Object(body)),
+                body: body_bytes(model, max_tokens, &translated, tools.as_ref()),
                 logged_messages: stripped,
                 normalized: None,
             }
@@ -229,9 +218,25 @@ pub fn prepare_request(
     }
 }
 
-fn to_bytes(v: &Value) -> Vec<u8> {
-    // Serializing a `Value` with string keys cannot fail.
-    serde_json::to_vec(v).unwrap_or_default()
+/// `{"model","max_tokens","messages","tools"?}` serialised from borrowed
+/// parts: the history is written once, never copied into a body value.
+fn body_bytes(model: &str, max_tokens: u32, messages: &[Value], tools: Option<&Value>) -> Vec<u8> {
+    #[derive(serde::Serialize)]
+    struct Body<'a> {
+        model: &'a str,
+        max_tokens: u32,
+        messages: &'a [Value],
+        #[serde(skip_serializing_if = "Option::is_none")]
+        tools: Option<&'a Value>,
+    }
+    let body = Body {
+        model,
+        max_tokens,
+        messages,
+        tools,
+    };
+    // Serializing string-keyed JSON values cannot fail.
+    serde_json::to_vec(&body).unwrap_or_default()
 }
 
 /// Why a 2xx response body was unusable (§5.2). `Display` yields the exact
