@@ -106,27 +106,10 @@ impl Engine {
     }
 
     fn auth_admin(&mut self, conn: ConnId, req: &Request) -> bool {
-        if self.config.admin_auth_disabled {
-            return true;
-        }
-        let token = match auth::bearer(req.header("authorization")) {
-            Ok(t) => t,
-            Err(e) => {
-                self.problem(conn, ProblemType::Unauthorized, e.detail());
-                return false;
-            }
-        };
-        let candidates = self.catalog.admin_keys.clone();
-        match self.authenticate(&candidates, token).map(|k| k.id) {
-            Some(id) => {
-                self.touch_key(&id);
-                true
-            }
-            None => {
-                self.problem(conn, ProblemType::Unauthorized, "invalid admin key");
-                false
-            }
-        }
+        self.config.admin_auth_disabled
+            || self
+                .auth_bearer(conn, req, crate::client_api::KeyScope::Admin)
+                .is_some()
     }
 
     fn page_params(&mut self, conn: ConnId, req: &Request) -> Option<(usize, usize)> {

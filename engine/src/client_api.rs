@@ -11,6 +11,14 @@ use crate::model::{Key, Session, StoredHash};
 use crate::store::{KeyRole, KeyRow, SessionRow, SessionState, StoreRead, StoreWrite};
 use crate::{auth, conn::PendingRead, ConnId, Engine};
 
+/// Which keys a bearer token is checked against.
+pub(crate) enum KeyScope<'a> {
+    Client,
+    /// Session keys bound to this session id.
+    Session(&'a str),
+    Admin,
+}
+
 /// Client-port routes.
 enum Route<'a> {
     Health,
@@ -81,24 +89,7 @@ impl Engine {
 
     /// Authenticates a client key (`bae_…`); answers 401 on failure.
     fn auth_client(&mut self, conn: ConnId, req: &Request) -> Option<Key> {
-        let token = match auth::bearer(req.header("authorization")) {
-            Ok(t) => t,
-            Err(e) => {
-                self.problem(conn, ProblemType::Unauthorized, e.detail());
-                return None;
-            }
-        };
-        let candidates = self.catalog.client_candidates(token).to_vec();
-        match self.authenticate(&candidates, token) {
-            Some(k) => {
-                self.touch_key(&k.id);
-                Some(k)
-            }
-            None => {
-                self.problem(conn, ProblemType::Unauthorized, "invalid client key");
-                None
-            }
-        }
+        self.auth_bearer(conn, req, KeyScope::Client)
     }
 
     /// Authenticates a session key bound to `session_id`; 401 on failure
@@ -109,6 +100,17 @@ impl Engine {
         req: &Request,
         session_id: &str,
     ) -> Option<Key> {
+        self.auth_bearer(conn, req, KeyScope::Session(session_id))
+    }
+
+    /// Bearer authentication against the keys of one scope: `401` with the
+    /// reference detail texts on failure, `last_used_at` stamped on success.
+    pub(crate) fn auth_bearer(
+        &mut self,
+        conn: ConnId,
+        req: &Request,
+        scope: KeyScope<'_>,
+    ) -> Option<Key> {
         let token = match auth::bearer(req.header("authorization")) {
             Ok(t) => t,
             Err(e) => {
@@ -116,14 +118,24 @@ impl Engine {
                 return None;
             }
         };
-        let candidates = self.catalog.session_candidates(session_id).to_vec();
+        let (candidates, invalid) = match scope {
+            KeyScope::Client => (
+                self.catalog.client_candidates(token).to_vec(),
+                "invalid client key",
+            ),
+            KeyScope::Session(id) => (
+                self.catalog.session_candidates(id).to_vec(),
+                "invalid session key",
+            ),
+            KeyScope::Admin => (self.catalog.admin_keys.clone(), "invalid admin key"),
+        };
         match self.authenticate(&candidates, token) {
             Some(k) => {
                 self.touch_key(&k.id);
                 Some(k)
             }
             None => {
-                self.problem(conn, ProblemType::Unauthorized, "invalid session key");
+                self.problem(conn, ProblemType::Unauthorized, invalid);
                 None
             }
         }

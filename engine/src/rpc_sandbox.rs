@@ -125,16 +125,14 @@ impl Engine {
         key_id: &str,
         params: &Value,
     ) {
-        if !self.require_driver(conn, session_id, key_id, "session.reportLocalSandbox") {
-            return;
-        }
-        let report = match ReportLocalSandboxParams::parse(params) {
-            Ok(r) => r,
-            Err(msg) => return self.terminal_error(conn, -32602, &msg),
-        };
-        let event_type = report.event_type().as_str();
-        self.append_event(session_id, Some(key_id), event_type, report.payload());
-        self.terminal_result(conn, r#"{"reported":true}"#);
+        let report = ReportLocalSandboxParams::parse(params).map(|r| (r.event_type(), r.payload()));
+        self.record_report(
+            conn,
+            session_id,
+            key_id,
+            "session.reportLocalSandbox",
+            report,
+        );
     }
 
     pub(crate) fn report_local_subagent(
@@ -144,16 +142,36 @@ impl Engine {
         key_id: &str,
         params: &Value,
     ) {
-        if !self.require_driver(conn, session_id, key_id, "session.reportLocalSubagent") {
+        let report =
+            ReportLocalSubagentParams::parse(params).map(|r| (r.event_type(), r.payload()));
+        self.record_report(
+            conn,
+            session_id,
+            key_id,
+            "session.reportLocalSubagent",
+            report,
+        );
+    }
+
+    /// A client-reported lifecycle claim: driver check, params, one event.
+    fn record_report(
+        &mut self,
+        conn: ConnId,
+        session_id: &str,
+        key_id: &str,
+        method: &str,
+        report: Result<(proto::wire::EventType, Value), String>,
+    ) {
+        if !self.require_driver(conn, session_id, key_id, method) {
             return;
         }
-        let report = match ReportLocalSubagentParams::parse(params) {
-            Ok(r) => r,
-            Err(msg) => return self.terminal_error(conn, -32602, &msg),
-        };
-        let event_type = report.event_type().as_str();
-        self.append_event(session_id, Some(key_id), event_type, report.payload());
-        self.terminal_result(conn, r#"{"reported":true}"#);
+        match report {
+            Ok((event_type, payload)) => {
+                self.append_event(session_id, Some(key_id), event_type.as_str(), payload);
+                self.terminal_result(conn, r#"{"reported":true}"#);
+            }
+            Err(msg) => self.terminal_error(conn, -32602, &msg),
+        }
     }
 
     pub(crate) fn cancel_subagent(
