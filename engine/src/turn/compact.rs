@@ -5,8 +5,6 @@ use proto::provider::ProviderResponse;
 use serde_json::{json, Value};
 
 use super::{merge, Holder, Mode, Op, Outcome, Pause, TurnId};
-use crate::conn::PendingRead;
-use crate::store::StoreRead;
 use crate::{ConnId, Engine};
 
 /// Compaction calls get at least this output budget (spec 07 §2 step 2).
@@ -173,20 +171,7 @@ impl Engine {
                 run.instruction = instruction;
             }
         }
-        if self
-            .live
-            .get(session_id)
-            .is_some_and(|l| l.history.is_some())
-        {
-            self.compaction_history_ready(turn_id);
-        } else {
-            self.read(
-                StoreRead::History {
-                    session_id: session_id.to_string(),
-                },
-                PendingRead::TurnHistory { turn: turn_id },
-            );
-        }
+        self.once_history_loaded(turn_id);
     }
 
     /// Manual compaction with history loaded: compute the trigger and go.

@@ -428,19 +428,34 @@ impl Engine {
             t.chain = chain;
         }
         // History: the cache already holds the just-recorded message.
+        self.once_history_loaded(turn_id);
+    }
+
+    /// Continues a turn or compaction once the session's provider-facing
+    /// history is cached (normally already true: arrivals recover it first).
+    pub(crate) fn once_history_loaded(&mut self, turn_id: TurnId) {
+        let Some(t) = self.turns.get(&turn_id) else {
+            return;
+        };
+        let session_id = t.session_id.clone();
         if self
             .live
-            .get(session_id)
+            .get(&session_id)
             .is_some_and(|l| l.history.is_some())
         {
-            self.start_loop(turn_id);
-        } else {
-            self.read(
-                StoreRead::History {
-                    session_id: session_id.to_string(),
-                },
-                PendingRead::TurnHistory { turn: turn_id },
-            );
+            return self.history_ready(turn_id);
+        }
+        self.read(
+            StoreRead::History { session_id },
+            PendingRead::TurnHistory { turn: turn_id },
+        );
+    }
+
+    fn history_ready(&mut self, turn_id: TurnId) {
+        match self.turns.get(&turn_id).map(|t| &t.mode) {
+            Some(Mode::Compaction(_)) => self.compaction_history_ready(turn_id),
+            Some(Mode::Chat) => self.start_loop(turn_id),
+            None => {}
         }
     }
 
@@ -458,13 +473,7 @@ impl Engine {
                 let live = self.live_mut(&session_id);
                 live.history = Some(history);
                 live.newest_usage = load.newest_usage.flatten();
-                if matches!(
-                    self.turns.get(&turn_id).map(|t| &t.mode),
-                    Some(Mode::Compaction(_))
-                ) {
-                    return self.compaction_history_ready(turn_id);
-                }
-                self.start_loop(turn_id);
+                self.history_ready(turn_id);
             }
             other => {
                 if let Err(e) = other {
