@@ -108,7 +108,7 @@ impl Engine {
     fn auth_admin(&mut self, conn: ConnId, req: &Request) -> bool {
         self.config.admin_auth_disabled
             || self
-                .auth_bearer(conn, req, crate::client_api::KeyScope::Admin)
+                .auth_bearer(conn, req, crate::model::KeyScope::Admin)
                 .is_some()
     }
 

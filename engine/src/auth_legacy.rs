@@ -4,7 +4,7 @@
 
 use argon2::password_hash::{PasswordHash, PasswordVerifier};
 
-use crate::model::{Key, StoredHash};
+use crate::model::{Key, KeyScope, StoredHash};
 use crate::store::StoreWrite;
 use crate::{auth, Engine};
 
@@ -14,10 +14,11 @@ use crate::{auth, Engine};
 const LEGACY_FAILURE_PAUSE_MS: u64 = 1_000;
 
 impl Engine {
-    /// The key among `candidates` that `token` authenticates as, if any.
+    /// The key of `scope` that `token` authenticates as, if any.
     /// SHA-256 rows are compared in constant time; a matching legacy
     /// Argon2id row is verified once and its digest replaced by SHA-256.
-    pub(crate) fn authenticate(&mut self, candidates: &[String], token: &str) -> Option<Key> {
+    pub(crate) fn authenticate(&mut self, scope: KeyScope<'_>, token: &str) -> Option<Key> {
+        let candidates = self.catalog.candidates(scope, token);
         if let Some(k) = self.catalog.match_digest(candidates, token) {
             return Some(k.clone());
         }

@@ -7,17 +7,9 @@ use proto::wire::ids::{IdKind, SecretKind};
 use proto::wire::problem::ProblemType;
 use serde_json::{json, Map, Value};
 
-use crate::model::{Key, Session, StoredHash};
+use crate::model::{Key, KeyScope, Session, StoredHash};
 use crate::store::{KeyRole, KeyRow, SessionRow, SessionState, StoreRead, StoreWrite};
 use crate::{auth, conn::PendingRead, ConnId, Engine};
-
-/// Which keys a bearer token is checked against.
-pub(crate) enum KeyScope<'a> {
-    Client,
-    /// Session keys bound to this session id.
-    Session(&'a str),
-    Admin,
-}
 
 /// Client-port routes.
 enum Route<'a> {
@@ -118,18 +110,12 @@ impl Engine {
                 return None;
             }
         };
-        let (candidates, invalid) = match scope {
-            KeyScope::Client => (
-                self.catalog.client_candidates(token).to_vec(),
-                "invalid client key",
-            ),
-            KeyScope::Session(id) => (
-                self.catalog.session_candidates(id).to_vec(),
-                "invalid session key",
-            ),
-            KeyScope::Admin => (self.catalog.admin_keys.clone(), "invalid admin key"),
+        let invalid = match scope {
+            KeyScope::Client => "invalid client key",
+            KeyScope::Session(_) => "invalid session key",
+            KeyScope::Admin => "invalid admin key",
         };
-        match self.authenticate(&candidates, token) {
+        match self.authenticate(scope, token) {
             Some(k) => {
                 self.touch_key(&k.id);
                 Some(k)

@@ -188,6 +188,15 @@ impl ToolMap {
     }
 }
 
+/// Which keys a bearer token is checked against.
+#[derive(Debug, Clone, Copy)]
+pub enum KeyScope<'a> {
+    Client,
+    /// Session keys bound to this session id.
+    Session(&'a str),
+    Admin,
+}
+
 /// Profiles, keys and sessions with the indexes authentication needs.
 #[derive(Debug, Default)]
 pub struct Catalog {
@@ -297,6 +306,16 @@ impl Catalog {
     pub fn insert_session(&mut self, s: Session) {
         self.session_order.push(s.id.clone());
         self.sessions.insert(s.id.clone(), s);
+    }
+
+    /// The candidate keys of a scope for `token` (borrowed: authentication
+    /// allocates nothing on the hot path).
+    pub fn candidates(&self, scope: KeyScope<'_>, token: &str) -> &[String] {
+        match scope {
+            KeyScope::Client => self.client_candidates(token),
+            KeyScope::Session(id) => self.session_candidates(id),
+            KeyScope::Admin => &self.admin_keys,
+        }
     }
 
     /// Candidate client keys for `token`: selected by display prefix.
