@@ -167,9 +167,6 @@ pub struct Config {
     pub admin_auth_disabled: bool,
     /// The provider registry.
     pub providers: Vec<ProviderEntry>,
-    /// Names of configured MCP servers (`GET /admin/v1/mcp-servers` data is
-    /// rendered by the driver; the engine only needs names).
-    pub mcp_server_names: Vec<String>,
     /// Pre-rendered JSON bodies for the read-only registry endpoints
     /// (`/admin/v1/providers`, `/admin/v1/mcp-servers`, `/admin/v1/config`).
     pub admin_providers_json: String,
@@ -211,7 +208,7 @@ impl Default for Config {
             provider_timeout_ms: 300_000,
             admin_auth_disabled: false,
             providers: Vec::new(),
-            mcp_server_names: Vec::new(),
+
             admin_providers_json: r#"{"items":[]}"#.to_string(),
             admin_mcp_servers_json: r#"{"items":[]}"#.to_string(),
             admin_config_json: "{}".to_string(),

@@ -211,8 +211,10 @@ pub struct Snapshot {
     /// Largest event `seq` in the database (0 when empty).
     pub max_event_seq: u64,
     /// `(session_id, client_key_id)` of every `session.driver.register`
-    /// event on an open session, in log order (registrations are durable).
+    /// event on an open session, in log order (used when durable driver
+    /// registrations are enabled).
     pub drivers: Vec<(String, String)>,
-    /// Event counts per session id, for per-session sequence numbering.
+    /// Event counts per session id (the driver's activity summary; the
+    /// engine orders events by the global `seq` alone).
     pub event_counts: Vec<(String, u64)>,
 }

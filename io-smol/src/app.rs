@@ -309,7 +309,7 @@ pub fn engine_config(env: &Env, file: &FileConfig) -> engine::Config {
         provider_timeout_ms: duration_ms(env.provider_timeout),
         admin_auth_disabled: env.disable_admin_auth,
         providers,
-        mcp_server_names: file.mcp.servers.iter().map(|s| s.name.clone()).collect(),
+
         admin_providers_json: config::providers_json(file).to_string(),
         admin_mcp_servers_json: config::mcp_servers_json(file).to_string(),
         admin_config_json: config::redacted_config_json(file).to_string(),
