@@ -451,14 +451,7 @@ fn c185_unresolvable_primary_fails_before_logging() {
 #[test]
 fn c168_compact_during_a_live_pause_fails_fast() {
     let (mock, server) = server_with(&[("BAE_TURN_TIMEOUT", "30")]);
-    let f = open_registered(
-        &server,
-        "small",
-        &[],
-        &["get_time"],
-        json!({"tools": [tool("get_time")]}),
-    );
-    let b = f.join_registered(&server, json!({}));
+    let (f, b) = get_time_pair(&server, "small");
     mock.push(Reply::tool_use("tu_1", "get_time", json!({})));
     send(&server, &f.session_id, &f.a, json!("time?"));
     let before = events(&server, &f.session_id, &f.a.session_key);
@@ -488,14 +481,7 @@ fn c168_compact_during_a_live_pause_fails_fast() {
 #[test]
 fn compact_queued_behind_a_running_turn_that_then_pauses_gets_32020() {
     let (mock, server) = server_with(&[("BAE_TURN_TIMEOUT", "30")]);
-    let f = open_registered(
-        &server,
-        "small",
-        &[],
-        &["get_time"],
-        json!({"tools": [tool("get_time")]}),
-    );
-    let b = f.join_registered(&server, json!({}));
+    let (f, b) = get_time_pair(&server, "small");
     mock.push(Reply::tool_use("tu_1", "get_time", json!({})).delayed(Duration::from_millis(400)));
     let mut turn = send_stream(&server, &f.session_id, &f.a, json!("time?"));
     mock.wait_requests(1, WAIT);
@@ -568,14 +554,7 @@ fn manual_compact_queues_behind_a_running_turn_and_the_next_send_sees_it() {
 #[test]
 fn c183_compact_reclaims_an_expired_pause() {
     let (mock, server) = server_with(&[("BAE_TURN_TIMEOUT", "1")]);
-    let f = open_registered(
-        &server,
-        "small",
-        &[],
-        &["get_time"],
-        json!({"tools": [tool("get_time")]}),
-    );
-    let b = f.join_registered(&server, json!({}));
+    let (f, b) = get_time_pair(&server, "small");
     mock.push(Reply::anthropic_tool_use(vec![
         json!({"type": "tool_use", "id": "tu_m", "name": "lookup_db", "input": {}}),
         json!({"type": "tool_use", "id": "tu_c", "name": "get_time", "input": {}}),

@@ -105,14 +105,7 @@ fn c118_c119_c124_queued_driver_is_silent_then_runs_in_fifo_order() {
 #[test]
 fn c120_owner_resumes_a_live_pause_while_another_driver_queues() {
     let (mock, server) = anthropic_server(&[("BAE_TURN_TIMEOUT", "30")]);
-    let f = open_registered(
-        &server,
-        "main",
-        &[],
-        &["get_time"],
-        json!({"tools": [tool("get_time")]}),
-    );
-    let b = f.join_registered(&server, json!({}));
+    let (f, b) = get_time_pair(&server, "main");
     mock.push(Reply::tool_use("tu_1", "get_time", json!({})));
     let (_, t) = send(&server, &f.session_id, &f.a, json!("time?"));
     assert_eq!(t["result"]["message"]["content"][0]["dispatch"], "client");
@@ -147,14 +140,7 @@ fn c120_owner_resumes_a_live_pause_while_another_driver_queues() {
 #[test]
 fn c121_c122_expired_pause_is_retired_by_the_next_arrival() {
     let (mock, server) = anthropic_server(&[("BAE_TURN_TIMEOUT", "1")]);
-    let f = open_registered(
-        &server,
-        "main",
-        &[],
-        &["get_time"],
-        json!({"tools": [tool("get_time")]}),
-    );
-    let b = f.join_registered(&server, json!({}));
+    let (f, b) = get_time_pair(&server, "main");
     let mut observer = subscribe(&server, &f.session_id, &b.session_key, json!({}));
     observer.wait_head(WAIT);
     mock.push(Reply::anthropic_tool_use(vec![
@@ -231,14 +217,7 @@ fn c121_c122_expired_pause_is_retired_by_the_next_arrival() {
 #[test]
 fn c121_c122_engine_timer_admits_the_queued_waiter_at_the_deadline() {
     let (mock, server) = anthropic_server(&[("BAE_TURN_TIMEOUT", "1")]);
-    let f = open_registered(
-        &server,
-        "main",
-        &[],
-        &["get_time"],
-        json!({"tools": [tool("get_time")]}),
-    );
-    let b = f.join_registered(&server, json!({}));
+    let (f, b) = get_time_pair(&server, "main");
     let mut observer = subscribe(&server, &f.session_id, &b.session_key, json!({}));
     observer.wait_head(WAIT);
     mock.push(Reply::tool_use("tu_1", "get_time", json!({})));
@@ -276,14 +255,7 @@ fn c121_c122_engine_timer_admits_the_queued_waiter_at_the_deadline() {
 #[test]
 fn c123_late_owner_resumes_when_nobody_else_arrived() {
     let (mock, server) = anthropic_server(&[("BAE_TURN_TIMEOUT", "1")]);
-    let f = open_registered(
-        &server,
-        "main",
-        &[],
-        &["get_time"],
-        json!({"tools": [tool("get_time")]}),
-    );
-    let _b = f.join_registered(&server, json!({}));
+    let (f, _b) = get_time_pair(&server, "main");
     mock.push(Reply::tool_use("tu_1", "get_time", json!({})));
     send(&server, &f.session_id, &f.a, json!("time?"));
     std::thread::sleep(Duration::from_millis(1300));
@@ -404,14 +376,7 @@ fn malformed_retirement_messages_error_the_session() {
         (json!(""), None),
     ];
     for (content, reason) in cases {
-        let f = open_registered(
-            &server,
-            "main",
-            &[],
-            &["get_time"],
-            json!({"tools": [tool("get_time")]}),
-        );
-        let b = f.join_registered(&server, json!({}));
+        let (f, b) = get_time_pair(&server, "main");
         mock.push(Reply::tool_use("tu_1", "get_time", json!({})));
         send(&server, &f.session_id, &f.a, json!("time?"));
         let (_, t) = send(&server, &f.session_id, &b, content.clone());
@@ -444,14 +409,7 @@ fn malformed_retirement_messages_error_the_session() {
 #[test]
 fn c125_waiter_behind_a_pause_fails_when_the_resume_errors_the_session() {
     let (mock, server) = anthropic_server(&[("BAE_TURN_TIMEOUT", "30")]);
-    let f = open_registered(
-        &server,
-        "main",
-        &[],
-        &["get_time"],
-        json!({"tools": [tool("get_time")]}),
-    );
-    let b = f.join_registered(&server, json!({}));
+    let (f, b) = get_time_pair(&server, "main");
     mock.push(Reply::tool_use("tu_1", "get_time", json!({})));
     send(&server, &f.session_id, &f.a, json!("time?"));
     let mut sb = send_stream(&server, &f.session_id, &b, json!("B"));

@@ -117,6 +117,20 @@ impl Fixture {
     }
 }
 
+/// Driver A (declaring the client tool `get_time`) and a second driver B on
+/// one session: the usual cast of the gate tests.
+pub fn get_time_pair(server: &Server, primary: &str) -> (Fixture, Client) {
+    let f = open_registered(
+        server,
+        primary,
+        &[],
+        &["get_time"],
+        json!({"tools": [tool("get_time")]}),
+    );
+    let b = f.join_registered(server, json!({}));
+    (f, b)
+}
+
 /// Opt-in switch that keeps driver registrations across restarts
 /// (extension; off by default: the contract's registry is in memory).
 pub const DURABLE_DRIVERS: (&str, &str) = ("BAE_DURABLE_DRIVERS", "true");
