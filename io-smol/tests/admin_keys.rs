@@ -173,6 +173,28 @@ fn c212_pre_provisioned_hash_file_is_ingested_without_writing_a_key_file() {
     assert!(!s.admin_key_file().exists());
 }
 
+/// Older baectl releases write Argon2id PHC hashes (spec 03 §5.1, project
+/// decision): the paired plaintext authenticates, and the row is upgraded to
+/// the SHA-256 digest on that first use so Argon2 is never paid again.
+#[test]
+fn c236_legacy_argon2id_hash_file_verifies_and_is_upgraded_on_first_use() {
+    use argon2::password_hash::{PasswordHasher, SaltString};
+    let salt = SaltString::from_b64("c29tZXNhbHRzb21lc2FsdA").unwrap();
+    let phc = argon2::Argon2::default()
+        .hash_password(PLAIN.as_bytes(), &salt)
+        .unwrap()
+        .to_string();
+    let dir = TestDir::new("baesrv-hash").unwrap();
+    let hash = json!({"key_hash": phc, "prefix": "bae_admin_0123", "name": "legacy"});
+    std::fs::write(dir.join("admin-key-hash.pem"), hash.to_string()).unwrap();
+    let s = Server::start(opts().db_dir(dir.path()));
+    assert!(!s.admin_key_file().exists());
+    assert_eq!(active_admin_rows(&s)[0][2].as_deref(), Some(phc.as_str()));
+    assert_admin_ok(&s, PLAIN);
+    assert_eq!(active_admin_rows(&s)[0][2], Some(sha256_hex(PLAIN)));
+    assert_admin_ok(&s, PLAIN);
+}
+
 #[test]
 fn c212_hash_file_name_defaults_to_provisioned_admin() {
     let dir = TestDir::new("baesrv-hash").unwrap();
