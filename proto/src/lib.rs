@@ -7,5 +7,6 @@
 
 pub mod http;
 pub mod jsonrpc;
+pub mod mcp;
 pub mod provider;
 pub mod wire;
