@@ -194,6 +194,7 @@ impl Driver {
                         });
                     }
                     Output::Write(_) => unreachable!(),
+                    Output::Mcp(_) => unreachable!("the bench configures no MCP server"),
                 }
             }
         }

@@ -210,7 +210,13 @@ impl Engine {
             "session_key": session_key,
             "profile": self.sanitized_profile(&profile_id),
         });
-        self.respond_value(conn, 201, &response);
+        // 10. MCP servers connect before the 201 (spec 06 §4.1).
+        self.connect_mcp_then_respond(
+            conn,
+            &session_id,
+            &profile.row.mcp_servers,
+            response.to_string().into_bytes(),
+        );
     }
 
     fn join_session(&mut self, conn: ConnId, req: &Request, session_id: &str) {
@@ -390,6 +396,7 @@ impl Engine {
     pub(crate) fn teardown_session(&mut self, session_id: &str) {
         self.catalog.drivers.remove(session_id);
         self.end_live_session(session_id);
+        self.mcp.close_session(session_id);
     }
 
     /// Create/join steps "profile" and "primary provider": each failure is

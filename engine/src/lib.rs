@@ -18,6 +18,7 @@ mod auth_legacy;
 mod client_api;
 mod conn;
 mod log;
+pub mod mcp;
 pub mod mem_store;
 mod model;
 #[cfg(feature = "planted-bugs")]
@@ -25,6 +26,7 @@ pub mod planted;
 mod respond;
 mod rpc;
 mod rpc_sandbox;
+mod session_mcp;
 pub mod store;
 mod turn;
 
@@ -114,6 +116,11 @@ pub enum Input {
     },
     /// A provider call finished.
     ProviderDone { call: CallId, reply: ProviderReply },
+    /// Something happened on an MCP transport opened by [`Output::Mcp`].
+    Mcp {
+        conn: mcp::McpConnId,
+        event: mcp::McpEvent,
+    },
     /// Graceful shutdown began: stop starting work, end streams.
     Shutdown,
 }
@@ -134,6 +141,8 @@ pub enum Output {
     Read { id: ReadId, read: StoreRead },
     /// Perform a provider call and report [`Input::ProviderDone`].
     CallProvider(ProviderCall),
+    /// Open, write to or close an MCP transport; report [`Input::Mcp`].
+    Mcp(mcp::McpCommand),
 }
 
 /// One `[[providers.entries]]` registry entry, as the engine needs it.
@@ -172,6 +181,12 @@ pub struct Config {
     pub admin_providers_json: String,
     pub admin_mcp_servers_json: String,
     pub admin_config_json: String,
+    /// The `[[mcp.servers]]` registry (templates unresolved).
+    pub mcp_servers: Vec<mcp::McpServerSpec>,
+    /// Per MCP request (spec: 30 s), an engine timer.
+    pub mcp_timeout_ms: u64,
+    /// Longest MCP message (stdout line or HTTP body) accepted.
+    pub mcp_max_message_bytes: usize,
     /// `BAE_MAX_SUBAGENTS_PER_SESSION`.
     pub max_subagents_per_session: u64,
     /// Opt-in: keep driver registrations across restarts (rebuilt from the
@@ -212,6 +227,9 @@ impl Default for Config {
             admin_providers_json: r#"{"items":[]}"#.to_string(),
             admin_mcp_servers_json: r#"{"items":[]}"#.to_string(),
             admin_config_json: "{}".to_string(),
+            mcp_servers: Vec::new(),
+            mcp_timeout_ms: 30_000,
+            mcp_max_message_bytes: 16 * 1024 * 1024,
             max_subagents_per_session: 8,
             durable_drivers: false,
             max_queued_per_session: 256,
@@ -251,6 +269,13 @@ pub struct Engine {
     /// Provider calls in flight, by the turn that made them.
     calls: HashMap<CallId, turn::TurnId>,
     next_call: CallId,
+    /// Every session's MCP connection set.
+    mcp: mcp::McpHub,
+    /// Creates waiting for their MCP connects: session → (request, 201 body).
+    pending_creates: BTreeMap<String, (ConnId, Vec<u8>)>,
+    /// MCP calls in flight, by the turn that made them.
+    mcp_calls: HashMap<mcp::CallToken, turn::TurnId>,
+    next_mcp_call: mcp::CallToken,
     /// When the last legacy Argon2id verification failed (rate limit).
     last_legacy_failure: Option<u64>,
     /// While set, events are not echoed on this connection's stream (a
@@ -265,7 +290,16 @@ impl Engine {
         #[cfg(feature = "planted-bugs")]
         let snapshot = planted::restore_snapshot(&config, snapshot);
         let catalog = Catalog::restore(&snapshot, config.durable_drivers);
+        let mcp = mcp::McpHub::new(mcp::McpSettings {
+            server_version: config.version.clone(),
+            timeout_ms: config.mcp_timeout_ms,
+            max_message_bytes: config.mcp_max_message_bytes,
+        });
         Engine {
+            mcp,
+            pending_creates: BTreeMap::new(),
+            mcp_calls: HashMap::new(),
+            next_mcp_call: 1,
             config,
             entropy,
             outputs: VecDeque::new(),
@@ -298,8 +332,10 @@ impl Engine {
             Input::Closed { conn } => self.on_closed(conn),
             Input::ReadDone { id, result } => self.on_read_done(id, result),
             Input::ProviderDone { call, reply } => self.on_provider_done(call, reply),
+            Input::Mcp { conn, event } => self.mcp.handle(conn, event, now.mono_ms),
             Input::Shutdown => self.on_shutdown(),
         }
+        self.pump_mcp();
     }
 
     /// Fires every timer due at `now`.
@@ -308,6 +344,8 @@ impl Engine {
         self.fire_gate_deadlines();
         self.send_keepalives();
         self.expire_reads();
+        self.mcp.handle_timeout(now.mono_ms);
+        self.pump_mcp();
     }
 
     /// Next thing to do, in order. Drain it completely after every input.
@@ -321,6 +359,7 @@ impl Engine {
             self.next_gate_deadline(),
             self.next_keepalive(),
             self.next_read_deadline(),
+            self.mcp.poll_timeout(),
         ]
         .into_iter()
         .flatten()

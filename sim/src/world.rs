@@ -566,6 +566,8 @@ impl World {
                     self.io.queued.push_back(Job::Read { id, read });
                 }
                 Output::CallProvider(call) => self.call_provider(call),
+                // The simulated registry has no MCP servers: nothing opens.
+                Output::Mcp(cmd) => self.t(format!("out mcp {cmd:?}")),
             }
         }
         self.pump_worker();

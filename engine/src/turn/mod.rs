@@ -9,6 +9,7 @@
 pub mod compact;
 pub mod merge;
 mod recover;
+pub mod tools;
 
 use std::collections::VecDeque;
 
@@ -119,6 +120,8 @@ pub struct Turn {
     pub last_usage: Option<(u64, u64)>,
     /// Auto-compaction trigger carried from a resumed or retired pause.
     pub carried_trigger: Option<u64>,
+    /// The tool round in progress (server tools may be asynchronous).
+    pub round: Option<Box<tools::Round>>,
 }
 
 /// What the provider calls of a [`Turn`] are for.
@@ -292,6 +295,7 @@ impl Engine {
                 mode,
                 last_usage: None,
                 carried_trigger: None,
+                round: None,
             },
         );
         turn_id
@@ -686,245 +690,6 @@ impl Engine {
         self.turn_event(turn_id, "session.error", payload);
         self.set_state(&session_id, SessionState::Error);
         self.end_turn(turn_id, Outcome::ProvidersFailed)
-    }
-
-    /// A successful round trip: finish, pause, or dispatch server tools and
-    /// go round again.
-    fn on_assistant(&mut self, turn_id: TurnId, content: Vec<Value>) {
-        let Some(t) = self.turns.get(&turn_id) else {
-            return;
-        };
-        let (session_id, key_id) = (t.session_id.clone(), t.key_id.clone());
-        let uses: Vec<Value> = provider::tool_uses(&content).into_iter().cloned().collect();
-        if uses.is_empty() {
-            let message = json!({"role": "assistant", "content": content});
-            self.turn_event(turn_id, "server.message.send", message.clone());
-            if self.maybe_auto_compact(turn_id, &message) {
-                return;
-            }
-            return self.end_turn(turn_id, Outcome::Completed(message));
-        }
-        let dispatches: Vec<&'static str> = uses
-            .iter()
-            .map(|u| self.classify(&session_id, &key_id, u["name"].as_str().unwrap_or("")))
-            .collect();
-        for (u, d) in uses.iter().zip(&dispatches) {
-            let payload = json!({
-                "id": u.get("id").cloned().unwrap_or(Value::Null),
-                "name": u["name"],
-                "input": u.get("input").cloned().unwrap_or_else(|| json!({})),
-                "dispatch": d,
-                "server_name": null,
-            });
-            self.turn_event(turn_id, "tool.call", payload);
-        }
-        let mut server_results = Vec::new();
-        for (u, d) in uses.iter().zip(&dispatches) {
-            if *d != "client" {
-                server_results.push(self.dispatch_server_tool(turn_id, u, d));
-            }
-        }
-        if dispatches.contains(&"client") {
-            let mut annotated = content.clone();
-            let mut i = 0;
-            for block in annotated.iter_mut() {
-                if block.get("type").and_then(Value::as_str) == Some("tool_use")
-                    && block["name"].is_string()
-                {
-                    block["dispatch"] = json!(dispatches[i]);
-                    i += 1;
-                }
-            }
-            let message = json!({"role": "assistant", "content": annotated});
-            self.turn_event(turn_id, "server.message.send", message.clone());
-            let expected = uses
-                .iter()
-                .map(|u| {
-                    u.get("id")
-                        .and_then(Value::as_str)
-                        .unwrap_or("")
-                        .to_string()
-                })
-                .collect();
-            let auto_trigger = self.auto_crossing(turn_id);
-            let pause = Pause {
-                owner: key_id,
-                deadline: self.now.mono_ms + self.config.turn_timeout_ms,
-                expected,
-                server_results,
-                auto_trigger,
-            };
-            #[cfg(feature = "planted-bugs")]
-            let pause = self.planted_early_deadline(pause);
-            return self.end_turn(turn_id, Outcome::Paused(message, pause));
-        }
-        // All-server round: extend the in-memory history only.
-        if let Some(t) = self.turns.get_mut(&turn_id) {
-            t.tail
-                .push(json!({"role": "assistant", "content": content}));
-            t.tail
-                .push(json!({"role": "user", "content": server_results}));
-        }
-        self.next_round(turn_id);
-    }
-
-    /// `client` | `sandbox` | `subagent` | `mcp` for a tool name (spec 06 §2).
-    fn classify(&self, session_id: &str, key_id: &str, name: &str) -> &'static str {
-        let s = &self.catalog.sessions[session_id];
-        let has = |map: &crate::model::ToolMap| {
-            map.get(key_id)
-                .iter()
-                .any(|t| t.get("name").and_then(Value::as_str) == Some(name))
-        };
-        if has(&s.client_tools) {
-            "client"
-        } else if has(&s.sandbox_tools) {
-            "sandbox"
-        } else if has(&s.subagent_tools) || name == "remote_subagent_status" {
-            "subagent"
-        } else {
-            "mcp"
-        }
-    }
-
-    /// Runs one server-side tool and returns its `tool_result` block. No MCP
-    /// connection, remote sandbox or subagent runner exists in this server
-    /// yet, so each answers with its documented "not available" result.
-    fn dispatch_server_tool(&mut self, turn_id: TurnId, tool_use: &Value, dispatch: &str) -> Value {
-        let id = tool_use
-            .get("id")
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_string();
-        let name = tool_use["name"].as_str().unwrap_or("").to_string();
-        let input = tool_use.get("input").cloned().unwrap_or_else(|| json!({}));
-        let mut is_error = true;
-        let (content, extra) = match dispatch {
-            "sandbox" => {
-                let command = input
-                    .get("command")
-                    .filter(|c| c.is_string())
-                    .cloned()
-                    .unwrap_or(Value::Null);
-                let error = format!(
-                    "no remote sandbox is running for tool '{name}'; call session.startRemoteSandbox first"
-                );
-                self.turn_event(
-                    turn_id,
-                    "sandbox.request",
-                    json!({"tool": name, "input": input, "command": command}),
-                );
-                self.turn_event(
-                    turn_id,
-                    "sandbox.response",
-                    json!({"sandbox_id": null, "ok": false, "error": error}),
-                );
-                (
-                    json!([{"type": "text", "text": format!("sandbox error: {error}")}]),
-                    json!(null),
-                )
-            }
-            "subagent" => {
-                let (text, failed) = self.subagent_result(turn_id, &name, &input);
-                is_error = failed;
-                (json!([{"type": "text", "text": text}]), json!(null))
-            }
-            _ => {
-                let error = format!("no MCP server is configured for tool '{name}'");
-                self.turn_event(
-                    turn_id,
-                    "mcp.request",
-                    json!({"method": "tools/call", "server_name": null, "tool": name, "input": input}),
-                );
-                self.turn_event(
-                    turn_id,
-                    "mcp.response",
-                    json!({"server_name": null, "ok": false, "error": error}),
-                );
-                (
-                    json!([{"type": "text", "text": format!("MCP error: {error}")}]),
-                    json!(null),
-                )
-            }
-        };
-        let payload = json!({
-            "tool_use_id": id,
-            "dispatch": dispatch,
-            "server_name": extra,
-            "is_error": is_error,
-            "content": content,
-        });
-        self.turn_event(turn_id, "tool.result", payload);
-        json!({"type": "tool_result", "tool_use_id": id, "content": content, "is_error": is_error})
-    }
-
-    /// Remote subagent dispatch (spec 06 §6.3–§6.4) in a server with no
-    /// remote sandbox: launches fail validation in the documented order and
-    /// the status tool tracks nothing. Returns the result text and whether
-    /// it is an error.
-    fn subagent_result(&self, turn_id: TurnId, name: &str, input: &Value) -> (String, bool) {
-        if name == "remote_subagent_status" {
-            return match input.get("subagent_id") {
-                Some(Value::String(_)) => {
-                    (json!({"error": "unknown subagent_id"}).to_string(), true)
-                }
-                _ => (json!({"subagents": []}).to_string(), false),
-            };
-        }
-        let field = |k: &str| {
-            input
-                .get(k)
-                .and_then(Value::as_str)
-                .filter(|v| !v.trim().is_empty())
-        };
-        let error = |e: String| (json!({ "error": e }).to_string(), true);
-        let (Some(harness), Some(_), Some(_)) = (field("harness"), field("model"), field("prompt"))
-        else {
-            return error(
-                "launch_subagent requires string \"harness\", \"model\", and \"prompt\""
-                    .to_string(),
-            );
-        };
-        let Some(t) = self.turns.get(&turn_id) else {
-            return error("turn is gone".to_string());
-        };
-        let declared = self.catalog.sessions[&t.session_id]
-            .subagent_tools
-            .get(&t.key_id)
-            .iter()
-            .find(|d| d.get("name").and_then(Value::as_str) == Some(name))
-            .and_then(|d| d.get("subagents").and_then(Value::as_array))
-            .is_some_and(|entries| {
-                entries
-                    .iter()
-                    .any(|e| e.get("harness").and_then(Value::as_str) == Some(harness))
-            });
-        if !declared {
-            return error(format!("unknown harness \"{harness}\""));
-        }
-        if self.config.max_subagents_per_session == 0 {
-            return error("subagent limit reached (max 0 per session)".to_string());
-        }
-        error(format!(
-            "no remote sandbox is running for tool '{name}'; call session.startRemoteSandbox first"
-        ))
-    }
-
-    /// The acting driver's own declarations (spec 06 §1): client, sandbox,
-    /// subagent tools, in that order, as `{name, description, input_schema}`.
-    fn advertised_tools(&self, session_id: &str, key_id: &str) -> Vec<Value> {
-        let s = &self.catalog.sessions[session_id];
-        let mut out = Vec::new();
-        for map in [&s.client_tools, &s.sandbox_tools, &s.subagent_tools] {
-            for t in map.get(key_id) {
-                out.push(json!({
-                    "name": t.get("name").cloned().unwrap_or(Value::Null),
-                    "description": t.get("description").cloned().unwrap_or(Value::Null),
-                    "input_schema": t.get("input_schema").cloned().unwrap_or_else(|| json!({})),
-                }));
-            }
-        }
-        out
     }
 
     /// Appends an event on behalf of a turn (and into its `result.events`).

@@ -37,6 +37,8 @@ pub struct Harness {
     pub calls: VecDeque<ProviderCall>,
     /// Scripted provider replies, consumed in order; empty = calls wait.
     pub replies: VecDeque<ProviderReply>,
+    /// MCP transport commands, in emission order.
+    pub mcp: VecDeque<engine::mcp::McpCommand>,
     next_conn: ConnId,
 }
 
@@ -73,6 +75,7 @@ impl Harness {
             closed: Vec::new(),
             calls: VecDeque::new(),
             replies: VecDeque::new(),
+            mcp: VecDeque::new(),
             next_conn: 1,
         }
     }
@@ -121,6 +124,7 @@ impl Harness {
                     Output::Close { conn } => self.closed.push(conn),
                     Output::Read { id, read } => reads.push((id, read)),
                     Output::CallProvider(c) => self.calls.push_back(c),
+                    Output::Mcp(c) => self.mcp.push_back(c),
                 }
             }
             for (id, read) in reads {
