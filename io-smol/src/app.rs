@@ -319,7 +319,34 @@ pub fn engine_config(env: &Env, file: &FileConfig) -> engine::Config {
         ndjson_keepalive_ms: duration_ms(env.ndjson_keepalive),
         request_timeout_ms: duration_ms(env.request_timeout),
         idle_timeout_ms: duration_ms(env.idle_timeout),
+        mcp_servers: file.mcp.servers.iter().map(mcp_spec).collect(),
+        mcp_timeout_ms: duration_ms(env.mcp_timeout),
+        mcp_max_message_bytes: env.mcp_max_message_bytes,
         ..engine::Config::default()
+    }
+}
+
+/// The engine's view of a registry entry (templates stay unresolved).
+fn mcp_spec(s: &config::McpServer) -> engine::mcp::McpServerSpec {
+    use config::Transport;
+    let transport = match s.transport {
+        Transport::Stdio => engine::mcp::McpTransport::Stdio {
+            command: s.command.clone().unwrap_or_default(),
+            args: s.args.clone(),
+        },
+        // Both are MCP "streamable HTTP" (spec 06 §4.4).
+        Transport::Http | Transport::Sse => engine::mcp::McpTransport::Http {
+            url: s.url.clone().unwrap_or_default(),
+            headers: s
+                .headers
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+        },
+    };
+    engine::mcp::McpServerSpec {
+        name: s.name.clone(),
+        transport,
     }
 }
 

@@ -126,6 +126,12 @@ pub struct Env {
     /// default off: driver registrations survive restarts (opt-in, visible
     /// on the wire: participants and `-32001` differ from the reference).
     pub durable_drivers: bool,
+    /// Extension `BAE_MCP_TIMEOUT`, default 30 s (≥ 1): how long one MCP
+    /// request (handshake step or `tools/call`) may take (spec 06 §4.4).
+    pub mcp_timeout: Duration,
+    /// Extension `BAE_MCP_MAX_MESSAGE_BYTES`, default 16777216 (16 MiB, ≥ 1):
+    /// longest MCP stdout line or HTTP response body accepted.
+    pub mcp_max_message_bytes: usize,
 }
 
 /// Default `BAE_ADDR`.
@@ -214,6 +220,12 @@ pub fn parse_env(get: impl Fn(&str) -> Option<String>) -> Result<Env, ConfigErro
     let max_queued_turns =
         positive_usize("BAE_MAX_QUEUED_TURNS", get("BAE_MAX_QUEUED_TURNS"), 256)?;
     let ndjson_keepalive = seconds("BAE_NDJSON_KEEPALIVE", get("BAE_NDJSON_KEEPALIVE"), 0)?;
+    let mcp_timeout = positive_seconds("BAE_MCP_TIMEOUT", get("BAE_MCP_TIMEOUT"), 30)?;
+    let mcp_max_message_bytes = positive_usize(
+        "BAE_MCP_MAX_MESSAGE_BYTES",
+        get("BAE_MCP_MAX_MESSAGE_BYTES"),
+        16 * 1024 * 1024,
+    )?;
     let durable_drivers = get("BAE_DURABLE_DRIVERS")
         .map(|v| is_truthy(&v))
         .unwrap_or(false);
@@ -258,6 +270,8 @@ pub fn parse_env(get: impl Fn(&str) -> Option<String>) -> Result<Env, ConfigErro
         request_timeout,
         idle_timeout,
         max_connections,
+        mcp_timeout,
+        mcp_max_message_bytes,
         max_queued_turns,
         ndjson_keepalive,
         durable_drivers,

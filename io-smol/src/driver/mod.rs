@@ -21,6 +21,7 @@
 //! failed batch is released, so nothing unacknowledged was ever revealed and
 //! a restart rebuilds the state from the database.
 
+pub mod mcp;
 pub mod pipeline;
 pub mod provider;
 
@@ -141,6 +142,7 @@ enum Event {
     /// `Received`, `Flushed` or `Closed` from a connection task.
     Net(Input),
     Provider(CallId, ProviderReply),
+    Mcp(engine::mcp::McpConnId, engine::mcp::McpEvent),
     Committed(u64),
     ReadDone(ReadId, Result<ReadResult, String>),
     Signal,
@@ -172,6 +174,7 @@ pub fn run(
         .spawn(move || store_worker(store, jobs_rx, store_events))?;
 
     let driver = Driver {
+        mcp: mcp::McpTransports::new(events_tx.clone()),
         engine,
         clock,
         pipe: Pipeline::new(),
@@ -193,6 +196,7 @@ pub fn run(
 
 struct Driver {
     engine: Engine,
+    mcp: mcp::McpTransports,
     clock: Clock,
     pipe: Pipeline,
     conns: HashMap<ConnId, Conn>,
@@ -340,6 +344,7 @@ impl Driver {
                 self.provider_inflight = self.provider_inflight.saturating_sub(1);
                 self.input(Input::ProviderDone { call, reply });
             }
+            Event::Mcp(conn, event) => self.input(Input::Mcp { conn, event }),
             Event::Committed(batch) => {
                 for d in self.pipe.committed(batch) {
                     self.dispatch(d);
@@ -398,6 +403,7 @@ impl Driver {
                 }
                 Output::Read { id, read } => self.pipe.read(id, read),
                 Output::CallProvider(call) => self.call_provider(call),
+                Output::Mcp(cmd) => self.mcp.perform(cmd),
             }
         }
     }
@@ -451,6 +457,8 @@ impl Driver {
 
     /// After the drain: commit everything still pending, then return.
     async fn finish(mut self, events: &Receiver<Event>) {
+        // MCP children are killed and reaped before the process exits.
+        self.mcp.shutdown(Duration::from_secs(2)).await;
         loop {
             self.submit_store();
             if self.pipe.is_quiet() {

@@ -74,7 +74,7 @@ pub fn perform_with_env(
 
 /// The transport error without its URL (spec 08 §6: a URL may carry a
 /// secret).
-fn transport_text(t: &ureq::Transport) -> String {
+pub(crate) fn transport_text(t: &ureq::Transport) -> String {
     let mut s = t.kind().to_string();
     if let Some(m) = t.message() {
         s.push_str(": ");
