@@ -8,6 +8,7 @@
 
 pub mod fixtures;
 pub mod http;
+pub mod mcp;
 pub mod mock_provider;
 pub mod server;
 pub mod tempdir;

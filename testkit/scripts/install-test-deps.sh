@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Installs the real MCP servers the end-to-end tests talk to:
+#   - PyPI `mcp` (official Python SDK) for python3 on PATH, used by
+#     testkit/fixtures/mcp/fixture_server.py
+#   - npm `@modelcontextprotocol/server-everything`, globally, which puts
+#     `mcp-server-everything` on PATH
+# Idempotent: does nothing (quickly) when the pinned versions are present.
+set -euo pipefail
+
+MCP_PY_VERSION=2.3.0
+EVERYTHING_VERSION=2026.8.31
+EVERYTHING_PKG=@modelcontextprotocol/server-everything
+
+have_py=$(python3 -c 'import importlib.metadata as m; print(m.version("mcp"))' 2>/dev/null || true)
+if [ "$have_py" = "$MCP_PY_VERSION" ]; then
+  echo "install-test-deps: python mcp $MCP_PY_VERSION already installed"
+else
+  echo "install-test-deps: pip installing mcp==$MCP_PY_VERSION for $(command -v python3) (had: ${have_py:-none})"
+  PIP_ROOT_USER_ACTION=ignore PIP_BREAK_SYSTEM_PACKAGES=1 PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    python3 -m pip install --quiet "mcp==$MCP_PY_VERSION"
+  python3 -c 'import mcp.server.mcpserver' ||
+    { echo "install-test-deps: mcp installed but not importable" >&2; exit 1; }
+fi
+
+have_js=""
+if command -v mcp-server-everything >/dev/null 2>&1; then
+  pkg_json="$(npm root -g)/$EVERYTHING_PKG/package.json"
+  have_js=$(node -p "require('$pkg_json').version" 2>/dev/null || true)
+fi
+if [ "$have_js" = "$EVERYTHING_VERSION" ]; then
+  echo "install-test-deps: $EVERYTHING_PKG $EVERYTHING_VERSION already installed"
+else
+  echo "install-test-deps: npm installing -g $EVERYTHING_PKG@$EVERYTHING_VERSION (had: ${have_js:-none})"
+  npm install -g --no-audit --no-fund --loglevel=error "$EVERYTHING_PKG@$EVERYTHING_VERSION"
+  command -v mcp-server-everything >/dev/null ||
+    { echo "install-test-deps: mcp-server-everything not on PATH after install" >&2; exit 1; }
+fi
