@@ -14,6 +14,8 @@
 //! server cannot hold a turn past it.
 
 mod conn;
+#[cfg(test)]
+mod tests;
 
 use std::collections::{BTreeMap, VecDeque};
 
