@@ -273,6 +273,8 @@ pub struct Engine {
     mcp: mcp::McpHub,
     /// Creates waiting for their MCP connects: session → (request, 201 body).
     pending_creates: BTreeMap<String, (ConnId, Vec<u8>)>,
+    /// Turns waiting for their session's MCP servers to be restored.
+    mcp_restoring: BTreeMap<String, turn::TurnId>,
     /// MCP calls in flight, by the turn that made them.
     mcp_calls: HashMap<mcp::CallToken, turn::TurnId>,
     next_mcp_call: mcp::CallToken,
@@ -298,6 +300,7 @@ impl Engine {
         Engine {
             mcp,
             pending_creates: BTreeMap::new(),
+            mcp_restoring: BTreeMap::new(),
             mcp_calls: HashMap::new(),
             next_mcp_call: 1,
             config,

@@ -61,5 +61,50 @@ impl Engine {
                 self.respond_json(conn, 201, &body);
             }
         }
+        if let Some(turn_id) = self.mcp_restoring.remove(session_id) {
+            self.start_loop(turn_id);
+        }
+    }
+
+    /// Extension (`reconnect = true` servers): a session that existed
+    /// before this process started has no MCP connections; its first chat
+    /// turn connects the profile's reconnecting servers before the first
+    /// provider call. Returns whether the turn now waits for them.
+    pub(crate) fn restore_mcp(&mut self, turn_id: crate::turn::TurnId) -> bool {
+        let Some(t) = self.turns.get(&turn_id) else {
+            return false;
+        };
+        if !matches!(t.mode, crate::turn::Mode::Chat) {
+            return false;
+        }
+        let session_id = t.session_id.clone();
+        let Some(session) = self.catalog.sessions.get(&session_id) else {
+            return false;
+        };
+        let fresh = session.fresh;
+        let profile_id = session.profile_id.clone();
+        let live = self.live_mut(&session_id);
+        if fresh || live.mcp_checked {
+            return false;
+        }
+        live.mcp_checked = true;
+        let names = self
+            .catalog
+            .live_profile(&profile_id)
+            .map(|p| p.row.mcp_servers.clone())
+            .unwrap_or_default();
+        let servers: Vec<McpServerSpec> = names
+            .iter()
+            .filter_map(|n| self.config.mcp_servers.iter().find(|s| &s.name == n))
+            .filter(|s| s.reconnect)
+            .cloned()
+            .collect();
+        if servers.is_empty() || self.mcp.has_session(&session_id) {
+            return false;
+        }
+        self.mcp_restoring.insert(session_id.clone(), turn_id);
+        let now = self.now.mono_ms;
+        self.mcp.connect_session(&session_id, servers, now);
+        true
     }
 }

@@ -16,6 +16,7 @@ fn mcp_config() -> Config {
             command: "srv".into(),
             args: vec![],
         },
+        reconnect: false,
     };
     Config {
         mcp_servers: vec![spec("a"), spec("b")],

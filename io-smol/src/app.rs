@@ -347,6 +347,7 @@ fn mcp_spec(s: &config::McpServer) -> engine::mcp::McpServerSpec {
     engine::mcp::McpServerSpec {
         name: s.name.clone(),
         transport,
+        reconnect: s.reconnect,
     }
 }
 

@@ -122,3 +122,21 @@ fn a_hundred_sessions_opened_and_closed_leave_no_process_or_fd_behind() {
         mcp::fd_count(pid)
     );
 }
+
+#[test]
+fn kill_9_of_the_server_takes_its_mcp_children_down() {
+    let marker = unique_name("mcp-marker");
+    let raw = mcp::fixture("raw_server.py");
+    // `--linger`: this server ignores stdin EOF, so only the kernel's
+    // parent-death signal can stop it once baesrv is gone.
+    let toml = stdio_toml("a", "python3", &[&raw, "normal", &marker, "--linger"]);
+    let (_mock, mut server) = server(&toml, &[]);
+    let _f = open_mcp(&server, &["a"], &[], json!({}));
+    assert_eq!(processes_matching(&marker).len(), 1);
+    server.kill9();
+    assert!(
+        eventually(WAIT, || processes_matching(&marker).is_empty()),
+        "left after kill -9: {:?}",
+        processes_matching(&marker)
+    );
+}

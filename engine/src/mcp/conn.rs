@@ -6,7 +6,11 @@
 use proto::mcp::{self, errors, Answer, CallOutcome, McpMethod, McpTool};
 use serde_json::Value;
 
-use super::{CallToken, McpCommand, McpConnId, McpEvent, McpSettings};
+use super::{CallToken, McpCommand, McpConnId, McpEvent, McpServerSpec, McpSettings};
+
+/// Backoff between reconnect attempts of a `reconnect = true` server.
+const BACKOFF_START_MS: u64 = 250;
+const BACKOFF_MAX_MS: u64 = 30_000;
 
 /// What a handled event means for the hub.
 pub(super) enum Step {
@@ -14,6 +18,19 @@ pub(super) enum Step {
     Connected(Vec<McpTool>),
     ConnectFailed(String),
     CallDone(CallToken, CallOutcome),
+    /// The HTTP server no longer knows our `mcp-session-id` (404): the call
+    /// was not processed, so it may be sent again on a new session.
+    Expired(PendingCall),
+}
+
+/// A `tools/call` as sent, kept so an expired HTTP session can replay it
+/// once on a fresh one.
+#[derive(Debug, Clone)]
+pub(super) struct PendingCall {
+    pub tool: String,
+    pub input: Value,
+    pub token: CallToken,
+    pub replayed: bool,
 }
 
 /// The request a connection is waiting on.
@@ -44,6 +61,7 @@ struct Pending {
     exchange: u64,
     awaiting: Awaiting,
     deadline: u64,
+    call: Option<PendingCall>,
 }
 
 /// A message queued for the driver.
@@ -66,7 +84,7 @@ impl Outgoing {
 
 pub(super) struct Conn {
     session_id: String,
-    server: String,
+    spec: McpServerSpec,
     http: bool,
     timeout_ms: u64,
     version: String,
@@ -78,20 +96,26 @@ pub(super) struct Conn {
     http_session: Option<String>,
     outgoing: Vec<Outgoing>,
     tools: Vec<McpTool>,
+    /// A reconnect incarnation (its handshake is not part of a create).
+    reconnect: bool,
+    /// Failed reconnect attempts in a row, and when the next may start.
+    attempts: u32,
+    retry_at: u64,
+    /// The call that triggered a reconnect, sent once the handshake is done.
+    queued: Option<PendingCall>,
 }
 
 impl Conn {
     pub(super) fn new(
         session_id: &str,
-        server: &str,
-        http: bool,
+        spec: McpServerSpec,
         now: u64,
         settings: &McpSettings,
     ) -> Self {
         Conn {
             session_id: session_id.to_string(),
-            server: server.to_string(),
-            http,
+            http: matches!(spec.transport, super::McpTransport::Http { .. }),
+            spec,
             timeout_ms: settings.timeout_ms,
             version: settings.server_version.clone(),
             next_id: 1,
@@ -99,16 +123,75 @@ impl Conn {
                 exchange: 0,
                 awaiting: Awaiting::Open,
                 deadline: now + settings.timeout_ms,
+                call: None,
             }),
             broken: None,
             http_session: None,
             outgoing: Vec::new(),
             tools: Vec::new(),
+            reconnect: false,
+            attempts: 0,
+            retry_at: 0,
+            queued: None,
         }
     }
 
+    /// A new incarnation of `old` (same server, same session) that will
+    /// send `queued` once its handshake is done.
+    pub(super) fn reopen(
+        old: &Conn,
+        queued: PendingCall,
+        now: u64,
+        settings: &McpSettings,
+    ) -> Self {
+        let mut c = Conn::new(&old.session_id, old.spec.clone(), now, settings);
+        c.reconnect = true;
+        c.attempts = old.attempts;
+        c.tools = old.tools.clone();
+        c.queued = Some(queued);
+        c
+    }
+
+    pub(super) fn spec(&self) -> &McpServerSpec {
+        &self.spec
+    }
+
     pub(super) fn server_name(&self) -> &str {
-        &self.server
+        &self.spec.name
+    }
+
+    pub(super) fn is_reconnect(&self) -> bool {
+        self.reconnect
+    }
+
+    /// `Some(reason)` when the transport failed for good.
+    pub(super) fn broken(&self) -> Option<&str> {
+        self.broken.as_deref()
+    }
+
+    /// Whether a broken connection may be replaced, and from when.
+    pub(super) fn may_reconnect(&self) -> Option<u64> {
+        self.spec.reconnect.then_some(self.retry_at)
+    }
+
+    /// A reconnect attempt failed: back off exponentially.
+    pub(super) fn backoff(&mut self, now: u64, reason: String) {
+        self.attempts = self.attempts.saturating_add(1);
+        let shift = self.attempts.saturating_sub(1).min(16);
+        let delay = (BACKOFF_START_MS << shift).min(BACKOFF_MAX_MS);
+        self.retry_at = now + delay;
+        self.broken = Some(reason);
+        self.pending = None;
+    }
+
+    pub(super) fn take_queued(&mut self) -> Option<PendingCall> {
+        self.queued.take()
+    }
+
+    /// The handshake of a reconnect finished: attempts start over.
+    pub(super) fn reset_backoff(&mut self) {
+        self.attempts = 0;
+        self.retry_at = 0;
     }
 
     pub(super) fn session_id(&self) -> &str {
@@ -140,6 +223,17 @@ impl Conn {
 
     /// Sends a request and waits for its answer.
     fn request(&mut self, method: McpMethod, params: &Value, awaiting: Awaiting, now: u64) {
+        self.request_for(method, params, awaiting, None, now);
+    }
+
+    fn request_for(
+        &mut self,
+        method: McpMethod,
+        params: &Value,
+        awaiting: Awaiting,
+        call: Option<PendingCall>,
+        now: u64,
+    ) {
         let id = self.next_id;
         self.next_id += 1;
         self.outgoing.push(Outgoing {
@@ -151,12 +245,14 @@ impl Conn {
             exchange: id,
             awaiting,
             deadline: now + self.timeout_ms,
+            call,
         });
     }
 
     /// `tools/call`; a broken or busy connection fails at once rather than
     /// waiting out the timeout.
-    pub(super) fn call(&mut self, tool: &str, input: &Value, token: CallToken, now: u64) -> Step {
+    pub(super) fn call(&mut self, call: PendingCall, now: u64) -> Step {
+        let token = call.token;
         if let Some(reason) = &self.broken {
             return Step::CallDone(token, CallOutcome::Failed(reason.clone()));
         }
@@ -164,8 +260,14 @@ impl Conn {
             let text = errors::transport("another request to this MCP server is in flight");
             return Step::CallDone(token, CallOutcome::Failed(text));
         }
-        let params = mcp::call_params(tool, input);
-        self.request(McpMethod::ToolsCall, &params, Awaiting::Call(token), now);
+        let params = mcp::call_params(&call.tool, &call.input);
+        self.request_for(
+            McpMethod::ToolsCall,
+            &params,
+            Awaiting::Call(token),
+            Some(call),
+            now,
+        );
         Step::Nothing
     }
 
@@ -206,6 +308,16 @@ impl Conn {
                 }
                 if self.pending.as_ref().map(|p| p.exchange) != Some(exchange) {
                     return Step::Nothing;
+                }
+                if status == 404 && self.spec.reconnect && self.http_session.is_some() {
+                    let call = self.pending.as_ref().and_then(|p| p.call.clone());
+                    if let Some(call) = call.filter(|c| !c.replayed) {
+                        // The server restarted or expired us: start over.
+                        self.pending = None;
+                        self.http_session = None;
+                        self.broken = Some(errors::http_status(404));
+                        return Step::Expired(call);
+                    }
                 }
                 if !(200..300).contains(&status) {
                     return self.fail_request(errors::http_status(status));
@@ -281,6 +393,7 @@ impl Conn {
                         exchange: 0,
                         awaiting: Awaiting::InitializedAck,
                         deadline: now + self.timeout_ms,
+                        call: None,
                     });
                 } else {
                     self.request(

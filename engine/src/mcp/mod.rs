@@ -22,7 +22,7 @@ use std::collections::{BTreeMap, VecDeque};
 use proto::mcp::{CallOutcome, McpTool};
 use serde_json::Value;
 
-use conn::{Conn, Step};
+use conn::{Conn, PendingCall, Step};
 
 /// Identifies one MCP transport (a child process or an HTTP endpoint
 /// session), chosen by the engine, never reused.
@@ -36,6 +36,9 @@ pub type CallToken = u64;
 pub struct McpServerSpec {
     pub name: String,
     pub transport: McpTransport,
+    /// Extension (`reconnect = true`): a broken server is replaced on the
+    /// next call, with backoff, and an expired HTTP session is renewed.
+    pub reconnect: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -178,10 +181,9 @@ impl McpHub {
             let id = self.next_conn;
             self.next_conn += 1;
             ids.push(id);
-            let is_http = matches!(server.transport, McpTransport::Http { .. });
             self.conns.insert(
                 id,
-                Conn::new(session_id, &server.name, is_http, now, &self.settings),
+                Conn::new(session_id, server.clone(), now, &self.settings),
             );
             self.commands.push_back(McpCommand::Open {
                 conn: id,
@@ -199,6 +201,11 @@ impl McpHub {
                 routes: BTreeMap::new(),
             },
         );
+    }
+
+    /// Whether the session has a connection set (or one is connecting).
+    pub fn has_session(&self, session_id: &str) -> bool {
+        self.sets.contains_key(session_id)
     }
 
     /// The session's MCP tools in provider shape (empty without a set).
@@ -225,9 +232,56 @@ impl McpHub {
         let id = *self.sets.get(session_id)?.routes.get(tool)?;
         let c = self.conns.get_mut(&id)?;
         let name = c.server_name().to_string();
-        let step = c.call(tool, input, token, now);
-        self.apply(id, step);
+        let call = PendingCall {
+            tool: tool.to_string(),
+            input: input.clone(),
+            token,
+            replayed: false,
+        };
+        if let (Some(reason), Some(retry_at)) = (c.broken(), c.may_reconnect()) {
+            if now < retry_at {
+                let text = format!("{reason} (reconnecting in {} ms)", retry_at - now);
+                self.notices.push_back(McpNotice::CallDone {
+                    token,
+                    outcome: CallOutcome::Failed(text),
+                });
+            } else {
+                self.reconnect(id, call, now);
+            }
+            return Some(name);
+        }
+        let step = c.call(call, now);
+        self.apply(id, step, now);
         Some(name)
+    }
+
+    /// Replaces a broken connection by a new incarnation (a new id, so
+    /// late events of the old transport cannot reach it) that sends `call`
+    /// once it is ready.
+    fn reconnect(&mut self, old: McpConnId, call: PendingCall, now: u64) {
+        let Some(old_conn) = self.conns.remove(&old) else {
+            return;
+        };
+        self.commands.push_back(old_conn.close_command(old));
+        let id = self.next_conn;
+        self.next_conn += 1;
+        tracing::info!(server = %old_conn.server_name(), "reconnecting MCP server");
+        let c = Conn::reopen(&old_conn, call, now, &self.settings);
+        self.commands.push_back(McpCommand::Open {
+            conn: id,
+            server: c.spec().clone(),
+            max_message_bytes: self.settings.max_message_bytes,
+            timeout_ms: self.settings.timeout_ms,
+        });
+        self.conns.insert(id, c);
+        if let Some(set) = self.sets.get_mut(old_conn.session_id()) {
+            for cid in set.conns.iter_mut().filter(|c| **c == old) {
+                *cid = id;
+            }
+            for route in set.routes.values_mut().filter(|r| **r == old) {
+                *route = id;
+            }
+        }
     }
 
     /// Session DELETE or revocation-close: every connection goes down. A
@@ -254,7 +308,7 @@ impl McpHub {
             return;
         };
         let step = c.handle(event, now);
-        self.apply(conn, step);
+        self.apply(conn, step, now);
     }
 
     /// Fires every request deadline due at `now`.
@@ -268,7 +322,7 @@ impl McpHub {
         for id in due {
             if let Some(c) = self.conns.get_mut(&id) {
                 let step = c.expire(now);
-                self.apply(id, step);
+                self.apply(id, step, now);
             }
         }
     }
@@ -290,29 +344,88 @@ impl McpHub {
         self.sets.len()
     }
 
-    fn apply(&mut self, id: McpConnId, step: Step) {
+    fn apply(&mut self, id: McpConnId, step: Step, now: u64) {
         let Some(c) = self.conns.get_mut(&id) else {
             return;
         };
         for message in c.take_outgoing() {
             self.commands.push_back(message.into_command(id));
         }
+        let reconnecting = c.is_reconnect();
         match step {
             Step::Nothing => {}
             Step::CallDone(token, outcome) => {
                 self.notices
                     .push_back(McpNotice::CallDone { token, outcome });
             }
+            Step::Expired(call) => {
+                let call = PendingCall {
+                    replayed: true,
+                    ..call
+                };
+                self.reconnect(id, call, now);
+            }
+            Step::Connected(tools) if reconnecting => self.reconnected(id, tools, now),
             Step::Connected(tools) => self.connect_finished(id, Some(tools)),
-            Step::ConnectFailed(error) => {
-                if let Some(c) = self.conns.get(&id) {
-                    tracing::error!(server = %c.server_name(), %error, "MCP server skipped for this session");
+            Step::ConnectFailed(error) if reconnecting => {
+                tracing::warn!(server = %c.server_name(), %error, "MCP reconnect failed");
+                let queued = c.take_queued();
+                c.backoff(now, error.clone());
+                let close = c.close_command(id);
+                self.commands.push_back(close);
+                if let Some(call) = queued {
+                    self.notices.push_back(McpNotice::CallDone {
+                        token: call.token,
+                        outcome: CallOutcome::Failed(error),
+                    });
                 }
+            }
+            Step::ConnectFailed(error) => {
+                tracing::error!(server = %c.server_name(), %error, "MCP server skipped for this session");
                 if let Some(c) = self.conns.remove(&id) {
                     self.commands.push_back(c.close_command(id));
                 }
                 self.connect_finished(id, None);
             }
+        }
+    }
+
+    /// A reconnect's handshake is done: its tools are routable again (they
+    /// may have changed), then the call that triggered it goes out.
+    fn reconnected(&mut self, id: McpConnId, tools: Vec<McpTool>, now: u64) {
+        let Some(c) = self.conns.get_mut(&id) else {
+            return;
+        };
+        c.set_tools(tools);
+        c.reset_backoff();
+        let queued = c.take_queued();
+        let session_id = c.session_id().to_string();
+        let name = c.server_name().to_string();
+        if let Some(set) = self.sets.get_mut(&session_id) {
+            rebuild(set, &self.conns);
+        }
+        let Some(call) = queued else {
+            return;
+        };
+        let routed = self
+            .sets
+            .get(&session_id)
+            .and_then(|s| s.routes.get(&call.tool))
+            == Some(&id);
+        if !routed {
+            let text = proto::mcp::errors::transport(&format!(
+                "MCP server '{name}' no longer offers tool '{}' after reconnecting",
+                call.tool
+            ));
+            self.notices.push_back(McpNotice::CallDone {
+                token: call.token,
+                outcome: CallOutcome::Failed(text),
+            });
+            return;
+        }
+        if let Some(c) = self.conns.get_mut(&id) {
+            let step = c.call(call, now);
+            self.apply(id, step, now);
         }
     }
 
@@ -337,34 +450,40 @@ impl McpHub {
             return;
         }
         set.conns.retain(|c| self.conns.contains_key(c));
-        let mut tools: Vec<Value> = Vec::new();
-        let mut slot: BTreeMap<String, usize> = BTreeMap::new();
-        for cid in &set.conns {
-            let Some(c) = self.conns.get(cid) else {
-                continue;
-            };
-            for t in c.tools() {
-                set.routes.insert(t.name.clone(), *cid);
-                match slot.get(&t.name) {
-                    // Two servers export the name: advertise it once, with
-                    // the definition of the server that will run it.
-                    Some(&i) => {
-                        if let Some(v) = tools.get_mut(i) {
-                            *v = t.advertised.clone();
-                        }
-                    }
-                    None => {
-                        slot.insert(t.name.clone(), tools.len());
-                        tools.push(t.advertised.clone());
-                    }
-                }
-            }
-        }
-        set.tools = tools;
+        rebuild(set, &self.conns);
         if set.conns.is_empty() {
             self.sets.remove(&session_id);
         }
         self.notices
             .push_back(McpNotice::SessionReady { session_id });
     }
+}
+
+/// Route table and advertised list of a set, in profile order: a later
+/// server overwrites an earlier route; a shared name is advertised once,
+/// with the definition of the server that runs it.
+fn rebuild(set: &mut Set, conns: &BTreeMap<McpConnId, Conn>) {
+    let mut tools: Vec<Value> = Vec::new();
+    let mut slot: BTreeMap<String, usize> = BTreeMap::new();
+    set.routes.clear();
+    for cid in &set.conns {
+        let Some(c) = conns.get(cid) else {
+            continue;
+        };
+        for t in c.tools() {
+            set.routes.insert(t.name.clone(), *cid);
+            match slot.get(&t.name) {
+                Some(&i) => {
+                    if let Some(v) = tools.get_mut(i) {
+                        *v = t.advertised.clone();
+                    }
+                }
+                None => {
+                    slot.insert(t.name.clone(), tools.len());
+                    tools.push(t.advertised.clone());
+                }
+            }
+        }
+    }
+    set.tools = tools;
 }

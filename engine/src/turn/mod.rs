@@ -43,6 +43,10 @@ pub struct Live {
     pub newest_usage: Option<(u64, u64)>,
     /// Backoff armed by a failed automatic compaction (spec 07 §3.3).
     pub backoff: Option<compact::Backoff>,
+    /// The session's `reconnect = true` MCP servers were looked at since
+    /// this process started (sessions from before a restart get them back
+    /// lazily, on their first turn).
+    pub mcp_checked: bool,
 }
 
 #[derive(Default)]
@@ -489,6 +493,9 @@ impl Engine {
     }
 
     pub(crate) fn start_loop(&mut self, turn_id: TurnId) {
+        if self.restore_mcp(turn_id) {
+            return;
+        }
         if let Some(t) = self.turns.get_mut(&turn_id) {
             t.tail.clear();
             t.iteration = 0;

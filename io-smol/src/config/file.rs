@@ -98,6 +98,10 @@ pub struct McpServer {
     pub args: Vec<String>,
     pub url: Option<String>,
     pub headers: BTreeMap<String, String>,
+    /// Extension `reconnect = true`: a broken server is reconnected on the
+    /// next call (bounded backoff) instead of staying broken for the
+    /// session. Default false, as the spec says.
+    pub reconnect: bool,
 }
 
 impl fmt::Debug for McpServer {
@@ -109,6 +113,7 @@ impl fmt::Debug for McpServer {
             .field("args", &self.args)
             .field("url", &self.url)
             .field("headers", &RedactedMap(&self.headers))
+            .field("reconnect", &self.reconnect)
             .finish()
     }
 }
@@ -370,7 +375,15 @@ fn parse_document(text: &str) -> Result<FileConfig, String> {
 fn parse_mcp_server(t: &Table, at: &str) -> Result<McpServer, String> {
     check_keys(
         t,
-        &["name", "transport", "command", "args", "url", "headers"],
+        &[
+            "name",
+            "transport",
+            "command",
+            "args",
+            "url",
+            "headers",
+            "reconnect",
+        ],
         at,
     )?;
     let name = req_str(t, "name", at)?;
@@ -392,6 +405,7 @@ fn parse_mcp_server(t: &Table, at: &str) -> Result<McpServer, String> {
         args: opt_str_array(t, "args", at)?,
         url: opt_str(t, "url", at)?,
         headers: opt_str_map(t, "headers", at)?,
+        reconnect: opt_bool(t, "reconnect", at)?.unwrap_or(false),
     })
 }
 

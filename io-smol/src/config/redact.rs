@@ -39,14 +39,20 @@ pub fn redacted_config_json(cfg: &FileConfig) -> Value {
     let servers: Vec<Value> = sorted_servers(cfg)
         .into_iter()
         .map(|s| {
-            json!({
+            let mut v = json!({
                 "name": s.name,
                 "transport": s.transport.as_str(),
                 "command": s.command,
                 "args": s.args,
                 "url": s.url,
                 "headers": redacted_map(&s.headers),
-            })
+            });
+            // Extension: shown only where the operator set it, so the
+            // reference shape is unchanged otherwise.
+            if s.reconnect {
+                v["reconnect"] = json!(true);
+            }
+            v
         })
         .collect();
     let entries: Vec<Value> = sorted_providers(cfg)

@@ -262,6 +262,17 @@ async fn spawn_with_retry(command: &str, args: &[String]) -> io::Result<Child> {
         // Its own process group: closing kills launchers' children too
         // (`npx`, `uvx` and shell wrappers fork the real server).
         std::os::unix::process::CommandExt::process_group(&mut std_cmd, 0);
+        // SAFETY: the closure runs in the forked child before exec and only
+        // makes one async-signal-safe syscall (prctl). It makes the kernel
+        // kill the server if baesrv dies without closing it (kill -9).
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(&mut std_cmd, || {
+                rustix::process::set_parent_process_death_signal(Some(
+                    rustix::process::Signal::KILL,
+                ))
+                .map_err(io::Error::from)
+            });
+        }
         let result = Command::from(std_cmd)
             .args(args)
             .stdin(Stdio::piped())
