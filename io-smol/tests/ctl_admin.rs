@@ -574,10 +574,19 @@ fn providers_mcp_servers_config_and_sandbox_status() {
         baectl(&s, &["list", "providers", "--json"]).ok().json(),
         admin_json(&s, "/admin/v1/providers")
     );
+    // The table comes from the redacted config view: target, header
+    // names (values redacted by the server), the reconnect switch.
+    let listed = baectl(&s, &["mcp-servers", "list"]).ok().stdout;
     assert_eq!(
-        baectl(&s, &["mcp-servers", "list"]).ok().stdout,
-        "NAME   TRANSPORT\nalpha  stdio\nzeta   http\n"
+        listed,
+        format!(
+            "NAME   TRANSPORT  TARGET                  HEADERS                 RECONNECT\n\
+             alpha  stdio      /bin/false --flag       -                       no\n\
+             zeta   http       http://127.0.0.1:9/mcp  Authorization={MARK}  no\n"
+        )
     );
+    assert_eq!(baectl(&s, &["mcp", "list"]).ok().stdout, listed);
+    assert!(!listed.contains("mcp-secret-header-value"));
     assert_eq!(
         baectl(&s, &["mcp-servers", "list", "--json"]).ok().json(),
         admin_json(&s, "/admin/v1/mcp-servers")

@@ -294,7 +294,9 @@ fn command(raw: &Raw) -> Result<Command, CtlError> {
         "keys" | "key" => resource_keys(raw, rest),
         "sessions" | "session" => resource_sessions(raw, rest),
         "providers" => simple(raw, rest, "providers", &["list"], Command::ProvidersList),
-        "mcp-servers" => simple(raw, rest, "mcp-servers", &["list"], Command::McpServersList),
+        "mcp-servers" | "mcp" => {
+            simple(raw, rest, "mcp-servers", &["list"], Command::McpServersList)
+        }
         "config" => simple(raw, rest, "config", &["show"], Command::ConfigShow),
         "sandbox-status" => simple(raw, rest, "sandbox-status", &[], Command::SandboxStatus),
         "auth" => auth(raw, rest),
@@ -344,7 +346,9 @@ fn verb_first(raw: &Raw, verb: &str, rest: &[&str]) -> Result<Command, CtlError>
         }
         ("list", "sessions" | "session") => resource_sessions(raw, &args),
         ("list", "providers") => simple(raw, tail, "providers", &[], Command::ProvidersList),
-        ("list", "mcp-servers") => simple(raw, tail, "mcp-servers", &[], Command::McpServersList),
+        ("list", "mcp-servers" | "mcp") => {
+            simple(raw, tail, "mcp-servers", &[], Command::McpServersList)
+        }
         _ => Err(CtlError::usage(format!(
             "unknown command \"{verb} {resource}\""
         ))),

@@ -154,7 +154,7 @@ Sessions (read-only):
   sessions events ID [--limit N] [--cursor C]
 Registries and status:
   providers list
-  mcp-servers list
+  mcp-servers list            (alias: mcp list; --json: the registry listing)
   config show
   sandbox-status
 Offline:
@@ -542,8 +542,16 @@ fn execute(client: &AdminClient, inv: &Invocation, io: &mut Io<'_>) -> Result<St
             render::events,
         )?,
         Command::ProvidersList => registry(client, "/admin/v1/providers", json, render::providers)?,
-        Command::McpServersList => {
+        Command::McpServersList if json => {
             registry(client, "/admin/v1/mcp-servers", json, render::mcp_servers)?
+        }
+        Command::McpServersList => {
+            let cfg = client.json("GET", "/admin/v1/config", None)?;
+            let servers = cfg["mcp"]["servers"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            render::mcp_servers_detail(&servers)
         }
         Command::SandboxStatus => registry(
             client,

@@ -136,6 +136,57 @@ pub fn mcp_servers(items: &[Value]) -> String {
     )
 }
 
+/// `mcp-servers list` from the redacted config view: what each server
+/// runs or where it is, its header names (values are always redacted by
+/// the server) and the reconnect switch.
+pub fn mcp_servers_detail(servers: &[Value]) -> String {
+    if servers.is_empty() {
+        return "no MCP servers configured\n".to_string();
+    }
+    let rows: Vec<Vec<String>> = servers
+        .iter()
+        .map(|s| {
+            let target = match s.get("url").and_then(Value::as_str) {
+                Some(url) => url.to_string(),
+                None => {
+                    let mut parts = vec![field(s, "command")];
+                    if let Some(args) = s.get("args").and_then(Value::as_array) {
+                        parts.extend(args.iter().map(|a| a.as_str().unwrap_or("").to_string()));
+                    }
+                    parts.join(" ")
+                }
+            };
+            let headers = s
+                .get("headers")
+                .and_then(Value::as_object)
+                .map(|h| {
+                    h.iter()
+                        .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or("")))
+                        .collect::<Vec<_>>()
+                        .join(",")
+                })
+                .filter(|h| !h.is_empty())
+                .unwrap_or_else(|| "-".into());
+            let reconnect = if s.get("reconnect") == Some(&Value::Bool(true)) {
+                "yes"
+            } else {
+                "no"
+            };
+            vec![
+                field(s, "name"),
+                field(s, "transport"),
+                target,
+                headers,
+                reconnect.into(),
+            ]
+        })
+        .collect();
+    table(
+        &["NAME", "TRANSPORT", "TARGET", "HEADERS", "RECONNECT"],
+        &rows,
+    )
+}
+
 pub fn sandbox_status(items: &[Value]) -> String {
     let mut out = Vec::new();
     for item in items {
