@@ -9,7 +9,8 @@ use serde_json::{json, Value};
 use crate::rng::Rng;
 use crate::swarm::Swarm;
 
-/// An undeclared tool name: the engine dispatches it to (absent) MCP.
+/// An undeclared tool name no simulated MCP server advertises: the engine
+/// dispatches it to MCP and answers "no MCP server is configured".
 pub const MCP_TOOL: &str = "mcp_lookup";
 
 pub struct Provider {
@@ -106,7 +107,14 @@ impl Provider {
             for _ in 0..self.rng.range(1, 3) {
                 self.next_id += 1;
                 let name = if self.rng.chance(sw.mcp_tool) {
-                    MCP_TOOL.to_string()
+                    // Undeclared names: some no server has, some the
+                    // simulated MCP servers advertise (drawn only when
+                    // there is a choice, so MCP-less seeds are unchanged).
+                    match sw.mcp.undeclared.as_slice() {
+                        [] => MCP_TOOL.to_string(),
+                        [one] => one.clone(),
+                        many => self.rng.pick(many).clone(),
+                    }
                 } else {
                     self.rng.pick(&tools).clone()
                 };

@@ -84,6 +84,186 @@ pub struct Swarm {
     pub crash: f64,
     /// Per step: begin a graceful shutdown (`Input::Shutdown`) and restart.
     pub shutdown: f64,
+
+    // MCP servers (simulated by `sim/src/mcp.rs`).
+    pub mcp: McpSwarm,
+}
+
+/// One `[[mcp.servers]]` entry of the simulated registry.
+#[derive(Debug, Clone, PartialEq)]
+pub struct McpServerOpt {
+    pub name: String,
+    pub http: bool,
+    pub reconnect: bool,
+    /// HTTP: the server hands out an `mcp-session-id` at `initialize`.
+    pub issues_session: bool,
+    /// `tools/list` names, in order (deterministic per server).
+    pub tools: Vec<String>,
+}
+
+/// MCP options of a seed: the registry, what the profile lists, latency,
+/// the engine's per-request timeout and the servers' fault rates.
+#[derive(Debug, Clone, Default)]
+pub struct McpSwarm {
+    /// 0–3 servers.
+    pub servers: Vec<McpServerOpt>,
+    /// Names the profile's `mcp_servers` lists (possibly an unknown one).
+    pub profile: Vec<String>,
+    /// Undeclared tool names the provider may call: `mcp_lookup` (no
+    /// server has it) and names the servers advertise. Empty = just
+    /// `provider::MCP_TOOL`.
+    pub undeclared: Vec<String>,
+    pub latency_ms: (u64, u64),
+    /// `Config::mcp_timeout_ms` (sometimes tiny, to race it).
+    pub timeout_ms: u64,
+    /// Spawn / endpoint preparation fails.
+    pub open_fail: f64,
+    /// A JSON-RPC `error` answer.
+    pub error: f64,
+    /// A `tools/call` result with `isError: true`.
+    pub is_error: f64,
+    /// stdio: garbage lines, notifications, wrong ids before the answer;
+    /// HTTP: an unusable body (no matching answer, not JSON).
+    pub noise: f64,
+    /// The answer comes after the engine's timeout.
+    pub slow: f64,
+    /// The server exits mid-request (stdio `Closed`, HTTP connection refused
+    /// from then on).
+    pub exit: f64,
+    /// HTTP non-2xx.
+    pub http_status: f64,
+    /// HTTP: the server forgets the `mcp-session-id` (404 from then on).
+    pub expire: f64,
+}
+
+impl McpSwarm {
+    pub fn draw(rng: &mut Rng) -> McpSwarm {
+        const NAMES: [&str; 3] = ["alpha", "beta", "gamma"];
+        let n = rng.range(0, 3) as usize;
+        let shared = rng.chance(0.5);
+        let mut servers = Vec::with_capacity(n);
+        for name in NAMES.iter().take(n) {
+            let http = rng.chance(0.5);
+            let reconnect = rng.chance(0.4);
+            let issues_session = http && rng.chance(0.7);
+            let mut tools = vec![format!("{name}_search"), format!("{name}_fetch")];
+            if shared {
+                // Several servers export it: the later one in profile
+                // order runs it.
+                tools.insert(1, "mcp_shared".to_string());
+            }
+            if rng.chance(0.15) {
+                // Collides with a client tool: MCP only for drivers that
+                // did not declare it.
+                tools.push("read_file".to_string());
+            }
+            servers.push(McpServerOpt {
+                name: name.to_string(),
+                http,
+                reconnect,
+                issues_session,
+                tools,
+            });
+        }
+        let mut profile: Vec<String> = Vec::new();
+        if n > 0 && rng.chance(0.85) {
+            let mut names: Vec<String> = servers
+                .iter()
+                .filter(|_| rng.chance(0.8))
+                .map(|s| s.name.clone())
+                .collect();
+            if names.is_empty() {
+                names.push(servers[rng.index(n)].name.clone());
+            }
+            // Profile order decides routes: sometimes not registry order.
+            if names.len() > 1 && rng.chance(0.5) {
+                names.reverse();
+            }
+            profile = names;
+        }
+        if rng.chance(0.2) {
+            let at = rng.index(profile.len() + 1);
+            profile.insert(at, "ghost".to_string());
+        }
+        let mut undeclared: Vec<String> = Vec::new();
+        if n > 0 {
+            undeclared.push(crate::provider::MCP_TOOL.to_string());
+            for s in &servers {
+                for t in &s.tools {
+                    if !undeclared.contains(t) {
+                        undeclared.push(t.clone());
+                    }
+                }
+            }
+        }
+        let lo = rng.range(1, 20);
+        let hi = lo + *rng.pick(&[0, 10, 100, 1_000]);
+        McpSwarm {
+            servers,
+            profile,
+            undeclared,
+            latency_ms: (lo, hi),
+            timeout_ms: *rng.pick(&[50, 300, 2_000, 30_000, 30_000]),
+            open_fail: rng.rate(0.6, 0.3),
+            error: rng.rate(0.5, 0.2),
+            is_error: rng.rate(0.5, 0.3),
+            noise: rng.rate(0.4, 0.8),
+            slow: rng.rate(0.5, 0.2),
+            exit: rng.rate(0.6, 0.1),
+            http_status: rng.rate(0.6, 0.15),
+            expire: rng.rate(0.6, 0.15),
+        }
+    }
+
+    /// Faults off, fast answers (the liveness phase).
+    pub fn calm(&mut self) {
+        self.open_fail = 0.0;
+        self.error = 0.0;
+        self.is_error = 0.0;
+        self.noise = 0.0;
+        self.slow = 0.0;
+        self.exit = 0.0;
+        self.http_status = 0.0;
+        self.expire = 0.0;
+        let hi = (self.timeout_ms / 2).clamp(1, 20);
+        self.latency_ms = (1, hi);
+    }
+}
+
+impl fmt::Display for McpSwarm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let servers: Vec<String> = self
+            .servers
+            .iter()
+            .map(|s| {
+                let mut d = format!("{}({}", s.name, if s.http { "http" } else { "stdio" });
+                if s.issues_session {
+                    d.push_str(",sid");
+                }
+                if s.reconnect {
+                    d.push_str(",reconnect");
+                }
+                d.push_str(&format!(":{})", s.tools.join("|")));
+                d
+            })
+            .collect();
+        write!(
+            f,
+            "mcp[servers={servers:?} profile={:?} latency={}..{}ms timeout={}ms open_fail={} error={} is_error={} noise={} slow={} exit={} http_status={} expire={}]",
+            self.profile,
+            self.latency_ms.0,
+            self.latency_ms.1,
+            self.timeout_ms,
+            self.open_fail,
+            self.error,
+            self.is_error,
+            self.noise,
+            self.slow,
+            self.exit,
+            self.http_status,
+            self.expire,
+        )
+    }
 }
 
 impl Swarm {
@@ -94,7 +274,7 @@ impl Swarm {
         let lat_lo = rng.range(1, 50);
         let lat_hi = lat_lo + *rng.pick(&[0, 20, 200, 2_000, 10_000]);
         let turn_timeout_ms = *rng.pick(&[150, 600, 2_000, 10_000, 120_000]);
-        Swarm {
+        let mut sw = Swarm {
             sessions,
             drivers,
             observers,
@@ -147,7 +327,11 @@ impl Swarm {
                 *rng.pick(&[0.0005, 0.002, 0.006])
             },
             shutdown: *rng.pick(&[0.0, 0.0, 0.0005, 0.002]),
-        }
+            mcp: McpSwarm::default(),
+        };
+        // Drawn last so the options above stay what they were per seed.
+        sw.mcp = McpSwarm::draw(rng);
+        sw
     }
 
     /// Turns every fault off (the liveness phase).
@@ -175,6 +359,7 @@ impl Swarm {
         self.revoke = 0.0;
         self.break_profile = 0.0;
         self.tool_use = self.tool_use.min(0.3);
+        self.mcp.calm();
     }
 }
 
@@ -187,7 +372,7 @@ impl fmt::Display for Swarm {
              clients[malformed_body={} disc_stream={} disc_queued={} never_return={} think={}..{}ms \
              answer(missing={} dup={} wrong_id={} plain={} late={}) compact={} update_tools={} auto_compaction={} slow_reader={} unsubscribe={} since_bogus={} events_page={}] \
              net[split={} keep_alive={} pipeline={} idle_timeout={}ms delay={}..{}ms flush_delay={}..{}ms sockbuf={}] store[commit={}..{}ms read={}..{}ms read_error={}] \
-             engine[turn_timeout={}ms lag_limit={} keepalive={}ms request_timeout={}ms] admin[revoke={} break_profile={}] crash={} shutdown={}",
+             engine[turn_timeout={}ms lag_limit={} keepalive={}ms request_timeout={}ms] admin[revoke={} break_profile={}] crash={} shutdown={} {}",
             self.sessions,
             self.drivers,
             self.observers,
@@ -242,6 +427,7 @@ impl fmt::Display for Swarm {
             self.break_profile,
             self.crash,
             self.shutdown,
+            self.mcp,
         )
     }
 }
