@@ -164,8 +164,10 @@ impl Engine {
             deleted_at: None,
         };
         let created = json!({"id": row.id, "name": row.name, "created_at": row.created_at});
+        let id = row.id.clone();
         self.write(StoreWrite::InsertProfile(row.clone()));
         self.catalog.insert_profile(row);
+        self.provision_profile(&id);
         self.respond_value(conn, 201, &created);
     }
 
@@ -227,6 +229,7 @@ impl Engine {
         if let Some(p) = self.catalog.profiles.get_mut(id) {
             p.row = row;
         }
+        self.provision_profile(id);
         self.respond_value(conn, 200, &view);
     }
 
@@ -402,8 +405,7 @@ impl Engine {
         self.respond_value(conn, 200, &json!({"items": items, "next_cursor": next}));
     }
 
-    /// No sandbox driver runs in this server yet: every declared image is
-    /// reported `pending`, as right after provisioning starts.
+    /// Provisioning status of every active profile's images (spec 03 §4.7).
     fn sandbox_status(&mut self, conn: ConnId) {
         let mut items: Vec<(String, Value)> = self
             .catalog
@@ -416,7 +418,7 @@ impl Engine {
                 names.dedup();
                 let images: Vec<Value> = names
                     .iter()
-                    .map(|n| json!({"name": n, "status": "pending"}))
+                    .map(|n| self.sandbox.image_json(&p.row.id, n))
                     .collect();
                 (
                     p.row.id.clone(),

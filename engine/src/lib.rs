@@ -26,7 +26,9 @@ pub mod planted;
 mod respond;
 mod rpc;
 mod rpc_sandbox;
+pub mod sandbox;
 mod session_mcp;
+mod session_sandbox;
 pub mod store;
 mod turn;
 
@@ -121,6 +123,11 @@ pub enum Input {
         conn: mcp::McpConnId,
         event: mcp::McpEvent,
     },
+    /// The container engine answered an [`Output::Sandbox`] command.
+    Sandbox {
+        op: sandbox::OpId,
+        reply: sandbox::SandboxReply,
+    },
     /// Graceful shutdown began: stop starting work, end streams.
     Shutdown,
 }
@@ -143,6 +150,8 @@ pub enum Output {
     CallProvider(ProviderCall),
     /// Open, write to or close an MCP transport; report [`Input::Mcp`].
     Mcp(mcp::McpCommand),
+    /// Run a container engine command; report [`Input::Sandbox`].
+    Sandbox(sandbox::SandboxCommand),
 }
 
 /// One `[[providers.entries]]` registry entry, as the engine needs it.
@@ -187,6 +196,15 @@ pub struct Config {
     pub mcp_timeout_ms: u64,
     /// Longest MCP message (stdout line or HTTP body) accepted.
     pub mcp_max_message_bytes: usize,
+    /// Wall-clock bound of one remote sandbox exec (0 = none).
+    pub sandbox_exec_timeout_ms: u64,
+    /// Capture limit per stream of a sandbox exec or subagent.
+    pub sandbox_max_output: usize,
+    /// `BAE_SUBAGENT_TIMEOUT`.
+    pub subagent_timeout_ms: u64,
+    /// Labels on every container the server starts (besides
+    /// `bae.session`), so a later run can find what a crash left.
+    pub sandbox_labels: Vec<(String, String)>,
     /// `BAE_MAX_SUBAGENTS_PER_SESSION`.
     pub max_subagents_per_session: u64,
     /// Opt-in: keep driver registrations across restarts (rebuilt from the
@@ -230,6 +248,10 @@ impl Default for Config {
             mcp_servers: Vec::new(),
             mcp_timeout_ms: 30_000,
             mcp_max_message_bytes: 16 * 1024 * 1024,
+            sandbox_exec_timeout_ms: 600_000,
+            sandbox_max_output: 1024 * 1024,
+            subagent_timeout_ms: 600_000,
+            sandbox_labels: Vec::new(),
             max_subagents_per_session: 8,
             durable_drivers: false,
             max_queued_per_session: 256,
@@ -271,6 +293,8 @@ pub struct Engine {
     next_call: CallId,
     /// Every session's MCP connection set.
     mcp: mcp::McpHub,
+    /// Every session's remote sandbox and subagents; image status.
+    sandbox: sandbox::SandboxHub,
     /// Creates waiting for their MCP connects: session → (request, 201 body).
     pending_creates: BTreeMap<String, (ConnId, Vec<u8>)>,
     /// Turns waiting for their session's MCP servers to be restored.
@@ -297,7 +321,14 @@ impl Engine {
             timeout_ms: config.mcp_timeout_ms,
             max_message_bytes: config.mcp_max_message_bytes,
         });
-        Engine {
+        let sandbox = sandbox::SandboxHub::new(sandbox::SandboxSettings {
+            exec_timeout_ms: config.sandbox_exec_timeout_ms,
+            max_output: config.sandbox_max_output,
+            subagent_timeout_ms: config.subagent_timeout_ms,
+            labels: config.sandbox_labels.clone(),
+        });
+        let mut engine = Engine {
+            sandbox,
             mcp,
             pending_creates: BTreeMap::new(),
             mcp_restoring: BTreeMap::new(),
@@ -322,7 +353,20 @@ impl Engine {
             quiet: None,
             last_legacy_failure: None,
             shutting_down: false,
+        };
+        // Spec 04 §5 step 11: re-provision every active profile's images.
+        let profiles: Vec<String> = engine
+            .catalog
+            .profiles
+            .values()
+            .filter(|p| p.is_live() && !p.row.available_sandboxes.is_empty())
+            .map(|p| p.row.id.clone())
+            .collect();
+        for id in profiles {
+            engine.provision_profile(&id);
         }
+        engine.pump_mcp();
+        engine
     }
 
     /// Feeds one thing that happened.
@@ -336,6 +380,7 @@ impl Engine {
             Input::ReadDone { id, result } => self.on_read_done(id, result),
             Input::ProviderDone { call, reply } => self.on_provider_done(call, reply),
             Input::Mcp { conn, event } => self.mcp.handle(conn, event, now.mono_ms),
+            Input::Sandbox { op, reply } => self.sandbox.handle_reply(op, reply, now.mono_ms),
             Input::Shutdown => self.on_shutdown(),
         }
         self.pump_mcp();
@@ -348,6 +393,7 @@ impl Engine {
         self.send_keepalives();
         self.expire_reads();
         self.mcp.handle_timeout(now.mono_ms);
+        self.sandbox.handle_timeout(now.mono_ms);
         self.pump_mcp();
     }
 
@@ -363,6 +409,7 @@ impl Engine {
             self.next_keepalive(),
             self.next_read_deadline(),
             self.mcp.poll_timeout(),
+            self.sandbox.poll_timeout(),
         ]
         .into_iter()
         .flatten()

@@ -198,11 +198,7 @@ impl Engine {
                 .map(|p| p.row.available_sandboxes.clone())
                 .unwrap_or_default();
             if !images.is_empty() {
-                // No sandbox driver runs yet, so every image reads as pending.
-                let list: Vec<Value> = images
-                    .iter()
-                    .map(|i| json!({"name": i, "status": "pending"}))
-                    .collect();
+                let list = self.sandbox_images_json(&profile_id, &images);
                 self.append_event(
                     session_id,
                     Some(key_id),

@@ -7,8 +7,9 @@ use crate::mcp::{McpNotice, McpServerSpec};
 use crate::{ConnId, Engine, Output};
 
 impl Engine {
-    /// Moves the hub's commands to the outputs and routes its notices until
-    /// both are drained (a notice may make a turn start the next call).
+    /// Moves the sub-state machines' commands to the outputs and routes
+    /// their notices until all are drained (a notice may make a turn start
+    /// the next call).
     pub(crate) fn pump_mcp(&mut self) {
         loop {
             if let Some(notice) = self.mcp.poll_notice() {
@@ -18,8 +19,16 @@ impl Engine {
                 }
                 continue;
             }
-            match self.mcp.poll_command() {
-                Some(cmd) => self.outputs.push_back(Output::Mcp(cmd)),
+            if let Some(notice) = self.sandbox.poll_notice() {
+                self.on_sandbox_notice(notice);
+                continue;
+            }
+            if let Some(cmd) = self.mcp.poll_command() {
+                self.outputs.push_back(Output::Mcp(cmd));
+                continue;
+            }
+            match self.sandbox.poll_command() {
+                Some(cmd) => self.outputs.push_back(Output::Sandbox(cmd)),
                 None => return,
             }
         }

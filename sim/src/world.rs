@@ -541,6 +541,7 @@ impl World {
     }
 
     fn drain(&mut self) {
+        let mut sandbox_replies = Vec::new();
         loop {
             let o = match catch_unwind(AssertUnwindSafe(|| self.engine.poll_output())) {
                 Ok(Some(o)) => o,
@@ -568,7 +569,16 @@ impl World {
                 Output::CallProvider(call) => self.call_provider(call),
                 // The simulated registry has no MCP servers: nothing opens.
                 Output::Mcp(cmd) => self.t(format!("out mcp {cmd:?}")),
+                // No simulated container engine yet: every sandbox command
+                // fails as unsupported (starts answer -32012).
+                Output::Sandbox(cmd) => {
+                    self.t(format!("out sandbox {cmd:?}"));
+                    sandbox_replies.extend(unsupported_sandbox_reply(cmd));
+                }
             }
+        }
+        for (op, reply) in sandbox_replies {
+            self.input(Input::Sandbox { op, reply });
         }
         self.pump_worker();
         self.arm_timer();
@@ -2654,4 +2664,19 @@ fn write_name(w: &StoreWrite) -> String {
     let d = format!("{w:?}");
     let cut = d.char_indices().nth(90).map(|(i, _)| i).unwrap_or(d.len());
     d[..cut].to_string()
+}
+
+/// The reply of a container engine that cannot run here.
+fn unsupported_sandbox_reply(
+    cmd: engine::sandbox::SandboxCommand,
+) -> Option<(engine::sandbox::OpId, engine::sandbox::SandboxReply)> {
+    use engine::sandbox::{DriverError, SandboxCommand as C, SandboxReply as R};
+    let e = || DriverError::Unsupported("the simulator has no container engine".into());
+    Some(match cmd {
+        C::EnsureImage { op, .. } => (op, R::Ensured(Err(e()))),
+        C::Start { op, .. } => (op, R::Started(Err(e()))),
+        C::Exec { op, .. } => (op, R::Exec(Err(e()))),
+        C::Stop { op, .. } => (op, R::Stopped(Err(e()))),
+        C::Kill { .. } => return None,
+    })
 }

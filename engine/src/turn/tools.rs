@@ -44,8 +44,16 @@ pub struct Round {
     next: usize,
     /// Server `tool_result` blocks so far, in block order.
     results: Vec<Value>,
-    /// The MCP call this round waits on: `(token, tool_use index, server)`.
-    waiting: Option<(crate::mcp::CallToken, usize, String)>,
+    /// The asynchronous tool this round waits on.
+    waiting: Option<Waiting>,
+}
+
+/// A server-side tool in flight.
+enum Waiting {
+    /// An MCP `tools/call`: `(token, tool_use index, server)`.
+    Mcp(crate::mcp::CallToken, usize, String),
+    /// A sandbox exec for the `tool_use` at this index.
+    Sandbox(usize),
 }
 
 impl Engine {
@@ -136,12 +144,17 @@ impl Engine {
                     self.mcp_calls.insert(token, turn_id);
                     if let Some(round) = self.turns.get_mut(&turn_id).and_then(|t| t.round.as_mut())
                     {
-                        round.waiting = Some((token, i, server));
+                        round.waiting = Some(Waiting::Mcp(token, i, server));
                     }
                     let now = self.now.mono_ms;
                     self.mcp.call(&session_id, name, &input, token, now);
                     return;
                 }
+            }
+            if dispatch == Dispatch::Sandbox
+                && self.start_sandbox_tool(turn_id, i, &session_id, &tool_use)
+            {
+                return;
             }
             let block = self.dispatch_sync_tool(turn_id, &tool_use, dispatch);
             if let Some(round) = self.turns.get_mut(&turn_id).and_then(|t| t.round.as_mut()) {
@@ -158,13 +171,13 @@ impl Engine {
         let Some(round) = self.turns.get_mut(&turn_id).and_then(|t| t.round.as_mut()) else {
             return;
         };
-        let Some((waited, i, server)) = round.waiting.take() else {
-            return;
+        let (i, server) = match round.waiting.take() {
+            Some(Waiting::Mcp(waited, i, server)) if waited == token => (i, server),
+            other => {
+                round.waiting = other;
+                return;
+            }
         };
-        if waited != token {
-            round.waiting = Some((waited, i, server));
-            return;
-        }
         let id = round
             .uses
             .get(i)
@@ -182,6 +195,108 @@ impl Engine {
             content,
             is_error,
         );
+        if let Some(round) = self.turns.get_mut(&turn_id).and_then(|t| t.round.as_mut()) {
+            round.results.push(block);
+        }
+        self.run_server_tools(turn_id);
+    }
+
+    /// An Auto sandbox tool with a running sandbox and a string `command`:
+    /// logs `sandbox.request` and queues the exec on the session's handle.
+    /// `false` when it completes at once (no sandbox, no command).
+    fn start_sandbox_tool(
+        &mut self,
+        turn_id: TurnId,
+        index: usize,
+        session_id: &str,
+        tool_use: &Value,
+    ) -> bool {
+        let input = tool_input(tool_use);
+        let Some(command) = input
+            .get("command")
+            .and_then(Value::as_str)
+            .map(str::to_string)
+        else {
+            return false;
+        };
+        if self.sandbox.handle(session_id).is_none() {
+            return false;
+        }
+        let name = tool_name(tool_use);
+        self.turn_event(
+            turn_id,
+            "sandbox.request",
+            json!({"tool": name, "input": input, "command": command}),
+        );
+        if let Some(round) = self.turns.get_mut(&turn_id).and_then(|t| t.round.as_mut()) {
+            round.waiting = Some(Waiting::Sandbox(index));
+        }
+        let requester = crate::sandbox::Requester::Turn {
+            turn: turn_id,
+            index,
+        };
+        let now = self.now.mono_ms;
+        self.sandbox.exec(session_id, &command, requester, now);
+        true
+    }
+
+    /// A turn's sandbox exec finished: record it and go on with the round.
+    pub(crate) fn on_sandbox_tool_done(
+        &mut self,
+        turn_id: TurnId,
+        index: usize,
+        session_id: &str,
+        handle: &crate::sandbox::Handle,
+        result: Result<crate::sandbox::ExecOutput, String>,
+    ) {
+        let Some(round) = self.turns.get_mut(&turn_id).and_then(|t| t.round.as_mut()) else {
+            return;
+        };
+        if !matches!(round.waiting, Some(Waiting::Sandbox(i)) if i == index) {
+            return;
+        }
+        round.waiting = None;
+        let id = round
+            .uses
+            .get(index)
+            .and_then(|u| u.get("id"))
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
+        let _ = session_id;
+        let (content, is_error) = match result {
+            Ok(out) => {
+                let (stdout, stderr) = self.marked_streams(&out);
+                self.turn_event(
+                    turn_id,
+                    "sandbox.response",
+                    json!({"sandbox_id": handle.container, "ok": out.exit_code == 0,
+                           "result": {"stdout": stdout, "stderr": stderr, "exit_code": out.exit_code}}),
+                );
+                let text = render_exec(&stdout, &stderr, out.exit_code);
+                (json!([{"type": "text", "text": text}]), out.exit_code != 0)
+            }
+            Err(error) => {
+                // The driver error first (spec 06 §5.5 step 3), as the turn's.
+                self.turn_event(
+                    turn_id,
+                    "session.sandbox.error",
+                    json!({"image": handle.image, "sandbox_id": handle.container, "phase": "exec",
+                           "detail": error, "dispatch": "remote", "unsandboxed": false}),
+                );
+                self.turn_event(
+                    turn_id,
+                    "sandbox.response",
+                    json!({"sandbox_id": handle.container, "ok": false, "error": error}),
+                );
+                (
+                    json!([{"type": "text", "text": format!("sandbox error: {error}")}]),
+                    true,
+                )
+            }
+        };
+        let block =
+            self.record_tool_result(turn_id, &id, Dispatch::Sandbox, None, content, is_error);
         if let Some(round) = self.turns.get_mut(&turn_id).and_then(|t| t.round.as_mut()) {
             round.results.push(block);
         }
@@ -313,9 +428,20 @@ impl Engine {
                     .filter(|c| c.is_string())
                     .cloned()
                     .unwrap_or(Value::Null);
-                let error = format!(
-                    "no remote sandbox is running for tool '{name}'; call session.startRemoteSandbox first"
-                );
+                // Spec 06 §5.5 step 2: no sandbox first, then no command.
+                let running = self
+                    .turns
+                    .get(&turn_id)
+                    .is_some_and(|t| self.sandbox.handle(&t.session_id).is_some());
+                let error = if running {
+                    format!(
+                        "sandbox tool '{name}' input is missing the required string \"command\""
+                    )
+                } else {
+                    format!(
+                        "no remote sandbox is running for tool '{name}'; call session.startRemoteSandbox first"
+                    )
+                };
                 self.turn_event(
                     turn_id,
                     "sandbox.request",
@@ -353,17 +479,23 @@ impl Engine {
         self.record_tool_result(turn_id, &id, dispatch, None, content, is_error)
     }
 
-    /// Remote subagent dispatch (spec 06 §6.3–§6.4) in a server with no
-    /// remote sandbox: launches fail validation in the documented order and
-    /// the status tool tracks nothing. Returns the result text and whether
-    /// it is an error.
-    fn subagent_result(&self, turn_id: TurnId, name: &str, input: &Value) -> (String, bool) {
+    /// Remote subagent dispatch (spec 06 §6.3–§6.4): the status tool, or a
+    /// launch validated in the documented order and started in the
+    /// session's sandbox. Returns the result text and whether it is an
+    /// error. A launch logs `session.subagent.start` and `.running`.
+    fn subagent_result(&mut self, turn_id: TurnId, name: &str, input: &Value) -> (String, bool) {
+        let Some((session_id, key_id)) = self
+            .turns
+            .get(&turn_id)
+            .map(|t| (t.session_id.clone(), t.key_id.clone()))
+        else {
+            return (json!({"error": "turn is gone"}).to_string(), true);
+        };
         if name == proto::wire::session::REMOTE_SUBAGENT_STATUS {
-            return match input.get("subagent_id") {
-                Some(Value::String(_)) => {
-                    (json!({"error": "unknown subagent_id"}).to_string(), true)
-                }
-                _ => (json!({"subagents": []}).to_string(), false),
+            let id = input.get("subagent_id").and_then(Value::as_str);
+            return match self.sandbox.report(&session_id, id) {
+                Some(entries) => (json!({ "subagents": entries }).to_string(), false),
+                None => (json!({"error": "unknown subagent_id"}).to_string(), true),
             };
         }
         let field = |k: &str| {
@@ -371,44 +503,73 @@ impl Engine {
                 .get(k)
                 .and_then(Value::as_str)
                 .filter(|v| !v.trim().is_empty())
+                .map(str::to_string)
         };
         let error = |e: String| (json!({ "error": e }).to_string(), true);
-        let (Some(harness), Some(_), Some(_)) = (field("harness"), field("model"), field("prompt"))
+        let (Some(harness), Some(model), Some(prompt)) =
+            (field("harness"), field("model"), field("prompt"))
         else {
             return error(
                 "launch_subagent requires string \"harness\", \"model\", and \"prompt\""
                     .to_string(),
             );
         };
-        let Some(t) = self.turns.get(&turn_id) else {
-            return error("turn is gone".to_string());
-        };
-        let declared = self
+        let declaration = self
             .catalog
             .sessions
-            .get(&t.session_id)
+            .get(&session_id)
             .and_then(|s| {
                 s.subagent_tools
-                    .get(&t.key_id)
-                    .iter()
+                    .get(&key_id)
+                    .into_iter()
                     .find(|d| d.get("name").and_then(Value::as_str) == Some(name))
-                    .and_then(|d| d.get("subagents").and_then(Value::as_array))
-                    .map(|entries| {
-                        entries
-                            .iter()
-                            .any(|e| e.get("harness").and_then(Value::as_str) == Some(harness))
-                    })
             })
-            .unwrap_or(false);
-        if !declared {
+            .and_then(|d| serde_json::from_value::<proto::wire::session::SubagentToolDef>(d).ok());
+        let Some((decl, entry)) = declaration.and_then(|d| {
+            let e = d.subagents.iter().find(|e| e.harness == harness).cloned()?;
+            Some((d, e))
+        }) else {
             return error(format!("unknown harness \"{harness}\""));
+        };
+        let max = self.config.max_subagents_per_session;
+        if self.sandbox.running_subagents(&session_id) as u64 >= max {
+            return error(format!("subagent limit reached (max {max} per session)"));
         }
-        if self.config.max_subagents_per_session == 0 {
-            return error("subagent limit reached (max 0 per session)".to_string());
+        let Some(running_image) = self.sandbox.handle(&session_id).map(|h| h.image.clone()) else {
+            return error(format!(
+                "no remote sandbox is running for tool '{name}'; call session.startRemoteSandbox first"
+            ));
+        };
+        if running_image != decl.image {
+            return error(format!(
+                "remote sandbox image mismatch: subagent declared \"{}\" but the running sandbox uses \"{running_image}\"",
+                decl.image
+            ));
         }
-        error(format!(
-            "no remote sandbox is running for tool '{name}'; call session.startRemoteSandbox first"
-        ))
+        let arg_mode = entry.prompt_via_kind() == Some(proto::wire::session::PromptVia::Arg);
+        let command = proto::wire::session::interpolate_command(
+            &entry.command_template,
+            &model,
+            arg_mode.then_some(prompt.as_str()),
+        );
+        let id = self.new_id(proto::wire::ids::IdKind::Subagent);
+        let spec = crate::sandbox::LaunchSpec {
+            id: id.clone(),
+            harness: harness.clone(),
+            model: model.clone(),
+            command,
+            stdin: (!arg_mode).then(|| prompt.into_bytes()),
+            timeout_ms: entry.timeout_secs.map(|s| s.saturating_mul(1000)),
+            key_id,
+        };
+        let common = json!({"dispatch": "remote", "subagent_id": id, "harness": harness, "model": model, "detail": null});
+        self.turn_event(turn_id, "session.subagent.start", common.clone());
+        let now = self.now.mono_ms;
+        self.sandbox.launch(&session_id, spec, now);
+        self.turn_event(turn_id, "session.subagent.running", common);
+        let result =
+            json!({"subagent_id": id, "harness": harness, "model": model, "status": "started"});
+        (result.to_string(), false)
     }
 
     /// What the provider is offered (spec 06 §1): the acting driver's
@@ -440,8 +601,49 @@ impl Engine {
                 out.push(t.clone());
             }
         }
+        if self.sandbox.tracks_subagents(session_id) {
+            out.push(status_tool());
+        }
         out
     }
+}
+
+/// The Auto tool's text (spec 06 §2.1): stdout, then a `[stderr]` section
+/// if stderr is not blank, then `[exit_code: N]` if it is not 0; each
+/// section on a new line unless the text is empty or already ends with one.
+pub(crate) fn render_exec(stdout: &str, stderr: &str, exit_code: i64) -> String {
+    let mut text = stdout.to_string();
+    let newline = |t: &mut String| {
+        if !t.is_empty() && !t.ends_with('\n') {
+            t.push('\n');
+        }
+    };
+    if !stderr.trim().is_empty() {
+        newline(&mut text);
+        text.push_str("[stderr]\n");
+        text.push_str(stderr);
+    }
+    if exit_code != 0 {
+        newline(&mut text);
+        text.push_str(&format!("[exit_code: {exit_code}]"));
+    }
+    text
+}
+
+/// The synthesized `remote_subagent_status` definition (spec 06 §6.4).
+fn status_tool() -> Value {
+    json!({
+        "name": proto::wire::session::REMOTE_SUBAGENT_STATUS,
+        "description": "Check on remote subagents launched in this session. Pass a subagent_id to \
+    query one, or nothing to list every tracked subagent. A finished subagent is reported once, \
+    with its exit code and output, and is then no longer tracked.",
+        "input_schema": {
+            "type": "object",
+            "properties": {"subagent_id": {"type": "string", "description": "The sba_ id returned when the subagent was launched; omit to list all."}},
+            "required": [],
+            "additionalProperties": false,
+        },
+    })
 }
 
 fn tool_name(tool_use: &Value) -> &str {

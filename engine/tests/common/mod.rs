@@ -39,6 +39,8 @@ pub struct Harness {
     pub replies: VecDeque<ProviderReply>,
     /// MCP transport commands, in emission order.
     pub mcp: VecDeque<engine::mcp::McpCommand>,
+    /// Container engine commands, in emission order.
+    pub sandbox: VecDeque<engine::sandbox::SandboxCommand>,
     next_conn: ConnId,
 }
 
@@ -76,6 +78,7 @@ impl Harness {
             calls: VecDeque::new(),
             replies: VecDeque::new(),
             mcp: VecDeque::new(),
+            sandbox: VecDeque::new(),
             next_conn: 1,
         }
     }
@@ -125,6 +128,7 @@ impl Harness {
                     Output::Read { id, read } => reads.push((id, read)),
                     Output::CallProvider(c) => self.calls.push_back(c),
                     Output::Mcp(c) => self.mcp.push_back(c),
+                    Output::Sandbox(c) => self.sandbox.push_back(c),
                 }
             }
             for (id, read) in reads {

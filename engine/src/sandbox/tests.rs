@@ -1,0 +1,441 @@
+//! The sandbox hub in isolation: typed requests and driver replies in,
+//! commands and notices out, virtual time. No HTTP, no store.
+
+use serde_json::Value;
+
+use super::*;
+
+fn hub() -> SandboxHub {
+    SandboxHub::new(SandboxSettings {
+        exec_timeout_ms: 1_000,
+        max_output: 1 << 20,
+        subagent_timeout_ms: 5_000,
+        labels: vec![("bae.db".into(), "d".into())],
+    })
+}
+
+fn rpc(conn: u64) -> Requester {
+    Requester::Rpc {
+        conn,
+        key_id: "key_a".into(),
+    }
+}
+
+fn cmds(h: &mut SandboxHub) -> Vec<SandboxCommand> {
+    std::iter::from_fn(|| h.poll_command()).collect()
+}
+
+fn notices(h: &mut SandboxHub) -> Vec<SandboxNotice> {
+    std::iter::from_fn(|| h.poll_notice()).collect()
+}
+
+fn op_of(c: &SandboxCommand) -> OpId {
+    match c {
+        SandboxCommand::EnsureImage { op, .. }
+        | SandboxCommand::Start { op, .. }
+        | SandboxCommand::Exec { op, .. }
+        | SandboxCommand::Stop { op, .. }
+        | SandboxCommand::Kill { op } => *op,
+    }
+}
+
+fn out(stdout: &str, code: i64) -> ExecOutput {
+    ExecOutput {
+        stdout: stdout.into(),
+        exit_code: code,
+        ..ExecOutput::default()
+    }
+}
+
+/// A session `s` with a running sandbox `c1` of image `img`.
+fn running(h: &mut SandboxHub) -> Handle {
+    h.start("s", "img", rpc(1)).unwrap();
+    let ensure = op_of(&cmds(h)[0]);
+    h.handle_reply(ensure, SandboxReply::Ensured(Ok(())), 0);
+    let start = op_of(&cmds(h)[0]);
+    h.handle_reply(start, SandboxReply::Started(Ok("c1".into())), 0);
+    notices(h);
+    h.handle("s").cloned().unwrap()
+}
+
+#[test]
+fn c139_start_ensures_the_image_then_runs_it_with_labels() {
+    let mut h = hub();
+    h.start("s", "img", rpc(1)).unwrap();
+    let c = cmds(&mut h);
+    assert!(matches!(&c[..], [SandboxCommand::EnsureImage { image, .. }] if image == "img"));
+    h.handle_reply(op_of(&c[0]), SandboxReply::Ensured(Ok(())), 0);
+    let c = cmds(&mut h);
+    let SandboxCommand::Start { labels, image, .. } = &c[0] else {
+        panic!("{c:?}")
+    };
+    assert_eq!(image, "img");
+    assert_eq!(
+        labels,
+        &vec![
+            ("bae.session".to_string(), "s".to_string()),
+            ("bae.db".into(), "d".into())
+        ]
+    );
+    h.handle_reply(op_of(&c[0]), SandboxReply::Started(Ok("c1".into())), 0);
+    let handle = Handle {
+        image: "img".into(),
+        container: "c1".into(),
+    };
+    assert_eq!(
+        notices(&mut h),
+        vec![SandboxNotice::Started {
+            session_id: "s".into(),
+            requester: rpc(1),
+            image: "img".into(),
+            result: Ok(handle.clone())
+        }]
+    );
+    assert_eq!(h.handle("s"), Some(&handle));
+}
+
+#[test]
+fn c140_one_sandbox_per_session_even_while_the_first_is_starting() {
+    let mut h = hub();
+    h.start("s", "img", rpc(1)).unwrap();
+    assert_eq!(
+        h.start("s", "img", rpc(2)),
+        Err(StartRefused::AlreadyRunning)
+    );
+    let mut h = hub();
+    running(&mut h);
+    assert_eq!(
+        h.start("s", "other", rpc(2)),
+        Err(StartRefused::AlreadyRunning)
+    );
+    assert!(
+        h.start("t", "img", rpc(3)).is_ok(),
+        "other sessions are independent"
+    );
+}
+
+#[test]
+fn c141_a_failed_ensure_or_run_reports_the_driver_text_and_allows_a_retry() {
+    let mut h = hub();
+    h.start("s", "img", rpc(1)).unwrap();
+    let c = cmds(&mut h);
+    h.handle_reply(
+        op_of(&c[0]),
+        SandboxReply::Ensured(Err(DriverError::Image("pull failed".into()))),
+        0,
+    );
+    let SandboxNotice::Started { result, .. } = &notices(&mut h)[0] else {
+        panic!()
+    };
+    assert_eq!(
+        result,
+        &Err("sandbox image \"img\" error: pull failed".to_string())
+    );
+    assert!(h.cmds_empty());
+    h.start("s", "img", rpc(1)).unwrap();
+    let c = cmds(&mut h);
+    h.handle_reply(op_of(&c[0]), SandboxReply::Ensured(Ok(())), 0);
+    let c = cmds(&mut h);
+    h.handle_reply(
+        op_of(&c[0]),
+        SandboxReply::Started(Err(DriverError::Runtime("boom".into()))),
+        0,
+    );
+    let SandboxNotice::Started { result, .. } = &notices(&mut h)[0] else {
+        panic!()
+    };
+    assert_eq!(result, &Err("sandbox runtime error: boom".to_string()));
+    assert!(h.handle("s").is_none());
+}
+
+impl SandboxHub {
+    fn cmds_empty(&self) -> bool {
+        self.commands.is_empty()
+    }
+}
+
+#[test]
+fn stop_removes_the_handle_before_the_driver_stops() {
+    let mut h = hub();
+    let handle = running(&mut h);
+    assert_eq!(
+        h.stop("s", rpc(1), StopReason::Explicit),
+        Some(handle.clone())
+    );
+    assert!(h.handle("s").is_none(), "gone before the stop completes");
+    assert_eq!(
+        h.exec("s", "ls", rpc(2), 0),
+        None,
+        "nothing dispatched against it"
+    );
+    assert_eq!(h.stop("s", rpc(1), StopReason::Explicit), None);
+    let c = cmds(&mut h);
+    assert!(matches!(&c[..], [SandboxCommand::Stop { container, .. }] if container == "c1"));
+    h.handle_reply(op_of(&c[0]), SandboxReply::Stopped(Ok(())), 0);
+    assert_eq!(
+        notices(&mut h),
+        vec![SandboxNotice::Stopped {
+            session_id: "s".into(),
+            requester: rpc(1),
+            handle,
+            reason: StopReason::Explicit,
+            result: Ok(())
+        }]
+    );
+}
+
+#[test]
+fn execs_hold_the_lock_one_at_a_time_in_order() {
+    let mut h = hub();
+    running(&mut h);
+    assert_eq!(h.exec("s", "one", rpc(1), 0), Some("c1".into()));
+    assert_eq!(h.exec("s", "two", rpc(2), 0), Some("c1".into()));
+    let c = cmds(&mut h);
+    assert_eq!(c.len(), 1, "the second waits for the lock");
+    let SandboxCommand::Exec { command, stdin, .. } = &c[0] else {
+        panic!()
+    };
+    assert_eq!((command.as_str(), stdin), ("one", &None));
+    h.handle_reply(op_of(&c[0]), SandboxReply::Exec(Ok(out("1", 0))), 10);
+    let c = cmds(&mut h);
+    assert!(matches!(&c[..], [SandboxCommand::Exec { command, .. }] if command == "two"));
+    let n = notices(&mut h);
+    assert!(
+        matches!(&n[..], [SandboxNotice::Executed { requester, result: Ok(o), .. }] if *requester == rpc(1) && o.stdout == "1")
+    );
+}
+
+#[test]
+fn an_exec_past_its_timeout_is_killed_and_reported_as_a_driver_error() {
+    let mut h = hub();
+    running(&mut h);
+    h.exec("s", "sleep 99", rpc(1), 100);
+    h.exec("s", "next", rpc(2), 100);
+    let c = cmds(&mut h);
+    let op = op_of(&c[0]);
+    assert_eq!(h.poll_timeout(), Some(1_100));
+    h.handle_timeout(1_100);
+    let c = cmds(&mut h);
+    assert_eq!(c[0], SandboxCommand::Kill { op });
+    assert!(matches!(&c[1], SandboxCommand::Exec { command, .. } if command == "next"));
+    let n = notices(&mut h);
+    let SandboxNotice::Executed {
+        result: Err(text), ..
+    } = &n[0]
+    else {
+        panic!("{n:?}")
+    };
+    assert_eq!(text, "sandbox runtime error: exec timed out after 1 s");
+    // The late reply of the killed exec is ignored.
+    h.handle_reply(op, SandboxReply::Exec(Ok(out("late", 0))), 1_200);
+    assert!(notices(&mut h).is_empty());
+}
+
+fn launch(h: &mut SandboxHub, id: &str, timeout: Option<u64>, now: u64) -> OpId {
+    let spec = LaunchSpec {
+        id: id.into(),
+        harness: "claude".into(),
+        model: "m".into(),
+        command: "claude --model 'm'".into(),
+        stdin: Some(b"the prompt".to_vec()),
+        timeout_ms: timeout,
+        key_id: "key_a".into(),
+    };
+    h.launch("s", spec, now).unwrap();
+    let c = cmds(h);
+    let SandboxCommand::Exec { stdin, command, .. } = &c[0] else {
+        panic!("{c:?}")
+    };
+    assert_eq!(stdin.as_deref(), Some(&b"the prompt"[..]));
+    assert_eq!(command, "claude --model 'm'");
+    op_of(&c[0])
+}
+
+#[test]
+fn c156_subagents_are_reported_once_when_terminal_then_evicted() {
+    let mut h = hub();
+    running(&mut h);
+    let a = launch(&mut h, "sba_a", None, 0);
+    launch(&mut h, "sba_b", None, 0);
+    assert_eq!(h.running_subagents("s"), 2);
+    assert!(h.tracks_subagents("s"));
+    h.handle_reply(a, SandboxReply::Exec(Ok(out("done", 0))), 5);
+    let n = notices(&mut h);
+    let SandboxNotice::SubagentEnded { status, .. } = &n[0] else {
+        panic!()
+    };
+    assert_eq!(status.state, SubagentState::Completed);
+    let (kind, payload) = status.terminal_event().unwrap();
+    assert_eq!(kind, "session.subagent.completed");
+    assert_eq!(payload["exit_code"], 0);
+    let all = h.report("s", None).unwrap();
+    assert_eq!(all.len(), 2);
+    assert_eq!(all[0]["status"], "completed");
+    assert_eq!(all[0]["stdout"], "done");
+    assert_eq!(all[1]["status"], "running");
+    let again = h.report("s", None).unwrap();
+    assert_eq!(again.len(), 1, "the terminal entry was evicted");
+    assert_eq!(h.report("s", Some("sba_a")), None);
+}
+
+#[test]
+fn c158_a_subagent_past_its_timeout_is_killed_and_timed_out() {
+    let mut h = hub();
+    running(&mut h);
+    let op = launch(&mut h, "sba_a", Some(2_000), 100);
+    assert_eq!(h.poll_timeout(), Some(2_100));
+    h.handle_timeout(2_100);
+    assert_eq!(cmds(&mut h), vec![SandboxCommand::Kill { op }]);
+    let n = notices(&mut h);
+    let SandboxNotice::SubagentEnded { status, .. } = &n[0] else {
+        panic!()
+    };
+    assert_eq!(status.state, SubagentState::TimedOut);
+    let (kind, payload) = status.terminal_event().unwrap();
+    assert_eq!(kind, "session.subagent.failed");
+    assert_eq!(payload["reason"], "timeout");
+    assert!(payload["exit_code"].is_null());
+    assert_eq!(
+        h.report("s", Some("sba_a")).unwrap()[0]["status"],
+        "timed_out"
+    );
+}
+
+#[test]
+fn c159_c160_c161_cancel_running_terminal_and_unknown() {
+    let mut h = hub();
+    running(&mut h);
+    let op = launch(&mut h, "sba_a", None, 0);
+    let CancelOutcome::Cancelled(status) = h.cancel("s", "sba_a") else {
+        panic!()
+    };
+    assert_eq!(cmds(&mut h), vec![SandboxCommand::Kill { op }]);
+    assert_eq!(status.terminal_event().unwrap().1["reason"], "explicit");
+    assert_eq!(h.cancel("s", "sba_a"), CancelOutcome::AlreadyTerminal);
+    assert_eq!(h.cancel("s", "sba_nope"), CancelOutcome::NotFound);
+    // A late exit after the cancel changes nothing.
+    h.handle_reply(op, SandboxReply::Exec(Ok(out("", 0))), 1);
+    assert!(notices(&mut h).is_empty());
+}
+
+#[test]
+fn nonzero_exit_spawn_failure_and_output_truncation() {
+    let mut h = hub();
+    running(&mut h);
+    let a = launch(&mut h, "sba_a", None, 0);
+    let b = launch(&mut h, "sba_b", None, 0);
+    let big = "é".repeat(40_000); // 80,000 bytes
+    h.handle_reply(
+        a,
+        SandboxReply::Exec(Ok(ExecOutput {
+            stdout: big,
+            exit_code: 3,
+            ..ExecOutput::default()
+        })),
+        1,
+    );
+    h.handle_reply(
+        b,
+        SandboxReply::Exec(Err(DriverError::Runtime("cannot run docker".into()))),
+        1,
+    );
+    let n = notices(&mut h);
+    let events: Vec<Value> = n
+        .iter()
+        .map(|x| match x {
+            SandboxNotice::SubagentEnded { status, .. } => status.terminal_event().unwrap().1,
+            _ => panic!(),
+        })
+        .collect();
+    assert_eq!(events[0]["reason"], "nonzero_exit");
+    assert_eq!(events[0]["exit_code"], 3);
+    assert_eq!(events[1]["reason"], "spawn_failed");
+    assert_eq!(
+        events[1]["detail"],
+        "sandbox runtime error: cannot run docker"
+    );
+    let entries = h.report("s", None).unwrap();
+    let stdout = entries[0]["stdout"].as_str().unwrap();
+    assert_eq!(stdout.len(), 65_536);
+    assert_eq!(entries[0]["truncated"], true);
+    assert!(!h.tracks_subagents("s"));
+}
+
+#[test]
+fn c148_c164_close_cancels_subagents_stops_the_sandbox_and_fails_queued_execs() {
+    let mut h = hub();
+    let handle = running(&mut h);
+    let sub = launch(&mut h, "sba_a", None, 0);
+    h.exec("s", "one", rpc(1), 0);
+    h.exec("s", "two", rpc(2), 0);
+    let exec = op_of(&cmds(&mut h)[0]);
+    let (cancelled, stopped) = h.close_session("s", "key_creator");
+    assert_eq!(cancelled.len(), 1);
+    assert_eq!(
+        cancelled[0].terminal_event().unwrap().1["reason"],
+        "session_close"
+    );
+    assert_eq!(stopped, Some(handle));
+    let c = cmds(&mut h);
+    assert!(c.contains(&SandboxCommand::Kill { op: sub }));
+    assert!(c
+        .iter()
+        .any(|x| matches!(x, SandboxCommand::Stop { container, .. } if container == "c1")));
+    let n = notices(&mut h);
+    assert!(
+        matches!(&n[..], [SandboxNotice::Executed { requester, result: Err(_), .. }] if *requester == rpc(2))
+    );
+    // The exec in flight still reports; nothing runs after it.
+    h.handle_reply(exec, SandboxReply::Exec(Ok(out("", 0))), 1);
+    assert_eq!(notices(&mut h).len(), 1);
+    assert!(cmds(&mut h).is_empty());
+}
+
+#[test]
+fn a_start_finishing_after_close_stops_its_container() {
+    let mut h = hub();
+    h.start("s", "img", rpc(1)).unwrap();
+    let ensure = op_of(&cmds(&mut h)[0]);
+    h.handle_reply(ensure, SandboxReply::Ensured(Ok(())), 0);
+    let start = op_of(&cmds(&mut h)[0]);
+    h.close_session("s", "key_creator");
+    h.handle_reply(start, SandboxReply::Started(Ok("c9".into())), 1);
+    let c = cmds(&mut h);
+    assert!(
+        matches!(&c[..], [SandboxCommand::Stop { container, .. }] if container == "c9"),
+        "{c:?}"
+    );
+    assert!(h.handle("s").is_none());
+}
+
+#[test]
+fn provisioning_ensures_images_in_order_and_records_their_status() {
+    let mut h = hub();
+    h.provision("pro_1", &["a".into(), "b".into()]);
+    assert_eq!(h.image_state("pro_1", "a"), ImageState::Pending);
+    let c = cmds(&mut h);
+    assert!(
+        matches!(&c[..], [SandboxCommand::EnsureImage { image, .. }] if image == "a"),
+        "one at a time"
+    );
+    h.handle_reply(op_of(&c[0]), SandboxReply::Ensured(Ok(())), 0);
+    let c = cmds(&mut h);
+    assert!(matches!(&c[..], [SandboxCommand::EnsureImage { image, .. }] if image == "b"));
+    h.handle_reply(
+        op_of(&c[0]),
+        SandboxReply::Ensured(Err(DriverError::Image("pull failed".into()))),
+        0,
+    );
+    assert_eq!(h.image_state("pro_1", "a"), ImageState::Available);
+    assert_eq!(
+        h.image_state("pro_1", "b"),
+        ImageState::Error("pull failed".into())
+    );
+    assert_eq!(
+        h.image_json("pro_1", "b"),
+        serde_json::json!({"name": "b", "status": "error", "detail": "pull failed"})
+    );
+    assert_eq!(notices(&mut h).len(), 2);
+    h.provision("pro_1", &[]);
+    assert_eq!(h.image_state("pro_1", "a"), ImageState::Pending);
+}

@@ -1,0 +1,389 @@
+//! The engine's side of remote sandboxes and subagents (spec 06 §5–§6):
+//! the RPCs' check orders, the lifecycle events recorded from the hub's
+//! notices, teardown at session close, and image provisioning.
+
+use proto::jsonrpc::{ExecRemoteSandboxParams, RpcError, StartRemoteSandboxParams};
+use serde_json::{json, Value};
+
+use crate::sandbox::{
+    CancelOutcome, ExecOutput, Handle, Requester, SandboxNotice, StartRefused, StopReason,
+};
+use crate::{ConnId, Engine};
+
+impl Engine {
+    /// Routes one hub notice (called from the subsystem pump).
+    pub(crate) fn on_sandbox_notice(&mut self, notice: SandboxNotice) {
+        match notice {
+            SandboxNotice::Started {
+                session_id,
+                requester,
+                image,
+                result,
+            } => self.sandbox_started(&session_id, requester, &image, result),
+            SandboxNotice::Stopped {
+                session_id,
+                requester,
+                handle,
+                reason,
+                result,
+            } => self.sandbox_stopped(&session_id, requester, &handle, reason, result),
+            SandboxNotice::Executed {
+                session_id,
+                requester,
+                handle,
+                result,
+            } => match requester {
+                Requester::Turn { turn, index } => {
+                    self.on_sandbox_tool_done(turn, index, &session_id, &handle, result)
+                }
+                Requester::Rpc { conn, key_id } => {
+                    self.manual_exec_done(conn, &key_id, &session_id, &handle, result)
+                }
+                Requester::Teardown { .. } => {}
+            },
+            SandboxNotice::SubagentEnded { session_id, status } => {
+                if let Some((kind, payload)) = status.terminal_event() {
+                    self.append_event(&session_id, Some(&status.key_id), kind, payload);
+                }
+            }
+            SandboxNotice::Provisioned {
+                profile_id,
+                image,
+                result,
+            } => match result {
+                Ok(()) => tracing::info!(profile = %profile_id, %image, "sandbox image available"),
+                Err(e) => {
+                    tracing::warn!(profile = %profile_id, %image, error = %e, "sandbox image provisioning failed")
+                }
+            },
+        }
+    }
+
+    fn rpc_alive(&self, requester: &Requester) -> Option<(ConnId, String)> {
+        match requester {
+            Requester::Rpc { conn, key_id } if self.conns.contains_key(conn) => {
+                Some((*conn, key_id.clone()))
+            }
+            _ => None,
+        }
+    }
+
+    fn requester_key(requester: &Requester) -> Option<&str> {
+        match requester {
+            Requester::Rpc { key_id, .. } | Requester::Teardown { key_id } => Some(key_id),
+            Requester::Turn { .. } => None,
+        }
+    }
+
+    /// `session.startRemoteSandbox` (spec 06 §5.3).
+    pub(crate) fn start_remote_sandbox(
+        &mut self,
+        conn: ConnId,
+        session_id: &str,
+        key_id: &str,
+        params: &Value,
+    ) {
+        if !self.require_open_driver(conn, session_id, key_id, "session.startRemoteSandbox") {
+            return;
+        }
+        let image = match StartRemoteSandboxParams::parse(params) {
+            Ok(p) => p.image,
+            Err(msg) => return self.terminal_error(conn, -32602, &msg),
+        };
+        let profile_id = self
+            .catalog
+            .sessions
+            .get(session_id)
+            .map(|s| s.profile_id.clone());
+        let Some(profile) = profile_id.and_then(|p| self.catalog.live_profile(&p)) else {
+            return self.terminal_error(
+                conn,
+                -32000,
+                "profile_unavailable: the profile bound to this session is no longer available",
+            );
+        };
+        if !profile.row.available_sandboxes.contains(&image) {
+            let e = RpcError::sandbox_image_not_allowed(&image);
+            return self.terminal_error(conn, e.code, &e.message);
+        }
+        let requester = Requester::Rpc {
+            conn,
+            key_id: key_id.to_string(),
+        };
+        if let Err(StartRefused::AlreadyRunning) = self.sandbox.start(session_id, &image, requester)
+        {
+            return self.terminal_error(
+                conn,
+                -32000,
+                "a remote sandbox is already running for this session; call session.stopRemoteSandbox first",
+            );
+        }
+        let start = json!({"image": image, "dispatch": "remote"});
+        self.append_event(session_id, Some(key_id), "session.sandbox.start", start);
+    }
+
+    fn sandbox_started(
+        &mut self,
+        session_id: &str,
+        requester: Requester,
+        image: &str,
+        result: Result<Handle, String>,
+    ) {
+        let key = Self::requester_key(&requester).map(str::to_string);
+        match result {
+            Ok(handle) => {
+                let payload = json!({
+                    "image": image, "sandbox_id": handle.container, "dispatch": "remote", "unsandboxed": false,
+                });
+                self.append_event(
+                    session_id,
+                    key.as_deref(),
+                    "session.sandbox.running",
+                    payload,
+                );
+                // The running event's `created_at` (same input, same stamp).
+                let started_at = self.timestamp();
+                if let Some((conn, _)) = self.rpc_alive(&requester) {
+                    let body = json!({
+                        "sandbox_id": handle.container, "image": image, "started_at": started_at,
+                    });
+                    self.terminal_result(conn, &body.to_string());
+                }
+            }
+            Err(detail) => {
+                let payload = json!({
+                    "image": image, "phase": "start", "detail": detail, "dispatch": "remote", "unsandboxed": false,
+                });
+                self.append_event(session_id, key.as_deref(), "session.sandbox.error", payload);
+                if let Some((conn, _)) = self.rpc_alive(&requester) {
+                    let e = RpcError::sandbox_start_failed(&detail);
+                    self.terminal_error(conn, e.code, &e.message);
+                }
+            }
+        }
+    }
+
+    /// `session.stopRemoteSandbox` (spec 06 §5.4): the handle goes first.
+    pub(crate) fn stop_remote_sandbox(&mut self, conn: ConnId, session_id: &str, key_id: &str) {
+        if !self.require_driver(conn, session_id, key_id, "session.stopRemoteSandbox") {
+            return;
+        }
+        let requester = Requester::Rpc {
+            conn,
+            key_id: key_id.to_string(),
+        };
+        match self
+            .sandbox
+            .stop(session_id, requester, StopReason::Explicit)
+        {
+            Some(handle) => self.log_stop(session_id, key_id, &handle, StopReason::Explicit),
+            None => {
+                let e = RpcError::sandbox_not_running();
+                self.terminal_error(conn, e.code, &e.message);
+            }
+        }
+    }
+
+    fn log_stop(&mut self, session_id: &str, key_id: &str, handle: &Handle, reason: StopReason) {
+        let payload = json!({
+            "image": handle.image, "sandbox_id": handle.container, "reason": reason.as_str(), "dispatch": "remote",
+        });
+        self.append_event(session_id, Some(key_id), "session.sandbox.stop", payload);
+    }
+
+    fn sandbox_stopped(
+        &mut self,
+        session_id: &str,
+        requester: Requester,
+        handle: &Handle,
+        reason: StopReason,
+        result: Result<(), String>,
+    ) {
+        let key = Self::requester_key(&requester).map(str::to_string);
+        match result {
+            Ok(()) => {
+                let payload = json!({
+                    "image": handle.image, "sandbox_id": handle.container, "reason": reason.as_str(),
+                    "dispatch": "remote", "unsandboxed": false,
+                });
+                self.append_event(
+                    session_id,
+                    key.as_deref(),
+                    "session.sandbox.stopped",
+                    payload,
+                );
+                if let Some((conn, _)) = self.rpc_alive(&requester) {
+                    let body = json!({"stopped": true, "image": handle.image, "sandbox_id": handle.container});
+                    self.terminal_result(conn, &body.to_string());
+                }
+            }
+            Err(detail) => {
+                self.log_sandbox_error(session_id, key.as_deref(), handle, "stop", &detail);
+                if let Some((conn, _)) = self.rpc_alive(&requester) {
+                    self.terminal_error(conn, -32000, &format!("sandbox stop failed: {detail}"));
+                }
+            }
+        }
+    }
+
+    pub(crate) fn log_sandbox_error(
+        &mut self,
+        session_id: &str,
+        key_id: Option<&str>,
+        handle: &Handle,
+        phase: &str,
+        detail: &str,
+    ) {
+        let payload = json!({
+            "image": handle.image, "sandbox_id": handle.container, "phase": phase, "detail": detail,
+            "dispatch": "remote", "unsandboxed": false,
+        });
+        self.append_event(session_id, key_id, "session.sandbox.error", payload);
+    }
+
+    /// `session.execRemoteSandbox` (spec 06 §5.6): no event on success.
+    pub(crate) fn exec_remote_sandbox(
+        &mut self,
+        conn: ConnId,
+        session_id: &str,
+        key_id: &str,
+        params: &Value,
+    ) {
+        if !self.require_driver(conn, session_id, key_id, "session.execRemoteSandbox") {
+            return;
+        }
+        let command = match ExecRemoteSandboxParams::parse(params) {
+            Ok(p) => p.command,
+            Err(msg) => return self.terminal_error(conn, -32602, &msg),
+        };
+        let requester = Requester::Rpc {
+            conn,
+            key_id: key_id.to_string(),
+        };
+        let now = self.now.mono_ms;
+        if self
+            .sandbox
+            .exec(session_id, &command, requester, now)
+            .is_none()
+        {
+            let e = RpcError::sandbox_not_running();
+            self.terminal_error(conn, e.code, &e.message);
+        }
+    }
+
+    fn manual_exec_done(
+        &mut self,
+        conn: ConnId,
+        key_id: &str,
+        session_id: &str,
+        handle: &Handle,
+        result: Result<ExecOutput, String>,
+    ) {
+        match result {
+            Ok(out) => {
+                if self.conns.contains_key(&conn) {
+                    let (stdout, stderr) = self.marked_streams(&out);
+                    let body =
+                        json!({"stdout": stdout, "stderr": stderr, "exit_code": out.exit_code});
+                    self.terminal_result(conn, &body.to_string());
+                }
+            }
+            Err(detail) => {
+                self.log_sandbox_error(session_id, Some(key_id), handle, "exec", &detail);
+                if self.conns.contains_key(&conn) {
+                    self.terminal_error(conn, -32000, &format!("sandbox exec failed: {detail}"));
+                }
+            }
+        }
+    }
+
+    /// stdout/stderr with a marker where the driver cut them.
+    pub(crate) fn marked_streams(&self, out: &ExecOutput) -> (String, String) {
+        let max = self.config.sandbox_max_output;
+        let mark = |s: &str, cut: bool| {
+            if cut {
+                format!("{s}\n[output truncated at {max} bytes]")
+            } else {
+                s.to_string()
+            }
+        };
+        (
+            mark(&out.stdout, out.stdout_truncated),
+            mark(&out.stderr, out.stderr_truncated),
+        )
+    }
+
+    /// `session.cancelSubagent` (spec 06 §6.5).
+    pub(crate) fn cancel_subagent(
+        &mut self,
+        conn: ConnId,
+        session_id: &str,
+        key_id: &str,
+        params: &Value,
+    ) {
+        if !self.require_driver(conn, session_id, key_id, "session.cancelSubagent") {
+            return;
+        }
+        let id = match proto::jsonrpc::CancelSubagentParams::parse(params) {
+            Ok(p) => p.subagent_id,
+            Err(msg) => return self.terminal_error(conn, -32602, &msg),
+        };
+        match self.sandbox.cancel(session_id, &id) {
+            CancelOutcome::NotFound => {
+                let e = RpcError::subagent_not_found(&id);
+                self.terminal_error(conn, e.code, &e.message);
+            }
+            CancelOutcome::Cancelled(status) => {
+                if let Some((kind, payload)) = status.terminal_event() {
+                    self.append_event(session_id, Some(key_id), kind, payload);
+                }
+                let body = json!({"cancelled": true, "subagent_id": id, "was_running": true});
+                self.terminal_result(conn, &body.to_string());
+            }
+            CancelOutcome::AlreadyTerminal => {
+                let body = json!({"cancelled": true, "subagent_id": id, "was_running": false});
+                self.terminal_result(conn, &body.to_string());
+            }
+        }
+    }
+
+    /// Session close (spec 01 §4.3 step 2): running remote subagents are
+    /// cancelled, then the sandbox stops; all attributed to the creator.
+    pub(crate) fn teardown_sandbox(&mut self, session_id: &str) {
+        let Some(creator) = self
+            .catalog
+            .sessions
+            .get(session_id)
+            .map(|s| s.creator.clone())
+        else {
+            return;
+        };
+        let (cancelled, handle) = self.sandbox.close_session(session_id, &creator);
+        for status in cancelled {
+            if let Some((kind, payload)) = status.terminal_event() {
+                self.append_event(session_id, Some(&creator), kind, payload);
+            }
+        }
+        if let Some(handle) = handle {
+            self.log_stop(session_id, &creator, &handle, StopReason::SessionClose);
+        }
+    }
+
+    /// `session.sandbox.available` images with their provisioning status.
+    pub(crate) fn sandbox_images_json(&self, profile_id: &str, images: &[String]) -> Vec<Value> {
+        images
+            .iter()
+            .map(|i| self.sandbox.image_json(profile_id, i))
+            .collect()
+    }
+
+    /// A profile was created or replaced: (re)provision its images.
+    pub(crate) fn provision_profile(&mut self, profile_id: &str) {
+        let images = self
+            .catalog
+            .live_profile(profile_id)
+            .map(|p| p.row.available_sandboxes.clone())
+            .unwrap_or_default();
+        self.sandbox.provision(profile_id, &images);
+    }
+}
