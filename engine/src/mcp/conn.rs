@@ -11,6 +11,8 @@ use super::{CallToken, McpCommand, McpConnId, McpEvent, McpServerSpec, McpSettin
 /// Backoff between reconnect attempts of a `reconnect = true` server.
 const BACKOFF_START_MS: u64 = 250;
 const BACKOFF_MAX_MS: u64 = 30_000;
+/// Most `tools/list` pages followed during one handshake.
+const MAX_LIST_PAGES: u32 = 64;
 
 /// What a handled event means for the hub.
 pub(super) enum Step {
@@ -103,6 +105,9 @@ pub(super) struct Conn {
     retry_at: u64,
     /// The call that triggered a reconnect, sent once the handshake is done.
     queued: Option<PendingCall>,
+    /// `tools/list` pages gathered so far during a handshake.
+    listed: Vec<McpTool>,
+    pages: u32,
 }
 
 impl Conn {
@@ -133,6 +138,8 @@ impl Conn {
             attempts: 0,
             retry_at: 0,
             queued: None,
+            listed: Vec::new(),
+            pages: 0,
         }
     }
 
@@ -406,7 +413,18 @@ impl Conn {
                 Step::Nothing
             }
             (Awaiting::ToolsList, Answer::Result(result)) => {
-                Step::Connected(mcp::tools_from_list(&result))
+                self.listed.extend(mcp::tools_from_list(&result));
+                self.pages += 1;
+                // Follow `nextCursor` (spec 06 §7 note 4: a compatible
+                // improvement), bounded against a server that never ends.
+                match result.get("nextCursor").and_then(Value::as_str) {
+                    Some(cursor) if self.pages < MAX_LIST_PAGES => {
+                        let params = serde_json::json!({ "cursor": cursor });
+                        self.request(McpMethod::ToolsList, &params, Awaiting::ToolsList, now);
+                        Step::Nothing
+                    }
+                    _ => Step::Connected(std::mem::take(&mut self.listed)),
+                }
             }
             (Awaiting::Open | Awaiting::InitializedAck, Answer::Result(_)) => Step::Nothing,
         }

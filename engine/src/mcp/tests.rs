@@ -813,3 +813,59 @@ fn an_expired_http_session_is_renewed_and_the_unprocessed_call_sent_once_more() 
     );
     assert!(opens(&commands(&mut h)).is_empty());
 }
+
+#[test]
+fn tools_list_pages_are_followed_through_next_cursor() {
+    let mut h = hub();
+    h.connect_session("s", vec![stdio("a")], 0);
+    commands(&mut h);
+    h.handle(1, McpEvent::Opened, 0);
+    h.handle(1, line(json!({"jsonrpc": "2.0", "id": 1, "result": {}})), 0);
+    commands(&mut h);
+    h.handle(
+        1,
+        line(json!({"jsonrpc": "2.0", "id": 2, "result": {"tools": [{"name": "p1"}], "nextCursor": "c2"}})),
+        0,
+    );
+    let s = sends(&commands(&mut h));
+    assert_eq!(
+        s,
+        vec![(
+            1,
+            3,
+            json!({"jsonrpc": "2.0", "id": 3, "method": "tools/list", "params": {"cursor": "c2"}})
+        )]
+    );
+    assert!(notices(&mut h).is_empty());
+    h.handle(
+        1,
+        line(json!({"jsonrpc": "2.0", "id": 3, "result": {"tools": [{"name": "p2"}]}})),
+        0,
+    );
+    assert_eq!(notices(&mut h).len(), 1);
+    assert_eq!(h.route("s", "p1"), Some("a"));
+    assert_eq!(h.route("s", "p2"), Some("a"));
+}
+
+#[test]
+fn an_endless_cursor_stops_after_a_bounded_number_of_pages() {
+    let mut h = hub();
+    h.connect_session("s", vec![stdio("a")], 0);
+    commands(&mut h);
+    h.handle(1, McpEvent::Opened, 0);
+    h.handle(1, line(json!({"jsonrpc": "2.0", "id": 1, "result": {}})), 0);
+    let mut pages = 0;
+    for id in 2..200u64 {
+        h.handle(
+            1,
+            line(json!({"jsonrpc": "2.0", "id": id, "result": {"tools": [{"name": format!("t{id}")}], "nextCursor": "again"}})),
+            0,
+        );
+        pages += 1;
+        if !notices(&mut h).is_empty() {
+            break;
+        }
+    }
+    assert_eq!(pages, 64);
+    assert_eq!(h.tools("s").len(), 64);
+}
