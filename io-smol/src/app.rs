@@ -213,9 +213,15 @@ fn serve(cli: &Cli) -> i32 {
     // Step 12: once now, then hourly from the driver.
     log_activity(&snapshot);
 
+    let run_label = crate::sandbox_cleanup::run_label();
+    crate::sandbox_cleanup::stop_leftovers(
+        env.sandbox_driver,
+        crate::sandbox_cleanup::db_label(&env.db_path),
+        run_label.clone(),
+    );
     let clock = Clock::new();
     let engine = Engine::new(
-        engine_config(&env, &file),
+        engine_config(&env, &file, &run_label),
         Box::new(OsEntropy),
         snapshot,
         clock.now(),
@@ -233,6 +239,7 @@ fn serve(cli: &Cli) -> i32 {
     let settings = DriverSettings {
         shutdown_timeout: env.shutdown_timeout,
         max_connections: env.max_connections,
+        sandbox_driver: env.sandbox_driver,
     };
     match driver::run(engine, clock, store, listeners, settings) {
         Ok(()) => 0,
@@ -287,7 +294,7 @@ fn log_activity(s: &Snapshot) {
 }
 
 /// The engine's settings from the environment and the config file.
-pub fn engine_config(env: &Env, file: &FileConfig) -> engine::Config {
+pub fn engine_config(env: &Env, file: &FileConfig, run_label: &str) -> engine::Config {
     let providers = file
         .providers
         .iter()
@@ -322,6 +329,16 @@ pub fn engine_config(env: &Env, file: &FileConfig) -> engine::Config {
         mcp_servers: file.mcp.servers.iter().map(mcp_spec).collect(),
         mcp_timeout_ms: duration_ms(env.mcp_timeout),
         mcp_max_message_bytes: env.mcp_max_message_bytes,
+        sandbox_exec_timeout_ms: duration_ms(env.sandbox_exec_timeout),
+        sandbox_max_output: env.sandbox_max_output,
+        subagent_timeout_ms: duration_ms(env.subagent_timeout),
+        sandbox_labels: vec![
+            (
+                "bae.db".to_string(),
+                crate::sandbox_cleanup::db_label(&env.db_path),
+            ),
+            ("bae.run".to_string(), run_label.to_string()),
+        ],
         ..engine::Config::default()
     }
 }

@@ -4,4 +4,5 @@ pub mod app;
 pub mod config;
 pub mod ctl;
 pub mod driver;
+pub mod sandbox_cleanup;
 pub mod store;

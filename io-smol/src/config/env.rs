@@ -132,6 +132,14 @@ pub struct Env {
     /// Extension `BAE_MCP_MAX_MESSAGE_BYTES`, default 16777216 (16 MiB, ≥ 1):
     /// longest MCP stdout line or HTTP response body accepted.
     pub mcp_max_message_bytes: usize,
+    /// Extension `BAE_SANDBOX_EXEC_TIMEOUT`, default 600 s (0 = none): how
+    /// long one remote sandbox exec (Auto tool or `execRemoteSandbox`) may
+    /// run before it is killed and reported as a driver error.
+    pub sandbox_exec_timeout: Duration,
+    /// Extension `BAE_SANDBOX_MAX_OUTPUT_BYTES`, default 1048576 (≥ 1): the
+    /// stdout and the stderr of an exec or subagent are each captured up to
+    /// this many bytes (then marked as truncated).
+    pub sandbox_max_output: usize,
 }
 
 /// Default `BAE_ADDR`.
@@ -226,6 +234,16 @@ pub fn parse_env(get: impl Fn(&str) -> Option<String>) -> Result<Env, ConfigErro
         get("BAE_MCP_MAX_MESSAGE_BYTES"),
         16 * 1024 * 1024,
     )?;
+    let sandbox_exec_timeout = seconds(
+        "BAE_SANDBOX_EXEC_TIMEOUT",
+        get("BAE_SANDBOX_EXEC_TIMEOUT"),
+        600,
+    )?;
+    let sandbox_max_output = positive_usize(
+        "BAE_SANDBOX_MAX_OUTPUT_BYTES",
+        get("BAE_SANDBOX_MAX_OUTPUT_BYTES"),
+        1024 * 1024,
+    )?;
     let durable_drivers = get("BAE_DURABLE_DRIVERS")
         .map(|v| is_truthy(&v))
         .unwrap_or(false);
@@ -272,6 +290,8 @@ pub fn parse_env(get: impl Fn(&str) -> Option<String>) -> Result<Env, ConfigErro
         max_connections,
         mcp_timeout,
         mcp_max_message_bytes,
+        sandbox_exec_timeout,
+        sandbox_max_output,
         max_queued_turns,
         ndjson_keepalive,
         durable_drivers,

@@ -24,6 +24,7 @@
 pub mod mcp;
 pub mod pipeline;
 pub mod provider;
+mod sandbox;
 
 use std::collections::HashMap;
 use std::io;
@@ -134,6 +135,8 @@ pub struct DriverSettings {
     pub shutdown_timeout: Duration,
     /// `BAE_MAX_CONNECTIONS`: connections beyond it are closed on accept.
     pub max_connections: usize,
+    /// `BAE_SANDBOX_DRIVER`: the container engine CLI for remote sandboxes.
+    pub sandbox_driver: crate::config::SandboxDriver,
 }
 
 /// Everything the driver loop reacts to.
@@ -143,6 +146,7 @@ enum Event {
     Net(Input),
     Provider(CallId, ProviderReply),
     Mcp(engine::mcp::McpConnId, engine::mcp::McpEvent),
+    Sandbox(engine::sandbox::OpId, engine::sandbox::SandboxReply),
     Committed(u64),
     ReadDone(ReadId, Result<ReadResult, String>),
     Signal,
@@ -175,6 +179,7 @@ pub fn run(
 
     let driver = Driver {
         mcp: mcp::McpTransports::new(events_tx.clone()),
+        sandboxes: sandbox::Sandboxes::new(settings.sandbox_driver, events_tx.clone()),
         engine,
         clock,
         pipe: Pipeline::new(),
@@ -197,6 +202,7 @@ pub fn run(
 struct Driver {
     engine: Engine,
     mcp: mcp::McpTransports,
+    sandboxes: sandbox::Sandboxes,
     clock: Clock,
     pipe: Pipeline,
     conns: HashMap<ConnId, Conn>,
@@ -345,6 +351,10 @@ impl Driver {
                 self.input(Input::ProviderDone { call, reply });
             }
             Event::Mcp(conn, event) => self.input(Input::Mcp { conn, event }),
+            Event::Sandbox(op, reply) => {
+                self.sandboxes.finished(op);
+                self.input(Input::Sandbox { op, reply });
+            }
             Event::Committed(batch) => {
                 for d in self.pipe.committed(batch) {
                     self.dispatch(d);
@@ -404,6 +414,7 @@ impl Driver {
                 Output::Read { id, read } => self.pipe.read(id, read),
                 Output::CallProvider(call) => self.call_provider(call),
                 Output::Mcp(cmd) => self.mcp.perform(cmd),
+                Output::Sandbox(cmd) => self.sandboxes.perform(cmd),
             }
         }
     }
