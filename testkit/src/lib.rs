@@ -6,6 +6,7 @@
 //! Std-only networking and threads; no async, no dependency on the server's
 //! own crates.
 
+pub mod containers;
 pub mod fixtures;
 pub mod http;
 pub mod mcp;

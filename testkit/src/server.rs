@@ -676,6 +676,11 @@ impl Drop for Server {
             let _ = child.kill();
             let _ = child.wait();
         }
+        // A killed server leaves its remote sandbox containers running (as
+        // the reference does); the suite must not leak them.
+        if let Some(host) = self.env_value("DOCKER_HOST") {
+            crate::containers::stop_labelled(&host, &crate::containers::db_label(&self.db_path()));
+        }
         if std::thread::panicking() {
             let log = self.stderr_log();
             let tail_start = log.len().saturating_sub(8192);
