@@ -17,7 +17,6 @@
 
 use std::time::{Duration, Instant};
 
-
 use serde_json::{json, Value};
 use testkit::fixtures::{self, provider_toml, unique_name};
 use testkit::mcp::{fixture, stdio_toml};
@@ -49,7 +48,11 @@ fn main() {
     for i in 0..5 {
         registry.push_str(&raw_toml(&format!("raw{i}")));
     }
-    registry.push_str(&stdio_toml("sdk", "python3", &[&sdk, "--name", "sdk", "stdio"]));
+    registry.push_str(&stdio_toml(
+        "sdk",
+        "python3",
+        &[&sdk, "--name", "sdk", "stdio"],
+    ));
     let mock = MockProvider::start();
     let mut config = provider_toml(&[("main", "anthropic", &mock.base_url, "m", "tok")]);
     config.push_str(&registry);
@@ -60,7 +63,10 @@ fn main() {
     let cases: [(&str, Vec<&str>); 4] = [
         ("0 servers", vec![]),
         ("1 raw stdio server", vec!["raw0"]),
-        ("5 raw stdio servers", vec!["raw0", "raw1", "raw2", "raw3", "raw4"]),
+        (
+            "5 raw stdio servers",
+            vec!["raw0", "raw1", "raw2", "raw3", "raw4"],
+        ),
         ("1 Python SDK stdio server", vec!["sdk"]),
     ];
     for (label, servers) in &cases {
@@ -114,7 +120,8 @@ fn main() {
                         mock.push(Reply::tool_use("tu", "client_tool", json!({})));
                         mock.push(Reply::text("done"));
                         turn(&server, &sid, &skey, json!("hi"));
-                        let result = json!([{"type": "tool_result", "tool_use_id": "tu", "content": "ok"}]);
+                        let result =
+                            json!([{"type": "tool_result", "tool_use_id": "tu", "content": "ok"}]);
                         turn(&server, &sid, &skey, result);
                     }
                 }
@@ -134,7 +141,10 @@ fn main() {
     println!("|---|---|---|---|");
     for (kind, times, cpu) in &mut rows {
         let (p50, p99) = percentiles(times);
-        println!("| {} | {p50:.2} ms | {p99:.2} ms | {cpu:.3} ms |", kind.label());
+        println!(
+            "| {} | {p50:.2} ms | {p99:.2} ms | {cpu:.3} ms |",
+            kind.label()
+        );
     }
     let cpu = |k: Kind| rows.iter().find(|r| r.0 == k).map_or(0.0, |r| r.2);
     println!(
