@@ -240,6 +240,7 @@ fn serve(cli: &Cli) -> i32 {
         shutdown_timeout: env.shutdown_timeout,
         max_connections: env.max_connections,
         sandbox_driver: env.sandbox_driver,
+        sandbox_run_args: env.sandbox_limits.run_args(),
     };
     match driver::run(engine, clock, store, listeners, settings) {
         Ok(()) => 0,

@@ -501,3 +501,43 @@ fn a_container_that_goes_away_mid_exec_is_a_driver_error_not_a_hang() {
         "exec"
     );
 }
+
+#[test]
+fn optional_resource_limits_reach_the_container() {
+    let Some((_mock, server)) = sandbox_server(&[
+        ("BAE_SANDBOX_MEMORY", "64m"),
+        ("BAE_SANDBOX_CPUS", "0.5"),
+        ("BAE_SANDBOX_NETWORK", "none"),
+    ]) else {
+        return;
+    };
+    let f = open_sandboxed(&server, &[BUSYBOX], &[], json!({}));
+    let id = started(&server, &f, BUSYBOX);
+    let out = containers::docker(&[
+        "container",
+        "inspect",
+        "--format",
+        "{{.HostConfig.Memory}} {{.HostConfig.NanoCpus}} {{.HostConfig.NetworkMode}}",
+        &id,
+    ]);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "67108864 500000000 none"
+    );
+    // Without a network, nothing outside is reachable from the sandbox.
+    let t = exec(&server, &f, &f.a, "ls /sys/class/net");
+    assert_eq!(t["result"]["stdout"], "lo\n");
+}
+
+#[test]
+fn bad_resource_limits_are_configuration_errors() {
+    for (var, value) in [
+        ("BAE_SANDBOX_MEMORY", "lots"),
+        ("BAE_SANDBOX_CPUS", "-1"),
+        ("BAE_SANDBOX_NETWORK", "host; rm -rf /"),
+    ] {
+        let out = testkit::Server::run(opts("").env(var, value), WAIT);
+        assert_eq!(out.code(), Some(2), "{var}={value}: {}", out.stderr);
+        assert!(out.stderr.contains(var), "{}", out.stderr);
+    }
+}

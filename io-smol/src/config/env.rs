@@ -140,6 +140,79 @@ pub struct Env {
     /// stdout and the stderr of an exec or subagent are each captured up to
     /// this many bytes (then marked as truncated).
     pub sandbox_max_output: usize,
+    /// Extensions `BAE_SANDBOX_MEMORY`, `BAE_SANDBOX_CPUS`,
+    /// `BAE_SANDBOX_NETWORK`: resource limits passed to `run` as
+    /// `--memory`, `--cpus`, `--network` (unset = the engine's defaults).
+    pub sandbox_limits: SandboxLimits,
+}
+
+/// Optional resource limits of remote sandbox containers.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SandboxLimits {
+    /// e.g. `512m`, `2g` (digits, then an optional `b`/`k`/`m`/`g`).
+    pub memory: Option<String>,
+    /// e.g. `1.5` (a positive decimal number).
+    pub cpus: Option<String>,
+    /// e.g. `none`, `bridge` (a network name: letters, digits, `._-`).
+    pub network: Option<String>,
+}
+
+impl SandboxLimits {
+    /// The `run` flags, in a fixed order.
+    pub fn run_args(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for (flag, v) in [
+            ("--memory", &self.memory),
+            ("--cpus", &self.cpus),
+            ("--network", &self.network),
+        ] {
+            if let Some(v) = v {
+                out.push(flag.to_string());
+                out.push(v.clone());
+            }
+        }
+        out
+    }
+}
+
+fn sandbox_limits(get: &impl Fn(&str) -> Option<String>) -> Result<SandboxLimits, ConfigError> {
+    let check = |var: &'static str, ok: fn(&str) -> bool, expected: &'static str| match get(var)
+        .map(|v| v.trim().to_string())
+        .filter(|v| !v.is_empty())
+    {
+        None => Ok(None),
+        Some(v) if ok(&v) => Ok(Some(v)),
+        Some(v) => Err(ConfigError::InvalidValue {
+            var,
+            value: v,
+            expected,
+        }),
+    };
+    Ok(SandboxLimits {
+        memory: check(
+            "BAE_SANDBOX_MEMORY",
+            |v| {
+                let digits = v.trim_end_matches(['b', 'k', 'm', 'g', 'B', 'K', 'M', 'G']);
+                !digits.is_empty()
+                    && digits.len() + 1 >= v.len()
+                    && digits.bytes().all(|b| b.is_ascii_digit())
+            },
+            "a size such as 512m or 2g",
+        )?,
+        cpus: check(
+            "BAE_SANDBOX_CPUS",
+            |v| v.parse::<f64>().is_ok_and(|c| c > 0.0 && c.is_finite()),
+            "a positive number of CPUs such as 1.5",
+        )?,
+        network: check(
+            "BAE_SANDBOX_NETWORK",
+            |v| {
+                v.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
+            },
+            "a network name such as none or bridge",
+        )?,
+    })
 }
 
 /// Default `BAE_ADDR`.
@@ -244,6 +317,7 @@ pub fn parse_env(get: impl Fn(&str) -> Option<String>) -> Result<Env, ConfigErro
         get("BAE_SANDBOX_MAX_OUTPUT_BYTES"),
         1024 * 1024,
     )?;
+    let sandbox_limits = sandbox_limits(&get)?;
     let durable_drivers = get("BAE_DURABLE_DRIVERS")
         .map(|v| is_truthy(&v))
         .unwrap_or(false);
@@ -292,6 +366,7 @@ pub fn parse_env(get: impl Fn(&str) -> Option<String>) -> Result<Env, ConfigErro
         mcp_max_message_bytes,
         sandbox_exec_timeout,
         sandbox_max_output,
+        sandbox_limits,
         max_queued_turns,
         ndjson_keepalive,
         durable_drivers,

@@ -137,6 +137,8 @@ pub struct DriverSettings {
     pub max_connections: usize,
     /// `BAE_SANDBOX_DRIVER`: the container engine CLI for remote sandboxes.
     pub sandbox_driver: crate::config::SandboxDriver,
+    /// Resource-limit flags for sandbox containers (`run` arguments).
+    pub sandbox_run_args: Vec<String>,
 }
 
 /// Everything the driver loop reacts to.
@@ -179,7 +181,11 @@ pub fn run(
 
     let driver = Driver {
         mcp: mcp::McpTransports::new(events_tx.clone()),
-        sandboxes: sandbox::Sandboxes::new(settings.sandbox_driver, events_tx.clone()),
+        sandboxes: sandbox::Sandboxes::new(
+            settings.sandbox_driver,
+            settings.sandbox_run_args.clone(),
+            events_tx.clone(),
+        ),
         engine,
         clock,
         pipe: Pipeline::new(),

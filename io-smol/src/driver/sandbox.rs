@@ -21,15 +21,18 @@ const DETAIL_BYTES: usize = 1024;
 
 pub struct Sandboxes {
     driver: SandboxDriver,
+    /// Resource-limit flags for `run` (`--memory`, `--cpus`, `--network`).
+    run_args: Vec<String>,
     events: Sender<Event>,
     /// Kill switches of running execs, by op.
     kills: HashMap<OpId, Sender<()>>,
 }
 
 impl Sandboxes {
-    pub(super) fn new(driver: SandboxDriver, events: Sender<Event>) -> Self {
+    pub(super) fn new(driver: SandboxDriver, run_args: Vec<String>, events: Sender<Event>) -> Self {
         Sandboxes {
             driver,
+            run_args,
             events,
             kills: HashMap::new(),
         }
@@ -54,7 +57,9 @@ impl Sandboxes {
                 return;
             }
             SandboxCommand::EnsureImage { op, image } => (op, Work::Ensure(image)),
-            SandboxCommand::Start { op, image, labels } => (op, Work::Start(image, labels)),
+            SandboxCommand::Start { op, image, labels } => {
+                (op, Work::Start(image, labels, self.run_args.clone()))
+            }
             SandboxCommand::Exec {
                 op,
                 container,
@@ -96,7 +101,7 @@ impl Sandboxes {
 
 enum Work {
     Ensure(String),
-    Start(String, Vec<(String, String)>),
+    Start(String, Vec<(String, String)>, Vec<String>),
     Exec(String, String, Option<Vec<u8>>, usize),
     Stop(String),
 }
@@ -144,12 +149,13 @@ impl Work {
                     Err(e) => Err(DriverError::Image(e)),
                 })
             }
-            Work::Start(image, labels) => {
+            Work::Start(image, labels, limits) => {
                 let mut args: Vec<String> = vec!["run".into(), "-d".into(), "--rm".into()];
                 for (k, v) in &labels {
                     args.push("--label".into());
                     args.push(format!("{k}={v}"));
                 }
+                args.extend(limits);
                 args.extend([image, "sleep".into(), "infinity".into()]);
                 let argv: Vec<&str> = args.iter().map(String::as_str).collect();
                 SandboxReply::Started(match run(cli, &argv, None, DETAIL_BYTES * 4, None).await {
