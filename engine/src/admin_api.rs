@@ -17,6 +17,8 @@ enum Route<'a> {
     Key(&'a str),
     Sessions,
     SessionEvents(&'a str),
+    /// Extension: an operator cancels the turn holding a session's gate.
+    CancelTurn(&'a str),
     McpServers,
     Providers,
     Config,
@@ -33,6 +35,7 @@ fn route(path: &str) -> Option<Route<'_>> {
         ["keys", id] if !id.is_empty() => Some(Route::Key(id)),
         ["sessions"] => Some(Route::Sessions),
         ["sessions", id, "events"] if !id.is_empty() => Some(Route::SessionEvents(id)),
+        ["sessions", id, "cancel-turn"] if !id.is_empty() => Some(Route::CancelTurn(id)),
         ["mcp-servers"] => Some(Route::McpServers),
         ["providers"] => Some(Route::Providers),
         ["config"] => Some(Route::Config),
@@ -87,6 +90,24 @@ impl Engine {
                     return self.problem(conn, ProblemType::NotFound, &format!("no session {id}"));
                 }
                 self.events_page(conn, &req, id);
+            }
+            (Route::CancelTurn(id), Method::Post) => {
+                if !self.catalog.sessions.contains_key(id) {
+                    return self.problem(conn, ProblemType::NotFound, &format!("no session {id}"));
+                }
+                let body = match self.cancel_gate(id, None) {
+                    crate::extensions::Cancelled::Running => {
+                        json!({"cancelled": true, "state": "running"})
+                    }
+                    crate::extensions::Cancelled::Paused => {
+                        json!({"cancelled": true, "state": "paused"})
+                    }
+                    crate::extensions::Cancelled::Compaction => {
+                        json!({"cancelled": false, "reason": "a compaction is running; it cannot be cancelled"})
+                    }
+                    _ => json!({"cancelled": false}),
+                };
+                self.respond_value(conn, 200, &body);
             }
             (Route::McpServers, Method::Get) => {
                 let body = self.config.admin_mcp_servers_json.clone();

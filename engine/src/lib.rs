@@ -17,6 +17,7 @@ mod auth;
 mod auth_legacy;
 mod client_api;
 mod conn;
+mod extensions;
 mod log;
 pub mod mcp;
 pub mod mem_store;
@@ -297,6 +298,8 @@ pub struct Engine {
     sandbox: sandbox::SandboxHub,
     /// Creates waiting for their MCP connects: session → (request, 201 body).
     pending_creates: BTreeMap<String, (ConnId, Vec<u8>)>,
+    /// Extensions each driver opted into at registration, by (session, key).
+    driver_ext: BTreeMap<(String, String), proto::jsonrpc::Extensions>,
     /// Turns waiting for their session's MCP servers to be restored.
     mcp_restoring: BTreeMap<String, turn::TurnId>,
     /// MCP calls in flight, by the turn that made them.
@@ -332,6 +335,7 @@ impl Engine {
             mcp,
             pending_creates: BTreeMap::new(),
             mcp_restoring: BTreeMap::new(),
+            driver_ext: BTreeMap::new(),
             mcp_calls: HashMap::new(),
             next_mcp_call: 1,
             config,

@@ -5,7 +5,7 @@
 use std::collections::VecDeque;
 
 use proto::http::Request;
-use proto::jsonrpc::{self, Call};
+use proto::jsonrpc::{self, Call, Extension, Extensions};
 use serde_json::{json, Value};
 
 use crate::conn::PendingRead;
@@ -32,6 +32,8 @@ pub struct Stream {
     pub unflushed_before: usize,
     /// When the last bytes went out (keepalive timing).
     pub last_write_ms: u64,
+    /// Extensions the stream's client opted into (docs/extensions.md).
+    pub ext: proto::jsonrpc::Extensions,
 }
 
 pub enum StreamKind {
@@ -51,6 +53,8 @@ pub struct Subscription {
     pub buffered: Vec<Appended>,
     /// Highest seq delivered so far.
     pub delivered: u64,
+    /// Id of the last replayed event (the `replay_complete` marker).
+    pub last_id: Option<String>,
 }
 
 impl Engine {
@@ -80,12 +84,23 @@ impl Engine {
         }
         // The acting client key is the one the session key was minted for.
         let acting = key.client_id.clone().unwrap_or(key.id);
+        let ext = self.driver_extensions(session_id, &acting);
+        if let Some(s) = self.stream_mut(conn) {
+            s.ext = ext;
+        }
         self.dispatch_rpc(conn, session_id, &acting, call);
     }
 
     fn dispatch_rpc(&mut self, conn: ConnId, session_id: &str, key_id: &str, call: Call) {
         match call.method.as_str() {
-            "session.registerDriver" => self.register_driver(conn, session_id, key_id),
+            "session.registerDriver" => {
+                self.register_driver(conn, session_id, key_id, &call.params)
+            }
+            // Extension methods answer as unknown to a client that did not
+            // opt in (the reference wire).
+            "session.cancelTurn" if self.stream_has(conn, Extension::TurnCancel) => {
+                self.cancel_turn(conn, session_id, key_id)
+            }
             "session.sendMessage" => self.send_message(conn, session_id, key_id, &call.params),
             "session.compact" => self.compact(conn, session_id, key_id, &call.params),
             "session.updateClientTools" => {
@@ -174,10 +189,16 @@ impl Engine {
         }
     }
 
-    fn register_driver(&mut self, conn: ConnId, session_id: &str, key_id: &str) {
+    fn register_driver(&mut self, conn: ConnId, session_id: &str, key_id: &str, params: &Value) {
         if let Some(msg) = self.open_state_error(session_id) {
             return self.terminal_error(conn, -32000, &msg);
         }
+        // Extension opt-in (docs/extensions.md); without the param the
+        // reference behaviour and answer are unchanged.
+        let asked = match Extensions::from_params(params) {
+            Ok(a) => a,
+            Err(msg) => return self.terminal_error(conn, -32602, &msg),
+        };
         let newly = self
             .catalog
             .drivers
@@ -207,7 +228,15 @@ impl Engine {
                 );
             }
         }
-        self.terminal_result(conn, r#"{"registered":true}"#);
+        match asked {
+            None => self.terminal_result(conn, r#"{"registered":true}"#),
+            Some(ext) => {
+                self.driver_ext
+                    .insert((session_id.to_string(), key_id.to_string()), ext);
+                let body = json!({"registered": true, "extensions": ext.names()});
+                self.terminal_result(conn, &body.to_string());
+            }
+        }
     }
 
     fn subscribe(&mut self, conn: ConnId, session_id: &str, params: &Value) {
@@ -222,24 +251,57 @@ impl Engine {
                 );
             }
         };
+        let asked = match Extensions::from_params(params) {
+            Ok(a) => a.unwrap_or_default(),
+            Err(msg) => return self.terminal_error(conn, -32602, &msg),
+        };
         // Attach first, then replay, so nothing committed meanwhile is lost.
         let replaying = since.is_some();
         if let Some(s) = self.stream_mut(conn) {
+            s.ext = s.ext.union(asked);
             s.kind = StreamKind::Subscribe(Subscription {
                 replaying,
                 buffered: Vec::new(),
                 delivered: 0,
+                last_id: None,
             });
         }
-        if let Some(event_id) = since {
-            self.read(
+        match since {
+            Some(event_id) => self.read(
                 StoreRead::EventSeq {
                     session_id: session_id.to_string(),
                     event_id,
                 },
                 PendingRead::ReplayStart { conn },
-            );
+            ),
+            None => self.replay_complete(conn, None),
         }
+    }
+
+    /// Extension `subscribe.replay_complete`: the marker between replayed
+    /// and live events.
+    fn replay_complete(&mut self, conn: ConnId, last_id: Option<&str>) {
+        if !self.stream_has(conn, Extension::ReplayComplete) {
+            return;
+        }
+        let frame = jsonrpc::replay_complete_frame(last_id);
+        self.frame(conn, &frame);
+    }
+
+    /// Whether the stream on `conn` opted into `e`.
+    pub(crate) fn stream_has(&self, conn: ConnId, e: Extension) -> bool {
+        self.conns
+            .get(&conn)
+            .and_then(|c| c.stream.as_ref())
+            .is_some_and(|s| s.ext.has(e))
+    }
+
+    /// What `key_id` opted into when it registered on the session.
+    pub(crate) fn driver_extensions(&self, session_id: &str, key_id: &str) -> Extensions {
+        self.driver_ext
+            .get(&(session_id.to_string(), key_id.to_string()))
+            .copied()
+            .unwrap_or_default()
     }
 
     pub(crate) fn on_replay_start(&mut self, conn: ConnId, result: Result<ReadResult, String>) {
@@ -289,18 +351,22 @@ impl Engine {
             if let Some(l) = last {
                 sub.delivered = l;
             }
+            if let Some(row) = rows.last() {
+                sub.last_id = Some(row.id.clone());
+            }
         }
         if full {
             return self.replay_page(conn, last.unwrap_or(0));
         }
         // Replay done: deliver what arrived meanwhile, skipping duplicates.
-        let pending = match self.stream_mut(conn).map(|s| &mut s.kind) {
+        let (pending, last_id) = match self.stream_mut(conn).map(|s| &mut s.kind) {
             Some(StreamKind::Subscribe(sub)) => {
                 sub.replaying = false;
-                std::mem::take(&mut sub.buffered)
+                (std::mem::take(&mut sub.buffered), sub.last_id.take())
             }
             _ => return,
         };
+        self.replay_complete(conn, last_id.as_deref());
         for ev in pending {
             self.deliver(conn, &ev);
         }
@@ -398,6 +464,7 @@ impl Engine {
                 flushed_partial: 0,
                 unflushed_before: c.unflushed,
                 last_write_ms: self.now.mono_ms,
+                ext: Default::default(),
             });
             self.streams
                 .entry(session_id.to_string())

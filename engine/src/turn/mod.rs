@@ -71,6 +71,10 @@ pub struct Pause {
     pub server_results: Vec<Value>,
     /// An auto-compaction crossing observed before the pause (spec 07 §3.2).
     pub auto_trigger: Option<u64>,
+    /// Cancelled by its owner or an operator (extension `turn.cancel`): the
+    /// next arrival, the owner's too, retires it at once; the abandonment
+    /// was logged at the cancel.
+    pub cancelled: bool,
 }
 
 /// A queued gated request.
@@ -78,6 +82,8 @@ pub struct Waiter {
     pub conn: ConnId,
     pub key_id: String,
     pub op: Op,
+    /// The last `session.queue` position sent (extension `turn.queue`).
+    pub told: usize,
 }
 
 /// What a gated request wants to do once admitted.
@@ -209,7 +215,7 @@ impl Engine {
         let now = self.now.mono_ms;
         let live = self.live_mut(session_id);
         match &live.holder {
-            Holder::Paused(p) if p.owner == key_id => {
+            Holder::Paused(p) if p.owner == key_id && !p.cancelled => {
                 let Holder::Paused(p) = std::mem::take(&mut live.holder) else {
                     unreachable!()
                 };
@@ -221,7 +227,9 @@ impl Engine {
                 };
                 // Logged before this request subscribes: observers see it,
                 // the reclaiming caller does not (C-122).
-                self.log_abandoned(session_id, &p.owner);
+                if !p.cancelled {
+                    self.log_abandoned(session_id, &p.owner);
+                }
                 self.acquire(conn, session_id, key_id, message, Takeover::Retire(p));
             }
             Holder::Free if live.queue.is_empty() => {
@@ -248,10 +256,12 @@ impl Engine {
             conn,
             key_id: key_id.to_string(),
             op,
+            told: 0,
         });
         if let Some(s) = self.stream_mut(conn) {
             s.kind = StreamKind::Queued;
         }
+        self.tell_queue_positions(session_id);
     }
 
     pub(crate) fn is_driver(&self, session_id: &str, key_id: &str) -> bool {
@@ -279,6 +289,7 @@ impl Engine {
         let turn_id = self.next_turn;
         self.next_turn += 1;
         self.live_mut(session_id).holder = Holder::Running;
+        self.tell_queue_positions(session_id);
         let conn_alive = self.stream_mut(conn).is_some();
         if let Some(s) = self.stream_mut(conn) {
             s.kind = StreamKind::Turn;
@@ -834,7 +845,9 @@ impl Engine {
             };
             if let Takeover::Retire(p) = &takeover {
                 self.live_mut(session_id).holder = Holder::Free;
-                self.log_abandoned(session_id, &p.owner);
+                if !p.cancelled {
+                    self.log_abandoned(session_id, &p.owner);
+                }
             }
             return self.acquire(w.conn, session_id, &w.key_id, message, takeover);
         }
@@ -872,8 +885,16 @@ impl Engine {
     /// A connection went away: it leaves any queue; a running turn keeps
     /// going without its consumer.
     pub(crate) fn forget_conn_in_turns(&mut self, conn: ConnId) {
-        for live in self.live.values_mut() {
+        let mut moved = Vec::new();
+        for (id, live) in self.live.iter_mut() {
+            let before = live.queue.len();
             live.queue.retain(|w| w.conn != conn);
+            if live.queue.len() != before {
+                moved.push(id.clone());
+            }
+        }
+        for id in moved {
+            self.tell_queue_positions(&id);
         }
         for t in self.turns.values_mut() {
             if t.conn == Some(conn) {

@@ -103,12 +103,22 @@ impl Engine {
                 })
             })
             .collect();
+        // A pause cancelled before the restart stays cancelled (its
+        // abandonment is in the log after the paused message).
+        let cancelled = rows[at + 1..].iter().any(|r| {
+            r.event_type == "session.error" && r.payload.contains("\"driver_turn_abandoned\"")
+        });
         let pause = Pause {
             owner: rows[at].client_key_id.clone().unwrap_or_default(),
-            deadline: self.now.mono_ms + self.config.turn_timeout_ms,
+            deadline: if cancelled {
+                0
+            } else {
+                self.now.mono_ms + self.config.turn_timeout_ms
+            },
             expected,
             server_results,
             auto_trigger: None,
+            cancelled,
         };
         tracing::info!(session_id, owner = %pause.owner, "restored a paused turn from the log");
         self.recovered(session_id, Holder::Paused(pause));

@@ -349,6 +349,7 @@ impl Engine {
                 expected,
                 server_results: results,
                 auto_trigger,
+                cancelled: false,
             };
             #[cfg(feature = "planted-bugs")]
             let pause = self.planted_early_deadline(pause);

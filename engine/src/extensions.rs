@@ -1,0 +1,155 @@
+//! Opt-in turn control (docs/extensions.md): `session.cancelTurn` (and the
+//! admin API's cancel), and `session.queue` position notifications. Only a
+//! client that named the extension at registration sees any of it.
+
+use proto::jsonrpc::{self, Extension};
+use serde_json::json;
+
+use crate::turn::{Holder, Mode};
+use crate::{ConnId, Engine};
+
+/// Terminal error of a request whose turn (or queued request) was cancelled.
+pub const CANCELLED: i64 = -32021;
+
+/// What a cancel found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Cancelled {
+    Nothing,
+    Running,
+    Paused,
+    Queued(usize),
+    /// A compaction holds the gate; it is not cancellable.
+    Compaction,
+}
+
+impl Engine {
+    /// `session.cancelTurn` (extension `turn.cancel`): the caller's running
+    /// or paused turn, else its queued requests.
+    pub(crate) fn cancel_turn(&mut self, conn: ConnId, session_id: &str, key_id: &str) {
+        if !self.require_driver(conn, session_id, key_id, "session.cancelTurn") {
+            return;
+        }
+        let outcome = self.cancel_gate(session_id, Some(key_id));
+        let body = match outcome {
+            Cancelled::Nothing => json!({"cancelled": false}),
+            Cancelled::Running => json!({"cancelled": true, "state": "running"}),
+            Cancelled::Paused => json!({"cancelled": true, "state": "paused"}),
+            Cancelled::Queued(n) => json!({"cancelled": true, "state": "queued", "requests": n}),
+            Cancelled::Compaction => {
+                return self.terminal_error(
+                    conn,
+                    -32000,
+                    "a compaction is running; it cannot be cancelled",
+                )
+            }
+        };
+        self.terminal_result(conn, &body.to_string());
+    }
+
+    /// Cancels what holds the session's gate (only if `owner` holds it,
+    /// when given), else `owner`'s queued requests.
+    pub(crate) fn cancel_gate(&mut self, session_id: &str, owner: Option<&str>) -> Cancelled {
+        let mine = |k: &str| owner.is_none() || owner == Some(k);
+        match self.live.get(session_id).map(|l| &l.holder) {
+            Some(Holder::Running) => {
+                let running = self
+                    .turns
+                    .iter()
+                    .find(|(_, t)| t.session_id == session_id)
+                    .map(|(id, t)| (*id, t.key_id.clone(), matches!(t.mode, Mode::Compaction(_))));
+                match running {
+                    Some((_, _, true)) => return Cancelled::Compaction,
+                    Some((turn_id, key, false)) if mine(&key) => {
+                        self.cancel_running(turn_id);
+                        return Cancelled::Running;
+                    }
+                    _ => {}
+                }
+            }
+            Some(Holder::Paused(p)) if mine(&p.owner) && !p.cancelled => {
+                let owner_key = p.owner.clone();
+                // Logged now; the next arrival (the owner's too) retires it
+                // with error results for every open tool_use.
+                self.log_abandoned(session_id, &owner_key);
+                if let Some(Holder::Paused(p)) =
+                    self.live.get_mut(session_id).map(|l| &mut l.holder)
+                {
+                    p.cancelled = true;
+                    p.deadline = 0;
+                }
+                self.fire_gate_deadlines();
+                return Cancelled::Paused;
+            }
+            _ => {}
+        }
+        let Some(owner) = owner else {
+            return Cancelled::Nothing;
+        };
+        let Some(live) = self.live.get_mut(session_id) else {
+            return Cancelled::Nothing;
+        };
+        let (theirs, rest): (Vec<_>, Vec<_>) =
+            live.queue.drain(..).partition(|w| w.key_id == owner);
+        live.queue = rest.into();
+        if theirs.is_empty() {
+            return Cancelled::Nothing;
+        }
+        for w in &theirs {
+            if let Some(s) = self.stream_mut(w.conn) {
+                s.kind = crate::rpc::StreamKind::Single;
+            }
+            self.terminal_error(
+                w.conn,
+                CANCELLED,
+                "turn_cancelled: the request was cancelled while queued",
+            );
+        }
+        self.tell_queue_positions(session_id);
+        Cancelled::Queued(theirs.len())
+    }
+
+    /// Stops a running chat turn: its provider or tool call is abandoned
+    /// (a late reply is dropped), its request ends with [`CANCELLED`], the
+    /// gate passes on. Nothing of the turn's in-memory tool rounds reaches
+    /// the history, so no `tool_use` is left without a result.
+    fn cancel_running(&mut self, turn_id: crate::turn::TurnId) {
+        let Some(t) = self.turns.remove(&turn_id) else {
+            return;
+        };
+        self.calls.retain(|_, turn| *turn != turn_id);
+        self.mcp_calls.retain(|_, turn| *turn != turn_id);
+        tracing::info!(session = %t.session_id, "turn cancelled");
+        if let Some(conn) = t.conn {
+            self.terminal_error(conn, CANCELLED, "turn_cancelled: the turn was cancelled");
+        }
+        self.release_gate(&t.session_id);
+    }
+
+    /// Extension `turn.queue`: every opted-in waiter whose position changed
+    /// hears its new one.
+    pub(crate) fn tell_queue_positions(&mut self, session_id: &str) {
+        let Some(live) = self.live.get(session_id) else {
+            return;
+        };
+        let changed: Vec<(usize, ConnId, usize)> = live
+            .queue
+            .iter()
+            .enumerate()
+            .filter(|(i, w)| w.told != i + 1)
+            .map(|(i, w)| (i, w.conn, i + 1))
+            .collect();
+        for (i, conn, position) in changed {
+            if !self.stream_has(conn, Extension::TurnQueue) {
+                continue;
+            }
+            self.frame(conn, &jsonrpc::queue_frame(position));
+            if let Some(w) = self
+                .live
+                .get_mut(session_id)
+                .and_then(|l| l.queue.get_mut(i))
+            {
+                w.told = position;
+            }
+        }
+    }
+}
