@@ -408,11 +408,14 @@ impl Engine {
 
     /// Monotonic deadline (`Now::mono_ms`) of the next timer, if any.
     pub fn poll_timeout(&self) -> Option<u64> {
+        let mcp = self.mcp.poll_timeout();
+        #[cfg(feature = "planted-bugs")]
+        let mcp = mcp.filter(|_| !self.planted(planted::Bug::McpTimerNotArmed));
         [
             self.next_gate_deadline(),
             self.next_keepalive(),
             self.next_read_deadline(),
-            self.mcp.poll_timeout(),
+            mcp,
             self.sandbox.poll_timeout(),
         ]
         .into_iter()

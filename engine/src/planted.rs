@@ -29,10 +29,13 @@ pub enum Bug {
     /// After a restart the next event reuses the last committed rowid
     /// (lib.rs `Engine::new`).
     SeqReuseAfterRestart,
+    /// MCP request deadlines are left out of `poll_timeout`, so a silent
+    /// server holds the turn (lib.rs `Engine::poll_timeout`).
+    McpTimerNotArmed,
 }
 
 impl Bug {
-    pub const ALL: [Bug; 7] = [
+    pub const ALL: [Bug; 8] = [
         Bug::GateReleasedOnPause,
         Bug::AbandonTimerOffByOne,
         Bug::ReplaySkipsBoundary,
@@ -40,6 +43,7 @@ impl Bug {
         Bug::DuplicateToolResult,
         Bug::AdmitNewestWaiter,
         Bug::SeqReuseAfterRestart,
+        Bug::McpTimerNotArmed,
     ];
 }
 

@@ -108,6 +108,12 @@ pub(super) struct Conn {
     /// `tools/list` pages gathered so far during a handshake.
     listed: Vec<McpTool>,
     pages: u32,
+    /// The hub closed this transport (a failed reconnect kept for its
+    /// backoff): its late events must not overwrite the failure.
+    closed: bool,
+    /// A reconnect's whole handshake shares one deadline, so a call that
+    /// reconnects waits at most two timeouts (handshake, then the call).
+    handshake_deadline: Option<u64>,
 }
 
 impl Conn {
@@ -140,6 +146,8 @@ impl Conn {
             queued: None,
             listed: Vec::new(),
             pages: 0,
+            closed: false,
+            handshake_deadline: None,
         }
     }
 
@@ -153,6 +161,7 @@ impl Conn {
     ) -> Self {
         let mut c = Conn::new(&old.session_id, old.spec.clone(), now, settings);
         c.reconnect = true;
+        c.handshake_deadline = Some(now + settings.timeout_ms);
         c.attempts = old.attempts;
         c.tools = old.tools.clone();
         c.queued = Some(queued);
@@ -221,6 +230,11 @@ impl Conn {
         std::mem::take(&mut self.outgoing)
     }
 
+    /// The hub closed the transport; later events of it are ignored.
+    pub(super) fn mark_closed(&mut self) {
+        self.closed = true;
+    }
+
     pub(super) fn close_command(&self, conn: McpConnId) -> McpCommand {
         McpCommand::Close {
             conn,
@@ -248,10 +262,16 @@ impl Conn {
             message: mcp::request(id, method, params),
             session_id: self.http_session.clone(),
         });
+        let mut deadline = now + self.timeout_ms;
+        if call.is_none() {
+            if let Some(d) = self.handshake_deadline {
+                deadline = deadline.min(d);
+            }
+        }
         self.pending = Some(Pending {
             exchange: id,
             awaiting,
-            deadline: now + self.timeout_ms,
+            deadline,
             call,
         });
     }
@@ -279,6 +299,9 @@ impl Conn {
     }
 
     pub(super) fn handle(&mut self, event: McpEvent, now: u64) -> Step {
+        if self.closed {
+            return Step::Nothing;
+        }
         match event {
             McpEvent::Opened => {
                 if self.awaiting() != Some(Awaiting::Open) {

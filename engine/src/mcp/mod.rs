@@ -371,6 +371,7 @@ impl McpHub {
                 tracing::warn!(server = %c.server_name(), %error, "MCP reconnect failed");
                 let queued = c.take_queued();
                 c.backoff(now, error.clone());
+                c.mark_closed();
                 let close = c.close_command(id);
                 self.commands.push_back(close);
                 if let Some(call) = queued {

@@ -869,3 +869,50 @@ fn an_endless_cursor_stops_after_a_bounded_number_of_pages() {
     assert_eq!(pages, 64);
     assert_eq!(h.tools("s").len(), 64);
 }
+
+#[test]
+fn a_closed_failed_reconnect_keeps_its_connect_error_found_by_sim_seed_495() {
+    let mut h = hub();
+    ready_reconnecting(&mut h, &["t"]);
+    h.handle(1, McpEvent::Closed(None), 1);
+    h.call("s", "t", &json!({}), 1, 10);
+    commands(&mut h);
+    h.handle(2, McpEvent::Opened, 11);
+    h.handle(
+        2,
+        line(json!({"jsonrpc": "2.0", "id": 1, "error": {"code": -32603, "message": "boom"}})),
+        12,
+    );
+    done(&mut h);
+    // The driver reports the killed child's EOF after the hub closed it.
+    h.handle(2, McpEvent::Closed(None), 13);
+    h.call("s", "t", &json!({}), 2, 20);
+    let (_, CallOutcome::Failed(text)) = done(&mut h).remove(0) else {
+        panic!("expected a failure")
+    };
+    assert!(
+        text.starts_with("MCP connect failed: MCP protocol error: [-32603] boom (reconnecting in"),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_reconnect_handshake_shares_one_deadline() {
+    let mut h = hub();
+    ready_reconnecting(&mut h, &["t"]);
+    h.handle(1, McpEvent::Closed(None), 0);
+    h.call("s", "t", &json!({}), 1, 1_000);
+    commands(&mut h);
+    h.handle(2, McpEvent::Opened, 1_000 + T - 10);
+    // initialize was sent late in the window: its deadline is the
+    // handshake's, not a fresh full timeout.
+    assert_eq!(h.poll_timeout(), Some(1_000 + T));
+    h.handle_timeout(1_000 + T);
+    assert_eq!(
+        done(&mut h),
+        vec![(
+            1,
+            CallOutcome::Failed(errors::connect(&errors::timed_out("initialize")))
+        )]
+    );
+}

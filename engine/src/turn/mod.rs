@@ -742,6 +742,11 @@ impl Engine {
             state,
             closed_at: Some(at),
         });
+        // A session in `error` runs no more turns, so nothing can use its
+        // MCP servers: free their children now rather than at DELETE.
+        if state == SessionState::Error {
+            self.mcp.close_session(session_id);
+        }
     }
 
     /// Terminal result for the turn's request, then gate bookkeeping.
@@ -918,6 +923,7 @@ impl Engine {
         for id in cancelled {
             if let Some(t) = self.turns.remove(&id) {
                 self.calls.retain(|_, turn| *turn != id);
+                self.mcp_calls.retain(|_, turn| *turn != id);
                 if let Some(conn) = t.conn {
                     self.end_stream(conn);
                 }
