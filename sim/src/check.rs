@@ -33,6 +33,14 @@ pub const INV_SESSION_STATE_MACHINE: &str = "inv_session_state_machine";
 pub const INV_TERMINAL_SESSION_QUIET: &str = "inv_terminal_session_quiet";
 pub const INV_AUTH_CONSISTENT: &str = "inv_auth_consistent";
 pub const INV_SHUTDOWN_NO_ADMISSION: &str = "inv_shutdown_no_admission";
+// MCP (checked by `sim/src/mcp.rs`).
+pub const INV_MCP_ONE_RESULT: &str = "inv_mcp_one_result";
+pub const INV_MCP_CALL_BOUNDED: &str = "inv_mcp_call_bounded";
+pub const INV_MCP_TEARDOWN: &str = "inv_mcp_teardown";
+pub const INV_MCP_ONE_IN_FLIGHT: &str = "inv_mcp_one_in_flight";
+pub const INV_MCP_PROTOCOL: &str = "inv_mcp_protocol";
+pub const INV_MCP_ROUTING: &str = "inv_mcp_routing";
+pub const INV_MCP_NO_REPLAY: &str = "inv_mcp_no_replay";
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Violation {

@@ -6,6 +6,7 @@
 pub mod check;
 pub mod hash;
 pub mod http;
+pub mod mcp;
 pub mod provider;
 pub mod rng;
 pub mod swarm;

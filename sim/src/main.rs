@@ -166,7 +166,7 @@ fn main() -> ExitCode {
                         println!("seed {} swarm: {}", r.seed, r.swarm);
                     }
                     println!(
-                        "seed {}: {} — steps={} events={} crashes={} graceful_restarts={} turns={} pauses={} provider_calls={} lagged={} trace={:016x} log={:016x}",
+                        "seed {}: {} — steps={} events={} crashes={} graceful_restarts={} turns={} pauses={} provider_calls={} lagged={} mcp(transports={} calls={} timeouts={}) trace={:016x} log={:016x}",
                         r.seed,
                         if r.ok() { "ok" } else { "FAIL" },
                         r.stats.steps,
@@ -177,6 +177,9 @@ fn main() -> ExitCode {
                         r.stats.pauses,
                         r.stats.provider_calls,
                         r.stats.lagged,
+                        r.stats.mcp_transports,
+                        r.stats.mcp_calls,
+                        r.stats.mcp_timeouts,
                         r.trace_hash,
                         r.log_hash
                     );

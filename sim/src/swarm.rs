@@ -99,6 +99,8 @@ pub struct McpServerOpt {
     pub issues_session: bool,
     /// `tools/list` names, in order (deterministic per server).
     pub tools: Vec<String>,
+    /// `tools/list` comes in two pages (`nextCursor`).
+    pub paged: bool,
 }
 
 /// MCP options of a seed: the registry, what the profile lists, latency,
@@ -146,6 +148,7 @@ impl McpSwarm {
             let http = rng.chance(0.5);
             let reconnect = rng.chance(0.4);
             let issues_session = http && rng.chance(0.7);
+            let paged = rng.chance(0.3);
             let mut tools = vec![format!("{name}_search"), format!("{name}_fetch")];
             if shared {
                 // Several servers export it: the later one in profile
@@ -163,6 +166,7 @@ impl McpSwarm {
                 reconnect,
                 issues_session,
                 tools,
+                paged,
             });
         }
         let mut profile: Vec<String> = Vec::new();
@@ -242,6 +246,9 @@ impl fmt::Display for McpSwarm {
                 }
                 if s.reconnect {
                     d.push_str(",reconnect");
+                }
+                if s.paged {
+                    d.push_str(",paged");
                 }
                 d.push_str(&format!(":{})", s.tools.join("|")));
                 d

@@ -20,6 +20,7 @@ use serde_json::{json, Value};
 use crate::check::{self, Checker, Violation};
 use crate::hash::Fnv;
 use crate::http::{self, Parsed, ResponseParser};
+use crate::mcp::McpSim;
 use crate::provider::Provider;
 use crate::rng::{Rng, SimEntropy};
 use crate::swarm::Swarm;
@@ -69,6 +70,9 @@ pub struct Stats {
     pub lagged: u64,
     pub provider_calls: u64,
     pub sessions: u64,
+    pub mcp_transports: u64,
+    pub mcp_calls: u64,
+    pub mcp_timeouts: u64,
     pub virtual_ms: u64,
 }
 
@@ -120,6 +124,11 @@ enum Ev {
     Timer,
     /// The operator acts through the admin listener (survives crashes).
     Admin,
+    /// A simulated MCP transport reports to the engine (`sim/src/mcp.rs`).
+    Mcp {
+        conn: engine::mcp::McpConnId,
+        event: engine::mcp::McpEvent,
+    },
 }
 
 enum Held {
@@ -334,6 +343,7 @@ pub struct World {
     actors: Vec<Actor>,
     slots: Vec<Slot>,
     provider: Provider,
+    mcp: McpSim,
     pub checker: Checker,
     trace: Trace,
     phase: Phase,
@@ -390,6 +400,7 @@ impl World {
         let rng = root.fork();
         let entropy_rng = root.fork();
         let provider = Provider::new(root.fork(), seed);
+        let mcp = McpSim::new(root.fork(), &swarm.mcp);
         let mut config = Config {
             providers: vec![ProviderEntry {
                 name: "main".into(),
@@ -405,6 +416,8 @@ impl World {
             ndjson_keepalive_ms: swarm.keepalive_ms,
             request_timeout_ms: swarm.request_timeout_ms,
             idle_timeout_ms: swarm.idle_timeout_ms,
+            mcp_servers: crate::mcp::registry(&swarm.mcp),
+            mcp_timeout_ms: swarm.mcp.timeout_ms,
             ..Config::default()
         };
         if swarm.has_fallback {
@@ -468,6 +481,7 @@ impl World {
             actors: Vec::new(),
             slots: Vec::new(),
             provider,
+            mcp,
             checker,
             trace: Trace {
                 hash: Fnv::default(),
@@ -567,16 +581,25 @@ impl World {
                     self.io.queued.push_back(Job::Read { id, read });
                 }
                 Output::CallProvider(call) => self.call_provider(call),
-                // The simulated registry has no MCP servers: nothing opens.
-                Output::Mcp(cmd) => self.t(format!("out mcp {cmd:?}")),
                 // No simulated container engine yet: every sandbox command
                 // fails as unsupported (starts answer -32012).
                 Output::Sandbox(cmd) => {
                     self.t(format!("out sandbox {cmd:?}"));
                     sandbox_replies.extend(unsupported_sandbox_reply(cmd));
                 }
+                Output::Mcp(cmd) => {
+                    self.t(format!("out mcp {}", crate::mcp::describe_command(&cmd)));
+                    let now = self.now_ms;
+                    let events = self
+                        .mcp
+                        .on_command(cmd, now, &self.swarm.mcp, &mut self.checker);
+                    for (at, conn, event) in events {
+                        self.schedule(at, Ev::Mcp { conn, event });
+                    }
+                }
             }
         }
+        self.mcp.after_drain(&mut self.checker);
         for (op, reply) in sandbox_replies {
             self.input(Input::Sandbox { op, reply });
         }
@@ -614,6 +637,7 @@ impl World {
             ));
             self.checker.now_ms = self.now_ms;
             self.checker.on_emit(row);
+            self.mcp.on_event(row, self.now_ms, &mut self.checker);
             let row = row.clone();
             self.on_emit_fifo(&row);
         } else {
@@ -707,6 +731,7 @@ impl World {
                     self.t(format!("store read id={id} answered"));
                     Ok(self.store.read(&read))
                 };
+                self.mcp.set_context(crate::mcp::read_session(&read));
                 self.input(Input::ReadDone { id, result });
             }
         }
@@ -1574,6 +1599,7 @@ impl World {
         if self.swarm.has_fallback {
             profile["fallback_providers"] = json!(["backup"]);
         }
+        crate::mcp::profile_fields(&self.swarm.mcp, &mut profile);
         let (st, p) = self.blocking(
             Listener::Admin,
             "POST",
@@ -1739,6 +1765,15 @@ impl World {
                 }
             }
             Ev::ClientRead(c) => self.on_client_read(c),
+            Ev::Mcp { conn, event } => {
+                if self.mcp.deliver(conn, &event, self.now_ms) {
+                    self.t(format!(
+                        "in mcp conn={conn} {}",
+                        crate::mcp::describe_event(&event)
+                    ));
+                    self.input(Input::Mcp { conn, event });
+                }
+            }
             Ev::Timer => {
                 if self.timer_at.is_some_and(|t| t <= self.now_ms) {
                     self.timer_at = None;
@@ -1844,6 +1879,7 @@ impl World {
             .iter()
             .map(|s| (s.id.clone(), s.state))
             .collect();
+        self.mcp.on_restart(&self.checker.states);
         let config = self.config.clone();
         let now = self.now();
         match catch_unwind(AssertUnwindSafe(|| {
@@ -1872,8 +1908,9 @@ impl World {
     fn liveness(&mut self) {
         if self.swarm.break_profile > 0.0 {
             // Whatever admin request may still be in flight, end repaired.
-            let body =
+            let mut body =
                 json!({"name": "sim", "primary_provider": "main", "allowed_tools": CLIENT_TOOLS});
+            crate::mcp::profile_fields(&self.swarm.mcp, &mut body);
             let path = format!("/admin/v1/profiles/{}", self.profile_id);
             let (st, _) = self.blocking(Listener::Admin, "PUT", &path, ADMIN_TOKEN, &body);
             self.profile_broken = st != 200;
@@ -1962,6 +1999,14 @@ impl World {
     }
 
     fn finish(mut self) -> Report {
+        if !self.dead_engine {
+            self.mcp.finish(self.now_ms, &mut self.checker);
+        }
+        let m = self.mcp.stats.clone();
+        self.stats.mcp_transports = m.transports;
+        self.stats.mcp_calls = m.calls;
+        self.stats.mcp_timeouts = m.timeouts;
+        self.t(format!("mcp summary {m:?}"));
         // Fingerprint of the committed event log.
         let mut h = Fnv::default();
         for e in self.store.events.values() {
@@ -2409,6 +2454,7 @@ impl World {
             if self.swarm.has_fallback {
                 body["fallback_providers"] = json!(["backup"]);
             }
+            crate::mcp::profile_fields(&self.swarm.mcp, &mut body);
             let path = format!("/admin/v1/profiles/{}", self.profile_id);
             let bytes = http::request(
                 "PUT",
@@ -2606,7 +2652,12 @@ impl World {
             }
             _ => {}
         }
-        let d = self.think();
+        let mut d = self.think();
+        if !complete && self.shutdown_since.is_some() {
+            // The server refuses connections while it drains (which an MCP
+            // connect may make last): back off instead of spinning.
+            d += 100;
+        }
         self.schedule_act(a, d);
     }
 }
