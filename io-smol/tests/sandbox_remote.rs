@@ -541,3 +541,35 @@ fn bad_resource_limits_are_configuration_errors() {
         assert!(out.stderr.contains(var), "{}", out.stderr);
     }
 }
+
+#[test]
+fn revocation_close_stops_the_sandbox_and_cancels_subagents_like_delete() {
+    let Some((_mock, server)) = sandbox_server(&[]) else {
+        return;
+    };
+    let f = open_sandboxed(&server, &[BUSYBOX], &[], json!({}));
+    let id = started(&server, &f, BUSYBOX);
+    server
+        .admin()
+        .delete(&format!("/admin/v1/keys/{}", f.a.key_id))
+        .assert_status(204);
+    assert!(eventually(WAIT, || !containers::is_running(&id)));
+    let evs = events_admin(&server, &f.session_id);
+    let kinds = types(&evs);
+    let pos = |t: &str| {
+        kinds
+            .iter()
+            .position(|x| x == t)
+            .unwrap_or_else(|| panic!("{t} in {kinds:?}"))
+    };
+    assert!(pos("session.close") < pos("session.sandbox.stop"));
+    assert_eq!(
+        of_type(&evs, "session.sandbox.stop")[0]["payload"]["reason"],
+        "session_close"
+    );
+    assert!(eventually(WAIT, || !of_type(
+        &events_admin(&server, &f.session_id),
+        "session.sandbox.stopped"
+    )
+    .is_empty()));
+}
