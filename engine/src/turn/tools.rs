@@ -48,6 +48,18 @@ pub struct Round {
     waiting: Option<Waiting>,
 }
 
+impl Round {
+    /// The `id` of the `tool_use` at `index` (`""` when absent).
+    fn tool_use_id(&self, index: usize) -> String {
+        self.uses
+            .get(index)
+            .and_then(|u| u.get("id"))
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string()
+    }
+}
+
 /// A server-side tool in flight.
 enum Waiting {
     /// An MCP `tools/call`: `(token, tool_use index, server)`.
@@ -178,13 +190,7 @@ impl Engine {
                 return;
             }
         };
-        let id = round
-            .uses
-            .get(i)
-            .and_then(|u| u.get("id"))
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_string();
+        let id = round.tool_use_id(i);
         self.turn_event(turn_id, "mcp.response", outcome.response_payload(&server));
         let (content, is_error) = outcome.rendered();
         let block = self.record_tool_result(
@@ -256,13 +262,7 @@ impl Engine {
             return;
         }
         round.waiting = None;
-        let id = round
-            .uses
-            .get(index)
-            .and_then(|u| u.get("id"))
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_string();
+        let id = round.tool_use_id(index);
         let _ = session_id;
         let (content, is_error) = match result {
             Ok(out) => {

@@ -69,8 +69,19 @@ pub fn open(
     allowed: &[&str],
     body: Value,
 ) -> Fixture {
-    let profile_id =
-        fixtures::create_profile(server, &unique_name("profile"), primary, fallbacks, allowed);
+    let profile = json!({
+        "name": unique_name("profile"),
+        "primary_provider": primary,
+        "fallback_providers": fallbacks,
+        "allowed_tools": allowed,
+    });
+    open_with_profile(server, &profile, body)
+}
+
+/// A profile created from `profile` (an admin body), a client key and a
+/// session opened with `body`.
+pub fn open_with_profile(server: &Server, profile: &Value, body: Value) -> Fixture {
+    let profile_id = fixtures::create_profile_json(server, profile);
     let (key_id, client_key) = fixtures::create_key(server, &profile_id);
     let (session_id, session_key) = fixtures::open_session(server, &client_key, body);
     Fixture {

@@ -7,7 +7,7 @@ use serde_json::{json, Value};
 use testkit::fixtures::{self, provider_toml, unique_name};
 use testkit::{MockProvider, Reply, Server};
 
-use super::live_support::{opts, result_events, send, Client, Fixture};
+use super::live_support::{open_with_profile, opts, result_events, send, Fixture};
 
 /// A mock provider of `kind` named `main` and a server with the given
 /// `[[mcp.servers]]` tables; `env` is extra child environment.
@@ -30,27 +30,15 @@ pub fn server(mcp_toml: &str, env: &[(&str, &str)]) -> (MockProvider, Server) {
 /// A profile listing `mcp_servers`, a key, a session opened with `body` and
 /// its creator registered as driver.
 pub fn open_mcp(server: &Server, mcp_servers: &[&str], allowed: &[&str], body: Value) -> Fixture {
-    let profile_id = fixtures::create_profile_json(
-        server,
-        &json!({
-            "name": unique_name("profile"),
-            "primary_provider": "main",
-            "allowed_tools": allowed,
-            "mcp_servers": mcp_servers,
-        }),
-    );
-    let (key_id, client_key) = fixtures::create_key(server, &profile_id);
-    let (session_id, session_key) = fixtures::open_session(server, &client_key, body);
-    fixtures::register_driver(server, &session_id, &session_key);
-    Fixture {
-        profile_id,
-        session_id,
-        a: Client {
-            key_id,
-            client_key,
-            session_key,
-        },
-    }
+    let profile = json!({
+        "name": unique_name("profile"),
+        "primary_provider": "main",
+        "allowed_tools": allowed,
+        "mcp_servers": mcp_servers,
+    });
+    let f = open_with_profile(server, &profile, body);
+    fixtures::register_driver(server, &f.session_id, &f.a.session_key);
+    f
 }
 
 /// One turn in which the model calls `tool` with `input` once, then answers

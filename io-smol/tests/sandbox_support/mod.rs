@@ -9,7 +9,7 @@ use testkit::containers::{self, DOCKER_HOST};
 use testkit::fixtures::{self, provider_toml, unique_name};
 use testkit::{MockProvider, Server};
 
-use super::live_support::{opts, rpc, Client, Fixture};
+use super::live_support::{open_with_profile, opts, rpc, Client, Fixture};
 
 /// A mock provider of `kind` named `main` and a server using the test
 /// container engine; `None` (test skipped) outside CI without an engine.
@@ -33,27 +33,15 @@ pub fn sandbox_server(env: &[(&str, &str)]) -> Option<(MockProvider, Server)> {
 /// A profile allowing `images` (and `allowed` tools), a key, a session
 /// opened with `body`, its creator registered.
 pub fn open_sandboxed(server: &Server, images: &[&str], allowed: &[&str], body: Value) -> Fixture {
-    let profile_id = fixtures::create_profile_json(
-        server,
-        &json!({
-            "name": unique_name("profile"),
-            "primary_provider": "main",
-            "allowed_tools": allowed,
-            "available_sandboxes": images,
-        }),
-    );
-    let (key_id, client_key) = fixtures::create_key(server, &profile_id);
-    let (session_id, session_key) = fixtures::open_session(server, &client_key, body);
-    fixtures::register_driver(server, &session_id, &session_key);
-    Fixture {
-        profile_id,
-        session_id,
-        a: Client {
-            key_id,
-            client_key,
-            session_key,
-        },
-    }
+    let profile = json!({
+        "name": unique_name("profile"),
+        "primary_provider": "main",
+        "allowed_tools": allowed,
+        "available_sandboxes": images,
+    });
+    let f = open_with_profile(server, &profile, body);
+    fixtures::register_driver(server, &f.session_id, &f.a.session_key);
+    f
 }
 
 /// `session.startRemoteSandbox`; returns (notifications, terminal).
