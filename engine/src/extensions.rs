@@ -117,7 +117,16 @@ impl Engine {
             return;
         };
         self.calls.retain(|_, turn| *turn != turn_id);
-        self.mcp_calls.retain(|_, turn| *turn != turn_id);
+        let tokens: Vec<_> = self
+            .mcp_calls
+            .iter()
+            .filter(|(_, turn)| **turn == turn_id)
+            .map(|(token, _)| *token)
+            .collect();
+        for token in tokens {
+            self.mcp_calls.remove(&token);
+            self.mcp.abandon(token);
+        }
         tracing::info!(session = %t.session_id, "turn cancelled");
         if let Some(conn) = t.conn {
             self.terminal_error(conn, CANCELLED, "turn_cancelled: the turn was cancelled");

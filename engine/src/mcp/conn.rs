@@ -230,6 +230,14 @@ impl Conn {
         std::mem::take(&mut self.outgoing)
     }
 
+    /// The caller of `token` gave up (its turn was cancelled): the
+    /// connection takes the next call at once; the late answer is skipped.
+    pub(super) fn abandon(&mut self, token: CallToken) {
+        if self.awaiting() == Some(Awaiting::Call(token)) {
+            self.pending = None;
+        }
+    }
+
     /// The hub closed the transport; later events of it are ignored.
     pub(super) fn mark_closed(&mut self) {
         self.closed = true;

@@ -284,6 +284,14 @@ impl McpHub {
         }
     }
 
+    /// The caller of `token` is gone (a cancelled turn): no notice will
+    /// follow and the connection is free for the next call.
+    pub fn abandon(&mut self, token: CallToken) {
+        for c in self.conns.values_mut() {
+            c.abandon(token);
+        }
+    }
+
     /// Session DELETE or revocation-close: every connection goes down. A
     /// create still waiting on its connects is released.
     pub fn close_session(&mut self, session_id: &str) {

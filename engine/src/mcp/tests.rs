@@ -916,3 +916,34 @@ fn a_reconnect_handshake_shares_one_deadline() {
         )]
     );
 }
+
+#[test]
+fn an_abandoned_call_frees_the_connection_and_its_late_answer_is_skipped() {
+    let mut h = hub();
+    let conn = ready_session(&mut h, &["t"]);
+    h.call("s", "t", &json!({}), 1, 0);
+    commands(&mut h);
+    h.abandon(1);
+    assert_eq!(h.poll_timeout(), None, "no timer for an abandoned call");
+    h.call("s", "t", &json!({}), 2, 5);
+    let s = sends(&commands(&mut h));
+    assert_eq!(s.len(), 1, "sent at once, not refused as busy");
+    h.handle(
+        conn,
+        line(json!({"jsonrpc": "2.0", "id": 3, "result": {}})),
+        6,
+    );
+    assert!(
+        notices(&mut h).is_empty(),
+        "the abandoned call's answer is skipped"
+    );
+    h.handle(
+        conn,
+        line(json!({"jsonrpc": "2.0", "id": 4, "result": {}})),
+        7,
+    );
+    assert!(matches!(
+        done(&mut h).as_slice(),
+        [(2, CallOutcome::Returned { .. })]
+    ));
+}
