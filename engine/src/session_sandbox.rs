@@ -154,7 +154,11 @@ impl Engine {
                 let payload = json!({
                     "image": image, "phase": "start", "detail": detail, "dispatch": "remote", "unsandboxed": false,
                 });
-                self.append_event(session_id, key.as_deref(), "session.sandbox.error", payload);
+                // A start still running when the session closed ends
+                // silently: nothing is appended after the close's teardown.
+                if !self.is_closed(session_id) {
+                    self.append_event(session_id, key.as_deref(), "session.sandbox.error", payload);
+                }
                 if let Some((conn, _)) = self.rpc_alive(&requester) {
                     let e = RpcError::sandbox_start_failed(&detail);
                     self.terminal_error(conn, e.code, &e.message);
@@ -226,6 +230,14 @@ impl Engine {
         }
     }
 
+    /// The session was closed (its teardown already ran).
+    fn is_closed(&self, session_id: &str) -> bool {
+        !matches!(
+            self.catalog.sessions.get(session_id),
+            Some(s) if s.state != crate::store::SessionState::Closed
+        )
+    }
+
     pub(crate) fn log_sandbox_error(
         &mut self,
         session_id: &str,
@@ -289,7 +301,9 @@ impl Engine {
                 }
             }
             Err(detail) => {
-                self.log_sandbox_error(session_id, Some(key_id), handle, "exec", &detail);
+                if !self.is_closed(session_id) {
+                    self.log_sandbox_error(session_id, Some(key_id), handle, "exec", &detail);
+                }
                 if self.conns.contains_key(&conn) {
                     self.terminal_error(conn, -32000, &format!("sandbox exec failed: {detail}"));
                 }
