@@ -41,6 +41,12 @@ pub const INV_MCP_ONE_IN_FLIGHT: &str = "inv_mcp_one_in_flight";
 pub const INV_MCP_PROTOCOL: &str = "inv_mcp_protocol";
 pub const INV_MCP_ROUTING: &str = "inv_mcp_routing";
 pub const INV_MCP_NO_REPLAY: &str = "inv_mcp_no_replay";
+// Remote sandboxes and subagents (checked by `sim/src/sandbox.rs`).
+pub const INV_SANDBOX_ONE_PER_SESSION: &str = "inv_sandbox_one_per_session";
+pub const INV_SANDBOX_NO_DISPATCH_AFTER_REMOVE: &str = "inv_sandbox_no_dispatch_after_remove";
+pub const INV_SANDBOX_EXEC_BOUNDED: &str = "inv_sandbox_exec_bounded";
+pub const INV_SANDBOX_STOPPED_AT_CLOSE: &str = "inv_sandbox_stopped_at_close";
+pub const INV_SUBAGENT_ONE_TERMINAL: &str = "inv_subagent_one_terminal";
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Violation {
@@ -179,6 +185,16 @@ impl Checker {
         let gate = self.gates.get(&sid).cloned().unwrap_or(Gate::Free);
         let compaction = row.payload.contains("\"purpose\":\"compaction\"");
         let ty = row.event_type.as_str();
+        // The close-time teardown (spec 01 §4.3 step 2, spec 02 attribution
+        // table) follows `session.close`: the sandbox stop and its outcome,
+        // and the cancels of running remote subagents.
+        let teardown = matches!(ty, "session.sandbox.stop" | "session.sandbox.stopped")
+            || (ty == "session.sandbox.error" && row.payload.contains("\"phase\":\"stop\""))
+            || (ty == "session.subagent.cancelled"
+                && row.payload.contains("\"reason\":\"session_close\""));
+        if matches!(gate, Gate::Closed { .. }) && teardown {
+            return;
+        }
         if let Gate::Closed { turn } = &gate {
             let running = match turn {
                 Some(k) => format!(" (the turn of {k} was running at close)"),

@@ -9,6 +9,7 @@ pub mod http;
 pub mod mcp;
 pub mod provider;
 pub mod rng;
+pub mod sandbox;
 pub mod swarm;
 pub mod world;
 

@@ -144,6 +144,7 @@ fn main() -> ExitCode {
     };
     let single = end == first + 1;
     let (mut runs, mut failed) = (0u64, Vec::new());
+    let mut sb = [0u64; 4];
     let mut seed = first;
     while seed < end {
         if deadline.is_some_and(|d| Instant::now() >= d) {
@@ -155,6 +156,12 @@ fn main() -> ExitCode {
             Ok(run(seed, &args.opts))
         };
         runs += 1;
+        if let Ok(r) = &result {
+            sb[0] += r.stats.sandbox_starts;
+            sb[1] += r.stats.sandbox_execs;
+            sb[2] += r.stats.sandbox_kills;
+            sb[3] += r.stats.subagents;
+        }
         match result {
             Err(e) => {
                 println!("FAIL {e}\n  reproduce: {} --check-determinism", repro(seed));
@@ -166,7 +173,7 @@ fn main() -> ExitCode {
                         println!("seed {} swarm: {}", r.seed, r.swarm);
                     }
                     println!(
-                        "seed {}: {} — steps={} events={} crashes={} graceful_restarts={} turns={} pauses={} provider_calls={} lagged={} mcp(transports={} calls={} timeouts={}) trace={:016x} log={:016x}",
+                        "seed {}: {} — steps={} events={} crashes={} graceful_restarts={} turns={} pauses={} provider_calls={} lagged={} mcp(transports={} calls={} timeouts={}) sandbox(starts={} execs={} kills={} subagents={}) trace={:016x} log={:016x}",
                         r.seed,
                         if r.ok() { "ok" } else { "FAIL" },
                         r.stats.steps,
@@ -180,6 +187,10 @@ fn main() -> ExitCode {
                         r.stats.mcp_transports,
                         r.stats.mcp_calls,
                         r.stats.mcp_timeouts,
+                        r.stats.sandbox_starts,
+                        r.stats.sandbox_execs,
+                        r.stats.sandbox_kills,
+                        r.stats.subagents,
                         r.trace_hash,
                         r.log_hash
                     );
@@ -217,6 +228,10 @@ fn main() -> ExitCode {
         "{runs} seeds in {secs:.1}s ({:.1} seeds/s), {} failed",
         runs as f64 / secs.max(1e-9),
         failed.len()
+    );
+    println!(
+        "sandbox totals: starts={} execs={} kills={} subagents={}",
+        sb[0], sb[1], sb[2], sb[3]
     );
     if !failed.is_empty() {
         println!("failing seeds: {failed:?}");

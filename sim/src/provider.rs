@@ -122,7 +122,8 @@ impl Provider {
                     "type": "tool_use",
                     "id": format!("toolu_{:x}_{}", self.tag, self.next_id),
                     "name": name,
-                    "input": {"n": self.next_id},
+                    "input": crate::sandbox::tool_input(&name, self.next_id)
+                        .unwrap_or_else(|| json!({"n": self.next_id})),
                 }));
             }
         } else {

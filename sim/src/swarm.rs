@@ -87,6 +87,108 @@ pub struct Swarm {
 
     // MCP servers (simulated by `sim/src/mcp.rs`).
     pub mcp: McpSwarm,
+    // Container engine (simulated by `sim/src/sandbox.rs`).
+    pub sandbox: SandboxSwarm,
+}
+
+/// Remote sandbox / subagent options of a seed (drawn after everything
+/// else, so older options keep their per-seed values).
+#[derive(Debug, Clone, Default)]
+pub struct SandboxSwarm {
+    /// The profile's `available_sandboxes` (empty = no remote sandboxes).
+    pub images: Vec<String>,
+    /// Listed images whose pull always fails.
+    pub broken: Vec<String>,
+    pub latency_ms: (u64, u64),
+    pub ensure_fail: f64,
+    pub start_fail: f64,
+    pub exec_fail: f64,
+    pub stop_fail: f64,
+    /// Of answered execs: a non-zero exit code.
+    pub nonzero_exit: f64,
+    /// An exec that never answers (until killed).
+    pub hang: f64,
+    /// Per exec: the container dies (later execs fail).
+    pub death: f64,
+    /// `Config::sandbox_exec_timeout_ms`.
+    pub exec_timeout_ms: u64,
+    /// `Config::subagent_timeout_ms`.
+    pub subagent_timeout_ms: u64,
+    /// `Config::max_subagents_per_session`.
+    pub max_subagents: u64,
+    /// Per driver action: a sandbox RPC (start/stop/exec/cancelSubagent).
+    pub rpc: f64,
+    /// Drivers declare the Auto sandbox tool `sbx_shell`.
+    pub auto_tools: bool,
+    /// Drivers declare the remote subagent tool `sub_launch`.
+    pub subagent_tools: bool,
+}
+
+impl SandboxSwarm {
+    pub fn draw(rng: &mut Rng) -> SandboxSwarm {
+        if !rng.chance(0.6) {
+            return SandboxSwarm {
+                exec_timeout_ms: 600_000,
+                subagent_timeout_ms: 600_000,
+                max_subagents: 4,
+                ..SandboxSwarm::default()
+            };
+        }
+        let mut images = vec!["sim-box:1".to_string()];
+        if rng.chance(0.5) {
+            images.push("sim-sub:1".to_string());
+        }
+        let mut broken = Vec::new();
+        if rng.chance(0.3) {
+            images.push("sim-broken:1".to_string());
+            broken.push("sim-broken:1".to_string());
+        }
+        let lo = rng.range(0, 20);
+        let hi = lo + *rng.pick(&[0, 20, 300, 3_000]);
+        SandboxSwarm {
+            images,
+            broken,
+            latency_ms: (lo, hi),
+            ensure_fail: rng.rate(0.5, 0.2),
+            start_fail: rng.rate(0.5, 0.2),
+            exec_fail: rng.rate(0.5, 0.2),
+            stop_fail: rng.rate(0.5, 0.2),
+            nonzero_exit: rng.rate(0.3, 0.5),
+            hang: rng.rate(0.5, 0.15),
+            death: rng.rate(0.7, 0.05),
+            exec_timeout_ms: *rng.pick(&[100, 1_000, 5_000, 60_000]),
+            subagent_timeout_ms: *rng.pick(&[200, 2_000, 20_000]),
+            max_subagents: rng.range(1, 3),
+            rpc: *rng.pick(&[0.1, 0.2, 0.3]),
+            auto_tools: rng.chance(0.7),
+            subagent_tools: rng.chance(0.5),
+        }
+    }
+
+    /// Faults off, fast answers (the liveness phase).
+    pub fn calm(&mut self) {
+        self.ensure_fail = 0.0;
+        self.start_fail = 0.0;
+        self.exec_fail = 0.0;
+        self.stop_fail = 0.0;
+        self.hang = 0.0;
+        self.death = 0.0;
+        self.rpc = 0.0;
+        self.latency_ms = (self.latency_ms.0.min(5), self.latency_ms.0.min(5) + 5);
+    }
+}
+
+impl fmt::Display for SandboxSwarm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "sandbox[images={:?} broken={:?} latency={}..{}ms ensure_fail={} start_fail={} exec_fail={} stop_fail={} nonzero={} hang={} death={} exec_timeout={}ms subagent_timeout={}ms max_subagents={} rpc={} auto_tools={} subagent_tools={}]",
+            self.images, self.broken, self.latency_ms.0, self.latency_ms.1, self.ensure_fail,
+            self.start_fail, self.exec_fail, self.stop_fail, self.nonzero_exit, self.hang,
+            self.death, self.exec_timeout_ms, self.subagent_timeout_ms, self.max_subagents,
+            self.rpc, self.auto_tools, self.subagent_tools,
+        )
+    }
 }
 
 /// One `[[mcp.servers]]` entry of the simulated registry.
@@ -335,9 +437,11 @@ impl Swarm {
             },
             shutdown: *rng.pick(&[0.0, 0.0, 0.0005, 0.002]),
             mcp: McpSwarm::default(),
+            sandbox: SandboxSwarm::default(),
         };
         // Drawn last so the options above stay what they were per seed.
         sw.mcp = McpSwarm::draw(rng);
+        sw.sandbox = SandboxSwarm::draw(rng);
         sw
     }
 
@@ -367,6 +471,7 @@ impl Swarm {
         self.break_profile = 0.0;
         self.tool_use = self.tool_use.min(0.3);
         self.mcp.calm();
+        self.sandbox.calm();
     }
 }
 
@@ -379,7 +484,7 @@ impl fmt::Display for Swarm {
              clients[malformed_body={} disc_stream={} disc_queued={} never_return={} think={}..{}ms \
              answer(missing={} dup={} wrong_id={} plain={} late={}) compact={} update_tools={} auto_compaction={} slow_reader={} unsubscribe={} since_bogus={} events_page={}] \
              net[split={} keep_alive={} pipeline={} idle_timeout={}ms delay={}..{}ms flush_delay={}..{}ms sockbuf={}] store[commit={}..{}ms read={}..{}ms read_error={}] \
-             engine[turn_timeout={}ms lag_limit={} keepalive={}ms request_timeout={}ms] admin[revoke={} break_profile={}] crash={} shutdown={} {}",
+             engine[turn_timeout={}ms lag_limit={} keepalive={}ms request_timeout={}ms] admin[revoke={} break_profile={}] crash={} shutdown={} {} {}",
             self.sessions,
             self.drivers,
             self.observers,
@@ -435,6 +540,7 @@ impl fmt::Display for Swarm {
             self.crash,
             self.shutdown,
             self.mcp,
+            self.sandbox,
         )
     }
 }

@@ -23,6 +23,7 @@ use crate::http::{self, Parsed, ResponseParser};
 use crate::mcp::McpSim;
 use crate::provider::Provider;
 use crate::rng::{Rng, SimEntropy};
+use crate::sandbox::SandboxSim;
 use crate::swarm::Swarm;
 
 /// Client tool names every profile allows; drivers declare subsets.
@@ -73,6 +74,11 @@ pub struct Stats {
     pub mcp_transports: u64,
     pub mcp_calls: u64,
     pub mcp_timeouts: u64,
+    /// Containers started, execs sent, execs killed, remote subagents.
+    pub sandbox_starts: u64,
+    pub sandbox_execs: u64,
+    pub sandbox_kills: u64,
+    pub subagents: u64,
     pub virtual_ms: u64,
 }
 
@@ -128,6 +134,11 @@ enum Ev {
     Mcp {
         conn: engine::mcp::McpConnId,
         event: engine::mcp::McpEvent,
+    },
+    /// The simulated container engine answers (`sim/src/sandbox.rs`).
+    Sandbox {
+        op: engine::sandbox::OpId,
+        reply: engine::sandbox::SandboxReply,
     },
 }
 
@@ -229,6 +240,8 @@ enum Kind {
     Garbage,
     /// `session.updateClientTools` with this declaration.
     UpdateTools(Vec<&'static str>),
+    /// start/stop/execRemoteSandbox or cancelSubagent (`sim/src/sandbox.rs`).
+    Sandbox,
     /// Admin: revoke the client key of this actor.
     Revoke(usize),
     /// Admin: replace the profile (primary provider `main` or a missing one).
@@ -344,6 +357,7 @@ pub struct World {
     slots: Vec<Slot>,
     provider: Provider,
     mcp: McpSim,
+    sandbox: SandboxSim,
     pub checker: Checker,
     trace: Trace,
     phase: Phase,
@@ -401,6 +415,7 @@ impl World {
         let entropy_rng = root.fork();
         let provider = Provider::new(root.fork(), seed);
         let mcp = McpSim::new(root.fork(), &swarm.mcp);
+        let sandbox = SandboxSim::new(root.fork());
         let mut config = Config {
             providers: vec![ProviderEntry {
                 name: "main".into(),
@@ -418,6 +433,9 @@ impl World {
             idle_timeout_ms: swarm.idle_timeout_ms,
             mcp_servers: crate::mcp::registry(&swarm.mcp),
             mcp_timeout_ms: swarm.mcp.timeout_ms,
+            sandbox_exec_timeout_ms: swarm.sandbox.exec_timeout_ms,
+            subagent_timeout_ms: swarm.sandbox.subagent_timeout_ms,
+            max_subagents_per_session: swarm.sandbox.max_subagents,
             ..Config::default()
         };
         if swarm.has_fallback {
@@ -482,6 +500,7 @@ impl World {
             slots: Vec::new(),
             provider,
             mcp,
+            sandbox,
             checker,
             trace: Trace {
                 hash: Fnv::default(),
@@ -555,7 +574,6 @@ impl World {
     }
 
     fn drain(&mut self) {
-        let mut sandbox_replies = Vec::new();
         loop {
             let o = match catch_unwind(AssertUnwindSafe(|| self.engine.poll_output())) {
                 Ok(Some(o)) => o,
@@ -581,11 +599,23 @@ impl World {
                     self.io.queued.push_back(Job::Read { id, read });
                 }
                 Output::CallProvider(call) => self.call_provider(call),
-                // No simulated container engine yet: every sandbox command
-                // fails as unsupported (starts answer -32012).
                 Output::Sandbox(cmd) => {
                     self.t(format!("out sandbox {cmd:?}"));
-                    sandbox_replies.extend(unsupported_sandbox_reply(cmd));
+                    let now = self.now_ms;
+                    let timeouts = (
+                        self.config.sandbox_exec_timeout_ms,
+                        self.config.subagent_timeout_ms,
+                    );
+                    let replies = self.sandbox.on_command(
+                        cmd,
+                        now,
+                        &self.swarm.sandbox,
+                        timeouts,
+                        &mut self.checker,
+                    );
+                    for (at, op, reply) in replies {
+                        self.schedule(at, Ev::Sandbox { op, reply });
+                    }
                 }
                 Output::Mcp(cmd) => {
                     self.t(format!("out mcp {}", crate::mcp::describe_command(&cmd)));
@@ -600,9 +630,7 @@ impl World {
             }
         }
         self.mcp.after_drain(&mut self.checker);
-        for (op, reply) in sandbox_replies {
-            self.input(Input::Sandbox { op, reply });
-        }
+        self.sandbox.check_execs(self.now_ms, &mut self.checker);
         self.pump_worker();
         self.arm_timer();
     }
@@ -638,6 +666,7 @@ impl World {
             self.checker.now_ms = self.now_ms;
             self.checker.on_emit(row);
             self.mcp.on_event(row, self.now_ms, &mut self.checker);
+            self.sandbox.on_event(row, self.now_ms, &mut self.checker);
             let row = row.clone();
             self.on_emit_fifo(&row);
         } else {
@@ -1372,7 +1401,20 @@ impl World {
                     && e.client_key_id.as_deref() == Some(key.as_str())
                     && !matches!(
                         e.event_type.as_str(),
-                        "session.driver.register" | "session.join" | "session.sandbox.available"
+                        "session.driver.register"
+                            | "session.join"
+                            | "session.sandbox.available"
+                            // Not produced by the request: background
+                            // subagent ends (attributed to the launching
+                            // key) and outcomes of the key's earlier
+                            // sandbox RPCs.
+                            | "session.subagent.completed"
+                            | "session.subagent.failed"
+                            | "session.subagent.cancelled"
+                            | "session.sandbox.start"
+                            | "session.sandbox.running"
+                            | "session.sandbox.stop"
+                            | "session.sandbox.stopped"
                     )
                     && !e.payload.contains("driver_turn_abandoned")
             })
@@ -1600,6 +1642,7 @@ impl World {
             profile["fallback_providers"] = json!(["backup"]);
         }
         crate::mcp::profile_fields(&self.swarm.mcp, &mut profile);
+        crate::sandbox::profile_fields(&self.swarm.sandbox, &mut profile);
         let (st, p) = self.blocking(
             Listener::Admin,
             "POST",
@@ -1774,6 +1817,12 @@ impl World {
                     self.input(Input::Mcp { conn, event });
                 }
             }
+            Ev::Sandbox { op, reply } => {
+                if self.sandbox.deliver(op, &reply) {
+                    self.t(format!("in sandbox op={op} {reply:?}"));
+                    self.input(Input::Sandbox { op, reply });
+                }
+            }
             Ev::Timer => {
                 if self.timer_at.is_some_and(|t| t <= self.now_ms) {
                     self.timer_at = None;
@@ -1880,6 +1929,7 @@ impl World {
             .map(|s| (s.id.clone(), s.state))
             .collect();
         self.mcp.on_restart(&self.checker.states);
+        self.sandbox.on_restart();
         let config = self.config.clone();
         let now = self.now();
         match catch_unwind(AssertUnwindSafe(|| {
@@ -1911,6 +1961,7 @@ impl World {
             let mut body =
                 json!({"name": "sim", "primary_provider": "main", "allowed_tools": CLIENT_TOOLS});
             crate::mcp::profile_fields(&self.swarm.mcp, &mut body);
+            crate::sandbox::profile_fields(&self.swarm.sandbox, &mut body);
             let path = format!("/admin/v1/profiles/{}", self.profile_id);
             let (st, _) = self.blocking(Listener::Admin, "PUT", &path, ADMIN_TOKEN, &body);
             self.profile_broken = st != 200;
@@ -2001,7 +2052,23 @@ impl World {
     fn finish(mut self) -> Report {
         if !self.dead_engine {
             self.mcp.finish(self.now_ms, &mut self.checker);
+            let closed: BTreeSet<String> = self
+                .store
+                .sessions
+                .iter()
+                .filter(|s| s.state == engine::store::SessionState::Closed)
+                .map(|s| s.id.clone())
+                .collect();
+            let timeout = self.config.subagent_timeout_ms;
+            self.sandbox
+                .finish(self.now_ms, timeout, &closed, &mut self.checker);
         }
+        let sb = self.sandbox.stats.clone();
+        self.stats.sandbox_starts = sb.starts;
+        self.stats.sandbox_execs = sb.execs;
+        self.stats.sandbox_kills = sb.kills;
+        self.stats.subagents = sb.subagents;
+        self.t(format!("sandbox summary {sb:?}"));
         let m = self.mcp.stats.clone();
         self.stats.mcp_transports = m.transports;
         self.stats.mcp_calls = m.calls;
@@ -2125,6 +2192,7 @@ impl World {
         let mut body =
             json!({"tools": Self::tool_defs(&self.actors[a].tools), "client_version": "sim/1"});
         body["compaction"] = self.slots[slot].compaction.clone();
+        crate::sandbox::declare(&self.swarm.sandbox, &mut body);
         let key = self.actors[a].client_key.clone();
         let bytes = http::request(
             "POST",
@@ -2141,7 +2209,8 @@ impl World {
         let Some(sid) = self.slots[slot].current.clone() else {
             return;
         };
-        let body = json!({"tools": Self::tool_defs(&self.actors[a].tools)});
+        let mut body = json!({"tools": Self::tool_defs(&self.actors[a].tools)});
+        crate::sandbox::declare(&self.swarm.sandbox, &mut body);
         let key = self.actors[a].client_key.clone();
         let path = format!("/api/v1/sessions/{sid}/join");
         let bytes = http::request("POST", &path, Some(&key), Some(body.to_string().as_bytes()));
@@ -2219,7 +2288,9 @@ impl World {
                 false,
             );
             self.actors[a].busy = rid;
-        } else if r < sw.compact + sw.malformed_body + sw.update_tools + 0.004 {
+        } else if r < sw.compact + sw.malformed_body + sw.update_tools + sw.sandbox.rpc {
+            self.sandbox_rpc(a);
+        } else if r < sw.compact + sw.malformed_body + sw.update_tools + sw.sandbox.rpc + 0.004 {
             let sid = self.actors[a].joined.clone().unwrap_or_default();
             let key = self.actors[a].session_key.clone().unwrap_or_default();
             let path = format!("/api/v1/sessions/{sid}");
@@ -2230,6 +2301,35 @@ impl World {
         } else {
             self.send_text(a);
         }
+    }
+
+    /// A remote sandbox RPC: mostly start/exec/stop, sometimes a bogus
+    /// image or a subagent cancel.
+    fn sandbox_rpc(&mut self, a: usize) {
+        let sw = &self.swarm.sandbox;
+        let r = self.rng.unit();
+        let (method, params) = if r < 0.3 {
+            let image = if self.rng.chance(0.1) {
+                "not-listed:1".to_string()
+            } else {
+                self.rng.pick(&sw.images).clone()
+            };
+            ("session.startRemoteSandbox", json!({"image": image}))
+        } else if r < 0.7 {
+            let n = self.stats.requests;
+            (
+                "session.execRemoteSandbox",
+                json!({"command": format!("echo m{n}")}),
+            )
+        } else if r < 0.85 {
+            ("session.stopRemoteSandbox", json!({}))
+        } else {
+            let sid = self.actors[a].joined.clone().unwrap_or_default();
+            let id = self.sandbox.pick_subagent(&sid);
+            ("session.cancelSubagent", json!({"subagent_id": id}))
+        };
+        let rid = self.rpc(a, Kind::Sandbox, method, Some(params), false);
+        self.actors[a].busy = rid;
     }
 
     fn send_text(&mut self, a: usize) {
@@ -2455,6 +2555,7 @@ impl World {
                 body["fallback_providers"] = json!(["backup"]);
             }
             crate::mcp::profile_fields(&self.swarm.mcp, &mut body);
+            crate::sandbox::profile_fields(&self.swarm.sandbox, &mut body);
             let path = format!("/admin/v1/profiles/{}", self.profile_id);
             let bytes = http::request(
                 "PUT",
@@ -2715,19 +2816,4 @@ fn write_name(w: &StoreWrite) -> String {
     let d = format!("{w:?}");
     let cut = d.char_indices().nth(90).map(|(i, _)| i).unwrap_or(d.len());
     d[..cut].to_string()
-}
-
-/// The reply of a container engine that cannot run here.
-fn unsupported_sandbox_reply(
-    cmd: engine::sandbox::SandboxCommand,
-) -> Option<(engine::sandbox::OpId, engine::sandbox::SandboxReply)> {
-    use engine::sandbox::{DriverError, SandboxCommand as C, SandboxReply as R};
-    let e = || DriverError::Unsupported("the simulator has no container engine".into());
-    Some(match cmd {
-        C::EnsureImage { op, .. } => (op, R::Ensured(Err(e()))),
-        C::Start { op, .. } => (op, R::Started(Err(e()))),
-        C::Exec { op, .. } => (op, R::Exec(Err(e()))),
-        C::Stop { op, .. } => (op, R::Stopped(Err(e()))),
-        C::Kill { .. } => return None,
-    })
 }
