@@ -1,0 +1,639 @@
+//! Feeding the engine and draining its outputs; the simulated network
+//! connections.
+
+use super::*;
+
+impl World {
+    // ---- engine plumbing ----------------------------------------------------
+
+    pub(super) fn input(&mut self, input: Input) {
+        if self.dead_engine {
+            return;
+        }
+        let now = self.now();
+        let r = catch_unwind(AssertUnwindSafe(|| self.engine.handle_input(now, input)));
+        if let Err(p) = r {
+            self.engine_panicked(p);
+            return;
+        }
+        self.drain();
+    }
+
+    pub(super) fn engine_panicked(&mut self, p: Box<dyn std::any::Any + Send>) {
+        let text = panic_text(p);
+        self.t(format!("ENGINE PANIC {text}"));
+        self.checker
+            .fail(check::INV_ENGINE_PANIC, format!("engine panicked: {text}"));
+        self.dead_engine = true;
+    }
+
+    pub(super) fn drain(&mut self) {
+        loop {
+            let o = match catch_unwind(AssertUnwindSafe(|| self.engine.poll_output())) {
+                Ok(Some(o)) => o,
+                Ok(None) => break,
+                Err(p) => return self.engine_panicked(p),
+            };
+            match o {
+                Output::Write(w) => self.on_write(w),
+                Output::Send { conn, bytes } => {
+                    self.trace.hash.write_field(&bytes);
+                    self.t(format!("out send conn={conn} len={}", bytes.len()));
+                    self.track_response_ends(conn, &bytes);
+                    self.deliver(Held::Send { conn, bytes });
+                }
+                Output::Close { conn } => {
+                    self.t(format!("out close conn={conn}"));
+                    self.stream_end_emitted(conn, true);
+                    self.deliver(Held::Close { conn });
+                }
+                Output::Read { id, read } => {
+                    self.t(format!("out read id={id} {read:?}"));
+                    self.io.seal();
+                    self.io.queued.push_back(Job::Read { id, read });
+                }
+                Output::CallProvider(call) => self.call_provider(call),
+                Output::Sandbox(cmd) => {
+                    self.t(format!("out sandbox {cmd:?}"));
+                    let now = self.now_ms;
+                    let timeouts = (
+                        self.config.sandbox_exec_timeout_ms,
+                        self.config.subagent_timeout_ms,
+                    );
+                    let replies = self.sandbox.on_command(
+                        cmd,
+                        now,
+                        &self.swarm.sandbox,
+                        timeouts,
+                        &mut self.checker,
+                    );
+                    for (at, op, reply) in replies {
+                        self.schedule(at, Ev::Sandbox { op, reply });
+                    }
+                }
+                Output::Mcp(cmd) => {
+                    self.t(format!("out mcp {}", crate::mcp::describe_command(&cmd)));
+                    let now = self.now_ms;
+                    let events = self
+                        .mcp
+                        .on_command(cmd, now, &self.swarm.mcp, &mut self.checker);
+                    for (at, conn, event) in events {
+                        self.schedule(at, Ev::Mcp { conn, event });
+                    }
+                }
+            }
+        }
+        self.mcp.after_drain(&mut self.checker);
+        self.sandbox.check_execs(self.now_ms, &mut self.checker);
+        self.pump_worker();
+        self.arm_timer();
+    }
+
+    pub(super) fn arm_timer(&mut self) {
+        let t = match catch_unwind(AssertUnwindSafe(|| self.engine.poll_timeout())) {
+            Ok(t) => t,
+            Err(p) => return self.engine_panicked(p),
+        };
+        if t.is_some() && t != self.timer_at {
+            self.timer_at = t;
+            let at = t.unwrap_or(0);
+            self.schedule(at, Ev::Timer);
+        }
+        if t.is_none() {
+            self.timer_at = None;
+        }
+    }
+
+    pub(super) fn on_write(&mut self, w: StoreWrite) {
+        if w.gates_output() {
+            self.io.last_gating = self.io.next_batch;
+        }
+        if let StoreWrite::InsertEvent(row) = &w {
+            self.t(format!(
+                "out event seq={} {} {} key={} {}",
+                row.seq,
+                row.session_id,
+                row.event_type,
+                row.client_key_id.as_deref().unwrap_or("-"),
+                row.payload
+            ));
+            self.checker.now_ms = self.now_ms;
+            self.checker.on_emit(row);
+            self.mcp.on_event(row, self.now_ms, &mut self.checker);
+            self.sandbox.on_event(row, self.now_ms, &mut self.checker);
+            let row = row.clone();
+            self.on_emit_fifo(&row);
+        } else {
+            self.t(format!("out write {}", write_name(&w)));
+            self.checker.on_emit_write(&w);
+        }
+        self.io.pending.push(w);
+    }
+
+    pub(super) fn deliver(&mut self, d: Held) {
+        if self.io.last_gating <= self.io.committed {
+            self.release(d);
+        } else {
+            let need = self.io.last_gating;
+            self.io.held.push_back((need, d));
+        }
+    }
+
+    pub(super) fn release(&mut self, d: Held) {
+        match d {
+            Held::Send { conn, bytes } => {
+                let Some(c) = self.conns.get_mut(&conn) else {
+                    return;
+                };
+                if c.client_closed || c.server_closed {
+                    return;
+                }
+                c.outbound.extend(bytes);
+                if !c.flush_scheduled {
+                    c.flush_scheduled = true;
+                    self.after(0, Ev::Flush(conn));
+                }
+            }
+            Held::Close { conn } => {
+                let Some(c) = self.conns.get_mut(&conn) else {
+                    return;
+                };
+                c.server_closing = true;
+                if !c.flush_scheduled {
+                    c.flush_scheduled = true;
+                    self.after(0, Ev::Flush(conn));
+                }
+            }
+        }
+    }
+
+    pub(super) fn pump_worker(&mut self) {
+        if !self.io.running.is_empty() {
+            return;
+        }
+        self.io.seal();
+        if self.io.queued.is_empty() {
+            return;
+        }
+        self.io.running = std::mem::take(&mut self.io.queued);
+        self.start_job();
+    }
+
+    pub(super) fn start_job(&mut self) {
+        let lat = match self.io.running.front() {
+            Some(Job::Commit { .. }) => self.swarm.commit_ms,
+            Some(Job::Read { .. }) => self.swarm.read_ms,
+            None => return,
+        };
+        let d = self.draw(lat);
+        self.after(d, Ev::JobDone);
+    }
+
+    pub(super) fn job_done(&mut self) {
+        let Some(job) = self.io.running.pop_front() else {
+            return;
+        };
+        match job {
+            Job::Commit { batch, writes } => {
+                self.commit(batch, writes);
+                while let Some((need, _)) = self.io.held.front() {
+                    if *need > self.io.committed {
+                        break;
+                    }
+                    let (_, d) = self.io.held.pop_front().expect("front");
+                    self.release(d);
+                }
+            }
+            Job::Read { id, read } => {
+                // Read failures are not fatal in the driver: they reach the
+                // engine as `Err` (commit failures are crashes instead).
+                let result = if self.rng.chance(self.swarm.read_error) {
+                    self.t(format!("store read id={id} FAILED"));
+                    Err("simulated read failure".to_string())
+                } else {
+                    self.t(format!("store read id={id} answered"));
+                    Ok(self.store.read(&read))
+                };
+                self.mcp.set_context(crate::mcp::read_session(&read));
+                self.input(Input::ReadDone { id, result });
+            }
+        }
+        if self.io.running.is_empty() {
+            self.pump_worker();
+        } else {
+            self.start_job();
+        }
+    }
+
+    pub(super) fn commit(&mut self, batch: u64, writes: Vec<StoreWrite>) {
+        self.t(format!(
+            "store commit batch={batch} writes={}",
+            writes.len()
+        ));
+        for w in &writes {
+            if let StoreWrite::InsertEvent(row) = w {
+                if !self.checker.on_commit_event(row) {
+                    continue;
+                }
+            }
+            self.store.apply(w);
+        }
+        self.io.committed = self.io.committed.max(batch);
+    }
+
+    pub(super) fn call_provider(&mut self, call: ProviderCall) {
+        self.stats.provider_calls += 1;
+        let (delay, reply) = self.provider.answer(&call, &self.swarm);
+        self.t(format!(
+            "out call id={} {} -> in {delay}ms {}",
+            call.id,
+            call.url,
+            crate::provider::describe(&reply)
+        ));
+        self.after(
+            delay,
+            Ev::Provider {
+                call: call.id,
+                reply,
+            },
+        );
+    }
+
+    // ---- connections ----------------------------------------------------------
+
+    /// Opens a connection and queues the request bytes (possibly split).
+    pub(super) fn start_req(
+        &mut self,
+        actor: usize,
+        slot: usize,
+        session: &str,
+        kind: Kind,
+        listener: Listener,
+        bytes: Vec<u8>,
+    ) -> usize {
+        let conn = self.next_conn;
+        self.next_conn += 1;
+        let rid = self.reqs.len();
+        self.stats.requests += 1;
+        let slow = actor != usize::MAX && self.actors[actor].slow;
+        self.t(format!(
+            "req #{rid} conn={conn} actor={} {kind:?} {}",
+            self.actor_name(actor),
+            String::from_utf8_lossy(&bytes[..bytes.len().min(200)])
+                .split("\r\n")
+                .next()
+                .unwrap_or("")
+        ));
+        if let Kind::Send { nonce, .. } = &kind {
+            self.nonces.insert(nonce.clone(), rid);
+        }
+        self.reqs.push(Req {
+            actor,
+            slot,
+            session: session.to_string(),
+            conn,
+            epoch: self.epoch,
+            kind,
+            status: None,
+            terminal: None,
+            body: None,
+            done: false,
+            lost: false,
+            arrival: None,
+            bypass_ok: false,
+            waiting: false,
+            admitted: false,
+            last_seq: None,
+            expect_after: None,
+            frames: 0,
+            started_ms: self.now_ms,
+            notified: Vec::new(),
+            end_emitted: false,
+        });
+        let calm = self.phase == Phase::Setup;
+        let keep_alive = std::mem::take(&mut self.force_keep_alive)
+            || (!calm
+                && actor != usize::MAX
+                && listener == Listener::Client
+                && self.rng.chance(self.swarm.keep_alive));
+        let bytes = if keep_alive {
+            strip_close(bytes)
+        } else {
+            bytes
+        };
+        let mut pieces: VecDeque<(Vec<u8>, Option<usize>)> = VecDeque::new();
+        if !calm && bytes.len() > 1 && self.rng.chance(self.swarm.split_bytes) {
+            let mut cuts: Vec<usize> = (0..self.rng.range(1, 3))
+                .map(|_| self.rng.range(1, bytes.len() as u64 - 1) as usize)
+                .collect();
+            cuts.sort();
+            cuts.dedup();
+            let mut prev = 0;
+            for c in cuts {
+                pieces.push_back((bytes[prev..c].to_vec(), None));
+                prev = c;
+            }
+            pieces.push_back((bytes[prev..].to_vec(), Some(rid)));
+        } else {
+            pieces.push_back((bytes, Some(rid)));
+        }
+        // Reuse the actor's idle keep-alive connection, or pipeline behind
+        // the one given by `pipeline_on`.
+        let reuse = if let Some(c) = self.pipeline_on.take() {
+            Some(c)
+        } else if keep_alive {
+            self.actors[actor].idle_conn.take().filter(|c| {
+                self.conns.get(c).is_some_and(|c| {
+                    c.idle && !c.client_closed && !c.server_closing && !c.server_closed
+                })
+            })
+        } else {
+            None
+        };
+        if let Some(conn) = reuse {
+            self.reqs[rid].conn = conn;
+            self.t(format!("req #{rid} reuses conn={conn}"));
+            let c = self.conns.get_mut(&conn).expect("checked");
+            let deliver_chain_idle = c.to_send.is_empty();
+            if c.idle {
+                c.idle = false;
+                c.req = rid;
+                c.engine_pos = c.all.len();
+            } else {
+                c.pending.push_back(rid);
+            }
+            c.all.push(rid);
+            c.to_send.extend(pieces);
+            if deliver_chain_idle {
+                let d = self.draw(self.swarm.net_delay_ms);
+                self.after(d, Ev::Deliver(conn));
+            }
+            return rid;
+        }
+        self.conns.insert(
+            conn,
+            SimConn {
+                req: rid,
+                all: vec![rid],
+                to_send: pieces,
+                slow,
+                shadow: ResponseParser::framing_only(),
+                ..Default::default()
+            },
+        );
+        self.input(Input::Accepted { conn, listener });
+        let d = if calm {
+            0
+        } else {
+            self.draw(self.swarm.net_delay_ms)
+        };
+        self.after(d, Ev::Deliver(conn));
+        rid
+    }
+
+    pub(super) fn on_deliver(&mut self, conn: ConnId) {
+        let Some(c) = self.conns.get_mut(&conn) else {
+            return;
+        };
+        if c.client_closed || c.server_closed {
+            return;
+        }
+        let Some((piece, completes)) = c.to_send.pop_front() else {
+            return;
+        };
+        let more = !c.to_send.is_empty();
+        if let Some(rid) = completes {
+            self.before_arrival(rid);
+        }
+        self.t(format!(
+            "in recv conn={conn} len={} completes={completes:?}",
+            piece.len()
+        ));
+        self.input(Input::Received { conn, bytes: piece });
+        if let Some(rid) = completes {
+            self.after_arrival(rid);
+        }
+        if more {
+            let d = self.draw(self.swarm.net_delay_ms);
+            self.after(d, Ev::Deliver(conn));
+        }
+    }
+
+    pub(super) fn on_flush(&mut self, conn: ConnId) {
+        let sockbuf = self.swarm.sockbuf;
+        let Some(c) = self.conns.get_mut(&conn) else {
+            return;
+        };
+        c.flush_scheduled = false;
+        if c.client_closed {
+            return;
+        }
+        let room = sockbuf.saturating_sub(c.wire.len());
+        let n = room.min(c.outbound.len());
+        let moved = take_front(&mut c.outbound, n);
+        c.wire.extend(moved.iter());
+        let finish_close = c.outbound.is_empty() && c.server_closing && !c.server_closed;
+        if finish_close {
+            c.server_closed = true;
+        }
+        let need_read = (!c.wire.is_empty() || c.server_closed) && !c.read_scheduled;
+        if need_read {
+            c.read_scheduled = true;
+        }
+        if n > 0 {
+            let d = self.draw(self.swarm.flush_delay_ms);
+            self.after(d, Ev::Flushed { conn, bytes: n });
+        }
+        if need_read {
+            let d = self.draw(self.swarm.net_delay_ms);
+            self.after(d, Ev::ClientRead(conn));
+        }
+        if finish_close {
+            self.after(0, Ev::EngineClosed(conn));
+        }
+    }
+
+    pub(super) fn on_client_read(&mut self, conn: ConnId) {
+        let split = self.swarm.split_bytes;
+        let Some(c) = self.conns.get_mut(&conn) else {
+            return;
+        };
+        c.read_scheduled = false;
+        if c.client_closed {
+            return;
+        }
+        let avail = c.wire.len();
+        let slow = c.slow;
+        let n = if avail == 0 {
+            0
+        } else if slow {
+            self.rng.range(1, 1_500).min(avail as u64) as usize
+        } else if self.rng.chance(split) {
+            self.rng.range(1, avail as u64) as usize
+        } else {
+            avail
+        };
+        let c = self.conns.get_mut(&conn).expect("conn");
+        let mut bytes = take_front(&mut c.wire, n);
+        let more = !c.wire.is_empty();
+        let eof = c.wire.is_empty() && c.server_closed;
+        let refill = !c.outbound.is_empty() && !c.flush_scheduled;
+        if refill {
+            c.flush_scheduled = true;
+        }
+        while let Some(c) = self.conns.get_mut(&conn) {
+            let mut parsed = Vec::new();
+            c.parser.feed(&bytes, &mut parsed);
+            let rid = c.req;
+            for p in parsed {
+                self.on_parsed(rid, p);
+            }
+            // A complete response: the next pipelined one starts with
+            // whatever bytes are left.
+            let Some(c) = self.conns.get_mut(&conn) else {
+                break;
+            };
+            if !c.parser.is_done() {
+                break;
+            }
+            bytes = c.parser.take_rest();
+            match c.pending.pop_front() {
+                Some(next) => {
+                    c.req = next;
+                    c.parser = ResponseParser::default();
+                }
+                None => {
+                    c.idle = true;
+                    let owner = self.reqs[rid].actor;
+                    if !bytes.is_empty() {
+                        self.checker.fail(
+                            check::INV_WIRE_WELL_FORMED,
+                            format!("conn {conn}: {} bytes after the last response", bytes.len()),
+                        );
+                    } else if owner != usize::MAX && !c.server_closing {
+                        c.parser = ResponseParser::default();
+                        self.actors[owner].idle_conn = Some(conn);
+                    }
+                    break;
+                }
+            }
+        }
+        let rid = self.conns.get(&conn).map(|c| c.req).unwrap_or(0);
+        if refill {
+            self.after(0, Ev::Flush(conn));
+        }
+        if more {
+            let d = if slow {
+                self.rng.range(20, 400)
+            } else {
+                self.rng.range(0, 2)
+            };
+            if let Some(c) = self.conns.get_mut(&conn) {
+                if !c.read_scheduled {
+                    c.read_scheduled = true;
+                    self.after(d, Ev::ClientRead(conn));
+                }
+            }
+        } else if eof {
+            self.finish_req(rid, false);
+            let pending: Vec<usize> = self
+                .conns
+                .get_mut(&conn)
+                .map(|c| c.pending.drain(..).collect())
+                .unwrap_or_default();
+            for r in pending {
+                self.finish_req(r, false);
+            }
+        }
+    }
+
+    pub(super) fn client_close(&mut self, conn: ConnId) {
+        let Some(c) = self.conns.get_mut(&conn) else {
+            return;
+        };
+        if c.client_closed || c.server_closed {
+            return;
+        }
+        c.client_closed = true;
+        c.outbound.clear();
+        c.wire.clear();
+        c.to_send.clear();
+        let rid = c.req;
+        let pending: Vec<usize> = c.pending.drain(..).collect();
+        self.t(format!("client closes conn={conn} (req #{rid})"));
+        self.finish_req(rid, true);
+        for r in pending {
+            self.finish_req(r, true);
+        }
+        let d = self.draw(self.swarm.net_delay_ms);
+        self.after(d, Ev::EngineClosed(conn));
+    }
+
+    pub(super) fn engine_closed(&mut self, conn: ConnId) {
+        let Some(c) = self.conns.get_mut(&conn) else {
+            return;
+        };
+        if c.engine_told_closed {
+            return;
+        }
+        c.engine_told_closed = true;
+        let all = c.all.clone();
+        for r in &all {
+            self.reqs[*r].waiting = false;
+        }
+        self.t(format!("in closed conn={conn}"));
+        self.input(Input::Closed { conn });
+        // Forget fully finished connections.
+        let finished = all.iter().all(|r| self.reqs[*r].done || self.reqs[*r].lost);
+        if let Some(c) = self.conns.get(&conn) {
+            if c.wire.is_empty() && (c.client_closed || finished) {
+                self.conns.remove(&conn);
+            }
+        }
+    }
+
+    /// Follows the engine's output on `conn` with a framing-only parser to
+    /// learn exactly when each response ends (whatever its framing).
+    pub(super) fn track_response_ends(&mut self, conn: ConnId, bytes: &[u8]) {
+        let mut ends = 0;
+        if let Some(c) = self.conns.get_mut(&conn) {
+            let mut input = bytes.to_vec();
+            loop {
+                let mut out = Vec::new();
+                c.shadow.feed(&input, &mut out);
+                if !c.shadow.is_done() {
+                    break;
+                }
+                ends += 1;
+                input = c.shadow.take_rest();
+                c.shadow = ResponseParser::framing_only();
+                if input.is_empty() {
+                    break;
+                }
+            }
+        }
+        for _ in 0..ends {
+            self.stream_end_emitted(conn, false);
+        }
+    }
+
+    /// The engine finished answering the request it is on (`close`: and
+    /// will answer none after it).
+    pub(super) fn stream_end_emitted(&mut self, conn: ConnId, close: bool) {
+        let Some(c) = self.conns.get_mut(&conn) else {
+            return;
+        };
+        let ended: Vec<usize> = if close {
+            c.close_emitted = true;
+            c.all[c.engine_pos.min(c.all.len())..].to_vec()
+        } else {
+            let r = c.all.get(c.engine_pos).copied();
+            c.engine_pos += 1;
+            r.into_iter().collect()
+        };
+        for r in ended {
+            self.reqs[r].end_emitted = true;
+            self.reqs[r].waiting = false;
+        }
+    }
+}
