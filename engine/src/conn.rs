@@ -36,6 +36,11 @@ pub enum PendingRead {
     ReplayStart { conn: ConnId },
     /// `session.subscribe` replaying one page.
     ReplayPage { conn: ConnId },
+    /// A retried idempotent `sendMessage` whose first answer is replayed.
+    IdemReplay {
+        conn: ConnId,
+        message: serde_json::Value,
+    },
     /// A turn rebuilding provider-facing history after a restart.
     TurnHistory { turn: crate::turn::TurnId },
     /// First gated arrival after a start: history and a parked pause.
@@ -289,6 +294,7 @@ impl Engine {
             },
             PendingRead::ReplayStart { conn } => self.on_replay_start(conn, result),
             PendingRead::ReplayPage { conn } => self.on_replay_page(conn, result),
+            PendingRead::IdemReplay { conn, message } => self.on_idem_replay(conn, message, result),
             PendingRead::TurnHistory { turn } => self.on_turn_history(turn, result),
             PendingRead::Recover { session_id } => self.on_recover(&session_id, result),
             PendingRead::RecoverPause {

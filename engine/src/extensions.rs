@@ -9,7 +9,7 @@ use crate::turn::{Holder, Mode};
 use crate::{ConnId, Engine};
 
 /// Terminal error of a request whose turn (or queued request) was cancelled.
-pub const CANCELLED: i64 = -32021;
+pub const CANCELLED: i64 = jsonrpc::codes::TURN_CANCELLED;
 
 /// What a cancel found.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -95,14 +95,16 @@ impl Engine {
             return Cancelled::Nothing;
         }
         for w in &theirs {
-            if let Some(s) = self.stream_mut(w.conn) {
-                s.kind = crate::rpc::StreamKind::Single;
+            for conn in w.streams() {
+                if let Some(s) = self.stream_mut(conn) {
+                    s.kind = crate::rpc::StreamKind::Single;
+                }
+                self.terminal_error(
+                    conn,
+                    CANCELLED,
+                    "turn_cancelled: the request was cancelled while queued",
+                );
             }
-            self.terminal_error(
-                w.conn,
-                CANCELLED,
-                "turn_cancelled: the request was cancelled while queued",
-            );
         }
         self.tell_queue_positions(session_id);
         Cancelled::Queued(theirs.len())
@@ -113,7 +115,7 @@ impl Engine {
     /// gate passes on. Nothing of the turn's in-memory tool rounds reaches
     /// the history, so no `tool_use` is left without a result.
     fn cancel_running(&mut self, turn_id: crate::turn::TurnId) {
-        let Some(t) = self.turns.remove(&turn_id) else {
+        let Some(mut t) = self.turns.remove(&turn_id) else {
             return;
         };
         self.calls.retain(|_, turn| *turn != turn_id);
@@ -128,8 +130,14 @@ impl Engine {
             self.mcp.abandon(token);
         }
         tracing::info!(session = %t.session_id, "turn cancelled");
-        if let Some(conn) = t.conn {
-            self.terminal_error(conn, CANCELLED, "turn_cancelled: the turn was cancelled");
+        self.retire_steers(std::mem::take(&mut t.steers), "the turn was cancelled");
+        let msg = "turn_cancelled: the turn was cancelled";
+        self.idem_finished(
+            &t,
+            serde_json::json!({"error": {"code": CANCELLED, "message": msg}}),
+        );
+        for conn in t.streams() {
+            self.terminal_error(conn, CANCELLED, msg);
         }
         self.release_gate(&t.session_id);
     }

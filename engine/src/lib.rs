@@ -18,6 +18,7 @@ mod auth_legacy;
 mod client_api;
 mod conn;
 mod extensions;
+mod idempotency;
 mod log;
 pub mod mcp;
 pub mod mem_store;
@@ -30,7 +31,9 @@ mod rpc_sandbox;
 pub mod sandbox;
 mod session_mcp;
 mod session_sandbox;
+mod steer;
 pub mod store;
+mod subscribe;
 mod turn;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -226,6 +229,13 @@ pub struct Config {
     /// Events a streaming consumer may fall behind before it is dropped
     /// with the `lagged` error (the reference's broadcast capacity).
     pub subscriber_lag_limit: usize,
+    /// Unflushed bytes a gapless subscriber (extension `subscribe.gapless`)
+    /// may have before it stops taking live events and later catches up
+    /// from the store: its per-subscriber memory bound.
+    pub subscriber_window_bytes: usize,
+    /// How long a `sendMessage` idempotency key is remembered (wall clock,
+    /// from its first use; extension `send.idempotent`).
+    pub idempotency_retention_ms: u64,
     /// A deliberately planted bug (simulator self-test only).
     #[cfg(feature = "planted-bugs")]
     pub planted: Option<planted::Bug>,
@@ -260,6 +270,8 @@ impl Default for Config {
             request_timeout_ms: 30_000,
             idle_timeout_ms: 75_000,
             subscriber_lag_limit: 256,
+            subscriber_window_bytes: 64 * 1024,
+            idempotency_retention_ms: 24 * 3600 * 1000,
             #[cfg(feature = "planted-bugs")]
             planted: None,
         }
@@ -307,9 +319,11 @@ pub struct Engine {
     next_mcp_call: mcp::CallToken,
     /// When the last legacy Argon2id verification failed (rate limit).
     last_legacy_failure: Option<u64>,
-    /// While set, events are not echoed on this connection's stream (a
+    /// While set, events are not echoed on these connections' streams (a
     /// request's own recorded input, spec 01 §7).
-    quiet: Option<ConnId>,
+    quiet: Vec<ConnId>,
+    /// `sendMessage` idempotency keys (extension `send.idempotent`).
+    idem: idempotency::Keys,
     shutting_down: bool,
 }
 
@@ -354,7 +368,8 @@ impl Engine {
             next_turn: 1,
             calls: HashMap::new(),
             next_call: 1,
-            quiet: None,
+            quiet: Vec::new(),
+            idem: idempotency::Keys::restore(&snapshot.idempotency),
             last_legacy_failure: None,
             shutting_down: false,
         };

@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 
 use crate::store::{
-    EventRow, HistoryLoad, KeyRow, ProfileRow, ReadResult, SessionRow, SessionState, Snapshot,
-    StoreRead, StoreWrite,
+    EventRow, HistoryLoad, IdempotencyRow, KeyRow, ProfileRow, ReadResult, SessionRow,
+    SessionState, Snapshot, StoreRead, StoreWrite,
 };
 
 #[derive(Debug, Clone, Default)]
@@ -19,6 +19,8 @@ pub struct MemStore {
     pub events: BTreeMap<u64, EventRow>,
     /// Event seqs per session, ascending.
     by_session: BTreeMap<String, Vec<u64>>,
+    /// Idempotency keys by (session, client key, key).
+    idempotency: BTreeMap<(String, String, String), IdempotencyRow>,
 }
 
 impl MemStore {
@@ -88,6 +90,17 @@ impl MemStore {
                     .push(e.seq);
                 self.events.insert(e.seq, e.clone());
             }
+            StoreWrite::PutIdempotency(row) => {
+                let id = (
+                    row.session_id.clone(),
+                    row.client_key_id.clone(),
+                    row.key.clone(),
+                );
+                self.idempotency.insert(id, row.clone());
+            }
+            StoreWrite::ExpireIdempotency { before_ms } => {
+                self.idempotency.retain(|_, r| r.created_ms >= *before_ms);
+            }
         }
     }
 
@@ -122,6 +135,13 @@ impl MemStore {
                     .map(|e| e.seq),
             ),
             StoreRead::History { session_id } => ReadResult::History(self.history(session_id)),
+            StoreRead::EventsAt { session_id, seqs } => ReadResult::Events(
+                seqs.iter()
+                    .filter_map(|seq| self.events.get(seq))
+                    .filter(|e| &e.session_id == session_id)
+                    .cloned()
+                    .collect(),
+            ),
         }
     }
 
@@ -211,6 +231,7 @@ impl MemStore {
                 .iter()
                 .map(|(k, v)| (k.clone(), v.len() as u64))
                 .collect(),
+            idempotency: self.idempotency.values().cloned().collect(),
         }
     }
 }

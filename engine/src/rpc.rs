@@ -9,12 +9,8 @@ use proto::jsonrpc::{self, Call, Extension, Extensions};
 use serde_json::{json, Value};
 
 use crate::conn::PendingRead;
-use crate::log::Appended;
-use crate::store::{EventRow, ReadResult, SessionState, StoreRead};
+use crate::store::SessionState;
 use crate::{ConnId, Engine};
-
-/// Rows per replay read (spec 01 §6.3).
-const REPLAY_PAGE: usize = 200;
 
 /// An open NDJSON response on a connection.
 pub struct Stream {
@@ -26,6 +22,8 @@ pub struct Stream {
     pub in_flight: VecDeque<usize>,
     /// Bytes of the oldest in-flight frame already flushed.
     pub flushed_partial: usize,
+    /// Bytes of in-flight frames not yet flushed (the gapless window).
+    pub in_flight_bytes: usize,
     /// Bytes emitted on the connection before this stream's first frame
     /// (earlier responses, the head) and not yet flushed: flush reports
     /// cover them first, so they never count as this consumer's progress.
@@ -40,21 +38,11 @@ pub enum StreamKind {
     /// A single-answer method: nothing is forwarded.
     Single,
     /// `session.subscribe`.
-    Subscribe(Subscription),
+    Subscribe(crate::subscribe::Subscription),
     /// A gated request waiting in the FIFO: silent until admitted.
     Queued,
     /// The gate holder's stream: every event except its own input.
     Turn,
-}
-
-pub struct Subscription {
-    /// Replay still running: live events wait here (deduplicated by seq).
-    pub replaying: bool,
-    pub buffered: Vec<Appended>,
-    /// Highest seq delivered so far.
-    pub delivered: u64,
-    /// Id of the last replayed event (the `replay_complete` marker).
-    pub last_id: Option<String>,
 }
 
 impl Engine {
@@ -92,44 +80,36 @@ impl Engine {
     }
 
     fn dispatch_rpc(&mut self, conn: ConnId, session_id: &str, key_id: &str, call: Call) {
-        match call.method.as_str() {
-            "session.registerDriver" => {
-                self.register_driver(conn, session_id, key_id, &call.params)
-            }
-            // Extension methods answer as unknown to a client that did not
-            // opt in (the reference wire).
-            "session.cancelTurn" if self.stream_has(conn, Extension::TurnCancel) => {
-                self.cancel_turn(conn, session_id, key_id)
-            }
-            "session.sendMessage" => self.send_message(conn, session_id, key_id, &call.params),
-            "session.compact" => self.compact(conn, session_id, key_id, &call.params),
-            "session.updateClientTools" => {
-                self.update_client_tools(conn, session_id, key_id, &call.params)
-            }
-            "session.startRemoteSandbox" => {
-                self.start_remote_sandbox(conn, session_id, key_id, &call.params)
-            }
-            "session.stopRemoteSandbox" => self.stop_remote_sandbox(conn, session_id, key_id),
-            "session.execRemoteSandbox" => {
-                self.exec_remote_sandbox(conn, session_id, key_id, &call.params)
-            }
-            "session.reportLocalSandbox" => {
-                self.report_local_sandbox(conn, session_id, key_id, &call.params)
-            }
-            "session.reportLocalSubagent" => {
-                self.report_local_subagent(conn, session_id, key_id, &call.params)
-            }
-            "session.cancelSubagent" => {
-                self.cancel_subagent(conn, session_id, key_id, &call.params)
-            }
-            "session.subscribe" => self.subscribe(conn, session_id, &call.params),
-            "session.unsubscribe" => {
+        use proto::jsonrpc::Method as M;
+        let params = &call.params;
+        // Extension methods answer as unknown to a client that did not opt
+        // in (the reference wire).
+        let opted = match call.method {
+            M::CancelTurn => self.stream_has(conn, Extension::TurnCancel),
+            M::SteerTurn => self.stream_has(conn, Extension::TurnSteer),
+            _ => true,
+        };
+        if !opted {
+            let msg = format!("Method not found: {}", call.method);
+            return self.terminal_error(conn, jsonrpc::codes::METHOD_NOT_FOUND, &msg);
+        }
+        match call.method {
+            M::RegisterDriver => self.register_driver(conn, session_id, key_id, params),
+            M::CancelTurn => self.cancel_turn(conn, session_id, key_id),
+            M::SteerTurn => self.steer_turn(conn, session_id, key_id, params),
+            M::SendMessage => self.send_message(conn, session_id, key_id, params),
+            M::Compact => self.compact(conn, session_id, key_id, params),
+            M::UpdateClientTools => self.update_client_tools(conn, session_id, key_id, params),
+            M::StartRemoteSandbox => self.start_remote_sandbox(conn, session_id, key_id, params),
+            M::StopRemoteSandbox => self.stop_remote_sandbox(conn, session_id, key_id),
+            M::ExecRemoteSandbox => self.exec_remote_sandbox(conn, session_id, key_id, params),
+            M::ReportLocalSandbox => self.report_local_sandbox(conn, session_id, key_id, params),
+            M::ReportLocalSubagent => self.report_local_subagent(conn, session_id, key_id, params),
+            M::CancelSubagent => self.cancel_subagent(conn, session_id, key_id, params),
+            M::Subscribe => self.subscribe(conn, session_id, params),
+            M::Unsubscribe => {
                 self.unsubscribe_all(session_id);
                 self.terminal_result(conn, r#"{"unsubscribed":true}"#);
-            }
-            other => {
-                let msg = format!("Method not found: {other}");
-                self.terminal_error(conn, -32601, &msg);
             }
         }
     }
@@ -239,55 +219,6 @@ impl Engine {
         }
     }
 
-    fn subscribe(&mut self, conn: ConnId, session_id: &str, params: &Value) {
-        let since = match params.get("since_event_id") {
-            None | Some(Value::Null) => None,
-            Some(Value::String(s)) => Some(s.clone()),
-            Some(_) => {
-                return self.terminal_error(
-                    conn,
-                    -32602,
-                    "Invalid params: since_event_id must be a string",
-                );
-            }
-        };
-        let asked = match Extensions::from_params(params) {
-            Ok(a) => a.unwrap_or_default(),
-            Err(msg) => return self.terminal_error(conn, -32602, &msg),
-        };
-        // Attach first, then replay, so nothing committed meanwhile is lost.
-        let replaying = since.is_some();
-        if let Some(s) = self.stream_mut(conn) {
-            s.ext = s.ext.union(asked);
-            s.kind = StreamKind::Subscribe(Subscription {
-                replaying,
-                buffered: Vec::new(),
-                delivered: 0,
-                last_id: None,
-            });
-        }
-        match since {
-            Some(event_id) => self.read(
-                StoreRead::EventSeq {
-                    session_id: session_id.to_string(),
-                    event_id,
-                },
-                PendingRead::ReplayStart { conn },
-            ),
-            None => self.replay_complete(conn, None),
-        }
-    }
-
-    /// Extension `subscribe.replay_complete`: the marker between replayed
-    /// and live events.
-    fn replay_complete(&mut self, conn: ConnId, last_id: Option<&str>) {
-        if !self.stream_has(conn, Extension::ReplayComplete) {
-            return;
-        }
-        let frame = jsonrpc::replay_complete_frame(last_id);
-        self.frame(conn, &frame);
-    }
-
     /// Whether the stream on `conn` opted into `e`.
     pub(crate) fn stream_has(&self, conn: ConnId, e: Extension) -> bool {
         self.conns
@@ -304,154 +235,6 @@ impl Engine {
             .unwrap_or_default()
     }
 
-    pub(crate) fn on_replay_start(&mut self, conn: ConnId, result: Result<ReadResult, String>) {
-        match result {
-            // An unknown or foreign id replays from the very first event.
-            Ok(ReadResult::EventSeq(seq)) => {
-                #[cfg(feature = "planted-bugs")]
-                let seq =
-                    seq.map(|s| s + self.planted(crate::planted::Bug::ReplaySkipsBoundary) as u64);
-                self.replay_page(conn, seq.unwrap_or(0))
-            }
-            _ => self.replay_failed(conn),
-        }
-    }
-
-    fn replay_page(&mut self, conn: ConnId, after_seq: u64) {
-        let Some(s) = self.stream_mut(conn) else {
-            return;
-        };
-        let session_id = s.session_id.clone();
-        self.read(
-            StoreRead::Events {
-                session_id,
-                after_seq,
-                limit: REPLAY_PAGE,
-            },
-            PendingRead::ReplayPage { conn },
-        );
-    }
-
-    pub(crate) fn on_replay_page(&mut self, conn: ConnId, result: Result<ReadResult, String>) {
-        let rows: Vec<EventRow> = match result {
-            Ok(ReadResult::Events(rows)) => rows,
-            _ => return self.replay_failed(conn),
-        };
-        if self.stream_mut(conn).is_none() {
-            return;
-        }
-        let full = rows.len() == REPLAY_PAGE;
-        let mut last = None;
-        for row in &rows {
-            let frame = jsonrpc::event_frame(&crate::respond::event_json(row));
-            self.frame(conn, &frame);
-            last = Some(row.seq);
-        }
-        if let Some(StreamKind::Subscribe(sub)) = self.stream_mut(conn).map(|s| &mut s.kind) {
-            if let Some(l) = last {
-                sub.delivered = l;
-            }
-            if let Some(row) = rows.last() {
-                sub.last_id = Some(row.id.clone());
-            }
-        }
-        if full {
-            return self.replay_page(conn, last.unwrap_or(0));
-        }
-        // Replay done: deliver what arrived meanwhile, skipping duplicates.
-        let (pending, last_id) = match self.stream_mut(conn).map(|s| &mut s.kind) {
-            Some(StreamKind::Subscribe(sub)) => {
-                sub.replaying = false;
-                (std::mem::take(&mut sub.buffered), sub.last_id.take())
-            }
-            _ => return,
-        };
-        self.replay_complete(conn, last_id.as_deref());
-        for ev in pending {
-            self.deliver(conn, &ev);
-        }
-    }
-
-    fn replay_failed(&mut self, conn: ConnId) {
-        let frame = jsonrpc::error_frame(Some(&Value::Null), -32000, "replay failed");
-        self.frame(conn, &frame);
-        self.end_stream(conn);
-    }
-
-    /// Ends every `session.subscribe` stream of the session (level-triggered:
-    /// also those still replaying).
-    pub(crate) fn unsubscribe_all(&mut self, session_id: &str) {
-        let subs: Vec<ConnId> = self
-            .session_streams(session_id)
-            .into_iter()
-            .filter(|c| {
-                matches!(
-                    self.conns
-                        .get(c)
-                        .and_then(|c| c.stream.as_ref())
-                        .map(|s| &s.kind),
-                    Some(StreamKind::Subscribe(_))
-                )
-            })
-            .collect();
-        for conn in subs {
-            self.end_stream(conn);
-        }
-    }
-
-    /// Session closed: every stream of it ends cleanly.
-    pub(crate) fn end_live_session(&mut self, session_id: &str) {
-        self.unsubscribe_all(session_id);
-        self.drop_live(session_id);
-    }
-
-    /// Fans a committed event out to the session's live streams.
-    pub(crate) fn publish(&mut self, session_id: &str, ev: &Appended) {
-        let targets = self.session_streams(session_id);
-        let quiet = self.quiet;
-        for conn in targets {
-            let Some(s) = self.stream_mut(conn) else {
-                continue;
-            };
-            match &mut s.kind {
-                StreamKind::Single | StreamKind::Queued => {}
-                StreamKind::Turn if quiet == Some(conn) => {}
-                StreamKind::Turn => self.deliver(conn, ev),
-                StreamKind::Subscribe(sub) if sub.replaying => {
-                    sub.buffered.push(ev.clone());
-                    if sub.buffered.len() > self.config.subscriber_lag_limit {
-                        self.lagged(conn);
-                    }
-                }
-                StreamKind::Subscribe(_) => self.deliver(conn, ev),
-            }
-        }
-    }
-
-    /// Writes one live event to a subscriber unless already delivered; a
-    /// consumer too far behind gets the `lagged` error and is dropped.
-    fn deliver(&mut self, conn: ConnId, ev: &Appended) {
-        let lag_limit = self.config.subscriber_lag_limit;
-        let Some(s) = self.stream_mut(conn) else {
-            return;
-        };
-        if let StreamKind::Subscribe(sub) = &mut s.kind {
-            if ev.seq <= sub.delivered {
-                return;
-            }
-            sub.delivered = ev.seq;
-        }
-        if s.in_flight.len() >= lag_limit {
-            return self.lagged(conn);
-        }
-        self.frame(conn, &jsonrpc::event_frame(&ev.json));
-    }
-
-    fn lagged(&mut self, conn: ConnId) {
-        self.frame(conn, jsonrpc::LAGGED_FRAME);
-        self.end_stream(conn);
-    }
-
     // ---- NDJSON stream plumbing -------------------------------------------
 
     fn open_stream(&mut self, conn: ConnId, session_id: &str, id: Option<Value>) {
@@ -462,6 +245,7 @@ impl Engine {
                 kind: StreamKind::Single,
                 in_flight: VecDeque::new(),
                 flushed_partial: 0,
+                in_flight_bytes: 0,
                 unflushed_before: c.unflushed,
                 last_write_ms: self.now.mono_ms,
                 ext: Default::default(),
@@ -474,7 +258,7 @@ impl Engine {
     }
 
     /// Connections with an open stream on `session_id`, in id order.
-    fn session_streams(&self, session_id: &str) -> Vec<ConnId> {
+    pub(crate) fn session_streams(&self, session_id: &str) -> Vec<ConnId> {
         self.streams
             .get(session_id)
             .map(|s| s.iter().copied().collect())
@@ -504,6 +288,7 @@ impl Engine {
         let now = self.now.mono_ms;
         if let Some(s) = self.stream_mut(conn) {
             s.in_flight.push_back(len);
+            s.in_flight_bytes += len;
             s.last_write_ms = now;
         }
         self.send(conn, bytes);
@@ -595,6 +380,7 @@ impl Engine {
         let earlier = bytes.min(s.unflushed_before);
         s.unflushed_before -= earlier;
         bytes -= earlier;
+        s.in_flight_bytes = s.in_flight_bytes.saturating_sub(bytes);
         bytes += s.flushed_partial;
         while let Some(&front) = s.in_flight.front() {
             if bytes >= front {
@@ -605,5 +391,9 @@ impl Engine {
             }
         }
         s.flushed_partial = if s.in_flight.is_empty() { 0 } else { bytes };
+        if s.in_flight.is_empty() {
+            s.in_flight_bytes = 0;
+        }
+        self.subscriber_drained(conn);
     }
 }

@@ -112,6 +112,23 @@ pub struct EventRow {
     pub created_at: String,
 }
 
+/// One idempotency key of `session.sendMessage` (extension
+/// `send.idempotent`), scoped to a session and a client key.
+#[derive(Debug, Clone, PartialEq)]
+pub struct IdempotencyRow {
+    pub session_id: String,
+    pub client_key_id: String,
+    pub key: String,
+    /// SHA-256 hex of the message in canonical JSON (retries must match).
+    pub digest: String,
+    /// Unix milliseconds of the first use (retention runs from here).
+    pub created_ms: u64,
+    /// The request's terminal answer as JSON text (`{"result": {"message",
+    /// "event_seqs"}}` or `{"error": {"code", "message"}}`), `None` while
+    /// its turn runs.
+    pub outcome: Option<String>,
+}
+
 /// A durable change. The driver applies writes in emission order and commits
 /// each batch atomically before releasing any output emitted after them.
 #[derive(Debug, Clone, PartialEq)]
@@ -149,6 +166,12 @@ pub enum StoreWrite {
         subagent_tools: Value,
     },
     InsertEvent(EventRow),
+    /// Insert or replace (by session, client key and key).
+    PutIdempotency(IdempotencyRow),
+    /// Keys older than the retention: `created_ms < before_ms`.
+    ExpireIdempotency {
+        before_ms: u64,
+    },
 }
 
 impl StoreWrite {
@@ -178,6 +201,9 @@ pub enum StoreRead {
     /// Everything a turn needs to rebuild provider-facing history of an open
     /// session after a restart (spec 05 §8, 07 §6).
     History { session_id: String },
+    /// The events of one session with these seqs, ascending (missing ones
+    /// are skipped).
+    EventsAt { session_id: String, seqs: Vec<u64> },
 }
 
 /// Provider-facing history of a session as reconstructed from the log.
@@ -217,4 +243,6 @@ pub struct Snapshot {
     /// Event counts per session id (the driver's activity summary; the
     /// engine orders events by the global `seq` alone).
     pub event_counts: Vec<(String, u64)>,
+    /// Every stored idempotency key (the engine drops expired ones).
+    pub idempotency: Vec<IdempotencyRow>,
 }

@@ -295,6 +295,9 @@ fn log_activity(s: &Snapshot) {
 }
 
 /// The engine's settings from the environment and the config file.
+// The update fills the simulator-only `planted` field when a workspace
+// build enables the engine's `planted-bugs` feature.
+#[allow(clippy::needless_update)]
 pub fn engine_config(env: &Env, file: &FileConfig, run_label: &str) -> engine::Config {
     let providers = file
         .providers
@@ -325,6 +328,9 @@ pub fn engine_config(env: &Env, file: &FileConfig, run_label: &str) -> engine::C
         max_queued_per_session: env.max_queued_turns,
         durable_drivers: env.durable_drivers,
         ndjson_keepalive_ms: duration_ms(env.ndjson_keepalive),
+        subscriber_lag_limit: env.subscriber_lag_limit,
+        subscriber_window_bytes: env.subscriber_window_bytes,
+        idempotency_retention_ms: duration_ms(env.idempotency_retention),
         request_timeout_ms: duration_ms(env.request_timeout),
         idle_timeout_ms: duration_ms(env.idle_timeout),
         mcp_servers: file.mcp.servers.iter().map(mcp_spec).collect(),

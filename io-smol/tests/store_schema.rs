@@ -87,13 +87,20 @@ fn reopening_is_idempotent() {
         assert_eq!(store.schema_version().unwrap(), 9);
     }
     assert_eq!(scalar(&db, "SELECT COUNT(*) FROM schema_version"), 9);
-    // The extra (unnumbered) indexes exist exactly once.
+    // The extra (unnumbered) indexes and tables exist exactly once.
     assert_eq!(
         scalar(
             &db,
             "SELECT COUNT(*) FROM sqlite_master WHERE type = 'index' AND name LIKE 'bae_idx_%'"
         ),
-        3
+        4
+    );
+    assert_eq!(
+        scalar(
+            &db,
+            "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name LIKE 'bae_%'"
+        ),
+        1
     );
 }
 

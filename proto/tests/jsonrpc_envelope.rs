@@ -185,7 +185,7 @@ fn c057_notification_with_unknown_method_writes_nothing() {
 fn c058_notification_register_driver_decodes_without_id() {
     let c = decode_call(br#"{"jsonrpc":"2.0","method":"session.registerDriver"}"#).unwrap();
     assert!(c.is_notification());
-    assert_eq!(c.method_kind(), Some(Method::RegisterDriver));
+    assert_eq!(c.method, Method::RegisterDriver);
     assert_eq!(c.result_frame(results::REGISTERED), None);
     assert_eq!(c.error_frame(-32000, "x"), None);
 }
@@ -251,7 +251,7 @@ fn c062_params_default_to_empty_object() {
     assert_eq!(c.params, json!({}));
     let c = decode_call(br#"{"params":{"since_event_id":"evt_x"},"method":"session.subscribe","jsonrpc":"2.0","id":2}"#).unwrap();
     assert_eq!(c.params, json!({"since_event_id":"evt_x"}));
-    assert_eq!(c.method, "session.subscribe");
+    assert_eq!(c.method, Method::Subscribe);
     // Unknown envelope members are ignored.
     assert!(
         decode_call(br#"{"jsonrpc":"2.0","id":1,"method":"session.subscribe","extra":true}"#)
@@ -419,7 +419,7 @@ fn seed_request_example_decodes() {
 }"#;
     let c = decode_call(body.as_bytes()).unwrap();
     assert_eq!(c.id, Some(json!(2)));
-    assert_eq!(c.method_kind(), Some(Method::SendMessage));
+    assert_eq!(c.method, Method::SendMessage);
     let p = SendMessageParams::parse(&c.params).unwrap();
     assert_eq!(p.role, "user");
     assert_eq!(p.content[0]["tool_use_id"], "tu_abc123");

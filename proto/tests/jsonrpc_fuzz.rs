@@ -86,7 +86,7 @@ fn exercise(body: &[u8]) {
     let _ = check_depth(body, 8);
     match decode_call_limited(body, 32) {
         Ok(call) => {
-            assert!(Method::parse(&call.method).is_some());
+            assert_eq!(Method::parse(call.method.as_str()), Some(call.method));
             let _ = call.result_frame("{}");
             let p = &call.params;
             let _ = SendMessageParams::parse(p);

@@ -395,6 +395,11 @@ impl Engine {
             Some(_) => return false,
             None => "token_threshold",
         };
+        let steers = match self.turns.get_mut(&turn_id) {
+            Some(t) => std::mem::take(&mut t.steers),
+            None => Vec::new(),
+        };
+        self.retire_steers(steers, "the turn ended before its next provider call");
         if let Some(t) = self.turns.get_mut(&turn_id) {
             t.mode = Mode::Compaction(Box::new(Run {
                 auto: Some((message.clone(), count)),

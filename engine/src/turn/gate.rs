@@ -102,6 +102,9 @@ impl Engine {
         let mut moved = Vec::new();
         for (id, live) in self.live.iter_mut() {
             let before = live.queue.len();
+            for w in live.queue.iter_mut() {
+                w.forget(conn);
+            }
             live.queue.retain(|w| w.conn != conn);
             if live.queue.len() != before {
                 moved.push(id.clone());
@@ -113,6 +116,9 @@ impl Engine {
         for t in self.turns.values_mut() {
             if t.conn == Some(conn) {
                 t.conn = None;
+            }
+            if let Some(idem) = t.idem.as_mut() {
+                idem.watchers.retain(|w| *w != conn);
             }
         }
     }
@@ -130,10 +136,11 @@ impl Engine {
             .map(|(id, _)| *id)
             .collect();
         for id in cancelled {
-            if let Some(t) = self.turns.remove(&id) {
+            if let Some(mut t) = self.turns.remove(&id) {
+                self.retire_steers(std::mem::take(&mut t.steers), "the session closed");
                 self.calls.retain(|_, turn| *turn != id);
                 self.mcp_calls.retain(|_, turn| *turn != id);
-                if let Some(conn) = t.conn {
+                for conn in t.streams() {
                     self.end_stream(conn);
                 }
             }
@@ -146,10 +153,12 @@ impl Engine {
             let msg = self
                 .open_state_error(session_id)
                 .unwrap_or_else(|| "session no longer exists".into());
-            if let Some(s) = self.stream_mut(w.conn) {
-                s.kind = StreamKind::Single;
+            for conn in w.streams() {
+                if let Some(s) = self.stream_mut(conn) {
+                    s.kind = StreamKind::Single;
+                }
+                self.terminal_error(conn, -32000, &msg);
             }
-            self.terminal_error(w.conn, -32000, &msg);
         }
     }
 }

@@ -87,6 +87,29 @@ pub struct Waiter {
     pub told: usize,
 }
 
+impl Waiter {
+    /// Its own stream and those of attached idempotent retries.
+    pub fn streams(&self) -> Vec<ConnId> {
+        let mut all = vec![self.conn];
+        if let Op::Send(UserMessage { idem: Some(i), .. }) = &self.op {
+            all.extend(i.watchers.iter().copied());
+        }
+        all
+    }
+
+    /// `conn` went away: an attached retry leaves; if it was the request's
+    /// own stream, the oldest attached retry takes its place.
+    pub fn forget(&mut self, conn: ConnId) {
+        let Op::Send(UserMessage { idem: Some(i), .. }) = &mut self.op else {
+            return;
+        };
+        i.watchers.retain(|w| *w != conn);
+        if self.conn == conn && !i.watchers.is_empty() {
+            self.conn = i.watchers.remove(0);
+        }
+    }
+}
+
 /// What a gated request wants to do once admitted.
 pub enum Op {
     Send(UserMessage),
@@ -99,6 +122,9 @@ pub enum Op {
 pub struct UserMessage {
     pub role: String,
     pub content: Value,
+    /// Its idempotency key and attached retries (extension
+    /// `send.idempotent`).
+    pub idem: Option<crate::idempotency::Idem>,
 }
 
 /// How a request came to hold the gate.
@@ -133,6 +159,24 @@ pub struct Turn {
     pub carried_trigger: Option<u64>,
     /// The tool round in progress (server tools may be asynchronous).
     pub round: Option<Box<tools::Round>>,
+    /// Steers waiting for the next provider call (extension `turn.steer`).
+    pub steers: Vec<crate::steer::PendingSteer>,
+    /// Applied steers at the end of the session's cached history: this
+    /// turn's requests send them from `tail` instead (see `steer`).
+    pub steers_in_cache: usize,
+    /// The request's idempotency key and the retries attached to it.
+    pub idem: Option<crate::idempotency::Idem>,
+    /// Seqs of `events` (what an idempotent retry replays).
+    pub event_seqs: Vec<u64>,
+}
+
+impl Turn {
+    /// Every stream waiting for this turn's answer: the request's own and
+    /// those of attached idempotent retries.
+    pub fn streams(&self) -> Vec<ConnId> {
+        let watchers = self.idem.iter().flat_map(|i| i.watchers.iter().copied());
+        self.conn.into_iter().chain(watchers).collect()
+    }
 }
 
 /// What the provider calls of a [`Turn`] are for.
@@ -160,16 +204,37 @@ impl Engine {
         key_id: &str,
         params: &Value,
     ) {
-        if !self.require_open_driver(conn, session_id, key_id, "session.sendMessage") {
+        if !self.require_driver(conn, session_id, key_id, "session.sendMessage") {
             return;
         }
-        let message = match proto::jsonrpc::SendMessageParams::parse(params) {
+        let idempotent = self.stream_has(conn, proto::jsonrpc::Extension::SendIdempotent);
+        if let Some(msg) = self.open_state_error(session_id) {
+            // A finished key still gets its answer once the session is no
+            // longer open (its turn may have been what ended it).
+            if idempotent && self.replay_finished(conn, session_id, key_id, params) {
+                return;
+            }
+            return self.terminal_error(conn, -32000, &msg);
+        }
+        let mut message = match proto::jsonrpc::SendMessageParams::parse(params) {
             Ok(m) => UserMessage {
                 role: m.role,
                 content: m.content,
+                idem: None,
             },
             Err(msg) => return self.terminal_error(conn, -32602, &msg),
         };
+        if idempotent {
+            let key = match proto::jsonrpc::idempotency_key(params) {
+                Ok(k) => k,
+                Err(msg) => return self.terminal_error(conn, -32602, &msg),
+            };
+            if let Some(key) = key {
+                if self.idempotent_send(conn, session_id, key_id, key, &mut message) {
+                    return;
+                }
+            }
+        }
         self.arrive(conn, session_id, key_id, Op::Send(message));
     }
 
@@ -312,6 +377,10 @@ impl Engine {
                 last_usage: None,
                 carried_trigger: None,
                 round: None,
+                steers: Vec::new(),
+                steers_in_cache: 0,
+                idem: None,
+                event_seqs: Vec::new(),
             },
         );
         turn_id
@@ -322,10 +391,21 @@ impl Engine {
         conn: ConnId,
         session_id: &str,
         key_id: &str,
-        message: UserMessage,
+        mut message: UserMessage,
         takeover: Takeover,
     ) {
         let turn_id = self.hold_gate(conn, session_id, key_id, Mode::Chat);
+        if let Some(idem) = message.idem.take() {
+            for w in &idem.watchers {
+                if let Some(s) = self.stream_mut(*w) {
+                    s.kind = StreamKind::Turn;
+                }
+            }
+            self.idem_started(session_id, key_id, &idem.key);
+            if let Some(t) = self.turns.get_mut(&turn_id) {
+                t.idem = Some(idem);
+            }
+        }
         if let Takeover::Resume(p) | Takeover::Retire(p) = &takeover {
             if let Some(t) = self.turns.get_mut(&turn_id) {
                 t.carried_trigger = p.auto_trigger;
@@ -382,8 +462,13 @@ impl Engine {
                 );
             }
         };
-        // The request's own input is never echoed on its own stream.
-        self.quiet = Some(conn);
+        // The request's own input is never echoed on its own stream (nor on
+        // those of its attached retries).
+        self.quiet = self
+            .turns
+            .get(&turn_id)
+            .map(Turn::streams)
+            .unwrap_or_default();
         let payload = json!({"role": message.role, "content": merged.content});
         self.turn_event(turn_id, "client.message.send", payload);
         if let Value::Array(blocks) = &merged.content {
@@ -405,7 +490,7 @@ impl Engine {
                 self.turn_event(turn_id, "tool.result", payload);
             }
         }
-        self.quiet = None;
+        self.quiet.clear();
         // The profile and the provider chain are re-read every turn.
         let profile_id = self.catalog.sessions[session_id].profile_id.clone();
         let Some(profile) = self
@@ -529,6 +614,10 @@ impl Engine {
         }
         t.iteration += 1;
         t.attempt = 0;
+        self.apply_steers(turn_id);
+        let Some(t) = self.turns.get_mut(&turn_id) else {
+            return;
+        };
         // The tool list is recomputed for every round trip (spec 05 §9 3a):
         // an `updateClientTools` applies to the next provider call, never to
         // one already sent.
@@ -556,6 +645,7 @@ impl Engine {
                 .live
                 .get(&t.session_id)
                 .and_then(|l| l.history.as_deref())
+                .map(|h| &h[..h.len().saturating_sub(t.steers_in_cache)])
                 .unwrap_or(&[]),
             Mode::Compaction(run) => &run.messages,
         };
@@ -723,6 +813,7 @@ impl Engine {
         let ev = self.append_event(&session_id, Some(&key_id), event_type, payload);
         if let Some(t) = self.turns.get_mut(&turn_id) {
             t.events.push(ev.json.clone());
+            t.event_seqs.push(ev.seq);
         }
         Some(ev)
     }
@@ -752,9 +843,14 @@ impl Engine {
 
     /// Terminal result for the turn's request, then gate bookkeeping.
     pub(crate) fn end_turn(&mut self, turn_id: TurnId, outcome: Outcome) {
-        let Some(t) = self.turns.remove(&turn_id) else {
+        let Some(mut t) = self.turns.remove(&turn_id) else {
             return;
         };
+        let why = match &outcome {
+            Outcome::Paused(..) => "the turn paused for client tools before its next provider call",
+            _ => "the turn ended before its next provider call",
+        };
+        self.retire_steers(std::mem::take(&mut t.steers), why);
         let message = match &outcome {
             Outcome::Completed(m) | Outcome::Paused(m, _) => m.clone(),
             Outcome::ProvidersFailed => json!({
@@ -762,15 +858,16 @@ impl Engine {
                 "content": [{"type": "text", "text": UNAVAILABLE_TEXT}],
             }),
         };
-        if let Some(conn) = t.conn {
-            let mut result =
-                String::with_capacity(256 + t.events.iter().map(String::len).sum::<usize>());
-            result.push_str("{\"message\":");
-            result.push_str(&message.to_string());
-            result.push_str(",\"events\":[");
-            result.push_str(&t.events.join(","));
-            result.push_str("]}");
-            self.terminal_result(conn, &result);
+        self.idem_finished(
+            &t,
+            json!({"result": {"message": message, "event_seqs": t.event_seqs}}),
+        );
+        let streams = t.streams();
+        if !streams.is_empty() {
+            let result = crate::idempotency::turn_result(&message, &t.events);
+            for conn in streams {
+                self.terminal_result(conn, &result);
+            }
         }
         match outcome {
             Outcome::Paused(_, pause) => {
@@ -790,10 +887,12 @@ impl Engine {
 
     /// Error terminal for a request holding the gate (nothing else recorded).
     pub(crate) fn fail_turn(&mut self, turn_id: TurnId, code: i64, message: &str) {
-        let Some(t) = self.turns.remove(&turn_id) else {
+        let Some(mut t) = self.turns.remove(&turn_id) else {
             return;
         };
-        if let Some(conn) = t.conn {
+        self.retire_steers(std::mem::take(&mut t.steers), "the turn failed");
+        self.idem_finished(&t, json!({"error": {"code": code, "message": message}}));
+        for conn in t.streams() {
             self.terminal_error(conn, code, message);
         }
         self.release_gate(&t.session_id);

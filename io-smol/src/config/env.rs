@@ -126,6 +126,16 @@ pub struct Env {
     /// default off: driver registrations survive restarts (opt-in, visible
     /// on the wire: participants and `-32001` differ from the reference).
     pub durable_drivers: bool,
+    /// Extension `BAE_SUBSCRIBER_LAG_LIMIT`, default 256 (≥ 1): unflushed
+    /// frames a streaming consumer may have before it gets `lagged`.
+    pub subscriber_lag_limit: usize,
+    /// Extension `BAE_SUBSCRIBER_WINDOW_BYTES`, default 65536 (≥ 1): the
+    /// unflushed bytes of a gapless subscriber before it reads from the
+    /// store instead (extension `subscribe.gapless`).
+    pub subscriber_window_bytes: usize,
+    /// Extension `BAE_IDEMPOTENCY_RETENTION`, default 86400 s (≥ 1): how
+    /// long a `sendMessage` idempotency key is remembered.
+    pub idempotency_retention: Duration,
     /// Extension `BAE_MCP_TIMEOUT`, default 30 s (≥ 1): how long one MCP
     /// request (handshake step or `tools/call`) may take (spec 06 §4.4).
     pub mcp_timeout: Duration,
@@ -301,6 +311,21 @@ pub fn parse_env(get: impl Fn(&str) -> Option<String>) -> Result<Env, ConfigErro
     let max_queued_turns =
         positive_usize("BAE_MAX_QUEUED_TURNS", get("BAE_MAX_QUEUED_TURNS"), 256)?;
     let ndjson_keepalive = seconds("BAE_NDJSON_KEEPALIVE", get("BAE_NDJSON_KEEPALIVE"), 0)?;
+    let subscriber_lag_limit = positive_usize(
+        "BAE_SUBSCRIBER_LAG_LIMIT",
+        get("BAE_SUBSCRIBER_LAG_LIMIT"),
+        256,
+    )?;
+    let subscriber_window_bytes = positive_usize(
+        "BAE_SUBSCRIBER_WINDOW_BYTES",
+        get("BAE_SUBSCRIBER_WINDOW_BYTES"),
+        64 * 1024,
+    )?;
+    let idempotency_retention = positive_seconds(
+        "BAE_IDEMPOTENCY_RETENTION",
+        get("BAE_IDEMPOTENCY_RETENTION"),
+        86_400,
+    )?;
     let mcp_timeout = positive_seconds("BAE_MCP_TIMEOUT", get("BAE_MCP_TIMEOUT"), 30)?;
     let mcp_max_message_bytes = positive_usize(
         "BAE_MCP_MAX_MESSAGE_BYTES",
@@ -370,6 +395,9 @@ pub fn parse_env(get: impl Fn(&str) -> Option<String>) -> Result<Env, ConfigErro
         max_queued_turns,
         ndjson_keepalive,
         durable_drivers,
+        subscriber_lag_limit,
+        subscriber_window_bytes,
+        idempotency_retention,
     })
 }
 

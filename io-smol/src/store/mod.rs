@@ -37,7 +37,7 @@ pub use bootstrap::{
     bootstrap_admin_key, is_sha256_hex, is_valid_argon2id_phc, BootstrapError, BootstrapOutcome,
     BootstrapSettings, ADMIN_KEY_PREFIX, BOOTSTRAP_ADMIN_NAME, PROVISIONED_ADMIN_NAME,
 };
-pub use schema::{EXTRA_INDEXES, LATEST_VERSION, MIGRATIONS};
+pub use schema::{EXTRA_INDEXES, EXTRA_TABLES, LATEST_VERSION, MIGRATIONS};
 
 /// Busy timeout of every connection (spec 08 §1).
 pub const BUSY_TIMEOUT_MS: usize = 10_000;
@@ -274,7 +274,7 @@ impl Store {
                 tracing::info!(version, name, "applied database migration");
             }
         }
-        for sql in EXTRA_INDEXES {
+        for sql in EXTRA_TABLES.iter().chain(EXTRA_INDEXES) {
             self.conn.execute(sql)?;
         }
         Ok(MigrateReport {
@@ -466,6 +466,13 @@ queries! {
         (SELECT COUNT(*) FROM session_events)";
     EventCounts = "SELECT session_id, COUNT(*) FROM session_events GROUP BY session_id \
         ORDER BY session_id";
+    SelectEventAt = "SELECT rowid, id, session_id, client_key_id, event_type, payload, created_at \
+        FROM session_events WHERE rowid = ?1 AND session_id = ?2";
+    PutIdempotency = "INSERT OR REPLACE INTO bae_idempotency_keys (session_id, client_key_id, \
+        key, digest, created_ms, outcome) VALUES (?1, ?2, ?3, ?4, ?5, ?6)";
+    ExpireIdempotency = "DELETE FROM bae_idempotency_keys WHERE created_ms < ?1";
+    AllIdempotency = "SELECT session_id, client_key_id, key, digest, created_ms, outcome \
+        FROM bae_idempotency_keys";
 }
 
 /// A borrowed connection with a per-connection prepared-statement cache.
@@ -599,6 +606,23 @@ impl<'c> StoreConn<'c> {
                 st.bind((7, e.created_at.as_str()))?;
                 finish(st)
             }
+            StoreWrite::PutIdempotency(r) => {
+                let created = i64::try_from(r.created_ms).unwrap_or(i64::MAX);
+                let st = self.stmt(Q::PutIdempotency)?;
+                st.bind((1, r.session_id.as_str()))?;
+                st.bind((2, r.client_key_id.as_str()))?;
+                st.bind((3, r.key.as_str()))?;
+                st.bind((4, r.digest.as_str()))?;
+                st.bind((5, created))?;
+                st.bind((6, r.outcome.as_deref()))?;
+                finish(st)
+            }
+            StoreWrite::ExpireIdempotency { before_ms } => {
+                let before = i64::try_from(*before_ms).unwrap_or(i64::MAX);
+                let st = self.stmt(Q::ExpireIdempotency)?;
+                st.bind((1, before))?;
+                finish(st)
+            }
         }
     }
 
@@ -665,6 +689,24 @@ impl<'c> StoreConn<'c> {
                 let r = self.history(session_id);
                 let _ = self.run(Q::Commit);
                 r.map(ReadResult::History)
+            }
+            StoreRead::EventsAt { session_id, seqs } => {
+                let mut rows = Vec::with_capacity(seqs.len());
+                for seq in seqs {
+                    let seq = seq_to_i64(*seq)?;
+                    let st = self.stmt(Q::SelectEventAt)?;
+                    st.bind((1, seq))?;
+                    st.bind((2, session_id.as_str()))?;
+                    let r = (|| -> Result<()> {
+                        if st.next()? == State::Row {
+                            rows.push(read_event(st)?);
+                        }
+                        Ok(())
+                    })();
+                    let _ = st.reset();
+                    r?;
+                }
+                Ok(ReadResult::Events(rows))
             }
         }
     }
@@ -815,6 +857,17 @@ impl<'c> StoreConn<'c> {
                 st.read::<String, _>(0)?,
                 st.read::<i64, _>(1)?.max(0) as u64,
             ));
+            Ok(())
+        })?;
+        self.each_row(Q::AllIdempotency, |st| {
+            snap.idempotency.push(engine::store::IdempotencyRow {
+                session_id: st.read::<String, _>(0)?,
+                client_key_id: st.read::<String, _>(1)?,
+                key: st.read::<String, _>(2)?,
+                digest: st.read::<String, _>(3)?,
+                created_ms: st.read::<i64, _>(4)?.max(0) as u64,
+                outcome: st.read::<Option<String>, _>(5)?,
+            });
             Ok(())
         })?;
         Ok(snap)

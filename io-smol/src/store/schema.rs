@@ -145,3 +145,20 @@ pub const EXTRA_INDEXES: &[&str] = &[
     // across event types without a sort.
     "CREATE INDEX IF NOT EXISTS bae_idx_session_events_session ON session_events(session_id)",
 ];
+
+/// Tables only this server uses, created like [`EXTRA_INDEXES`] (outside
+/// the numbered migrations, so `schema_version` stays the reference's):
+/// a reference server never reads them.
+pub const EXTRA_TABLES: &[&str] = &[
+    // `sendMessage` idempotency keys (extension `send.idempotent`).
+    "CREATE TABLE IF NOT EXISTS bae_idempotency_keys (
+         session_id    TEXT NOT NULL,
+         client_key_id TEXT NOT NULL,
+         key           TEXT NOT NULL,
+         digest        TEXT NOT NULL,
+         created_ms    INTEGER NOT NULL,
+         outcome       TEXT,
+         PRIMARY KEY (session_id, client_key_id, key)
+     )",
+    "CREATE INDEX IF NOT EXISTS bae_idx_idempotency_created ON bae_idempotency_keys(created_ms)",
+];

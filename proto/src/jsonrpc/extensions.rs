@@ -15,12 +15,22 @@ pub enum Extension {
     /// A `session.replay_complete` notification between replayed and live
     /// events of `session.subscribe`.
     ReplayComplete,
+    /// A `session.subscribe` that is never dropped for lagging: it falls
+    /// back to reading the store and returns to live delivery.
+    SubscribeGapless,
+    /// `session.steerTurn`.
+    TurnSteer,
+    /// `idempotency_key` on `session.sendMessage`.
+    SendIdempotent,
 }
 
 impl Extension {
-    pub const ALL: [Extension; 3] = [
+    pub const ALL: [Extension; 6] = [
         Extension::TurnCancel,
         Extension::TurnQueue,
+        Extension::TurnSteer,
+        Extension::SendIdempotent,
+        Extension::SubscribeGapless,
         Extension::ReplayComplete,
     ];
 
@@ -29,6 +39,9 @@ impl Extension {
             Extension::TurnCancel => "turn.cancel",
             Extension::TurnQueue => "turn.queue",
             Extension::ReplayComplete => "subscribe.replay_complete",
+            Extension::SubscribeGapless => "subscribe.gapless",
+            Extension::TurnSteer => "turn.steer",
+            Extension::SendIdempotent => "send.idempotent",
         }
     }
 

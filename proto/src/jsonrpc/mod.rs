@@ -32,7 +32,7 @@ pub const METHODS: [&str; 12] = [
 ];
 
 /// Methods of opt-in extensions (docs/extensions.md).
-pub const EXTENSION_METHODS: [&str; 1] = ["session.cancelTurn"];
+pub const EXTENSION_METHODS: [&str; 2] = ["session.cancelTurn", "session.steerTurn"];
 
 /// JSON-RPC error codes used on `/rpc` (spec 01 §6.6).
 pub mod codes {
@@ -62,6 +62,16 @@ pub mod codes {
     pub const TOOL_NOT_ALLOWED: i64 = -32015;
     /// `turn_in_progress`.
     pub const TURN_IN_PROGRESS: i64 = -32020;
+    /// Extension `turn.cancel`: the request's turn (or its place in the
+    /// queue) was cancelled.
+    pub const TURN_CANCELLED: i64 = -32021;
+    /// Extension `turn.steer`: the steer was refused or never applied.
+    pub const STEER_REJECTED: i64 = -32022;
+    /// Extension `send.idempotent`: the key was used with another message.
+    pub const IDEMPOTENCY_KEY_REUSED: i64 = -32023;
+    /// Extension `send.idempotent`: the key's turn was interrupted by a
+    /// restart before it answered.
+    pub const IDEMPOTENT_TURN_INTERRUPTED: i64 = -32024;
 }
 
 /// The supported methods, typed.
@@ -91,6 +101,10 @@ pub enum Method {
     CancelSubagent,
     /// `session.updateClientTools`
     UpdateClientTools,
+    /// `session.cancelTurn` (extension `turn.cancel`).
+    CancelTurn,
+    /// `session.steerTurn` (extension `turn.steer`).
+    SteerTurn,
 }
 
 impl Method {
@@ -110,14 +124,30 @@ impl Method {
         Method::UpdateClientTools,
     ];
 
+    /// The extension methods, in [`EXTENSION_METHODS`] order.
+    pub const EXTENSIONS: [Method; 2] = [Method::CancelTurn, Method::SteerTurn];
+
     /// Wire name.
     pub const fn as_str(self) -> &'static str {
-        METHODS[self as usize]
+        match self {
+            Method::CancelTurn => EXTENSION_METHODS[0],
+            Method::SteerTurn => EXTENSION_METHODS[1],
+            reference => METHODS[reference as usize],
+        }
     }
 
-    /// Parse a wire name (exact).
+    /// Parse a wire name (exact), reference and extension methods alike.
     pub fn parse(s: &str) -> Option<Self> {
-        Method::ALL.into_iter().find(|m| m.as_str() == s)
+        Method::ALL
+            .into_iter()
+            .chain(Method::EXTENSIONS)
+            .find(|m| m.as_str() == s)
+    }
+
+    /// An opt-in extension method (docs/extensions.md): unknown to a client
+    /// that did not opt in.
+    pub const fn is_extension(self) -> bool {
+        matches!(self, Method::CancelTurn | Method::SteerTurn)
     }
 
     /// Gated by `session.registerDriver` (`-32001`, checked first).
@@ -167,18 +197,14 @@ pub struct Call {
     /// `None` = notification (no `id` member); `Some(Value::Null)` for
     /// `"id": null` (a request, echoed as `null`).
     pub id: Option<Value>,
-    /// One of [`METHODS`].
-    pub method: String,
+    /// A reference method or an extension one (the engine answers the
+    /// latter as unknown unless the caller opted in).
+    pub method: Method,
     /// `params`; absent (or `null`) is `{}`.
     pub params: Value,
 }
 
 impl Call {
-    /// The typed method (always known after [`decode_call`]).
-    pub fn method_kind(&self) -> Option<Method> {
-        Method::parse(&self.method)
-    }
-
     /// Whether this is a notification (no terminal frame may be written).
     pub fn is_notification(&self) -> bool {
         self.id.is_none()
@@ -310,10 +336,10 @@ pub fn decode_call(body: &[u8]) -> Result<Call, EnvelopeError> {
     };
     // Extension methods pass the envelope; the engine answers them exactly
     // like an unknown method unless the caller opted in.
-    if Method::parse(&method).is_none() && !EXTENSION_METHODS.contains(&method.as_str()) {
+    let Some(method) = Method::parse(&method) else {
         let message = format!("Method not found: {method}");
         return Err(fail(id, codes::METHOD_NOT_FOUND, message));
-    }
+    };
     let params = match obj.shift_remove("params") {
         None | Some(Value::Null) => Value::Object(Map::new()),
         Some(p) => p,

@@ -56,6 +56,27 @@ impl SendMessageParams {
     }
 }
 
+/// Longest `idempotency_key` accepted (extension `send.idempotent`).
+pub const MAX_IDEMPOTENCY_KEY_CHARS: usize = 255;
+
+/// `params.idempotency_key` of `session.sendMessage` (extension
+/// `send.idempotent`): absent or `null` = none; anything but a string of
+/// 1 to 255 characters is `Invalid params: "idempotency_key" must be a
+/// non-empty string of at most 255 characters`.
+pub fn idempotency_key(params: &Value) -> Result<Option<String>, String> {
+    match member(params, "idempotency_key") {
+        None => Ok(None),
+        Some(Value::String(k))
+            if !k.is_empty() && k.chars().count() <= MAX_IDEMPOTENCY_KEY_CHARS =>
+        {
+            Ok(Some(k.clone()))
+        }
+        Some(_) => Err(ip(
+            "\"idempotency_key\" must be a non-empty string of at most 255 characters",
+        )),
+    }
+}
+
 /// `session.compact` params: `{"prompt"?: string|null}`.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct CompactParams {

@@ -79,7 +79,8 @@ pub fn read_session(read: &engine::store::StoreRead) -> &str {
     match read {
         StoreRead::Events { session_id, .. }
         | StoreRead::EventSeq { session_id, .. }
-        | StoreRead::History { session_id } => session_id,
+        | StoreRead::History { session_id }
+        | StoreRead::EventsAt { session_id, .. } => session_id,
     }
 }
 

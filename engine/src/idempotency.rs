@@ -1,0 +1,402 @@
+//! Extension `send.idempotent` (docs/extensions.md): `session.sendMessage`
+//! with an `idempotency_key` runs at most one turn per (session, client
+//! key, key). A retry gets the first request's answer: replayed from the
+//! log once it ended, or the rest of its frames while it runs or waits.
+//!
+//! Durability: a key is written when its request takes the gate, in the
+//! same batch as the turn's first event, and again with the terminal answer
+//! before that answer is released. So a key the client saw answered is
+//! never run twice, and a key whose turn a crash interrupted is reported as
+//! such instead of running again. A request that never took the gate (it
+//! was queued, refused or cancelled) wrote nothing and may run on retry.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use proto::jsonrpc::codes::{IDEMPOTENCY_KEY_REUSED, IDEMPOTENT_TURN_INTERRUPTED};
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+
+use crate::conn::PendingRead;
+use crate::rpc::StreamKind;
+use crate::store::{IdempotencyRow, ReadResult, StoreRead, StoreWrite};
+use crate::turn::{Op, Turn, UserMessage};
+use crate::{ConnId, Engine};
+
+/// (session id, client key id, idempotency key).
+type KeyId = (String, String, String);
+
+struct Entry {
+    digest: String,
+    created_ms: u64,
+    /// The request took the gate (its key is in the store).
+    started: bool,
+    /// The terminal answer, once given (see [`IdempotencyRow::outcome`]).
+    outcome: Option<String>,
+}
+
+/// Every live idempotency key, with insertion order for expiry.
+#[derive(Default)]
+pub struct Keys {
+    entries: BTreeMap<KeyId, Entry>,
+    order: VecDeque<(u64, KeyId)>,
+}
+
+impl Keys {
+    /// Restored from the store; keys past the retention are dropped later.
+    pub fn restore(rows: &[IdempotencyRow]) -> Self {
+        let mut rows: Vec<&IdempotencyRow> = rows.iter().collect();
+        rows.sort_by_key(|r| r.created_ms);
+        let mut keys = Keys::default();
+        for r in rows {
+            let id = (r.session_id.clone(), r.client_key_id.clone(), r.key.clone());
+            keys.order.push_back((r.created_ms, id.clone()));
+            let entry = Entry {
+                digest: r.digest.clone(),
+                created_ms: r.created_ms,
+                started: true,
+                outcome: r.outcome.clone(),
+            };
+            keys.entries.insert(id, entry);
+        }
+        keys
+    }
+
+    /// Forgets keys created before `before_ms`; whether any were.
+    fn expire(&mut self, before_ms: u64) -> bool {
+        let mut any = false;
+        while let Some((created, _)) = self.order.front() {
+            if *created >= before_ms {
+                break;
+            }
+            let Some((created, id)) = self.order.pop_front() else {
+                break;
+            };
+            if self
+                .entries
+                .get(&id)
+                .is_some_and(|e| e.created_ms == created)
+            {
+                self.entries.remove(&id);
+                any = true;
+            }
+        }
+        any
+    }
+}
+
+/// The idempotency key of a request, carried through the queue into its
+/// turn, with the retries attached to it.
+#[derive(Debug, Clone, Default)]
+pub struct Idem {
+    pub key: String,
+    /// Streams of retries that attached while it waited or ran.
+    pub watchers: Vec<ConnId>,
+}
+
+/// SHA-256 hex of `{"content","role"}` in canonical JSON (object keys
+/// sorted), so a retry matches whatever key order its client serialises.
+fn digest(message: &UserMessage) -> String {
+    let mut text = String::new();
+    canonical(
+        &json!({"role": message.role, "content": message.content}),
+        &mut text,
+    );
+    Sha256::digest(text.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+fn canonical(v: &Value, out: &mut String) {
+    match v {
+        Value::Object(m) => {
+            let mut keys: Vec<&String> = m.keys().collect();
+            keys.sort();
+            out.push('{');
+            for (i, k) in keys.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push_str(&Value::String(k.clone()).to_string());
+                out.push(':');
+                if let Some(x) = m.get(k) {
+                    canonical(x, out);
+                }
+            }
+            out.push('}');
+        }
+        Value::Array(a) => {
+            out.push('[');
+            for (i, x) in a.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                canonical(x, out);
+            }
+            out.push(']');
+        }
+        other => out.push_str(&other.to_string()),
+    }
+}
+
+/// `{"message": …, "events": [...]}`: the result of a chat turn.
+pub(crate) fn turn_result(message: &Value, events: &[String]) -> String {
+    let mut result = String::with_capacity(256 + events.iter().map(String::len).sum::<usize>());
+    result.push_str("{\"message\":");
+    result.push_str(&message.to_string());
+    result.push_str(",\"events\":[");
+    result.push_str(&events.join(","));
+    result.push_str("]}");
+    result
+}
+
+impl Engine {
+    /// Runs the key's checks. `true`: answered (replayed, attached or
+    /// refused). `false`: a first use, now recorded in memory and carried
+    /// on `message`.
+    pub(crate) fn idempotent_send(
+        &mut self,
+        conn: ConnId,
+        session_id: &str,
+        key_id: &str,
+        key: String,
+        message: &mut UserMessage,
+    ) -> bool {
+        self.expire_idempotency();
+        let digest = digest(message);
+        let id: KeyId = (session_id.to_string(), key_id.to_string(), key.clone());
+        let (started, outcome) = match self.idem.entries.get(&id) {
+            None => {
+                let created_ms = self.now.unix_ms;
+                self.idem.order.push_back((created_ms, id.clone()));
+                let entry = Entry {
+                    digest,
+                    created_ms,
+                    started: false,
+                    outcome: None,
+                };
+                self.idem.entries.insert(id, entry);
+                message.idem = Some(Idem {
+                    key,
+                    watchers: Vec::new(),
+                });
+                return false;
+            }
+            Some(e) if e.digest != digest => {
+                self.terminal_error(
+                    conn,
+                    IDEMPOTENCY_KEY_REUSED,
+                    "idempotency_key_reused: this key was used with a different message",
+                );
+                return true;
+            }
+            Some(e) => (e.started, e.outcome.clone()),
+        };
+        if let Some(outcome) = outcome {
+            self.replay_outcome(conn, session_id, &outcome);
+            return true;
+        }
+        if self.attach_retry(conn, session_id, key_id, &key) {
+            return true;
+        }
+        if started {
+            self.terminal_error(
+                conn,
+                IDEMPOTENT_TURN_INTERRUPTED,
+                "idempotent_turn_interrupted: the server restarted while this key's turn was running; its events are in the session log",
+            );
+            return true;
+        }
+        // Its first request left the queue without running: run now.
+        message.idem = Some(Idem {
+            key,
+            watchers: Vec::new(),
+        });
+        false
+    }
+
+    /// Replays the answer of a finished key whose message matches; `false`
+    /// (nothing written) otherwise.
+    pub(crate) fn replay_finished(
+        &mut self,
+        conn: ConnId,
+        session_id: &str,
+        key_id: &str,
+        params: &Value,
+    ) -> bool {
+        let (Ok(m), Ok(Some(key))) = (
+            proto::jsonrpc::SendMessageParams::parse(params),
+            proto::jsonrpc::idempotency_key(params),
+        ) else {
+            return false;
+        };
+        let message = UserMessage {
+            role: m.role,
+            content: m.content,
+            idem: None,
+        };
+        let id: KeyId = (session_id.to_string(), key_id.to_string(), key);
+        let outcome = match self.idem.entries.get(&id) {
+            Some(e) if e.digest == digest(&message) => e.outcome.clone(),
+            _ => None,
+        };
+        let Some(outcome) = outcome else {
+            return false;
+        };
+        self.replay_outcome(conn, session_id, &outcome);
+        true
+    }
+
+    /// A retry of a request still waiting or running joins its stream.
+    fn attach_retry(&mut self, conn: ConnId, session_id: &str, key_id: &str, key: &str) -> bool {
+        let mine = |t: &Turn| {
+            t.session_id == session_id
+                && t.key_id == key_id
+                && t.idem.as_ref().is_some_and(|i| i.key == key)
+        };
+        if let Some(t) = self.turns.values_mut().find(|t| mine(t)) {
+            if let Some(i) = t.idem.as_mut() {
+                i.watchers.push(conn);
+            }
+            if let Some(s) = self.stream_mut(conn) {
+                s.kind = StreamKind::Turn;
+            }
+            return true;
+        }
+        let waiter = self.live.get_mut(session_id).and_then(|l| {
+            l.queue.iter_mut().find_map(|w| match &mut w.op {
+                Op::Send(m) if w.key_id == key_id => m.idem.as_mut().filter(|i| i.key == key),
+                _ => None,
+            })
+        });
+        let Some(idem) = waiter else {
+            return false;
+        };
+        idem.watchers.push(conn);
+        if let Some(s) = self.stream_mut(conn) {
+            s.kind = StreamKind::Queued;
+        }
+        true
+    }
+
+    fn replay_outcome(&mut self, conn: ConnId, session_id: &str, outcome: &str) {
+        let parsed: Value = serde_json::from_str(outcome).unwrap_or(Value::Null);
+        if let Some(err) = parsed.get("error") {
+            let code = err.get("code").and_then(Value::as_i64).unwrap_or(-32000);
+            let msg = err.get("message").and_then(Value::as_str).unwrap_or("");
+            return self.terminal_error(conn, code, msg);
+        }
+        let result = parsed.get("result").cloned().unwrap_or(Value::Null);
+        let seqs: Vec<u64> = result
+            .get("event_seqs")
+            .and_then(Value::as_array)
+            .map(|a| a.iter().filter_map(Value::as_u64).collect())
+            .unwrap_or_default();
+        let message = result.get("message").cloned().unwrap_or(Value::Null);
+        let read = StoreRead::EventsAt {
+            session_id: session_id.to_string(),
+            seqs,
+        };
+        self.read(read, PendingRead::IdemReplay { conn, message });
+    }
+
+    pub(crate) fn on_idem_replay(
+        &mut self,
+        conn: ConnId,
+        message: Value,
+        result: Result<ReadResult, String>,
+    ) {
+        match result {
+            Ok(ReadResult::Events(rows)) => {
+                let events: Vec<String> = rows.iter().map(crate::respond::event_json).collect();
+                self.terminal_result(conn, &turn_result(&message, &events));
+            }
+            _ => self.terminal_error(conn, -32603, "Internal error"),
+        }
+    }
+
+    /// The key's request took the gate: durable from the next commit.
+    pub(crate) fn idem_started(&mut self, session_id: &str, key_id: &str, key: &str) {
+        self.put_idem(session_id, key_id, key, |e| e.started = true);
+    }
+
+    /// The key's request answered: `outcome` is what a retry gets.
+    pub(crate) fn idem_finished(&mut self, t: &Turn, outcome: Value) {
+        let Some(idem) = &t.idem else {
+            return;
+        };
+        let text = outcome.to_string();
+        self.put_idem(&t.session_id, &t.key_id, &idem.key, |e| {
+            e.outcome = Some(text)
+        });
+    }
+
+    fn put_idem(&mut self, session_id: &str, key_id: &str, key: &str, f: impl FnOnce(&mut Entry)) {
+        let id: KeyId = (session_id.to_string(), key_id.to_string(), key.to_string());
+        let Some(e) = self.idem.entries.get_mut(&id) else {
+            return;
+        };
+        f(e);
+        let row = IdempotencyRow {
+            session_id: id.0,
+            client_key_id: id.1,
+            key: id.2,
+            digest: e.digest.clone(),
+            created_ms: e.created_ms,
+            outcome: e.outcome.clone(),
+        };
+        self.write(StoreWrite::PutIdempotency(row));
+    }
+
+    /// Drops keys past the retention, in memory and in the store.
+    pub(crate) fn expire_idempotency(&mut self) {
+        let before_ms = self
+            .now
+            .unix_ms
+            .saturating_sub(self.config.idempotency_retention_ms);
+        if self.idem.expire(before_ms) {
+            self.write(StoreWrite::ExpireIdempotency { before_ms });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn digest_ignores_key_order_but_not_content() {
+        let m = |content: Value| UserMessage {
+            role: "user".into(),
+            content,
+            idem: None,
+        };
+        let a = digest(&m(json!([{"type": "text", "text": "hi"}])));
+        let b = digest(&m(
+            serde_json::from_str(r#"[{"text":"hi","type":"text"}]"#).unwrap()
+        ));
+        let c = digest(&m(json!([{"type": "text", "text": "hi!"}])));
+        assert_eq!(a, b);
+        assert_ne!(a, c);
+        assert_eq!(a.len(), 64);
+    }
+
+    #[test]
+    fn expiry_forgets_old_keys_only() {
+        let row = |key: &str, created_ms| IdempotencyRow {
+            session_id: "s".into(),
+            client_key_id: "k".into(),
+            key: key.into(),
+            digest: "d".into(),
+            created_ms,
+            outcome: None,
+        };
+        let mut keys = Keys::restore(&[row("new", 200), row("old", 100)]);
+        assert!(keys.expire(150));
+        assert!(!keys.expire(150));
+        assert_eq!(keys.entries.len(), 1);
+        assert!(keys
+            .entries
+            .contains_key(&("s".into(), "k".into(), "new".into())));
+    }
+}

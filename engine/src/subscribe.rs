@@ -1,0 +1,331 @@
+//! `session.subscribe` (spec 01 §6.3): replay from the store, then live
+//! fan-out, with the reference's `lagged` drop, and the opt-in gapless mode
+//! (docs/extensions.md) that falls back to the store instead of dropping.
+//!
+//! Correctness rests on the store's ordering contract: a read observes every
+//! write emitted before it. So a subscriber that stops taking live events
+//! loses nothing as long as it later reads the store from the last seq it
+//! delivered; events published while a read is in flight are buffered and
+//! deduplicated by seq when the read lands.
+
+use proto::jsonrpc::{self, Extension, Extensions};
+use serde_json::Value;
+
+use crate::conn::PendingRead;
+use crate::log::Appended;
+use crate::rpc::StreamKind;
+use crate::store::{EventRow, ReadResult, StoreRead};
+use crate::{ConnId, Engine};
+
+/// Rows per replay read (spec 01 §6.3).
+const REPLAY_PAGE: usize = 200;
+
+/// A subscriber's position relative to the live log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// Live events are written as they are published.
+    Live,
+    /// A store read is in flight; live events published meanwhile wait in
+    /// `buffered`. `overflow`: the buffer outgrew the lag limit and was
+    /// dropped (gapless only), so the store must be read once more.
+    Reading { overflow: bool },
+    /// Gapless only: over its byte window. Nothing is written or buffered
+    /// until the consumer drains; then the store is read from `delivered`.
+    Stalled,
+}
+
+pub struct Subscription {
+    pub phase: Phase,
+    pub buffered: Vec<Appended>,
+    /// Highest seq delivered so far.
+    pub delivered: u64,
+    /// Id of the last replayed event (the `replay_complete` marker).
+    pub last_id: Option<String>,
+    /// The first transition to live delivery has happened (the marker, if
+    /// asked for, is sent once).
+    pub caught_up: bool,
+}
+
+impl Engine {
+    pub(crate) fn subscribe(&mut self, conn: ConnId, session_id: &str, params: &Value) {
+        let since = match params.get("since_event_id") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(s)) => Some(s.clone()),
+            Some(_) => {
+                return self.terminal_error(
+                    conn,
+                    -32602,
+                    "Invalid params: since_event_id must be a string",
+                );
+            }
+        };
+        let asked = match Extensions::from_params(params) {
+            Ok(a) => a.unwrap_or_default(),
+            Err(msg) => return self.terminal_error(conn, -32602, &msg),
+        };
+        // Attach first, then replay, so nothing committed meanwhile is lost.
+        let phase = match since {
+            Some(_) => Phase::Reading { overflow: false },
+            None => Phase::Live,
+        };
+        if let Some(s) = self.stream_mut(conn) {
+            s.ext = s.ext.union(asked);
+            s.kind = StreamKind::Subscribe(Subscription {
+                phase,
+                buffered: Vec::new(),
+                delivered: 0,
+                last_id: None,
+                caught_up: false,
+            });
+        }
+        match since {
+            Some(event_id) => self.read(
+                StoreRead::EventSeq {
+                    session_id: session_id.to_string(),
+                    event_id,
+                },
+                PendingRead::ReplayStart { conn },
+            ),
+            None => self.caught_up(conn),
+        }
+    }
+
+    fn sub_mut(&mut self, conn: ConnId) -> Option<&mut Subscription> {
+        match self.stream_mut(conn).map(|s| &mut s.kind) {
+            Some(StreamKind::Subscribe(sub)) => Some(sub),
+            _ => None,
+        }
+    }
+
+    /// First switch to live delivery: the `subscribe.replay_complete`
+    /// marker between replayed and live events, once per stream.
+    fn caught_up(&mut self, conn: ConnId) {
+        let Some(sub) = self.sub_mut(conn) else {
+            return;
+        };
+        sub.phase = Phase::Live;
+        if std::mem::replace(&mut sub.caught_up, true) {
+            return;
+        }
+        let last_id = sub.last_id.take();
+        if self.stream_has(conn, Extension::ReplayComplete) {
+            let frame = jsonrpc::replay_complete_frame(last_id.as_deref());
+            self.frame(conn, &frame);
+        }
+    }
+
+    pub(crate) fn on_replay_start(&mut self, conn: ConnId, result: Result<ReadResult, String>) {
+        match result {
+            // An unknown or foreign id replays from the very first event.
+            Ok(ReadResult::EventSeq(seq)) => {
+                #[cfg(feature = "planted-bugs")]
+                let seq =
+                    seq.map(|s| s + self.planted(crate::planted::Bug::ReplaySkipsBoundary) as u64);
+                if let Some(sub) = self.sub_mut(conn) {
+                    sub.delivered = seq.unwrap_or(0);
+                }
+                self.read_page(conn)
+            }
+            _ => self.replay_failed(conn),
+        }
+    }
+
+    /// Reads the next page after the last delivered seq. Everything
+    /// published before this read is visible to it, so the buffer restarts.
+    fn read_page(&mut self, conn: ConnId) {
+        let Some(s) = self.stream_mut(conn) else {
+            return;
+        };
+        let session_id = s.session_id.clone();
+        let StreamKind::Subscribe(sub) = &mut s.kind else {
+            return;
+        };
+        sub.phase = Phase::Reading { overflow: false };
+        sub.buffered.clear();
+        let after_seq = sub.delivered;
+        self.read(
+            StoreRead::Events {
+                session_id,
+                after_seq,
+                limit: REPLAY_PAGE,
+            },
+            PendingRead::ReplayPage { conn },
+        );
+    }
+
+    /// Whether a gapless stream is over its window.
+    fn over_window(&self, conn: ConnId) -> bool {
+        self.conns
+            .get(&conn)
+            .and_then(|c| c.stream.as_ref())
+            .is_some_and(|s| {
+                s.ext.has(Extension::SubscribeGapless)
+                    && s.in_flight_bytes >= self.config.subscriber_window_bytes
+            })
+    }
+
+    pub(crate) fn on_replay_page(&mut self, conn: ConnId, result: Result<ReadResult, String>) {
+        let rows: Vec<EventRow> = match result {
+            Ok(ReadResult::Events(rows)) => rows,
+            _ => return self.replay_failed(conn),
+        };
+        if self.sub_mut(conn).is_none() {
+            return;
+        }
+        let full = rows.len() == REPLAY_PAGE;
+        for row in &rows {
+            if self.over_window(conn) {
+                // The rest is re-read once the consumer drains.
+                if let Some(sub) = self.sub_mut(conn) {
+                    sub.phase = Phase::Stalled;
+                    sub.buffered.clear();
+                }
+                return;
+            }
+            let delivered = self.sub_mut(conn).map_or(u64::MAX, |s| s.delivered);
+            if row.seq <= delivered {
+                continue;
+            }
+            let frame = jsonrpc::event_frame(&crate::respond::event_json(row));
+            self.frame(conn, &frame);
+            if let Some(sub) = self.sub_mut(conn) {
+                sub.delivered = row.seq;
+                if !sub.caught_up {
+                    sub.last_id = Some(row.id.clone());
+                }
+            }
+        }
+        let overflow = matches!(
+            self.sub_mut(conn).map(|s| s.phase),
+            Some(Phase::Reading { overflow: true })
+        );
+        if full || overflow {
+            return self.read_page(conn);
+        }
+        // Caught up: deliver what arrived meanwhile, skipping duplicates.
+        let pending = match self.sub_mut(conn) {
+            Some(sub) => std::mem::take(&mut sub.buffered),
+            None => return,
+        };
+        self.caught_up(conn);
+        for ev in pending {
+            self.deliver(conn, &ev);
+        }
+    }
+
+    /// Flush progress on a stalled gapless stream: once it is down to half
+    /// its window, it catches up from the store.
+    pub(crate) fn subscriber_drained(&mut self, conn: ConnId) {
+        let low_water = self.config.subscriber_window_bytes / 2;
+        let Some(s) = self.stream_mut(conn) else {
+            return;
+        };
+        let stalled = matches!(&s.kind, StreamKind::Subscribe(sub) if sub.phase == Phase::Stalled);
+        if stalled && s.in_flight_bytes <= low_water {
+            self.read_page(conn);
+        }
+    }
+
+    fn replay_failed(&mut self, conn: ConnId) {
+        let frame = jsonrpc::error_frame(Some(&Value::Null), -32000, "replay failed");
+        self.frame(conn, &frame);
+        self.end_stream(conn);
+    }
+
+    /// Ends every `session.subscribe` stream of the session (level-triggered:
+    /// also those still replaying).
+    pub(crate) fn unsubscribe_all(&mut self, session_id: &str) {
+        let subs: Vec<ConnId> = self
+            .session_streams(session_id)
+            .into_iter()
+            .filter(|c| {
+                matches!(
+                    self.conns
+                        .get(c)
+                        .and_then(|c| c.stream.as_ref())
+                        .map(|s| &s.kind),
+                    Some(StreamKind::Subscribe(_))
+                )
+            })
+            .collect();
+        for conn in subs {
+            self.end_stream(conn);
+        }
+    }
+
+    /// Session closed: every stream of it ends cleanly.
+    pub(crate) fn end_live_session(&mut self, session_id: &str) {
+        self.unsubscribe_all(session_id);
+        self.drop_live(session_id);
+    }
+
+    /// Fans a committed event out to the session's live streams.
+    pub(crate) fn publish(&mut self, session_id: &str, ev: &Appended) {
+        let targets = self.session_streams(session_id);
+        let quiet = std::mem::take(&mut self.quiet);
+        let lag_limit = self.config.subscriber_lag_limit;
+        for conn in targets {
+            let Some(s) = self.stream_mut(conn) else {
+                continue;
+            };
+            let gapless = s.ext.has(Extension::SubscribeGapless);
+            match &mut s.kind {
+                StreamKind::Single | StreamKind::Queued => {}
+                StreamKind::Turn if quiet.contains(&conn) => {}
+                StreamKind::Turn => self.deliver(conn, ev),
+                StreamKind::Subscribe(sub) => match sub.phase {
+                    Phase::Live => self.deliver(conn, ev),
+                    // In the store already: read once the consumer drains.
+                    Phase::Stalled | Phase::Reading { overflow: true } => {}
+                    Phase::Reading { overflow: false } => {
+                        sub.buffered.push(ev.clone());
+                        if sub.buffered.len() > lag_limit {
+                            if gapless {
+                                sub.buffered.clear();
+                                sub.phase = Phase::Reading { overflow: true };
+                            } else {
+                                self.lagged(conn);
+                            }
+                        }
+                    }
+                },
+            }
+        }
+        self.quiet = quiet;
+    }
+
+    /// Writes one live event unless already delivered. A consumer too far
+    /// behind gets the `lagged` error and is dropped; a gapless one stalls
+    /// and later catches up from the store.
+    fn deliver(&mut self, conn: ConnId, ev: &Appended) {
+        let lag_limit = self.config.subscriber_lag_limit;
+        let over_window = self.over_window(conn);
+        let Some(s) = self.stream_mut(conn) else {
+            return;
+        };
+        let gapless = s.ext.has(Extension::SubscribeGapless);
+        if let StreamKind::Subscribe(sub) = &mut s.kind {
+            if ev.seq <= sub.delivered || sub.phase != Phase::Live {
+                return;
+            }
+            if gapless {
+                if over_window {
+                    sub.phase = Phase::Stalled;
+                    return;
+                }
+                sub.delivered = ev.seq;
+                return self.frame(conn, &jsonrpc::event_frame(&ev.json));
+            }
+            sub.delivered = ev.seq;
+        }
+        if s.in_flight.len() >= lag_limit {
+            return self.lagged(conn);
+        }
+        self.frame(conn, &jsonrpc::event_frame(&ev.json));
+    }
+
+    fn lagged(&mut self, conn: ConnId) {
+        self.frame(conn, jsonrpc::LAGGED_FRAME);
+        self.end_stream(conn);
+    }
+}
