@@ -270,7 +270,7 @@ impl Default for Config {
             request_timeout_ms: 30_000,
             idle_timeout_ms: 75_000,
             subscriber_lag_limit: 256,
-            subscriber_window_bytes: 64 * 1024,
+            subscriber_window_bytes: 32 * 1024,
             idempotency_retention_ms: 24 * 3600 * 1000,
             #[cfg(feature = "planted-bugs")]
             planted: None,

@@ -11,6 +11,7 @@ pub mod fixtures;
 pub mod http;
 pub mod mcp;
 pub mod mock_provider;
+pub mod ndjson;
 pub mod server;
 pub mod tempdir;
 mod wire;

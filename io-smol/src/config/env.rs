@@ -129,7 +129,7 @@ pub struct Env {
     /// Extension `BAE_SUBSCRIBER_LAG_LIMIT`, default 256 (≥ 1): unflushed
     /// frames a streaming consumer may have before it gets `lagged`.
     pub subscriber_lag_limit: usize,
-    /// Extension `BAE_SUBSCRIBER_WINDOW_BYTES`, default 65536 (≥ 1): the
+    /// Extension `BAE_SUBSCRIBER_WINDOW_BYTES`, default 32768 (≥ 1): the
     /// unflushed bytes of a gapless subscriber before it reads from the
     /// store instead (extension `subscribe.gapless`).
     pub subscriber_window_bytes: usize,
@@ -319,7 +319,7 @@ pub fn parse_env(get: impl Fn(&str) -> Option<String>) -> Result<Env, ConfigErro
     let subscriber_window_bytes = positive_usize(
         "BAE_SUBSCRIBER_WINDOW_BYTES",
         get("BAE_SUBSCRIBER_WINDOW_BYTES"),
-        64 * 1024,
+        32 * 1024,
     )?;
     let idempotency_retention = positive_seconds(
         "BAE_IDEMPOTENCY_RETENTION",
