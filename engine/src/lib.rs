@@ -23,6 +23,7 @@ mod log;
 pub mod mcp;
 pub mod mem_store;
 mod model;
+pub mod pipeline;
 #[cfg(feature = "planted-bugs")]
 pub mod planted;
 mod respond;
@@ -134,6 +135,19 @@ pub enum Input {
     },
     /// Graceful shutdown began: stop starting work, end streams.
     Shutdown,
+}
+
+impl Input {
+    /// The connection a socket input is about (`None` for other inputs).
+    pub fn conn(&self) -> Option<ConnId> {
+        match self {
+            Input::Accepted { conn, .. }
+            | Input::Received { conn, .. }
+            | Input::Flushed { conn, .. }
+            | Input::Closed { conn } => Some(*conn),
+            _ => None,
+        }
+    }
 }
 
 /// Everything the engine needs done.

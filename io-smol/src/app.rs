@@ -21,9 +21,19 @@ pub const EXIT_RUNTIME: i32 = 1;
 /// Exit code of usage and configuration errors.
 pub const EXIT_USAGE: i32 = 2;
 
-/// Runs the process with `args` (without the program name); returns the
-/// exit code.
+/// A runtime that drives the engine until a graceful shutdown completes:
+/// [`driver::run`] (smol) or [`crate::threads::run`] (std threads).
+pub type Runtime = fn(driver::Boot) -> std::io::Result<()>;
+
+/// Runs the process with `args` (without the program name) on the smol
+/// runtime; returns the exit code.
 pub fn main_with_args(args: &[String]) -> i32 {
+    main_with_runtime(args, driver::run)
+}
+
+/// [`main_with_args`] on `runtime`: everything but the runtime (flags,
+/// environment, configuration, database, exit codes) is shared.
+pub fn main_with_runtime(args: &[String], runtime: Runtime) -> i32 {
     // §5 step 1: flags (rotate+disable flags are rejected by the parser).
     let cli = match config::parse_cli(args) {
         Ok(cli) => cli,
@@ -46,7 +56,7 @@ pub fn main_with_args(args: &[String]) -> i32 {
             0
         }
         Command::Migrate => migrate(&cli),
-        Command::Serve => serve(&cli),
+        Command::Serve => serve(&cli, runtime),
     }
 }
 
@@ -143,7 +153,7 @@ fn migrate(cli: &Cli) -> i32 {
 }
 
 /// `baesrv serve`: the startup sequence of spec 04 §5.
-fn serve(cli: &Cli) -> i32 {
+fn serve(cli: &Cli, runtime: Runtime) -> i32 {
     // Step 2.
     let env = match read_env(cli) {
         Ok(env) => env,
@@ -242,7 +252,14 @@ fn serve(cli: &Cli) -> i32 {
         sandbox_driver: env.sandbox_driver,
         sandbox_run_args: env.sandbox_limits.run_args(),
     };
-    match driver::run(engine, clock, store, listeners, settings) {
+    let boot = driver::Boot {
+        engine,
+        clock,
+        store,
+        listeners,
+        settings,
+    };
+    match runtime(boot) {
         Ok(()) => 0,
         Err(e) => {
             tracing::error!("runtime failure: {e}");

@@ -6,3 +6,4 @@ pub mod ctl;
 pub mod driver;
 pub mod sandbox_cleanup;
 pub mod store;
+pub mod threads;

@@ -11,6 +11,19 @@ bash testkit/container-engine.sh
 export DOCKER_HOST=unix:///run/bae-podman/podman.sock
 cargo test --workspace "$@"
 
+# The second runtime (std threads, docs/porting.md) against the end-to-end
+# suites that need no MCP server or container engine.
+threads_suites=(
+  admin_api admin_keys compaction_auto compaction_manual
+  ext_gapless ext_idempotent ext_steer ext_turn_control
+  live_gate live_providers live_restart live_session_basics live_subscribe live_tools
+  rest_auth rest_bad_input rest_sessions restart_persistence rpc_envelope
+  sdk_wire_shapes security_storage security_wire
+)
+args=()
+for t in "${threads_suites[@]}"; do args+=(--test "$t"); done
+BAE_TEST_RUNTIME=threads cargo test -p io-smol "${args[@]}" "$@"
+
 # No test may leave a remote sandbox container behind.
 left=$(docker ps -q --filter label=bae.session)
 if [ -n "$left" ]; then

@@ -22,7 +22,6 @@
 //! a restart rebuilds the state from the database.
 
 pub mod mcp;
-pub mod pipeline;
 pub mod provider;
 mod sandbox;
 
@@ -39,7 +38,7 @@ use smol::net::{TcpListener, TcpStream};
 use smol::Timer;
 
 use crate::store::Store;
-use pipeline::{Delivery, Job, Pipeline};
+use engine::pipeline::{Delivery, Job, Pipeline};
 
 /// Capacity of the event channel: readers wait (back-pressure) when the
 /// engine falls this far behind.
@@ -163,15 +162,26 @@ struct Conn {
     writer: Sender<WriterMsg>,
 }
 
-/// Runs the server until a graceful shutdown completes. Blocks the calling
-/// thread, which becomes the engine thread.
-pub fn run(
-    engine: Engine,
-    clock: Clock,
-    store: Store,
-    listeners: Listeners,
-    settings: DriverSettings,
-) -> io::Result<()> {
+/// Everything a runtime is started with: the engine restored from the
+/// store, its clock, the store, the bound listeners and the settings.
+pub struct Boot {
+    pub engine: Engine,
+    pub clock: Clock,
+    pub store: Store,
+    pub listeners: Listeners,
+    pub settings: DriverSettings,
+}
+
+/// Runs the server on smol until a graceful shutdown completes. Blocks the
+/// calling thread, which becomes the engine thread.
+pub fn run(boot: Boot) -> io::Result<()> {
+    let Boot {
+        engine,
+        clock,
+        store,
+        listeners,
+        settings,
+    } = boot;
     let (events_tx, events_rx) = channel::bounded(EVENT_CAPACITY);
     let (jobs_tx, jobs_rx) = channel::unbounded();
     let store_events = events_tx.clone();
@@ -573,11 +583,36 @@ async fn write_loop(
     let _ = stream.shutdown(Shutdown::Both);
 }
 
-/// The store thread: one SQLite connection with cached statements, jobs in
-/// FIFO order.
+/// What the store thread reports back.
+pub enum StoreDone {
+    Committed(u64),
+    Read(ReadId, Result<ReadResult, String>),
+}
+
 fn store_worker(store: Store, jobs: Receiver<Vec<Job>>, events: Sender<Event>) {
+    serve_store_jobs(
+        store,
+        || jobs.recv_blocking().ok(),
+        |done| {
+            let ev = match done {
+                StoreDone::Committed(batch) => Event::Committed(batch),
+                StoreDone::Read(id, result) => Event::ReadDone(id, result),
+            };
+            events.send_blocking(ev).is_ok()
+        },
+    )
+}
+
+/// The store thread of every runtime: one SQLite connection with cached
+/// statements, jobs in FIFO order, until `next` has no more or `done`
+/// reports that nobody listens. A failed commit exits the process.
+pub fn serve_store_jobs(
+    store: Store,
+    mut next: impl FnMut() -> Option<Vec<Job>>,
+    mut done: impl FnMut(StoreDone) -> bool,
+) {
     let mut conn = store.conn();
-    while let Ok(batch) = jobs.recv_blocking() {
+    while let Some(batch) = next() {
         for job in batch {
             match job {
                 Job::Commit { batch, writes } => {
@@ -593,7 +628,7 @@ fn store_worker(store: Store, jobs: Receiver<Vec<Job>>, events: Sender<Event>) {
                     if tracing::enabled!(tracing::Level::TRACE) {
                         trace_events(&writes);
                     }
-                    if events.send_blocking(Event::Committed(batch)).is_err() {
+                    if !done(StoreDone::Committed(batch)) {
                         return;
                     }
                 }
@@ -606,7 +641,7 @@ fn store_worker(store: Store, jobs: Receiver<Vec<Job>>, events: Sender<Event>) {
                         tracing::warn!(error = %e, "store read failed");
                         e.to_string()
                     });
-                    if events.send_blocking(Event::ReadDone(id, result)).is_err() {
+                    if !done(StoreDone::Read(id, result)) {
                         return;
                     }
                 }

@@ -16,9 +16,13 @@ use testkit::{rpc_request, MockProvider, RpcStream, Server, ServerOptions};
 /// Generous bound for anything that should happen "now".
 pub const WAIT: Duration = Duration::from_secs(10);
 
-/// Path of the binary under test.
+/// Path of the binary under test: `baesrv`, or `baesrv-threads` when
+/// `BAE_TEST_RUNTIME=threads` (the second runtime's e2e pass).
 pub fn bin() -> &'static str {
-    env!("CARGO_BIN_EXE_baesrv")
+    match std::env::var("BAE_TEST_RUNTIME").as_deref() {
+        Ok("threads") => env!("CARGO_BIN_EXE_baesrv-threads"),
+        _ => env!("CARGO_BIN_EXE_baesrv"),
+    }
 }
 
 /// Server options with the real binary and the given config.
@@ -389,4 +393,5 @@ pub fn assert_rpc_error(terminal: &Value, code: i64, message: &str) {
     );
 }
 
+#[allow(unused_imports)] // Not every test binary reads raw streams.
 pub use testkit::ndjson::RawStream;

@@ -20,9 +20,14 @@ pub const PROVIDER_TOKEN: &str = "sk-provider-secret-7f3a9c1e5b";
 /// A base URL nothing listens on (connection refused at once).
 pub const DEAD_URL: &str = "http://127.0.0.1:9";
 
-/// Options for the binary under test.
+/// Options for the binary under test: `baesrv`, or `baesrv-threads` when
+/// `BAE_TEST_RUNTIME=threads` (the second runtime's e2e pass).
 pub fn opts() -> ServerOptions {
-    ServerOptions::new().bin(env!("CARGO_BIN_EXE_baesrv"))
+    let bin = match std::env::var("BAE_TEST_RUNTIME").as_deref() {
+        Ok("threads") => env!("CARGO_BIN_EXE_baesrv-threads"),
+        _ => env!("CARGO_BIN_EXE_baesrv"),
+    };
+    ServerOptions::new().bin(bin)
 }
 
 /// A config with one Anthropic provider `mock` at `base_url`.

@@ -1,4 +1,6 @@
-//! Output sequencing: group commit and durability gating, without I/O.
+//! Output sequencing: group commit and durability gating, without I/O. Every
+//! driver (the smol one, the std-threads one, the simulator) runs the engine
+//! through this one implementation of the durability rule.
 //!
 //! The engine emits [`StoreWrite`]s, [`StoreRead`]s and deliveries (sends and
 //! closes) in one ordered stream. This module decides, purely, when each
@@ -15,8 +17,8 @@
 
 use std::collections::VecDeque;
 
-use engine::store::{ReadId, StoreRead, StoreWrite};
-use engine::ConnId;
+use crate::store::{ReadId, StoreRead, StoreWrite};
+use crate::ConnId;
 
 /// Bytes or a close for one connection.
 #[derive(Debug, Clone, PartialEq)]

@@ -1,0 +1,300 @@
+//! `baesrv-threads`: the same engine, pipeline and store on std threads
+//! (blocking sockets; one engine, one store, a reader and a writer per
+//! connection, one per provider call): proof that the engine is
+//! runtime-agnostic (docs/porting.md). MCP and container sandboxes fail.
+
+use std::collections::HashMap;
+use std::io::{self, Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use engine::mcp::McpEvent;
+use engine::pipeline::{Delivery, Job, Pipeline};
+use engine::{ConnId, Engine, Input, Listener, Output};
+
+use crate::driver::{provider, serve_store_jobs, Boot, Clock, DriverSettings, StoreDone};
+
+const MCP_UNSUPPORTED: &str = "MCP servers are not supported by baesrv-threads";
+const SANDBOX_UNSUPPORTED: &str = "container sandboxes are not supported by baesrv-threads";
+
+enum Ev {
+    Accepted(Listener, TcpStream),
+    Net(Input),
+    Provider(engine::CallId, engine::ProviderReply),
+    Store(StoreDone),
+    Signal,
+}
+
+/// Runs the server until a graceful shutdown completes (see
+/// [`crate::app::Runtime`]).
+pub fn run(boot: Boot) -> io::Result<()> {
+    tracing::info!("runtime: std threads");
+    let (tx, rx) = mpsc::channel();
+    let (jobs_tx, jobs_rx) = mpsc::channel::<Vec<Job>>();
+    let store_tx = tx.clone();
+    let store_thread = thread::spawn(move || {
+        let next = || jobs_rx.recv().ok();
+        serve_store_jobs(boot.store, next, |d| store_tx.send(Ev::Store(d)).is_ok())
+    });
+    // During a shutdown the engine thread closes what these accept.
+    for (l, which) in [
+        (boot.listeners.client, Listener::Client),
+        (boot.listeners.admin, Listener::Admin),
+    ] {
+        let tx = tx.clone();
+        thread::spawn(move || accept_loop(l, which, tx));
+    }
+    let signal_tx = tx.clone();
+    let mut signals =
+        async_signal::Signals::new([async_signal::Signal::Term, async_signal::Signal::Int])?;
+    thread::spawn(move || {
+        use futures_lite::StreamExt;
+        while futures_lite::future::block_on(signals.next()).is_some() {
+            if signal_tx.send(Ev::Signal).is_err() {
+                break;
+            }
+        }
+    });
+    let mut d = Threads {
+        engine: boot.engine,
+        clock: boot.clock,
+        pipe: Pipeline::new(),
+        conns: HashMap::new(),
+        next_conn: 1,
+        inflight: 0,
+        tx,
+        jobs_tx,
+        deadline: None,
+        settings: boot.settings,
+    };
+    d.serve(&rx);
+    // Commit what is still pending, then let the store thread end.
+    loop {
+        d.drain();
+        if d.pipe.is_quiet() {
+            break;
+        }
+        match rx.recv() {
+            Ok(Ev::Store(done)) => d.store_done(done),
+            Ok(_) => {}
+            Err(_) => break,
+        }
+    }
+    drop(d);
+    let _ = store_thread.join();
+    Ok(())
+}
+
+struct Threads {
+    engine: Engine,
+    clock: Clock,
+    pipe: Pipeline,
+    /// Each connection's writer: bytes, or `None` to close.
+    conns: HashMap<ConnId, mpsc::Sender<Option<Vec<u8>>>>,
+    next_conn: ConnId,
+    inflight: usize,
+    tx: mpsc::Sender<Ev>,
+    jobs_tx: mpsc::Sender<Vec<Job>>,
+    deadline: Option<Instant>,
+    settings: DriverSettings,
+}
+
+impl Threads {
+    fn serve(&mut self, rx: &mpsc::Receiver<Ev>) {
+        loop {
+            self.drain();
+            if let Some(deadline) = self.deadline {
+                let idle = self.conns.is_empty() && self.inflight == 0 && self.pipe.is_quiet();
+                if idle || Instant::now() >= deadline {
+                    return;
+                }
+            }
+            let timer = self
+                .engine
+                .poll_timeout()
+                .map(|ms| self.clock.instant_at(ms));
+            let wake = [timer, self.deadline].into_iter().flatten().min();
+            let ev = match wake {
+                Some(at) => rx.recv_timeout(at.saturating_duration_since(Instant::now())),
+                None => rx.recv().map_err(|_| mpsc::RecvTimeoutError::Disconnected),
+            };
+            match ev {
+                Ok(ev) => self.handle(ev),
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+                Err(mpsc::RecvTimeoutError::Disconnected) => return,
+            }
+            let now = self.clock.now();
+            if self.engine.poll_timeout().is_some_and(|t| t <= now.mono_ms) {
+                self.engine.handle_timeout(now);
+            }
+        }
+    }
+
+    fn input(&mut self, input: Input) {
+        self.engine.handle_input(self.clock.now(), input);
+    }
+
+    fn handle(&mut self, ev: Ev) {
+        match ev {
+            Ev::Accepted(listener, stream) => self.accept(listener, stream),
+            Ev::Net(input) => {
+                let conn = input.conn().unwrap_or_default();
+                let known = if matches!(input, Input::Closed { .. }) {
+                    self.conns.remove(&conn).is_some()
+                } else {
+                    self.conns.contains_key(&conn)
+                };
+                if known {
+                    self.input(input);
+                }
+            }
+            Ev::Provider(call, reply) => {
+                self.inflight = self.inflight.saturating_sub(1);
+                self.input(Input::ProviderDone { call, reply });
+            }
+            Ev::Store(done) => self.store_done(done),
+            Ev::Signal if self.deadline.is_some() => self.deadline = Some(Instant::now()),
+            Ev::Signal => {
+                self.deadline = Some(Instant::now() + self.settings.shutdown_timeout);
+                self.input(Input::Shutdown);
+            }
+        }
+    }
+
+    fn store_done(&mut self, done: StoreDone) {
+        match done {
+            StoreDone::Committed(batch) => {
+                for d in self.pipe.committed(batch) {
+                    self.dispatch(d);
+                }
+            }
+            StoreDone::Read(id, result) => {
+                self.pipe.read_done();
+                self.input(Input::ReadDone { id, result });
+            }
+        }
+    }
+
+    fn accept(&mut self, listener: Listener, stream: TcpStream) {
+        if self.deadline.is_some() || self.conns.len() >= self.settings.max_connections {
+            return drop(stream.shutdown(Shutdown::Both));
+        }
+        let conn = self.next_conn;
+        self.next_conn += 1;
+        let _ = stream.set_nodelay(true);
+        let (Ok(reader), Ok(writer)) = (stream.try_clone(), stream.try_clone()) else {
+            return;
+        };
+        let (wtx, wrx) = mpsc::channel();
+        self.conns.insert(conn, wtx);
+        self.input(Input::Accepted { conn, listener });
+        let tx = self.tx.clone();
+        thread::spawn(move || read_loop(conn, reader, tx));
+        let tx = self.tx.clone();
+        thread::spawn(move || write_loop(conn, writer, wrx, tx));
+    }
+
+    /// Every engine output, then the store submission; inputs the outputs
+    /// cause here (unsupported MCP / sandbox commands) loop back in.
+    fn drain(&mut self) {
+        while let Some(out) = self.engine.poll_output() {
+            match out {
+                Output::Write(w) => self.pipe.write(w),
+                Output::Read { id, read } => self.pipe.read(id, read),
+                Output::Send { conn, bytes } => {
+                    if let Some(d) = self.pipe.deliver(Delivery::Send { conn, bytes }) {
+                        self.dispatch(d);
+                    }
+                }
+                Output::Close { conn } => {
+                    if let Some(d) = self.pipe.deliver(Delivery::Close { conn }) {
+                        self.dispatch(d);
+                    }
+                }
+                Output::CallProvider(call) => {
+                    self.inflight += 1;
+                    let tx = self.tx.clone();
+                    thread::spawn(move || {
+                        let reply = provider::perform(&call);
+                        let _ = tx.send(Ev::Provider(call.id, reply));
+                    });
+                }
+                Output::Mcp(engine::mcp::McpCommand::Open { conn, .. }) => {
+                    let event = McpEvent::OpenFailed(MCP_UNSUPPORTED.into());
+                    self.input(Input::Mcp { conn, event });
+                }
+                Output::Mcp(_) => {}
+                Output::Sandbox(cmd) => {
+                    if let Some((op, reply)) = cmd.unsupported(SANDBOX_UNSUPPORTED) {
+                        self.input(Input::Sandbox { op, reply });
+                    }
+                }
+            }
+        }
+        if let Some(jobs) = self.pipe.take_submission() {
+            if self.jobs_tx.send(jobs).is_err() {
+                tracing::error!("store worker unavailable; exiting");
+                std::process::exit(1);
+            }
+        }
+    }
+
+    fn dispatch(&mut self, d: Delivery) {
+        let (conn, msg) = match d {
+            Delivery::Send { conn, bytes } => (conn, Some(bytes)),
+            Delivery::Close { conn } => (conn, None),
+        };
+        if let Some(w) = self.conns.get(&conn) {
+            let _ = w.send(msg);
+        }
+    }
+}
+
+fn accept_loop(l: TcpListener, which: Listener, tx: mpsc::Sender<Ev>) {
+    for stream in l.incoming() {
+        // EMFILE and friends: back off instead of spinning.
+        let Ok(s) = stream else {
+            thread::sleep(Duration::from_millis(100));
+            continue;
+        };
+        if tx.send(Ev::Accepted(which, s)).is_err() {
+            return;
+        }
+    }
+}
+
+fn read_loop(conn: ConnId, mut stream: TcpStream, tx: mpsc::Sender<Ev>) {
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        let n = match stream.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(_) => break,
+        };
+        let bytes = buf.get(..n).unwrap_or_default().to_vec();
+        if tx.send(Ev::Net(Input::Received { conn, bytes })).is_err() {
+            return;
+        }
+    }
+    let _ = tx.send(Ev::Net(Input::Closed { conn }));
+}
+
+type Writes = mpsc::Receiver<Option<Vec<u8>>>;
+
+fn write_loop(conn: ConnId, mut stream: TcpStream, rx: Writes, tx: mpsc::Sender<Ev>) {
+    while let Ok(Some(bytes)) = rx.recv() {
+        if stream.write_all(&bytes).is_err() {
+            break;
+        }
+        let n = bytes.len();
+        if tx.send(Ev::Net(Input::Flushed { conn, bytes: n })).is_err() {
+            break;
+        }
+    }
+    let _ = stream.flush();
+    // Also wakes the reader, which then reports `Closed`.
+    let _ = stream.shutdown(Shutdown::Both);
+}
