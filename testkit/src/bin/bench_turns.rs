@@ -14,7 +14,7 @@
 //! loopback hops) add. Usage:
 //!
 //! ```text
-//! cargo build --release -p io-smol
+//! cargo build --release -p io-smol -p testkit
 //! target/release/bench_turns [--secs 3] [--turns 100] [--baesrv PATH]
 //! ```
 //!

@@ -1,7 +1,7 @@
 //! `bench`: a loopback load generator for `baesrv` (never run by tests).
 //!
 //! ```text
-//! cargo build --release -p io-smol
+//! cargo build --release -p io-smol -p testkit
 //! target/release/bench [--bin target/release/baesrv] [--sessions 10000]
 //!                      [--conns 64] [--get-conns 8] [--secs 5]
 //! target/release/bench --addr 127.0.0.1:8080 --admin-addr 127.0.0.1:8081 \
