@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::wire::{self, BodyDecoder};
+use proto::http::peer::{self as wire, BodyDecoder};
 
 /// Default timeout for every blocking client operation.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);

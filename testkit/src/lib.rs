@@ -3,8 +3,8 @@
 //! scriptable mock LLM provider ([`mock_provider`]) and admin/session
 //! fixtures ([`fixtures`]).
 //!
-//! Std-only networking and threads; no async, no dependency on the server's
-//! own crates.
+//! Std-only networking and threads; no async. Of the server's crates only
+//! `proto` is used, for its sans-IO HTTP/1.1 peer decoder.
 
 pub mod containers;
 pub mod fixtures;
@@ -14,7 +14,6 @@ pub mod mock_provider;
 pub mod ndjson;
 pub mod server;
 pub mod tempdir;
-mod wire;
 
 pub use http::{rpc_request, HttpClient, Response, RpcStream};
 pub use mock_provider::{Endpoint, MockProvider, RecordedRequest, Reply};

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::wire::{self, BodyDecoder};
+use proto::http::peer::{self as wire, BodyDecoder};
 
 /// Default usage reported by the convenience constructors.
 pub const DEFAULT_USAGE: (u64, u64) = (10, 5);

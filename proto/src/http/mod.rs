@@ -15,6 +15,8 @@ mod decoder;
 mod encoder;
 mod request;
 
+pub mod peer;
+
 pub use decoder::RequestDecoder;
 pub use encoder::{
     encode_chunk, encode_rejection, encode_response, encode_stream_head, reason_phrase,

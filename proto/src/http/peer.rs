@@ -1,9 +1,11 @@
-//! Internal HTTP/1.1 framing helpers shared by the client and the mock
-//! provider: head parsing and incremental body decoding (content-length,
-//! chunked, until-close).
+//! The peer's side of HTTP/1.1, sans-IO: response (and request) heads and
+//! incremental body decoding (content-length, chunked, until-close) as a
+//! client or a test server reads them. Lenient where [`super::RequestDecoder`]
+//! is strict: it is for reading what a server sent, in the test harness,
+//! the benches and the simulator, not for serving untrusted clients.
 
 /// Index just past the `\r\n\r\n` that terminates an HTTP head, if present.
-pub(crate) fn find_head_end(buf: &[u8]) -> Option<usize> {
+pub fn find_head_end(buf: &[u8]) -> Option<usize> {
     buf.windows(4).position(|w| w == b"\r\n\r\n").map(|p| p + 4)
 }
 
@@ -24,7 +26,7 @@ fn split_head(head: &[u8]) -> Result<(String, Vec<(String, String)>), String> {
 }
 
 #[derive(Debug)]
-pub(crate) struct ResponseHead {
+pub struct ResponseHead {
     pub status: u16,
     pub reason: String,
     pub headers: Vec<(String, String)>,
@@ -32,7 +34,7 @@ pub(crate) struct ResponseHead {
 
 /// Parse a response head from the start of `buf`. `Ok(None)` = incomplete.
 /// On success returns the head and the number of bytes it occupied.
-pub(crate) fn parse_response_head(buf: &[u8]) -> Result<Option<(ResponseHead, usize)>, String> {
+pub fn parse_response_head(buf: &[u8]) -> Result<Option<(ResponseHead, usize)>, String> {
     let Some(end) = find_head_end(buf) else {
         return Ok(None);
     };
@@ -57,14 +59,14 @@ pub(crate) fn parse_response_head(buf: &[u8]) -> Result<Option<(ResponseHead, us
     )))
 }
 
-pub(crate) struct RequestHead {
+pub struct RequestHead {
     pub method: String,
     pub target: String,
     pub headers: Vec<(String, String)>,
 }
 
 /// Parse a request head from the start of `buf`. `Ok(None)` = incomplete.
-pub(crate) fn parse_request_head(buf: &[u8]) -> Result<Option<(RequestHead, usize)>, String> {
+pub fn parse_request_head(buf: &[u8]) -> Result<Option<(RequestHead, usize)>, String> {
     let Some(end) = find_head_end(buf) else {
         return Ok(None);
     };
@@ -88,7 +90,7 @@ pub(crate) fn parse_request_head(buf: &[u8]) -> Result<Option<(RequestHead, usiz
 }
 
 /// Case-insensitive header lookup over lower-cased pairs.
-pub(crate) fn header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
+pub fn header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
     headers
         .iter()
         .find(|(n, _)| n.eq_ignore_ascii_case(name))
@@ -125,24 +127,30 @@ enum ChunkState {
 
 /// Incremental decoder for `Transfer-Encoding: chunked`.
 #[derive(Debug)]
-pub(crate) struct ChunkedDecoder {
+pub struct ChunkedDecoder {
     state: ChunkState,
 }
 
+impl Default for ChunkedDecoder {
+    fn default() -> Self {
+        ChunkedDecoder::new()
+    }
+}
+
 impl ChunkedDecoder {
-    pub(crate) fn new() -> Self {
+    pub fn new() -> Self {
         ChunkedDecoder {
             state: ChunkState::Size,
         }
     }
 
-    pub(crate) fn is_done(&self) -> bool {
+    pub fn is_done(&self) -> bool {
         self.state == ChunkState::Done
     }
 
     /// Consume as much of `input` as possible, appending payload to `out`.
     /// Consumed bytes are drained from `input`; an incomplete tail stays.
-    pub(crate) fn feed(&mut self, input: &mut Vec<u8>, out: &mut Vec<u8>) -> Result<(), String> {
+    pub fn feed(&mut self, input: &mut Vec<u8>, out: &mut Vec<u8>) -> Result<(), String> {
         let mut pos = 0;
         let result = loop {
             match self.state {
@@ -220,7 +228,7 @@ impl ChunkedDecoder {
 
 /// How a message body is delimited.
 #[derive(Debug)]
-pub(crate) enum BodyDecoder {
+pub enum BodyDecoder {
     /// No body at all (e.g. 204, HEAD).
     Empty,
     Length(usize),
@@ -231,7 +239,7 @@ pub(crate) enum BodyDecoder {
 
 impl BodyDecoder {
     /// Decoder for a response body, following RFC 9112 §6.3.
-    pub(crate) fn for_response(
+    pub fn for_response(
         status: u16,
         headers: &[(String, String)],
         head_request: bool,
@@ -249,7 +257,7 @@ impl BodyDecoder {
     }
 
     /// Decoder for a request body (no body unless framed).
-    pub(crate) fn for_request(headers: &[(String, String)]) -> Result<Self, String> {
+    pub fn for_request(headers: &[(String, String)]) -> Result<Self, String> {
         if is_chunked(headers) {
             return Ok(BodyDecoder::Chunked(ChunkedDecoder::new()));
         }
@@ -259,7 +267,7 @@ impl BodyDecoder {
         }
     }
 
-    pub(crate) fn is_done(&self) -> bool {
+    pub fn is_done(&self) -> bool {
         match self {
             BodyDecoder::Empty => true,
             BodyDecoder::Length(n) => *n == 0,
@@ -269,7 +277,7 @@ impl BodyDecoder {
     }
 
     /// Move decoded payload from `input` to `out`, draining what was used.
-    pub(crate) fn feed(&mut self, input: &mut Vec<u8>, out: &mut Vec<u8>) -> Result<(), String> {
+    pub fn feed(&mut self, input: &mut Vec<u8>, out: &mut Vec<u8>) -> Result<(), String> {
         match self {
             BodyDecoder::Empty => Ok(()),
             BodyDecoder::Length(n) => {
@@ -287,7 +295,7 @@ impl BodyDecoder {
     }
 }
 
-pub(crate) fn reason_phrase(status: u16) -> &'static str {
+pub fn reason_phrase(status: u16) -> &'static str {
     match status {
         100 => "Continue",
         200 => "OK",
