@@ -198,7 +198,7 @@ impl RequestDecoder {
         let max = self.limits.max_head_bytes;
         // Empty lines before a request line are ignored (RFC 9112 §2.2) but
         // still count toward the head limit.
-        while self.buf[self.pos..].starts_with(b"\r\n") {
+        while tail(&self.buf, self.pos).starts_with(b"\r\n") {
             self.pos += 2;
             self.head.skipped += 2;
             self.head.scanned = self.head.scanned.saturating_sub(2);
@@ -214,24 +214,23 @@ impl RequestDecoder {
         }
         let budget = max - self.head.skipped;
         let full = avail >= budget;
-        let window = &self.buf[self.pos..self.pos + avail.min(budget)];
+        let window = head(tail(&self.buf, self.pos), avail.min(budget));
 
         // Scan the bytes not seen before for line ends and impossible bytes.
         let mut stop = None;
         let mut i = self.head.scanned;
-        while i < window.len() {
-            let b = window[i];
-            let after_cr = i > 0 && window[i - 1] == b'\r';
+        while let Some(&b) = window.get(i) {
+            let after_cr = i > 0 && window.get(i - 1) == Some(&b'\r');
             if b == b'\n' {
                 if !after_cr {
                     // httparse accepts bare LF; we require CRLF so that no
                     // two parsers disagree about where a field ends.
-                    stop = Some((&window[..i], BAD_LINE_ENDING));
+                    stop = Some((head(window, i), BAD_LINE_ENDING));
                     break;
                 }
                 self.head.lines = i + 1;
             } else if after_cr || is_forbidden_in_head(b) {
-                stop = Some((&window[..=i], BAD_HEAD_BYTE));
+                stop = Some((head(window, i + 1), BAD_HEAD_BYTE));
                 break;
             }
             i += 1;
@@ -243,7 +242,7 @@ impl RequestDecoder {
         } else if full {
             (window, Some(HEAD_TOO_LARGE))
         } else if self.head.lines > self.head.parsed {
-            (&window[..self.head.lines], None)
+            (head(window, self.head.lines), None)
         } else {
             return Ok(None);
         };
@@ -366,9 +365,9 @@ impl RequestDecoder {
         };
         let done = match framing {
             Framing::Length(remaining) => {
-                let avail = &self.buf[self.pos..];
+                let avail = tail(&self.buf, self.pos);
                 let take = avail.len().min(*remaining);
-                request.body.extend_from_slice(&avail[..take]);
+                request.body.extend_from_slice(head(avail, take));
                 self.pos += take;
                 *remaining -= take;
                 *remaining == 0
@@ -404,7 +403,7 @@ fn decode_chunked(
     limits: &Limits,
 ) -> Result<bool, Rejection> {
     loop {
-        let avail = &buf[*pos..];
+        let avail = tail(buf, *pos);
         match chunk {
             Chunk::Size { scanned } => {
                 let Some(len) =
@@ -412,7 +411,7 @@ fn decode_chunked(
                 else {
                     return Ok(false);
                 };
-                let size = parse_chunk_size(&avail[..len])?;
+                let size = parse_chunk_size(head(avail, len))?;
                 *pos += len;
                 *chunk = if size == 0 {
                     Chunk::Trailers {
@@ -429,7 +428,7 @@ fn decode_chunked(
             }
             Chunk::Data(remaining) => {
                 let take = avail.len().min(*remaining);
-                body.extend_from_slice(&avail[..take]);
+                body.extend_from_slice(head(avail, take));
                 *pos += take;
                 *remaining -= take;
                 if *remaining > 0 {
@@ -452,7 +451,7 @@ fn decode_chunked(
                 else {
                     return Ok(false);
                 };
-                let line = &avail[..len];
+                let line = head(avail, len);
                 *pos += len;
                 *used += len;
                 *scanned = 0;
@@ -471,9 +470,9 @@ fn decode_chunked(
 /// looking at most `max` bytes in. `*scanned` remembers how far a previous
 /// call already looked; it is reset when a line is found.
 fn find_line(data: &[u8], scanned: &mut usize, max: usize) -> Result<Option<usize>, ()> {
-    let window = &data[..data.len().min(max)];
+    let window = head(data, data.len().min(max));
     let from = (*scanned).min(window.len());
-    match window[from..].iter().position(|&b| b == b'\n') {
+    match tail(window, from).iter().position(|&b| b == b'\n') {
         Some(i) => {
             *scanned = 0;
             Ok(Some(from + i + 1))
@@ -486,6 +485,17 @@ fn find_line(data: &[u8], scanned: &mut usize, max: usize) -> Result<Option<usiz
     }
 }
 
+/// `buf[from..]`, empty past the end: offsets here are bounded by earlier
+/// checks, and a slip must reject the request, never panic the server.
+fn tail(buf: &[u8], from: usize) -> &[u8] {
+    buf.get(from..).unwrap_or_default()
+}
+
+/// `buf[..to]`, clamped to the buffer (see [`tail`]).
+fn head(buf: &[u8], to: usize) -> &[u8] {
+    buf.get(..to).unwrap_or(buf)
+}
+
 /// `1*HEXDIG [ BWS ";" chunk-ext ] CRLF`; extensions are ignored but must
 /// not hold control bytes.
 fn parse_chunk_size(line: &[u8]) -> Result<u64, Rejection> {
@@ -495,14 +505,14 @@ fn parse_chunk_size(line: &[u8]) -> Result<u64, Rejection> {
         return Err(BAD_CHUNK_SIZE);
     }
     let mut size: u64 = 0;
-    for &b in &line[..digits] {
+    for &b in head(line, digits) {
         let d = (b as char).to_digit(16).unwrap_or(0) as u64;
         size = size
             .checked_mul(16)
             .and_then(|s| s.checked_add(d))
             .ok_or(CHUNK_SIZE_OVERFLOW)?;
     }
-    let rest = &line[digits..];
+    let rest = tail(line, digits);
     if !rest.is_empty() {
         let ext = trim_start_ows(rest);
         if ext.first() != Some(&b';') || !ext.iter().all(|&b| is_field_byte(b)) {
@@ -520,7 +530,7 @@ fn valid_trailer_line(line: &[u8]) -> bool {
     let name_len = line.iter().take_while(|&&b| is_token_byte(b)).count();
     name_len > 0
         && line.get(name_len) == Some(&b':')
-        && line[name_len + 1..].iter().all(|&b| is_field_byte(b))
+        && tail(line, name_len + 1).iter().all(|&b| is_field_byte(b))
 }
 
 fn is_token_byte(b: u8) -> bool {
@@ -547,7 +557,7 @@ fn parse_content_length(value: &[u8]) -> Option<u64> {
 
 fn trim_start_ows(s: &[u8]) -> &[u8] {
     let n = s.iter().take_while(|&&b| b == b' ' || b == b'\t').count();
-    &s[n..]
+    tail(s, n)
 }
 
 fn trim_ows(s: &[u8]) -> &[u8] {
@@ -557,7 +567,7 @@ fn trim_ows(s: &[u8]) -> &[u8] {
         .rev()
         .take_while(|&&b| b == b' ' || b == b'\t')
         .count();
-    &s[..s.len() - n]
+    head(s, s.len().saturating_sub(n))
 }
 
 /// Control bytes other than HTAB, CR and LF, and DEL: invalid anywhere in
@@ -589,17 +599,18 @@ fn classify_version(window: &[u8]) -> Rejection {
         .iter()
         .position(|&b| b != b'\r' && b != b'\n')
         .unwrap_or(window.len());
-    let mut parts = window[start..].splitn(3, |&b| b == b' ');
+    let mut parts = tail(window, start).splitn(3, |&b| b == b' ');
     let (Some(_method), Some(_target), Some(v)) = (parts.next(), parts.next(), parts.next()) else {
         return BAD_VERSION;
     };
-    if v.len() < 6 || !v.starts_with(b"HTTP/") || !v[5].is_ascii_digit() {
+    let at = |i: usize| v.get(i).copied().unwrap_or(0);
+    if v.len() < 6 || !v.starts_with(b"HTTP/") || !at(5).is_ascii_digit() {
         return BAD_VERSION;
     }
-    if v[5] != b'1' {
+    if at(5) != b'1' {
         return UNSUPPORTED_VERSION;
     }
-    if v.len() >= 8 && v[6] == b'.' && v[7].is_ascii_digit() {
+    if v.len() >= 8 && at(6) == b'.' && at(7).is_ascii_digit() {
         return UNSUPPORTED_VERSION;
     }
     BAD_VERSION

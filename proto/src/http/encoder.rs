@@ -207,6 +207,8 @@ fn push_sanitized(out: &mut Vec<u8>, s: &str) {
     }
 }
 
+// `i` stays in bounds: a usize has at most 20 decimal digits.
+#[allow(clippy::indexing_slicing)]
 fn push_decimal(out: &mut Vec<u8>, mut n: usize) {
     let mut digits = [0u8; 20];
     let mut i = digits.len();
@@ -221,6 +223,8 @@ fn push_decimal(out: &mut Vec<u8>, mut n: usize) {
     out.extend_from_slice(&digits[i..]);
 }
 
+// `i` stays in bounds (at most 16 hex digits) and `n & 0xf < 16`.
+#[allow(clippy::indexing_slicing)]
 fn push_hex(out: &mut Vec<u8>, mut n: usize) {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     let mut digits = [0u8; 16];

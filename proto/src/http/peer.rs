@@ -38,7 +38,7 @@ pub fn parse_response_head(buf: &[u8]) -> Result<Option<(ResponseHead, usize)>, 
     let Some(end) = find_head_end(buf) else {
         return Ok(None);
     };
-    let (first, headers) = split_head(&buf[..end - 4])?;
+    let (first, headers) = split_head(buf.get(..end.saturating_sub(4)).unwrap_or_default())?;
     let mut parts = first.splitn(3, ' ');
     let version = parts.next().unwrap_or("");
     if !version.starts_with("HTTP/") {
@@ -70,7 +70,7 @@ pub fn parse_request_head(buf: &[u8]) -> Result<Option<(RequestHead, usize)>, St
     let Some(end) = find_head_end(buf) else {
         return Ok(None);
     };
-    let (first, headers) = split_head(&buf[..end - 4])?;
+    let (first, headers) = split_head(buf.get(..end.saturating_sub(4)).unwrap_or_default())?;
     let mut parts = first.split(' ');
     let (Some(method), Some(target), Some(version)) = (parts.next(), parts.next(), parts.next())
     else {
@@ -155,13 +155,13 @@ impl ChunkedDecoder {
         let result = loop {
             match self.state {
                 ChunkState::Size => {
-                    let Some(nl) = input[pos..].iter().position(|&b| b == b'\n') else {
+                    let Some(nl) = at(input, pos).iter().position(|&b| b == b'\n') else {
                         if input.len() - pos > 1024 {
                             break Err("chunk-size line too long".to_string());
                         }
                         break Ok(());
                     };
-                    let line = &input[pos..pos + nl];
+                    let line = at(input, pos).get(..nl).unwrap_or_default();
                     let line = line.strip_suffix(b"\r").unwrap_or(line);
                     let line = String::from_utf8_lossy(line);
                     let hex = line.split(';').next().unwrap_or("").trim();
@@ -185,7 +185,7 @@ impl ChunkedDecoder {
                         break Ok(());
                     }
                     let take = n.min(avail);
-                    out.extend_from_slice(&input[pos..pos + take]);
+                    out.extend_from_slice(at(input, pos).get(..take).unwrap_or_default());
                     pos += take;
                     self.state = if take == n {
                         ChunkState::DataEnd
@@ -194,7 +194,7 @@ impl ChunkedDecoder {
                     };
                 }
                 ChunkState::DataEnd => {
-                    let rest = &input[pos..];
+                    let rest = at(input, pos);
                     if rest.starts_with(b"\r\n") {
                         pos += 2;
                         self.state = ChunkState::Size;
@@ -208,10 +208,10 @@ impl ChunkedDecoder {
                     }
                 }
                 ChunkState::Trailer => {
-                    let Some(nl) = input[pos..].iter().position(|&b| b == b'\n') else {
+                    let Some(nl) = at(input, pos).iter().position(|&b| b == b'\n') else {
                         break Ok(());
                     };
-                    let line = &input[pos..pos + nl];
+                    let line = at(input, pos).get(..nl).unwrap_or_default();
                     let empty = line.is_empty() || line == b"\r";
                     pos += nl + 1;
                     if empty {
@@ -224,6 +224,11 @@ impl ChunkedDecoder {
         input.drain(..pos);
         result
     }
+}
+
+/// `input[pos..]`, empty past the end.
+fn at(input: &[u8], pos: usize) -> &[u8] {
+    input.get(pos..).unwrap_or_default()
 }
 
 /// How a message body is delimited.

@@ -103,8 +103,8 @@ fn form_decode(s: &str) -> String {
     let bytes = s.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
+    while let Some(&b) = bytes.get(i) {
+        match b {
             b'+' => {
                 out.push(b' ');
                 i += 1;
@@ -122,7 +122,7 @@ fn form_decode(s: &str) -> String {
                     i += 1;
                 }
             },
-            b => {
+            _ => {
                 out.push(b);
                 i += 1;
             }

@@ -132,6 +132,8 @@ impl Method {
         match self {
             Method::CancelTurn => EXTENSION_METHODS[0],
             Method::SteerTurn => EXTENSION_METHODS[1],
+            // The reference variants are declared in `METHODS` order.
+            #[allow(clippy::indexing_slicing)]
             reference => METHODS[reference as usize],
         }
     }

@@ -43,20 +43,22 @@ pub fn normalize_anthropic(stripped: Vec<Value>) -> Normalized {
     let mut messages: Vec<Value> = Vec::with_capacity(input.len());
     let mut merged: Vec<Value> = Vec::new();
     let mut i = 0;
-    while i < input.len() {
-        let role = input[i].get("role");
-        let mut j = i + 1;
-        while j < input.len() && input[j].get("role") == role {
-            j += 1;
-        }
-        if j - i == 1 {
-            messages.push(input[i].clone());
+    while let Some(first) = input.get(i) {
+        let role = first.get("role");
+        let run = input
+            .iter()
+            .skip(i)
+            .take_while(|m| m.get("role") == role)
+            .count();
+        let j = i + run;
+        if run == 1 {
+            messages.push(first.clone());
         } else {
             let mut blocks = Vec::new();
-            for m in &input[i..j] {
+            for m in input.iter().skip(i).take(run) {
                 blocks.extend(content_blocks(m.get("content")));
             }
-            let folded = match &input[i] {
+            let folded = match first {
                 Value::Object(obj) => {
                     let mut obj = obj.clone();
                     obj.insert("content".into(), Value::Array(blocks));

@@ -27,13 +27,13 @@ pub fn push_str(out: &mut String, s: &str) {
             _ => continue,
         };
         // `i` is at an ASCII byte, hence on a char boundary.
-        out.push_str(&s[start..i]);
+        out.push_str(s.get(start..i).unwrap_or_default());
         match esc {
             Some(e) => out.push_str(e),
             None => {
                 out.push_str("\\u00");
-                out.push(HEX[(b >> 4) as usize] as char);
-                out.push(HEX[(b & 0xf) as usize] as char);
+                out.push(char::from(HEX.get(usize::from(b >> 4)).copied().unwrap_or(b'0')));
+                out.push(char::from(HEX.get(usize::from(b & 0xf)).copied().unwrap_or(b'0')));
             }
         }
         start = i + 1;
