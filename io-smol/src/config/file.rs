@@ -118,30 +118,9 @@ impl fmt::Debug for McpServer {
     }
 }
 
-/// Provider wire format (`provider = "anthropic" | "openai"`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ProviderKind {
-    Anthropic,
-    Openai,
-}
-
-impl ProviderKind {
-    /// `anthropic` / `openai`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ProviderKind::Anthropic => "anthropic",
-            ProviderKind::Openai => "openai",
-        }
-    }
-
-    /// Bare host used when `base_url` is absent.
-    pub fn default_base_url(self) -> &'static str {
-        match self {
-            ProviderKind::Anthropic => "https://api.anthropic.com",
-            ProviderKind::Openai => "https://api.openai.com",
-        }
-    }
-}
+/// Provider wire format (`provider = "anthropic" | "openai"`): the one
+/// kind the engine and the codecs use too.
+pub use proto::provider::Kind as ProviderKind;
 
 /// One `[[providers.entries]]` entry. `auth_token` is the raw template
 /// (resolve right before each HTTP attempt). `Debug` redacts `auth_token`.
