@@ -44,6 +44,9 @@ pub struct Subscription {
     /// The first transition to live delivery has happened (the marker, if
     /// asked for, is sent once).
     pub caught_up: bool,
+    /// Gapless only: the session closed while this stream was behind. It
+    /// reads the rest of the log (the close included) and then ends.
+    pub ends_at_close: bool,
 }
 
 impl Engine {
@@ -76,6 +79,7 @@ impl Engine {
                 delivered: 0,
                 last_id: None,
                 caught_up: false,
+                ends_at_close: false,
             });
         }
         match since {
@@ -211,6 +215,12 @@ impl Engine {
         for ev in pending {
             self.deliver(conn, &ev);
         }
+        let done = self
+            .sub_mut(conn)
+            .is_some_and(|s| s.ends_at_close && s.phase == Phase::Live);
+        if done {
+            self.end_stream(conn);
+        }
     }
 
     /// Flush progress on a stalled gapless stream: once it is down to half
@@ -235,8 +245,13 @@ impl Engine {
     /// Ends every `session.subscribe` stream of the session (level-triggered:
     /// also those still replaying).
     pub(crate) fn unsubscribe_all(&mut self, session_id: &str) {
-        let subs: Vec<ConnId> = self
-            .session_streams(session_id)
+        for conn in self.subscriptions(session_id) {
+            self.end_stream(conn);
+        }
+    }
+
+    fn subscriptions(&self, session_id: &str) -> Vec<ConnId> {
+        self.session_streams(session_id)
             .into_iter()
             .filter(|c| {
                 matches!(
@@ -247,15 +262,21 @@ impl Engine {
                     Some(StreamKind::Subscribe(_))
                 )
             })
-            .collect();
-        for conn in subs {
-            self.end_stream(conn);
-        }
+            .collect()
     }
 
-    /// Session closed: every stream of it ends cleanly.
+    /// Session closed: every stream of it ends cleanly. A gapless
+    /// subscription still behind (stalled or reading the store) would lose
+    /// the events up to the close, which it was promised: it reads on to
+    /// the end of the log first (found by sim seed 135).
     pub(crate) fn end_live_session(&mut self, session_id: &str) {
-        self.unsubscribe_all(session_id);
+        for conn in self.subscriptions(session_id) {
+            let gapless = self.stream_has(conn, Extension::SubscribeGapless);
+            match self.sub_mut(conn) {
+                Some(sub) if gapless && sub.phase != Phase::Live => sub.ends_at_close = true,
+                _ => self.end_stream(conn),
+            }
+        }
         self.drop_live(session_id);
     }
 

@@ -141,8 +141,12 @@ impl Engine {
         live.holder = Holder::Free;
         live.history = None;
         let waiters: Vec<Waiter> = live.queue.drain(..).collect();
+        // Idempotent retries attached to a waiter are answered too (found
+        // by sim seed 2732: one waited until the server shut down).
         for w in waiters {
-            self.terminal_error(w.conn, -32000, "session loop failed");
+            for conn in w.streams() {
+                self.terminal_error(conn, -32000, "session loop failed");
+            }
         }
     }
 }

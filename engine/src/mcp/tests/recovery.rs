@@ -347,3 +347,22 @@ fn an_abandoned_call_frees_the_connection_and_its_late_answer_is_skipped() {
         [(2, CallOutcome::Returned { .. })]
     ));
 }
+
+#[test]
+fn a_call_abandoned_during_its_reconnect_is_never_sent_found_by_sim_seed_2729() {
+    let mut h = hub();
+    ready_reconnecting(&mut h, &["t"]);
+    h.handle(1, McpEvent::Closed(None), 1);
+    h.call("s", "t", &json!({"n": 1}), 1, 10);
+    assert_eq!(opens(&commands(&mut h)), vec![2]);
+    // The turn is cancelled while the new transport shakes hands.
+    h.abandon(1);
+    handshake_stdio(&mut h, 2, &["t"], 11);
+    let s = sends(&commands(&mut h));
+    assert!(
+        s.iter().all(|m| m.2["method"] != "tools/call"),
+        "no tools/call for the abandoned call: {s:?}"
+    );
+    assert!(done(&mut h).is_empty());
+    assert_eq!(h.route("s", "t"), Some("a"), "the server is usable again");
+}
