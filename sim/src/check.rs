@@ -47,6 +47,12 @@ pub const INV_SANDBOX_NO_DISPATCH_AFTER_REMOVE: &str = "inv_sandbox_no_dispatch_
 pub const INV_SANDBOX_EXEC_BOUNDED: &str = "inv_sandbox_exec_bounded";
 pub const INV_SANDBOX_STOPPED_AT_CLOSE: &str = "inv_sandbox_stopped_at_close";
 pub const INV_SUBAGENT_ONE_TERMINAL: &str = "inv_subagent_one_terminal";
+// Opt-in extensions (checked by `sim/src/ext.rs` and `world/ext.rs`).
+pub const INV_IDEMPOTENCY_ONE_TURN: &str = "inv_idempotency_one_turn";
+pub const INV_NO_ORPHAN_TOOL_USE: &str = "inv_no_orphan_tool_use";
+pub const INV_GAPLESS_COMPLETE: &str = "inv_gapless_complete";
+pub const INV_EXTENSION_ANSWERS: &str = "inv_extension_answers";
+pub const INV_STEER_DELIVERED: &str = "inv_steer_delivered";
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Violation {
@@ -103,6 +109,16 @@ pub struct Checker {
     pub silent: bool,
     /// Session state as emitted (`InsertSession` / `SetSessionState`).
     pub states: BTreeMap<String, SessionState>,
+    /// The input being handled is a `session.cancelTurn` of this (session,
+    /// key) that answered `paused`: its abandonment is not a timeout.
+    pub cancel_pause: Option<(String, String)>,
+    /// Set when that abandonment was emitted.
+    pub cancel_pause_seen: bool,
+    /// Running turns cancelled at the emitted position `after_seq`, not yet
+    /// applied to `committed_gates`: `(session, key, after_seq)`.
+    pub pending_cancels: Vec<(String, String, u64)>,
+    /// Nonces of `session.steerTurn` messages.
+    pub steer_nonces: BTreeSet<String>,
 }
 
 fn s<'a>(v: &'a Value, k: &str) -> &'a str {
@@ -157,8 +173,12 @@ impl Checker {
 
     /// Every event the engine emits, in emission order.
     pub fn on_emit(&mut self, row: &EventRow) {
+        // An applied steer is logged as `client.message.send` too, inside
+        // a turn admitted earlier.
+        let steer =
+            || crate::ext::nonce_in(&row.payload).is_some_and(|n| self.steer_nonces.contains(n));
         if self.shutting_down
-            && (row.event_type == "client.message.send"
+            && ((row.event_type == "client.message.send" && !steer())
                 || (row.event_type == "session.compaction.started"
                     && row.payload.contains("\"client\"")))
         {
@@ -288,7 +308,13 @@ impl Checker {
                                 );
                             }
                             let waited = self.now_ms.saturating_sub(*at_ms);
-                            if waited < self.turn_timeout_ms {
+                            // A cancel (extension `turn.cancel`) retires
+                            // its own pause at once.
+                            let cancel = self.cancel_pause.as_ref() == Some(&(sid.clone(), key.clone()));
+                            if cancel {
+                                self.cancel_pause_seen = true;
+                            }
+                            if waited < self.turn_timeout_ms && !cancel {
                                 self.fail(
                                     INV_ABANDON_AFTER_DEADLINE,
                                     format!(
@@ -471,10 +497,54 @@ impl Checker {
         }
     }
 
+    /// `session.cancelTurn` answered `running` for `key`'s turn (extension
+    /// `turn.cancel`): nothing is logged for it, so the gate model is told.
+    /// `after_seq`: the last event emitted before the cancel (the committed
+    /// model frees the gate once the log has passed it).
+    pub fn on_cancel_running(
+        &mut self,
+        sid: &str,
+        key: &str,
+        after_seq: u64,
+    ) -> Result<(), String> {
+        let gate = self.gates.get(sid).cloned().unwrap_or(Gate::Free);
+        match &gate {
+            Gate::Running { key: k } if k == key => {
+                self.gates.insert(sid.to_string(), Gate::Free);
+                self.pending_cancels
+                    .push((sid.to_string(), key.to_string(), after_seq));
+                Ok(())
+            }
+            other => Err(format!("the log shows the gate as {other:?}")),
+        }
+    }
+
+    /// Applies the cancels the committed log has passed (before `row`).
+    fn apply_committed_cancels(&mut self, row: &EventRow) {
+        if self.pending_cancels.is_empty() {
+            return;
+        }
+        let mut keep = Vec::new();
+        for (sid, key, after) in std::mem::take(&mut self.pending_cancels) {
+            if sid == row.session_id && row.seq > after {
+                if let Some(Gate::Running { key: k }) = self.committed_gates.get(&sid) {
+                    if *k == key {
+                        self.committed_gates.insert(sid, Gate::Free);
+                    }
+                }
+            } else {
+                keep.push((sid, key, after));
+            }
+        }
+        self.pending_cancels = keep;
+    }
+
     /// A restart: running turns are gone; a pause whose message is the
     /// session's last committed message is recovered from the log with a
     /// fresh deadline (counted here from the restart, a lower bound).
     pub fn on_restart(&mut self) {
+        // Cancelled running turns are gone anyway.
+        self.pending_cancels.clear();
         let now = self.now_ms;
         self.gates = self
             .committed_gates
@@ -550,6 +620,7 @@ impl Checker {
             return false;
         }
         self.max_seq = row.seq;
+        self.apply_committed_cancels(row);
         // Replay the committed log through the gate model, silently.
         std::mem::swap(&mut self.gates, &mut self.committed_gates);
         self.silent = true;

@@ -145,6 +145,7 @@ fn main() -> ExitCode {
     let single = end == first + 1;
     let (mut runs, mut failed) = (0u64, Vec::new());
     let mut sb = [0u64; 4];
+    let mut ext = sim::ext::ExtStats::default();
     let mut seed = first;
     while seed < end {
         if deadline.is_some_and(|d| Instant::now() >= d) {
@@ -161,6 +162,7 @@ fn main() -> ExitCode {
             sb[1] += r.stats.sandbox_execs;
             sb[2] += r.stats.sandbox_kills;
             sb[3] += r.stats.subagents;
+            ext.add(&r.stats.ext);
         }
         match result {
             Err(e) => {
@@ -233,6 +235,7 @@ fn main() -> ExitCode {
         "sandbox totals: starts={} execs={} kills={} subagents={}",
         sb[0], sb[1], sb[2], sb[3]
     );
+    println!("extension totals: {ext}");
     if !failed.is_empty() {
         println!("failing seeds: {failed:?}");
         return ExitCode::from(1);

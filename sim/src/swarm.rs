@@ -89,6 +89,84 @@ pub struct Swarm {
     pub mcp: McpSwarm,
     // Container engine (simulated by `sim/src/sandbox.rs`).
     pub sandbox: SandboxSwarm,
+    // Opt-in extensions (docs/extensions.md; `sim/src/ext.rs`).
+    pub ext: ExtSwarm,
+}
+
+/// Opt-in extension options of a seed (drawn after everything else, so
+/// older options keep their per-seed values). Every decision they drive
+/// comes from the world's own extension generator, so a seed with the
+/// extensions off draws exactly what it drew before they existed.
+#[derive(Debug, Clone, Default)]
+pub struct ExtSwarm {
+    /// Per driver and session: registers with `{"extensions": [...]}`.
+    pub opt_in: f64,
+    /// Per send of an opted-in driver: a `session.cancelTurn` from the side
+    /// while the send runs or waits.
+    pub cancel: f64,
+    /// Per paused turn: cancel it instead of answering.
+    pub cancel_pause: f64,
+    /// Per send: a `session.steerTurn` from the side while it runs.
+    pub steer: f64,
+    /// Per send: carries an `idempotency_key`.
+    pub idem: f64,
+    /// Per keyed send: a concurrent retry, a retry after the answer, and a
+    /// retry after the request was lost (connection reset, crash).
+    pub retry: f64,
+    /// Per keyed send: the key again with a different message.
+    pub reuse: f64,
+    /// Per observer subscription: `subscribe.gapless`.
+    pub gapless: f64,
+    /// Per observer action: its subscription stops reading for a while.
+    pub stall: f64,
+    pub stall_ms: (u64, u64),
+    /// `Config::subscriber_window_bytes` (the gapless window; 0 = the
+    /// engine's default).
+    pub window_bytes: usize,
+}
+
+impl ExtSwarm {
+    pub fn draw(rng: &mut Rng) -> ExtSwarm {
+        if !rng.chance(0.7) {
+            return ExtSwarm::default();
+        }
+        let hi = *rng.pick(&[300, 2_000, 8_000]);
+        ExtSwarm {
+            opt_in: *rng.pick(&[0.5, 0.8, 1.0]),
+            cancel: rng.rate(0.3, 0.3),
+            cancel_pause: rng.rate(0.4, 0.5),
+            steer: rng.rate(0.3, 0.4),
+            idem: rng.rate(0.2, 0.9),
+            retry: rng.rate(0.2, 0.6),
+            reuse: rng.rate(0.4, 0.2),
+            gapless: rng.rate(0.2, 1.0),
+            stall: rng.rate(0.3, 0.3),
+            stall_ms: (50, hi),
+            window_bytes: *rng.pick(&[512, 2_048, 16_384, 65_536]),
+        }
+    }
+
+    /// No more side requests or stalls (the liveness phase).
+    pub fn calm(&mut self) {
+        self.cancel = 0.0;
+        self.cancel_pause = 0.0;
+        self.steer = 0.0;
+        self.retry = 0.0;
+        self.reuse = 0.0;
+        self.stall = 0.0;
+    }
+}
+
+impl fmt::Display for ExtSwarm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "ext[opt_in={} cancel={} cancel_pause={} steer={} idem={} retry={} reuse={} gapless={} stall={} stall_ms={}..{} window={}]",
+            self.opt_in, self.cancel, self.cancel_pause, self.steer, self.idem, self.retry,
+            self.reuse, self.gapless, self.stall, self.stall_ms.0, self.stall_ms.1,
+            self.window_bytes,
+        )
+    }
 }
 
 /// Remote sandbox / subagent options of a seed (drawn after everything
@@ -438,10 +516,12 @@ impl Swarm {
             shutdown: *rng.pick(&[0.0, 0.0, 0.0005, 0.002]),
             mcp: McpSwarm::default(),
             sandbox: SandboxSwarm::default(),
+            ext: ExtSwarm::default(),
         };
         // Drawn last so the options above stay what they were per seed.
         sw.mcp = McpSwarm::draw(rng);
         sw.sandbox = SandboxSwarm::draw(rng);
+        sw.ext = ExtSwarm::draw(rng);
         sw
     }
 
@@ -472,6 +552,7 @@ impl Swarm {
         self.tool_use = self.tool_use.min(0.3);
         self.mcp.calm();
         self.sandbox.calm();
+        self.ext.calm();
     }
 }
 
@@ -484,7 +565,7 @@ impl fmt::Display for Swarm {
              clients[malformed_body={} disc_stream={} disc_queued={} never_return={} think={}..{}ms \
              answer(missing={} dup={} wrong_id={} plain={} late={}) compact={} update_tools={} auto_compaction={} slow_reader={} unsubscribe={} since_bogus={} events_page={}] \
              net[split={} keep_alive={} pipeline={} idle_timeout={}ms delay={}..{}ms flush_delay={}..{}ms sockbuf={}] store[commit={}..{}ms read={}..{}ms read_error={}] \
-             engine[turn_timeout={}ms lag_limit={} keepalive={}ms request_timeout={}ms] admin[revoke={} break_profile={}] crash={} shutdown={} {} {}",
+             engine[turn_timeout={}ms lag_limit={} keepalive={}ms request_timeout={}ms] admin[revoke={} break_profile={}] crash={} shutdown={} {} {} {}",
             self.sessions,
             self.drivers,
             self.observers,
@@ -541,6 +622,7 @@ impl fmt::Display for Swarm {
             self.shutdown,
             self.mcp,
             self.sandbox,
+            self.ext,
         )
     }
 }

@@ -179,6 +179,9 @@ struct Out {
     /// `tools/list`: the page's tool names and its `nextCursor`.
     page: Vec<String>,
     next: Option<String>,
+    /// A `tools/call` whose turn was cancelled: the engine abandoned it and
+    /// may send the next call at once.
+    abandoned: bool,
 }
 
 #[derive(Debug, Default)]

@@ -175,6 +175,24 @@ impl McpSim {
         }
     }
 
+    /// A running turn was cancelled (extension `turn.cancel`): its MCP
+    /// blocks get no result, and its call in flight is abandoned (the
+    /// engine frees the server for the next call at once).
+    pub fn on_turn_cancelled(&mut self, sid: &str) {
+        let Some(s) = self.sessions.get_mut(sid) else {
+            return;
+        };
+        s.uses.clear();
+        s.req = None;
+        for k in s.all.clone() {
+            if let Some(t) = self.transports.get_mut(&k) {
+                for o in t.outstanding.values_mut() {
+                    o.abandoned |= o.method == Method::ToolsCall;
+                }
+            }
+        }
+    }
+
     /// The server a session's tool routes to: the last transport in profile
     /// order whose `tools/list` was answered in time and lists it.
     pub(super) fn route(&self, sid: &str, tool: &str) -> Option<String> {

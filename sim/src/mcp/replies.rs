@@ -81,7 +81,7 @@ impl McpSim {
                     continue;
                 }
                 for (id, o) in &t.outstanding {
-                    if o.method == Method::ToolsCall && now < o.sent_at + tmo {
+                    if o.method == Method::ToolsCall && !o.abandoned && now < o.sent_at + tmo {
                         checker.fail(
                             check::INV_MCP_ONE_IN_FLIGHT,
                             format!(

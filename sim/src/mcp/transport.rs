@@ -480,6 +480,7 @@ impl McpSim {
                     ok,
                     page,
                     next: next_cursor,
+                    abandoned: false,
                 },
             );
         }

@@ -40,7 +40,9 @@ impl World {
         let path = format!("/api/v1/sessions/{sid}/rpc");
         let bytes = http::request("POST", &path, Some(&key), Some(call.to_string().as_bytes()));
         let slot = actor.slot;
-        Some(self.start_req(a, slot, &sid, kind, Listener::Client, bytes))
+        let rid = self.start_req(a, slot, &sid, kind, Listener::Client, bytes);
+        self.ext_tag(a, rid);
+        Some(rid)
     }
 
     pub(super) fn act(&mut self, a: usize) {
@@ -137,12 +139,16 @@ impl World {
             self.actors[a].gone = true;
             return;
         }
-        if !self.actors[a].registered || (!liveness && self.rng.chance(0.02)) {
+        if !self.actors[a].registered
+            || self.ext_needs_register(a)
+            || (!liveness && self.rng.chance(0.02))
+        {
             let pipeline = !liveness
                 && self.actors[a].paused.is_none()
                 && self.rng.chance(self.swarm.pipeline);
             self.force_keep_alive = pipeline;
-            let rid = self.rpc(a, Kind::Register, "session.registerDriver", None, false);
+            let params = self.ext_register_params(a);
+            let rid = self.rpc(a, Kind::Register, "session.registerDriver", params, false);
             self.force_keep_alive = false;
             self.actors[a].busy = rid;
             if let (true, Some(rid)) = (pipeline, rid) {
@@ -155,7 +161,13 @@ impl World {
             return;
         }
         if let Some((client_ids, server_ids)) = self.actors[a].paused.clone() {
+            if self.ext_cancel_pause(a) {
+                return;
+            }
             return self.answer_pause(a, client_ids, server_ids);
+        }
+        if self.ext_driver_act(a) {
+            return;
         }
         if liveness {
             if !self.actors[a].final_send {
@@ -253,7 +265,11 @@ impl World {
         content: Value,
         continuation: bool,
     ) {
-        let params = json!({"message": {"role": "user", "content": content}});
+        let idem = self.ext_key(a, &nonce, &content, continuation);
+        let mut params = json!({"message": {"role": "user", "content": content}});
+        if let Some(i) = &idem {
+            params["idempotency_key"] = json!(i.id.2);
+        }
         let notification = self.phase == Phase::Main && self.rng.chance(0.03);
         let rid = self.rpc(
             a,
@@ -269,6 +285,7 @@ impl World {
         let Some(rid) = rid else {
             return;
         };
+        self.ext_sent(a, rid, idem);
         let conn = self.reqs[rid].conn;
         if self.rng.chance(self.swarm.disconnect_queued) {
             let d = self.rng.range(1, 40);
@@ -301,6 +318,7 @@ impl World {
         }
         let slot = self.actors[a].slot;
         let rid = self.start_req(a, slot, &sid, Kind::Garbage, Listener::Client, bytes);
+        self.ext_tag(a, rid);
         self.actors[a].busy = Some(rid);
     }
 
@@ -374,7 +392,11 @@ impl World {
                 Some(id) => Some(self.checker.ids.get(id).copied().unwrap_or(0)),
                 None => None,
             };
-            let params = since.as_ref().map(|s| json!({"since_event_id": s}));
+            let mut params = since.as_ref().map(|s| json!({"since_event_id": s}));
+            let (ext, gapless, marker) = self.ext_subscribe();
+            if let Some(names) = ext {
+                params.get_or_insert_with(|| json!({}))["extensions"] = names;
+            }
             let rid = self.rpc(
                 a,
                 Kind::Subscribe { since },
@@ -383,6 +405,9 @@ impl World {
                 false,
             );
             if let Some(rid) = rid {
+                self.reqs[rid].ext.gapless = gapless;
+                self.reqs[rid].ext.marker_asked = marker;
+                self.ext.stats.gapless_subs += gapless as u64;
                 // An id from a previous session generation replays from the
                 // first event of this one.
                 let sid = self.reqs[rid].session.clone();
@@ -403,6 +428,10 @@ impl World {
                 }
             }
             let d = self.think() + 50;
+            return self.schedule_act(a, d);
+        }
+        if self.ext_stall(a) {
+            let d = self.think() + 100;
             return self.schedule_act(a, d);
         }
         let r = self.rng.unit();
@@ -574,6 +603,9 @@ impl World {
         }
         if self.actors[a].busy == Some(rid) {
             self.actors[a].busy = None;
+        }
+        if self.ext_req_finished(rid, complete) {
+            return; // a side request: the actor's own flow goes on
         }
         match kind {
             Kind::Create => {

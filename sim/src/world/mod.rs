@@ -17,6 +17,8 @@ use engine::{
 };
 
 mod actors;
+mod ext;
+mod ext_checks;
 mod plumbing;
 mod responses;
 mod run;
@@ -85,6 +87,8 @@ pub struct Stats {
     pub sandbox_kills: u64,
     pub subagents: u64,
     pub virtual_ms: u64,
+    /// What the extension workload did (`sim/src/ext.rs`).
+    pub ext: crate::ext::ExtStats,
 }
 
 #[derive(Debug, Clone)]
@@ -144,6 +148,12 @@ enum Ev {
     Sandbox {
         op: engine::sandbox::OpId,
         reply: engine::sandbox::SandboxReply,
+    },
+    /// An actor sends an extension request beside its own (`world/ext.rs`).
+    Side {
+        actor: usize,
+        session: String,
+        what: ext::Side,
     },
 }
 
@@ -219,6 +229,8 @@ struct SimConn {
     engine_told_closed: bool,
     parser: ResponseParser,
     slow: bool,
+    /// The client does not read before this virtual time (a stall).
+    stalled_until: u64,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -247,6 +259,14 @@ enum Kind {
     UpdateTools(Vec<&'static str>),
     /// start/stop/execRemoteSandbox or cancelSubagent (`sim/src/sandbox.rs`).
     Sandbox,
+    /// `session.cancelTurn` (extension `turn.cancel`).
+    Cancel,
+    /// `session.steerTurn` (extension `turn.steer`); `invalid`: params the
+    /// engine must refuse with -32602.
+    Steer {
+        nonce: String,
+        invalid: bool,
+    },
     /// Admin: revoke the client key of this actor.
     Revoke(usize),
     /// Admin: replace the profile (primary provider `main` or a missing one).
@@ -284,6 +304,8 @@ struct Req {
     notified: Vec<u64>,
     /// The engine emitted the end of this request's response.
     end_emitted: bool,
+    /// Opt-in extension state (`world/ext.rs`).
+    ext: ext::ReqExt,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -316,6 +338,8 @@ struct Actor {
     final_send: bool,
     /// An idle keep-alive connection to reuse.
     idle_conn: Option<ConnId>,
+    /// Opt-in extension state (`world/ext.rs`).
+    ext: ext::ActorExt,
 }
 
 struct Slot {
@@ -377,6 +401,12 @@ pub struct World {
     force_keep_alive: bool,
     /// A graceful shutdown in progress since this virtual time.
     shutdown_since: Option<u64>,
+    /// Draws of the extension workload (a stream of its own, so seeds with
+    /// the extensions off keep their schedule).
+    xrng: Rng,
+    ext: crate::ext::ExtOracle,
+    /// The input being fed delivers this `session.cancelTurn` request.
+    cancel_probe: Option<usize>,
 }
 
 fn now_of(mono: u64, unix0: u64) -> Now {
@@ -421,6 +451,7 @@ impl World {
         let provider = Provider::new(root.fork(), seed);
         let mcp = McpSim::new(root.fork(), &swarm.mcp);
         let sandbox = SandboxSim::new(root.fork());
+        let xrng = root.fork();
         let mut config = Config {
             providers: vec![ProviderEntry {
                 name: "main".into(),
@@ -443,6 +474,9 @@ impl World {
             max_subagents_per_session: swarm.sandbox.max_subagents,
             ..Config::default()
         };
+        if swarm.ext.window_bytes > 0 {
+            config.subscriber_window_bytes = swarm.ext.window_bytes;
+        }
         if swarm.has_fallback {
             config.providers.push(ProviderEntry {
                 name: "backup".into(),
@@ -521,6 +555,9 @@ impl World {
             pipeline_on: None,
             force_keep_alive: false,
             shutdown_since: None,
+            xrng,
+            ext: crate::ext::ExtOracle::default(),
+            cancel_probe: None,
         }
     }
 

@@ -28,61 +28,100 @@ impl World {
     }
 
     pub(super) fn drain(&mut self) {
+        self.ext.closes_in_drain.clear();
+        if let Some(rid) = self.cancel_probe.take() {
+            return self.drain_probed(rid);
+        }
         loop {
             let o = match catch_unwind(AssertUnwindSafe(|| self.engine.poll_output())) {
                 Ok(Some(o)) => o,
                 Ok(None) => break,
                 Err(p) => return self.engine_panicked(p),
             };
-            match o {
-                Output::Write(w) => self.on_write(w),
-                Output::Send { conn, bytes } => {
-                    self.trace.hash.write_field(&bytes);
-                    self.t(format!("out send conn={conn} len={}", bytes.len()));
-                    self.track_response_ends(conn, &bytes);
-                    self.deliver(Held::Send { conn, bytes });
-                }
-                Output::Close { conn } => {
-                    self.t(format!("out close conn={conn}"));
-                    self.stream_end_emitted(conn, true);
-                    self.deliver(Held::Close { conn });
-                }
-                Output::Read { id, read } => {
-                    self.t(format!("out read id={id} {read:?}"));
-                    self.io.seal();
-                    self.io.queued.push_back(Job::Read { id, read });
-                }
-                Output::CallProvider(call) => self.call_provider(call),
-                Output::Sandbox(cmd) => {
-                    self.t(format!("out sandbox {cmd:?}"));
-                    let now = self.now_ms;
-                    let timeouts = (
-                        self.config.sandbox_exec_timeout_ms,
-                        self.config.subagent_timeout_ms,
-                    );
-                    let replies = self.sandbox.on_command(
-                        cmd,
-                        now,
-                        &self.swarm.sandbox,
-                        timeouts,
-                        &mut self.checker,
-                    );
-                    for (at, op, reply) in replies {
-                        self.schedule(at, Ev::Sandbox { op, reply });
-                    }
-                }
-                Output::Mcp(cmd) => {
-                    self.t(format!("out mcp {}", crate::mcp::describe_command(&cmd)));
-                    let now = self.now_ms;
-                    let events = self
-                        .mcp
-                        .on_command(cmd, now, &self.swarm.mcp, &mut self.checker);
-                    for (at, conn, event) in events {
-                        self.schedule(at, Ev::Mcp { conn, event });
-                    }
+            self.on_output(o);
+        }
+        self.drained();
+    }
+
+    /// The drain of the input that delivered `session.cancelTurn` request
+    /// `rid`: its answer is read first (`ext_probe_cancel`), so the gate
+    /// model knows what the cancel did before the events that follow it.
+    fn drain_probed(&mut self, rid: usize) {
+        let mut outputs = Vec::new();
+        let mut panicked = None;
+        loop {
+            match catch_unwind(AssertUnwindSafe(|| self.engine.poll_output())) {
+                Ok(Some(o)) => outputs.push(o),
+                Ok(None) => break,
+                Err(p) => {
+                    panicked = Some(p);
+                    break;
                 }
             }
         }
+        self.ext_probe_cancel(rid, &outputs);
+        for o in outputs {
+            self.on_output(o);
+        }
+        self.ext_probe_done(rid);
+        match panicked {
+            Some(p) => self.engine_panicked(p),
+            None => self.drained(),
+        }
+    }
+
+    fn on_output(&mut self, o: Output) {
+        match o {
+            Output::Write(w) => self.on_write(w),
+            Output::Send { conn, bytes } => {
+                self.trace.hash.write_field(&bytes);
+                self.t(format!("out send conn={conn} len={}", bytes.len()));
+                self.track_response_ends(conn, &bytes);
+                self.deliver(Held::Send { conn, bytes });
+            }
+            Output::Close { conn } => {
+                self.t(format!("out close conn={conn}"));
+                self.stream_end_emitted(conn, true);
+                self.deliver(Held::Close { conn });
+            }
+            Output::Read { id, read } => {
+                self.t(format!("out read id={id} {read:?}"));
+                self.io.seal();
+                self.io.queued.push_back(Job::Read { id, read });
+            }
+            Output::CallProvider(call) => self.call_provider(call),
+            Output::Sandbox(cmd) => {
+                self.t(format!("out sandbox {cmd:?}"));
+                let now = self.now_ms;
+                let timeouts = (
+                    self.config.sandbox_exec_timeout_ms,
+                    self.config.subagent_timeout_ms,
+                );
+                let replies = self.sandbox.on_command(
+                    cmd,
+                    now,
+                    &self.swarm.sandbox,
+                    timeouts,
+                    &mut self.checker,
+                );
+                for (at, op, reply) in replies {
+                    self.schedule(at, Ev::Sandbox { op, reply });
+                }
+            }
+            Output::Mcp(cmd) => {
+                self.t(format!("out mcp {}", crate::mcp::describe_command(&cmd)));
+                let now = self.now_ms;
+                let events = self
+                    .mcp
+                    .on_command(cmd, now, &self.swarm.mcp, &mut self.checker);
+                for (at, conn, event) in events {
+                    self.schedule(at, Ev::Mcp { conn, event });
+                }
+            }
+        }
+    }
+
+    fn drained(&mut self) {
         self.mcp.after_drain(&mut self.checker);
         self.sandbox.check_execs(self.now_ms, &mut self.checker);
         self.pump_worker();
@@ -121,6 +160,7 @@ impl World {
             self.checker.on_emit(row);
             self.mcp.on_event(row, self.now_ms, &mut self.checker);
             self.sandbox.on_event(row, self.now_ms, &mut self.checker);
+            self.ext.on_emit(row, &mut self.checker);
             let row = row.clone();
             self.on_emit_fifo(&row);
         } else {
@@ -235,6 +275,7 @@ impl World {
                 if !self.checker.on_commit_event(row) {
                     continue;
                 }
+                self.ext.on_commit(row, &mut self.checker);
             }
             self.store.apply(w);
         }
@@ -243,6 +284,7 @@ impl World {
 
     pub(super) fn call_provider(&mut self, call: ProviderCall) {
         self.stats.provider_calls += 1;
+        crate::ext::check_provider_body(call.id, &call.body, &mut self.checker);
         let (delay, reply) = self.provider.answer(&call, &self.swarm);
         self.t(format!(
             "out call id={} {} -> in {delay}ms {}",
@@ -285,7 +327,8 @@ impl World {
                 .unwrap_or("")
         ));
         if let Kind::Send { nonce, .. } = &kind {
-            self.nonces.insert(nonce.clone(), rid);
+            // A retry repeats its message's nonce: the first one keeps it.
+            self.nonces.entry(nonce.clone()).or_insert(rid);
         }
         self.reqs.push(Req {
             actor,
@@ -309,6 +352,7 @@ impl World {
             started_ms: self.now_ms,
             notified: Vec::new(),
             end_emitted: false,
+            ext: Default::default(),
         });
         let calm = self.phase == Phase::Setup;
         let keep_alive = std::mem::take(&mut self.force_keep_alive)
@@ -404,12 +448,18 @@ impl World {
         let more = !c.to_send.is_empty();
         if let Some(rid) = completes {
             self.before_arrival(rid);
+            match self.reqs[rid].kind {
+                Kind::Cancel => self.cancel_probe = Some(rid),
+                Kind::Subscribe { .. } => self.ext_before_subscribe(rid),
+                _ => {}
+            }
         }
         self.t(format!(
             "in recv conn={conn} len={} completes={completes:?}",
             piece.len()
         ));
         self.input(Input::Received { conn, bytes: piece });
+        self.cancel_probe = None;
         if let Some(rid) = completes {
             self.after_arrival(rid);
         }
@@ -460,6 +510,13 @@ impl World {
         };
         c.read_scheduled = false;
         if c.client_closed {
+            return;
+        }
+        if c.stalled_until > self.now_ms {
+            // Not reading: the socket buffer fills and flushes stop.
+            c.read_scheduled = true;
+            let at = c.stalled_until;
+            self.schedule(at, Ev::ClientRead(conn));
             return;
         }
         let avail = c.wire.len();
@@ -634,6 +691,8 @@ impl World {
         for r in ended {
             self.reqs[r].end_emitted = true;
             self.reqs[r].waiting = false;
+            let by_close = self.ext.closes_in_drain.contains(&self.reqs[r].session);
+            self.reqs[r].ext.ended_by_close = by_close;
         }
     }
 }

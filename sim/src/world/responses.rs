@@ -27,23 +27,25 @@ impl World {
             return;
         }
         let ignored = self.conns.get(&r.conn).is_none_or(|c| c.close_emitted);
-        if !r.admitted && !r.end_emitted && !ignored {
+        if !r.admitted && !r.end_emitted && !ignored && !self.ext_already_admitted(rid) {
             self.reqs[rid].waiting = true;
         }
     }
 
     pub(super) fn on_emit_fifo(&mut self, row: &engine::store::EventRow) {
+        let mut group = Vec::new();
         let admitted = match row.event_type.as_str() {
             "client.message.send" => {
-                let Some(i) = row.payload.find("nonce:") else {
+                let Some(nonce) = crate::ext::nonce_in(&row.payload) else {
                     return;
                 };
-                let rest = &row.payload[i..];
-                let Some(j) = rest.find(';') else {
-                    return;
-                };
-                match self.nonces.get(&rest[..j]) {
-                    Some(r) => *r,
+                match self.nonces.get(nonce) {
+                    Some(r) => {
+                        // A keyed message and its retries share one place
+                        // in the queue: the earliest of their arrivals.
+                        group = self.same_message(nonce, *r);
+                        *r
+                    }
                     None => return,
                 }
             }
@@ -68,6 +70,31 @@ impl World {
             }
             _ => return,
         };
+        if group.len() > 1 {
+            let first = group
+                .iter()
+                .copied()
+                .filter(|r| self.reqs[*r].arrival.is_some())
+                .min_by_key(|r| self.reqs[*r].arrival);
+            let bypass = group.iter().any(|r| self.reqs[*r].bypass_ok);
+            for r in &group {
+                self.reqs[*r].waiting = false;
+            }
+            match first {
+                Some(f) => {
+                    self.reqs[f].bypass_ok |= bypass;
+                    return self.admit_checked(f, row, &group);
+                }
+                None => return,
+            }
+        }
+        let group = vec![admitted];
+        self.admit_checked(admitted, row, &group)
+    }
+
+    /// `inv_fifo_admission` for the admission of `admitted` (and the other
+    /// requests of its message, `group`).
+    fn admit_checked(&mut self, admitted: usize, row: &engine::store::EventRow, group: &[usize]) {
         let Some(arr) = self.reqs[admitted].arrival else {
             return;
         };
@@ -81,7 +108,7 @@ impl World {
                 .iter()
                 .enumerate()
                 .filter(|(i, r)| {
-                    *i != admitted
+                    !group.contains(i)
                         && r.waiting
                         && r.epoch == self.epoch
                         && r.session == row.session_id
@@ -99,9 +126,11 @@ impl World {
                 );
             }
         }
-        let r = &mut self.reqs[admitted];
-        r.waiting = false;
-        r.admitted = true;
+        for r in group {
+            let r = &mut self.reqs[*r];
+            r.waiting = false;
+            r.admitted = true;
+        }
     }
 
     // ---- responses ---------------------------------------------------------------
@@ -124,6 +153,8 @@ impl World {
                 } else if v.get("error").is_some() {
                     self.stats.lagged += 1;
                     self.t(format!("{who} stream error {}", v["error"]));
+                    self.ext_stream_error(rid, &v["error"]);
+                } else if self.ext_frame(rid, &v) {
                 } else {
                     self.checker.fail(
                         check::INV_WIRE_WELL_FORMED,
@@ -257,9 +288,12 @@ impl World {
                 ),
             );
         }
+        // An idempotent retry attached to the turn late, or had its answer
+        // replayed: it was never streamed all of it.
+        let partial = self.ext_has_siblings(rid);
         let missed: Vec<u64> = seqs[own_input..]
             .iter()
-            .filter(|s| !notified.contains(s))
+            .filter(|s| !partial && !notified.contains(s))
             .copied()
             .collect();
         if !missed.is_empty() {
@@ -299,6 +333,9 @@ impl World {
         if matches!(self.reqs[rid].kind, Kind::Send { .. }) {
             self.reqs[rid].notified.push(seq);
         }
+        let e = &mut self.reqs[rid].ext;
+        e.saw_event = true;
+        e.last_event_id = ev["id"].as_str().map(str::to_string);
         match self.reqs[rid].kind.clone() {
             Kind::Subscribe { .. } => {
                 let expect_from = self.reqs[rid].expect_after.or(prev);
@@ -362,6 +399,7 @@ impl World {
         if complete {
             self.check_events_page(rid);
         }
+        self.ext_stream_ended(rid, complete);
         self.admin_req_finished(rid, complete);
         if actor != usize::MAX {
             self.actor_req_finished(rid, complete);
