@@ -263,6 +263,10 @@ impl Engine {
             }
             return true;
         }
+        #[cfg(feature = "planted-bugs")]
+        if self.planted(crate::planted::Bug::IdemQueuedRetryRuns) {
+            return false;
+        }
         let waiter = self.live.get_mut(session_id).and_then(|l| {
             l.queue.iter_mut().find_map(|w| match &mut w.op {
                 Op::Send(m) if w.key_id == key_id => m.idem.as_mut().filter(|i| i.key == key),

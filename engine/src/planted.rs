@@ -32,10 +32,14 @@ pub enum Bug {
     /// MCP request deadlines are left out of `poll_timeout`, so a silent
     /// server holds the turn (lib.rs `Engine::poll_timeout`).
     McpTimerNotArmed,
+    /// An idempotent retry of a key whose request still waits in the queue
+    /// is not attached to it but queued as a second run of the key
+    /// (idempotency.rs `attach_retry`).
+    IdemQueuedRetryRuns,
 }
 
 impl Bug {
-    pub const ALL: [Bug; 8] = [
+    pub const ALL: [Bug; 9] = [
         Bug::GateReleasedOnPause,
         Bug::AbandonTimerOffByOne,
         Bug::ReplaySkipsBoundary,
@@ -44,6 +48,7 @@ impl Bug {
         Bug::AdmitNewestWaiter,
         Bug::SeqReuseAfterRestart,
         Bug::McpTimerNotArmed,
+        Bug::IdemQueuedRetryRuns,
     ];
 }
 

@@ -87,12 +87,19 @@ fn mcp_timer_not_armed() {
     }
 }
 
+/// `Bug::IdemQueuedRetryRuns`: a retry of a queued keyed send runs a
+/// second turn for the key.
+#[test]
+fn idem_queued_retry_runs() {
+    caught(Bug::IdemQueuedRetryRuns, &["inv_idempotency_one_turn"]);
+}
+
 fn bug_named(name: &str) -> Option<Bug> {
     Bug::ALL.iter().copied().find(|b| format!("{b:?}") == name)
 }
 
 /// Every planted bug has a test above.
-const TESTED: [&str; 8] = [
+const TESTED: [&str; 9] = [
     "GateReleasedOnPause",
     "AbandonTimerOffByOne",
     "ReplaySkipsBoundary",
@@ -101,6 +108,7 @@ const TESTED: [&str; 8] = [
     "AdmitNewestWaiter",
     "SeqReuseAfterRestart",
     "McpTimerNotArmed",
+    "IdemQueuedRetryRuns",
 ];
 
 #[test]
