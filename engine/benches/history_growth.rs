@@ -106,7 +106,7 @@ impl Driver {
         let config = Config {
             providers: vec![ProviderEntry {
                 name: "main".into(),
-                kind: "anthropic".into(),
+                kind: proto::provider::Kind::Anthropic,
                 base_url: BASE_URL.into(),
                 model: MODEL.into(),
                 auth_template: "${TOKEN}".into(),

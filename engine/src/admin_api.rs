@@ -54,8 +54,8 @@ fn page_of<T>(
 ) -> (Vec<T>, Option<String>) {
     let mut items = Vec::new();
     let mut pos = after;
-    while pos < order.len() {
-        if let Some(v) = item(&order[pos]) {
+    while let Some(id) = order.get(pos) {
+        if let Some(v) = item(id) {
             if items.len() == limit {
                 return (items, Some(pos.to_string()));
             }

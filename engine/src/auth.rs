@@ -20,8 +20,11 @@ pub fn hex(bytes: &[u8]) -> String {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
     let mut s = String::with_capacity(bytes.len() * 2);
     for b in bytes {
-        s.push(DIGITS[(b >> 4) as usize] as char);
-        s.push(DIGITS[(b & 15) as usize] as char);
+        for nibble in [b >> 4, b & 15] {
+            s.push(char::from(
+                DIGITS.get(usize::from(nibble)).copied().unwrap_or(b'0'),
+            ));
+        }
     }
     s
 }
@@ -34,10 +37,11 @@ pub fn parse_digest(stored: &str) -> Option<[u8; 32]> {
         return None;
     }
     let mut out = [0u8; 32];
-    for (i, pair) in b.chunks(2).enumerate() {
-        let hi = lower_hex_value(pair[0])?;
-        let lo = lower_hex_value(pair[1])?;
-        out[i] = (hi << 4) | lo;
+    for (slot, pair) in out.iter_mut().zip(b.chunks_exact(2)) {
+        let [hi, lo] = pair else {
+            return None;
+        };
+        *slot = (lower_hex_value(*hi)? << 4) | lower_hex_value(*lo)?;
     }
     Some(out)
 }
@@ -53,8 +57,8 @@ fn lower_hex_value(c: u8) -> Option<u8> {
 /// Compares two digests without data-dependent early exit.
 pub fn ct_eq(a: &[u8; 32], b: &[u8; 32]) -> bool {
     let mut diff = 0u8;
-    for i in 0..32 {
-        diff |= a[i] ^ b[i];
+    for (x, y) in a.iter().zip(b) {
+        diff |= x ^ y;
     }
     // Keep the optimiser from turning the fold into an early-exit compare.
     std::hint::black_box(diff) == 0

@@ -10,6 +10,7 @@ use serde_json::{json, Map, Value};
 use crate::model::{Key, KeyScope, Session, StoredHash};
 use crate::store::{KeyRole, KeyRow, SessionRow, SessionState, StoreRead, StoreWrite};
 use crate::{auth, conn::PendingRead, ConnId, Engine};
+use proto::wire::EventType;
 
 /// Client-port routes.
 enum Route<'a> {
@@ -204,7 +205,7 @@ impl Engine {
             &body.sandbox_tools,
             &body.subagent_tools,
         );
-        self.append_event(&session_id, Some(&key.id), "session.open", payload);
+        self.append_event(&session_id, Some(&key.id), EventType::SessionOpen, payload);
         let response = json!({
             "session_id": session_id,
             "session_key": session_key,
@@ -275,11 +276,9 @@ impl Engine {
             return self.problem(conn, kind, &detail);
         }
         // 10. Replace the joiner's entries, mint its key, log the join.
-        let session = self
-            .catalog
-            .sessions
-            .get_mut(session_id)
-            .expect("checked above");
+        let Some(session) = self.catalog.sessions.get_mut(session_id) else {
+            return self.problem(conn, ProblemType::Internal, "internal error");
+        };
         set_declarations(
             session,
             &key.id,
@@ -301,7 +300,7 @@ impl Engine {
             &body.sandbox_tools,
             &body.subagent_tools,
         );
-        self.append_event(session_id, Some(&key.id), "session.join", payload);
+        self.append_event(session_id, Some(&key.id), EventType::SessionJoin, payload);
         let response = json!({
             "session_id": session_id,
             "session_key": session_key,
@@ -353,10 +352,11 @@ impl Engine {
         if self.auth_session(conn, req, session_id).is_none() {
             return;
         }
-        let state = self.catalog.sessions.get(session_id).map(|s| s.state);
+        let session = self.catalog.sessions.get(session_id);
+        let (state, creator) = (session.map(|s| s.state), session.map(|s| s.creator.clone()));
         match state {
             Some(SessionState::Open) => {
-                let creator = self.catalog.sessions[session_id].creator.clone();
+                let creator = creator.unwrap_or_default();
                 self.close_session(session_id, &creator, "client_close");
                 let body = json!({"session_id": session_id, "state": "closed"});
                 self.respond_value(conn, 200, &body);
@@ -385,7 +385,7 @@ impl Engine {
         self.append_event(
             session_id,
             Some(attributed_to),
-            "session.close",
+            EventType::SessionClose,
             json!({ "reason": reason }),
         );
         self.teardown_session(session_id);
@@ -492,7 +492,7 @@ impl Engine {
                 "primary_provider": p,
             }),
         };
-        self.append_event(&id, Some(key_id), "session.error", payload);
+        self.append_event(&id, Some(key_id), EventType::SessionError, payload);
     }
 
     pub(crate) fn provider(&self, name: &str) -> Option<&crate::ProviderEntry> {
@@ -505,7 +505,7 @@ impl Engine {
             return Value::Null;
         };
         let provider = match self.provider(&p.row.primary_provider) {
-            Some(e) => json!({"provider": e.kind, "model": e.model}),
+            Some(e) => json!({"provider": e.kind.as_str(), "model": e.model}),
             None => json!({"provider": null, "model": null}),
         };
         json!({

@@ -7,6 +7,7 @@ use serde_json::json;
 
 use crate::turn::{Holder, Mode};
 use crate::{ConnId, Engine};
+use proto::jsonrpc::codes;
 
 /// Terminal error of a request whose turn (or queued request) was cancelled.
 pub const CANCELLED: i64 = jsonrpc::codes::TURN_CANCELLED;
@@ -38,7 +39,7 @@ impl Engine {
             Cancelled::Compaction => {
                 return self.terminal_error(
                     conn,
-                    -32000,
+                    codes::APPLICATION_ERROR,
                     "a compaction is running; it cannot be cancelled",
                 )
             }

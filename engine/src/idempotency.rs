@@ -21,6 +21,7 @@ use crate::rpc::StreamKind;
 use crate::store::{IdempotencyRow, ReadResult, StoreRead, StoreWrite};
 use crate::turn::{Op, Turn, UserMessage};
 use crate::{ConnId, Engine};
+use proto::jsonrpc::codes;
 
 /// (session id, client key id, idempotency key).
 type KeyId = (String, String, String);
@@ -286,7 +287,10 @@ impl Engine {
     fn replay_outcome(&mut self, conn: ConnId, session_id: &str, outcome: &str) {
         let parsed: Value = serde_json::from_str(outcome).unwrap_or(Value::Null);
         if let Some(err) = parsed.get("error") {
-            let code = err.get("code").and_then(Value::as_i64).unwrap_or(-32000);
+            let code = err
+                .get("code")
+                .and_then(Value::as_i64)
+                .unwrap_or(codes::APPLICATION_ERROR);
             let msg = err.get("message").and_then(Value::as_str).unwrap_or("");
             return self.terminal_error(conn, code, msg);
         }
@@ -315,7 +319,7 @@ impl Engine {
                 let events: Vec<String> = rows.iter().map(crate::respond::event_json).collect();
                 self.terminal_result(conn, &turn_result(&message, &events));
             }
-            _ => self.terminal_error(conn, -32603, "Internal error"),
+            _ => self.terminal_error(conn, codes::INTERNAL_ERROR, "Internal error"),
         }
     }
 

@@ -11,6 +11,18 @@
 //! any output that reveals it. The driver commits writes (group commit, one
 //! transaction per batch) before it hands later [`Output::Send`]s to sockets.
 #![forbid(unsafe_code)]
+// No input may panic the server (it runs with `panic = "abort"`): lookups
+// that can miss answer with an error instead. Tests may index freely.
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::indexing_slicing,
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::panic,
+        clippy::unreachable
+    )
+)]
 
 mod admin_api;
 mod auth;
@@ -40,6 +52,7 @@ mod turn;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use model::Catalog;
+use proto::jsonrpc::codes;
 
 pub use store::{ReadId, ReadResult, Snapshot, StoreRead, StoreWrite};
 
@@ -176,8 +189,8 @@ pub enum Output {
 #[derive(Debug, Clone, PartialEq)]
 pub struct ProviderEntry {
     pub name: String,
-    /// `"anthropic"` or `"openai"`.
-    pub kind: String,
+    /// The wire format (a config error at load when unknown, never guessed).
+    pub kind: proto::provider::Kind,
     /// Effective base URL (explicit or the kind default, no trailing `/`).
     pub base_url: String,
     pub model: String,
@@ -507,10 +520,10 @@ impl Engine {
                 .and_then(|c| c.stream.as_ref())
                 .map(|s| &s.kind);
             match kind {
-                None if !self.conns[&id].busy => self.close_conn(id),
+                None if !self.conns.get(&id).is_some_and(|c| c.busy) => self.close_conn(id),
                 Some(rpc::StreamKind::Subscribe(_)) => self.end_stream(id),
                 Some(rpc::StreamKind::Queued) => {
-                    self.terminal_error(id, -32000, "server is shutting down")
+                    self.terminal_error(id, codes::APPLICATION_ERROR, "server is shutting down")
                 }
                 _ => {}
             }

@@ -2,6 +2,7 @@
 //! and publication to live streams (after the write, so the driver commits
 //! before any stream sees the event).
 
+use proto::wire::EventType;
 use serde_json::Value;
 
 use crate::store::{EventRow, StoreWrite};
@@ -21,23 +22,25 @@ impl Engine {
         &mut self,
         session_id: &str,
         client_key_id: Option<&str>,
-        event_type: &str,
+        event_type: EventType,
         payload: Value,
     ) -> Appended {
-        debug_assert!(
-            proto::wire::EventType::parse(event_type).is_some(),
-            "{event_type}"
-        );
         let seq = self.next_seq;
         self.next_seq += 1;
         let id = self.new_id(proto::wire::ids::IdKind::Event);
-        if matches!(event_type, "client.message.send" | "server.message.send") {
+        if matches!(
+            event_type,
+            EventType::ClientMessageSend | EventType::ServerMessageSend
+        ) {
             if let Some(h) = self
                 .live
                 .get_mut(session_id)
                 .and_then(|l| l.history.as_mut())
             {
-                h.push(proto::provider::history_message(event_type, &payload));
+                h.push(proto::provider::history_message(
+                    event_type.as_str(),
+                    &payload,
+                ));
             }
         }
         let payload = payload.to_string();
@@ -46,11 +49,11 @@ impl Engine {
             id: id.clone(),
             session_id: session_id.to_string(),
             client_key_id: client_key_id.map(str::to_string),
-            event_type: event_type.to_string(),
+            event_type: event_type.as_str().to_string(),
             payload,
             created_at: self.timestamp(),
         };
-        tracing::trace!(session_id, event_type, payload = %row.payload, "event");
+        tracing::trace!(session_id, event_type = event_type.as_str(), payload = %row.payload, "event");
         let json = crate::respond::event_json(&row);
         let appended = Appended { seq, id, json };
         #[cfg(feature = "planted-bugs")]

@@ -121,11 +121,14 @@ impl Pipeline {
         self.outstanding = self.outstanding.saturating_sub(1);
         self.committed = self.committed.max(batch);
         let mut out = Vec::new();
-        while let Some((need, _)) = self.held.front() {
-            if *need > self.committed {
-                break;
+        while self
+            .held
+            .front()
+            .is_some_and(|(need, _)| *need <= self.committed)
+        {
+            if let Some((_, d)) = self.held.pop_front() {
+                out.push(d);
             }
-            out.push(self.held.pop_front().expect("front exists").1);
         }
         out
     }

@@ -90,8 +90,7 @@ impl crate::Engine {
                     b["type"] == "tool_result"
                         && !m.server_ids.iter().any(|s| b["tool_use_id"] == s.as_str())
                 });
-                if let Some(i) = first {
-                    let dup = blocks[i].clone();
+                if let Some((i, dup)) = first.and_then(|i| Some((i, blocks.get(i)?.clone()))) {
                     blocks.insert(i + 1, dup);
                 }
             }

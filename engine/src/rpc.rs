@@ -11,6 +11,8 @@ use serde_json::{json, Value};
 use crate::conn::PendingRead;
 use crate::store::SessionState;
 use crate::{ConnId, Engine};
+use proto::jsonrpc::codes;
+use proto::wire::EventType;
 
 /// An open NDJSON response on a connection.
 pub struct Stream {
@@ -128,9 +130,9 @@ impl Engine {
         }
         let parsed = match jsonrpc::UpdateClientToolsParams::parse(params) {
             Ok(p) => p,
-            Err(msg) => return self.terminal_error(conn, -32602, &msg),
+            Err(msg) => return self.terminal_error(conn, codes::INVALID_PARAMS, &msg),
         };
-        let profile_id = self.catalog.sessions[session_id].profile_id.clone();
+        let profile_id = self.profile_of(session_id);
         let Some(allowed) = self.catalog.live_profile(&profile_id).map(|p| {
             p.row
                 .allowed_tools
@@ -138,16 +140,14 @@ impl Engine {
                 .filter_map(|v| v.as_str().map(str::to_string))
                 .collect::<Vec<_>>()
         }) else {
-            return self.terminal_error(conn, -32603, "Internal error");
+            return self.terminal_error(conn, codes::INTERNAL_ERROR, "Internal error");
         };
         if let Err(e) = parsed.check_allowed(&allowed) {
             return self.terminal_error(conn, e.code, &e.message);
         }
-        let session = self
-            .catalog
-            .sessions
-            .get_mut(session_id)
-            .expect("open session");
+        let Some(session) = self.catalog.sessions.get_mut(session_id) else {
+            return self.terminal_error(conn, codes::INTERNAL_ERROR, "Internal error");
+        };
         let tools: Vec<Value> = parsed.tools.iter().map(|t| t.to_value()).collect();
         session.client_tools.set(key_id, tools);
         let row = session.to_row();
@@ -158,6 +158,15 @@ impl Engine {
             subagent_tools: row.subagent_tools,
         });
         self.terminal_result(conn, r#"{"updated":true}"#);
+    }
+
+    /// The profile a session is bound to; empty (no live profile has that
+    /// id) when the session is unknown, so callers take their
+    /// profile-unavailable path instead of panicking.
+    pub(crate) fn profile_of(&self, session_id: &str) -> String {
+        (self.catalog.sessions.get(session_id))
+            .map(|s| s.profile_id.clone())
+            .unwrap_or_default()
     }
 
     /// `"session is <state>, not open"` unless the session is open.
@@ -171,13 +180,13 @@ impl Engine {
 
     fn register_driver(&mut self, conn: ConnId, session_id: &str, key_id: &str, params: &Value) {
         if let Some(msg) = self.open_state_error(session_id) {
-            return self.terminal_error(conn, -32000, &msg);
+            return self.terminal_error(conn, codes::APPLICATION_ERROR, &msg);
         }
         // Extension opt-in (docs/extensions.md); without the param the
         // reference behaviour and answer are unchanged.
         let asked = match Extensions::from_params(params) {
             Ok(a) => a,
-            Err(msg) => return self.terminal_error(conn, -32602, &msg),
+            Err(msg) => return self.terminal_error(conn, codes::INVALID_PARAMS, &msg),
         };
         let newly = self
             .catalog
@@ -189,10 +198,10 @@ impl Engine {
             self.append_event(
                 session_id,
                 Some(key_id),
-                "session.driver.register",
+                EventType::SessionDriverRegister,
                 json!({}),
             );
-            let profile_id = self.catalog.sessions[session_id].profile_id.clone();
+            let profile_id = self.profile_of(session_id);
             let images = self
                 .catalog
                 .live_profile(&profile_id)
@@ -203,7 +212,7 @@ impl Engine {
                 self.append_event(
                     session_id,
                     Some(key_id),
-                    "session.sandbox.available",
+                    EventType::SessionSandboxAvailable,
                     json!({ "images": list }),
                 );
             }

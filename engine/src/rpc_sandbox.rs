@@ -6,6 +6,7 @@ use proto::jsonrpc::{ReportLocalSandboxParams, ReportLocalSubagentParams};
 use serde_json::Value;
 
 use crate::{ConnId, Engine};
+use proto::jsonrpc::codes;
 
 impl Engine {
     /// The first check of every gated method: `-32001` unless the caller
@@ -22,7 +23,7 @@ impl Engine {
         }
         self.terminal_error(
             conn,
-            -32001,
+            codes::DRIVER_NOT_REGISTERED,
             &format!("call session.registerDriver before {method}"),
         );
         false
@@ -42,7 +43,7 @@ impl Engine {
         }
         match self.open_state_error(session_id) {
             Some(msg) => {
-                self.terminal_error(conn, -32000, &msg);
+                self.terminal_error(conn, codes::APPLICATION_ERROR, &msg);
                 false
             }
             None => true,
@@ -98,10 +99,10 @@ impl Engine {
         }
         match report {
             Ok((event_type, payload)) => {
-                self.append_event(session_id, Some(key_id), event_type.as_str(), payload);
+                self.append_event(session_id, Some(key_id), event_type, payload);
                 self.terminal_result(conn, r#"{"reported":true}"#);
             }
-            Err(msg) => self.terminal_error(conn, -32602, &msg),
+            Err(msg) => self.terminal_error(conn, codes::INVALID_PARAMS, &msg),
         }
     }
 }

@@ -9,6 +9,8 @@ use crate::sandbox::{
     CancelOutcome, ExecOutput, Handle, Requester, SandboxNotice, StartRefused, StopReason,
 };
 use crate::{ConnId, Engine};
+use proto::jsonrpc::codes;
+use proto::wire::EventType;
 
 impl Engine {
     /// Routes one hub notice (called from the subsystem pump).
@@ -88,7 +90,7 @@ impl Engine {
         }
         let image = match StartRemoteSandboxParams::parse(params) {
             Ok(p) => p.image,
-            Err(msg) => return self.terminal_error(conn, -32602, &msg),
+            Err(msg) => return self.terminal_error(conn, codes::INVALID_PARAMS, &msg),
         };
         let profile_id = self
             .catalog
@@ -98,7 +100,7 @@ impl Engine {
         let Some(profile) = profile_id.and_then(|p| self.catalog.live_profile(&p)) else {
             return self.terminal_error(
                 conn,
-                -32000,
+                codes::APPLICATION_ERROR,
                 "profile_unavailable: the profile bound to this session is no longer available",
             );
         };
@@ -114,12 +116,17 @@ impl Engine {
         {
             return self.terminal_error(
                 conn,
-                -32000,
+                codes::APPLICATION_ERROR,
                 "a remote sandbox is already running for this session; call session.stopRemoteSandbox first",
             );
         }
         let start = json!({"image": image, "dispatch": "remote"});
-        self.append_event(session_id, Some(key_id), "session.sandbox.start", start);
+        self.append_event(
+            session_id,
+            Some(key_id),
+            EventType::SessionSandboxStart,
+            start,
+        );
     }
 
     fn sandbox_started(
@@ -138,7 +145,7 @@ impl Engine {
                 self.append_event(
                     session_id,
                     key.as_deref(),
-                    "session.sandbox.running",
+                    EventType::SessionSandboxRunning,
                     payload,
                 );
                 // The running event's `created_at` (same input, same stamp).
@@ -157,7 +164,12 @@ impl Engine {
                 // A start still running when the session closed ends
                 // silently: nothing is appended after the close's teardown.
                 if !self.is_closed(session_id) {
-                    self.append_event(session_id, key.as_deref(), "session.sandbox.error", payload);
+                    self.append_event(
+                        session_id,
+                        key.as_deref(),
+                        EventType::SessionSandboxError,
+                        payload,
+                    );
                 }
                 if let Some((conn, _)) = self.rpc_alive(&requester) {
                     let e = RpcError::sandbox_start_failed(&detail);
@@ -192,7 +204,12 @@ impl Engine {
         let payload = json!({
             "image": handle.image, "sandbox_id": handle.container, "reason": reason.as_str(), "dispatch": "remote",
         });
-        self.append_event(session_id, Some(key_id), "session.sandbox.stop", payload);
+        self.append_event(
+            session_id,
+            Some(key_id),
+            EventType::SessionSandboxStop,
+            payload,
+        );
     }
 
     fn sandbox_stopped(
@@ -213,7 +230,7 @@ impl Engine {
                 self.append_event(
                     session_id,
                     key.as_deref(),
-                    "session.sandbox.stopped",
+                    EventType::SessionSandboxStopped,
                     payload,
                 );
                 if let Some((conn, _)) = self.rpc_alive(&requester) {
@@ -224,7 +241,11 @@ impl Engine {
             Err(detail) => {
                 self.log_sandbox_error(session_id, key.as_deref(), handle, "stop", &detail);
                 if let Some((conn, _)) = self.rpc_alive(&requester) {
-                    self.terminal_error(conn, -32000, &format!("sandbox stop failed: {detail}"));
+                    self.terminal_error(
+                        conn,
+                        codes::APPLICATION_ERROR,
+                        &format!("sandbox stop failed: {detail}"),
+                    );
                 }
             }
         }
@@ -250,7 +271,7 @@ impl Engine {
             "image": handle.image, "sandbox_id": handle.container, "phase": phase, "detail": detail,
             "dispatch": "remote", "unsandboxed": false,
         });
-        self.append_event(session_id, key_id, "session.sandbox.error", payload);
+        self.append_event(session_id, key_id, EventType::SessionSandboxError, payload);
     }
 
     /// `session.execRemoteSandbox` (spec 06 §5.6): no event on success.
@@ -266,7 +287,7 @@ impl Engine {
         }
         let command = match ExecRemoteSandboxParams::parse(params) {
             Ok(p) => p.command,
-            Err(msg) => return self.terminal_error(conn, -32602, &msg),
+            Err(msg) => return self.terminal_error(conn, codes::INVALID_PARAMS, &msg),
         };
         let requester = Requester::Rpc {
             conn,
@@ -305,7 +326,11 @@ impl Engine {
                     self.log_sandbox_error(session_id, Some(key_id), handle, "exec", &detail);
                 }
                 if self.conns.contains_key(&conn) {
-                    self.terminal_error(conn, -32000, &format!("sandbox exec failed: {detail}"));
+                    self.terminal_error(
+                        conn,
+                        codes::APPLICATION_ERROR,
+                        &format!("sandbox exec failed: {detail}"),
+                    );
                 }
             }
         }
@@ -340,7 +365,7 @@ impl Engine {
         }
         let id = match proto::jsonrpc::CancelSubagentParams::parse(params) {
             Ok(p) => p.subagent_id,
-            Err(msg) => return self.terminal_error(conn, -32602, &msg),
+            Err(msg) => return self.terminal_error(conn, codes::INVALID_PARAMS, &msg),
         };
         match self.sandbox.cancel(session_id, &id) {
             CancelOutcome::NotFound => {

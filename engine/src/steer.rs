@@ -14,6 +14,8 @@ use serde_json::{json, Value};
 
 use crate::turn::{Holder, Mode, TurnId};
 use crate::{ConnId, Engine};
+use proto::jsonrpc::codes;
+use proto::wire::EventType;
 
 /// Steers that may wait on one turn; more are refused.
 pub const MAX_PENDING_STEERS: usize = 16;
@@ -39,19 +41,19 @@ impl Engine {
         }
         let message = match proto::jsonrpc::SendMessageParams::parse(params) {
             Ok(m) => m,
-            Err(msg) => return self.terminal_error(conn, -32602, &msg),
+            Err(msg) => return self.terminal_error(conn, codes::INVALID_PARAMS, &msg),
         };
         if message.role != "user" {
             return self.terminal_error(
                 conn,
-                -32602,
+                codes::INVALID_PARAMS,
                 "Invalid params: a steer's \"role\" must be \"user\"",
             );
         }
         if crate::turn::merge::has_tool_result(&message.content) {
             return self.terminal_error(
                 conn,
-                -32602,
+                codes::INVALID_PARAMS,
                 "Invalid params: a steer must not contain tool_result blocks",
             );
         }
@@ -105,7 +107,7 @@ impl Engine {
         for steer in steers {
             let payload = json!({"role": "user", "content": steer.content});
             let message = proto::provider::history_message("client.message.send", &payload);
-            let Some(ev) = self.turn_event(turn_id, "client.message.send", payload) else {
+            let Some(ev) = self.turn_event(turn_id, EventType::ClientMessageSend, payload) else {
                 return;
             };
             if let Some(t) = self.turns.get_mut(&turn_id) {

@@ -16,6 +16,7 @@ use crate::log::Appended;
 use crate::rpc::StreamKind;
 use crate::store::{EventRow, ReadResult, StoreRead};
 use crate::{ConnId, Engine};
+use proto::jsonrpc::codes;
 
 /// Rows per replay read (spec 01 §6.3).
 const REPLAY_PAGE: usize = 200;
@@ -57,14 +58,14 @@ impl Engine {
             Some(_) => {
                 return self.terminal_error(
                     conn,
-                    -32602,
+                    codes::INVALID_PARAMS,
                     "Invalid params: since_event_id must be a string",
                 );
             }
         };
         let asked = match Extensions::from_params(params) {
             Ok(a) => a.unwrap_or_default(),
-            Err(msg) => return self.terminal_error(conn, -32602, &msg),
+            Err(msg) => return self.terminal_error(conn, codes::INVALID_PARAMS, &msg),
         };
         // Attach first, then replay, so nothing committed meanwhile is lost.
         let phase = match since {
@@ -237,7 +238,11 @@ impl Engine {
     }
 
     fn replay_failed(&mut self, conn: ConnId) {
-        let frame = jsonrpc::error_frame(Some(&Value::Null), -32000, "replay failed");
+        let frame = jsonrpc::error_frame(
+            Some(&Value::Null),
+            codes::APPLICATION_ERROR,
+            "replay failed",
+        );
         self.frame(conn, &frame);
         self.end_stream(conn);
     }

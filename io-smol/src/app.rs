@@ -321,7 +321,7 @@ pub fn engine_config(env: &Env, file: &FileConfig, run_label: &str) -> engine::C
         .iter()
         .map(|p| ProviderEntry {
             name: p.name.clone(),
-            kind: p.kind.as_str().to_string(),
+            kind: p.kind,
             base_url: p.api_base_url().to_string(),
             model: p.model.clone(),
             auth_template: p.auth_token.clone(),

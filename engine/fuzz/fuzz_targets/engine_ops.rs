@@ -185,7 +185,7 @@ impl World {
         }));
         let entry = |name: &str| ProviderEntry {
             name: name.into(),
-            kind: "anthropic".into(),
+            kind: proto::provider::Kind::Anthropic,
             base_url: "http://provider.fuzz".into(),
             model: "m".into(),
             auth_template: "${TOKEN}".into(),

@@ -80,18 +80,21 @@ impl SubagentStatus {
     }
 
     /// The terminal event: its type and payload (spec 02 §4.22–§4.26).
-    pub fn terminal_event(&self) -> Option<(&'static str, Value)> {
+    pub fn terminal_event(&self) -> Option<(proto::wire::EventType, Value)> {
+        use proto::wire::EventType;
         let mut p = self.common_payload();
         let kind = match self.state {
             State::Running => return None,
-            State::Completed => "session.subagent.completed",
-            State::Failed | State::TimedOut => "session.subagent.failed",
-            State::Cancelled => "session.subagent.cancelled",
+            State::Completed => EventType::SessionSubagentCompleted,
+            State::Failed | State::TimedOut => EventType::SessionSubagentFailed,
+            State::Cancelled => EventType::SessionSubagentCancelled,
         };
-        if self.state != State::Completed {
-            p["reason"] = json!(self.reason);
+        if let Some(o) = p.as_object_mut() {
+            if self.state != State::Completed {
+                o.insert("reason".into(), json!(self.reason));
+            }
+            o.insert("exit_code".into(), json!(self.exit_code));
         }
-        p["exit_code"] = json!(self.exit_code);
         Some((kind, p))
     }
 }

@@ -266,7 +266,7 @@ fn c156_subagents_are_reported_once_when_terminal_then_evicted() {
     };
     assert_eq!(status.state, SubagentState::Completed);
     let (kind, payload) = status.terminal_event().unwrap();
-    assert_eq!(kind, "session.subagent.completed");
+    assert_eq!(kind.as_str(), "session.subagent.completed");
     assert_eq!(payload["exit_code"], 0);
     let all = h.report("s", None).unwrap();
     assert_eq!(all.len(), 2);
@@ -292,7 +292,7 @@ fn c158_a_subagent_past_its_timeout_is_killed_and_timed_out() {
     };
     assert_eq!(status.state, SubagentState::TimedOut);
     let (kind, payload) = status.terminal_event().unwrap();
-    assert_eq!(kind, "session.subagent.failed");
+    assert_eq!(kind.as_str(), "session.subagent.failed");
     assert_eq!(payload["reason"], "timeout");
     assert!(payload["exit_code"].is_null());
     assert_eq!(

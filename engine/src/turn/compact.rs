@@ -6,6 +6,8 @@ use serde_json::{json, Value};
 
 use super::{merge, Holder, Mode, Op, Outcome, Pause, TurnId};
 use crate::{ConnId, Engine};
+use proto::jsonrpc::codes;
+use proto::wire::EventType;
 
 /// Compaction calls get at least this output budget (spec 07 §2 step 2).
 pub const MIN_MAX_TOKENS: u32 = 4096;
@@ -48,7 +50,7 @@ impl Engine {
         }
         let prompt = match proto::jsonrpc::CompactParams::parse(params) {
             Ok(p) => p.prompt,
-            Err(msg) => return self.terminal_error(conn, -32602, &msg),
+            Err(msg) => return self.terminal_error(conn, codes::INVALID_PARAMS, &msg),
         };
         self.arrive(conn, session_id, key_id, Op::Compact(prompt));
     }
@@ -67,7 +69,7 @@ impl Engine {
             Holder::Paused(p) if p.deadline > now => self.turn_in_progress(conn),
             Holder::Paused(_) if live.queue.is_empty() => {
                 let Holder::Paused(p) = std::mem::take(&mut live.holder) else {
-                    unreachable!()
+                    return;
                 };
                 self.acquire_compaction(conn, session_id, key_id, prompt, Some(p));
             }
@@ -81,7 +83,7 @@ impl Engine {
     fn turn_in_progress(&mut self, conn: ConnId) {
         self.terminal_error(
             conn,
-            -32020,
+            codes::TURN_IN_PROGRESS,
             "turn in progress: resolve the paused turn before compacting",
         );
     }
@@ -121,7 +123,7 @@ impl Engine {
             }
         }
         if let Some(msg) = self.open_state_error(session_id) {
-            return self.fail_turn(turn_id, -32000, &msg);
+            return self.fail_turn(turn_id, codes::APPLICATION_ERROR, &msg);
         }
         if let Some(p) = &reclaimed {
             let paused = merge::PausedTurn {
@@ -133,13 +135,13 @@ impl Engine {
                 Err(reason) => {
                     return self.fail_turn(
                         turn_id,
-                        -32000,
+                        codes::APPLICATION_ERROR,
                         &format!("tool result merge invalid: {reason}"),
                     )
                 }
             };
             let payload = json!({"role": "user", "content": merged.content, "synthetic": "abandoned_tool_results"});
-            self.turn_event(turn_id, "server.message.send", payload);
+            self.turn_event(turn_id, EventType::ServerMessageSend, payload);
             for b in merged.content.as_array().into_iter().flatten() {
                 let id = b["tool_use_id"].as_str().unwrap_or("");
                 if merged.server_ids.iter().any(|s| s == id) {
@@ -152,20 +154,19 @@ impl Engine {
                     "is_error": b.get("is_error").and_then(Value::as_bool).unwrap_or(false),
                     "content": b.get("content").cloned().unwrap_or(Value::Null),
                 });
-                self.turn_event(turn_id, "tool.result", payload);
+                self.turn_event(turn_id, EventType::ToolResult, payload);
             }
         }
-        let profile_id = self.catalog.sessions[session_id].profile_id.clone();
+        let profile_id = self.profile_of(session_id);
         if self.catalog.live_profile(&profile_id).is_none() {
             return self.fail_turn(
                 turn_id,
-                -32000,
+                codes::APPLICATION_ERROR,
                 "profile_unavailable: the profile bound to this session is no longer available",
             );
         }
-        let stored = self.catalog.sessions[session_id]
-            .compaction
-            .client_prompt()
+        let stored = (self.catalog.sessions.get(session_id))
+            .and_then(|s| s.compaction.client_prompt())
             .map(str::to_string);
         let instruction = prompt
             .or(stored)
@@ -198,7 +199,7 @@ impl Engine {
             return;
         };
         let session_id = t.session_id.clone();
-        let profile_id = self.catalog.sessions[&session_id].profile_id.clone();
+        let profile_id = self.profile_of(&session_id);
         let Some(profile) = self
             .catalog
             .live_profile(&profile_id)
@@ -228,7 +229,11 @@ impl Engine {
             .get(&session_id)
             .and_then(|l| l.history.clone())
             .unwrap_or_default();
-        self.turn_event(turn_id, "session.compaction.started", trigger.clone());
+        self.turn_event(
+            turn_id,
+            EventType::SessionCompactionStarted,
+            trigger.clone(),
+        );
         let Some(t) = self.turns.get_mut(&turn_id) else {
             return;
         };
@@ -278,11 +283,11 @@ impl Engine {
             "synthetic": "compaction_preamble",
         });
         let preamble_id = self
-            .turn_event(turn_id, "server.message.send", preamble.clone())
+            .turn_event(turn_id, EventType::ServerMessageSend, preamble.clone())
             .map(|e| e.id);
         let summary = json!({"role": "assistant", "content": resp.content});
         let summary_id = self
-            .turn_event(turn_id, "server.message.send", summary.clone())
+            .turn_event(turn_id, EventType::ServerMessageSend, summary.clone())
             .map(|e| e.id);
         let completed = json!({
             "preamble_event_id": preamble_id,
@@ -291,7 +296,7 @@ impl Engine {
             "input_tokens": usage.map(|u| u.0),
             "summary_tokens": usage.map(|u| u.1),
         });
-        let done = self.turn_event(turn_id, "session.compaction.completed", completed);
+        let done = self.turn_event(turn_id, EventType::SessionCompactionCompleted, completed);
         if let Some(live) = self.live.get_mut(&session_id) {
             live.history = Some(vec![
                 proto::provider::history_message("server.message.send", &preamble),
@@ -321,7 +326,11 @@ impl Engine {
             }
             return self.finish_compaction(turn_id, None);
         }
-        self.fail_turn(turn_id, -32000, &format!("compaction failed: {detail}"));
+        self.fail_turn(
+            turn_id,
+            codes::APPLICATION_ERROR,
+            &format!("compaction failed: {detail}"),
+        );
     }
 
     /// Manual: the completed EventView is the result. Auto: the turn's own
@@ -344,7 +353,9 @@ impl Engine {
                 if let Some(conn) = t.conn {
                     match completed {
                         Some(json) => self.terminal_result(conn, &json),
-                        None => self.terminal_error(conn, -32000, "compaction failed"),
+                        None => {
+                            self.terminal_error(conn, codes::APPLICATION_ERROR, "compaction failed")
+                        }
                     }
                 }
                 self.release_gate(&t.session_id);
@@ -374,7 +385,9 @@ impl Engine {
             return false;
         };
         let session_id = t.session_id.clone();
-        let Some(size) = self.catalog.sessions[&session_id].compaction.auto_size() else {
+        let Some(size) =
+            (self.catalog.sessions.get(&session_id)).and_then(|s| s.compaction.auto_size())
+        else {
             return false;
         };
         let backoff = self

@@ -5,6 +5,7 @@
 use super::{Holder, Op, Takeover, TurnId, Waiter};
 use crate::rpc::StreamKind;
 use crate::{ConnId, Engine};
+use proto::jsonrpc::codes;
 
 impl Engine {
     /// Frees the gate and admits the next live waiter.
@@ -157,7 +158,7 @@ impl Engine {
                 if let Some(s) = self.stream_mut(conn) {
                     s.kind = StreamKind::Single;
                 }
-                self.terminal_error(conn, -32000, &msg);
+                self.terminal_error(conn, codes::APPLICATION_ERROR, &msg);
             }
         }
     }

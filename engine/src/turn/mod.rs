@@ -14,7 +14,7 @@ pub mod tools;
 
 use std::collections::VecDeque;
 
-use proto::provider::{self, Kind};
+use proto::provider;
 use serde_json::{json, Value};
 
 use crate::conn::PendingRead;
@@ -23,6 +23,8 @@ use crate::store::{ReadResult, SessionState, StoreRead, StoreWrite};
 use crate::{
     AuthPlacement, CallId, ConnId, Engine, Output, ProviderCall, ProviderEntry, ProviderReply,
 };
+use proto::jsonrpc::codes;
+use proto::wire::EventType;
 
 /// Round trips per turn before `loop_limit` (spec 05 §9).
 pub const MAX_ITERATIONS: u32 = 8;
@@ -214,7 +216,7 @@ impl Engine {
             if idempotent && self.replay_finished(conn, session_id, key_id, params) {
                 return;
             }
-            return self.terminal_error(conn, -32000, &msg);
+            return self.terminal_error(conn, codes::APPLICATION_ERROR, &msg);
         }
         let mut message = match proto::jsonrpc::SendMessageParams::parse(params) {
             Ok(m) => UserMessage {
@@ -222,12 +224,12 @@ impl Engine {
                 content: m.content,
                 idem: None,
             },
-            Err(msg) => return self.terminal_error(conn, -32602, &msg),
+            Err(msg) => return self.terminal_error(conn, codes::INVALID_PARAMS, &msg),
         };
         if idempotent {
             let key = match proto::jsonrpc::idempotency_key(params) {
                 Ok(k) => k,
-                Err(msg) => return self.terminal_error(conn, -32602, &msg),
+                Err(msg) => return self.terminal_error(conn, codes::INVALID_PARAMS, &msg),
             };
             if let Some(key) = key {
                 if self.idempotent_send(conn, session_id, key_id, key, &mut message) {
@@ -283,13 +285,13 @@ impl Engine {
         match &live.holder {
             Holder::Paused(p) if p.owner == key_id && !p.cancelled => {
                 let Holder::Paused(p) = std::mem::take(&mut live.holder) else {
-                    unreachable!()
+                    return;
                 };
                 self.acquire(conn, session_id, key_id, message, Takeover::Resume(p));
             }
             Holder::Paused(p) if p.deadline <= now && live.queue.is_empty() => {
                 let Holder::Paused(p) = std::mem::take(&mut live.holder) else {
-                    unreachable!()
+                    return;
                 };
                 // Logged before this request subscribes: observers see it,
                 // the reclaiming caller does not (C-122).
@@ -309,12 +311,12 @@ impl Engine {
 
     pub(crate) fn enqueue(&mut self, session_id: &str, conn: ConnId, key_id: &str, op: Op) {
         if self.shutting_down {
-            return self.terminal_error(conn, -32000, "server is shutting down");
+            return self.terminal_error(conn, codes::APPLICATION_ERROR, "server is shutting down");
         }
         if self.live_mut(session_id).queue.len() >= self.config.max_queued_per_session {
             return self.terminal_error(
                 conn,
-                -32000,
+                codes::APPLICATION_ERROR,
                 "turn queue full: too many requests are waiting on this session",
             );
         }
@@ -339,7 +341,7 @@ impl Engine {
 
     pub(crate) fn log_abandoned(&mut self, session_id: &str, owner: &str) {
         let payload = json!({"reason": "driver_turn_abandoned", "owner_client_key_id": owner});
-        self.append_event(session_id, Some(owner), "session.error", payload);
+        self.append_event(session_id, Some(owner), EventType::SessionError, payload);
     }
 
     /// The request now holds the gate: re-check, record the user turn and
@@ -412,7 +414,7 @@ impl Engine {
             }
         }
         if let Some(msg) = self.open_state_error(session_id) {
-            return self.fail_turn(turn_id, -32000, &msg);
+            return self.fail_turn(turn_id, codes::APPLICATION_ERROR, &msg);
         }
         // Build the single user message that follows the paused turn.
         let merged = match &takeover {
@@ -420,7 +422,7 @@ impl Engine {
                 if merge::has_tool_result(&message.content) {
                     return self.fail_turn(
                         turn_id,
-                        -32000,
+                        codes::APPLICATION_ERROR,
                         "tool result merge invalid: no paused turn is awaiting tool results (it may have timed out and been retired)",
                     );
                 }
@@ -453,11 +455,11 @@ impl Engine {
             Ok(m) => m,
             Err(reason) => {
                 let payload = json!({"reason": "tool_result_merge_invalid", "detail": reason});
-                self.turn_event(turn_id, "session.error", payload);
+                self.turn_event(turn_id, EventType::SessionError, payload);
                 self.set_state(session_id, SessionState::Error);
                 return self.fail_turn(
                     turn_id,
-                    -32000,
+                    codes::APPLICATION_ERROR,
                     &format!("tool result merge invalid: {reason}"),
                 );
             }
@@ -470,7 +472,7 @@ impl Engine {
             .map(Turn::streams)
             .unwrap_or_default();
         let payload = json!({"role": message.role, "content": merged.content});
-        self.turn_event(turn_id, "client.message.send", payload);
+        self.turn_event(turn_id, EventType::ClientMessageSend, payload);
         if let Value::Array(blocks) = &merged.content {
             for b in blocks {
                 if b.get("type").and_then(Value::as_str) != Some("tool_result") {
@@ -487,23 +489,23 @@ impl Engine {
                     "is_error": b.get("is_error").and_then(Value::as_bool).unwrap_or(false),
                     "content": b.get("content").cloned().unwrap_or(Value::Null),
                 });
-                self.turn_event(turn_id, "tool.result", payload);
+                self.turn_event(turn_id, EventType::ToolResult, payload);
             }
         }
         self.quiet.clear();
         // The profile and the provider chain are re-read every turn.
-        let profile_id = self.catalog.sessions[session_id].profile_id.clone();
+        let profile_id = self.profile_of(session_id);
         let Some(profile) = self
             .catalog
             .live_profile(&profile_id)
             .map(|p| p.row.clone())
         else {
             let payload = json!({"reason": "profile_unavailable", "profile_id": profile_id});
-            self.turn_event(turn_id, "session.error", payload);
+            self.turn_event(turn_id, EventType::SessionError, payload);
             self.set_state(session_id, SessionState::Error);
             return self.fail_turn(
                 turn_id,
-                -32000,
+                codes::APPLICATION_ERROR,
                 "profile_unavailable: the profile bound to this session is no longer available",
             );
         };
@@ -514,7 +516,7 @@ impl Engine {
             );
             self.turn_event(
                 turn_id,
-                "session.error",
+                EventType::SessionError,
                 json!({"reason": "provider_config", "detail": detail}),
             );
             self.set_state(session_id, SessionState::Error);
@@ -584,7 +586,7 @@ impl Engine {
                 if let Err(e) = other {
                     tracing::error!(error = %e, "history read failed");
                 }
-                self.fail_turn(turn_id, -32000, "session loop failed");
+                self.fail_turn(turn_id, codes::APPLICATION_ERROR, "session loop failed");
             }
         }
     }
@@ -608,7 +610,7 @@ impl Engine {
         if t.iteration >= MAX_ITERATIONS {
             let session_id = t.session_id.clone();
             let payload = json!({"reason": "loop_limit", "max_iterations": MAX_ITERATIONS});
-            self.turn_event(turn_id, "session.error", payload);
+            self.turn_event(turn_id, EventType::SessionError, payload);
             self.set_state(&session_id, SessionState::Error);
             return self.end_turn(turn_id, Outcome::ProvidersFailed);
         }
@@ -634,8 +636,10 @@ impl Engine {
         let Some(t) = self.turns.get(&turn_id) else {
             return;
         };
-        let entry = t.chain[t.attempt].clone();
-        let kind = Kind::parse(&entry.kind).unwrap_or(Kind::Anthropic);
+        let Some(entry) = t.chain.get(t.attempt).cloned() else {
+            return self.fail_turn(turn_id, codes::INTERNAL_ERROR, "Internal error");
+        };
+        let kind = entry.kind;
         let compaction = matches!(t.mode, Mode::Compaction(_));
         // Compaction never advertises tools and gets at least 4096 tokens.
         // A chat round sends the session's cached history plus this turn's
@@ -645,7 +649,10 @@ impl Engine {
                 .live
                 .get(&t.session_id)
                 .and_then(|l| l.history.as_deref())
-                .map(|h| &h[..h.len().saturating_sub(t.steers_in_cache)])
+                .map(|h| {
+                    h.get(..h.len().saturating_sub(t.steers_in_cache))
+                        .unwrap_or(h)
+                })
                 .unwrap_or(&[]),
             Mode::Compaction(run) => &run.messages,
         };
@@ -676,7 +683,7 @@ impl Engine {
                 "fallback"
             }),
         );
-        payload.insert("provider".into(), Value::String(entry.kind.clone()));
+        payload.insert("provider".into(), json!(entry.kind.as_str()));
         payload.insert("base_url".into(), Value::String(entry.base_url.clone()));
         payload.insert("model".into(), Value::String(entry.model.clone()));
         payload.insert("max_tokens".into(), json!(max_tokens));
@@ -689,7 +696,7 @@ impl Engine {
             payload.insert("purpose".into(), json!("compaction"));
         }
         let payload = Value::Object(payload);
-        self.turn_event(turn_id, "provider.request", payload);
+        self.turn_event(turn_id, EventType::ProviderRequest, payload);
         let call_id = self.next_call;
         self.next_call += 1;
         self.calls.insert(call_id, turn_id);
@@ -719,9 +726,11 @@ impl Engine {
             return;
         };
         t.call = None;
-        let entry = t.chain[t.attempt].clone();
+        let Some(entry) = t.chain.get(t.attempt).cloned() else {
+            return self.fail_turn(turn_id, codes::INTERNAL_ERROR, "Internal error");
+        };
         let attempt = t.attempt;
-        let kind = Kind::parse(&entry.kind).unwrap_or(Kind::Anthropic);
+        let kind = entry.kind;
         let attempt_kind = if attempt == 0 { "primary" } else { "fallback" };
         let compaction = matches!(t.mode, Mode::Compaction(_));
         let failure = match reply {
@@ -738,7 +747,7 @@ impl Engine {
                     let mut payload = json!({
                         "attempt": attempt,
                         "kind": attempt_kind,
-                        "provider": entry.kind,
+                        "provider": kind.as_str(),
                         "ok": true,
                         "status": 200,
                         "body": resp.raw,
@@ -749,12 +758,14 @@ impl Engine {
                         .as_ref()
                         .map(|u| (u.input_tokens, u.output_tokens));
                     if compaction {
-                        payload["purpose"] = json!("compaction");
-                        self.turn_event(turn_id, "provider.response", payload);
+                        mark_compaction(&mut payload);
+                        self.turn_event(turn_id, EventType::ProviderResponse, payload);
                         return self.on_summary(turn_id, resp, usage);
                     }
-                    self.turn_event(turn_id, "provider.response", payload);
-                    let session_id = self.turns[&turn_id].session_id.clone();
+                    self.turn_event(turn_id, EventType::ProviderResponse, payload);
+                    let session_id = (self.turns.get(&turn_id))
+                        .map(|t| t.session_id.clone())
+                        .unwrap_or_default();
                     self.live_mut(&session_id).newest_usage = usage;
                     if let Some(t) = self.turns.get_mut(&turn_id) {
                         t.last_usage = usage;
@@ -768,20 +779,19 @@ impl Engine {
         let mut payload = json!({
             "attempt": attempt,
             "kind": attempt_kind,
-            "provider": entry.kind,
+            "provider": kind.as_str(),
             "ok": false,
             "status": status,
             "error": error,
             "body": body,
         });
         if compaction {
-            payload["purpose"] = json!("compaction");
+            mark_compaction(&mut payload);
         }
-        self.turn_event(turn_id, "provider.response", payload);
+        self.turn_event(turn_id, EventType::ProviderResponse, payload);
         if attempt == 0 && !compaction {
-            let payload =
-                json!({"reason": "provider_call_failed", "provider": entry.kind, "detail": error});
-            self.turn_event(turn_id, "session.error", payload);
+            let payload = json!({"reason": "provider_call_failed", "provider": kind.as_str(), "detail": error});
+            self.turn_event(turn_id, EventType::SessionError, payload);
         }
         let Some(t) = self.turns.get_mut(&turn_id) else {
             return;
@@ -796,7 +806,7 @@ impl Engine {
             return self.compaction_failed(turn_id, &format!("all {attempts} providers failed"));
         }
         let payload = json!({"reason": "all_providers_failed", "attempts": attempts});
-        self.turn_event(turn_id, "session.error", payload);
+        self.turn_event(turn_id, EventType::SessionError, payload);
         self.set_state(&session_id, SessionState::Error);
         self.end_turn(turn_id, Outcome::ProvidersFailed)
     }
@@ -805,7 +815,7 @@ impl Engine {
     pub(crate) fn turn_event(
         &mut self,
         turn_id: TurnId,
-        event_type: &str,
+        event_type: EventType,
         payload: Value,
     ) -> Option<crate::log::Appended> {
         let t = self.turns.get(&turn_id)?;
@@ -896,5 +906,12 @@ impl Engine {
             self.terminal_error(conn, code, message);
         }
         self.release_gate(&t.session_id);
+    }
+}
+
+/// `"purpose": "compaction"` on a provider event payload (an object).
+fn mark_compaction(payload: &mut Value) {
+    if let Some(o) = payload.as_object_mut() {
+        o.insert("purpose".into(), json!("compaction"));
     }
 }

@@ -9,6 +9,7 @@ use super::{Holder, Pause, Waiter};
 use crate::conn::PendingRead;
 use crate::store::{ReadResult, StoreRead};
 use crate::Engine;
+use proto::jsonrpc::codes;
 
 /// Events read after a paused message (its tool rounds are bounded by the
 /// number of tool_use blocks; this is generous).
@@ -49,7 +50,9 @@ impl Engine {
             Some(paused_seq) => {
                 // Server results were logged between the preceding message
                 // and the paused one.
-                let after_seq = if n >= 2 { load.messages[n - 2].0 } else { 0 };
+                let after_seq = (n.checked_sub(2))
+                    .and_then(|i| load.messages.get(i))
+                    .map_or(0, |m| m.0);
                 self.read(
                     StoreRead::Events {
                         session_id: session_id.to_string(),
@@ -79,37 +82,46 @@ impl Engine {
         let Some(at) = rows.iter().position(|r| r.seq == paused_seq) else {
             return self.recovery_failed(session_id);
         };
-        let message: Value = serde_json::from_str(&rows[at].payload).unwrap_or(Value::Null);
-        let expected: Vec<String> = message["content"]
-            .as_array()
+        let Some(paused) = rows.get(at) else {
+            return self.recovery_failed(session_id);
+        };
+        let message: Value = serde_json::from_str(&paused.payload).unwrap_or(Value::Null);
+        let field = |v: &Value, k: &str| v.get(k).cloned().unwrap_or(Value::Null);
+        let expected: Vec<String> = (message.get("content"))
+            .and_then(Value::as_array)
             .into_iter()
             .flatten()
             .filter(|b| b.get("type").and_then(Value::as_str) == Some("tool_use"))
-            .map(|b| b["id"].as_str().unwrap_or("").to_string())
+            .map(|b| {
+                b.get("id")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_string()
+            })
             .collect();
-        let server_results = rows[..at]
-            .iter()
+        let server_results = (rows.iter().take(at))
             .filter(|r| r.event_type == "tool.result")
             .filter_map(|r| serde_json::from_str::<Value>(&r.payload).ok())
             .filter(|p| {
-                p["dispatch"] != "client" && expected.iter().any(|e| p["tool_use_id"] == e.as_str())
+                let id = field(p, "tool_use_id");
+                field(p, "dispatch") != "client" && expected.iter().any(|e| id == e.as_str())
             })
             .map(|p| {
                 json!({
                     "type": "tool_result",
-                    "tool_use_id": p["tool_use_id"],
-                    "content": p["content"],
-                    "is_error": p["is_error"].as_bool().unwrap_or(false),
+                    "tool_use_id": field(&p, "tool_use_id"),
+                    "content": field(&p, "content"),
+                    "is_error": field(&p, "is_error").as_bool().unwrap_or(false),
                 })
             })
             .collect();
         // A pause cancelled before the restart stays cancelled (its
         // abandonment is in the log after the paused message).
-        let cancelled = rows[at + 1..].iter().any(|r| {
+        let cancelled = rows.iter().skip(at + 1).any(|r| {
             r.event_type == "session.error" && r.payload.contains("\"driver_turn_abandoned\"")
         });
         let pause = Pause {
-            owner: rows[at].client_key_id.clone().unwrap_or_default(),
+            owner: paused.client_key_id.clone().unwrap_or_default(),
             deadline: if cancelled {
                 0
             } else {
@@ -145,7 +157,7 @@ impl Engine {
         // by sim seed 2732: one waited until the server shut down).
         for w in waiters {
             for conn in w.streams() {
-                self.terminal_error(conn, -32000, "session loop failed");
+                self.terminal_error(conn, codes::APPLICATION_ERROR, "session loop failed");
             }
         }
     }

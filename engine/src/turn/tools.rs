@@ -13,6 +13,7 @@ use serde_json::{json, Value};
 
 use super::{Outcome, Pause, TurnId};
 use crate::Engine;
+use proto::wire::EventType;
 
 /// Dispatch classes (spec 06 §2), in priority order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -81,7 +82,7 @@ impl Engine {
             .collect();
         if uses.is_empty() {
             let message = json!({"role": "assistant", "content": content});
-            self.turn_event(turn_id, "server.message.send", message.clone());
+            self.turn_event(turn_id, EventType::ServerMessageSend, message.clone());
             if self.maybe_auto_compact(turn_id, &message) {
                 return;
             }
@@ -106,7 +107,7 @@ impl Engine {
                 "dispatch": d.as_str(),
                 "server_name": server,
             });
-            self.turn_event(turn_id, "tool.call", payload);
+            self.turn_event(turn_id, EventType::ToolCall, payload);
         }
         if let Some(t) = self.turns.get_mut(&turn_id) {
             t.round = Some(Box::new(Round {
@@ -148,7 +149,7 @@ impl Engine {
                     let input = tool_input(&tool_use);
                     self.turn_event(
                         turn_id,
-                        "mcp.request",
+                        EventType::McpRequest,
                         json!({"method": "tools/call", "server_name": server, "tool": name, "input": input}),
                     );
                     let token = self.next_mcp_call;
@@ -191,7 +192,11 @@ impl Engine {
             }
         };
         let id = round.tool_use_id(i);
-        self.turn_event(turn_id, "mcp.response", outcome.response_payload(&server));
+        self.turn_event(
+            turn_id,
+            EventType::McpResponse,
+            outcome.response_payload(&server),
+        );
         let (content, is_error) = outcome.rendered();
         let block = self.record_tool_result(
             turn_id,
@@ -231,7 +236,7 @@ impl Engine {
         let name = tool_name(tool_use);
         self.turn_event(
             turn_id,
-            "sandbox.request",
+            EventType::SandboxRequest,
             json!({"tool": name, "input": input, "command": command}),
         );
         if let Some(round) = self.turns.get_mut(&turn_id).and_then(|t| t.round.as_mut()) {
@@ -269,7 +274,7 @@ impl Engine {
                 let (stdout, stderr) = self.marked_streams(&out);
                 self.turn_event(
                     turn_id,
-                    "sandbox.response",
+                    EventType::SandboxResponse,
                     json!({"sandbox_id": handle.container, "ok": out.exit_code == 0,
                            "result": {"stdout": stdout, "stderr": stderr, "exit_code": out.exit_code}}),
                 );
@@ -280,13 +285,13 @@ impl Engine {
                 // The driver error first (spec 06 §5.5 step 3), as the turn's.
                 self.turn_event(
                     turn_id,
-                    "session.sandbox.error",
+                    EventType::SessionSandboxError,
                     json!({"image": handle.image, "sandbox_id": handle.container, "phase": "exec",
                            "detail": error, "dispatch": "remote", "unsandboxed": false}),
                 );
                 self.turn_event(
                     turn_id,
-                    "sandbox.response",
+                    EventType::SandboxResponse,
                     json!({"sandbox_id": handle.container, "ok": false, "error": error}),
                 );
                 (
@@ -332,7 +337,7 @@ impl Engine {
                 }
             }
             let message = json!({"role": "assistant", "content": annotated});
-            self.turn_event(turn_id, "server.message.send", message.clone());
+            self.turn_event(turn_id, EventType::ServerMessageSend, message.clone());
             let expected = uses
                 .iter()
                 .map(|u| {
@@ -402,7 +407,7 @@ impl Engine {
             "is_error": is_error,
             "content": content,
         });
-        self.turn_event(turn_id, "tool.result", payload);
+        self.turn_event(turn_id, EventType::ToolResult, payload);
         json!({"type": "tool_result", "tool_use_id": id, "content": content, "is_error": is_error})
     }
 
@@ -445,12 +450,12 @@ impl Engine {
                 };
                 self.turn_event(
                     turn_id,
-                    "sandbox.request",
+                    EventType::SandboxRequest,
                     json!({"tool": name, "input": input, "command": command}),
                 );
                 self.turn_event(
                     turn_id,
-                    "sandbox.response",
+                    EventType::SandboxResponse,
                     json!({"sandbox_id": null, "ok": false, "error": error}),
                 );
                 (
@@ -466,12 +471,12 @@ impl Engine {
                 let error = mcp::unrouted_error(&name);
                 self.turn_event(
                     turn_id,
-                    "mcp.request",
+                    EventType::McpRequest,
                     json!({"method": "tools/call", "server_name": null, "tool": name, "input": input}),
                 );
                 self.turn_event(
                     turn_id,
-                    "mcp.response",
+                    EventType::McpResponse,
                     json!({"server_name": null, "ok": false, "error": error}),
                 );
                 (mcp::error_content(&error), true)
@@ -564,10 +569,10 @@ impl Engine {
             key_id,
         };
         let common = json!({"dispatch": "remote", "subagent_id": id, "harness": harness, "model": model, "detail": null});
-        self.turn_event(turn_id, "session.subagent.start", common.clone());
+        self.turn_event(turn_id, EventType::SessionSubagentStart, common.clone());
         let now = self.now.mono_ms;
         self.sandbox.launch(&session_id, spec, now);
-        self.turn_event(turn_id, "session.subagent.running", common);
+        self.turn_event(turn_id, EventType::SessionSubagentRunning, common);
         let result =
             json!({"subagent_id": id, "harness": harness, "model": model, "status": "started"});
         (result.to_string(), false)

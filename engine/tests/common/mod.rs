@@ -354,7 +354,7 @@ pub fn config() -> Config {
     Config {
         providers: vec![engine::ProviderEntry {
             name: "main".into(),
-            kind: "anthropic".into(),
+            kind: proto::provider::Kind::Anthropic,
             base_url: "http://127.0.0.1:9".into(),
             model: "claude-test".into(),
             auth_template: "${TOKEN}".into(),

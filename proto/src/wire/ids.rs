@@ -86,8 +86,12 @@ pub fn to_hex(bytes: &[u8]) -> String {
 
 fn push_hex(out: &mut String, bytes: &[u8]) {
     for &b in bytes {
-        out.push(char::from(HEX.get(usize::from(b >> 4)).copied().unwrap_or(b'0')));
-        out.push(char::from(HEX.get(usize::from(b & 0xf)).copied().unwrap_or(b'0')));
+        out.push(char::from(
+            HEX.get(usize::from(b >> 4)).copied().unwrap_or(b'0'),
+        ));
+        out.push(char::from(
+            HEX.get(usize::from(b & 0xf)).copied().unwrap_or(b'0'),
+        ));
     }
 }
 

@@ -32,8 +32,12 @@ pub fn push_str(out: &mut String, s: &str) {
             Some(e) => out.push_str(e),
             None => {
                 out.push_str("\\u00");
-                out.push(char::from(HEX.get(usize::from(b >> 4)).copied().unwrap_or(b'0')));
-                out.push(char::from(HEX.get(usize::from(b & 0xf)).copied().unwrap_or(b'0')));
+                out.push(char::from(
+                    HEX.get(usize::from(b >> 4)).copied().unwrap_or(b'0'),
+                ));
+                out.push(char::from(
+                    HEX.get(usize::from(b & 0xf)).copied().unwrap_or(b'0'),
+                ));
             }
         }
         start = i + 1;

@@ -455,7 +455,7 @@ impl World {
         let mut config = Config {
             providers: vec![ProviderEntry {
                 name: "main".into(),
-                kind: "anthropic".into(),
+                kind: proto::provider::Kind::Anthropic,
                 base_url: "http://main.provider.sim".into(),
                 model: "sim-model".into(),
                 auth_template: "${SIM_TOKEN}".into(),
@@ -480,7 +480,7 @@ impl World {
         if swarm.has_fallback {
             config.providers.push(ProviderEntry {
                 name: "backup".into(),
-                kind: "anthropic".into(),
+                kind: proto::provider::Kind::Anthropic,
                 base_url: "http://backup.provider.sim".into(),
                 model: "sim-backup".into(),
                 auth_template: "${SIM_TOKEN}".into(),

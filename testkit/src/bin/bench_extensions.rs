@@ -243,9 +243,5 @@ fn main() {
         ms(pct(&retry, 0.5)),
         ms(pct(&retry, 0.99))
     );
-    assert_eq!(
-        mock.request_count(),
-        n,
-        "retries never reach the provider"
-    );
+    assert_eq!(mock.request_count(), n, "retries never reach the provider");
 }
