@@ -54,6 +54,9 @@ pub struct Pipeline {
     queued: VecDeque<Job>,
     /// Jobs handed to the worker and not yet completed.
     outstanding: usize,
+    /// Planted bug `PipelineRevealsEarly` (simulator self-test only).
+    #[cfg(feature = "planted-bugs")]
+    pub reveal_early: bool,
 }
 
 impl Pipeline {
@@ -75,6 +78,10 @@ impl Pipeline {
     /// A delivery: `Some` when it may be dispatched now, `None` when it was
     /// held behind an uncommitted batch.
     pub fn deliver(&mut self, d: Delivery) -> Option<Delivery> {
+        #[cfg(feature = "planted-bugs")]
+        if self.reveal_early {
+            return Some(d);
+        }
         if self.last_gating <= self.committed {
             debug_assert!(self.held.is_empty());
             Some(d)

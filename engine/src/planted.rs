@@ -36,10 +36,13 @@ pub enum Bug {
     /// is not attached to it but queued as a second run of the key
     /// (idempotency.rs `attach_retry`).
     IdemQueuedRetryRuns,
+    /// The pipeline releases a delivery at once even when the batch it
+    /// depends on has not committed (pipeline.rs `Pipeline::deliver`).
+    PipelineRevealsEarly,
 }
 
 impl Bug {
-    pub const ALL: [Bug; 9] = [
+    pub const ALL: [Bug; 10] = [
         Bug::GateReleasedOnPause,
         Bug::AbandonTimerOffByOne,
         Bug::ReplaySkipsBoundary,
@@ -49,6 +52,7 @@ impl Bug {
         Bug::SeqReuseAfterRestart,
         Bug::McpTimerNotArmed,
         Bug::IdemQueuedRetryRuns,
+        Bug::PipelineRevealsEarly,
     ];
 }
 

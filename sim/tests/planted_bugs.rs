@@ -94,12 +94,19 @@ fn idem_queued_retry_runs() {
     caught(Bug::IdemQueuedRetryRuns, &["inv_idempotency_one_turn"]);
 }
 
+/// `Bug::PipelineRevealsEarly`: the shared pipeline itself releases bytes
+/// before the batch they depend on commits.
+#[test]
+fn pipeline_reveals_early() {
+    caught(Bug::PipelineRevealsEarly, &["inv_committed_before_wire"]);
+}
+
 fn bug_named(name: &str) -> Option<Bug> {
     Bug::ALL.iter().copied().find(|b| format!("{b:?}") == name)
 }
 
 /// Every planted bug has a test above.
-const TESTED: [&str; 9] = [
+const TESTED: [&str; 10] = [
     "GateReleasedOnPause",
     "AbandonTimerOffByOne",
     "ReplaySkipsBoundary",
@@ -109,6 +116,7 @@ const TESTED: [&str; 9] = [
     "SeqReuseAfterRestart",
     "McpTimerNotArmed",
     "IdemQueuedRetryRuns",
+    "PipelineRevealsEarly",
 ];
 
 #[test]

@@ -10,7 +10,8 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use engine::mem_store::MemStore;
-use engine::store::{KeyRole, KeyRow, ReadId, StoreRead, StoreWrite};
+use engine::pipeline::{Delivery, Job, Pipeline};
+use engine::store::{KeyRole, KeyRow, StoreWrite};
 use engine::{
     CallId, Config, ConnId, Engine, Input, Listener, Now, Output, ProviderCall, ProviderEntry,
     ProviderReply,
@@ -157,25 +158,12 @@ enum Ev {
     },
 }
 
-enum Held {
-    Send { conn: ConnId, bytes: Vec<u8> },
-    Close { conn: ConnId },
-}
-
-enum Job {
-    Commit { batch: u64, writes: Vec<StoreWrite> },
-    Read { id: ReadId, read: StoreRead },
-}
-
-/// The simulated driver's store side (mirrors io-smol's `Pipeline`).
-#[derive(Default)]
+/// The simulated driver's store side: the production pipeline
+/// (`engine::pipeline`, the same code io-smol runs) plus the worker's
+/// current submission, so faults (slow or failed commits, a crash with a
+/// commit in flight) are injected around the real durability gating.
 struct Io {
-    pending: Vec<StoreWrite>,
-    last_gating: u64,
-    next_batch: u64,
-    committed: u64,
-    held: VecDeque<(u64, Held)>,
-    queued: VecDeque<Job>,
+    pipe: Pipeline,
     /// The submission the worker is running (front = in progress).
     running: VecDeque<Job>,
 }
@@ -183,20 +171,20 @@ struct Io {
 impl Io {
     fn new() -> Self {
         Io {
-            next_batch: 1,
-            ..Default::default()
+            pipe: Pipeline::new(),
+            running: VecDeque::new(),
         }
     }
 
-    fn seal(&mut self) {
-        if !self.pending.is_empty() {
-            let batch = self.next_batch;
-            self.next_batch += 1;
-            self.queued.push_back(Job::Commit {
-                batch,
-                writes: std::mem::take(&mut self.pending),
-            });
+    /// The pipeline of a restarted process (a planted pipeline bug stays).
+    fn restarted(&self) -> Self {
+        #[allow(unused_mut)]
+        let mut io = Io::new();
+        #[cfg(feature = "planted-bugs")]
+        {
+            io.pipe.reveal_early = self.pipe.reveal_early;
         }
+        io
     }
 }
 
@@ -507,6 +495,12 @@ impl World {
         }));
         let unix0 = 1_780_000_000_000 + (seed % 1_000_000) * 1_000;
         let now_ms = 1_000;
+        #[allow(unused_mut)]
+        let mut io = Io::new();
+        #[cfg(feature = "planted-bugs")]
+        {
+            io.pipe.reveal_early = opts.bug == Some(engine::planted::Bug::PipelineRevealsEarly);
+        }
         let engine = Engine::new(
             config.clone(),
             Box::new(SimEntropy(entropy_rng)),
@@ -529,7 +523,7 @@ impl World {
             config,
             epoch: 0,
             store,
-            io: Io::new(),
+            io,
             conns: BTreeMap::new(),
             next_conn: 1,
             reqs: Vec::new(),

@@ -77,17 +77,16 @@ impl World {
                 self.trace.hash.write_field(&bytes);
                 self.t(format!("out send conn={conn} len={}", bytes.len()));
                 self.track_response_ends(conn, &bytes);
-                self.deliver(Held::Send { conn, bytes });
+                self.deliver(Delivery::Send { conn, bytes });
             }
             Output::Close { conn } => {
                 self.t(format!("out close conn={conn}"));
                 self.stream_end_emitted(conn, true);
-                self.deliver(Held::Close { conn });
+                self.deliver(Delivery::Close { conn });
             }
             Output::Read { id, read } => {
                 self.t(format!("out read id={id} {read:?}"));
-                self.io.seal();
-                self.io.queued.push_back(Job::Read { id, read });
+                self.io.pipe.read(id, read);
             }
             Output::CallProvider(call) => self.call_provider(call),
             Output::Sandbox(cmd) => {
@@ -144,9 +143,6 @@ impl World {
     }
 
     pub(super) fn on_write(&mut self, w: StoreWrite) {
-        if w.gates_output() {
-            self.io.last_gating = self.io.next_batch;
-        }
         if let StoreWrite::InsertEvent(row) = &w {
             self.t(format!(
                 "out event seq={} {} {} key={} {}",
@@ -167,21 +163,18 @@ impl World {
             self.t(format!("out write {}", write_name(&w)));
             self.checker.on_emit_write(&w);
         }
-        self.io.pending.push(w);
+        self.io.pipe.write(w);
     }
 
-    pub(super) fn deliver(&mut self, d: Held) {
-        if self.io.last_gating <= self.io.committed {
+    pub(super) fn deliver(&mut self, d: Delivery) {
+        if let Some(d) = self.io.pipe.deliver(d) {
             self.release(d);
-        } else {
-            let need = self.io.last_gating;
-            self.io.held.push_back((need, d));
         }
     }
 
-    pub(super) fn release(&mut self, d: Held) {
+    pub(super) fn release(&mut self, d: Delivery) {
         match d {
-            Held::Send { conn, bytes } => {
+            Delivery::Send { conn, bytes } => {
                 let Some(c) = self.conns.get_mut(&conn) else {
                     return;
                 };
@@ -194,7 +187,7 @@ impl World {
                     self.after(0, Ev::Flush(conn));
                 }
             }
-            Held::Close { conn } => {
+            Delivery::Close { conn } => {
                 let Some(c) = self.conns.get_mut(&conn) else {
                     return;
                 };
@@ -211,11 +204,10 @@ impl World {
         if !self.io.running.is_empty() {
             return;
         }
-        self.io.seal();
-        if self.io.queued.is_empty() {
+        let Some(jobs) = self.io.pipe.take_submission() else {
             return;
-        }
-        self.io.running = std::mem::take(&mut self.io.queued);
+        };
+        self.io.running = jobs.into();
         self.start_job();
     }
 
@@ -223,6 +215,7 @@ impl World {
         let lat = match self.io.running.front() {
             Some(Job::Commit { .. }) => self.swarm.commit_ms,
             Some(Job::Read { .. }) => self.swarm.read_ms,
+            Some(Job::Activity) => (0, 0),
             None => return,
         };
         let d = self.draw(lat);
@@ -236,15 +229,13 @@ impl World {
         match job {
             Job::Commit { batch, writes } => {
                 self.commit(batch, writes);
-                while let Some((need, _)) = self.io.held.front() {
-                    if *need > self.io.committed {
-                        break;
-                    }
-                    let (_, d) = self.io.held.pop_front().expect("front");
+                for d in self.io.pipe.committed(batch) {
                     self.release(d);
                 }
             }
+            Job::Activity => {}
             Job::Read { id, read } => {
+                self.io.pipe.read_done();
                 // Read failures are not fatal in the driver: they reach the
                 // engine as `Err` (commit failures are crashes instead).
                 let result = if self.rng.chance(self.swarm.read_error) {
@@ -279,7 +270,6 @@ impl World {
             }
             self.store.apply(w);
         }
-        self.io.committed = self.io.committed.max(batch);
     }
 
     pub(super) fn call_provider(&mut self, call: ProviderCall) {

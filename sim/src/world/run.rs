@@ -280,10 +280,7 @@ impl World {
         let Some(since) = self.shutdown_since else {
             return;
         };
-        let io_quiet = self.io.pending.is_empty()
-            && self.io.queued.is_empty()
-            && self.io.running.is_empty()
-            && self.io.held.is_empty();
+        let io_quiet = self.io.pipe.is_quiet() && self.io.running.is_empty();
         if self.engine.connection_count() == 0 && io_quiet {
             self.stats.graceful_restarts += 1;
             self.t("SHUTDOWN complete: graceful restart".into());
@@ -300,7 +297,7 @@ impl World {
     pub(super) fn restart(&mut self, graceful: bool) {
         self.shutdown_since = None;
         self.checker.shutting_down = false;
-        self.io = Io::new();
+        self.io = self.io.restarted();
         let keep: BTreeSet<ConnId> = if graceful {
             self.conns
                 .iter()
