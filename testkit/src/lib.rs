@@ -6,6 +6,7 @@
 //! Std-only networking and threads; no async. Of the server's crates only
 //! `proto` is used, for its sans-IO HTTP/1.1 peer decoder.
 
+pub mod bench;
 pub mod containers;
 pub mod fixtures;
 pub mod http;

@@ -353,17 +353,7 @@ impl Target {
 
 /// `(VmRSS, VmHWM)` in KiB from /proc.
 fn rss_kib(pid: Option<u32>) -> Option<(u64, u64)> {
-    let status = std::fs::read_to_string(format!("/proc/{}/status", pid?)).ok()?;
-    let field = |name: &str| -> Option<u64> {
-        status
-            .lines()
-            .find(|l| l.starts_with(name))?
-            .split_whitespace()
-            .nth(1)?
-            .parse()
-            .ok()
-    };
-    Some((field("VmRSS:")?, field("VmHWM:")?))
+    testkit::bench::rss_kib(pid?)
 }
 
 fn mb(kib: u64) -> String {
@@ -377,12 +367,8 @@ struct Lat(Vec<Duration>);
 
 impl Lat {
     fn pct(&mut self, p: f64) -> Duration {
-        if self.0.is_empty() {
-            return Duration::ZERO;
-        }
         self.0.sort_unstable();
-        let i = ((self.0.len() as f64 - 1.0) * p).round() as usize;
-        self.0[i.min(self.0.len() - 1)]
+        testkit::bench::percentile(&self.0, p)
     }
 }
 

@@ -22,6 +22,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
+use testkit::bench::{ms, percentile as pct};
 use testkit::fixtures::{self, provider_toml, unique_name};
 use testkit::http::next_rpc_id;
 use testkit::ndjson::RawStream;
@@ -39,24 +40,7 @@ fn arg(args: &[String], name: &str, default: usize) -> usize {
 }
 
 fn rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
-}
-
-fn pct(sorted: &[Duration], p: f64) -> Duration {
-    if sorted.is_empty() {
-        return Duration::ZERO;
-    }
-    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
-}
-
-fn ms(d: Duration) -> String {
-    format!("{:.2} ms", d.as_secs_f64() * 1000.0)
+    testkit::bench::rss_kib(pid).map_or(0, |(rss, _)| rss)
 }
 
 struct Phase {

@@ -192,10 +192,7 @@ fn turn(server: &Server, sid: &str, skey: &str, content: Value) {
 /// `(p50, p99)` in milliseconds.
 fn percentiles(times: &mut [Duration]) -> (f64, f64) {
     times.sort();
-    let at = |q: f64| {
-        let i = ((times.len() as f64 - 1.0) * q).round() as usize;
-        times[i].as_secs_f64() * 1e3
-    };
+    let at = |q: f64| testkit::bench::percentile(times, q).as_secs_f64() * 1e3;
     (at(0.50), at(0.99))
 }
 

@@ -31,6 +31,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
+use testkit::bench::{ms, percentile};
 
 type Res<T> = Result<T, String>;
 
@@ -437,14 +438,6 @@ struct LoadResult {
     units: usize,
 }
 
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    if sorted.is_empty() {
-        return Duration::ZERO;
-    }
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i]
-}
-
 /// Units per session before a worker moves to a fresh one: keeps the
 /// provider-facing history (re-sent in full on every provider call and
 /// logged in every `provider.request`) at conversation-like sizes instead of
@@ -636,10 +629,6 @@ fn breakdown(srv: &Baesrv, key: &str, n: usize) -> Res<Vec<(&'static str, Durati
         unit(c, turn_session.as_ref().expect("session"), Kind::Text, i)
     })?;
     Ok(out)
-}
-
-fn ms(d: Duration) -> String {
-    format!("{:.2} ms", d.as_secs_f64() * 1000.0)
 }
 
 fn run() -> Res<()> {
