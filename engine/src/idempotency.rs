@@ -294,7 +294,11 @@ impl Engine {
             let msg = err.get("message").and_then(Value::as_str).unwrap_or("");
             return self.terminal_error(conn, code, msg);
         }
-        let result = parsed.get("result").cloned().unwrap_or(Value::Null);
+        // A stored answer this server did not write (a damaged row) is an
+        // internal error, not an empty result.
+        let Some(result) = parsed.get("result") else {
+            return self.terminal_error(conn, codes::INTERNAL_ERROR, "Internal error");
+        };
         let seqs: Vec<u64> = result
             .get("event_seqs")
             .and_then(Value::as_array)

@@ -710,6 +710,9 @@ mod tests {
             ("BAE_MAX_BODY_BYTES", "-5"),
             ("BAE_PROVIDER_TIMEOUT", "0"),
             ("BAE_SQLITE_SYNCHRONOUS", "off"),
+            ("BAE_SUBSCRIBER_LAG_LIMIT", "0"),
+            ("BAE_SUBSCRIBER_WINDOW_BYTES", "lots"),
+            ("BAE_IDEMPOTENCY_RETENTION", "0"),
         ] {
             let err = env_of(&[(var, bad)]).unwrap_err();
             assert!(
@@ -718,6 +721,27 @@ mod tests {
             );
             assert!(err.to_string().starts_with(&format!("{var}: \"{bad}\"")));
         }
+    }
+
+    #[test]
+    fn subscriber_and_idempotency_limits() {
+        let env = env_of(&[]).unwrap();
+        assert_eq!(
+            (env.subscriber_lag_limit, env.subscriber_window_bytes),
+            (256, 32 * 1024)
+        );
+        assert_eq!(env.idempotency_retention, Duration::from_secs(86_400));
+        let env = env_of(&[
+            ("BAE_SUBSCRIBER_LAG_LIMIT", "8"),
+            ("BAE_SUBSCRIBER_WINDOW_BYTES", "4096"),
+            ("BAE_IDEMPOTENCY_RETENTION", "60"),
+        ])
+        .unwrap();
+        assert_eq!(
+            (env.subscriber_lag_limit, env.subscriber_window_bytes),
+            (8, 4096)
+        );
+        assert_eq!(env.idempotency_retention, Duration::from_secs(60));
     }
 
     #[test]
