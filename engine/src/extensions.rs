@@ -51,37 +51,28 @@ impl Engine {
     /// when given), else `owner`'s queued requests.
     pub(crate) fn cancel_gate(&mut self, session_id: &str, owner: Option<&str>) -> Cancelled {
         let mine = |k: &str| owner.is_none() || owner == Some(k);
-        match self.live.get(session_id).map(|l| &l.holder) {
-            Some(Holder::Running) => {
-                let running = self
-                    .turns
-                    .iter()
-                    .find(|(_, t)| t.session_id == session_id)
-                    .map(|(id, t)| (*id, t.key_id.clone(), matches!(t.mode, Mode::Compaction(_))));
-                match running {
-                    Some((_, _, true)) => return Cancelled::Compaction,
-                    Some((turn_id, key, false)) if mine(&key) => {
-                        self.cancel_running(turn_id);
-                        return Cancelled::Running;
-                    }
-                    _ => {}
+        if let Some(Holder::Running) = self.live.get(session_id).map(|l| l.gate.holder()) {
+            let running = self
+                .turns
+                .iter()
+                .find(|(_, t)| t.session_id == session_id)
+                .map(|(id, t)| (*id, t.key_id.clone(), matches!(t.mode, Mode::Compaction(_))));
+            match running {
+                Some((_, _, true)) => return Cancelled::Compaction,
+                Some((turn_id, key, false)) if mine(&key) => {
+                    self.cancel_running(turn_id);
+                    return Cancelled::Running;
                 }
+                _ => {}
             }
-            Some(Holder::Paused(p)) if mine(&p.owner) && !p.cancelled => {
-                let owner_key = p.owner.clone();
-                // Logged now; the next arrival (the owner's too) retires it
-                // with error results for every open tool_use.
-                self.log_abandoned(session_id, &owner_key);
-                if let Some(Holder::Paused(p)) =
-                    self.live.get_mut(session_id).map(|l| &mut l.holder)
-                {
-                    p.cancelled = true;
-                    p.deadline = 0;
-                }
-                self.fire_gate_deadlines();
-                return Cancelled::Paused;
-            }
-            _ => {}
+        }
+        let cancelled = (self.live.get_mut(session_id)).and_then(|l| l.gate.cancel_pause(owner));
+        if let Some(owner_key) = cancelled {
+            // Logged now; the next arrival (the owner's too) retires it
+            // with error results for every open tool_use.
+            self.log_abandoned(session_id, &owner_key);
+            self.fire_gate_deadlines();
+            return Cancelled::Paused;
         }
         let Some(owner) = owner else {
             return Cancelled::Nothing;
@@ -89,9 +80,7 @@ impl Engine {
         let Some(live) = self.live.get_mut(session_id) else {
             return Cancelled::Nothing;
         };
-        let (theirs, rest): (Vec<_>, Vec<_>) =
-            live.queue.drain(..).partition(|w| w.key_id == owner);
-        live.queue = rest.into();
+        let theirs = live.gate.remove_queued_of(owner);
         if theirs.is_empty() {
             return Cancelled::Nothing;
         }
@@ -146,27 +135,12 @@ impl Engine {
     /// Extension `turn.queue`: every opted-in waiter whose position changed
     /// hears its new one.
     pub(crate) fn tell_queue_positions(&mut self, session_id: &str) {
-        let Some(live) = self.live.get(session_id) else {
+        let Some(live) = self.live.get_mut(session_id) else {
             return;
         };
-        let changed: Vec<(usize, ConnId, usize)> = live
-            .queue
-            .iter()
-            .enumerate()
-            .filter(|(i, w)| w.told != i + 1)
-            .map(|(i, w)| (i, w.conn, i + 1))
-            .collect();
-        for (i, conn, position) in changed {
-            if !self.stream_has(conn, Extension::TurnQueue) {
-                continue;
-            }
-            self.frame(conn, &jsonrpc::queue_frame(position));
-            if let Some(w) = self
-                .live
-                .get_mut(session_id)
-                .and_then(|l| l.queue.get_mut(i))
-            {
-                w.told = position;
+        for (conn, position) in live.gate.position_changes() {
+            if self.stream_has(conn, Extension::TurnQueue) {
+                self.frame(conn, &jsonrpc::queue_frame(position));
             }
         }
     }

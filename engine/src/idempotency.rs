@@ -19,7 +19,7 @@ use sha2::{Digest, Sha256};
 use crate::conn::PendingRead;
 use crate::rpc::StreamKind;
 use crate::store::{IdempotencyRow, ReadResult, StoreRead, StoreWrite};
-use crate::turn::{Op, Turn, UserMessage};
+use crate::turn::{Turn, UserMessage};
 use crate::{ConnId, Engine};
 use proto::jsonrpc::codes;
 
@@ -85,14 +85,7 @@ impl Keys {
     }
 }
 
-/// The idempotency key of a request, carried through the queue into its
-/// turn, with the retries attached to it.
-#[derive(Debug, Clone, Default)]
-pub struct Idem {
-    pub key: String,
-    /// Streams of retries that attached while it waited or ran.
-    pub watchers: Vec<ConnId>,
-}
+pub use crate::session_core::Idem;
 
 /// SHA-256 hex of `{"content","role"}` in canonical JSON (object keys
 /// sorted), so a retry matches whatever key order its client serialises.
@@ -268,12 +261,7 @@ impl Engine {
         if self.planted(crate::planted::Bug::IdemQueuedRetryRuns) {
             return false;
         }
-        let waiter = self.live.get_mut(session_id).and_then(|l| {
-            l.queue.iter_mut().find_map(|w| match &mut w.op {
-                Op::Send(m) if w.key_id == key_id => m.idem.as_mut().filter(|i| i.key == key),
-                _ => None,
-            })
-        });
+        let waiter = (self.live.get_mut(session_id)).and_then(|l| l.gate.queued_idem(key_id, key));
         let Some(idem) = waiter else {
             return false;
         };

@@ -30,6 +30,7 @@ mod auth_legacy;
 mod client_api;
 mod conn;
 mod extensions;
+mod faults;
 mod idempotency;
 mod log;
 pub mod mcp;
@@ -42,6 +43,7 @@ mod respond;
 mod rpc;
 mod rpc_sandbox;
 pub mod sandbox;
+mod session_core;
 mod session_mcp;
 mod session_sandbox;
 mod steer;
@@ -351,6 +353,8 @@ pub struct Engine {
     quiet: Vec<ConnId>,
     /// `sendMessage` idempotency keys (extension `send.idempotent`).
     idem: idempotency::Keys,
+    /// The planted bug (if any), handed to the components that host one.
+    faults: faults::Faults,
     shutting_down: bool,
 }
 
@@ -371,6 +375,10 @@ impl Engine {
             subagent_timeout_ms: config.subagent_timeout_ms,
             labels: config.sandbox_labels.clone(),
         });
+        #[cfg(feature = "planted-bugs")]
+        let faults = faults::Faults::planted(config.planted);
+        #[cfg(not(feature = "planted-bugs"))]
+        let faults = faults::Faults::default();
         let mut engine = Engine {
             sandbox,
             mcp,
@@ -398,6 +406,7 @@ impl Engine {
             quiet: Vec::new(),
             idem: idempotency::Keys::restore(&snapshot.idempotency),
             last_legacy_failure: None,
+            faults,
             shutting_down: false,
         };
         // Spec 04 §5 step 11: re-provision every active profile's images.
@@ -529,7 +538,7 @@ impl Engine {
             }
         }
         for live in self.live.values_mut() {
-            live.queue.clear();
+            live.gate.drain();
         }
     }
 }

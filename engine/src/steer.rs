@@ -58,7 +58,7 @@ impl Engine {
             );
         }
         let refuse = |why: &str| format!("steer_rejected: {why}");
-        let holder = self.live.get(session_id).map(|l| &l.holder);
+        let holder = self.live.get(session_id).map(|l| l.gate.holder());
         let why = match holder {
             Some(Holder::Running) => None,
             Some(Holder::Paused(_)) => Some(

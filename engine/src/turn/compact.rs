@@ -4,7 +4,7 @@
 use proto::provider::ProviderResponse;
 use serde_json::{json, Value};
 
-use super::{merge, Holder, Mode, Op, Outcome, Pause, TurnId};
+use super::{merge, Mode, Op, Outcome, Pause, TurnId};
 use crate::{ConnId, Engine};
 use proto::jsonrpc::codes;
 use proto::wire::EventType;
@@ -53,54 +53,6 @@ impl Engine {
             Err(msg) => return self.terminal_error(conn, codes::INVALID_PARAMS, &msg),
         };
         self.arrive(conn, session_id, key_id, Op::Compact(prompt));
-    }
-
-    /// Arrival rules of `session.compact`: never wait on a pause.
-    pub(crate) fn arrive_compact(
-        &mut self,
-        conn: ConnId,
-        session_id: &str,
-        key_id: &str,
-        prompt: Option<String>,
-    ) {
-        let now = self.now.mono_ms;
-        let live = self.live_mut(session_id);
-        match &live.holder {
-            Holder::Paused(p) if p.deadline > now => self.turn_in_progress(conn),
-            Holder::Paused(_) if live.queue.is_empty() => {
-                let Holder::Paused(p) = std::mem::take(&mut live.holder) else {
-                    return;
-                };
-                self.acquire_compaction(conn, session_id, key_id, prompt, Some(p));
-            }
-            Holder::Free if live.queue.is_empty() => {
-                self.acquire_compaction(conn, session_id, key_id, prompt, None)
-            }
-            _ => self.enqueue(session_id, conn, key_id, Op::Compact(prompt)),
-        }
-    }
-
-    fn turn_in_progress(&mut self, conn: ConnId) {
-        self.terminal_error(
-            conn,
-            codes::TURN_IN_PROGRESS,
-            "turn in progress: resolve the paused turn before compacting",
-        );
-    }
-
-    /// A turn just paused: every queued compaction fails fast with `-32020`.
-    pub(crate) fn reject_queued_compactions(&mut self, session_id: &str) {
-        let Some(live) = self.live.get_mut(session_id) else {
-            return;
-        };
-        let (compacts, rest): (Vec<_>, Vec<_>) = live
-            .queue
-            .drain(..)
-            .partition(|w| matches!(w.op, Op::Compact(_)));
-        live.queue = rest.into();
-        for w in compacts {
-            self.turn_in_progress(w.conn);
-        }
     }
 
     /// The compaction holds the gate (steps 5–8), optionally retiring an

@@ -1,8 +1,9 @@
-//! The FIFO turn gate (spec 01 §8): handing a free gate to the oldest live
-//! waiter, retiring expired pauses (the engine's own abandonment timer),
-//! forgetting departed waiters, and dropping it all when a session closes.
+//! The engine's side of the FIFO turn gate (spec 01 §8): it routes the
+//! session core's gate answers (admit, refuse) to turns and streams, fires
+//! the abandonment timer, forgets departed waiters, and drops it all when a
+//! session closes. The gate's rules live in `session_core`.
 
-use super::{Holder, Op, Takeover, TurnId, Waiter};
+use super::{TurnId, Waiter};
 use crate::rpc::StreamKind;
 use crate::{ConnId, Engine};
 use proto::jsonrpc::codes;
@@ -10,74 +11,19 @@ use proto::jsonrpc::codes;
 impl Engine {
     /// Frees the gate and admits the next live waiter.
     pub(crate) fn release_gate(&mut self, session_id: &str) {
+        let now = self.now.mono_ms;
+        let conns = &self.conns;
         let Some(live) = self.live.get_mut(session_id) else {
             return;
         };
-        live.holder = Holder::Free;
-        self.admit_next(session_id);
-    }
-
-    /// Hands a free gate to the oldest waiter whose connection is still
-    /// there; with a parked pause, only an expired one may be retired.
-    fn admit_next(&mut self, session_id: &str) {
-        let now = self.now.mono_ms;
-        loop {
-            let Some(live) = self.live.get_mut(session_id) else {
-                return;
-            };
-            let takeover = match &live.holder {
-                Holder::Free => Takeover::Fresh,
-                Holder::Paused(p) if p.deadline <= now => Takeover::Retire(p.clone()),
-                _ => return,
-            };
-            #[cfg(feature = "planted-bugs")]
-            let w = if self.config.planted == Some(crate::planted::Bug::AdmitNewestWaiter) {
-                live.queue.pop_back()
-            } else {
-                live.queue.pop_front()
-            };
-            #[cfg(not(feature = "planted-bugs"))]
-            let w = live.queue.pop_front();
-            let Some(w) = w else {
-                return;
-            };
-            if !self.conns.contains_key(&w.conn) {
-                continue;
-            }
-            let message = match w.op {
-                Op::Send(m) => m,
-                Op::Compact(prompt) => {
-                    let reclaimed = match takeover {
-                        Takeover::Retire(p) => {
-                            self.live_mut(session_id).holder = Holder::Free;
-                            Some(p)
-                        }
-                        _ => None,
-                    };
-                    return self
-                        .acquire_compaction(w.conn, session_id, &w.key_id, prompt, reclaimed);
-                }
-            };
-            if let Takeover::Retire(p) = &takeover {
-                self.live_mut(session_id).holder = Holder::Free;
-                if !p.cancelled {
-                    self.log_abandoned(session_id, &p.owner);
-                }
-            }
-            return self.acquire(w.conn, session_id, &w.key_id, message, takeover);
+        if let Some(start) = live.gate.release(now, |c| conns.contains_key(&c)) {
+            self.start_admitted(session_id, start);
         }
     }
 
     /// Earliest pause deadline with someone waiting behind it.
     pub(crate) fn next_gate_deadline(&self) -> Option<u64> {
-        self.live
-            .values()
-            .filter(|l| !l.queue.is_empty())
-            .filter_map(|l| match &l.holder {
-                Holder::Paused(p) => Some(p.deadline),
-                _ => None,
-            })
-            .min()
+        self.live.values().filter_map(|l| l.gate.deadline()).min()
     }
 
     /// The engine's own abandonment timer: a waiter behind an expired pause
@@ -87,13 +33,18 @@ impl Engine {
         let due: Vec<String> = self
             .live
             .iter()
-            .filter(|(_, l)| {
-                !l.queue.is_empty() && matches!(&l.holder, Holder::Paused(p) if p.deadline <= now)
-            })
+            .filter(|(_, l)| l.gate.deadline().is_some_and(|d| d <= now))
             .map(|(id, _)| id.clone())
             .collect();
         for session_id in due {
-            self.admit_next(&session_id);
+            let conns = &self.conns;
+            let start = self
+                .live
+                .get_mut(&session_id)
+                .and_then(|l| l.gate.tick(now, |c| conns.contains_key(&c)));
+            if let Some(start) = start {
+                self.start_admitted(&session_id, start);
+            }
         }
     }
 
@@ -102,12 +53,7 @@ impl Engine {
     pub(crate) fn forget_conn_in_turns(&mut self, conn: ConnId) {
         let mut moved = Vec::new();
         for (id, live) in self.live.iter_mut() {
-            let before = live.queue.len();
-            for w in live.queue.iter_mut() {
-                w.forget(conn);
-            }
-            live.queue.retain(|w| w.conn != conn);
-            if live.queue.len() != before {
+            if live.gate.forget(conn) {
                 moved.push(id.clone());
             }
         }
@@ -149,7 +95,7 @@ impl Engine {
         let Some(mut live) = self.live.remove(session_id) else {
             return;
         };
-        let waiters: Vec<Waiter> = live.queue.drain(..).collect();
+        let waiters: Vec<Waiter> = live.gate.drain();
         for w in waiters {
             let msg = self
                 .open_state_error(session_id)

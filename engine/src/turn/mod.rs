@@ -13,13 +13,12 @@ mod provider_walk;
 mod recover;
 pub mod tools;
 
-use std::collections::VecDeque;
-
 use proto::provider;
 use serde_json::{json, Value};
 
 use crate::conn::PendingRead;
 use crate::rpc::StreamKind;
+use crate::session_core::{Arrival, Limits, Refusal, Start};
 use crate::store::{ReadResult, SessionState, StoreRead, StoreWrite};
 use crate::{CallId, ConnId, Engine, ProviderEntry};
 use proto::jsonrpc::codes;
@@ -32,12 +31,13 @@ pub const UNAVAILABLE_TEXT: &str = "The provider is currently unavailable.";
 
 pub type TurnId = u64;
 
+pub use crate::session_core::{Holder, Op, Pause, Takeover, UserMessage, Waiter};
+
 /// In-memory runtime state of an open session.
 #[derive(Default)]
 pub struct Live {
-    pub holder: Holder,
-    /// Gate waiters in arrival order.
-    pub queue: VecDeque<Waiter>,
+    /// The FIFO turn gate: holder and waiters.
+    pub gate: crate::session_core::Gate,
     /// Provider-facing history as rebuilt from the log (`None` = not loaded).
     pub history: Option<Vec<Value>>,
     /// Usage of the newest successful non-compaction provider call (valid
@@ -49,92 +49,6 @@ pub struct Live {
     /// this process started (sessions from before a restart get them back
     /// lazily, on their first turn).
     pub mcp_checked: bool,
-}
-
-#[derive(Default)]
-pub enum Holder {
-    #[default]
-    Free,
-    /// Rebuilding history and a possible pause from the log after a start.
-    Recovering,
-    Running,
-    Paused(Pause),
-}
-
-/// A parked paused turn: the gate stays taken for its owner.
-#[derive(Debug, Clone)]
-pub struct Pause {
-    pub owner: String,
-    /// `Now::mono_ms` after which another arrival may retire the turn.
-    pub deadline: u64,
-    /// `tool_use` ids of the paused assistant message, in order.
-    pub expected: Vec<String>,
-    /// Server-dispatched results produced before the pause.
-    pub server_results: Vec<Value>,
-    /// An auto-compaction crossing observed before the pause (spec 07 §3.2).
-    pub auto_trigger: Option<u64>,
-    /// Cancelled by its owner or an operator (extension `turn.cancel`): the
-    /// next arrival, the owner's too, retires it at once; the abandonment
-    /// was logged at the cancel.
-    pub cancelled: bool,
-}
-
-/// A queued gated request.
-pub struct Waiter {
-    pub conn: ConnId,
-    pub key_id: String,
-    pub op: Op,
-    /// The last `session.queue` position sent (extension `turn.queue`).
-    pub told: usize,
-}
-
-impl Waiter {
-    /// Its own stream and those of attached idempotent retries.
-    pub fn streams(&self) -> Vec<ConnId> {
-        let mut all = vec![self.conn];
-        if let Op::Send(UserMessage { idem: Some(i), .. }) = &self.op {
-            all.extend(i.watchers.iter().copied());
-        }
-        all
-    }
-
-    /// `conn` went away: an attached retry leaves; if it was the request's
-    /// own stream, the oldest attached retry takes its place.
-    pub fn forget(&mut self, conn: ConnId) {
-        let Op::Send(UserMessage { idem: Some(i), .. }) = &mut self.op else {
-            return;
-        };
-        i.watchers.retain(|w| *w != conn);
-        if self.conn == conn && !i.watchers.is_empty() {
-            self.conn = i.watchers.remove(0);
-        }
-    }
-}
-
-/// What a gated request wants to do once admitted.
-pub enum Op {
-    Send(UserMessage),
-    /// `session.compact` with its call-level prompt.
-    Compact(Option<String>),
-}
-
-/// `params.message` of `session.sendMessage`.
-#[derive(Debug, Clone)]
-pub struct UserMessage {
-    pub role: String,
-    pub content: Value,
-    /// Its idempotency key and attached retries (extension
-    /// `send.idempotent`).
-    pub idem: Option<crate::idempotency::Idem>,
-}
-
-/// How a request came to hold the gate.
-enum Takeover {
-    Fresh,
-    /// The paused turn's owner came back.
-    Resume(Pause),
-    /// Another driver arrived after the deadline.
-    Retire(Pause),
 }
 
 /// A turn in flight.
@@ -194,7 +108,13 @@ pub(crate) enum Outcome {
 
 impl Engine {
     pub(crate) fn live_mut(&mut self, session_id: &str) -> &mut Live {
-        self.live.entry(session_id.to_string()).or_default()
+        let faults = self.faults;
+        self.live
+            .entry(session_id.to_string())
+            .or_insert_with(|| Live {
+                gate: crate::session_core::Gate::new(faults),
+                ..Live::default()
+            })
     }
 
     /// `session.sendMessage`: pre-gate checks, then the arrival rules.
@@ -248,87 +168,92 @@ impl Engine {
             .sessions
             .get(session_id)
             .is_some_and(|s| s.fresh);
+        let (now, limits) = (self.now.mono_ms, self.gate_limits());
+        let waiter = Waiter::new(conn, key_id, op);
         let live = self.live_mut(session_id);
         if live.history.is_none() && fresh {
             live.history = Some(Vec::new());
         }
-        if live.history.is_none() {
-            let start = matches!(live.holder, Holder::Free);
-            if start {
-                live.holder = Holder::Recovering;
-            }
-            self.enqueue(session_id, conn, key_id, op);
-            if start {
-                let read = StoreRead::History {
-                    session_id: session_id.to_string(),
-                };
-                self.read(
-                    read,
-                    PendingRead::Recover {
-                        session_id: session_id.to_string(),
-                    },
-                );
-            }
-            return;
+        if live.history.is_some() {
+            let arrival = live.gate.arrive(now, limits, waiter);
+            return self.route_arrival(conn, session_id, arrival);
         }
-        match op {
-            Op::Send(message) => self.arrive_send(conn, session_id, key_id, message),
-            Op::Compact(prompt) => self.arrive_compact(conn, session_id, key_id, prompt),
+        let start = live.gate.begin_recovery();
+        let arrival = live.gate.enqueue(limits, waiter);
+        self.route_arrival(conn, session_id, arrival);
+        if start {
+            let read = StoreRead::History {
+                session_id: session_id.to_string(),
+            };
+            let then = PendingRead::Recover {
+                session_id: session_id.to_string(),
+            };
+            self.read(read, then);
         }
     }
 
-    /// Arrival rules of `sendMessage` (spec 01 §8.3).
-    fn arrive_send(&mut self, conn: ConnId, session_id: &str, key_id: &str, message: UserMessage) {
-        let now = self.now.mono_ms;
-        let live = self.live_mut(session_id);
-        match &live.holder {
-            Holder::Paused(p) if p.owner == key_id && !p.cancelled => {
-                let Holder::Paused(p) = std::mem::take(&mut live.holder) else {
-                    return;
-                };
-                self.acquire(conn, session_id, key_id, message, Takeover::Resume(p));
-            }
-            Holder::Paused(p) if p.deadline <= now && live.queue.is_empty() => {
-                let Holder::Paused(p) = std::mem::take(&mut live.holder) else {
-                    return;
-                };
-                // Logged before this request subscribes: observers see it,
-                // the reclaiming caller does not (C-122).
-                if !p.cancelled {
-                    self.log_abandoned(session_id, &p.owner);
+    fn gate_limits(&self) -> Limits {
+        Limits {
+            max_queued: self.config.max_queued_per_session,
+            shutting_down: self.shutting_down,
+        }
+    }
+
+    /// Acts on what the gate made of `conn`'s arrival.
+    fn route_arrival(&mut self, conn: ConnId, session_id: &str, arrival: Arrival) {
+        match arrival {
+            Arrival::Start(start) => self.start_admitted(session_id, start),
+            Arrival::Queued => {
+                if let Some(s) = self.stream_mut(conn) {
+                    s.kind = StreamKind::Queued;
                 }
-                self.acquire(conn, session_id, key_id, message, Takeover::Retire(p));
+                self.tell_queue_positions(session_id);
             }
-            Holder::Free if live.queue.is_empty() => {
-                self.acquire(conn, session_id, key_id, message, Takeover::Fresh);
-            }
-            _ => {
-                self.enqueue(session_id, conn, key_id, Op::Send(message));
-            }
+            Arrival::Refused(w, why) => self.refuse(w, why),
         }
     }
 
-    pub(crate) fn enqueue(&mut self, session_id: &str, conn: ConnId, key_id: &str, op: Op) {
-        if self.shutting_down {
-            return self.terminal_error(conn, codes::APPLICATION_ERROR, "server is shutting down");
-        }
-        if self.live_mut(session_id).queue.len() >= self.config.max_queued_per_session {
-            return self.terminal_error(
-                conn,
+    /// Answers every stream of a request the gate would not take.
+    pub(crate) fn refuse(&mut self, w: Waiter, why: Refusal) {
+        let (code, message) = match why {
+            Refusal::ShuttingDown => (codes::APPLICATION_ERROR, "server is shutting down"),
+            Refusal::QueueFull => (
                 codes::APPLICATION_ERROR,
                 "turn queue full: too many requests are waiting on this session",
-            );
+            ),
+            Refusal::TurnInProgress => (
+                codes::TURN_IN_PROGRESS,
+                "turn in progress: resolve the paused turn before compacting",
+            ),
+        };
+        for conn in w.streams() {
+            self.terminal_error(conn, code, message);
         }
-        self.live_mut(session_id).queue.push_back(Waiter {
-            conn,
-            key_id: key_id.to_string(),
-            op,
-            told: 0,
-        });
-        if let Some(s) = self.stream_mut(conn) {
-            s.kind = StreamKind::Queued;
+    }
+
+    /// The gate admitted a request: a retired pause's abandonment is
+    /// logged (a send's before it subscribes, so observers see it and the
+    /// reclaiming caller does not, C-122; a compaction's after it attached,
+    /// so it is streamed to it), then the turn or compaction starts.
+    pub(crate) fn start_admitted(&mut self, session_id: &str, start: Start) {
+        let Start { waiter, takeover } = start;
+        match waiter.op {
+            Op::Send(message) => {
+                if let Takeover::Retire(p) = &takeover {
+                    if !p.cancelled {
+                        self.log_abandoned(session_id, &p.owner);
+                    }
+                }
+                self.acquire(waiter.conn, session_id, &waiter.key_id, message, takeover);
+            }
+            Op::Compact(prompt) => {
+                let reclaimed = match takeover {
+                    Takeover::Retire(p) => Some(p),
+                    _ => None,
+                };
+                self.acquire_compaction(waiter.conn, session_id, &waiter.key_id, prompt, reclaimed);
+            }
         }
-        self.tell_queue_positions(session_id);
     }
 
     pub(crate) fn is_driver(&self, session_id: &str, key_id: &str) -> bool {
@@ -355,7 +280,7 @@ impl Engine {
     ) -> TurnId {
         let turn_id = self.next_turn;
         self.next_turn += 1;
-        self.live_mut(session_id).holder = Holder::Running;
+        self.live_mut(session_id).gate.set_running();
         self.tell_queue_positions(session_id);
         let conn_alive = self.stream_mut(conn).is_some();
         if let Some(s) = self.stream_mut(conn) {
@@ -704,11 +629,14 @@ impl Engine {
                 if self.planted(crate::planted::Bug::GateReleasedOnPause) {
                     return self.release_gate(&t.session_id);
                 }
-                if let Some(live) = self.live.get_mut(&t.session_id) {
-                    live.holder = Holder::Paused(pause);
-                }
                 // A compaction never waits on a pause (spec 07 §4.2 step 4).
-                self.reject_queued_compactions(&t.session_id);
+                let refused = match self.live.get_mut(&t.session_id) {
+                    Some(live) => live.gate.park(pause),
+                    None => Vec::new(),
+                };
+                for w in refused {
+                    self.refuse(w, Refusal::TurnInProgress);
+                }
             }
             _ => self.release_gate(&t.session_id),
         }

@@ -5,7 +5,7 @@
 
 use serde_json::{json, Value};
 
-use super::{Holder, Pause, Waiter};
+use super::{Pause, Waiter};
 use crate::conn::PendingRead;
 use crate::store::{ReadResult, StoreRead};
 use crate::Engine;
@@ -65,7 +65,7 @@ impl Engine {
                     },
                 )
             }
-            None => self.recovered(session_id, Holder::Free),
+            None => self.recovered(session_id, None),
         }
     }
 
@@ -133,14 +133,12 @@ impl Engine {
             cancelled,
         };
         tracing::info!(session_id, owner = %pause.owner, "restored a paused turn from the log");
-        self.recovered(session_id, Holder::Paused(pause));
+        self.recovered(session_id, Some(pause));
     }
 
     /// Recovery done: queued arrivals go through the arrival rules in order.
-    fn recovered(&mut self, session_id: &str, holder: Holder) {
-        let live = self.live_mut(session_id);
-        live.holder = holder;
-        let waiters: Vec<Waiter> = live.queue.drain(..).collect();
+    fn recovered(&mut self, session_id: &str, pause: Option<Pause>) {
+        let waiters: Vec<Waiter> = self.live_mut(session_id).gate.recovered(pause);
         for w in waiters {
             if self.conns.contains_key(&w.conn) {
                 self.arrive(w.conn, session_id, &w.key_id, w.op);
@@ -150,9 +148,8 @@ impl Engine {
 
     fn recovery_failed(&mut self, session_id: &str) {
         let live = self.live_mut(session_id);
-        live.holder = Holder::Free;
         live.history = None;
-        let waiters: Vec<Waiter> = live.queue.drain(..).collect();
+        let waiters: Vec<Waiter> = live.gate.recovery_failed();
         // Idempotent retries attached to a waiter are answered too (found
         // by sim seed 2732: one waited until the server shut down).
         for w in waiters {
