@@ -100,8 +100,8 @@ impl Driver {
             deleted_at: None,
         }));
         let now = Now {
-            mono_ms: 1_000,
-            unix_ms: 1_780_000_000_000,
+            mono: engine::MonoMs(1_000),
+            unix: engine::UnixMs(1_780_000_000_000),
         };
         let config = Config {
             providers: vec![ProviderEntry {
@@ -426,8 +426,8 @@ fn main() {
     let mut samples = Vec::with_capacity(turns);
     let mut body_lens: Vec<usize> = Vec::with_capacity(turns);
     for turn in 1..=turns {
-        d.now.mono_ms += 1;
-        d.now.unix_ms += 1;
+        d.now.mono += 1;
+        d.now.unix += 1;
         // Untimed: building the request and the provider's reply.
         let call = json!({
             "jsonrpc": "2.0", "id": turn, "method": "session.sendMessage",

@@ -28,7 +28,7 @@ impl Engine {
         }
         if self
             .last_legacy_failure
-            .is_some_and(|t| self.now.mono_ms < t + LEGACY_FAILURE_PAUSE_MS)
+            .is_some_and(|t| self.now.mono < t + LEGACY_FAILURE_PAUSE_MS)
         {
             return None;
         }
@@ -53,7 +53,7 @@ impl Engine {
                 return self.catalog.keys.get(&id).cloned();
             }
         }
-        self.last_legacy_failure = Some(self.now.mono_ms);
+        self.last_legacy_failure = Some(self.now.mono);
         None
     }
 }

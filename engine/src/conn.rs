@@ -21,11 +21,11 @@ pub struct Conn {
     pub stream: Option<crate::rpc::Stream>,
     /// Method, path and start time of the request being answered (logged
     /// once with its status).
-    pub current: Option<(String, String, u64)>,
+    pub current: Option<(String, String, crate::MonoMs)>,
     /// When the first bytes of a still-incomplete request arrived.
-    pub partial_since: Option<u64>,
+    pub partial_since: Option<crate::MonoMs>,
     /// Armed while waiting for request bytes (indexed in `read_deadlines`).
-    pub read_deadline: Option<u64>,
+    pub read_deadline: Option<crate::MonoMs>,
 }
 
 /// A request waiting for a store read.
@@ -145,7 +145,7 @@ impl Engine {
                     c.current = Some((
                         req.method.as_str().to_string(),
                         req.path.clone(),
-                        self.now.mono_ms,
+                        self.now.mono,
                     ));
                     let listener = c.listener;
                     match listener {
@@ -171,7 +171,7 @@ impl Engine {
     /// Waiting for request bytes: an idle connection gets the idle timeout,
     /// a partial request the request timeout from its first byte (slowloris).
     fn arm_read_deadline(&mut self, conn: ConnId) {
-        let now = self.now.mono_ms;
+        let now = self.now.mono;
         let (idle_ms, request_ms) = (self.config.idle_timeout_ms, self.config.request_timeout_ms);
         let Some(c) = self.conns.get_mut(&conn) else {
             return;
@@ -189,13 +189,13 @@ impl Engine {
     }
 
     /// Earliest read deadline.
-    pub(crate) fn next_read_deadline(&self) -> Option<u64> {
+    pub(crate) fn next_read_deadline(&self) -> Option<crate::MonoMs> {
         self.read_deadlines.first().map(|(d, _)| *d)
     }
 
     /// Closes idle connections and answers stalled partial requests 408.
     pub(crate) fn expire_reads(&mut self) {
-        let now = self.now.mono_ms;
+        let now = self.now.mono;
         while let Some(&(deadline, conn)) = self.read_deadlines.first() {
             if deadline > now {
                 return;
@@ -225,7 +225,7 @@ impl Engine {
         else {
             return;
         };
-        let ms = self.now.mono_ms.saturating_sub(start);
+        let ms = self.now.mono - start;
         let listener = self.conns.get(&conn).map(|c| c.listener);
         if path == "/healthz" {
             tracing::debug!(%method, %path, status, ms, "request");

@@ -161,7 +161,7 @@ impl Engine {
         let id: KeyId = (session_id.to_string(), key_id.to_string(), key.clone());
         let (started, outcome) = match self.idem.entries.get(&id) {
             None => {
-                let created_ms = self.now.unix_ms;
+                let created_ms = self.now.unix.0;
                 self.idem.order.push_back((created_ms, id.clone()));
                 let entry = Entry {
                     digest,
@@ -352,7 +352,8 @@ impl Engine {
     pub(crate) fn expire_idempotency(&mut self) {
         let before_ms = self
             .now
-            .unix_ms
+            .unix
+            .0
             .saturating_sub(self.config.idempotency_retention_ms);
         if self.idem.expire(before_ms) {
             self.write(StoreWrite::ExpireIdempotency { before_ms });

@@ -49,6 +49,7 @@ mod session_sandbox;
 mod steer;
 pub mod store;
 mod subscribe;
+pub mod time;
 mod turn;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -57,6 +58,7 @@ use model::Catalog;
 use proto::jsonrpc::codes;
 
 pub use store::{ReadId, ReadResult, Snapshot, StoreRead, StoreWrite};
+pub use time::{MonoMs, UnixMs};
 
 /// Identifies one accepted TCP connection (chosen by the driver, never reused).
 pub type ConnId = u64;
@@ -73,10 +75,10 @@ pub enum Listener {
 /// The two clocks the engine needs, both supplied by the driver.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Now {
-    /// Monotonic milliseconds since an arbitrary origin (timers).
-    pub mono_ms: u64,
-    /// Wall clock, Unix epoch milliseconds (`created_at` stamps).
-    pub unix_ms: u64,
+    /// The monotonic clock (timers).
+    pub mono: MonoMs,
+    /// The wall clock (`created_at` stamps).
+    pub unix: UnixMs,
 }
 
 /// Source of randomness for ids and secrets. Production drivers must supply
@@ -327,7 +329,7 @@ pub struct Engine {
     /// Connections with an open NDJSON stream, per session (fan-out index).
     streams: BTreeMap<String, std::collections::BTreeSet<ConnId>>,
     /// `(deadline, conn)` of connections waiting for request bytes.
-    read_deadlines: std::collections::BTreeSet<(u64, ConnId)>,
+    read_deadlines: std::collections::BTreeSet<(MonoMs, ConnId)>,
     turns: BTreeMap<turn::TurnId, turn::Turn>,
     next_turn: turn::TurnId,
     /// Provider calls in flight, by the turn that made them.
@@ -347,7 +349,7 @@ pub struct Engine {
     mcp_calls: HashMap<mcp::CallToken, turn::TurnId>,
     next_mcp_call: mcp::CallToken,
     /// When the last legacy Argon2id verification failed (rate limit).
-    last_legacy_failure: Option<u64>,
+    last_legacy_failure: Option<MonoMs>,
     /// While set, events are not echoed on these connections' streams (a
     /// request's own recorded input, spec 01 §7).
     quiet: Vec<ConnId>,
@@ -434,8 +436,8 @@ impl Engine {
             Input::Closed { conn } => self.on_closed(conn),
             Input::ReadDone { id, result } => self.on_read_done(id, result),
             Input::ProviderDone { call, reply } => self.on_provider_done(call, reply),
-            Input::Mcp { conn, event } => self.mcp.handle(conn, event, now.mono_ms),
-            Input::Sandbox { op, reply } => self.sandbox.handle_reply(op, reply, now.mono_ms),
+            Input::Mcp { conn, event } => self.mcp.handle(conn, event, now.mono),
+            Input::Sandbox { op, reply } => self.sandbox.handle_reply(op, reply, now.mono),
             Input::Shutdown => self.on_shutdown(),
         }
         self.pump_mcp();
@@ -447,8 +449,8 @@ impl Engine {
         self.fire_gate_deadlines();
         self.send_keepalives();
         self.expire_reads();
-        self.mcp.handle_timeout(now.mono_ms);
-        self.sandbox.handle_timeout(now.mono_ms);
+        self.mcp.handle_timeout(now.mono);
+        self.sandbox.handle_timeout(now.mono);
         self.pump_mcp();
     }
 
@@ -457,8 +459,8 @@ impl Engine {
         self.outputs.pop_front()
     }
 
-    /// Monotonic deadline (`Now::mono_ms`) of the next timer, if any.
-    pub fn poll_timeout(&self) -> Option<u64> {
+    /// Monotonic deadline of the next timer, if any.
+    pub fn poll_timeout(&self) -> Option<MonoMs> {
         let mcp = self.mcp.poll_timeout();
         #[cfg(feature = "planted-bugs")]
         let mcp = mcp.filter(|_| !self.planted(planted::Bug::McpTimerNotArmed));
@@ -499,7 +501,7 @@ impl Engine {
 
     /// `created_at` text for the current input.
     fn timestamp(&self) -> String {
-        proto::wire::time::format_created_at(self.now.unix_ms)
+        proto::wire::time::format_created_at(self.now.unix.0)
     }
 
     fn write(&mut self, w: StoreWrite) {

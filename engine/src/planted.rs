@@ -78,7 +78,7 @@ impl crate::Engine {
     /// [`Bug::AbandonTimerOffByOne`].
     pub(crate) fn planted_early_deadline(&self, mut p: crate::turn::Pause) -> crate::turn::Pause {
         if self.planted(Bug::AbandonTimerOffByOne) {
-            p.deadline -= 1;
+            p.deadline = crate::MonoMs(p.deadline.0.saturating_sub(1));
         }
         p
     }

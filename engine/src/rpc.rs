@@ -31,7 +31,7 @@ pub struct Stream {
     /// cover them first, so they never count as this consumer's progress.
     pub unflushed_before: usize,
     /// When the last bytes went out (keepalive timing).
-    pub last_write_ms: u64,
+    pub last_write: crate::MonoMs,
     /// Extensions the stream's client opted into (docs/extensions.md).
     pub ext: proto::jsonrpc::Extensions,
 }
@@ -256,7 +256,7 @@ impl Engine {
                 flushed_partial: 0,
                 in_flight_bytes: 0,
                 unflushed_before: c.unflushed,
-                last_write_ms: self.now.mono_ms,
+                last_write: self.now.mono,
                 ext: Default::default(),
             });
             self.streams
@@ -294,11 +294,11 @@ impl Engine {
         let mut bytes = Vec::with_capacity(line.len() + 12);
         proto::http::encode_chunk(line.as_bytes(), &mut bytes);
         let len = bytes.len();
-        let now = self.now.mono_ms;
+        let now = self.now.mono;
         if let Some(s) = self.stream_mut(conn) {
             s.in_flight.push_back(len);
             s.in_flight_bytes += len;
-            s.last_write_ms = now;
+            s.last_write = now;
         }
         self.send(conn, bytes);
     }
@@ -346,7 +346,7 @@ impl Engine {
     }
 
     /// Earliest keepalive deadline over open streams (opt-in).
-    pub(crate) fn next_keepalive(&self) -> Option<u64> {
+    pub(crate) fn next_keepalive(&self) -> Option<crate::MonoMs> {
         let every = self.config.ndjson_keepalive_ms;
         if every == 0 {
             return None;
@@ -354,7 +354,7 @@ impl Engine {
         self.conns
             .values()
             .filter_map(|c| c.stream.as_ref())
-            .map(|s| s.last_write_ms + every)
+            .map(|s| s.last_write + every)
             .min()
     }
 
@@ -365,14 +365,14 @@ impl Engine {
         if every == 0 {
             return;
         }
-        let now = self.now.mono_ms;
+        let now = self.now.mono;
         let due: Vec<ConnId> = self
             .conns
             .iter()
             .filter(|(_, c)| {
                 c.stream
                     .as_ref()
-                    .is_some_and(|s| s.last_write_ms + every <= now)
+                    .is_some_and(|s| s.last_write + every <= now)
             })
             .map(|(id, _)| *id)
             .collect();

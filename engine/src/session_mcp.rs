@@ -60,7 +60,7 @@ impl Engine {
         }
         self.pending_creates
             .insert(session_id.to_string(), (conn, body));
-        let now = self.now.mono_ms;
+        let now = self.now.mono;
         self.mcp.connect_session(session_id, servers, now);
     }
 
@@ -112,7 +112,7 @@ impl Engine {
             return false;
         }
         self.mcp_restoring.insert(session_id.clone(), turn_id);
-        let now = self.now.mono_ms;
+        let now = self.now.mono;
         self.mcp.connect_session(&session_id, servers, now);
         true
     }

@@ -293,7 +293,7 @@ impl Engine {
             conn,
             key_id: key_id.to_string(),
         };
-        let now = self.now.mono_ms;
+        let now = self.now.mono;
         if self
             .sandbox
             .exec(session_id, &command, requester, now)

@@ -126,7 +126,7 @@ impl Threads {
                 Err(mpsc::RecvTimeoutError::Disconnected) => return,
             }
             let now = self.clock.now();
-            if self.engine.poll_timeout().is_some_and(|t| t <= now.mono_ms) {
+            if self.engine.poll_timeout().is_some_and(|t| t <= now.mono) {
                 self.engine.handle_timeout(now);
             }
         }

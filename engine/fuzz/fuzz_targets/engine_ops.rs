@@ -203,7 +203,7 @@ impl World {
             max_queued_per_session: 4,
             ..Config::default()
         };
-        let now = Now { mono_ms: 1_000, unix_ms: 1_780_000_000_000 };
+        let now = Now { mono: engine::MonoMs(1_000), unix: engine::UnixMs(1_780_000_000_000) };
         let engine = Engine::new(config, Box::new(Counter(7)), store.snapshot(), now);
         World {
             engine,
@@ -294,9 +294,9 @@ impl World {
                 }
             }
             Op::Advance { ms } => {
-                self.now.mono_ms += ms as u64 * 50;
-                self.now.unix_ms += ms as u64 * 50;
-                if self.engine.poll_timeout().is_some_and(|t| t <= self.now.mono_ms) {
+                self.now.mono += ms as u64 * 50;
+                self.now.unix += ms as u64 * 50;
+                if self.engine.poll_timeout().is_some_and(|t| t <= self.now.mono) {
                     self.engine.handle_timeout(self.now);
                     self.drain();
                 }

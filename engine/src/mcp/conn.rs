@@ -3,6 +3,7 @@
 //! a deadline. Transport differences stay small: stdio answers arrive as
 //! lines matched by id, HTTP answers as the reply to the request's own POST.
 
+use crate::MonoMs;
 use proto::mcp::{self, errors, Answer, CallOutcome, McpMethod, McpTool};
 use serde_json::Value;
 
@@ -62,7 +63,7 @@ struct Pending {
     /// JSON-RPC id (`0` for the notification's POST).
     exchange: u64,
     awaiting: Awaiting,
-    deadline: u64,
+    deadline: MonoMs,
     call: Option<PendingCall>,
 }
 
@@ -102,7 +103,7 @@ pub(super) struct Conn {
     reconnect: bool,
     /// Failed reconnect attempts in a row, and when the next may start.
     attempts: u32,
-    retry_at: u64,
+    retry_at: MonoMs,
     /// The call that triggered a reconnect, sent once the handshake is done.
     queued: Option<PendingCall>,
     /// `tools/list` pages gathered so far during a handshake.
@@ -113,14 +114,14 @@ pub(super) struct Conn {
     closed: bool,
     /// A reconnect's whole handshake shares one deadline, so a call that
     /// reconnects waits at most two timeouts (handshake, then the call).
-    handshake_deadline: Option<u64>,
+    handshake_deadline: Option<MonoMs>,
 }
 
 impl Conn {
     pub(super) fn new(
         session_id: &str,
         spec: McpServerSpec,
-        now: u64,
+        now: MonoMs,
         settings: &McpSettings,
     ) -> Self {
         Conn {
@@ -142,7 +143,7 @@ impl Conn {
             tools: Vec::new(),
             reconnect: false,
             attempts: 0,
-            retry_at: 0,
+            retry_at: MonoMs(0),
             queued: None,
             listed: Vec::new(),
             pages: 0,
@@ -156,7 +157,7 @@ impl Conn {
     pub(super) fn reopen(
         old: &Conn,
         queued: PendingCall,
-        now: u64,
+        now: MonoMs,
         settings: &McpSettings,
     ) -> Self {
         let mut c = Conn::new(&old.session_id, old.spec.clone(), now, settings);
@@ -186,12 +187,12 @@ impl Conn {
     }
 
     /// Whether a broken connection may be replaced, and from when.
-    pub(super) fn may_reconnect(&self) -> Option<u64> {
+    pub(super) fn may_reconnect(&self) -> Option<MonoMs> {
         self.spec.reconnect.then_some(self.retry_at)
     }
 
     /// A reconnect attempt failed: back off exponentially.
-    pub(super) fn backoff(&mut self, now: u64, reason: String) {
+    pub(super) fn backoff(&mut self, now: MonoMs, reason: String) {
         self.attempts = self.attempts.saturating_add(1);
         let shift = self.attempts.saturating_sub(1).min(16);
         let delay = (BACKOFF_START_MS << shift).min(BACKOFF_MAX_MS);
@@ -207,7 +208,7 @@ impl Conn {
     /// The handshake of a reconnect finished: attempts start over.
     pub(super) fn reset_backoff(&mut self) {
         self.attempts = 0;
-        self.retry_at = 0;
+        self.retry_at = MonoMs(0);
     }
 
     pub(super) fn session_id(&self) -> &str {
@@ -222,7 +223,7 @@ impl Conn {
         self.tools = tools;
     }
 
-    pub(super) fn deadline(&self) -> Option<u64> {
+    pub(super) fn deadline(&self) -> Option<MonoMs> {
         self.pending.as_ref().map(|p| p.deadline)
     }
 
@@ -256,7 +257,7 @@ impl Conn {
     }
 
     /// Sends a request and waits for its answer.
-    fn request(&mut self, method: McpMethod, params: &Value, awaiting: Awaiting, now: u64) {
+    fn request(&mut self, method: McpMethod, params: &Value, awaiting: Awaiting, now: MonoMs) {
         self.request_for(method, params, awaiting, None, now);
     }
 
@@ -266,7 +267,7 @@ impl Conn {
         params: &Value,
         awaiting: Awaiting,
         call: Option<PendingCall>,
-        now: u64,
+        now: MonoMs,
     ) {
         let id = self.next_id;
         self.next_id += 1;
@@ -291,7 +292,7 @@ impl Conn {
 
     /// `tools/call`; a broken or busy connection fails at once rather than
     /// waiting out the timeout.
-    pub(super) fn call(&mut self, call: PendingCall, now: u64) -> Step {
+    pub(super) fn call(&mut self, call: PendingCall, now: MonoMs) -> Step {
         let token = call.token;
         if let Some(reason) = &self.broken {
             return Step::CallDone(token, CallOutcome::Failed(reason.clone()));
@@ -311,7 +312,7 @@ impl Conn {
         Step::Nothing
     }
 
-    pub(super) fn handle(&mut self, event: McpEvent, now: u64) -> Step {
+    pub(super) fn handle(&mut self, event: McpEvent, now: MonoMs) -> Step {
         if self.closed {
             return Step::Nothing;
         }
@@ -399,7 +400,7 @@ impl Conn {
     }
 
     /// The pending request's deadline passed.
-    pub(super) fn expire(&mut self, now: u64) -> Step {
+    pub(super) fn expire(&mut self, now: MonoMs) -> Step {
         match &self.pending {
             Some(p) if p.deadline <= now => {
                 let text = errors::timed_out(p.awaiting.method());
@@ -413,7 +414,7 @@ impl Conn {
         self.pending.as_ref().map(|p| p.awaiting)
     }
 
-    fn answered(&mut self, answer: Answer, now: u64) -> Step {
+    fn answered(&mut self, answer: Answer, now: MonoMs) -> Step {
         let Some(p) = self.pending.take() else {
             return Step::Nothing;
         };

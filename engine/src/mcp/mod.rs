@@ -13,6 +13,7 @@
 //! an engine timer (`mcp_timeout_ms`), never a socket timeout, so a silent
 //! server cannot hold a turn past it.
 
+use crate::MonoMs;
 mod conn;
 #[cfg(test)]
 mod tests;
@@ -169,7 +170,7 @@ impl McpHub {
 
     /// Connects `servers` for a new session, all at once; a
     /// [`McpNotice::SessionReady`] follows when the last one is done.
-    pub fn connect_session(&mut self, session_id: &str, servers: Vec<McpServerSpec>, now: u64) {
+    pub fn connect_session(&mut self, session_id: &str, servers: Vec<McpServerSpec>, now: MonoMs) {
         if servers.is_empty() {
             self.notices.push_back(McpNotice::SessionReady {
                 session_id: session_id.to_string(),
@@ -227,7 +228,7 @@ impl McpHub {
         tool: &str,
         input: &Value,
         token: CallToken,
-        now: u64,
+        now: MonoMs,
     ) -> Option<String> {
         let id = *self.sets.get(session_id)?.routes.get(tool)?;
         let c = self.conns.get_mut(&id)?;
@@ -258,7 +259,7 @@ impl McpHub {
     /// Replaces a broken connection by a new incarnation (a new id, so
     /// late events of the old transport cannot reach it) that sends `call`
     /// once it is ready.
-    fn reconnect(&mut self, old: McpConnId, call: PendingCall, now: u64) {
+    fn reconnect(&mut self, old: McpConnId, call: PendingCall, now: MonoMs) {
         let Some(old_conn) = self.conns.remove(&old) else {
             return;
         };
@@ -311,7 +312,7 @@ impl McpHub {
     }
 
     /// A transport event.
-    pub fn handle(&mut self, conn: McpConnId, event: McpEvent, now: u64) {
+    pub fn handle(&mut self, conn: McpConnId, event: McpEvent, now: MonoMs) {
         let Some(c) = self.conns.get_mut(&conn) else {
             return;
         };
@@ -320,7 +321,7 @@ impl McpHub {
     }
 
     /// Fires every request deadline due at `now`.
-    pub fn handle_timeout(&mut self, now: u64) {
+    pub fn handle_timeout(&mut self, now: MonoMs) {
         let due: Vec<McpConnId> = self
             .conns
             .iter()
@@ -335,7 +336,7 @@ impl McpHub {
         }
     }
 
-    pub fn poll_timeout(&self) -> Option<u64> {
+    pub fn poll_timeout(&self) -> Option<MonoMs> {
         self.conns.values().filter_map(Conn::deadline).min()
     }
 
@@ -352,7 +353,7 @@ impl McpHub {
         self.sets.len()
     }
 
-    fn apply(&mut self, id: McpConnId, step: Step, now: u64) {
+    fn apply(&mut self, id: McpConnId, step: Step, now: MonoMs) {
         let Some(c) = self.conns.get_mut(&id) else {
             return;
         };
@@ -401,7 +402,7 @@ impl McpHub {
 
     /// A reconnect's handshake is done: its tools are routable again (they
     /// may have changed), then the call that triggered it goes out.
-    fn reconnected(&mut self, id: McpConnId, tools: Vec<McpTool>, now: u64) {
+    fn reconnected(&mut self, id: McpConnId, tools: Vec<McpTool>, now: MonoMs) {
         let Some(c) = self.conns.get_mut(&id) else {
             return;
         };

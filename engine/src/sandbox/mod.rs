@@ -15,6 +15,7 @@
 //! the driver is asked to stop, so nothing is ever dispatched against a
 //! container being stopped.
 
+use crate::MonoMs;
 mod images;
 mod subagent;
 #[cfg(test)]
@@ -58,7 +59,7 @@ enum Op {
         session_id: String,
         handle: Handle,
         requester: Requester,
-        deadline: Option<u64>,
+        deadline: Option<MonoMs>,
     },
     Subagent {
         session_id: String,
@@ -162,7 +163,7 @@ impl SandboxHub {
         session_id: &str,
         command: &str,
         requester: Requester,
-        now: u64,
+        now: MonoMs,
     ) -> Option<String> {
         let b = self.boxes.get_mut(session_id)?;
         let handle = b.running.clone()?;
@@ -180,7 +181,7 @@ impl SandboxHub {
         handle: Handle,
         command: &str,
         requester: Requester,
-        now: u64,
+        now: MonoMs,
     ) {
         let deadline =
             (self.settings.exec_timeout_ms > 0).then(|| now + self.settings.exec_timeout_ms);
@@ -205,7 +206,7 @@ impl SandboxHub {
 
     /// The lock is free: the next queued exec runs (against the handle as
     /// it is now; queued execs of a stopped sandbox fail).
-    fn unlock(&mut self, session_id: &str, now: u64) {
+    fn unlock(&mut self, session_id: &str, now: MonoMs) {
         let Some(b) = self.boxes.get_mut(session_id) else {
             return;
         };
@@ -284,7 +285,7 @@ impl SandboxHub {
     }
 
     /// A driver reply.
-    pub fn handle_reply(&mut self, op: OpId, reply: SandboxReply, now: u64) {
+    pub fn handle_reply(&mut self, op: OpId, reply: SandboxReply, now: MonoMs) {
         let Some(pending) = self.ops.remove(&op) else {
             return;
         };
@@ -444,7 +445,7 @@ impl SandboxHub {
     }
 
     /// Fires exec and subagent deadlines due at `now`.
-    pub fn handle_timeout(&mut self, now: u64) {
+    pub fn handle_timeout(&mut self, now: MonoMs) {
         let due: Vec<OpId> = self
             .ops
             .iter()
@@ -490,7 +491,7 @@ impl SandboxHub {
         }
     }
 
-    pub fn poll_timeout(&self) -> Option<u64> {
+    pub fn poll_timeout(&self) -> Option<MonoMs> {
         let execs = self.ops.values().filter_map(|op| match op {
             Op::Exec { deadline, .. } => *deadline,
             _ => None,

@@ -2,6 +2,7 @@
 //! ends, times out or is cancelled; its output kept for the status tool
 //! (never in events), reported once, then evicted.
 
+use crate::MonoMs;
 use serde_json::{json, Value};
 
 use super::{DriverError, ExecOutput, Op, OpId, SandboxCommand, SandboxHub};
@@ -112,7 +113,7 @@ pub(super) struct Subagent {
     state: State,
     /// The exec while running.
     op: Option<OpId>,
-    deadline: u64,
+    deadline: MonoMs,
     exit_code: Option<i64>,
     stdout: String,
     stderr: String,
@@ -122,7 +123,7 @@ pub(super) struct Subagent {
 }
 
 impl Subagent {
-    pub(super) fn new(spec: LaunchSpec, op: OpId, deadline: u64) -> Self {
+    pub(super) fn new(spec: LaunchSpec, op: OpId, deadline: MonoMs) -> Self {
         Subagent {
             spec,
             state: State::Running,
@@ -145,7 +146,7 @@ impl Subagent {
         self.state == State::Running
     }
 
-    pub(super) fn deadline(&self) -> Option<u64> {
+    pub(super) fn deadline(&self) -> Option<MonoMs> {
         self.is_running().then_some(self.deadline)
     }
 
@@ -180,7 +181,7 @@ impl Subagent {
     }
 
     /// The deadline passed: `timed_out`; returns the exec to kill.
-    pub(super) fn expire(&mut self, now: u64) -> Option<OpId> {
+    pub(super) fn expire(&mut self, now: MonoMs) -> Option<OpId> {
         if !self.is_running() || self.deadline > now {
             return None;
         }
@@ -266,7 +267,7 @@ impl SandboxHub {
         &mut self,
         session_id: &str,
         spec: LaunchSpec,
-        now: u64,
+        now: MonoMs,
     ) -> Option<SubagentStatus> {
         let container = self.handle(session_id)?.container.clone();
         let timeout_ms = spec.timeout_ms.unwrap_or(self.settings.subagent_timeout_ms);

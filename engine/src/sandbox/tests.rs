@@ -51,9 +51,9 @@ fn out(stdout: &str, code: i64) -> ExecOutput {
 fn running(h: &mut SandboxHub) -> Handle {
     h.start("s", "img", rpc(1)).unwrap();
     let ensure = op_of(&cmds(h)[0]);
-    h.handle_reply(ensure, SandboxReply::Ensured(Ok(())), 0);
+    h.handle_reply(ensure, SandboxReply::Ensured(Ok(())), MonoMs(0));
     let start = op_of(&cmds(h)[0]);
-    h.handle_reply(start, SandboxReply::Started(Ok("c1".into())), 0);
+    h.handle_reply(start, SandboxReply::Started(Ok("c1".into())), MonoMs(0));
     notices(h);
     h.handle("s").cloned().unwrap()
 }
@@ -64,7 +64,7 @@ fn c139_start_ensures_the_image_then_runs_it_with_labels() {
     h.start("s", "img", rpc(1)).unwrap();
     let c = cmds(&mut h);
     assert!(matches!(&c[..], [SandboxCommand::EnsureImage { image, .. }] if image == "img"));
-    h.handle_reply(op_of(&c[0]), SandboxReply::Ensured(Ok(())), 0);
+    h.handle_reply(op_of(&c[0]), SandboxReply::Ensured(Ok(())), MonoMs(0));
     let c = cmds(&mut h);
     let SandboxCommand::Start { labels, image, .. } = &c[0] else {
         panic!("{c:?}")
@@ -77,7 +77,11 @@ fn c139_start_ensures_the_image_then_runs_it_with_labels() {
             ("bae.db".into(), "d".into())
         ]
     );
-    h.handle_reply(op_of(&c[0]), SandboxReply::Started(Ok("c1".into())), 0);
+    h.handle_reply(
+        op_of(&c[0]),
+        SandboxReply::Started(Ok("c1".into())),
+        MonoMs(0),
+    );
     let handle = Handle {
         image: "img".into(),
         container: "c1".into(),
@@ -122,7 +126,7 @@ fn c141_a_failed_ensure_or_run_reports_the_driver_text_and_allows_a_retry() {
     h.handle_reply(
         op_of(&c[0]),
         SandboxReply::Ensured(Err(DriverError::Image("pull failed".into()))),
-        0,
+        MonoMs(0),
     );
     let SandboxNotice::Started { result, .. } = &notices(&mut h)[0] else {
         panic!()
@@ -134,12 +138,12 @@ fn c141_a_failed_ensure_or_run_reports_the_driver_text_and_allows_a_retry() {
     assert!(h.cmds_empty());
     h.start("s", "img", rpc(1)).unwrap();
     let c = cmds(&mut h);
-    h.handle_reply(op_of(&c[0]), SandboxReply::Ensured(Ok(())), 0);
+    h.handle_reply(op_of(&c[0]), SandboxReply::Ensured(Ok(())), MonoMs(0));
     let c = cmds(&mut h);
     h.handle_reply(
         op_of(&c[0]),
         SandboxReply::Started(Err(DriverError::Runtime("boom".into()))),
-        0,
+        MonoMs(0),
     );
     let SandboxNotice::Started { result, .. } = &notices(&mut h)[0] else {
         panic!()
@@ -164,14 +168,14 @@ fn stop_removes_the_handle_before_the_driver_stops() {
     );
     assert!(h.handle("s").is_none(), "gone before the stop completes");
     assert_eq!(
-        h.exec("s", "ls", rpc(2), 0),
+        h.exec("s", "ls", rpc(2), MonoMs(0)),
         None,
         "nothing dispatched against it"
     );
     assert_eq!(h.stop("s", rpc(1), StopReason::Explicit), None);
     let c = cmds(&mut h);
     assert!(matches!(&c[..], [SandboxCommand::Stop { container, .. }] if container == "c1"));
-    h.handle_reply(op_of(&c[0]), SandboxReply::Stopped(Ok(())), 0);
+    h.handle_reply(op_of(&c[0]), SandboxReply::Stopped(Ok(())), MonoMs(0));
     assert_eq!(
         notices(&mut h),
         vec![SandboxNotice::Stopped {
@@ -188,15 +192,19 @@ fn stop_removes_the_handle_before_the_driver_stops() {
 fn execs_hold_the_lock_one_at_a_time_in_order() {
     let mut h = hub();
     running(&mut h);
-    assert_eq!(h.exec("s", "one", rpc(1), 0), Some("c1".into()));
-    assert_eq!(h.exec("s", "two", rpc(2), 0), Some("c1".into()));
+    assert_eq!(h.exec("s", "one", rpc(1), MonoMs(0)), Some("c1".into()));
+    assert_eq!(h.exec("s", "two", rpc(2), MonoMs(0)), Some("c1".into()));
     let c = cmds(&mut h);
     assert_eq!(c.len(), 1, "the second waits for the lock");
     let SandboxCommand::Exec { command, stdin, .. } = &c[0] else {
         panic!()
     };
     assert_eq!((command.as_str(), stdin), ("one", &None));
-    h.handle_reply(op_of(&c[0]), SandboxReply::Exec(Ok(out("1", 0))), 10);
+    h.handle_reply(
+        op_of(&c[0]),
+        SandboxReply::Exec(Ok(out("1", 0))),
+        MonoMs(10),
+    );
     let c = cmds(&mut h);
     assert!(matches!(&c[..], [SandboxCommand::Exec { command, .. }] if command == "two"));
     let n = notices(&mut h);
@@ -209,12 +217,12 @@ fn execs_hold_the_lock_one_at_a_time_in_order() {
 fn an_exec_past_its_timeout_is_killed_and_reported_as_a_driver_error() {
     let mut h = hub();
     running(&mut h);
-    h.exec("s", "sleep 99", rpc(1), 100);
-    h.exec("s", "next", rpc(2), 100);
+    h.exec("s", "sleep 99", rpc(1), MonoMs(100));
+    h.exec("s", "next", rpc(2), MonoMs(100));
     let c = cmds(&mut h);
     let op = op_of(&c[0]);
-    assert_eq!(h.poll_timeout(), Some(1_100));
-    h.handle_timeout(1_100);
+    assert_eq!(h.poll_timeout(), Some(MonoMs(1_100)));
+    h.handle_timeout(MonoMs(1_100));
     let c = cmds(&mut h);
     assert_eq!(c[0], SandboxCommand::Kill { op });
     assert!(matches!(&c[1], SandboxCommand::Exec { command, .. } if command == "next"));
@@ -227,7 +235,7 @@ fn an_exec_past_its_timeout_is_killed_and_reported_as_a_driver_error() {
     };
     assert_eq!(text, "sandbox runtime error: exec timed out after 1 s");
     // The late reply of the killed exec is ignored.
-    h.handle_reply(op, SandboxReply::Exec(Ok(out("late", 0))), 1_200);
+    h.handle_reply(op, SandboxReply::Exec(Ok(out("late", 0))), MonoMs(1_200));
     assert!(notices(&mut h).is_empty());
 }
 
@@ -241,7 +249,7 @@ fn launch(h: &mut SandboxHub, id: &str, timeout: Option<u64>, now: u64) -> OpId 
         timeout_ms: timeout,
         key_id: "key_a".into(),
     };
-    h.launch("s", spec, now).unwrap();
+    h.launch("s", spec, MonoMs(now)).unwrap();
     let c = cmds(h);
     let SandboxCommand::Exec { stdin, command, .. } = &c[0] else {
         panic!("{c:?}")
@@ -259,7 +267,7 @@ fn c156_subagents_are_reported_once_when_terminal_then_evicted() {
     launch(&mut h, "sba_b", None, 0);
     assert_eq!(h.running_subagents("s"), 2);
     assert!(h.tracks_subagents("s"));
-    h.handle_reply(a, SandboxReply::Exec(Ok(out("done", 0))), 5);
+    h.handle_reply(a, SandboxReply::Exec(Ok(out("done", 0))), MonoMs(5));
     let n = notices(&mut h);
     let SandboxNotice::SubagentEnded { status, .. } = &n[0] else {
         panic!()
@@ -283,8 +291,8 @@ fn c158_a_subagent_past_its_timeout_is_killed_and_timed_out() {
     let mut h = hub();
     running(&mut h);
     let op = launch(&mut h, "sba_a", Some(2_000), 100);
-    assert_eq!(h.poll_timeout(), Some(2_100));
-    h.handle_timeout(2_100);
+    assert_eq!(h.poll_timeout(), Some(MonoMs(2_100)));
+    h.handle_timeout(MonoMs(2_100));
     assert_eq!(cmds(&mut h), vec![SandboxCommand::Kill { op }]);
     let n = notices(&mut h);
     let SandboxNotice::SubagentEnded { status, .. } = &n[0] else {
@@ -314,7 +322,7 @@ fn c159_c160_c161_cancel_running_terminal_and_unknown() {
     assert_eq!(h.cancel("s", "sba_a"), CancelOutcome::AlreadyTerminal);
     assert_eq!(h.cancel("s", "sba_nope"), CancelOutcome::NotFound);
     // A late exit after the cancel changes nothing.
-    h.handle_reply(op, SandboxReply::Exec(Ok(out("", 0))), 1);
+    h.handle_reply(op, SandboxReply::Exec(Ok(out("", 0))), MonoMs(1));
     assert!(notices(&mut h).is_empty());
 }
 
@@ -332,12 +340,12 @@ fn nonzero_exit_spawn_failure_and_output_truncation() {
             exit_code: 3,
             ..ExecOutput::default()
         })),
-        1,
+        MonoMs(1),
     );
     h.handle_reply(
         b,
         SandboxReply::Exec(Err(DriverError::Runtime("cannot run docker".into()))),
-        1,
+        MonoMs(1),
     );
     let n = notices(&mut h);
     let events: Vec<Value> = n
@@ -366,8 +374,8 @@ fn c148_c164_close_cancels_subagents_stops_the_sandbox_and_fails_queued_execs() 
     let mut h = hub();
     let handle = running(&mut h);
     let sub = launch(&mut h, "sba_a", None, 0);
-    h.exec("s", "one", rpc(1), 0);
-    h.exec("s", "two", rpc(2), 0);
+    h.exec("s", "one", rpc(1), MonoMs(0));
+    h.exec("s", "two", rpc(2), MonoMs(0));
     let exec = op_of(&cmds(&mut h)[0]);
     let (cancelled, stopped) = h.close_session("s", "key_creator");
     assert_eq!(cancelled.len(), 1);
@@ -386,7 +394,7 @@ fn c148_c164_close_cancels_subagents_stops_the_sandbox_and_fails_queued_execs() 
         matches!(&n[..], [SandboxNotice::Executed { requester, result: Err(_), .. }] if *requester == rpc(2))
     );
     // The exec in flight still reports; nothing runs after it.
-    h.handle_reply(exec, SandboxReply::Exec(Ok(out("", 0))), 1);
+    h.handle_reply(exec, SandboxReply::Exec(Ok(out("", 0))), MonoMs(1));
     assert_eq!(notices(&mut h).len(), 1);
     assert!(cmds(&mut h).is_empty());
 }
@@ -396,10 +404,10 @@ fn a_start_finishing_after_close_stops_its_container() {
     let mut h = hub();
     h.start("s", "img", rpc(1)).unwrap();
     let ensure = op_of(&cmds(&mut h)[0]);
-    h.handle_reply(ensure, SandboxReply::Ensured(Ok(())), 0);
+    h.handle_reply(ensure, SandboxReply::Ensured(Ok(())), MonoMs(0));
     let start = op_of(&cmds(&mut h)[0]);
     h.close_session("s", "key_creator");
-    h.handle_reply(start, SandboxReply::Started(Ok("c9".into())), 1);
+    h.handle_reply(start, SandboxReply::Started(Ok("c9".into())), MonoMs(1));
     let c = cmds(&mut h);
     assert!(
         matches!(&c[..], [SandboxCommand::Stop { container, .. }] if container == "c9"),
@@ -418,13 +426,13 @@ fn provisioning_ensures_images_in_order_and_records_their_status() {
         matches!(&c[..], [SandboxCommand::EnsureImage { image, .. }] if image == "a"),
         "one at a time"
     );
-    h.handle_reply(op_of(&c[0]), SandboxReply::Ensured(Ok(())), 0);
+    h.handle_reply(op_of(&c[0]), SandboxReply::Ensured(Ok(())), MonoMs(0));
     let c = cmds(&mut h);
     assert!(matches!(&c[..], [SandboxCommand::EnsureImage { image, .. }] if image == "b"));
     h.handle_reply(
         op_of(&c[0]),
         SandboxReply::Ensured(Err(DriverError::Image("pull failed".into()))),
-        0,
+        MonoMs(0),
     );
     assert_eq!(h.image_state("pro_1", "a"), ImageState::Available);
     assert_eq!(

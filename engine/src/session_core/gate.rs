@@ -2,6 +2,7 @@
 //! oldest live waiter, the engine's own abandonment timer, cancels, and
 //! the hand-over after a restart rebuilt a parked pause from the log.
 
+use crate::MonoMs;
 use std::collections::VecDeque;
 
 use super::{Holder, Idem, Op, Pause, Takeover, Waiter};
@@ -93,7 +94,7 @@ impl Gate {
     /// A send resumes its owner's pause at once; anyone may retire an
     /// expired pause when nobody waits; a free gate with nobody waiting is
     /// taken; everything else queues. A compaction refuses a live pause.
-    pub fn arrive(&mut self, now: u64, limits: Limits, w: Waiter) -> Arrival {
+    pub fn arrive(&mut self, now: MonoMs, limits: Limits, w: Waiter) -> Arrival {
         let compaction = matches!(w.op, Op::Compact(_));
         let empty = self.queue.is_empty();
         let takeover = match &self.holder {
@@ -116,7 +117,7 @@ impl Gate {
     }
 
     /// The running turn ended without pausing: the gate passes on.
-    pub fn release(&mut self, now: u64, alive: impl Fn(ConnId) -> bool) -> Option<Start> {
+    pub fn release(&mut self, now: MonoMs, alive: impl Fn(ConnId) -> bool) -> Option<Start> {
         self.holder = Holder::Free;
         self.admit_next(now, alive)
     }
@@ -135,7 +136,7 @@ impl Gate {
 
     /// Earliest pause deadline with someone waiting behind it (a pause
     /// nobody waits for needs no timer: the next arrival checks it).
-    pub fn deadline(&self) -> Option<u64> {
+    pub fn deadline(&self) -> Option<MonoMs> {
         match &self.holder {
             Holder::Paused(p) if !self.queue.is_empty() => Some(p.deadline),
             _ => None,
@@ -143,7 +144,7 @@ impl Gate {
     }
 
     /// The abandonment timer: a waiter behind an expired pause retires it.
-    pub fn tick(&mut self, now: u64, alive: impl Fn(ConnId) -> bool) -> Option<Start> {
+    pub fn tick(&mut self, now: MonoMs, alive: impl Fn(ConnId) -> bool) -> Option<Start> {
         match &self.holder {
             Holder::Paused(p) if p.deadline <= now && !self.queue.is_empty() => {
                 self.admit_next(now, alive)
@@ -159,7 +160,7 @@ impl Gate {
         match &mut self.holder {
             Holder::Paused(p) if owner.is_none_or(|o| o == p.owner) && !p.cancelled => {
                 p.cancelled = true;
-                p.deadline = 0;
+                p.deadline = MonoMs(0);
                 Some(p.owner.clone())
             }
             _ => None,
@@ -254,7 +255,7 @@ impl Gate {
 
     /// Hands a free gate, or an expired pause, to the oldest waiter whose
     /// connection is still there.
-    fn admit_next(&mut self, now: u64, alive: impl Fn(ConnId) -> bool) -> Option<Start> {
+    fn admit_next(&mut self, now: MonoMs, alive: impl Fn(ConnId) -> bool) -> Option<Start> {
         loop {
             let retire = match &self.holder {
                 Holder::Free => false,

@@ -7,6 +7,7 @@
 //!
 //! Its tests (`tests/`) drive it in-process with virtual time.
 
+use crate::MonoMs;
 mod gate;
 #[cfg(test)]
 mod tests;
@@ -32,7 +33,7 @@ pub enum Holder {
 pub struct Pause {
     pub owner: String,
     /// Monotonic ms after which another arrival may retire the turn.
-    pub deadline: u64,
+    pub deadline: MonoMs,
     /// `tool_use` ids of the paused assistant message, in order.
     pub expected: Vec<String>,
     /// Server-dispatched results produced before the pause.

@@ -11,7 +11,7 @@ use proto::jsonrpc::codes;
 impl Engine {
     /// Frees the gate and admits the next live waiter.
     pub(crate) fn release_gate(&mut self, session_id: &str) {
-        let now = self.now.mono_ms;
+        let now = self.now.mono;
         let conns = &self.conns;
         let Some(live) = self.live.get_mut(session_id) else {
             return;
@@ -22,14 +22,14 @@ impl Engine {
     }
 
     /// Earliest pause deadline with someone waiting behind it.
-    pub(crate) fn next_gate_deadline(&self) -> Option<u64> {
+    pub(crate) fn next_gate_deadline(&self) -> Option<crate::MonoMs> {
         self.live.values().filter_map(|l| l.gate.deadline()).min()
     }
 
     /// The engine's own abandonment timer: a waiter behind an expired pause
     /// retires it without needing a new arrival.
     pub(crate) fn fire_gate_deadlines(&mut self) {
-        let now = self.now.mono_ms;
+        let now = self.now.mono;
         let due: Vec<String> = self
             .live
             .iter()

@@ -168,7 +168,7 @@ impl Engine {
             .sessions
             .get(session_id)
             .is_some_and(|s| s.fresh);
-        let (now, limits) = (self.now.mono_ms, self.gate_limits());
+        let (now, limits) = (self.now.mono, self.gate_limits());
         let waiter = Waiter::new(conn, key_id, op);
         let live = self.live_mut(session_id);
         if live.history.is_none() && fresh {

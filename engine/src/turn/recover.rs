@@ -123,9 +123,9 @@ impl Engine {
         let pause = Pause {
             owner: paused.client_key_id.clone().unwrap_or_default(),
             deadline: if cancelled {
-                0
+                crate::MonoMs(0)
             } else {
-                self.now.mono_ms + self.config.turn_timeout_ms
+                self.now.mono + self.config.turn_timeout_ms
             },
             expected,
             server_results,

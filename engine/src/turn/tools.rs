@@ -159,7 +159,7 @@ impl Engine {
                     {
                         round.waiting = Some(Waiting::Mcp(token, i, server));
                     }
-                    let now = self.now.mono_ms;
+                    let now = self.now.mono;
                     self.mcp.call(&session_id, name, &input, token, now);
                     return;
                 }
@@ -246,7 +246,7 @@ impl Engine {
             turn: turn_id,
             index,
         };
-        let now = self.now.mono_ms;
+        let now = self.now.mono;
         self.sandbox.exec(session_id, &command, requester, now);
         true
     }
@@ -350,7 +350,7 @@ impl Engine {
             let auto_trigger = self.auto_crossing(turn_id);
             let pause = Pause {
                 owner: key_id,
-                deadline: self.now.mono_ms + self.config.turn_timeout_ms,
+                deadline: self.now.mono + self.config.turn_timeout_ms,
                 expected,
                 server_results: results,
                 auto_trigger,
@@ -570,7 +570,7 @@ impl Engine {
         };
         let common = json!({"dispatch": "remote", "subagent_id": id, "harness": harness, "model": model, "detail": null});
         self.turn_event(turn_id, EventType::SessionSubagentStart, common.clone());
-        let now = self.now.mono_ms;
+        let now = self.now.mono;
         self.sandbox.launch(&session_id, spec, now);
         self.turn_event(turn_id, EventType::SessionSubagentRunning, common);
         let result =

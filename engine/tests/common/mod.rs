@@ -60,8 +60,8 @@ impl Harness {
             deleted_at: None,
         }));
         let now = Now {
-            mono_ms: 1_000,
-            unix_ms: 1_780_000_000_000,
+            mono: engine::MonoMs(1_000),
+            unix: engine::UnixMs(1_780_000_000_000),
         };
         let engine = Engine::new(
             config.clone(),
@@ -101,12 +101,12 @@ impl Harness {
     }
 
     pub fn advance(&mut self, ms: u64) {
-        self.now.mono_ms += ms;
-        self.now.unix_ms += ms;
+        self.now.mono += ms;
+        self.now.unix += ms;
         if self
             .engine
             .poll_timeout()
-            .is_some_and(|t| t <= self.now.mono_ms)
+            .is_some_and(|t| t <= self.now.mono)
         {
             self.engine.handle_timeout(self.now);
             self.drain();

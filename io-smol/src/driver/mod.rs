@@ -31,7 +31,9 @@ use std::net::{Shutdown, SocketAddr};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use engine::store::{ReadId, ReadResult, StoreWrite};
-use engine::{CallId, ConnId, Engine, Entropy, Input, Listener, Now, Output, ProviderReply};
+use engine::{
+    CallId, ConnId, Engine, Entropy, Input, Listener, MonoMs, Now, Output, ProviderReply, UnixMs,
+};
 use futures_lite::{future, AsyncReadExt, AsyncWriteExt, StreamExt};
 use smol::channel::{self, Receiver, Sender};
 use smol::net::{TcpListener, TcpStream};
@@ -85,17 +87,19 @@ impl Clock {
 
     pub fn now(&self) -> Now {
         Now {
-            mono_ms: self.origin.elapsed().as_millis() as u64,
-            unix_ms: SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map(|d| d.as_millis() as u64)
-                .unwrap_or(0),
+            mono: MonoMs(self.origin.elapsed().as_millis() as u64),
+            unix: UnixMs(
+                SystemTime::now()
+                    .duration_since(UNIX_EPOCH)
+                    .map(|d| d.as_millis() as u64)
+                    .unwrap_or(0),
+            ),
         }
     }
 
     /// The [`Instant`] of a monotonic engine deadline.
-    pub fn instant_at(&self, mono_ms: u64) -> Instant {
-        self.origin + Duration::from_millis(mono_ms)
+    pub fn instant_at(&self, at: MonoMs) -> Instant {
+        self.origin + Duration::from_millis(at.0)
     }
 }
 
@@ -315,7 +319,7 @@ impl Driver {
             let _ = self.jobs_tx.try_send(vec![Job::Activity]);
         }
         let now = self.clock.now();
-        if self.engine.poll_timeout().is_some_and(|t| t <= now.mono_ms) {
+        if self.engine.poll_timeout().is_some_and(|t| t <= now.mono) {
             self.engine.handle_timeout(now);
             self.drain_outputs();
         }

@@ -379,7 +379,7 @@ pub struct World {
     trace: Trace,
     phase: Phase,
     stats: Stats,
-    timer_at: Option<u64>,
+    timer_at: Option<engine::MonoMs>,
     dead_engine: bool,
     profile_id: String,
     profile_broken: bool,
@@ -399,8 +399,8 @@ pub struct World {
 
 fn now_of(mono: u64, unix0: u64) -> Now {
     Now {
-        mono_ms: mono,
-        unix_ms: unix0 + mono,
+        mono: engine::MonoMs(mono),
+        unix: engine::UnixMs(unix0 + mono),
     }
 }
 

@@ -134,7 +134,7 @@ impl World {
         };
         if t.is_some() && t != self.timer_at {
             self.timer_at = t;
-            let at = t.unwrap_or(0);
+            let at = t.map_or(0, |t| t.0);
             self.schedule(at, Ev::Timer);
         }
         if t.is_none() {

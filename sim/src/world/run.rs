@@ -233,7 +233,7 @@ impl World {
                 }
             }
             Ev::Timer => {
-                if self.timer_at.is_some_and(|t| t <= self.now_ms) {
+                if self.timer_at.is_some_and(|t| t.0 <= self.now_ms) {
                     self.timer_at = None;
                     self.t("in timeout".into());
                     let now = self.now();

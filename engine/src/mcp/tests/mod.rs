@@ -97,21 +97,21 @@ fn tools_result(names: &[&str]) -> Value {
 /// Drives one stdio connection through its handshake, answering
 /// `tools/list` with `names`.
 fn handshake_stdio(h: &mut McpHub, conn: McpConnId, names: &[&str], now: u64) {
-    h.handle(conn, McpEvent::Opened, now);
+    h.handle(conn, McpEvent::Opened, MonoMs(now));
     h.handle(
         conn,
         line(json!({"jsonrpc": "2.0", "id": 1, "result": {}})),
-        now,
+        MonoMs(now),
     );
     h.handle(
         conn,
         line(json!({"jsonrpc": "2.0", "id": 2, "result": tools_result(names)})),
-        now,
+        MonoMs(now),
     );
 }
 
 fn ready_session(h: &mut McpHub, names: &[&str]) -> McpConnId {
-    h.connect_session("s", vec![stdio("a")], 0);
+    h.connect_session("s", vec![stdio("a")], MonoMs(0));
     commands(h);
     handshake_stdio(h, 1, names, 0);
     commands(h);
@@ -127,7 +127,7 @@ fn ready_session(h: &mut McpHub, names: &[&str]) -> McpConnId {
 #[test]
 fn every_server_of_a_session_is_opened_at_once() {
     let mut h = hub();
-    h.connect_session("s", vec![stdio("a"), http("b"), stdio("c")], 0);
+    h.connect_session("s", vec![stdio("a"), http("b"), stdio("c")], MonoMs(0));
     let cmds = commands(&mut h);
     let opened: Vec<(McpConnId, String)> = cmds
         .iter()
@@ -146,9 +146,9 @@ fn every_server_of_a_session_is_opened_at_once() {
 #[test]
 fn stdio_handshake_is_initialize_then_initialized_then_tools_list_spec_06_4_2() {
     let mut h = hub();
-    h.connect_session("s", vec![stdio("a")], 0);
+    h.connect_session("s", vec![stdio("a")], MonoMs(0));
     commands(&mut h);
-    h.handle(1, McpEvent::Opened, 5);
+    h.handle(1, McpEvent::Opened, MonoMs(5));
     let s = sends(&commands(&mut h));
     assert_eq!(
         s,
@@ -161,18 +161,22 @@ fn stdio_handshake_is_initialize_then_initialized_then_tools_list_spec_06_4_2() 
         )]
     );
     // Noise and other ids are skipped; the matching answer moves on.
-    h.handle(1, McpEvent::Line(b"not json".to_vec()), 6);
+    h.handle(1, McpEvent::Line(b"not json".to_vec()), MonoMs(6));
     h.handle(
         1,
         line(json!({"jsonrpc": "2.0", "method": "notifications/x"})),
-        6,
+        MonoMs(6),
     );
-    h.handle(1, line(json!({"jsonrpc": "2.0", "id": 7, "result": {}})), 6);
+    h.handle(
+        1,
+        line(json!({"jsonrpc": "2.0", "id": 7, "result": {}})),
+        MonoMs(6),
+    );
     assert!(commands(&mut h).is_empty());
     h.handle(
         1,
         line(json!({"jsonrpc": "2.0", "id": 1, "result": {"whatever": 1}})),
-        7,
+        MonoMs(7),
     );
     let s = sends(&commands(&mut h));
     assert_eq!(s.len(), 2);
@@ -195,7 +199,7 @@ fn stdio_handshake_is_initialize_then_initialized_then_tools_list_spec_06_4_2() 
     h.handle(
         1,
         line(json!({"jsonrpc": "2.0", "id": 2, "result": tools_result(&["x", "y"])})),
-        8,
+        MonoMs(8),
     );
     assert_eq!(
         notices(&mut h),
@@ -211,9 +215,9 @@ fn stdio_handshake_is_initialize_then_initialized_then_tools_list_spec_06_4_2() 
 #[test]
 fn http_handshake_waits_for_the_notification_post_and_echoes_the_session_id() {
     let mut h = hub();
-    h.connect_session("s", vec![http("w")], 0);
+    h.connect_session("s", vec![http("w")], MonoMs(0));
     commands(&mut h);
-    h.handle(1, McpEvent::Opened, 0);
+    h.handle(1, McpEvent::Opened, MonoMs(0));
     commands(&mut h);
     let reply = |exchange: u64, status: u16, body: Value| McpEvent::HttpReply {
         exchange,
@@ -225,7 +229,7 @@ fn http_handshake_waits_for_the_notification_post_and_echoes_the_session_id() {
     h.handle(
         1,
         reply(1, 200, json!({"jsonrpc": "2.0", "id": 1, "result": {}})),
-        1,
+        MonoMs(1),
     );
     let cmds = commands(&mut h);
     assert_eq!(
@@ -246,7 +250,7 @@ fn http_handshake_waits_for_the_notification_post_and_echoes_the_session_id() {
             session_id: None,
             body: vec![],
         },
-        2,
+        MonoMs(2),
     );
     let cmds = commands(&mut h);
     assert!(matches!(
@@ -260,7 +264,7 @@ fn http_handshake_waits_for_the_notification_post_and_echoes_the_session_id() {
             200,
             json!({"jsonrpc": "2.0", "id": 2, "result": tools_result(&["t"])}),
         ),
-        3,
+        MonoMs(3),
     );
     assert_eq!(notices(&mut h).len(), 1);
     assert_eq!(h.route("s", "t"), Some("w"));
@@ -278,7 +282,7 @@ fn http_handshake_waits_for_the_notification_post_and_echoes_the_session_id() {
 #[test]
 fn routes_follow_profile_order_whatever_order_connects_finish_in() {
     let mut h = hub();
-    h.connect_session("s", vec![stdio("first"), stdio("second")], 0);
+    h.connect_session("s", vec![stdio("first"), stdio("second")], MonoMs(0));
     commands(&mut h);
     // The later server finishes first.
     handshake_stdio(&mut h, 2, &["shared", "only2"], 1);
@@ -302,18 +306,22 @@ fn routes_follow_profile_order_whatever_order_connects_finish_in() {
 #[test]
 fn a_failed_open_or_handshake_is_skipped_and_its_transport_closed() {
     let mut h = hub();
-    h.connect_session("s", vec![stdio("bad"), stdio("err"), stdio("good")], 0);
+    h.connect_session(
+        "s",
+        vec![stdio("bad"), stdio("err"), stdio("good")],
+        MonoMs(0),
+    );
     commands(&mut h);
     h.handle(
         1,
         McpEvent::OpenFailed("cannot start srv: No such file".into()),
-        1,
+        MonoMs(1),
     );
-    h.handle(2, McpEvent::Opened, 1);
+    h.handle(2, McpEvent::Opened, MonoMs(1));
     h.handle(
         2,
         line(json!({"jsonrpc": "2.0", "id": 1, "error": {"code": -32600, "message": "no"}})),
-        1,
+        MonoMs(1),
     );
     handshake_stdio(&mut h, 3, &["t"], 1);
     let cmds = commands(&mut h);
@@ -332,13 +340,13 @@ fn a_failed_open_or_handshake_is_skipped_and_its_transport_closed() {
 #[test]
 fn a_silent_handshake_times_out_on_the_engine_timer() {
     let mut h = hub();
-    h.connect_session("s", vec![stdio("a")], 0);
+    h.connect_session("s", vec![stdio("a")], MonoMs(0));
     commands(&mut h);
-    h.handle(1, McpEvent::Opened, 10);
-    assert_eq!(h.poll_timeout(), Some(10 + T));
-    h.handle_timeout(10 + T - 1);
+    h.handle(1, McpEvent::Opened, MonoMs(10));
+    assert_eq!(h.poll_timeout(), Some(MonoMs(10 + T)));
+    h.handle_timeout(MonoMs(10 + T - 1));
     assert!(notices(&mut h).is_empty());
-    h.handle_timeout(10 + T);
+    h.handle_timeout(MonoMs(10 + T));
     assert_eq!(notices(&mut h).len(), 1);
     assert!(h.tools("s").is_empty());
     assert_eq!(h.live_sessions(), 0, "no server connected: no set");
@@ -350,7 +358,7 @@ fn calls_return_results_errors_and_tool_errors() {
     let mut h = hub();
     let conn = ready_session(&mut h, &["t"]);
     assert_eq!(
-        h.call("s", "t", &json!({"q": 1}), 77, 100),
+        h.call("s", "t", &json!({"q": 1}), 77, MonoMs(100)),
         Some("a".into())
     );
     let s = sends(&commands(&mut h));
@@ -365,7 +373,7 @@ fn calls_return_results_errors_and_tool_errors() {
     h.handle(
         conn,
         line(json!({"jsonrpc": "2.0", "id": 3, "result": {"content": [], "isError": true}})),
-        101,
+        MonoMs(101),
     );
     assert_eq!(
         notices(&mut h),
@@ -377,12 +385,12 @@ fn calls_return_results_errors_and_tool_errors() {
             }
         }]
     );
-    h.call("s", "t", &json!({}), 78, 102);
+    h.call("s", "t", &json!({}), 78, MonoMs(102));
     commands(&mut h);
     h.handle(
         conn,
         line(json!({"jsonrpc": "2.0", "id": 4, "error": {"code": -32602, "message": "bad args"}})),
-        103,
+        MonoMs(103),
     );
     assert_eq!(
         notices(&mut h),
@@ -391,7 +399,7 @@ fn calls_return_results_errors_and_tool_errors() {
             outcome: CallOutcome::Failed("MCP protocol error: [-32602] bad args".into())
         }]
     );
-    assert_eq!(h.call("s", "nope", &json!({}), 79, 104), None);
+    assert_eq!(h.call("s", "nope", &json!({}), 79, MonoMs(104)), None);
     assert!(commands(&mut h).is_empty());
 }
 
@@ -399,10 +407,10 @@ fn calls_return_results_errors_and_tool_errors() {
 fn a_timed_out_call_fails_and_its_late_answer_is_ignored() {
     let mut h = hub();
     let conn = ready_session(&mut h, &["t"]);
-    h.call("s", "t", &json!({}), 1, 1_000);
+    h.call("s", "t", &json!({}), 1, MonoMs(1_000));
     commands(&mut h);
-    assert_eq!(h.poll_timeout(), Some(1_000 + T));
-    h.handle_timeout(1_000 + T);
+    assert_eq!(h.poll_timeout(), Some(MonoMs(1_000 + T)));
+    h.handle_timeout(MonoMs(1_000 + T));
     assert_eq!(
         notices(&mut h),
         vec![McpNotice::CallDone {
@@ -410,19 +418,19 @@ fn a_timed_out_call_fails_and_its_late_answer_is_ignored() {
             outcome: CallOutcome::Failed(errors::timed_out("tools/call"))
         }]
     );
-    h.call("s", "t", &json!({}), 2, 40_000);
+    h.call("s", "t", &json!({}), 2, MonoMs(40_000));
     commands(&mut h);
     // The old answer (id 3) arrives late: skipped; id 4 is the new call's.
     h.handle(
         conn,
         line(json!({"jsonrpc": "2.0", "id": 3, "result": {"content": ["late"]}})),
-        40_001,
+        MonoMs(40_001),
     );
     assert!(notices(&mut h).is_empty());
     h.handle(
         conn,
         line(json!({"jsonrpc": "2.0", "id": 4, "result": {}})),
-        40_002,
+        MonoMs(40_002),
     );
     assert!(matches!(
         notices(&mut h).as_slice(),
@@ -437,9 +445,9 @@ fn a_timed_out_call_fails_and_its_late_answer_is_ignored() {
 fn a_dead_server_fails_its_call_and_every_later_one_at_once() {
     let mut h = hub();
     let conn = ready_session(&mut h, &["t"]);
-    h.call("s", "t", &json!({}), 1, 0);
+    h.call("s", "t", &json!({}), 1, MonoMs(0));
     commands(&mut h);
-    h.handle(conn, McpEvent::Closed(None), 1);
+    h.handle(conn, McpEvent::Closed(None), MonoMs(1));
     let closed = CallOutcome::Failed(errors::CLOSED.into());
     assert_eq!(
         notices(&mut h),
@@ -448,7 +456,7 @@ fn a_dead_server_fails_its_call_and_every_later_one_at_once() {
             outcome: closed.clone()
         }]
     );
-    assert_eq!(h.call("s", "t", &json!({}), 2, 2), Some("a".into()));
+    assert_eq!(h.call("s", "t", &json!({}), 2, MonoMs(2)), Some("a".into()));
     assert!(
         sends(&commands(&mut h)).is_empty(),
         "nothing is sent to a dead server"
@@ -466,9 +474,9 @@ fn a_dead_server_fails_its_call_and_every_later_one_at_once() {
 #[test]
 fn http_failures_map_to_the_spec_texts() {
     let mut h = hub();
-    h.connect_session("s", vec![http("w")], 0);
+    h.connect_session("s", vec![http("w")], MonoMs(0));
     commands(&mut h);
-    h.handle(1, McpEvent::Opened, 0);
+    h.handle(1, McpEvent::Opened, MonoMs(0));
     h.handle(
         1,
         McpEvent::HttpReply {
@@ -478,7 +486,7 @@ fn http_failures_map_to_the_spec_texts() {
             session_id: None,
             body: br#"{"jsonrpc":"2.0","id":1,"result":{}}"#.to_vec(),
         },
-        0,
+        MonoMs(0),
     );
     h.handle(
         1,
@@ -489,7 +497,7 @@ fn http_failures_map_to_the_spec_texts() {
             session_id: None,
             body: vec![],
         },
-        0,
+        MonoMs(0),
     );
     h.handle(
         1,
@@ -504,7 +512,7 @@ fn http_failures_map_to_the_spec_texts() {
             )
             .into_bytes(),
         },
-        0,
+        MonoMs(0),
     );
     notices(&mut h);
     commands(&mut h);
@@ -549,9 +557,9 @@ fn http_failures_map_to_the_spec_texts() {
     ];
     for (i, (event, text)) in cases.into_iter().enumerate() {
         let token = 10 + i as u64;
-        h.call("s", "t", &json!({}), token, 1);
+        h.call("s", "t", &json!({}), token, MonoMs(1));
         commands(&mut h);
-        h.handle(1, event, 2);
+        h.handle(1, event, MonoMs(2));
         assert_eq!(
             notices(&mut h),
             vec![McpNotice::CallDone {
@@ -565,7 +573,7 @@ fn http_failures_map_to_the_spec_texts() {
 #[test]
 fn closing_a_session_mid_connect_releases_the_create_and_closes_everything() {
     let mut h = hub();
-    h.connect_session("s", vec![stdio("a"), stdio("b")], 0);
+    h.connect_session("s", vec![stdio("a"), stdio("b")], MonoMs(0));
     commands(&mut h);
     handshake_stdio(&mut h, 1, &["t"], 0);
     commands(&mut h);
@@ -580,7 +588,7 @@ fn closing_a_session_mid_connect_releases_the_create_and_closes_everything() {
         }]
     );
     // Late transport events for the closed connections are ignored.
-    h.handle(2, McpEvent::Opened, 1);
+    h.handle(2, McpEvent::Opened, MonoMs(1));
     assert!(commands(&mut h).is_empty());
     assert_eq!(h.poll_timeout(), None);
     assert_eq!(h.live_sessions(), 0);
@@ -589,8 +597,8 @@ fn closing_a_session_mid_connect_releases_the_create_and_closes_everything() {
 #[test]
 fn sessions_do_not_share_connections() {
     let mut h = hub();
-    h.connect_session("s1", vec![stdio("a")], 0);
-    h.connect_session("s2", vec![stdio("a")], 0);
+    h.connect_session("s1", vec![stdio("a")], MonoMs(0));
+    h.connect_session("s2", vec![stdio("a")], MonoMs(0));
     commands(&mut h);
     handshake_stdio(&mut h, 1, &["x"], 0);
     handshake_stdio(&mut h, 2, &["y"], 0);

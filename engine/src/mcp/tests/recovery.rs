@@ -3,7 +3,7 @@
 use super::*;
 
 fn ready_reconnecting(h: &mut McpHub, names: &[&str]) {
-    h.connect_session("s", vec![reconnecting(stdio("a"))], 0);
+    h.connect_session("s", vec![reconnecting(stdio("a"))], MonoMs(0));
     commands(h);
     handshake_stdio(h, 1, names, 0);
     commands(h);
@@ -14,9 +14,9 @@ fn ready_reconnecting(h: &mut McpHub, names: &[&str]) {
 fn reconnect_a_dead_stdio_server_on_the_next_call_and_never_replay_the_failed_one() {
     let mut h = hub();
     ready_reconnecting(&mut h, &["t"]);
-    h.call("s", "t", &json!({"n": 1}), 1, 10);
+    h.call("s", "t", &json!({"n": 1}), 1, MonoMs(10));
     commands(&mut h);
-    h.handle(1, McpEvent::Closed(None), 11);
+    h.handle(1, McpEvent::Closed(None), MonoMs(11));
     // The call that died with the transport fails; nothing is re-sent.
     assert_eq!(
         done(&mut h),
@@ -24,7 +24,7 @@ fn reconnect_a_dead_stdio_server_on_the_next_call_and_never_replay_the_failed_on
     );
     assert!(commands(&mut h).is_empty());
     // The next call reconnects under a new id, re-lists, then calls.
-    h.call("s", "t", &json!({"n": 2}), 2, 20);
+    h.call("s", "t", &json!({"n": 2}), 2, MonoMs(20));
     let cmds = commands(&mut h);
     assert_eq!(
         cmds[0],
@@ -38,7 +38,7 @@ fn reconnect_a_dead_stdio_server_on_the_next_call_and_never_replay_the_failed_on
     h.handle(
         1,
         line(json!({"jsonrpc": "2.0", "id": 3, "result": {}})),
-        21,
+        MonoMs(21),
     );
     assert!(done(&mut h).is_empty());
     handshake_stdio(&mut h, 2, &["t", "new"], 22);
@@ -57,7 +57,7 @@ fn reconnect_a_dead_stdio_server_on_the_next_call_and_never_replay_the_failed_on
     h.handle(
         2,
         line(json!({"jsonrpc": "2.0", "id": call.1, "result": {}})),
-        23,
+        MonoMs(23),
     );
     assert!(matches!(
         done(&mut h).as_slice(),
@@ -69,13 +69,13 @@ fn reconnect_a_dead_stdio_server_on_the_next_call_and_never_replay_the_failed_on
 fn a_failed_reconnect_backs_off_and_fails_fast_meanwhile() {
     let mut h = hub();
     ready_reconnecting(&mut h, &["t"]);
-    h.handle(1, McpEvent::Closed(None), 1);
-    h.call("s", "t", &json!({}), 1, 100);
+    h.handle(1, McpEvent::Closed(None), MonoMs(1));
+    h.call("s", "t", &json!({}), 1, MonoMs(100));
     assert_eq!(opens(&commands(&mut h)), vec![2]);
     h.handle(
         2,
         McpEvent::OpenFailed("cannot start srv: gone".into()),
-        101,
+        MonoMs(101),
     );
     assert_eq!(
         done(&mut h),
@@ -85,7 +85,7 @@ fn a_failed_reconnect_backs_off_and_fails_fast_meanwhile() {
         )]
     );
     // Within the backoff: no attempt, an immediate error.
-    h.call("s", "t", &json!({}), 2, 200);
+    h.call("s", "t", &json!({}), 2, MonoMs(200));
     let cmds = commands(&mut h);
     assert!(opens(&cmds).is_empty(), "{cmds:?}");
     let (token, CallOutcome::Failed(text)) = done(&mut h).remove(0) else {
@@ -94,13 +94,13 @@ fn a_failed_reconnect_backs_off_and_fails_fast_meanwhile() {
     assert_eq!(token, 2);
     assert!(text.ends_with("(reconnecting in 151 ms)"), "{text}");
     // After it: a new attempt, whose failure doubles the wait.
-    h.call("s", "t", &json!({}), 3, 351);
+    h.call("s", "t", &json!({}), 3, MonoMs(351));
     assert_eq!(opens(&commands(&mut h)), vec![3]);
-    h.handle(3, McpEvent::OpenFailed("again".into()), 352);
+    h.handle(3, McpEvent::OpenFailed("again".into()), MonoMs(352));
     done(&mut h);
-    h.call("s", "t", &json!({}), 4, 352 + 499);
+    h.call("s", "t", &json!({}), 4, MonoMs(352 + 499));
     assert!(opens(&commands(&mut h)).is_empty());
-    h.call("s", "t", &json!({}), 5, 352 + 500);
+    h.call("s", "t", &json!({}), 5, MonoMs(352 + 500));
     assert_eq!(opens(&commands(&mut h)), vec![4]);
 }
 
@@ -108,8 +108,8 @@ fn a_failed_reconnect_backs_off_and_fails_fast_meanwhile() {
 fn a_tool_gone_after_reconnecting_fails_clearly() {
     let mut h = hub();
     ready_reconnecting(&mut h, &["t"]);
-    h.handle(1, McpEvent::Closed(None), 1);
-    h.call("s", "t", &json!({}), 1, 2);
+    h.handle(1, McpEvent::Closed(None), MonoMs(1));
+    h.call("s", "t", &json!({}), 1, MonoMs(2));
     commands(&mut h);
     handshake_stdio(&mut h, 2, &["other"], 3);
     let out = done(&mut h);
@@ -135,11 +135,11 @@ fn handshake_http(h: &mut McpHub, conn: McpConnId, sid: &str, tools: &[&str]) {
         session_id: Some(sid.into()),
         body: body.to_string().into_bytes(),
     };
-    h.handle(conn, McpEvent::Opened, 0);
+    h.handle(conn, McpEvent::Opened, MonoMs(0));
     h.handle(
         conn,
         json_reply(1, json!({"jsonrpc": "2.0", "id": 1, "result": {}})),
-        0,
+        MonoMs(0),
     );
     h.handle(
         conn,
@@ -150,7 +150,7 @@ fn handshake_http(h: &mut McpHub, conn: McpConnId, sid: &str, tools: &[&str]) {
             session_id: None,
             body: vec![],
         },
-        0,
+        MonoMs(0),
     );
     h.handle(
         conn,
@@ -158,19 +158,19 @@ fn handshake_http(h: &mut McpHub, conn: McpConnId, sid: &str, tools: &[&str]) {
             2,
             json!({"jsonrpc": "2.0", "id": 2, "result": tools_result(tools)}),
         ),
-        0,
+        MonoMs(0),
     );
 }
 
 #[test]
 fn an_expired_http_session_is_renewed_and_the_unprocessed_call_sent_once_more() {
     let mut h = hub();
-    h.connect_session("s", vec![reconnecting(http("w"))], 0);
+    h.connect_session("s", vec![reconnecting(http("w"))], MonoMs(0));
     commands(&mut h);
     handshake_http(&mut h, 1, "old", &["t"]);
     notices(&mut h);
     commands(&mut h);
-    h.call("s", "t", &json!({"k": 1}), 9, 5);
+    h.call("s", "t", &json!({"k": 1}), 9, MonoMs(5));
     commands(&mut h);
     let not_found = |exchange| McpEvent::HttpReply {
         exchange,
@@ -179,7 +179,7 @@ fn an_expired_http_session_is_renewed_and_the_unprocessed_call_sent_once_more() 
         session_id: None,
         body: b"session not found".to_vec(),
     };
-    h.handle(1, not_found(3), 6);
+    h.handle(1, not_found(3), MonoMs(6));
     let cmds = commands(&mut h);
     // No DELETE for a session the server already forgot.
     assert_eq!(
@@ -206,7 +206,7 @@ fn an_expired_http_session_is_renewed_and_the_unprocessed_call_sent_once_more() 
     let v: Value = serde_json::from_slice(message).unwrap();
     assert_eq!(v["params"], json!({"name": "t", "arguments": {"k": 1}}));
     // A second 404 on the replay is not replayed again.
-    h.handle(2, not_found(*exchange), 7);
+    h.handle(2, not_found(*exchange), MonoMs(7));
     assert_eq!(
         done(&mut h),
         vec![(9, CallOutcome::Failed(errors::http_status(404)))]
@@ -217,15 +217,19 @@ fn an_expired_http_session_is_renewed_and_the_unprocessed_call_sent_once_more() 
 #[test]
 fn tools_list_pages_are_followed_through_next_cursor() {
     let mut h = hub();
-    h.connect_session("s", vec![stdio("a")], 0);
+    h.connect_session("s", vec![stdio("a")], MonoMs(0));
     commands(&mut h);
-    h.handle(1, McpEvent::Opened, 0);
-    h.handle(1, line(json!({"jsonrpc": "2.0", "id": 1, "result": {}})), 0);
+    h.handle(1, McpEvent::Opened, MonoMs(0));
+    h.handle(
+        1,
+        line(json!({"jsonrpc": "2.0", "id": 1, "result": {}})),
+        MonoMs(0),
+    );
     commands(&mut h);
     h.handle(
         1,
         line(json!({"jsonrpc": "2.0", "id": 2, "result": {"tools": [{"name": "p1"}], "nextCursor": "c2"}})),
-        0,
+        MonoMs(0),
     );
     let s = sends(&commands(&mut h));
     assert_eq!(
@@ -240,7 +244,7 @@ fn tools_list_pages_are_followed_through_next_cursor() {
     h.handle(
         1,
         line(json!({"jsonrpc": "2.0", "id": 3, "result": {"tools": [{"name": "p2"}]}})),
-        0,
+        MonoMs(0),
     );
     assert_eq!(notices(&mut h).len(), 1);
     assert_eq!(h.route("s", "p1"), Some("a"));
@@ -250,16 +254,20 @@ fn tools_list_pages_are_followed_through_next_cursor() {
 #[test]
 fn an_endless_cursor_stops_after_a_bounded_number_of_pages() {
     let mut h = hub();
-    h.connect_session("s", vec![stdio("a")], 0);
+    h.connect_session("s", vec![stdio("a")], MonoMs(0));
     commands(&mut h);
-    h.handle(1, McpEvent::Opened, 0);
-    h.handle(1, line(json!({"jsonrpc": "2.0", "id": 1, "result": {}})), 0);
+    h.handle(1, McpEvent::Opened, MonoMs(0));
+    h.handle(
+        1,
+        line(json!({"jsonrpc": "2.0", "id": 1, "result": {}})),
+        MonoMs(0),
+    );
     let mut pages = 0;
     for id in 2..200u64 {
         h.handle(
             1,
             line(json!({"jsonrpc": "2.0", "id": id, "result": {"tools": [{"name": format!("t{id}")}], "nextCursor": "again"}})),
-            0,
+            MonoMs(0),
         );
         pages += 1;
         if !notices(&mut h).is_empty() {
@@ -274,19 +282,19 @@ fn an_endless_cursor_stops_after_a_bounded_number_of_pages() {
 fn a_closed_failed_reconnect_keeps_its_connect_error_found_by_sim_seed_495() {
     let mut h = hub();
     ready_reconnecting(&mut h, &["t"]);
-    h.handle(1, McpEvent::Closed(None), 1);
-    h.call("s", "t", &json!({}), 1, 10);
+    h.handle(1, McpEvent::Closed(None), MonoMs(1));
+    h.call("s", "t", &json!({}), 1, MonoMs(10));
     commands(&mut h);
-    h.handle(2, McpEvent::Opened, 11);
+    h.handle(2, McpEvent::Opened, MonoMs(11));
     h.handle(
         2,
         line(json!({"jsonrpc": "2.0", "id": 1, "error": {"code": -32603, "message": "boom"}})),
-        12,
+        MonoMs(12),
     );
     done(&mut h);
     // The driver reports the killed child's EOF after the hub closed it.
-    h.handle(2, McpEvent::Closed(None), 13);
-    h.call("s", "t", &json!({}), 2, 20);
+    h.handle(2, McpEvent::Closed(None), MonoMs(13));
+    h.call("s", "t", &json!({}), 2, MonoMs(20));
     let (_, CallOutcome::Failed(text)) = done(&mut h).remove(0) else {
         panic!("expected a failure")
     };
@@ -300,14 +308,14 @@ fn a_closed_failed_reconnect_keeps_its_connect_error_found_by_sim_seed_495() {
 fn a_reconnect_handshake_shares_one_deadline() {
     let mut h = hub();
     ready_reconnecting(&mut h, &["t"]);
-    h.handle(1, McpEvent::Closed(None), 0);
-    h.call("s", "t", &json!({}), 1, 1_000);
+    h.handle(1, McpEvent::Closed(None), MonoMs(0));
+    h.call("s", "t", &json!({}), 1, MonoMs(1_000));
     commands(&mut h);
-    h.handle(2, McpEvent::Opened, 1_000 + T - 10);
+    h.handle(2, McpEvent::Opened, MonoMs(1_000 + T - 10));
     // initialize was sent late in the window: its deadline is the
     // handshake's, not a fresh full timeout.
-    assert_eq!(h.poll_timeout(), Some(1_000 + T));
-    h.handle_timeout(1_000 + T);
+    assert_eq!(h.poll_timeout(), Some(MonoMs(1_000 + T)));
+    h.handle_timeout(MonoMs(1_000 + T));
     assert_eq!(
         done(&mut h),
         vec![(
@@ -321,17 +329,17 @@ fn a_reconnect_handshake_shares_one_deadline() {
 fn an_abandoned_call_frees_the_connection_and_its_late_answer_is_skipped() {
     let mut h = hub();
     let conn = ready_session(&mut h, &["t"]);
-    h.call("s", "t", &json!({}), 1, 0);
+    h.call("s", "t", &json!({}), 1, MonoMs(0));
     commands(&mut h);
     h.abandon(1);
     assert_eq!(h.poll_timeout(), None, "no timer for an abandoned call");
-    h.call("s", "t", &json!({}), 2, 5);
+    h.call("s", "t", &json!({}), 2, MonoMs(5));
     let s = sends(&commands(&mut h));
     assert_eq!(s.len(), 1, "sent at once, not refused as busy");
     h.handle(
         conn,
         line(json!({"jsonrpc": "2.0", "id": 3, "result": {}})),
-        6,
+        MonoMs(6),
     );
     assert!(
         notices(&mut h).is_empty(),
@@ -340,7 +348,7 @@ fn an_abandoned_call_frees_the_connection_and_its_late_answer_is_skipped() {
     h.handle(
         conn,
         line(json!({"jsonrpc": "2.0", "id": 4, "result": {}})),
-        7,
+        MonoMs(7),
     );
     assert!(matches!(
         done(&mut h).as_slice(),
@@ -352,8 +360,8 @@ fn an_abandoned_call_frees_the_connection_and_its_late_answer_is_skipped() {
 fn a_call_abandoned_during_its_reconnect_is_never_sent_found_by_sim_seed_2729() {
     let mut h = hub();
     ready_reconnecting(&mut h, &["t"]);
-    h.handle(1, McpEvent::Closed(None), 1);
-    h.call("s", "t", &json!({"n": 1}), 1, 10);
+    h.handle(1, McpEvent::Closed(None), MonoMs(1));
+    h.call("s", "t", &json!({"n": 1}), 1, MonoMs(10));
     assert_eq!(opens(&commands(&mut h)), vec![2]);
     // The turn is cancelled while the new transport shakes hands.
     h.abandon(1);

@@ -24,7 +24,7 @@ fn cancel_expires_the_pause_for_waiters_at_once() {
     h.pause(&["t1"]);
     let b = h.send("kb");
     h.gate.cancel_pause(None);
-    assert_eq!(h.gate.deadline(), Some(0));
+    assert_eq!(h.gate.deadline(), Some(MonoMs(0)));
     h.advance(0);
     assert_eq!(h.how(b), Some(How::Retire));
 }

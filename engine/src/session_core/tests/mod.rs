@@ -13,6 +13,7 @@ use std::collections::BTreeSet;
 
 use super::{Arrival, Gate, Holder, Idem, Limits, Op, Pause, Refusal, Start, Takeover, Waiter};
 use crate::ConnId;
+use crate::MonoMs;
 use serde_json::json;
 
 /// The pause timeout the harness parks turns with (`BAE_TURN_TIMEOUT`).
@@ -46,7 +47,7 @@ struct Running {
 
 struct Harness {
     gate: Gate,
-    now: u64,
+    now: MonoMs,
     limits: Limits,
     next_conn: ConnId,
     closed: BTreeSet<ConnId>,
@@ -60,7 +61,7 @@ impl Harness {
     fn new() -> Self {
         Harness {
             gate: Gate::default(),
-            now: 10_000,
+            now: MonoMs(10_000),
             limits: Limits {
                 max_queued: 256,
                 shutting_down: false,
@@ -256,7 +257,7 @@ fn message(idem: Option<Idem>) -> super::UserMessage {
     }
 }
 
-fn pause_of(owner: &str, deadline: u64, ids: &[&str]) -> Pause {
+fn pause_of(owner: &str, deadline: MonoMs, ids: &[&str]) -> Pause {
     Pause {
         owner: owner.into(),
         deadline,

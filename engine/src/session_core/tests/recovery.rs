@@ -62,7 +62,7 @@ fn recovered_pause_gets_a_fresh_deadline_for_others() {
 fn restored_cancelled_pause_is_retired_by_the_first_arrival() {
     let mut h = Harness::restarted();
     let a = h.send("ka");
-    let mut p = pause_of("ka", 0, &["t1"]);
+    let mut p = pause_of("ka", MonoMs(0), &["t1"]);
     p.cancelled = true;
     h.recovered(Some(p));
     assert_eq!(h.how(a), Some(How::Retire));
