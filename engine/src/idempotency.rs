@@ -257,8 +257,7 @@ impl Engine {
             }
             return true;
         }
-        #[cfg(feature = "planted-bugs")]
-        if self.planted(crate::planted::Bug::IdemQueuedRetryRuns) {
+        if self.faults.idem_queued_retry_runs() {
             return false;
         }
         let waiter = (self.live.get_mut(session_id)).and_then(|l| l.gate.queued_idem(key_id, key));

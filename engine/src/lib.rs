@@ -30,7 +30,7 @@ mod auth_legacy;
 mod client_api;
 mod conn;
 mod extensions;
-mod faults;
+pub mod faults;
 mod idempotency;
 mod log;
 pub mod mcp;
@@ -364,7 +364,13 @@ impl Engine {
     /// Builds an engine restored from `snapshot` (everything but events).
     pub fn new(config: Config, entropy: Box<dyn Entropy>, snapshot: Snapshot, now: Now) -> Self {
         #[cfg(feature = "planted-bugs")]
-        let snapshot = planted::restore_snapshot(&config, snapshot);
+        let faults = faults::Faults::planted(config.planted);
+        #[cfg(not(feature = "planted-bugs"))]
+        let faults = faults::Faults::default();
+        let mut snapshot = snapshot;
+        if faults.seq_reuse_after_restart() {
+            snapshot.max_event_seq = snapshot.max_event_seq.saturating_sub(1);
+        }
         let catalog = Catalog::restore(&snapshot, config.durable_drivers);
         let mcp = mcp::McpHub::new(mcp::McpSettings {
             server_version: config.version.clone(),
@@ -377,10 +383,6 @@ impl Engine {
             subagent_timeout_ms: config.subagent_timeout_ms,
             labels: config.sandbox_labels.clone(),
         });
-        #[cfg(feature = "planted-bugs")]
-        let faults = faults::Faults::planted(config.planted);
-        #[cfg(not(feature = "planted-bugs"))]
-        let faults = faults::Faults::default();
         let mut engine = Engine {
             sandbox,
             mcp,
@@ -461,9 +463,10 @@ impl Engine {
 
     /// Monotonic deadline of the next timer, if any.
     pub fn poll_timeout(&self) -> Option<MonoMs> {
-        let mcp = self.mcp.poll_timeout();
-        #[cfg(feature = "planted-bugs")]
-        let mcp = mcp.filter(|_| !self.planted(planted::Bug::McpTimerNotArmed));
+        let mcp = self
+            .mcp
+            .poll_timeout()
+            .filter(|_| !self.faults.mcp_timer_not_armed());
         [
             self.next_gate_deadline(),
             self.next_keepalive(),

@@ -56,8 +56,7 @@ impl Engine {
         tracing::trace!(session_id, event_type = event_type.as_str(), payload = %row.payload, "event");
         let json = crate::respond::event_json(&row);
         let appended = Appended { seq, id, json };
-        #[cfg(feature = "planted-bugs")]
-        if self.planted(crate::planted::Bug::DeliverBeforeCommit) {
+        if self.faults.deliver_before_commit() {
             self.publish(session_id, &appended);
             self.write(StoreWrite::InsertEvent(row));
             return appended;

@@ -54,9 +54,8 @@ pub struct Pipeline {
     queued: VecDeque<Job>,
     /// Jobs handed to the worker and not yet completed.
     outstanding: usize,
-    /// Planted bug `PipelineRevealsEarly` (simulator self-test only).
-    #[cfg(feature = "planted-bugs")]
-    pub reveal_early: bool,
+    /// Empty unless the simulator planted a pipeline bug.
+    pub faults: crate::faults::Faults,
 }
 
 impl Pipeline {
@@ -78,8 +77,7 @@ impl Pipeline {
     /// A delivery: `Some` when it may be dispatched now, `None` when it was
     /// held behind an uncommitted batch.
     pub fn deliver(&mut self, d: Delivery) -> Option<Delivery> {
-        #[cfg(feature = "planted-bugs")]
-        if self.reveal_early {
+        if self.faults.pipeline_reveals_early() {
             return Some(d);
         }
         if self.last_gating <= self.committed {

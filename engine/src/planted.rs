@@ -1,9 +1,9 @@
 //! Deliberately planted bugs, compiled only with the `planted-bugs` feature
 //! (never in production builds). `sim/tests/planted_bugs.rs` selects one at
 //! a time through [`crate::Config::planted`] and asserts that the
-//! simulator's invariants catch it within a bounded number of seeds.
-//! Each hook is one `#[cfg(feature = "planted-bugs")]` line at the place the
-//! bug would live.
+//! simulator's invariants catch it within a bounded number of seeds. A bug
+//! reaches the component that hosts it only through [`crate::faults::Faults`],
+//! whose hook methods name the place each bug lives.
 
 /// One planted bug.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -11,11 +11,11 @@ pub enum Bug {
     /// A turn that pauses for client tools releases the gate instead of
     /// parking it (turn/mod.rs `end_turn`).
     GateReleasedOnPause,
-    /// The pause deadline is one millisecond early (turn/mod.rs
-    /// `on_assistant`).
+    /// The pause deadline is one millisecond early (turn/tools.rs, where a
+    /// turn pauses).
     AbandonTimerOffByOne,
     /// `session.subscribe` replay starts one event after `since_event_id`
-    /// (rpc.rs `on_replay_start`).
+    /// (subscribe.rs).
     ReplaySkipsBoundary,
     /// Events are published to streams before their write is emitted, so the
     /// driver can deliver them before they are committed (log.rs).
@@ -24,7 +24,7 @@ pub enum Bug {
     /// `acquire`).
     DuplicateToolResult,
     /// A released gate admits the newest waiter instead of the oldest
-    /// (turn/mod.rs `admit_next`).
+    /// (session_core/gate.rs `admit_next`).
     AdmitNewestWaiter,
     /// After a restart the next event reuses the last committed rowid
     /// (lib.rs `Engine::new`).
@@ -56,49 +56,18 @@ impl Bug {
     ];
 }
 
-impl crate::Engine {
-    /// Whether `bug` is planted in this engine.
-    pub(crate) fn planted(&self, bug: Bug) -> bool {
-        self.config.planted == Some(bug)
-    }
-}
-
-/// [`Bug::SeqReuseAfterRestart`]: the restored rowid counter is one short.
-pub(crate) fn restore_snapshot(
-    config: &crate::Config,
-    mut snapshot: crate::Snapshot,
-) -> crate::Snapshot {
-    if config.planted == Some(Bug::SeqReuseAfterRestart) {
-        snapshot.max_event_seq = snapshot.max_event_seq.saturating_sub(1);
-    }
-    snapshot
-}
-
-impl crate::Engine {
-    /// [`Bug::AbandonTimerOffByOne`].
-    pub(crate) fn planted_early_deadline(&self, mut p: crate::turn::Pause) -> crate::turn::Pause {
-        if self.planted(Bug::AbandonTimerOffByOne) {
-            p.deadline = crate::MonoMs(p.deadline.0.saturating_sub(1));
+/// [`Bug::DuplicateToolResult`]: the first client tool_result twice.
+pub(crate) fn duplicate_first_client_result(
+    mut m: crate::turn::merge::Merged,
+) -> crate::turn::merge::Merged {
+    if let serde_json::Value::Array(blocks) = &mut m.content {
+        let first = blocks.iter().position(|b| {
+            b["type"] == "tool_result"
+                && !m.server_ids.iter().any(|s| b["tool_use_id"] == s.as_str())
+        });
+        if let Some((i, dup)) = first.and_then(|i| Some((i, blocks.get(i)?.clone()))) {
+            blocks.insert(i + 1, dup);
         }
-        p
     }
-
-    /// [`Bug::DuplicateToolResult`]: the first client tool_result twice.
-    pub(crate) fn planted_duplicate_result(
-        &self,
-        mut m: crate::turn::merge::Merged,
-    ) -> crate::turn::merge::Merged {
-        if self.planted(Bug::DuplicateToolResult) {
-            if let serde_json::Value::Array(blocks) = &mut m.content {
-                let first = blocks.iter().position(|b| {
-                    b["type"] == "tool_result"
-                        && !m.server_ids.iter().any(|s| b["tool_use_id"] == s.as_str())
-                });
-                if let Some((i, dup)) = first.and_then(|i| Some((i, blocks.get(i)?.clone()))) {
-                    blocks.insert(i + 1, dup);
-                }
-            }
-        }
-        m
-    }
+    m
 }

@@ -123,9 +123,7 @@ impl Engine {
         match result {
             // An unknown or foreign id replays from the very first event.
             Ok(ReadResult::EventSeq(seq)) => {
-                #[cfg(feature = "planted-bugs")]
-                let seq =
-                    seq.map(|s| s + self.planted(crate::planted::Bug::ReplaySkipsBoundary) as u64);
+                let seq = seq.map(|s| s + self.faults.replay_skips_boundary() as u64);
                 if let Some(sub) = self.sub_mut(conn) {
                     sub.delivered = seq.unwrap_or(0);
                 }

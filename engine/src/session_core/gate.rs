@@ -46,8 +46,7 @@ pub struct Limits {
 pub struct Gate {
     holder: Holder,
     queue: VecDeque<Waiter>,
-    // Empty unless the simulator planted a gate bug.
-    #[cfg_attr(not(feature = "planted-bugs"), allow(dead_code))]
+    /// Empty unless the simulator planted a gate bug.
     faults: Faults,
 }
 
@@ -262,14 +261,11 @@ impl Gate {
                 Holder::Paused(p) if p.deadline <= now => true,
                 _ => return None,
             };
-            #[cfg(feature = "planted-bugs")]
-            let w = if self.faults.has(crate::planted::Bug::AdmitNewestWaiter) {
+            let w = if self.faults.admit_newest_waiter() {
                 self.queue.pop_back()
             } else {
                 self.queue.pop_front()
             };
-            #[cfg(not(feature = "planted-bugs"))]
-            let w = self.queue.pop_front();
             let w = w?;
             if !alive(w.conn) {
                 continue;

@@ -373,8 +373,7 @@ impl Engine {
                 }
             }
         };
-        #[cfg(feature = "planted-bugs")]
-        let merged = merged.map(|m| self.planted_duplicate_result(m));
+        let merged = merged.map(|m| self.faults.merged(m));
         let merged = match merged {
             Ok(m) => m,
             Err(reason) => {
@@ -625,8 +624,7 @@ impl Engine {
         }
         match outcome {
             Outcome::Paused(_, pause) => {
-                #[cfg(feature = "planted-bugs")]
-                if self.planted(crate::planted::Bug::GateReleasedOnPause) {
+                if self.faults.release_gate_on_pause() {
                     return self.release_gate(&t.session_id);
                 }
                 // A compaction never waits on a pause (spec 07 §4.2 step 4).

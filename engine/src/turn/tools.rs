@@ -350,14 +350,12 @@ impl Engine {
             let auto_trigger = self.auto_crossing(turn_id);
             let pause = Pause {
                 owner: key_id,
-                deadline: self.now.mono + self.config.turn_timeout_ms,
+                deadline: (self.faults).pause_deadline(self.now.mono + self.config.turn_timeout_ms),
                 expected,
                 server_results: results,
                 auto_trigger,
                 cancelled: false,
             };
-            #[cfg(feature = "planted-bugs")]
-            let pause = self.planted_early_deadline(pause);
             return self.end_turn(turn_id, Outcome::Paused(message, pause));
         }
         // All-server round: extend the in-memory history only.

@@ -178,12 +178,8 @@ impl Io {
 
     /// The pipeline of a restarted process (a planted pipeline bug stays).
     fn restarted(&self) -> Self {
-        #[allow(unused_mut)]
         let mut io = Io::new();
-        #[cfg(feature = "planted-bugs")]
-        {
-            io.pipe.reveal_early = self.pipe.reveal_early;
-        }
+        io.pipe.faults = self.pipe.faults;
         io
     }
 }
@@ -499,7 +495,7 @@ impl World {
         let mut io = Io::new();
         #[cfg(feature = "planted-bugs")]
         {
-            io.pipe.reveal_early = opts.bug == Some(engine::planted::Bug::PipelineRevealsEarly);
+            io.pipe.faults = engine::faults::Faults::planted(opts.bug);
         }
         let engine = Engine::new(
             config.clone(),
