@@ -55,6 +55,8 @@ use model::Catalog;
 use proto::jsonrpc::codes;
 
 pub use store::{ReadId, ReadResult, Snapshot, StoreRead, StoreWrite};
+/// Provider-facing history rebuilt from the log with plain store reads.
+pub use turn::history_load;
 
 /// Identifies one accepted TCP connection (chosen by the driver, never reused).
 pub type ConnId = u64;
