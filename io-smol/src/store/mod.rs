@@ -875,3 +875,41 @@ fn finish(st: &mut Statement<'_>) -> Result<()> {
     let _ = st.reset();
     r
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `EXPLAIN QUERY PLAN` details of `q` on a migrated database.
+    fn plan(store: &Store, q: Q) -> Vec<String> {
+        let mut st = store
+            .raw()
+            .prepare(format!("EXPLAIN QUERY PLAN {}", q.sql()))
+            .unwrap();
+        let mut details = Vec::new();
+        while st.next().unwrap() == State::Row {
+            details.push(st.read::<String, _>(3).unwrap());
+        }
+        details
+    }
+
+    /// The history reads are index range searches: no table scan, no sort.
+    #[test]
+    fn history_reads_search_an_index() {
+        let store = Store::open(":memory:", Synchronous::Normal).unwrap();
+        store.migrate().unwrap();
+        for (q, index) in [
+            (Q::LatestOfType, "idx_session_events_session_type"),
+            (Q::OfTypeFrom, "idx_session_events_session_type"),
+            (Q::SelectEventById, "sqlite_autoindex_session_events_1"),
+        ] {
+            let details = plan(&store, q);
+            assert_eq!(details.len(), 1, "{q:?}: {details:?}");
+            let d = &details[0];
+            assert!(
+                d.starts_with("SEARCH session_events USING INDEX") && d.contains(index),
+                "{q:?}: {d}"
+            );
+        }
+    }
+}
