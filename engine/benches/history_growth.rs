@@ -28,7 +28,7 @@ use engine::mem_store::MemStore;
 use engine::store::{KeyRole, KeyRow};
 use engine::{
     Config, ConnId, Engine, Entropy, Input, Listener, Now, Output, ProviderEntry, ProviderReply,
-    ReadResult, StoreRead, StoreWrite,
+    StoreWrite,
 };
 use proto::provider::{self, Kind};
 use serde_json::{json, Value};
@@ -478,12 +478,8 @@ fn main() {
     // with the engine's turns. Each turn gets a fresh copy (untimed), like
     // the per-turn copy the engine serialises; a long-lived, incrementally
     // built history is scattered in memory and walks about 2x slower.
-    let read = StoreRead::History {
-        session_id: sid.clone(),
-    };
-    let ReadResult::History(load) = d.store.read(&read) else {
-        panic!("history read");
-    };
+    let load = engine::history_load::load(&sid, |read| Ok(d.store.read(read)))
+        .unwrap_or_else(|e| panic!("history read: {e}"));
     let history: Vec<Value> = load
         .messages
         .iter()

@@ -3,6 +3,7 @@
 
 use proto::http::{Decoded, RequestDecoder};
 
+use crate::turn::history_load::HistoryLoader;
 use crate::{ConnId, Engine, Listener, Output, ReadResult};
 
 /// What a connection is doing.
@@ -41,10 +42,15 @@ pub enum PendingRead {
         conn: ConnId,
         message: serde_json::Value,
     },
-    /// A turn rebuilding provider-facing history after a restart.
-    TurnHistory { turn: crate::turn::TurnId },
-    /// First gated arrival after a start: history and a parked pause.
-    Recover { session_id: String },
+    /// A turn rebuilding provider-facing history after a restart (one of
+    /// the load's reads).
+    TurnHistory {
+        turn: crate::turn::TurnId,
+        loader: HistoryLoader,
+    },
+    /// First gated arrival after a start: history (one of the load's
+    /// reads), then a parked pause.
+    Recover { loader: HistoryLoader },
     /// The events after a paused assistant message (owner, server results).
     RecoverPause { session_id: String, paused_seq: u64 },
 }
@@ -295,8 +301,23 @@ impl Engine {
             PendingRead::ReplayStart { conn } => self.on_replay_start(conn, result),
             PendingRead::ReplayPage { conn } => self.on_replay_page(conn, result),
             PendingRead::IdemReplay { conn, message } => self.on_idem_replay(conn, message, result),
-            PendingRead::TurnHistory { turn } => self.on_turn_history(turn, result),
-            PendingRead::Recover { session_id } => self.on_recover(&session_id, result),
+            PendingRead::TurnHistory { turn, loader } => {
+                // A turn that ended meanwhile needs no more reads.
+                if !self.turns.contains_key(&turn) {
+                    return;
+                }
+                let again = |loader| PendingRead::TurnHistory { turn, loader };
+                if let Some(done) = self.continue_history_load(loader, result, again) {
+                    self.on_turn_history(turn, done);
+                }
+            }
+            PendingRead::Recover { loader } => {
+                let session_id = loader.session_id().to_string();
+                let again = |loader| PendingRead::Recover { loader };
+                if let Some(done) = self.continue_history_load(loader, result, again) {
+                    self.on_recover(&session_id, done);
+                }
+            }
             PendingRead::RecoverPause {
                 session_id,
                 paused_seq,

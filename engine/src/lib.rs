@@ -59,6 +59,8 @@ use proto::jsonrpc::codes;
 
 pub use store::{ReadId, ReadResult, Snapshot, StoreRead, StoreWrite};
 pub use time::{MonoMs, UnixMs};
+/// Provider-facing history rebuilt from the log with plain store reads.
+pub use turn::history_load;
 
 /// Identifies one accepted TCP connection (chosen by the driver, never reused).
 pub type ConnId = u64;

@@ -1,17 +1,11 @@
 //! An in-memory store with the same semantics as the SQLite store: used by
 //! the simulator and by engine tests. Pure data structure, no I/O.
 
-// Not on a request path (the simulator, the fuzz target and tests use it),
-// and serde_json's read indexing yields `Null` rather than panicking.
-#![allow(clippy::indexing_slicing)]
-
 use std::collections::BTreeMap;
 
-use serde_json::Value;
-
 use crate::store::{
-    EventRow, HistoryLoad, IdempotencyRow, KeyRow, ProfileRow, ReadResult, SessionRow,
-    SessionState, Snapshot, StoreRead, StoreWrite,
+    EventRow, IdempotencyRow, KeyRow, ProfileRow, ReadResult, SessionRow, SessionState, Snapshot,
+    StoreRead, StoreWrite,
 };
 
 #[derive(Debug, Clone, Default)]
@@ -117,6 +111,19 @@ impl MemStore {
             .filter_map(|seq| self.events.get(seq))
     }
 
+    /// The session's event seqs with `from <= seq < before` (no upper
+    /// bound when `before` is `None`), ascending.
+    fn session_seqs(&self, session_id: &str, from: u64, before: Option<u64>) -> &[u64] {
+        let all = self
+            .by_session
+            .get(session_id)
+            .map(|v| v.as_slice())
+            .unwrap_or(&[]);
+        let lo = all.partition_point(|&s| s < from);
+        let hi = before.map_or(all.len(), |b| all.partition_point(|&s| s < b));
+        all.get(lo..hi.max(lo)).unwrap_or(&[])
+    }
+
     pub fn read(&self, read: &StoreRead) -> ReadResult {
         match read {
             StoreRead::Events {
@@ -138,7 +145,43 @@ impl MemStore {
                     .find(|e| &e.id == event_id)
                     .map(|e| e.seq),
             ),
-            StoreRead::History { session_id } => ReadResult::History(self.history(session_id)),
+            StoreRead::LatestOfType {
+                session_id,
+                event_type,
+                before_seq,
+                limit,
+            } => ReadResult::Events(
+                self.session_seqs(session_id, 0, *before_seq)
+                    .iter()
+                    .rev()
+                    .filter_map(|seq| self.events.get(seq))
+                    .filter(|e| e.event_type == event_type.as_str())
+                    .take(*limit)
+                    .cloned()
+                    .collect(),
+            ),
+            StoreRead::EventById {
+                session_id,
+                event_id,
+            } => ReadResult::Events(
+                self.session_events(session_id)
+                    .find(|e| &e.id == event_id)
+                    .cloned()
+                    .into_iter()
+                    .collect(),
+            ),
+            StoreRead::OfTypesFrom {
+                session_id,
+                event_types,
+                from_seq,
+            } => ReadResult::Events(
+                self.session_seqs(session_id, *from_seq, None)
+                    .iter()
+                    .filter_map(|seq| self.events.get(seq))
+                    .filter(|e| event_types.iter().any(|t| e.event_type == t.as_str()))
+                    .cloned()
+                    .collect(),
+            ),
             StoreRead::EventsAt { session_id, seqs } => ReadResult::Events(
                 seqs.iter()
                     .filter_map(|seq| self.events.get(seq))
@@ -146,56 +189,6 @@ impl MemStore {
                     .cloned()
                     .collect(),
             ),
-        }
-    }
-
-    fn history(&self, session_id: &str) -> HistoryLoad {
-        let payload =
-            |e: &EventRow| serde_json::from_str::<Value>(&e.payload).unwrap_or(Value::Null);
-        let is_message = |t: &str| t == "client.message.send" || t == "server.message.send";
-        let find = |id: &str| self.session_events(session_id).find(|e| e.id == id);
-        let mut bound = 0;
-        if let Some(done) = self
-            .session_events(session_id)
-            .rev()
-            .find(|e| e.event_type == "session.compaction.completed")
-        {
-            let p = payload(done);
-            let preamble = p["preamble_event_id"]
-                .as_str()
-                .and_then(find)
-                .filter(|e| e.event_type == "server.message.send");
-            let summary = p["summary_event_id"]
-                .as_str()
-                .and_then(find)
-                .filter(|e| is_message(&e.event_type));
-            bound = preamble.or(summary).map(|e| e.seq).unwrap_or(0);
-        }
-        let messages = self
-            .session_events(session_id)
-            .filter(|e| e.seq >= bound && is_message(&e.event_type))
-            .map(|e| (e.seq, e.event_type.clone(), payload(e)))
-            .collect();
-        let newest_usage = self
-            .session_events(session_id)
-            .rev()
-            .find(|e| {
-                if e.event_type != "provider.response" {
-                    return false;
-                }
-                let p = payload(e);
-                p["ok"] == Value::Bool(true) && p.get("purpose").is_none()
-            })
-            .map(|e| {
-                let u = &payload(e)["usage"];
-                match (u["input_tokens"].as_u64(), u["output_tokens"].as_u64()) {
-                    (Some(i), Some(o)) => Some((i, o)),
-                    _ => None,
-                }
-            });
-        HistoryLoad {
-            messages,
-            newest_usage,
         }
     }
 

@@ -242,8 +242,9 @@ mod tests {
         p.write(revoke("a"));
         p.read(
             7,
-            StoreRead::History {
+            StoreRead::EventById {
                 session_id: "s".into(),
+                event_id: "evt_1".into(),
             },
         );
         p.write(revoke("b"));

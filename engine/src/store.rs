@@ -12,6 +12,9 @@
 
 use serde_json::Value;
 
+/// `session_events.event_type`: the wire catalogue.
+pub use proto::wire::EventType;
+
 /// Session lifecycle state (`sessions.state`): the wire type.
 pub use proto::wire::SessionState;
 
@@ -198,31 +201,49 @@ pub enum StoreRead {
         session_id: String,
         event_id: String,
     },
-    /// Everything a turn needs to rebuild provider-facing history of an open
-    /// session after a restart (spec 05 §8, 07 §6).
-    History { session_id: String },
+    /// Up to `limit` events of one type of one session, newest first
+    /// (descending `seq`), only those with `seq < before_seq` when set.
+    LatestOfType {
+        session_id: String,
+        event_type: EventType,
+        before_seq: Option<u64>,
+        limit: usize,
+    },
+    /// The event `event_id` if it belongs to `session_id` (0 or 1 row).
+    EventById {
+        session_id: String,
+        event_id: String,
+    },
+    /// Every event of one session whose type is one of `event_types` and
+    /// whose `seq >= from_seq`, ascending.
+    OfTypesFrom {
+        session_id: String,
+        event_types: Vec<EventType>,
+        from_seq: u64,
+    },
     /// The events of one session with these seqs, ascending (missing ones
     /// are skipped).
     EventsAt { session_id: String, seqs: Vec<u64> },
 }
 
-/// Provider-facing history of a session as reconstructed from the log.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct HistoryLoad {
-    /// `client.message.send` / `server.message.send` rows at or after the
-    /// compaction lower bound (spec 07 §6), in order, as `(seq, event_type,
-    /// payload)`.
-    pub messages: Vec<(u64, String, Value)>,
-    /// `usage` of the newest successful non-compaction `provider.response`:
-    /// `None` = no such event; `Some(None)` = it had no usable usage.
-    pub newest_usage: Option<Option<(u64, u64)>>,
+impl StoreRead {
+    /// The session every read is scoped to.
+    pub fn session_id(&self) -> &str {
+        match self {
+            StoreRead::Events { session_id, .. }
+            | StoreRead::EventSeq { session_id, .. }
+            | StoreRead::LatestOfType { session_id, .. }
+            | StoreRead::EventById { session_id, .. }
+            | StoreRead::OfTypesFrom { session_id, .. }
+            | StoreRead::EventsAt { session_id, .. } => session_id,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum ReadResult {
     Events(Vec<EventRow>),
     EventSeq(Option<u64>),
-    History(HistoryLoad),
 }
 
 /// What the engine is restored from at start: everything but events.

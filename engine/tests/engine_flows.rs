@@ -388,6 +388,66 @@ fn manual_compaction_rewrites_provider_history_c169_c171() {
     assert_eq!(ev[1]["payload"]["messages"].as_array().unwrap().len(), 5);
 }
 
+/// After a restart, history is rebuilt from several store reads. A failure
+/// at any of them fails the waiting request as a failed read always did;
+/// the next request loads it again, bounded by the compaction and with the
+/// usage of the newest non-compaction response.
+#[test]
+fn history_reload_after_restart_fails_cleanly_then_recovers() {
+    let mut h = Harness::new(config());
+    let (_key, sid, skey) = h.open_session(
+        &[],
+        json!({"compaction": {"mode": "client", "prompt": "keep TODOs"}}),
+    );
+    register(&mut h, &sid, &skey);
+    let body = json!({
+        "id": "msg_1", "type": "message", "role": "assistant", "model": "m",
+        "content": [{"type": "text", "text": "first answer"}],
+        "stop_reason": "end_turn", "usage": {"input_tokens": 100, "output_tokens": 20}
+    });
+    h.replies.push_back(engine::ProviderReply::Http {
+        status: 200,
+        body: body.to_string().into_bytes(),
+    });
+    send(&mut h, &sid, &skey, json!("first"));
+    h.replies.push_back(anthropic_text("the summary"));
+    let compact = json!({"jsonrpc": "2.0", "id": 7, "method": "session.compact", "params": {}});
+    let frames = h.rpc(&sid, &skey, &compact);
+    assert_eq!(frames[0]["params"]["payload"]["token_count"], 120);
+
+    h.restart(config());
+    register(&mut h, &sid, &skey);
+    let failing: [fn(&engine::StoreRead) -> bool; 3] = [
+        |r| matches!(r, engine::StoreRead::LatestOfType { .. }),
+        |r| matches!(r, engine::StoreRead::EventById { .. }),
+        |r| {
+            matches!(
+                r,
+                engine::StoreRead::LatestOfType {
+                    event_type: engine::store::EventType::ProviderResponse,
+                    ..
+                }
+            )
+        },
+    ];
+    for fail in failing {
+        h.fail_read = Some(fail);
+        let frames = send(&mut h, &sid, &skey, json!("lost"));
+        let last = frames.last().unwrap();
+        assert_eq!(last["error"]["message"], "session loop failed", "{last}");
+        assert!(h.calls.is_empty(), "no provider call");
+    }
+    h.fail_read = None;
+    // The newest non-compaction response is the first turn's (the summary
+    // call's usage does not count).
+    h.replies.push_back(anthropic_text("the second summary"));
+    let frames = h.rpc(&sid, &skey, &compact);
+    assert_eq!(frames[0]["params"]["payload"]["token_count"], 120);
+    // History: preamble + summary (the failed requests recorded nothing).
+    let req = &frames[1]["params"]["payload"];
+    assert_eq!(req["messages"].as_array().unwrap().len(), 3, "{req}");
+}
+
 #[test]
 fn compact_during_live_pause_is_turn_in_progress_c168() {
     let mut h = Harness::new(config());

@@ -323,16 +323,10 @@ fn failing_batch_leaves_nothing() {
     assert_eq!(store.load_snapshot().unwrap().max_event_seq, 2);
 }
 
-fn history(store: &Store, sid: &str) -> engine::store::HistoryLoad {
-    match store
-        .read(&StoreRead::History {
-            session_id: sid.into(),
-        })
-        .unwrap()
-    {
-        ReadResult::History(h) => h,
-        other => panic!("{other:?}"),
-    }
+/// The engine's history rules (`engine::history_load`) over the SQLite
+/// store's plain reads.
+fn history(store: &Store, sid: &str) -> engine::history_load::HistoryLoad {
+    engine::history_load::load(sid, |r| store.read(r).map_err(|e| e.to_string())).unwrap()
 }
 
 fn eid(seq: u64) -> String {
@@ -368,7 +362,7 @@ fn history_fixture(tag: &str) -> Store {
     store
 }
 
-fn seqs(h: &engine::store::HistoryLoad) -> Vec<u64> {
+fn seqs(h: &engine::history_load::HistoryLoad) -> Vec<u64> {
     h.messages.iter().map(|m| m.0).collect()
 }
 

@@ -4,10 +4,11 @@
 
 use std::path::PathBuf;
 
+use engine::history_load;
 use engine::mem_store::MemStore;
 use engine::store::{
-    EventRow, KeyRole, KeyRow, ProfileRow, SessionRow, SessionState, Snapshot, StoreRead,
-    StoreWrite,
+    EventRow, EventType, KeyRole, KeyRow, ProfileRow, ReadResult, SessionRow, SessionState,
+    Snapshot, StoreRead, StoreWrite,
 };
 use io_smol::store::{Store, Synchronous};
 use serde_json::{json, Value};
@@ -90,7 +91,14 @@ fn setup() -> Vec<StoreWrite> {
     w
 }
 
-fn random_write(rng: &mut Rng, seq: &mut u64, ids: &mut Vec<String>) -> StoreWrite {
+/// `sparse_usage`: responses that count are rare (the newest one is then
+/// often several pages back).
+fn random_write(
+    rng: &mut Rng,
+    seq: &mut u64,
+    ids: &mut Vec<String>,
+    sparse_usage: bool,
+) -> StoreWrite {
     let session = (*rng.pick(&SESSIONS)).to_string();
     match rng.below(20) {
         0 => StoreWrite::SetSessionState {
@@ -128,19 +136,23 @@ fn random_write(rng: &mut Rng, seq: &mut u64, ids: &mut Vec<String>) -> StoreWri
                     _ => json!(rng.pick(ids)),
                 }
             };
-            let (event_type, payload) = match rng.below(9) {
+            let (event_type, payload) = match rng.below(12) {
                 0 | 1 => ("client.message.send", json!({"content": rng.below(100)})),
                 2 | 3 => ("server.message.send", json!({"role": "assistant"})),
-                4 => (
+                // Mostly responses that do not count, so that finding the
+                // newest usage often takes more than one page.
+                4 | 9 | 10 | 11 => (
                     "provider.response",
-                    match rng.below(5) {
-                        0 => json!({"ok": false, "status": 500}),
-                        1 => json!({"ok": true, "purpose": "compaction",
+                    match rng.below(if sparse_usage { 80 } else { 12 }) {
+                        0..=3 | 12.. => json!({"ok": false, "status": 500}),
+                        4..=7 => json!({"ok": true, "purpose": "compaction",
                                     "usage": {"input_tokens": 1, "output_tokens": 2}}),
-                        2 => json!({"ok": true, "usage": null}),
-                        3 => {
+                        8 => json!({"ok": true, "purpose": null, "usage": null}),
+                        9 => {
                             json!({"ok": true, "usage": {"input_tokens": 1.5, "output_tokens": 2}})
                         }
+                        10 => json!({"ok": true, "usage": {
+                            "input_tokens": u64::MAX, "output_tokens": -1}}),
                         _ => json!({"ok": true, "usage": {
                             "input_tokens": rng.below(1000), "output_tokens": rng.below(100)}}),
                     },
@@ -155,13 +167,19 @@ fn random_write(rng: &mut Rng, seq: &mut u64, ids: &mut Vec<String>) -> StoreWri
                 _ => ("tool.call", json!({"id": "tu_1"})),
             };
             ids.push(id.clone());
+            // Now and then a payload that is not JSON at all.
+            let payload = if rng.below(25) == 0 {
+                "{not json".to_string()
+            } else {
+                payload.to_string()
+            };
             StoreWrite::InsertEvent(EventRow {
                 seq: *seq,
                 id,
                 session_id: session,
                 client_key_id: Some((*rng.pick(&KEYS)).into()),
                 event_type: event_type.into(),
-                payload: payload.to_string(),
+                payload,
                 created_at: T.into(),
             })
         }
@@ -177,8 +195,23 @@ fn same_snapshot(a: &Snapshot, b: &Snapshot) {
     assert_eq!(a.event_counts, b.event_counts);
 }
 
+/// Types the random reads ask for (those the workload writes and one it
+/// never does).
+const READ_TYPES: [EventType; 7] = [
+    EventType::ClientMessageSend,
+    EventType::ServerMessageSend,
+    EventType::ProviderResponse,
+    EventType::SessionCompactionCompleted,
+    EventType::SessionCompactionStarted,
+    EventType::ToolCall,
+    EventType::SessionClose,
+];
+
 #[test]
 fn sqlite_store_matches_mem_store() {
+    let mut max_pages = 0;
+    let mut bounded = 0;
+    let mut usage_kinds = [0usize; 3];
     for seed in 1..=6u64 {
         let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
         let store = Store::open(temp_db(seed), Synchronous::Normal).unwrap();
@@ -194,7 +227,7 @@ fn sqlite_store_matches_mem_store() {
         for round in 0..60 {
             let n = 1 + rng.below(12);
             let batch: Vec<_> = (0..n)
-                .map(|_| random_write(&mut rng, &mut seq, &mut ids))
+                .map(|_| random_write(&mut rng, &mut seq, &mut ids, seed > 3))
                 .collect();
             conn.commit(&batch).unwrap();
             mem.commit(&batch);
@@ -203,9 +236,41 @@ fn sqlite_store_matches_mem_store() {
                 same_snapshot(&conn.load_snapshot().unwrap(), &mem.snapshot());
             }
             for s in SESSIONS {
+                let any_id = |rng: &mut Rng| {
+                    if ids.is_empty() || rng.below(8) == 0 {
+                        "evt_none".to_string()
+                    } else {
+                        rng.pick(&ids).clone()
+                    }
+                };
                 let reads = [
-                    StoreRead::History {
+                    StoreRead::LatestOfType {
                         session_id: s.into(),
+                        event_type: *rng.pick(&READ_TYPES),
+                        before_seq: match rng.below(3) {
+                            0 => None,
+                            _ => Some(rng.below(seq + 2)),
+                        },
+                        limit: rng.below(20) as usize,
+                    },
+                    StoreRead::EventById {
+                        session_id: s.into(),
+                        event_id: any_id(&mut rng),
+                    },
+                    StoreRead::OfTypesFrom {
+                        session_id: s.into(),
+                        event_types: (0..rng.below(4)).map(|_| *rng.pick(&READ_TYPES)).collect(),
+                        from_seq: rng.below(seq + 2),
+                    },
+                    StoreRead::EventsAt {
+                        session_id: s.into(),
+                        seqs: {
+                            let mut v: Vec<u64> =
+                                (0..rng.below(5)).map(|_| rng.below(seq + 2)).collect();
+                            v.sort_unstable();
+                            v.dedup();
+                            v
+                        },
                     },
                     StoreRead::Events {
                         session_id: s.into(),
@@ -224,8 +289,56 @@ fn sqlite_store_matches_mem_store() {
                 for r in &reads {
                     assert_eq!(conn.read(r).unwrap(), mem.read(r), "seed {seed}: {r:?}");
                 }
+                // The engine's history rules over either store.
+                let mut pages = 0;
+                let from_sqlite = history_load::load(s, |r| {
+                    if matches!(
+                        r,
+                        StoreRead::LatestOfType {
+                            event_type: EventType::ProviderResponse,
+                            ..
+                        }
+                    ) {
+                        pages += 1;
+                    }
+                    conn.read(r).map_err(|e| e.to_string())
+                });
+                let from_mem = history_load::load(s, |r| Ok(mem.read(r)));
+                assert_eq!(from_sqlite, from_mem, "seed {seed}: history of {s}");
+                let h = from_mem.unwrap();
+                max_pages = max_pages.max(pages);
+                // A compaction bound cut the history.
+                bounded += usize::from(h.messages.first().map(|m| m.0) != first_message(&mem, s));
+                usage_kinds[match h.newest_usage {
+                    None => 0,
+                    Some(None) => 1,
+                    Some(Some(_)) => 2,
+                }] += 1;
             }
         }
         same_snapshot(&store.load_snapshot().unwrap(), &mem.snapshot());
+    }
+    // The workload reaches the paths it is meant to compare.
+    assert!(
+        max_pages >= 3,
+        "usage paging seen: {max_pages} pages at most"
+    );
+    assert!(bounded > 0, "no history was cut by a compaction");
+    assert!(
+        usage_kinds.iter().all(|&n| n > 0),
+        "usage outcomes {usage_kinds:?}"
+    );
+}
+
+/// Seq of the session's first message event.
+fn first_message(mem: &MemStore, s: &str) -> Option<u64> {
+    let read = StoreRead::OfTypesFrom {
+        session_id: s.into(),
+        event_types: vec![EventType::ClientMessageSend, EventType::ServerMessageSend],
+        from_seq: 0,
+    };
+    match mem.read(&read) {
+        ReadResult::Events(rows) => rows.first().map(|r| r.seq),
+        other => panic!("{other:?}"),
     }
 }

@@ -8,6 +8,7 @@
 
 pub mod compact;
 mod gate;
+pub mod history_load;
 pub mod merge;
 mod provider_walk;
 mod recover;
@@ -19,8 +20,9 @@ use serde_json::{json, Value};
 use crate::conn::PendingRead;
 use crate::rpc::StreamKind;
 use crate::session_core::{Arrival, Limits, Refusal, Start};
-use crate::store::{ReadResult, SessionState, StoreRead, StoreWrite};
+use crate::store::{ReadResult, SessionState, StoreWrite};
 use crate::{CallId, ConnId, Engine, ProviderEntry};
+use history_load::{HistoryLoad, HistoryLoader, Progress};
 use proto::jsonrpc::codes;
 use proto::wire::EventType;
 
@@ -182,13 +184,8 @@ impl Engine {
         let arrival = live.gate.enqueue(limits, waiter);
         self.route_arrival(conn, session_id, arrival);
         if start {
-            let read = StoreRead::History {
-                session_id: session_id.to_string(),
-            };
-            let then = PendingRead::Recover {
-                session_id: session_id.to_string(),
-            };
-            self.read(read, then);
+            let (loader, read) = HistoryLoader::start(session_id);
+            self.read(read, PendingRead::Recover { loader });
         }
     }
 
@@ -475,10 +472,32 @@ impl Engine {
         {
             return self.history_ready(turn_id);
         }
+        let (loader, read) = HistoryLoader::start(&session_id);
         self.read(
-            StoreRead::History { session_id },
-            PendingRead::TurnHistory { turn: turn_id },
+            read,
+            PendingRead::TurnHistory {
+                turn: turn_id,
+                loader,
+            },
         );
+    }
+
+    /// Feeds a history load the answer to its last read: asks for the next
+    /// one (and returns `None`) or returns the outcome.
+    pub(crate) fn continue_history_load(
+        &mut self,
+        loader: HistoryLoader,
+        result: Result<ReadResult, String>,
+        again: impl FnOnce(HistoryLoader) -> PendingRead,
+    ) -> Option<Result<HistoryLoad, String>> {
+        match loader.advance(result) {
+            Progress::Read(loader, read) => {
+                self.read(read, again(loader));
+                None
+            }
+            Progress::Done(load) => Some(Ok(load)),
+            Progress::Failed(e) => Some(Err(e)),
+        }
     }
 
     fn history_ready(&mut self, turn_id: TurnId) {
@@ -489,12 +508,12 @@ impl Engine {
         }
     }
 
-    pub(crate) fn on_turn_history(&mut self, turn_id: TurnId, result: Result<ReadResult, String>) {
+    pub(crate) fn on_turn_history(&mut self, turn_id: TurnId, result: Result<HistoryLoad, String>) {
         let Some(session_id) = self.turns.get(&turn_id).map(|t| t.session_id.clone()) else {
             return;
         };
         match result {
-            Ok(ReadResult::History(load)) => {
+            Ok(load) => {
                 let history: Vec<Value> = load
                     .messages
                     .iter()
@@ -505,10 +524,8 @@ impl Engine {
                 live.newest_usage = load.newest_usage.flatten();
                 self.history_ready(turn_id);
             }
-            other => {
-                if let Err(e) = other {
-                    tracing::error!(error = %e, "history read failed");
-                }
+            Err(e) => {
+                tracing::error!(error = %e, "history read failed");
                 self.fail_turn(turn_id, codes::APPLICATION_ERROR, "session loop failed");
             }
         }

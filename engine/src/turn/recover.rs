@@ -5,6 +5,7 @@
 
 use serde_json::{json, Value};
 
+use super::history_load::HistoryLoad;
 use super::{Pause, Waiter};
 use crate::conn::PendingRead;
 use crate::store::{ReadResult, StoreRead};
@@ -16,13 +17,11 @@ use proto::jsonrpc::codes;
 const PAUSE_SCAN: usize = 4096;
 
 impl Engine {
-    pub(crate) fn on_recover(&mut self, session_id: &str, result: Result<ReadResult, String>) {
+    pub(crate) fn on_recover(&mut self, session_id: &str, result: Result<HistoryLoad, String>) {
         let load = match result {
-            Ok(ReadResult::History(load)) => load,
-            other => {
-                if let Err(e) = other {
-                    tracing::error!(error = %e, session_id, "history recovery read failed");
-                }
+            Ok(load) => load,
+            Err(e) => {
+                tracing::error!(error = %e, session_id, "history recovery read failed");
                 return self.recovery_failed(session_id);
             }
         };

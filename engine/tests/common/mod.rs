@@ -41,6 +41,8 @@ pub struct Harness {
     pub mcp: VecDeque<engine::mcp::McpCommand>,
     /// Container engine commands, in emission order.
     pub sandbox: VecDeque<engine::sandbox::SandboxCommand>,
+    /// Store reads this matches are answered with an error.
+    pub fail_read: Option<fn(&engine::StoreRead) -> bool>,
     next_conn: ConnId,
 }
 
@@ -79,6 +81,7 @@ impl Harness {
             replies: VecDeque::new(),
             mcp: VecDeque::new(),
             sandbox: VecDeque::new(),
+            fail_read: None,
             next_conn: 1,
         }
     }
@@ -132,7 +135,10 @@ impl Harness {
                 }
             }
             for (id, read) in reads {
-                let result = Ok(self.store.read(&read));
+                let result = match self.fail_read {
+                    Some(fail) if fail(&read) => Err("injected read failure".to_string()),
+                    _ => Ok(self.store.read(&read)),
+                };
                 self.engine
                     .handle_input(self.now, Input::ReadDone { id, result });
             }

@@ -27,7 +27,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 use engine::store::{
-    EventRow, HistoryLoad, KeyRole, KeyRow, ProfileRow, ReadResult, SessionRow, SessionState,
+    EventRow, EventType, KeyRole, KeyRow, ProfileRow, ReadResult, SessionRow, SessionState,
     Snapshot, StoreRead, StoreWrite,
 };
 use serde_json::Value;
@@ -427,26 +427,14 @@ queries! {
     SelectEvents = "SELECT rowid, id, session_id, client_key_id, event_type, payload, created_at \
         FROM session_events WHERE session_id = ?1 AND rowid > ?2 ORDER BY rowid LIMIT ?3";
     SelectEventSeq = "SELECT rowid FROM session_events WHERE id = ?1 AND session_id = ?2";
-    NewestCompaction = "SELECT \
-        CASE WHEN json_valid(payload) THEN json_extract(payload, '$.preamble_event_id') END, \
-        CASE WHEN json_valid(payload) THEN json_extract(payload, '$.summary_event_id') END \
-        FROM session_events WHERE session_id = ?1 AND event_type = 'session.compaction.completed' \
-        ORDER BY rowid DESC LIMIT 1";
-    ResolvePreamble = "SELECT rowid FROM session_events WHERE id = ?1 AND session_id = ?2 \
-        AND event_type = 'server.message.send'";
-    ResolveSummary = "SELECT rowid FROM session_events WHERE id = ?1 AND session_id = ?2 \
-        AND event_type IN ('client.message.send', 'server.message.send')";
-    HistoryMessages = "SELECT rowid, event_type, payload FROM session_events \
-        WHERE session_id = ?1 AND event_type IN ('client.message.send', 'server.message.send') \
-        AND rowid >= ?2 ORDER BY rowid";
-    NewestUsage = "SELECT \
-        json_type(payload, '$.usage.input_tokens'), json_extract(payload, '$.usage.input_tokens'), \
-        json_type(payload, '$.usage.output_tokens'), json_extract(payload, '$.usage.output_tokens') \
-        FROM session_events WHERE session_id = ?1 AND event_type = 'provider.response' \
-        AND (CASE WHEN json_valid(payload) THEN \
-                json_type(payload, '$.ok') = 'true' AND json_type(payload, '$.purpose') IS NULL \
-             ELSE 0 END) \
-        ORDER BY rowid DESC LIMIT 1";
+    LatestOfType = "SELECT rowid, id, session_id, client_key_id, event_type, payload, \
+        created_at FROM session_events WHERE session_id = ?1 AND event_type = ?2 AND rowid <= ?3 \
+        ORDER BY rowid DESC LIMIT ?4";
+    SelectEventById = "SELECT rowid, id, session_id, client_key_id, event_type, payload, \
+        created_at FROM session_events WHERE id = ?1 AND session_id = ?2";
+    OfTypeFrom = "SELECT rowid, id, session_id, client_key_id, event_type, payload, created_at \
+        FROM session_events WHERE session_id = ?1 AND event_type = ?2 AND rowid >= ?3 \
+        ORDER BY rowid";
     AllProfiles = "SELECT id, name, provider_config, fallback_configs, mcp_servers, allowed_tools, \
         available_sandboxes, created_at, updated_at, deleted_at FROM profiles ORDER BY rowid";
     ActiveKeys = "SELECT id, name, key_hash, key_prefix, role, profile_id, client_id, created_at, \
@@ -667,15 +655,7 @@ impl<'c> StoreConn<'c> {
                 st.bind((1, session_id.as_str()))?;
                 st.bind((2, after))?;
                 st.bind((3, limit))?;
-                let mut rows = Vec::new();
-                let r = (|| {
-                    while st.next()? == State::Row {
-                        rows.push(read_event(st)?);
-                    }
-                    Ok(())
-                })();
-                let _ = st.reset();
-                r.map(|()| ReadResult::Events(rows))
+                collect_events(st).map(ReadResult::Events)
             }
             StoreRead::EventSeq {
                 session_id,
@@ -684,11 +664,45 @@ impl<'c> StoreConn<'c> {
                 let seq = self.lookup_seq(Q::SelectEventSeq, event_id, session_id)?;
                 Ok(ReadResult::EventSeq(seq))
             }
-            StoreRead::History { session_id } => {
+            StoreRead::LatestOfType {
+                session_id,
+                event_type,
+                before_seq,
+                limit,
+            } => {
+                // `rowid <= before - 1`; no bound = every rowid.
+                let at_most =
+                    before_seq.map_or(i64::MAX, |b| i64::try_from(b).map_or(i64::MAX, |b| b - 1));
+                let limit = i64::try_from(*limit).unwrap_or(i64::MAX);
+                let st = self.stmt(Q::LatestOfType)?;
+                st.bind((1, session_id.as_str()))?;
+                st.bind((2, event_type.as_str()))?;
+                st.bind((3, at_most))?;
+                st.bind((4, limit))?;
+                collect_events(st).map(ReadResult::Events)
+            }
+            StoreRead::EventById {
+                session_id,
+                event_id,
+            } => {
+                let st = self.stmt(Q::SelectEventById)?;
+                st.bind((1, event_id.as_str()))?;
+                st.bind((2, session_id.as_str()))?;
+                collect_events(st).map(ReadResult::Events)
+            }
+            StoreRead::OfTypesFrom {
+                session_id,
+                event_types,
+                from_seq,
+            } => {
+                // One index range per type (`idx_session_events_session_type`
+                // ends in the implicit rowid), merged by seq; one read
+                // transaction so that the ranges see the same state.
+                let from = seq_to_i64(*from_seq)?;
                 self.run(Q::BeginRead)?;
-                let r = self.history(session_id);
+                let r = self.of_types_from(session_id, event_types, from);
                 let _ = self.run(Q::Commit);
-                r.map(ReadResult::History)
+                r.map(ReadResult::Events)
             }
             StoreRead::EventsAt { session_id, seqs } => {
                 let mut rows = Vec::with_capacity(seqs.len());
@@ -726,79 +740,29 @@ impl<'c> StoreConn<'c> {
         r
     }
 
-    fn history(&mut self, session_id: &str) -> Result<HistoryLoad> {
-        // Lower bound (spec 07 §6).
-        let (preamble, summary) = {
-            let st = self.stmt(Q::NewestCompaction)?;
-            st.bind((1, session_id))?;
-            let r = (|| -> Result<(Option<String>, Option<String>)> {
-                if st.next()? == State::Row {
-                    Ok((text_value(st, 0)?, text_value(st, 1)?))
-                } else {
-                    Ok((None, None))
-                }
-            })();
-            let _ = st.reset();
-            r?
-        };
-        let mut bound = None;
-        if let Some(id) = &preamble {
-            bound = self.lookup_seq(Q::ResolvePreamble, id, session_id)?;
-        }
-        if bound.is_none() {
-            if let Some(id) = &summary {
-                bound = self.lookup_seq(Q::ResolveSummary, id, session_id)?;
+    fn of_types_from(
+        &mut self,
+        session_id: &str,
+        event_types: &[EventType],
+        from: i64,
+    ) -> Result<Vec<EventRow>> {
+        let mut rows = Vec::new();
+        let mut seen: Vec<EventType> = Vec::with_capacity(event_types.len());
+        for &event_type in event_types {
+            if seen.contains(&event_type) {
+                continue;
             }
-        }
-        let bound = bound.unwrap_or(0);
-
-        let mut messages = Vec::new();
-        {
-            let st = self.stmt(Q::HistoryMessages)?;
+            seen.push(event_type);
+            let st = self.stmt(Q::OfTypeFrom)?;
             st.bind((1, session_id))?;
-            st.bind((2, bound as i64))?;
-            let r = (|| -> Result<()> {
-                while st.next()? == State::Row {
-                    let seq = st.read::<i64, _>(0)? as u64;
-                    let event_type = st.read::<String, _>(1)?;
-                    let raw = st.read::<String, _>(2)?;
-                    // Same rule as the in-memory store: an unparsable
-                    // payload reads as JSON null instead of failing the turn.
-                    let payload = serde_json::from_str(&raw).unwrap_or(Value::Null);
-                    messages.push((seq, event_type, payload));
-                }
-                Ok(())
-            })();
-            let _ = st.reset();
-            r?;
+            st.bind((2, event_type.as_str()))?;
+            st.bind((3, from))?;
+            rows.append(&mut collect_events(st)?);
         }
-
-        let newest_usage = {
-            let st = self.stmt(Q::NewestUsage)?;
-            st.bind((1, session_id))?;
-            let r = (|| -> Result<Option<Option<(u64, u64)>>> {
-                if st.next()? != State::Row {
-                    return Ok(None);
-                }
-                let in_type = st.read::<Option<String>, _>(0)?;
-                let out_type = st.read::<Option<String>, _>(2)?;
-                if in_type.as_deref() != Some("integer") || out_type.as_deref() != Some("integer") {
-                    return Ok(Some(None));
-                }
-                let input = st.read::<i64, _>(1)?;
-                let output = st.read::<i64, _>(3)?;
-                if input < 0 || output < 0 {
-                    return Ok(Some(None));
-                }
-                Ok(Some(Some((input as u64, output as u64))))
-            })();
-            let _ = st.reset();
-            r?
-        };
-        Ok(HistoryLoad {
-            messages,
-            newest_usage,
-        })
+        // Each range is ascending and seqs are unique: a stable sort of
+        // the concatenation is the merge.
+        rows.sort_by_key(|r| r.seq);
+        Ok(rows)
     }
 
     /// Counts for the periodic activity summary (spec 04 §5 step 12).
@@ -886,6 +850,20 @@ impl<'c> StoreConn<'c> {
     }
 }
 
+/// Runs a bound event query to completion, collecting its rows, and resets
+/// it.
+fn collect_events(st: &mut Statement<'_>) -> Result<Vec<EventRow>> {
+    let mut rows = Vec::new();
+    let r = (|| {
+        while st.next()? == State::Row {
+            rows.push(read_event(st)?);
+        }
+        Ok(())
+    })();
+    let _ = st.reset();
+    r.map(|()| rows)
+}
+
 fn step_to_end(st: &mut Statement<'_>) -> Result<()> {
     while st.next()? == State::Row {}
     Ok(())
@@ -896,4 +874,42 @@ fn finish(st: &mut Statement<'_>) -> Result<()> {
     let r = step_to_end(st);
     let _ = st.reset();
     r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `EXPLAIN QUERY PLAN` details of `q` on a migrated database.
+    fn plan(store: &Store, q: Q) -> Vec<String> {
+        let mut st = store
+            .raw()
+            .prepare(format!("EXPLAIN QUERY PLAN {}", q.sql()))
+            .unwrap();
+        let mut details = Vec::new();
+        while st.next().unwrap() == State::Row {
+            details.push(st.read::<String, _>(3).unwrap());
+        }
+        details
+    }
+
+    /// The history reads are index range searches: no table scan, no sort.
+    #[test]
+    fn history_reads_search_an_index() {
+        let store = Store::open(":memory:", Synchronous::Normal).unwrap();
+        store.migrate().unwrap();
+        for (q, index) in [
+            (Q::LatestOfType, "idx_session_events_session_type"),
+            (Q::OfTypeFrom, "idx_session_events_session_type"),
+            (Q::SelectEventById, "sqlite_autoindex_session_events_1"),
+        ] {
+            let details = plan(&store, q);
+            assert_eq!(details.len(), 1, "{q:?}: {details:?}");
+            let d = &details[0];
+            assert!(
+                d.starts_with("SEARCH session_events USING INDEX") && d.contains(index),
+                "{q:?}: {d}"
+            );
+        }
+    }
 }

@@ -11,14 +11,6 @@ pub(super) fn json_text(v: &Value) -> String {
     serde_json::to_string(v).expect("serde_json::Value always serializes")
 }
 
-/// Reads a column that should hold text; non-text values yield `None`.
-pub(super) fn text_value(st: &Statement<'_>, i: usize) -> Result<Option<String>> {
-    Ok(match st.read::<sqlite::Value, _>(i)? {
-        sqlite::Value::String(s) => Some(s),
-        _ => None,
-    })
-}
-
 pub(super) fn read_event(st: &Statement<'_>) -> Result<EventRow> {
     Ok(EventRow {
         seq: st.read::<i64, _>(0)? as u64,

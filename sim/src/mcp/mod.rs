@@ -15,8 +15,9 @@
 //! engine sent to which server, and when) and the emitted event log
 //! (`tool.call` … `tool.result`). Transports are attributed to sessions by
 //! the events emitted before the `Open` (the create's `session.open`, the
-//! turn's `mcp.request`, the history read of a restored session) or, for a
-//! reconnect, by the `Close` of the transport it replaces right before it.
+//! turn's `mcp.request`, the last history read of a restored session) or,
+//! for a reconnect, by the `Close` of the transport it replaces right
+//! before it.
 //!
 //! Everything is drawn from the seed's own forked generator and kept in
 //! ordered maps, so it is deterministic.
@@ -75,13 +76,7 @@ pub fn profile_fields(sw: &McpSwarm, body: &mut Value) {
 /// The session a store read is about (context for a restored session's
 /// reconnects, which follow its history read).
 pub fn read_session(read: &engine::store::StoreRead) -> &str {
-    use engine::store::StoreRead;
-    match read {
-        StoreRead::Events { session_id, .. }
-        | StoreRead::EventSeq { session_id, .. }
-        | StoreRead::History { session_id }
-        | StoreRead::EventsAt { session_id, .. } => session_id,
-    }
+    read.session_id()
 }
 
 fn text(bytes: &[u8]) -> String {
