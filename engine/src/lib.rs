@@ -29,6 +29,7 @@ mod auth;
 mod auth_legacy;
 mod client_api;
 mod conn;
+mod connections;
 mod extensions;
 pub mod faults;
 mod idempotency;
@@ -321,7 +322,7 @@ pub struct Engine {
     catalog: Catalog,
     // Ordered maps wherever iteration order reaches the outputs: the same
     // inputs must give the same outputs (the simulator depends on it).
-    conns: BTreeMap<ConnId, conn::Conn>,
+    conns: connections::Table<rpc::Stream>,
     /// Next event rowid (global, strictly increasing).
     next_seq: u64,
     next_read: ReadId,
@@ -330,8 +331,6 @@ pub struct Engine {
     live: BTreeMap<String, turn::Live>,
     /// Connections with an open NDJSON stream, per session (fan-out index).
     streams: BTreeMap<String, std::collections::BTreeSet<ConnId>>,
-    /// `(deadline, conn)` of connections waiting for request bytes.
-    read_deadlines: std::collections::BTreeSet<(MonoMs, ConnId)>,
     turns: BTreeMap<turn::TurnId, turn::Turn>,
     next_turn: turn::TurnId,
     /// Provider calls in flight, by the turn that made them.
@@ -385,6 +384,16 @@ impl Engine {
             subagent_timeout_ms: config.subagent_timeout_ms,
             labels: config.sandbox_labels.clone(),
         });
+        let conns = connections::Table::new(connections::Settings {
+            http: proto::http::Limits {
+                max_head_bytes: config.max_head_bytes,
+                max_headers: config.max_headers,
+                max_body_bytes: config.max_body_bytes,
+                ..Default::default()
+            },
+            idle_timeout_ms: config.idle_timeout_ms,
+            request_timeout_ms: config.request_timeout_ms,
+        });
         let mut engine = Engine {
             sandbox,
             mcp,
@@ -398,13 +407,12 @@ impl Engine {
             outputs: VecDeque::new(),
             now,
             catalog,
-            conns: BTreeMap::new(),
+            conns,
             next_seq: snapshot.max_event_seq + 1,
             next_read: 1,
             pending_reads: HashMap::new(),
             live: BTreeMap::new(),
             streams: BTreeMap::new(),
-            read_deadlines: Default::default(),
             turns: BTreeMap::new(),
             next_turn: 1,
             calls: HashMap::new(),
@@ -472,7 +480,7 @@ impl Engine {
         [
             self.next_gate_deadline(),
             self.next_keepalive(),
-            self.next_read_deadline(),
+            self.conns.next_deadline(),
             mcp,
             self.sandbox.poll_timeout(),
         ]
