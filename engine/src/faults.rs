@@ -4,8 +4,8 @@
 //! (no `planted-bugs` feature) the value is empty and every hook is a
 //! no-op the compiler removes.
 
-use crate::turn::merge::Merged;
 use crate::MonoMs;
+use serde_json::Value;
 
 /// The fault (if any) planted in this engine or pipeline.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -72,14 +72,16 @@ impl Faults {
         deadline
     }
 
-    /// A merged continuation, with its first client `tool_result` twice
-    /// under `DuplicateToolResult`.
+    /// A merged continuation's content (`server_ids`: its server-side
+    /// results), with its first client `tool_result` twice under
+    /// `DuplicateToolResult`.
     #[inline]
-    pub(crate) fn merged(self, m: Merged) -> Merged {
+    pub fn merged_content(self, content: &mut Value, server_ids: &[String]) {
         #[cfg(feature = "planted-bugs")]
         if self.bug == Some(crate::planted::Bug::DuplicateToolResult) {
-            return crate::planted::duplicate_first_client_result(m);
+            crate::planted::duplicate_first_client_result(content, server_ids);
         }
-        m
+        #[cfg(not(feature = "planted-bugs"))]
+        let _ = (content, server_ids);
     }
 }

@@ -58,16 +58,15 @@ impl Bug {
 
 /// [`Bug::DuplicateToolResult`]: the first client tool_result twice.
 pub(crate) fn duplicate_first_client_result(
-    mut m: crate::turn::merge::Merged,
-) -> crate::turn::merge::Merged {
-    if let serde_json::Value::Array(blocks) = &mut m.content {
+    content: &mut serde_json::Value,
+    server_ids: &[String],
+) {
+    if let serde_json::Value::Array(blocks) = content {
         let first = blocks.iter().position(|b| {
-            b["type"] == "tool_result"
-                && !m.server_ids.iter().any(|s| b["tool_use_id"] == s.as_str())
+            b["type"] == "tool_result" && !server_ids.iter().any(|s| b["tool_use_id"] == s.as_str())
         });
         if let Some((i, dup)) = first.and_then(|i| Some((i, blocks.get(i)?.clone()))) {
             blocks.insert(i + 1, dup);
         }
     }
-    m
 }

@@ -370,7 +370,10 @@ impl Engine {
                 }
             }
         };
-        let merged = merged.map(|m| self.faults.merged(m));
+        let merged = merged.map(|mut m| {
+            self.faults.merged_content(&mut m.content, &m.server_ids);
+            m
+        });
         let merged = match merged {
             Ok(m) => m,
             Err(reason) => {
