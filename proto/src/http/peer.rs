@@ -4,6 +4,8 @@
 //! is strict: it is for reading what a server sent, in the test harness,
 //! the benches and the simulator, not for serving untrusted clients.
 
+use super::response::{ChunkReader, ChunkStep, Mode, DEFAULT_MAX_HEAD_BYTES};
+
 /// Index just past the `\r\n\r\n` that terminates an HTTP head, if present.
 pub fn find_head_end(buf: &[u8]) -> Option<usize> {
     buf.windows(4).position(|w| w == b"\r\n\r\n").map(|p| p + 4)
@@ -116,36 +118,20 @@ fn content_length(headers: &[(String, String)]) -> Result<Option<usize>, String>
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum ChunkState {
-    Size,
-    Data(usize),
-    DataEnd,
-    Trailer,
-    Done,
-}
-
-/// Incremental decoder for `Transfer-Encoding: chunked`.
-#[derive(Debug)]
+/// Incremental decoder for `Transfer-Encoding: chunked` (lenient: bare LF
+/// line endings and padded sizes are accepted; trailers are skipped).
+#[derive(Debug, Default)]
 pub struct ChunkedDecoder {
-    state: ChunkState,
-}
-
-impl Default for ChunkedDecoder {
-    fn default() -> Self {
-        ChunkedDecoder::new()
-    }
+    reader: ChunkReader,
 }
 
 impl ChunkedDecoder {
     pub fn new() -> Self {
-        ChunkedDecoder {
-            state: ChunkState::Size,
-        }
+        ChunkedDecoder::default()
     }
 
     pub fn is_done(&self) -> bool {
-        self.state == ChunkState::Done
+        self.reader.is_done()
     }
 
     /// Consume as much of `input` as possible, appending payload to `out`.
@@ -153,82 +139,27 @@ impl ChunkedDecoder {
     pub fn feed(&mut self, input: &mut Vec<u8>, out: &mut Vec<u8>) -> Result<(), String> {
         let mut pos = 0;
         let result = loop {
-            match self.state {
-                ChunkState::Size => {
-                    let Some(nl) = at(input, pos).iter().position(|&b| b == b'\n') else {
-                        if input.len() - pos > 1024 {
-                            break Err("chunk-size line too long".to_string());
-                        }
-                        break Ok(());
-                    };
-                    let line = at(input, pos).get(..nl).unwrap_or_default();
-                    let line = line.strip_suffix(b"\r").unwrap_or(line);
-                    let line = String::from_utf8_lossy(line);
-                    let hex = line.split(';').next().unwrap_or("").trim();
-                    if hex.is_empty() || hex.len() > 15 {
-                        break Err(format!("bad chunk-size line {line:?}"));
-                    }
-                    let size = match usize::from_str_radix(hex, 16) {
-                        Ok(s) => s,
-                        Err(_) => break Err(format!("bad chunk-size line {line:?}")),
-                    };
-                    pos += nl + 1;
-                    self.state = if size == 0 {
-                        ChunkState::Trailer
-                    } else {
-                        ChunkState::Data(size)
-                    };
+            let rest = input.get(pos..).unwrap_or_default();
+            match self
+                .reader
+                .step(rest, Mode::Lenient, DEFAULT_MAX_HEAD_BYTES)
+            {
+                Ok(ChunkStep::Skip(n)) => pos += n,
+                Ok(ChunkStep::Data(n)) => {
+                    out.extend_from_slice(rest.get(..n).unwrap_or_default());
+                    pos += n;
                 }
-                ChunkState::Data(n) => {
-                    let avail = input.len() - pos;
-                    if avail == 0 {
-                        break Ok(());
-                    }
-                    let take = n.min(avail);
-                    out.extend_from_slice(at(input, pos).get(..take).unwrap_or_default());
-                    pos += take;
-                    self.state = if take == n {
-                        ChunkState::DataEnd
-                    } else {
-                        ChunkState::Data(n - take)
-                    };
+                Ok(ChunkStep::Done(n)) => {
+                    pos += n;
+                    break Ok(());
                 }
-                ChunkState::DataEnd => {
-                    let rest = at(input, pos);
-                    if rest.starts_with(b"\r\n") {
-                        pos += 2;
-                        self.state = ChunkState::Size;
-                    } else if rest.starts_with(b"\n") {
-                        pos += 1;
-                        self.state = ChunkState::Size;
-                    } else if rest.is_empty() || rest == b"\r" {
-                        break Ok(());
-                    } else {
-                        break Err("missing CRLF after chunk data".to_string());
-                    }
-                }
-                ChunkState::Trailer => {
-                    let Some(nl) = at(input, pos).iter().position(|&b| b == b'\n') else {
-                        break Ok(());
-                    };
-                    let line = at(input, pos).get(..nl).unwrap_or_default();
-                    let empty = line.is_empty() || line == b"\r";
-                    pos += nl + 1;
-                    if empty {
-                        self.state = ChunkState::Done;
-                    }
-                }
-                ChunkState::Done => break Ok(()),
+                Ok(ChunkStep::NeedMore) => break Ok(()),
+                Err(e) => break Err(e.to_string()),
             }
         };
         input.drain(..pos);
         result
     }
-}
-
-/// `input[pos..]`, empty past the end.
-fn at(input: &[u8], pos: usize) -> &[u8] {
-    input.get(pos..).unwrap_or_default()
 }
 
 /// How a message body is delimited.
