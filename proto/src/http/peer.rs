@@ -1,10 +1,16 @@
-//! The peer's side of HTTP/1.1, sans-IO: response (and request) heads and
-//! incremental body decoding (content-length, chunked, until-close) as a
-//! client or a test server reads them. Lenient where [`super::RequestDecoder`]
-//! is strict: it is for reading what a server sent, in the test harness,
-//! the benches and the simulator, not for serving untrusted clients.
+//! The peer's side of HTTP/1.1, sans-IO, as a client or a test server reads
+//! it. Responses: [`ResponseDecoder`] (from [`super::response`], re-exported
+//! here), strict or lenient. Requests, for test servers such as testkit's
+//! mock provider: [`parse_request_head`] and [`BodyDecoder`], lenient where
+//! [`super::RequestDecoder`] is strict (they read what a trusted test client
+//! sent; they do not serve untrusted clients).
 
-use super::response::{ChunkReader, ChunkStep, Mode, DEFAULT_MAX_HEAD_BYTES};
+pub use super::response::{
+    Framing, Mode, ResponseDecoder, ResponseError, ResponseEvent, ResponseHead,
+    DEFAULT_MAX_HEAD_BYTES,
+};
+
+use super::response::{ChunkReader, ChunkStep};
 
 /// Index just past the `\r\n\r\n` that terminates an HTTP head, if present.
 pub fn find_head_end(buf: &[u8]) -> Option<usize> {
@@ -25,40 +31,6 @@ fn split_head(head: &[u8]) -> Result<(String, Vec<(String, String)>), String> {
         headers.push((name.trim().to_ascii_lowercase(), value.trim().to_string()));
     }
     Ok((first, headers))
-}
-
-#[derive(Debug)]
-pub struct ResponseHead {
-    pub status: u16,
-    pub reason: String,
-    pub headers: Vec<(String, String)>,
-}
-
-/// Parse a response head from the start of `buf`. `Ok(None)` = incomplete.
-/// On success returns the head and the number of bytes it occupied.
-pub fn parse_response_head(buf: &[u8]) -> Result<Option<(ResponseHead, usize)>, String> {
-    let Some(end) = find_head_end(buf) else {
-        return Ok(None);
-    };
-    let (first, headers) = split_head(buf.get(..end.saturating_sub(4)).unwrap_or_default())?;
-    let mut parts = first.splitn(3, ' ');
-    let version = parts.next().unwrap_or("");
-    if !version.starts_with("HTTP/") {
-        return Err(format!("bad status line {first:?}"));
-    }
-    let status = parts
-        .next()
-        .and_then(|s| s.parse::<u16>().ok())
-        .ok_or_else(|| format!("bad status line {first:?}"))?;
-    let reason = parts.next().unwrap_or("").to_string();
-    Ok(Some((
-        ResponseHead {
-            status,
-            reason,
-            headers,
-        },
-        end,
-    )))
 }
 
 pub struct RequestHead {
@@ -162,36 +134,16 @@ impl ChunkedDecoder {
     }
 }
 
-/// How a message body is delimited.
+/// How a request body is delimited.
 #[derive(Debug)]
 pub enum BodyDecoder {
-    /// No body at all (e.g. 204, HEAD).
+    /// No body at all.
     Empty,
     Length(usize),
     Chunked(ChunkedDecoder),
-    /// Body runs until the peer closes the connection.
-    UntilClose,
 }
 
 impl BodyDecoder {
-    /// Decoder for a response body, following RFC 9112 §6.3.
-    pub fn for_response(
-        status: u16,
-        headers: &[(String, String)],
-        head_request: bool,
-    ) -> Result<Self, String> {
-        if head_request || (100..200).contains(&status) || status == 204 || status == 304 {
-            return Ok(BodyDecoder::Empty);
-        }
-        if is_chunked(headers) {
-            return Ok(BodyDecoder::Chunked(ChunkedDecoder::new()));
-        }
-        match content_length(headers)? {
-            Some(n) => Ok(BodyDecoder::Length(n)),
-            None => Ok(BodyDecoder::UntilClose),
-        }
-    }
-
     /// Decoder for a request body (no body unless framed).
     pub fn for_request(headers: &[(String, String)]) -> Result<Self, String> {
         if is_chunked(headers) {
@@ -208,7 +160,6 @@ impl BodyDecoder {
             BodyDecoder::Empty => true,
             BodyDecoder::Length(n) => *n == 0,
             BodyDecoder::Chunked(c) => c.is_done(),
-            BodyDecoder::UntilClose => false,
         }
     }
 
@@ -223,10 +174,6 @@ impl BodyDecoder {
                 Ok(())
             }
             BodyDecoder::Chunked(c) => c.feed(input, out),
-            BodyDecoder::UntilClose => {
-                out.append(input);
-                Ok(())
-            }
         }
     }
 }
@@ -288,18 +235,5 @@ mod tests {
         let mut dec = ChunkedDecoder::new();
         let mut input = b"2\r\nabXY".to_vec();
         assert!(dec.feed(&mut input, &mut Vec::new()).is_err());
-    }
-
-    #[test]
-    fn response_head() {
-        let buf = b"HTTP/1.1 404 Not Found\r\nContent-Length: 3\r\nX-A: b\r\n\r\nabc";
-        let (head, used) = parse_response_head(buf).unwrap().unwrap();
-        assert_eq!(head.status, 404);
-        assert_eq!(head.reason, "Not Found");
-        assert_eq!(header(&head.headers, "x-a"), Some("b"));
-        assert_eq!(&buf[used..], b"abc");
-        assert!(parse_response_head(b"HTTP/1.1 200 OK\r\n")
-            .unwrap()
-            .is_none());
     }
 }

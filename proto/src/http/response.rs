@@ -232,6 +232,11 @@ impl ResponseDecoder {
         self.eof = true;
     }
 
+    /// Whether [`ResponseDecoder::finish`] was called.
+    pub fn is_finished(&self) -> bool {
+        self.eof
+    }
+
     /// Bytes fed but not consumed yet (the start of the next response after
     /// an `End`).
     pub fn buffered(&self) -> &[u8] {

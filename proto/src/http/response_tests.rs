@@ -491,6 +491,11 @@ fn truncation_is_an_error_and_errors_stick() {
     let ok = b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n";
     assert_eq!(run(ResponseDecoder::new(), ok, 1, true).unwrap().len(), 2);
     let mut dec = ResponseDecoder::new();
+    assert!(!dec.is_finished());
+    dec.finish();
+    assert!(dec.is_finished());
+    assert_eq!(dec.poll(), Ok(None));
+    let mut dec = ResponseDecoder::new();
     dec.feed(b"HTTP/9 200 OK\r\n\r\n");
     let err = dec.poll().unwrap_err();
     dec.feed(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n");
