@@ -551,3 +551,61 @@ fn the_servers_own_output_decodes_strictly() {
     };
     assert!(strict(&encode_rejection(&r)).is_ok());
 }
+
+/// Mutated and random streams: no panic, and the same events and the same
+/// kind of error whether fed whole or in random pieces (xorshift, fixed
+/// seed).
+#[test]
+fn random_streams_are_split_independent() {
+    let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+    let mut next = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    let mut valid = encode_response(200, Some("application/json"), &[("X-A", "b")], b"{}", false);
+    valid.extend(encode_stream_head(200, "application/x-ndjson", false));
+    for line in ["{\"a\":1}\n", "\n", "{\"b\":2}\n"] {
+        encode_chunk(line.as_bytes(), &mut valid);
+    }
+    valid.extend(b"0\r\nX-T: 1\r\n\r\nHTTP/1.1 100 Continue\r\n\r\n");
+    valid.extend(encode_response(404, None, &[], b"nope", true));
+    let alphabet = b"\r\n :;0123456789abcdefHTP/.\t\x00\xff";
+    let outcome =
+        |r: Result<Vec<ResponseEvent>, ResponseError>| r.map_err(|e| std::mem::discriminant(&e));
+    for i in 0..3_000 {
+        let mut bytes = valid.clone();
+        if i % 10 == 9 {
+            bytes = (0..next() % 200)
+                .map(|_| alphabet[(next() % alphabet.len() as u64) as usize])
+                .collect();
+        } else {
+            for _ in 0..1 + next() % 3 {
+                let at = (next() % bytes.len() as u64) as usize;
+                let b = alphabet[(next() % alphabet.len() as u64) as usize];
+                match next() % 3 {
+                    0 => bytes[at] = b,
+                    1 => bytes.insert(at, b),
+                    _ => {
+                        bytes.remove(at);
+                    }
+                }
+            }
+        }
+        for mode in [Mode::Strict, Mode::Lenient] {
+            let dec = || ResponseDecoder::with_mode(mode).max_head_bytes(96);
+            let whole = outcome(run(dec(), &bytes, bytes.len().max(1), true));
+            let piece = 1 + (next() % 17) as usize;
+            let split = outcome(run(dec(), &bytes, piece, true));
+            assert_eq!(
+                whole,
+                split,
+                "{mode:?} piece {piece}: {:?}",
+                String::from_utf8_lossy(&bytes)
+            );
+        }
+    }
+    // The unmutated stream decodes strictly.
+    assert!(strict(&valid).is_ok());
+}
