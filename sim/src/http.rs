@@ -1,7 +1,9 @@
-//! The simulated clients' side of HTTP/1.1: request bytes built by hand and
-//! an incremental response parser that copes with arbitrary byte splits,
-//! `Content-Length` bodies and chunked NDJSON streams.
+//! The simulated clients' side of HTTP/1.1: request bytes built by hand,
+//! and responses read with proto's strict [`ResponseDecoder`] (any byte
+//! split, `Content-Length` bodies, chunked NDJSON streams) and split into
+//! NDJSON frames.
 
+use proto::http::response::{Framing, ResponseDecoder, ResponseEvent};
 use serde_json::Value;
 
 /// One HTTP/1.1 request as bytes. Every simulated request asks for
@@ -25,7 +27,7 @@ pub fn request(method: &str, path: &str, token: Option<&str>, body: Option<&[u8]
     out
 }
 
-/// What the parser produced from newly read bytes.
+/// What a [`ResponseReader`] produced from newly read bytes.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Parsed {
     /// Status line and headers of the final response.
@@ -41,210 +43,89 @@ pub enum Parsed {
     Garbage(String),
 }
 
-#[derive(Debug, Clone, PartialEq)]
-enum State {
-    Head,
-    Fixed { remaining: usize },
-    ChunkSize,
-    ChunkData { remaining: usize },
-    ChunkDataEnd,
-    Trailer,
-    Done,
-    Broken,
-}
-
-/// Incremental response parser for one connection.
-#[derive(Debug, Clone)]
-pub struct ResponseParser {
-    buf: Vec<u8>,
-    state: State,
+/// Reads one response of a connection with the strict
+/// [`ResponseDecoder`] (the oracle of the engine's wire output) and turns
+/// a chunked body into NDJSON frames. Bytes after the end stay buffered for
+/// the next response ([`ResponseReader::take_rest`]).
+#[derive(Debug, Clone, Default)]
+pub struct ResponseReader {
+    decoder: ResponseDecoder,
+    chunked: bool,
+    /// The partial NDJSON line of a chunked body.
     line: Vec<u8>,
+    /// A non-chunked body so far.
     body: Vec<u8>,
-    pub status: Option<u16>,
+    done: bool,
+    broken: bool,
     /// Only track message boundaries (no NDJSON/JSON decoding).
     framing_only: bool,
 }
 
-impl Default for ResponseParser {
-    fn default() -> Self {
-        ResponseParser {
-            buf: Vec::new(),
-            state: State::Head,
-            line: Vec::new(),
-            body: Vec::new(),
-            status: None,
-            framing_only: false,
-        }
-    }
-}
-
-fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
-    hay.windows(needle.len()).position(|w| w == needle)
-}
-
-impl ResponseParser {
-    /// A parser that only finds where responses end (cheap).
+impl ResponseReader {
+    /// A reader that only finds where responses end (cheap).
     pub fn framing_only() -> Self {
-        ResponseParser {
+        ResponseReader {
             framing_only: true,
             ..Default::default()
         }
     }
 
     pub fn is_done(&self) -> bool {
-        self.state == State::Done
+        self.done
     }
 
     /// Bytes received after the complete response (a pipelined next one).
     pub fn take_rest(&mut self) -> Vec<u8> {
-        std::mem::take(&mut self.buf)
+        self.decoder.take_buffered()
     }
 
     /// Feeds bytes and returns everything that became complete.
     pub fn feed(&mut self, bytes: &[u8], out: &mut Vec<Parsed>) {
-        self.buf.extend_from_slice(bytes);
-        loop {
-            match self.state.clone() {
-                State::Head => {
-                    let Some(end) = find(&self.buf, b"\r\n\r\n") else {
-                        return;
-                    };
-                    let head = String::from_utf8_lossy(&self.buf[..end]).into_owned();
-                    self.buf.drain(..end + 4);
-                    let mut lines = head.split("\r\n");
-                    let status_line = lines.next().unwrap_or("");
-                    let status: Option<u16> = status_line
-                        .strip_prefix("HTTP/1.1 ")
-                        .and_then(|r| r.get(..3))
-                        .and_then(|s| s.parse().ok());
-                    let Some(status) = status else {
-                        self.state = State::Broken;
-                        out.push(Parsed::Garbage(format!("bad status line {status_line:?}")));
-                        return;
-                    };
-                    if status == 100 {
-                        continue;
-                    }
-                    let mut chunked = false;
-                    let mut length = 0usize;
-                    for l in lines {
-                        let Some((name, value)) = l.split_once(':') else {
-                            continue;
-                        };
-                        let (name, value) = (name.trim().to_ascii_lowercase(), value.trim());
-                        if name == "transfer-encoding" && value.eq_ignore_ascii_case("chunked") {
-                            chunked = true;
-                        } else if name == "content-length" {
-                            length = value.parse().unwrap_or(0);
-                        }
-                    }
-                    self.status = Some(status);
-                    out.push(Parsed::Head { status });
-                    self.state = if chunked {
-                        State::ChunkSize
-                    } else {
-                        State::Fixed { remaining: length }
-                    };
+        self.decoder.feed(bytes);
+        while !self.done && !self.broken {
+            match self.decoder.poll() {
+                Ok(None) => return,
+                Ok(Some(ResponseEvent::Head(head))) => {
+                    self.chunked = head.framing == Framing::Chunked;
+                    out.push(Parsed::Head {
+                        status: head.status,
+                    });
                 }
-                State::Fixed { remaining } => {
-                    let take = remaining.min(self.buf.len());
-                    if !self.framing_only {
-                        self.body.extend_from_slice(&self.buf[..take]);
+                Ok(Some(ResponseEvent::Data(data))) => self.data(&data, out),
+                Ok(Some(ResponseEvent::End { .. })) => {
+                    if !self.chunked {
+                        out.push(Parsed::Body(std::mem::take(&mut self.body)));
+                    } else if !self.line.is_empty() {
+                        out.push(Parsed::Garbage("unterminated NDJSON line".into()));
                     }
-                    self.buf.drain(..take);
-                    if remaining - take > 0 {
-                        self.state = State::Fixed {
-                            remaining: remaining - take,
-                        };
-                        return;
-                    }
-                    out.push(Parsed::Body(std::mem::take(&mut self.body)));
                     out.push(Parsed::End);
-                    self.state = State::Done;
+                    self.done = true;
                 }
-                State::ChunkSize => {
-                    let Some(end) = find(&self.buf, b"\r\n") else {
-                        return;
-                    };
-                    let text = String::from_utf8_lossy(&self.buf[..end]).into_owned();
-                    self.buf.drain(..end + 2);
-                    let size = text.split(';').next().unwrap_or("").trim();
-                    match usize::from_str_radix(size, 16) {
-                        Ok(0) => self.state = State::Trailer,
-                        Ok(n) => self.state = State::ChunkData { remaining: n },
-                        Err(_) => {
-                            self.state = State::Broken;
-                            out.push(Parsed::Garbage(format!("bad chunk size {text:?}")));
-                            return;
-                        }
-                    }
+                Err(e) => {
+                    self.broken = true;
+                    out.push(Parsed::Garbage(e.to_string()));
                 }
-                State::ChunkData { remaining } => {
-                    if self.buf.is_empty() {
-                        return;
-                    }
-                    let take = remaining.min(self.buf.len());
-                    if self.framing_only {
-                        self.buf.drain(..take);
-                        self.state = if remaining - take == 0 {
-                            State::ChunkDataEnd
-                        } else {
-                            State::ChunkData {
-                                remaining: remaining - take,
-                            }
-                        };
-                        continue;
-                    }
-                    let mut data = &self.buf[..take];
-                    while let Some(i) = data.iter().position(|b| *b == b'\n') {
-                        self.line.extend_from_slice(&data[..i]);
-                        data = &data[i + 1..];
-                        let line = std::mem::take(&mut self.line);
-                        let v = serde_json::from_slice(&line).unwrap_or_else(|_| {
-                            Value::String(String::from_utf8_lossy(&line).into_owned())
-                        });
-                        out.push(Parsed::Frame(v));
-                    }
-                    self.line.extend_from_slice(data);
-                    self.buf.drain(..take);
-                    self.state = if remaining - take == 0 {
-                        State::ChunkDataEnd
-                    } else {
-                        State::ChunkData {
-                            remaining: remaining - take,
-                        }
-                    };
-                }
-                State::ChunkDataEnd => {
-                    if self.buf.len() < 2 {
-                        return;
-                    }
-                    if &self.buf[..2] != b"\r\n" {
-                        self.state = State::Broken;
-                        out.push(Parsed::Garbage("chunk not followed by CRLF".into()));
-                        return;
-                    }
-                    self.buf.drain(..2);
-                    self.state = State::ChunkSize;
-                }
-                State::Trailer => {
-                    let Some(end) = find(&self.buf, b"\r\n") else {
-                        return;
-                    };
-                    self.buf.drain(..end + 2);
-                    if end == 0 {
-                        if !self.line.is_empty() {
-                            out.push(Parsed::Garbage("unterminated NDJSON line".into()));
-                        }
-                        out.push(Parsed::End);
-                        self.state = State::Done;
-                    }
-                }
-                // Anything after a complete response belongs to the next one.
-                State::Done => return,
-                State::Broken => return,
             }
         }
+    }
+
+    fn data(&mut self, mut data: &[u8], out: &mut Vec<Parsed>) {
+        if self.framing_only {
+            return;
+        }
+        if !self.chunked {
+            self.body.extend_from_slice(data);
+            return;
+        }
+        while let Some(i) = data.iter().position(|b| *b == b'\n') {
+            self.line.extend_from_slice(&data[..i]);
+            data = &data[i + 1..];
+            let line = std::mem::take(&mut self.line);
+            let v = serde_json::from_slice(&line)
+                .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&line).into_owned()));
+            out.push(Parsed::Frame(v));
+        }
+        self.line.extend_from_slice(data);
     }
 }
 
@@ -268,7 +149,7 @@ mod tests {
     fn chunked_stream_survives_every_split() {
         let bytes = chunked(&[r#"{"a":1}"#, r#"{"b":[2,3]}"#]);
         for split in 0..bytes.len() {
-            let mut p = ResponseParser::default();
+            let mut p = ResponseReader::default();
             let mut out = Vec::new();
             p.feed(&bytes[..split], &mut out);
             p.feed(&bytes[split..], &mut out);
@@ -288,7 +169,7 @@ mod tests {
     #[test]
     fn fixed_body_byte_by_byte() {
         let bytes = b"HTTP/1.1 201 Created\r\nContent-Length: 2\r\n\r\n{}";
-        let mut p = ResponseParser::default();
+        let mut p = ResponseReader::default();
         let mut out = Vec::new();
         for b in bytes.iter() {
             p.feed(&[*b], &mut out);
@@ -302,5 +183,45 @@ mod tests {
             ]
         );
         assert!(p.is_done());
+    }
+
+    /// The reader is an oracle: framing the engine must never produce is
+    /// reported, not skipped over.
+    #[test]
+    fn malformed_framing_is_garbage() {
+        let head = "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n";
+        for bad in [
+            format!("{head}8\r\n{{\"a\":1}}\nXY"),
+            format!("{head}8\n{{\"a\":1}}\n\r\n0\r\n\r\n"),
+            format!("{head}zz\r\n"),
+            "HTTP/1.1 200 OK\r\n\r\n{}".to_string(),
+            "HTTP/1.1 200 OK\r\ncontent-length: x\r\n\r\n".to_string(),
+            "HTTP/1.1 200 OK\ncontent-length: 0\r\n\r\n".to_string(),
+            "HTTP/1.0 200 OK\r\ncontent-length: 0\r\n\r\n".to_string(),
+        ] {
+            let mut p = ResponseReader::default();
+            let mut out = Vec::new();
+            p.feed(bad.as_bytes(), &mut out);
+            assert!(
+                matches!(out.last(), Some(Parsed::Garbage(_))),
+                "{bad:?}: {out:?}"
+            );
+            assert!(!p.is_done());
+            // Nothing more is read after the first error.
+            let mut more = Vec::new();
+            p.feed(b"HTTP/1.1 204 No Content\r\n\r\n", &mut more);
+            assert!(more.is_empty());
+        }
+    }
+
+    #[test]
+    fn pipelined_rest_is_kept() {
+        let mut bytes = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}".to_vec();
+        bytes.extend_from_slice(&chunked(&["{}"]));
+        let mut p = ResponseReader::framing_only();
+        let mut out = Vec::new();
+        p.feed(&bytes, &mut out);
+        assert!(p.is_done());
+        assert_eq!(p.take_rest(), chunked(&["{}"]));
     }
 }

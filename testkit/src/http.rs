@@ -2,8 +2,10 @@
 //! incremental NDJSON reader for the `/rpc` endpoint.
 //!
 //! Every request uses a fresh connection with `Connection: close`, which keeps
-//! behaviour deterministic. Responses framed by `Content-Length`, chunked
-//! transfer encoding or connection close are all understood.
+//! behaviour deterministic. Responses are read with proto's
+//! [`ResponseDecoder`] in lenient mode: framed by `Content-Length`, chunked
+//! transfer encoding or connection close. [`next_event`] is the blocking
+//! read loop around it that the bench binaries share.
 
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream};
@@ -12,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use proto::http::peer::{self as wire, BodyDecoder};
+use proto::http::peer::{self as wire, ResponseDecoder, ResponseError, ResponseEvent};
 
 /// Default timeout for every blocking client operation.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -76,15 +78,27 @@ impl Response {
             .and_then(|v| v.get("type").and_then(Value::as_str).map(str::to_string))
     }
 
-    /// Parse a complete response from raw bytes (e.g. the output of
-    /// [`HttpClient::raw`]). A body without framing runs to the end of the
-    /// bytes; a truncated framed body is returned as far as it goes.
+    /// Parse the first response in raw bytes (e.g. the output of
+    /// [`HttpClient::raw`]), skipping interim 1xx ones. A body without
+    /// framing runs to the end of the bytes; a truncated framed body is
+    /// returned as far as it goes. `None` without a complete head or when
+    /// the bytes are malformed.
     pub fn parse(bytes: &[u8]) -> Option<Response> {
-        let (head, used) = wire::parse_response_head(bytes).ok()??;
-        let mut decoder = BodyDecoder::for_response(head.status, &head.headers, false).ok()?;
-        let mut input = bytes[used..].to_vec();
+        let mut decoder = ResponseDecoder::lenient();
+        decoder.feed(bytes);
+        decoder.finish();
+        let mut head = None;
         let mut body = Vec::new();
-        decoder.feed(&mut input, &mut body).ok()?;
+        loop {
+            match decoder.poll() {
+                Ok(Some(ResponseEvent::Head(h))) => head = Some(h),
+                Ok(Some(ResponseEvent::Data(d))) => body.extend(d),
+                Ok(Some(ResponseEvent::End { .. }) | None) => break,
+                Err(ResponseError::Truncated(_)) if head.is_some() => break,
+                Err(_) => return None,
+            }
+        }
+        let head = head?;
         Some(Response {
             status: head.status,
             reason: head.reason,
@@ -352,50 +366,52 @@ fn read_response(
     deadline: Instant,
     head_request: bool,
 ) -> io::Result<Response> {
-    let bad = |e: String| io::Error::new(io::ErrorKind::InvalidData, e);
-    let mut input = Vec::new();
+    let mut decoder = ResponseDecoder::lenient();
+    decoder.set_head_request(head_request);
     let mut buf = [0u8; 16384];
-    let mut eof = false;
-    // Head (skipping interim 1xx responses).
-    let head = loop {
-        if let Some((head, used)) = wire::parse_response_head(&input).map_err(bad)? {
-            input.drain(..used);
-            if (100..200).contains(&head.status) && head.status != 101 {
-                continue;
-            }
-            break head;
-        }
-        if eof {
-            return Err(io::Error::new(
-                io::ErrorKind::UnexpectedEof,
-                format!(
-                    "connection closed before a complete response head ({} bytes: {:?})",
-                    input.len(),
-                    String::from_utf8_lossy(&input)
-                ),
-            ));
-        }
-        eof = read_some(stream, &mut input, &mut buf, deadline)?;
-    };
-    let mut decoder =
-        BodyDecoder::for_response(head.status, &head.headers, head_request).map_err(bad)?;
+    let mut head = None;
     let mut body = Vec::new();
     loop {
-        decoder.feed(&mut input, &mut body).map_err(bad)?;
-        if decoder.is_done() {
-            break;
-        }
-        if eof {
-            if matches!(decoder, BodyDecoder::UntilClose) {
-                break;
+        match decoder.poll() {
+            Ok(Some(ResponseEvent::Head(h))) => head = Some(h),
+            Ok(Some(ResponseEvent::Data(d))) => body.extend(d),
+            Ok(Some(ResponseEvent::End { .. })) => break,
+            Ok(None) if decoder.is_finished() => {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "connection closed before any response",
+                ))
             }
-            return Err(io::Error::new(
-                io::ErrorKind::UnexpectedEof,
-                "connection closed in the middle of the response body",
-            ));
+            Ok(None) => {
+                if read_some(stream, &mut decoder, &mut buf, deadline)? {
+                    decoder.finish();
+                }
+            }
+            Err(ResponseError::Truncated(_)) if head.is_none() => {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    format!(
+                        "connection closed before a complete response head ({} bytes: {:?})",
+                        decoder.buffered().len(),
+                        String::from_utf8_lossy(decoder.buffered())
+                    ),
+                ))
+            }
+            Err(ResponseError::Truncated(_)) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "connection closed in the middle of the response body",
+                ))
+            }
+            Err(e) => return Err(io::Error::new(io::ErrorKind::InvalidData, e)),
         }
-        eof = read_some(stream, &mut input, &mut buf, deadline)?;
     }
+    let Some(head) = head else {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "no response head",
+        ));
+    };
     Ok(Response {
         status: head.status,
         reason: head.reason,
@@ -404,10 +420,38 @@ fn read_response(
     })
 }
 
-/// One read before `deadline`; returns Ok(true) on EOF.
+/// The next event of `decoder`, reading from `stream` as needed (blocking,
+/// under the stream's own read timeout, which surfaces as an error). A
+/// close is passed to the decoder: inside a response it is an
+/// `UnexpectedEof` error, between responses `Ok(None)`. Malformed bytes are
+/// `InvalidData`.
+pub fn next_event(
+    stream: &mut impl Read,
+    decoder: &mut ResponseDecoder,
+    buf: &mut [u8],
+) -> io::Result<Option<ResponseEvent>> {
+    loop {
+        match decoder.poll() {
+            Ok(Some(ev)) => return Ok(Some(ev)),
+            Ok(None) if decoder.is_finished() => return Ok(None),
+            Ok(None) => match stream.read(buf) {
+                Ok(0) => decoder.finish(),
+                Ok(n) => decoder.feed(buf.get(..n).unwrap_or_default()),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            },
+            Err(e @ ResponseError::Truncated(_)) => {
+                return Err(io::Error::new(io::ErrorKind::UnexpectedEof, e))
+            }
+            Err(e) => return Err(io::Error::new(io::ErrorKind::InvalidData, e)),
+        }
+    }
+}
+
+/// One read before `deadline` into `decoder`; returns Ok(true) on EOF.
 fn read_some(
     stream: &mut TcpStream,
-    input: &mut Vec<u8>,
+    decoder: &mut ResponseDecoder,
     buf: &mut [u8],
     deadline: Instant,
 ) -> io::Result<bool> {
@@ -423,7 +467,7 @@ fn read_some(
         match stream.read(buf) {
             Ok(0) => return Ok(true),
             Ok(n) => {
-                input.extend_from_slice(&buf[..n]);
+                decoder.feed(&buf[..n]);
                 return Ok(false);
             }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -447,10 +491,10 @@ fn is_timeout(e: &io::Error) -> bool {
 #[derive(Debug)]
 pub struct RpcStream {
     stream: TcpStream,
-    /// Raw socket bytes not yet processed.
-    input: Vec<u8>,
+    decoder: ResponseDecoder,
     head: Option<wire::ResponseHead>,
-    decoder: Option<BodyDecoder>,
+    /// The body ended.
+    ended: bool,
     /// Decoded body bytes not yet split into lines.
     pending: Vec<u8>,
     eof: bool,
@@ -465,9 +509,9 @@ impl RpcStream {
     pub fn from_stream(stream: TcpStream, timeout: Duration) -> Self {
         RpcStream {
             stream,
-            input: Vec::new(),
+            decoder: ResponseDecoder::lenient(),
             head: None,
-            decoder: None,
+            ended: false,
             pending: Vec::new(),
             eof: false,
             error: None,
@@ -489,7 +533,7 @@ impl RpcStream {
 
     /// True once the peer closed the connection or the body ended.
     pub fn is_finished(&self) -> bool {
-        self.eof || self.decoder.as_ref().is_some_and(BodyDecoder::is_done)
+        self.eof || self.ended
     }
 
     /// A framing error seen while decoding, if any.
@@ -641,17 +685,19 @@ impl RpcStream {
         let got = match self.stream.read(&mut buf) {
             Ok(0) => {
                 self.eof = true;
+                self.decoder.finish();
                 0
             }
             Ok(n) => {
                 self.raw_bytes += n;
-                self.input.extend_from_slice(&buf[..n]);
+                self.decoder.feed(&buf[..n]);
                 n
             }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => 0,
             Err(e) if is_timeout(&e) => return false,
             Err(_) => {
                 self.eof = true;
+                self.decoder.finish();
                 0
             }
         };
@@ -659,36 +705,20 @@ impl RpcStream {
         got > 0 || !self.eof
     }
 
+    /// Drain the decoder: the head, then body bytes into `pending`. A close
+    /// inside the body is not a framing error (it shows as EOF).
     fn process(&mut self) {
-        if self.error.is_some() {
-            return;
-        }
-        if self.head.is_none() {
-            match wire::parse_response_head(&self.input) {
-                Ok(Some((head, used))) => {
-                    self.input.drain(..used);
-                    if (100..200).contains(&head.status) {
-                        return self.process();
-                    }
-                    match BodyDecoder::for_response(head.status, &head.headers, false) {
-                        Ok(d) => self.decoder = Some(d),
-                        Err(e) => self.error = Some(e),
-                    }
-                    self.head = Some(head);
+        while self.error.is_none() && !self.ended {
+            match self.decoder.poll() {
+                Ok(Some(ResponseEvent::Head(head))) => self.head = Some(head),
+                Ok(Some(ResponseEvent::Data(data))) => {
+                    self.body_bytes += data.len();
+                    self.pending.extend(data);
                 }
-                Ok(None) => return,
-                Err(e) => {
-                    self.error = Some(e);
-                    return;
-                }
+                Ok(Some(ResponseEvent::End { .. })) => self.ended = true,
+                Ok(None) | Err(ResponseError::Truncated(_)) => return,
+                Err(e) => self.error = Some(e.to_string()),
             }
-        }
-        if let Some(decoder) = self.decoder.as_mut() {
-            let before = self.pending.len();
-            if let Err(e) = decoder.feed(&mut self.input, &mut self.pending) {
-                self.error = Some(e);
-            }
-            self.body_bytes += self.pending.len() - before;
         }
     }
 }

@@ -1,63 +1,29 @@
 //! A minimal linear-time NDJSON reader over a raw socket, for streams that
 //! carry multi-megabyte frames or megabytes of backlog (`RpcStream` rescans
 //! its pending buffer for every newline, which is quadratic in the backlog).
+//! Responses are decoded by proto's [`ResponseDecoder`] (lenient, like the
+//! rest of testkit); lines are split here without rescanning.
 
 use std::time::Duration;
 
+use proto::http::peer::{Framing, ResponseDecoder, ResponseEvent};
 use serde_json::Value;
 
+use crate::http::next_event;
 use crate::Server;
 
 /// See the module docs.
 pub struct RawStream {
-    reader: std::io::BufReader<ChunkedBody>,
-}
-
-/// Decodes an HTTP/1.1 chunked body.
-pub struct ChunkedBody {
-    inner: std::io::BufReader<std::net::TcpStream>,
-    remaining: usize,
+    sock: std::net::TcpStream,
+    decoder: ResponseDecoder,
+    buf: Vec<u8>,
+    /// Decoded body bytes: `lines[start..]` not yet returned, no newline in
+    /// `lines[start..scanned]`.
+    lines: Vec<u8>,
+    start: usize,
+    scanned: usize,
+    /// The body ended (or the connection failed).
     done: bool,
-}
-
-impl std::io::Read for ChunkedBody {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        use std::io::BufRead;
-        if self.remaining == 0 {
-            if self.done {
-                return Ok(0);
-            }
-            let mut line = String::new();
-            if self.inner.read_line(&mut line)? == 0 {
-                self.done = true;
-                return Ok(0);
-            }
-            let hex = line.trim().split(';').next().unwrap_or("").to_string();
-            let size = usize::from_str_radix(&hex, 16).map_err(|_| {
-                std::io::Error::new(
-                    std::io::ErrorKind::InvalidData,
-                    format!("chunk size {line:?}"),
-                )
-            })?;
-            if size == 0 {
-                self.done = true;
-                return Ok(0);
-            }
-            self.remaining = size;
-        }
-        let want = buf.len().min(self.remaining);
-        let n = std::io::Read::read(&mut self.inner, &mut buf[..want])?;
-        if n == 0 {
-            self.done = true;
-            return Ok(0);
-        }
-        self.remaining -= n;
-        if self.remaining == 0 {
-            let mut crlf = [0u8; 2];
-            std::io::Read::read_exact(&mut self.inner, &mut crlf)?;
-        }
-        Ok(n)
-    }
 }
 
 impl RawStream {
@@ -70,7 +36,7 @@ impl RawStream {
         session_key: &str,
         request: &Value,
     ) -> RawStream {
-        use std::io::{BufRead, Write};
+        use std::io::Write;
         let mut sock = server.client().connect().expect("connect");
         let body = serde_json::to_vec(request).unwrap();
         let head = format!(
@@ -81,42 +47,57 @@ impl RawStream {
         sock.write_all(&body).unwrap();
         sock.set_read_timeout(Some(Duration::from_secs(30)))
             .unwrap();
-        let mut inner = std::io::BufReader::with_capacity(1 << 16, sock);
-        let mut status = String::new();
-        inner.read_line(&mut status).unwrap();
-        assert!(status.starts_with("HTTP/1.1 200"), "{status:?}");
-        let mut chunked = false;
-        loop {
-            let mut line = String::new();
-            inner.read_line(&mut line).unwrap();
-            if line.trim().is_empty() {
-                break;
+        let mut s = RawStream {
+            sock,
+            decoder: ResponseDecoder::lenient(),
+            buf: vec![0; 1 << 16],
+            lines: Vec::new(),
+            start: 0,
+            scanned: 0,
+            done: false,
+        };
+        match next_event(&mut s.sock, &mut s.decoder, &mut s.buf) {
+            Ok(Some(ResponseEvent::Head(h))) => {
+                assert_eq!(h.status, 200, "{h:?}");
+                assert_eq!(h.framing, Framing::Chunked, "rpc responses are chunked");
             }
-            let lower = line.to_ascii_lowercase();
-            if lower.starts_with("transfer-encoding:") && lower.contains("chunked") {
-                chunked = true;
-            }
+            other => panic!("no response head: {other:?}"),
         }
-        assert!(chunked, "rpc responses are chunked");
-        RawStream {
-            reader: std::io::BufReader::with_capacity(
-                1 << 16,
-                ChunkedBody {
-                    inner,
-                    remaining: 0,
-                    done: false,
-                },
-            ),
-        }
+        s
     }
 
-    /// The next NDJSON line, or `None` at the end of the body.
+    /// The next NDJSON line, or `None` at the end of the body (a last line
+    /// without a newline is returned first).
     pub fn next_line(&mut self) -> Option<String> {
-        use std::io::BufRead;
-        let mut line = String::new();
-        match self.reader.read_line(&mut line) {
-            Ok(0) | Err(_) => None,
-            Ok(_) => Some(line.trim_end_matches('\n').to_string()),
+        loop {
+            let unseen = &self.lines[self.scanned..];
+            if let Some(i) = unseen.iter().position(|&b| b == b'\n') {
+                let end = self.scanned + i;
+                let line = String::from_utf8_lossy(&self.lines[self.start..end]).into_owned();
+                self.start = end + 1;
+                self.scanned = self.start;
+                return Some(line);
+            }
+            self.scanned = self.lines.len();
+            if self.done {
+                if self.start == self.lines.len() {
+                    return None;
+                }
+                let line = String::from_utf8_lossy(&self.lines[self.start..]).into_owned();
+                self.start = self.lines.len();
+                return Some(line);
+            }
+            match next_event(&mut self.sock, &mut self.decoder, &mut self.buf) {
+                Ok(Some(ResponseEvent::Data(d))) => {
+                    if self.start > 0 && self.start * 2 >= self.lines.len() {
+                        self.lines.drain(..self.start);
+                        self.scanned -= self.start;
+                        self.start = 0;
+                    }
+                    self.lines.extend_from_slice(&d);
+                }
+                Ok(Some(_)) | Ok(None) | Err(_) => self.done = true,
+            }
         }
     }
 

@@ -10,6 +10,7 @@ use engine::store::{KeyRole, KeyRow};
 use engine::{
     Config, ConnId, Engine, Entropy, Input, Listener, Now, Output, ProviderCall, ProviderReply,
 };
+use proto::http::response::{ResponseDecoder, ResponseEvent};
 use serde_json::Value;
 
 pub struct SeqEntropy(pub u64);
@@ -294,42 +295,24 @@ pub fn build_request(
     req.into_bytes()
 }
 
-/// Status and de-chunked body of one response.
+/// Status and de-chunked body of the first response in `raw`, as far as it
+/// has arrived (a stream may still be open); `(0, [])` before its head is
+/// complete. Decoded with proto's strict decoder: malformed framing fails
+/// the test.
 pub fn parse_response(raw: &[u8]) -> (u16, Vec<u8>) {
-    let text = raw;
-    let Some(head_end) = text.windows(4).position(|w| w == b"\r\n\r\n") else {
-        return (0, Vec::new());
-    };
-    let head = String::from_utf8_lossy(&text[..head_end]).to_string();
-    let status: u16 = head
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    let rest = &text[head_end + 4..];
-    if head
-        .to_ascii_lowercase()
-        .contains("transfer-encoding: chunked")
-    {
-        let mut out = Vec::new();
-        let mut i = 0;
-        while i < rest.len() {
-            let Some(le) = rest[i..].windows(2).position(|w| w == b"\r\n") else {
-                break;
-            };
-            let size =
-                usize::from_str_radix(std::str::from_utf8(&rest[i..i + le]).unwrap().trim(), 16)
-                    .unwrap();
-            i += le + 2;
-            if size == 0 {
-                break;
-            }
-            out.extend_from_slice(&rest[i..i + size]);
-            i += size + 2;
+    let mut decoder = ResponseDecoder::new();
+    decoder.feed(raw);
+    let (mut status, mut body) = (0, Vec::new());
+    loop {
+        match decoder.poll() {
+            Ok(Some(ResponseEvent::Head(head))) => status = head.status,
+            Ok(Some(ResponseEvent::Data(data))) => body.extend(data),
+            Ok(Some(ResponseEvent::End { .. }) | None) => return (status, body),
+            Err(e) => panic!(
+                "malformed response ({e}): {:?}",
+                String::from_utf8_lossy(raw)
+            ),
         }
-        (status, out)
-    } else {
-        (status, rest.to_vec())
     }
 }
 

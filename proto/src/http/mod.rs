@@ -16,6 +16,7 @@ mod encoder;
 mod request;
 
 pub mod peer;
+pub mod response;
 
 pub use decoder::RequestDecoder;
 pub use encoder::{

@@ -1,8 +1,16 @@
-//! The peer's side of HTTP/1.1, sans-IO: response (and request) heads and
-//! incremental body decoding (content-length, chunked, until-close) as a
-//! client or a test server reads them. Lenient where [`super::RequestDecoder`]
-//! is strict: it is for reading what a server sent, in the test harness,
-//! the benches and the simulator, not for serving untrusted clients.
+//! The peer's side of HTTP/1.1, sans-IO, as a client or a test server reads
+//! it. Responses: [`ResponseDecoder`] (from [`super::response`], re-exported
+//! here), strict or lenient. Requests, for test servers such as testkit's
+//! mock provider: [`parse_request_head`] and [`BodyDecoder`], lenient where
+//! [`super::RequestDecoder`] is strict (they read what a trusted test client
+//! sent; they do not serve untrusted clients).
+
+pub use super::response::{
+    Framing, Mode, ResponseDecoder, ResponseError, ResponseEvent, ResponseHead,
+    DEFAULT_MAX_HEAD_BYTES,
+};
+
+use super::response::{ChunkReader, ChunkStep};
 
 /// Index just past the `\r\n\r\n` that terminates an HTTP head, if present.
 pub fn find_head_end(buf: &[u8]) -> Option<usize> {
@@ -23,40 +31,6 @@ fn split_head(head: &[u8]) -> Result<(String, Vec<(String, String)>), String> {
         headers.push((name.trim().to_ascii_lowercase(), value.trim().to_string()));
     }
     Ok((first, headers))
-}
-
-#[derive(Debug)]
-pub struct ResponseHead {
-    pub status: u16,
-    pub reason: String,
-    pub headers: Vec<(String, String)>,
-}
-
-/// Parse a response head from the start of `buf`. `Ok(None)` = incomplete.
-/// On success returns the head and the number of bytes it occupied.
-pub fn parse_response_head(buf: &[u8]) -> Result<Option<(ResponseHead, usize)>, String> {
-    let Some(end) = find_head_end(buf) else {
-        return Ok(None);
-    };
-    let (first, headers) = split_head(buf.get(..end.saturating_sub(4)).unwrap_or_default())?;
-    let mut parts = first.splitn(3, ' ');
-    let version = parts.next().unwrap_or("");
-    if !version.starts_with("HTTP/") {
-        return Err(format!("bad status line {first:?}"));
-    }
-    let status = parts
-        .next()
-        .and_then(|s| s.parse::<u16>().ok())
-        .ok_or_else(|| format!("bad status line {first:?}"))?;
-    let reason = parts.next().unwrap_or("").to_string();
-    Ok(Some((
-        ResponseHead {
-            status,
-            reason,
-            headers,
-        },
-        end,
-    )))
 }
 
 pub struct RequestHead {
@@ -116,36 +90,20 @@ fn content_length(headers: &[(String, String)]) -> Result<Option<usize>, String>
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum ChunkState {
-    Size,
-    Data(usize),
-    DataEnd,
-    Trailer,
-    Done,
-}
-
-/// Incremental decoder for `Transfer-Encoding: chunked`.
-#[derive(Debug)]
+/// Incremental decoder for `Transfer-Encoding: chunked` (lenient: bare LF
+/// line endings and padded sizes are accepted; trailers are skipped).
+#[derive(Debug, Default)]
 pub struct ChunkedDecoder {
-    state: ChunkState,
-}
-
-impl Default for ChunkedDecoder {
-    fn default() -> Self {
-        ChunkedDecoder::new()
-    }
+    reader: ChunkReader,
 }
 
 impl ChunkedDecoder {
     pub fn new() -> Self {
-        ChunkedDecoder {
-            state: ChunkState::Size,
-        }
+        ChunkedDecoder::default()
     }
 
     pub fn is_done(&self) -> bool {
-        self.state == ChunkState::Done
+        self.reader.is_done()
     }
 
     /// Consume as much of `input` as possible, appending payload to `out`.
@@ -153,72 +111,22 @@ impl ChunkedDecoder {
     pub fn feed(&mut self, input: &mut Vec<u8>, out: &mut Vec<u8>) -> Result<(), String> {
         let mut pos = 0;
         let result = loop {
-            match self.state {
-                ChunkState::Size => {
-                    let Some(nl) = at(input, pos).iter().position(|&b| b == b'\n') else {
-                        if input.len() - pos > 1024 {
-                            break Err("chunk-size line too long".to_string());
-                        }
-                        break Ok(());
-                    };
-                    let line = at(input, pos).get(..nl).unwrap_or_default();
-                    let line = line.strip_suffix(b"\r").unwrap_or(line);
-                    let line = String::from_utf8_lossy(line);
-                    let hex = line.split(';').next().unwrap_or("").trim();
-                    if hex.is_empty() || hex.len() > 15 {
-                        break Err(format!("bad chunk-size line {line:?}"));
-                    }
-                    let size = match usize::from_str_radix(hex, 16) {
-                        Ok(s) => s,
-                        Err(_) => break Err(format!("bad chunk-size line {line:?}")),
-                    };
-                    pos += nl + 1;
-                    self.state = if size == 0 {
-                        ChunkState::Trailer
-                    } else {
-                        ChunkState::Data(size)
-                    };
+            let rest = input.get(pos..).unwrap_or_default();
+            match self
+                .reader
+                .step(rest, Mode::Lenient, DEFAULT_MAX_HEAD_BYTES)
+            {
+                Ok(ChunkStep::Skip(n)) => pos += n,
+                Ok(ChunkStep::Data(n)) => {
+                    out.extend_from_slice(rest.get(..n).unwrap_or_default());
+                    pos += n;
                 }
-                ChunkState::Data(n) => {
-                    let avail = input.len() - pos;
-                    if avail == 0 {
-                        break Ok(());
-                    }
-                    let take = n.min(avail);
-                    out.extend_from_slice(at(input, pos).get(..take).unwrap_or_default());
-                    pos += take;
-                    self.state = if take == n {
-                        ChunkState::DataEnd
-                    } else {
-                        ChunkState::Data(n - take)
-                    };
+                Ok(ChunkStep::Done(n)) => {
+                    pos += n;
+                    break Ok(());
                 }
-                ChunkState::DataEnd => {
-                    let rest = at(input, pos);
-                    if rest.starts_with(b"\r\n") {
-                        pos += 2;
-                        self.state = ChunkState::Size;
-                    } else if rest.starts_with(b"\n") {
-                        pos += 1;
-                        self.state = ChunkState::Size;
-                    } else if rest.is_empty() || rest == b"\r" {
-                        break Ok(());
-                    } else {
-                        break Err("missing CRLF after chunk data".to_string());
-                    }
-                }
-                ChunkState::Trailer => {
-                    let Some(nl) = at(input, pos).iter().position(|&b| b == b'\n') else {
-                        break Ok(());
-                    };
-                    let line = at(input, pos).get(..nl).unwrap_or_default();
-                    let empty = line.is_empty() || line == b"\r";
-                    pos += nl + 1;
-                    if empty {
-                        self.state = ChunkState::Done;
-                    }
-                }
-                ChunkState::Done => break Ok(()),
+                Ok(ChunkStep::NeedMore) => break Ok(()),
+                Err(e) => break Err(e.to_string()),
             }
         };
         input.drain(..pos);
@@ -226,41 +134,16 @@ impl ChunkedDecoder {
     }
 }
 
-/// `input[pos..]`, empty past the end.
-fn at(input: &[u8], pos: usize) -> &[u8] {
-    input.get(pos..).unwrap_or_default()
-}
-
-/// How a message body is delimited.
+/// How a request body is delimited.
 #[derive(Debug)]
 pub enum BodyDecoder {
-    /// No body at all (e.g. 204, HEAD).
+    /// No body at all.
     Empty,
     Length(usize),
     Chunked(ChunkedDecoder),
-    /// Body runs until the peer closes the connection.
-    UntilClose,
 }
 
 impl BodyDecoder {
-    /// Decoder for a response body, following RFC 9112 §6.3.
-    pub fn for_response(
-        status: u16,
-        headers: &[(String, String)],
-        head_request: bool,
-    ) -> Result<Self, String> {
-        if head_request || (100..200).contains(&status) || status == 204 || status == 304 {
-            return Ok(BodyDecoder::Empty);
-        }
-        if is_chunked(headers) {
-            return Ok(BodyDecoder::Chunked(ChunkedDecoder::new()));
-        }
-        match content_length(headers)? {
-            Some(n) => Ok(BodyDecoder::Length(n)),
-            None => Ok(BodyDecoder::UntilClose),
-        }
-    }
-
     /// Decoder for a request body (no body unless framed).
     pub fn for_request(headers: &[(String, String)]) -> Result<Self, String> {
         if is_chunked(headers) {
@@ -277,7 +160,6 @@ impl BodyDecoder {
             BodyDecoder::Empty => true,
             BodyDecoder::Length(n) => *n == 0,
             BodyDecoder::Chunked(c) => c.is_done(),
-            BodyDecoder::UntilClose => false,
         }
     }
 
@@ -292,10 +174,6 @@ impl BodyDecoder {
                 Ok(())
             }
             BodyDecoder::Chunked(c) => c.feed(input, out),
-            BodyDecoder::UntilClose => {
-                out.append(input);
-                Ok(())
-            }
         }
     }
 }
@@ -357,18 +235,5 @@ mod tests {
         let mut dec = ChunkedDecoder::new();
         let mut input = b"2\r\nabXY".to_vec();
         assert!(dec.feed(&mut input, &mut Vec::new()).is_err());
-    }
-
-    #[test]
-    fn response_head() {
-        let buf = b"HTTP/1.1 404 Not Found\r\nContent-Length: 3\r\nX-A: b\r\n\r\nabc";
-        let (head, used) = parse_response_head(buf).unwrap().unwrap();
-        assert_eq!(head.status, 404);
-        assert_eq!(head.reason, "Not Found");
-        assert_eq!(header(&head.headers, "x-a"), Some("b"));
-        assert_eq!(&buf[used..], b"abc");
-        assert!(parse_response_head(b"HTTP/1.1 200 OK\r\n")
-            .unwrap()
-            .is_none());
     }
 }

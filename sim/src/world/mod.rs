@@ -27,7 +27,7 @@ use serde_json::{json, Value};
 
 use crate::check::{self, Checker, Violation};
 use crate::hash::Fnv;
-use crate::http::{self, Parsed, ResponseParser};
+use crate::http::{self, Parsed, ResponseReader};
 use crate::mcp::McpSim;
 use crate::provider::Provider;
 use crate::rng::{Rng, SimEntropy};
@@ -196,8 +196,8 @@ struct SimConn {
     engine_pos: usize,
     /// Keep-alive connection with no request in flight.
     idle: bool,
-    /// Framing-only parser over everything the engine emitted on it.
-    shadow: ResponseParser,
+    /// Framing-only reader over everything the engine emitted on it.
+    shadow: ResponseReader,
     /// The engine emitted `Close`: it ignores anything sent after.
     close_emitted: bool,
     /// Request bytes not yet delivered; `Some(rid)` marks the piece that
@@ -211,7 +211,7 @@ struct SimConn {
     server_closed: bool,
     client_closed: bool,
     engine_told_closed: bool,
-    parser: ResponseParser,
+    reader: ResponseReader,
     slow: bool,
     /// The client does not read before this virtual time (a stall).
     stalled_until: u64,

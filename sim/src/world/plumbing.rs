@@ -411,7 +411,7 @@ impl World {
                 all: vec![rid],
                 to_send: pieces,
                 slow,
-                shadow: ResponseParser::framing_only(),
+                shadow: ResponseReader::framing_only(),
                 ..Default::default()
             },
         );
@@ -530,7 +530,7 @@ impl World {
         }
         while let Some(c) = self.conns.get_mut(&conn) {
             let mut parsed = Vec::new();
-            c.parser.feed(&bytes, &mut parsed);
+            c.reader.feed(&bytes, &mut parsed);
             let rid = c.req;
             for p in parsed {
                 self.on_parsed(rid, p);
@@ -540,14 +540,14 @@ impl World {
             let Some(c) = self.conns.get_mut(&conn) else {
                 break;
             };
-            if !c.parser.is_done() {
+            if !c.reader.is_done() {
                 break;
             }
-            bytes = c.parser.take_rest();
+            bytes = c.reader.take_rest();
             match c.pending.pop_front() {
                 Some(next) => {
                     c.req = next;
-                    c.parser = ResponseParser::default();
+                    c.reader = ResponseReader::default();
                 }
                 None => {
                     c.idle = true;
@@ -558,7 +558,7 @@ impl World {
                             format!("conn {conn}: {} bytes after the last response", bytes.len()),
                         );
                     } else if owner != usize::MAX && !c.server_closing {
-                        c.parser = ResponseParser::default();
+                        c.reader = ResponseReader::default();
                         self.actors[owner].idle_conn = Some(conn);
                     }
                     break;
@@ -639,7 +639,7 @@ impl World {
         }
     }
 
-    /// Follows the engine's output on `conn` with a framing-only parser to
+    /// Follows the engine's output on `conn` with a framing-only reader to
     /// learn exactly when each response ends (whatever its framing).
     pub(super) fn track_response_ends(&mut self, conn: ConnId, bytes: &[u8]) {
         let mut ends = 0;
@@ -653,7 +653,7 @@ impl World {
                 }
                 ends += 1;
                 input = c.shadow.take_rest();
-                c.shadow = ResponseParser::framing_only();
+                c.shadow = ResponseReader::framing_only();
                 if input.is_empty() {
                     break;
                 }

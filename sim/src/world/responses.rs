@@ -380,7 +380,7 @@ impl World {
             && self
                 .conns
                 .get(&self.reqs[rid].conn)
-                .is_some_and(|c| c.parser.is_done());
+                .is_some_and(|c| c.reader.is_done());
         if complete {
             self.reqs[rid].done = true;
         } else {

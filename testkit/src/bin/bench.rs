@@ -17,7 +17,7 @@
 //! the binary size. Clients are plain threads with keep-alive
 //! `std::net::TcpStream`s; every request loop is bounded in count or time.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::Write;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -25,7 +25,9 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use proto::http::peer::{ResponseDecoder, ResponseEvent};
 use serde_json::{json, Value};
+use testkit::http::next_event;
 
 type Res<T> = Result<T, String>;
 /// `(session_id, session_key)` pairs.
@@ -91,11 +93,13 @@ const USAGE: &str =
 
 // ------------------------------------------------------------ HTTP client
 
-/// One keep-alive HTTP/1.1 connection.
+/// One keep-alive HTTP/1.1 connection; responses are read with proto's
+/// strict decoder.
 struct Conn {
     addr: SocketAddr,
-    reader: BufReader<TcpStream>,
-    writer: TcpStream,
+    sock: TcpStream,
+    decoder: ResponseDecoder,
+    buf: Vec<u8>,
 }
 
 impl Conn {
@@ -105,16 +109,16 @@ impl Conn {
         s.set_nodelay(true).map_err(|e| e.to_string())?;
         s.set_read_timeout(Some(Duration::from_secs(30)))
             .map_err(|e| e.to_string())?;
-        let writer = s.try_clone().map_err(|e| e.to_string())?;
         Ok(Conn {
             addr,
-            reader: BufReader::with_capacity(64 * 1024, s),
-            writer,
+            sock: s,
+            decoder: ResponseDecoder::new(),
+            buf: vec![0; 64 * 1024],
         })
     }
 
-    /// Sends one request and reads the whole (Content-Length framed)
-    /// response; reconnects once if the server closed an idle connection.
+    /// Sends one request and reads the whole response; reconnects once if
+    /// the server closed an idle connection.
     fn request(
         &mut self,
         method: &str,
@@ -153,44 +157,22 @@ impl Conn {
         if let Some(b) = body {
             bytes.extend_from_slice(b);
         }
-        self.writer.write_all(&bytes).map_err(|e| e.to_string())?;
-        let mut line = String::new();
-        let n = self
-            .reader
-            .read_line(&mut line)
-            .map_err(|e| e.to_string())?;
-        if n == 0 {
-            return Err("connection closed".into());
-        }
-        let status: u16 = line
-            .split_whitespace()
-            .nth(1)
-            .and_then(|s| s.parse().ok())
-            .ok_or_else(|| format!("bad status line {line:?}"))?;
-        let mut len = 0usize;
-        let mut close = false;
+        self.sock.write_all(&bytes).map_err(|e| e.to_string())?;
+        let (mut status, mut close, mut body) = (0, false, Vec::new());
         loop {
-            line.clear();
-            self.reader
-                .read_line(&mut line)
-                .map_err(|e| e.to_string())?;
-            let l = line.trim_end();
-            if l.is_empty() {
-                break;
-            }
-            if let Some((k, v)) = l.split_once(':') {
-                let k = k.trim().to_ascii_lowercase();
-                if k == "content-length" {
-                    len = v.trim().parse().map_err(|_| "bad content-length")?;
-                } else if k == "connection" && v.trim().eq_ignore_ascii_case("close") {
-                    close = true;
+            match next_event(&mut self.sock, &mut self.decoder, &mut self.buf) {
+                Ok(Some(ResponseEvent::Head(h))) => {
+                    status = h.status;
+                    close = h
+                        .header("connection")
+                        .is_some_and(|v| v.eq_ignore_ascii_case("close"));
                 }
+                Ok(Some(ResponseEvent::Data(d))) => body.extend(d),
+                Ok(Some(ResponseEvent::End { .. })) => break,
+                Ok(None) => return Err("connection closed".into()),
+                Err(e) => return Err(e.to_string()),
             }
         }
-        let mut body = vec![0u8; len];
-        self.reader
-            .read_exact(&mut body)
-            .map_err(|e| e.to_string())?;
         if close {
             *self = Conn::open(self.addr)?;
         }

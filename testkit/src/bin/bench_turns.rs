@@ -30,8 +30,10 @@ use std::sync::{Arc, Barrier, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use proto::http::peer::{ResponseDecoder, ResponseEvent};
 use serde_json::{json, Value};
 use testkit::bench::{ms, percentile};
+use testkit::http::next_event;
 
 type Res<T> = Result<T, String>;
 
@@ -40,11 +42,13 @@ fn err<E: std::fmt::Display>(what: &str) -> impl Fn(E) -> String + '_ {
 }
 
 // ---------------------------------------------------------------------------
-// Minimal keep-alive HTTP/1.1 client.
+// Minimal keep-alive HTTP/1.1 client (responses read with proto's strict
+// decoder).
 
 struct Conn {
-    reader: BufReader<TcpStream>,
-    writer: TcpStream,
+    sock: TcpStream,
+    decoder: ResponseDecoder,
+    buf: Vec<u8>,
     host: String,
 }
 
@@ -60,8 +64,9 @@ impl Conn {
         s.set_read_timeout(Some(Duration::from_secs(60)))
             .map_err(err("timeout"))?;
         Ok(Conn {
-            writer: s.try_clone().map_err(err("clone"))?,
-            reader: BufReader::with_capacity(64 * 1024, s),
+            sock: s,
+            decoder: ResponseDecoder::new(),
+            buf: vec![0; 64 * 1024],
             host: addr.to_string(),
         })
     }
@@ -84,62 +89,34 @@ impl Conn {
         req.push_str("\r\n");
         let mut bytes = req.into_bytes();
         bytes.extend_from_slice(body);
-        self.writer.write_all(&bytes).map_err(err("write"))
+        self.sock.write_all(&bytes).map_err(err("write"))
     }
 
-    /// Reads the status line and headers; returns (status, content-length,
-    /// chunked).
-    fn read_head(&mut self) -> Res<(u16, Option<usize>, bool)> {
-        let mut line = String::new();
-        if self.reader.read_line(&mut line).map_err(err("read head"))? == 0 {
-            return Err("connection closed".into());
-        }
-        let status = line
-            .split(' ')
-            .nth(1)
-            .and_then(|s| s.parse().ok())
-            .ok_or_else(|| format!("bad status line {line:?}"))?;
-        let (mut len, mut chunked) = (None, false);
-        loop {
-            line.clear();
-            self.reader
-                .read_line(&mut line)
-                .map_err(err("read header"))?;
-            let l = line.trim_end();
-            if l.is_empty() {
-                break;
-            }
-            let lower = l.to_ascii_lowercase();
-            if let Some(v) = lower.strip_prefix("content-length:") {
-                len = v.trim().parse().ok();
-            } else if lower.starts_with("transfer-encoding:") && lower.contains("chunked") {
-                chunked = true;
-            }
-        }
-        Ok((status, len, chunked))
+    fn next(&mut self) -> Res<ResponseEvent> {
+        next_event(&mut self.sock, &mut self.decoder, &mut self.buf)
+            .map_err(err("read"))?
+            .ok_or_else(|| "connection closed".to_string())
     }
 
-    /// One chunk of a chunked body (`None` at the last chunk).
-    fn read_chunk(&mut self, out: &mut Vec<u8>) -> Res<Option<usize>> {
-        let mut line = String::new();
-        self.reader
-            .read_line(&mut line)
-            .map_err(err("chunk size"))?;
-        let size = usize::from_str_radix(line.trim().split(';').next().unwrap_or(""), 16)
-            .map_err(|_| format!("bad chunk size {line:?}"))?;
-        if size == 0 {
-            line.clear();
-            self.reader.read_line(&mut line).map_err(err("trailer"))?;
-            return Ok(None);
+    /// Reads the status line and headers; returns the status.
+    fn read_head(&mut self) -> Res<u16> {
+        match self.next()? {
+            ResponseEvent::Head(h) => Ok(h.status),
+            other => Err(format!("expected a response head, got {other:?}")),
         }
-        let start = out.len();
-        out.resize(start + size, 0);
-        self.reader
-            .read_exact(&mut out[start..])
-            .map_err(err("chunk"))?;
-        let mut crlf = [0u8; 2];
-        self.reader.read_exact(&mut crlf).map_err(err("crlf"))?;
-        Ok(Some(size))
+    }
+
+    /// Appends the next piece of the body (one chunk of a chunked one) to
+    /// `out`; false at the end of the body.
+    fn read_data(&mut self, out: &mut Vec<u8>) -> Res<bool> {
+        match self.next()? {
+            ResponseEvent::Data(d) => {
+                out.extend(d);
+                Ok(true)
+            }
+            ResponseEvent::End { .. } => Ok(false),
+            other => Err(format!("expected body data, got {other:?}")),
+        }
     }
 
     fn request(
@@ -150,14 +127,9 @@ impl Conn {
         body: &[u8],
     ) -> Res<Resp> {
         self.send_head(method, path, bearer, body)?;
-        let (status, len, chunked) = self.read_head()?;
+        let status = self.read_head()?;
         let mut out = Vec::new();
-        if chunked {
-            while self.read_chunk(&mut out)?.is_some() {}
-        } else if let Some(n) = len {
-            out.resize(n, 0);
-            self.reader.read_exact(&mut out).map_err(err("body"))?;
-        }
+        while self.read_data(&mut out)? {}
         Ok(Resp { status, body: out })
     }
 
@@ -525,7 +497,7 @@ fn fanout(srv: &Baesrv, key: &str, observers: usize, turns: usize) -> Res<Fanout
                 ready.wait();
                 let (mut n, mut lags, mut last) = (0usize, Vec::new(), Instant::now());
                 let mut buf = Vec::new();
-                while c.read_chunk(&mut buf)?.is_some() {
+                while c.read_data(&mut buf)? {
                     while let Some(pos) = buf.iter().position(|&b| b == b'\n') {
                         let line: Vec<u8> = buf.drain(..=pos).collect();
                         let now = Instant::now();
