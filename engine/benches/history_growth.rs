@@ -119,7 +119,7 @@ impl Driver {
             engine,
             store,
             now,
-            next_conn: 1,
+            next_conn: ConnId(1),
             sent: Vec::new(),
             keep_sends: true,
             sends_in_turn: Vec::new(),

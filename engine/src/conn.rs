@@ -47,7 +47,10 @@ impl Engine {
         if !self.conns.receive(conn, bytes) {
             // A client that keeps pipelining while a request is answered
             // must not grow the buffer without bound.
-            tracing::debug!(conn, "pipelined input over the buffer cap; closing");
+            tracing::debug!(
+                conn = conn.0,
+                "pipelined input over the buffer cap; closing"
+            );
             return self.close_conn(conn);
         }
         self.pump(conn);
@@ -80,7 +83,7 @@ impl Engine {
                 Polled::Request(req, Listener::Admin) => self.route_admin(conn, *req),
                 Polled::Rejected(rejection) => {
                     tracing::debug!(
-                        conn,
+                        conn = conn.0,
                         status = rejection.status,
                         reason = rejection.reason,
                         "rejected request"
@@ -148,7 +151,7 @@ impl Engine {
         self.conns.closes_after(conn)
     }
 
-    pub(crate) fn on_read_done(&mut self, id: u64, result: Result<ReadResult, String>) {
+    pub(crate) fn on_read_done(&mut self, id: crate::ReadId, result: Result<ReadResult, String>) {
         let Some(pending) = self.pending_reads.remove(&id) else {
             return;
         };

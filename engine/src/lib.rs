@@ -33,6 +33,7 @@ mod connections;
 mod extensions;
 pub mod faults;
 mod idempotency;
+pub mod ids;
 mod log;
 pub mod mcp;
 pub mod mem_store;
@@ -63,10 +64,7 @@ pub use time::{MonoMs, UnixMs};
 /// Provider-facing history rebuilt from the log with plain store reads.
 pub use turn::history_load;
 
-/// Identifies one accepted TCP connection (chosen by the driver, never reused).
-pub type ConnId = u64;
-/// Identifies one outstanding provider HTTP call.
-pub type CallId = u64;
+pub use ids::{CallId, ConnId};
 
 /// Which listener accepted a connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -401,7 +399,7 @@ impl Engine {
             mcp_restoring: BTreeMap::new(),
             driver_ext: BTreeMap::new(),
             mcp_calls: HashMap::new(),
-            next_mcp_call: 1,
+            next_mcp_call: mcp::CallToken(1),
             config,
             entropy,
             outputs: VecDeque::new(),
@@ -409,14 +407,14 @@ impl Engine {
             catalog,
             conns,
             next_seq: snapshot.max_event_seq + 1,
-            next_read: 1,
+            next_read: ReadId(1),
             pending_reads: HashMap::new(),
             live: BTreeMap::new(),
             streams: BTreeMap::new(),
             turns: BTreeMap::new(),
-            next_turn: 1,
+            next_turn: turn::TurnId(1),
             calls: HashMap::new(),
-            next_call: 1,
+            next_call: CallId(1),
             quiet: Vec::new(),
             idem: idempotency::Keys::restore(&snapshot.idempotency),
             last_legacy_failure: None,

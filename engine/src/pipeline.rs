@@ -190,9 +190,9 @@ mod tests {
     #[test]
     fn sends_without_gating_writes_go_immediately() {
         let mut p = Pipeline::new();
-        assert_eq!(p.deliver(send(1, "a")), Some(send(1, "a")));
+        assert_eq!(p.deliver(send(ConnId(1), "a")), Some(send(ConnId(1), "a")));
         p.write(touch());
-        assert_eq!(p.deliver(send(1, "b")), Some(send(1, "b")));
+        assert_eq!(p.deliver(send(ConnId(1), "b")), Some(send(ConnId(1), "b")));
         // The touch is still committed eventually.
         let jobs = p.take_submission().unwrap();
         assert_eq!(jobs.len(), 1);
@@ -204,9 +204,9 @@ mod tests {
     fn sends_after_gating_write_wait_for_commit_in_order() {
         let mut p = Pipeline::new();
         p.write(revoke("a"));
-        assert_eq!(p.deliver(send(1, "x")), None);
-        assert_eq!(p.deliver(Delivery::Close { conn: 1 }), None);
-        assert_eq!(p.deliver(send(2, "y")), None);
+        assert_eq!(p.deliver(send(ConnId(1), "x")), None);
+        assert_eq!(p.deliver(Delivery::Close { conn: ConnId(1) }), None);
+        assert_eq!(p.deliver(send(ConnId(2), "y")), None);
         let jobs = p.take_submission().unwrap();
         assert_eq!(
             jobs,
@@ -218,11 +218,15 @@ mod tests {
         // While the worker is busy, new writes accumulate (group commit).
         p.write(revoke("b"));
         p.write(revoke("c"));
-        assert_eq!(p.deliver(send(3, "z")), None);
+        assert_eq!(p.deliver(send(ConnId(3), "z")), None);
         assert!(p.take_submission().is_none());
         assert_eq!(
             p.committed(1),
-            vec![send(1, "x"), Delivery::Close { conn: 1 }, send(2, "y")]
+            vec![
+                send(ConnId(1), "x"),
+                Delivery::Close { conn: ConnId(1) },
+                send(ConnId(2), "y")
+            ]
         );
         let jobs = p.take_submission().unwrap();
         assert_eq!(
@@ -232,7 +236,7 @@ mod tests {
                 writes: vec![revoke("b"), revoke("c")]
             }]
         );
-        assert_eq!(p.committed(2), vec![send(3, "z")]);
+        assert_eq!(p.committed(2), vec![send(ConnId(3), "z")]);
         assert!(p.is_quiet());
     }
 
@@ -241,7 +245,7 @@ mod tests {
         let mut p = Pipeline::new();
         p.write(revoke("a"));
         p.read(
-            7,
+            ReadId(7),
             StoreRead::EventById {
                 session_id: "s".into(),
                 event_id: "evt_1".into(),
@@ -250,7 +254,7 @@ mod tests {
         p.write(revoke("b"));
         let jobs = p.take_submission().unwrap();
         assert!(matches!(jobs[0], Job::Commit { batch: 1, .. }));
-        assert!(matches!(jobs[1], Job::Read { id: 7, .. }));
+        assert!(matches!(jobs[1], Job::Read { id: ReadId(7), .. }));
         assert!(matches!(jobs[2], Job::Commit { batch: 2, .. }));
         assert!(!p.worker_idle());
         p.committed(1);
@@ -267,6 +271,6 @@ mod tests {
         p.write(revoke("a"));
         p.take_submission().unwrap();
         p.committed(1);
-        assert_eq!(p.deliver(send(1, "x")), Some(send(1, "x")));
+        assert_eq!(p.deliver(send(ConnId(1), "x")), Some(send(ConnId(1), "x")));
     }
 }

@@ -185,7 +185,7 @@ impl StoreWrite {
 }
 
 /// Correlates a [`StoreRead`] with its [`ReadResult`].
-pub type ReadId = u64;
+pub use crate::ids::ReadId;
 
 /// A query the engine needs answered.
 #[derive(Debug, Clone, PartialEq)]

@@ -97,9 +97,13 @@ fn the_201_waits_for_every_server_and_unknown_names_are_skipped() {
         h.take(conn).is_empty(),
         "no answer before the servers are ready"
     );
-    handshake(&mut h, 1, &["x"]);
+    handshake(&mut h, McpConnId(1), &["x"]);
     assert!(h.take(conn).is_empty());
-    mcp(&mut h, 2, McpEvent::OpenFailed("spawn failed".into()));
+    mcp(
+        &mut h,
+        McpConnId(2),
+        McpEvent::OpenFailed("spawn failed".into()),
+    );
     let (sid, _) = created(&mut h, conn);
     assert!(sid.starts_with("ses_"));
 }
@@ -116,7 +120,7 @@ fn a_profile_without_known_servers_answers_at_once() {
 fn c099_an_mcp_round_parks_the_turn_and_resumes_on_the_answer() {
     let mut h = Harness::new(mcp_config());
     let conn = start_create(&mut h, &["a"]);
-    handshake(&mut h, 1, &["lookup"]);
+    handshake(&mut h, McpConnId(1), &["lookup"]);
     let (sid, skey) = created(&mut h, conn);
     let reg = json!({"jsonrpc": "2.0", "id": 1, "method": "session.registerDriver", "params": {}});
     h.rpc(&sid, &skey, &reg);
@@ -151,7 +155,7 @@ fn c099_an_mcp_round_parks_the_turn_and_resumes_on_the_answer() {
     h.replies.push_back(anthropic_text("done"));
     mcp(
         &mut h,
-        1,
+        McpConnId(1),
         line(
             json!({"jsonrpc": "2.0", "id": id, "result": {"content": [{"type": "text", "text": "42"}]}}),
         ),
@@ -190,7 +194,7 @@ fn c099_an_mcp_round_parks_the_turn_and_resumes_on_the_answer() {
 fn closing_the_session_mid_call_drops_the_turn_and_closes_the_server() {
     let mut h = Harness::new(mcp_config());
     let conn = start_create(&mut h, &["a"]);
-    handshake(&mut h, 1, &["lookup"]);
+    handshake(&mut h, McpConnId(1), &["lookup"]);
     let (sid, skey) = created(&mut h, conn);
     let reg = json!({"jsonrpc": "2.0", "id": 1, "method": "session.registerDriver", "params": {}});
     h.rpc(&sid, &skey, &reg);
@@ -206,7 +210,7 @@ fn closing_the_session_mid_call_drops_the_turn_and_closes_the_server() {
     assert_eq!(
         h.mcp.drain(..).collect::<Vec<_>>(),
         vec![McpCommand::Close {
-            conn: 1,
+            conn: McpConnId(1),
             session_id: None
         }]
     );
@@ -214,7 +218,7 @@ fn closing_the_session_mid_call_drops_the_turn_and_closes_the_server() {
     let before = h.store.events.len();
     mcp(
         &mut h,
-        1,
+        McpConnId(1),
         line(json!({"jsonrpc": "2.0", "id": 3, "result": {}})),
     );
     assert_eq!(h.store.events.len(), before);

@@ -62,7 +62,7 @@ pub fn run(boot: Boot) -> io::Result<()> {
         clock: boot.clock,
         pipe: Pipeline::new(),
         conns: HashMap::new(),
-        next_conn: 1,
+        next_conn: engine::ConnId(1),
         inflight: 0,
         tx,
         jobs_tx,

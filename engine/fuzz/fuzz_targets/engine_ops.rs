@@ -48,8 +48,18 @@ enum Op {
 
 #[derive(Arbitrary, Debug)]
 enum Req {
-    Rpc { method: u8, params: Params, ext: u8, token: Tok, notification: bool },
-    Rest { route: u8, token: Tok, body: Body },
+    Rpc {
+        method: u8,
+        params: Params,
+        ext: u8,
+        token: Tok,
+        notification: bool,
+    },
+    Rest {
+        route: u8,
+        token: Tok,
+        body: Body,
+    },
 }
 
 #[derive(Arbitrary, Debug, Clone, Copy)]
@@ -107,14 +117,20 @@ struct Counter(u64);
 impl Entropy for Counter {
     fn fill(&mut self, buf: &mut [u8]) {
         for b in buf {
-            self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            self.0 = self
+                .0
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             *b = (self.0 >> 56) as u8;
         }
     }
 }
 
 fn digest(token: &str) -> String {
-    Sha256::digest(token.as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
+    Sha256::digest(token.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 fn key(id: &str, name: &str, token: &str, role: KeyRole, client: Option<&str>) -> StoreWrite {
@@ -137,8 +153,8 @@ struct World {
     pipe: Pipeline,
     store: MemStore,
     now: Now,
-    conns: Vec<u64>,
-    next_conn: u64,
+    conns: Vec<engine::ConnId>,
+    next_conn: engine::ConnId,
     reads: Vec<(ReadId, StoreRead)>,
     calls: Vec<CallId>,
     mcp: Vec<McpConnId>,
@@ -168,8 +184,20 @@ impl World {
             deleted_at: None,
         }));
         store.apply(&key(CLIENT_ID, "c", &tokens[0], KeyRole::Client, None));
-        store.apply(&key("key_s", SESSION, &tokens[1], KeyRole::Session, Some(CLIENT_ID)));
-        store.apply(&key("key_a", "bootstrap-admin", &tokens[2], KeyRole::Admin, None));
+        store.apply(&key(
+            "key_s",
+            SESSION,
+            &tokens[1],
+            KeyRole::Session,
+            Some(CLIENT_ID),
+        ));
+        store.apply(&key(
+            "key_a",
+            "bootstrap-admin",
+            &tokens[2],
+            KeyRole::Admin,
+            None,
+        ));
         store.apply(&StoreWrite::InsertSession(SessionRow {
             id: SESSION.into(),
             client_key_id: CLIENT_ID.into(),
@@ -195,7 +223,10 @@ impl World {
             providers: vec![entry("main"), entry("backup")],
             mcp_servers: vec![McpServerSpec {
                 name: "m1".into(),
-                transport: McpTransport::Stdio { command: "x".into(), args: vec![] },
+                transport: McpTransport::Stdio {
+                    command: "x".into(),
+                    args: vec![],
+                },
                 reconnect: true,
             }],
             subscriber_lag_limit: 4,
@@ -203,7 +234,10 @@ impl World {
             max_queued_per_session: 4,
             ..Config::default()
         };
-        let now = Now { mono: engine::MonoMs(1_000), unix: engine::UnixMs(1_780_000_000_000) };
+        let now = Now {
+            mono: engine::MonoMs(1_000),
+            unix: engine::UnixMs(1_780_000_000_000),
+        };
         let engine = Engine::new(config, Box::new(Counter(7)), store.snapshot(), now);
         World {
             engine,
@@ -211,7 +245,7 @@ impl World {
             store,
             now,
             conns: Vec::new(),
-            next_conn: 1,
+            next_conn: engine::ConnId(1),
             reads: Vec::new(),
             calls: Vec::new(),
             mcp: Vec::new(),
@@ -231,7 +265,9 @@ impl World {
             match out {
                 Output::Write(w) => self.pipe.write(w),
                 Output::Read { id, read } => self.pipe.read(id, read),
-                Output::Send { conn, bytes } => drop(self.pipe.deliver(Delivery::Send { conn, bytes })),
+                Output::Send { conn, bytes } => {
+                    drop(self.pipe.deliver(Delivery::Send { conn, bytes }))
+                }
                 Output::Close { conn } => {
                     if self.pipe.deliver(Delivery::Close { conn }).is_some() {
                         self.conns.retain(|c| *c != conn);
@@ -248,7 +284,7 @@ impl World {
         }
     }
 
-    fn conn(&self, pick: u8) -> Option<u64> {
+    fn conn(&self, pick: u8) -> Option<engine::ConnId> {
         (!self.conns.is_empty()).then(|| self.conns[pick as usize % self.conns.len()])
     }
 
@@ -268,7 +304,11 @@ impl World {
                 let conn = self.next_conn;
                 self.next_conn += 1;
                 self.conns.push(conn);
-                let listener = if admin { Listener::Admin } else { Listener::Client };
+                let listener = if admin {
+                    Listener::Admin
+                } else {
+                    Listener::Client
+                };
                 self.input(Input::Accepted { conn, listener });
             }
             Op::Request { conn, req } => {
@@ -290,13 +330,20 @@ impl World {
             }
             Op::Flush { conn, bytes } => {
                 if let Some(conn) = self.conn(conn) {
-                    self.input(Input::Flushed { conn, bytes: bytes as usize });
+                    self.input(Input::Flushed {
+                        conn,
+                        bytes: bytes as usize,
+                    });
                 }
             }
             Op::Advance { ms } => {
                 self.now.mono += ms as u64 * 50;
                 self.now.unix += ms as u64 * 50;
-                if self.engine.poll_timeout().is_some_and(|t| t <= self.now.mono) {
+                if self
+                    .engine
+                    .poll_timeout()
+                    .is_some_and(|t| t <= self.now.mono)
+                {
                     self.engine.handle_timeout(self.now);
                     self.drain();
                 }
@@ -321,7 +368,11 @@ impl World {
                 }
                 let (id, read) = self.reads.remove(pick as usize % self.reads.len());
                 self.pipe.read_done();
-                let result = if fail { Err("boom".into()) } else { Ok(self.store.read(&read)) };
+                let result = if fail {
+                    Err("boom".into())
+                } else {
+                    Ok(self.store.read(&read))
+                };
                 self.input(Input::ReadDone { id, result });
             }
             Op::Provider { pick, reply } => {
@@ -329,10 +380,15 @@ impl World {
                     return;
                 }
                 let call = self.calls.remove(pick as usize % self.calls.len());
-                self.input(Input::ProviderDone { call, reply: provider_reply(reply) });
+                self.input(Input::ProviderDone {
+                    call,
+                    reply: provider_reply(reply),
+                });
             }
             Op::Mcp { pick, event } => {
-                let Some(conn) = (!self.mcp.is_empty()).then(|| self.mcp[pick as usize % self.mcp.len()]) else {
+                let Some(conn) =
+                    (!self.mcp.is_empty()).then(|| self.mcp[pick as usize % self.mcp.len()])
+                else {
                     return;
                 };
                 let id = self.mcp_exchanges.pop_front().map(|(_, x)| x).unwrap_or(1);
@@ -340,9 +396,15 @@ impl World {
                 let event = match event {
                     MEvent::Opened => McpEvent::Opened,
                     MEvent::OpenFailed => McpEvent::OpenFailed("no".into()),
-                    MEvent::Initialize => line(json!({"jsonrpc": "2.0", "id": id, "result": {"protocolVersion": "2025-06-18", "capabilities": {}, "serverInfo": {"name": "s", "version": "1"}}})),
-                    MEvent::ToolsList => line(json!({"jsonrpc": "2.0", "id": id, "result": {"tools": [{"name": "lookup_db", "inputSchema": {"type": "object"}}]}})),
-                    MEvent::CallResult { error } => line(json!({"jsonrpc": "2.0", "id": id, "result": {"content": [{"type": "text", "text": "r"}], "isError": error}})),
+                    MEvent::Initialize => line(
+                        json!({"jsonrpc": "2.0", "id": id, "result": {"protocolVersion": "2025-06-18", "capabilities": {}, "serverInfo": {"name": "s", "version": "1"}}}),
+                    ),
+                    MEvent::ToolsList => line(
+                        json!({"jsonrpc": "2.0", "id": id, "result": {"tools": [{"name": "lookup_db", "inputSchema": {"type": "object"}}]}}),
+                    ),
+                    MEvent::CallResult { error } => line(
+                        json!({"jsonrpc": "2.0", "id": id, "result": {"content": [{"type": "text", "text": "r"}], "isError": error}}),
+                    ),
                     MEvent::Line { bytes } => McpEvent::Line(bytes),
                     MEvent::Closed => McpEvent::Closed(Some("gone".into())),
                 };
@@ -355,16 +417,25 @@ impl World {
                 let cmd = self.sandbox.remove(pick as usize % self.sandbox.len());
                 let reply = if ok {
                     match cmd {
-                        SandboxCommand::EnsureImage { op, .. } => Some((op, SandboxReply::Ensured(Ok(())))),
-                        SandboxCommand::Start { op, .. } => Some((op, SandboxReply::Started(Ok("c1".into())))),
-                        SandboxCommand::Exec { op, .. } => Some((op, SandboxReply::Exec(Ok(ExecOutput {
-                            stdout: "out".into(),
-                            stderr: String::new(),
-                            exit_code: 0,
-                            stdout_truncated: false,
-                            stderr_truncated: false,
-                        })))),
-                        SandboxCommand::Stop { op, .. } => Some((op, SandboxReply::Stopped(Ok(())))),
+                        SandboxCommand::EnsureImage { op, .. } => {
+                            Some((op, SandboxReply::Ensured(Ok(()))))
+                        }
+                        SandboxCommand::Start { op, .. } => {
+                            Some((op, SandboxReply::Started(Ok("c1".into()))))
+                        }
+                        SandboxCommand::Exec { op, .. } => Some((
+                            op,
+                            SandboxReply::Exec(Ok(ExecOutput {
+                                stdout: "out".into(),
+                                stderr: String::new(),
+                                exit_code: 0,
+                                stdout_truncated: false,
+                                stderr_truncated: false,
+                            })),
+                        )),
+                        SandboxCommand::Stop { op, .. } => {
+                            Some((op, SandboxReply::Stopped(Ok(()))))
+                        }
                         SandboxCommand::Kill { .. } => None,
                     }
                 } else {
@@ -380,28 +451,62 @@ impl World {
 
     fn request(&self, req: Req) -> Vec<u8> {
         let (method, path, token, body) = match req {
-            Req::Rpc { method, params, ext, token, notification } => {
+            Req::Rpc {
+                method,
+                params,
+                ext,
+                token,
+                notification,
+            } => {
                 const METHODS: [&str; 15] = [
-                    "session.registerDriver", "session.sendMessage", "session.compact",
-                    "session.subscribe", "session.unsubscribe", "session.startRemoteSandbox",
-                    "session.stopRemoteSandbox", "session.execRemoteSandbox",
-                    "session.reportLocalSandbox", "session.reportLocalSubagent",
-                    "session.cancelSubagent", "session.updateClientTools",
-                    "session.cancelTurn", "session.steerTurn", "session.nope",
+                    "session.registerDriver",
+                    "session.sendMessage",
+                    "session.compact",
+                    "session.subscribe",
+                    "session.unsubscribe",
+                    "session.startRemoteSandbox",
+                    "session.stopRemoteSandbox",
+                    "session.execRemoteSandbox",
+                    "session.reportLocalSandbox",
+                    "session.reportLocalSubagent",
+                    "session.cancelSubagent",
+                    "session.updateClientTools",
+                    "session.cancelTurn",
+                    "session.steerTurn",
+                    "session.nope",
                 ];
                 const EXT: [&str; 6] = [
-                    "turn.cancel", "turn.queue", "turn.steer", "send.idempotent",
-                    "subscribe.gapless", "subscribe.replay_complete",
+                    "turn.cancel",
+                    "turn.queue",
+                    "turn.steer",
+                    "send.idempotent",
+                    "subscribe.gapless",
+                    "subscribe.replay_complete",
                 ];
-                let exts: Vec<&str> = EXT.iter().enumerate().filter(|(i, _)| ext & (1 << i) != 0).map(|(_, e)| *e).collect();
+                let exts: Vec<&str> = EXT
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, _)| ext & (1 << i) != 0)
+                    .map(|(_, e)| *e)
+                    .collect();
                 let mut p = match params {
                     Params::Empty => json!({}),
-                    Params::Text { text, key } => json!({"message": {"role": "user", "content": text}, "idempotency_key": key.map(|k| format!("k{}", k % 4))}),
-                    Params::ToolResult { id, error } => json!({"message": {"role": "user", "content": [{"type": "tool_result", "tool_use_id": format!("tu_{}", id % 3), "is_error": error, "content": "r"}]}}),
+                    Params::Text { text, key } => {
+                        json!({"message": {"role": "user", "content": text}, "idempotency_key": key.map(|k| format!("k{}", k % 4))})
+                    }
+                    Params::ToolResult { id, error } => {
+                        json!({"message": {"role": "user", "content": [{"type": "tool_result", "tool_use_id": format!("tu_{}", id % 3), "is_error": error, "content": "r"}]}})
+                    }
                     Params::Since { id } => json!({"since_event_id": id}),
-                    Params::Tools { names } => json!({"tools": names.iter().map(|n| json!({"name": n, "input_schema": {"type": "object"}})).collect::<Vec<_>>()}),
-                    Params::Sandbox { image, command } => json!({"image": (["img", "other"][image as usize % 2]), "command": command}),
-                    Params::Subagent { state, detail } => json!({"state": (["start", "running", "completed", "failed", "cancelled"][state as usize % 5]), "subagent_id": "sba_1", "harness": "h", "model": "m", "detail": detail}),
+                    Params::Tools { names } => {
+                        json!({"tools": names.iter().map(|n| json!({"name": n, "input_schema": {"type": "object"}})).collect::<Vec<_>>()})
+                    }
+                    Params::Sandbox { image, command } => {
+                        json!({"image": (["img", "other"][image as usize % 2]), "command": command})
+                    }
+                    Params::Subagent { state, detail } => {
+                        json!({"state": (["start", "running", "completed", "failed", "cancelled"][state as usize % 5]), "subagent_id": "sba_1", "harness": "h", "model": "m", "detail": detail})
+                    }
                     Params::Any { json } => serde_json::from_str(&json).unwrap_or(json!({})),
                 };
                 if ext != 0 && p.is_object() {
@@ -411,7 +516,12 @@ impl World {
                 if !notification {
                     call["id"] = json!(1);
                 }
-                ("POST", format!("/api/v1/sessions/{SESSION}/rpc"), token, call.to_string().into_bytes())
+                (
+                    "POST",
+                    format!("/api/v1/sessions/{SESSION}/rpc"),
+                    token,
+                    call.to_string().into_bytes(),
+                )
             }
             Req::Rest { route, token, body } => {
                 let body = match body {
@@ -445,7 +555,10 @@ impl World {
         if let Some(t) = self.token(token) {
             head.push_str(&format!("Authorization: Bearer {t}\r\n"));
         }
-        head.push_str(&format!("Content-Type: application/json\r\nContent-Length: {}\r\n\r\n", body.len()));
+        head.push_str(&format!(
+            "Content-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        ));
         let mut out = head.into_bytes();
         out.extend_from_slice(&body);
         out
@@ -453,23 +566,40 @@ impl World {
 }
 
 fn provider_reply(r: PReply) -> ProviderReply {
-    let ok = |v: serde_json::Value| ProviderReply::Http { status: 200, body: v.to_string().into_bytes() };
+    let ok = |v: serde_json::Value| ProviderReply::Http {
+        status: 200,
+        body: v.to_string().into_bytes(),
+    };
     match r {
-        PReply::Text => ok(json!({"id": "m", "type": "message", "role": "assistant", "model": "m", "content": [{"type": "text", "text": "hi"}], "stop_reason": "end_turn", "usage": {"input_tokens": 40, "output_tokens": 20}})),
+        PReply::Text => ok(
+            json!({"id": "m", "type": "message", "role": "assistant", "model": "m", "content": [{"type": "text", "text": "hi"}], "stop_reason": "end_turn", "usage": {"input_tokens": 40, "output_tokens": 20}}),
+        ),
         PReply::ToolUse { client, server } => {
             let mut blocks = Vec::new();
             if client {
-                blocks.push(json!({"type": "tool_use", "id": "tu_0", "name": "get_time", "input": {}}));
+                blocks.push(
+                    json!({"type": "tool_use", "id": "tu_0", "name": "get_time", "input": {}}),
+                );
             }
             if server {
-                blocks.push(json!({"type": "tool_use", "id": "tu_1", "name": "lookup_db", "input": {}}));
+                blocks.push(
+                    json!({"type": "tool_use", "id": "tu_1", "name": "lookup_db", "input": {}}),
+                );
                 blocks.push(json!({"type": "tool_use", "id": "tu_2", "name": "sh", "input": {"command": "ls"}}));
             }
-            ok(json!({"id": "m", "type": "message", "role": "assistant", "model": "m", "content": blocks, "stop_reason": "tool_use", "usage": {"input_tokens": 5, "output_tokens": 5}}))
+            ok(
+                json!({"id": "m", "type": "message", "role": "assistant", "model": "m", "content": blocks, "stop_reason": "tool_use", "usage": {"input_tokens": 5, "output_tokens": 5}}),
+            )
         }
-        PReply::Status { status } => ProviderReply::Http { status, body: b"{}".to_vec() },
+        PReply::Status { status } => ProviderReply::Http {
+            status,
+            body: b"{}".to_vec(),
+        },
         PReply::Transport => ProviderReply::Transport("reset".into()),
-        PReply::Garbage { bytes } => ProviderReply::Http { status: 200, body: bytes },
+        PReply::Garbage { bytes } => ProviderReply::Http {
+            status: 200,
+            body: bytes,
+        },
     }
 }
 

@@ -33,36 +33,42 @@ fn path_of(p: Option<Polled>) -> String {
 #[test]
 fn a_request_makes_the_connection_busy_until_finished() {
     let mut t = table();
-    t.accept(1, Listener::Client);
-    assert!(t.receive(1, GET));
-    assert_eq!(path_of(t.poll(1, MonoMs(0), true)), "/healthz");
-    assert!(t.get(&1).unwrap().busy);
-    assert!(t.poll(1, MonoMs(0), true).is_none(), "busy: nothing more");
-    assert_eq!(t.finish(1), Finished::Next);
-    assert_eq!(path_of(t.poll(1, MonoMs(0), true)), "waiting");
+    t.accept(ConnId(1), Listener::Client);
+    assert!(t.receive(ConnId(1), GET));
+    assert_eq!(path_of(t.poll(ConnId(1), MonoMs(0), true)), "/healthz");
+    assert!(t.get(&ConnId(1)).unwrap().busy);
+    assert!(
+        t.poll(ConnId(1), MonoMs(0), true).is_none(),
+        "busy: nothing more"
+    );
+    assert_eq!(t.finish(ConnId(1)), Finished::Next);
+    assert_eq!(path_of(t.poll(ConnId(1), MonoMs(0), true)), "waiting");
 }
 
 #[test]
 fn pipelined_requests_come_out_one_at_a_time_in_order() {
     let mut t = table();
-    t.accept(1, Listener::Client);
+    t.accept(ConnId(1), Listener::Client);
     let two = [GET, b"GET /api/v1/meta HTTP/1.1\r\nhost: x\r\n\r\n"].concat();
-    t.receive(1, &two);
-    assert_eq!(path_of(t.poll(1, MonoMs(0), true)), "/healthz");
-    assert!(t.poll(1, MonoMs(0), true).is_none());
-    t.finish(1);
-    assert_eq!(path_of(t.poll(1, MonoMs(0), true)), "/api/v1/meta");
+    t.receive(ConnId(1), &two);
+    assert_eq!(path_of(t.poll(ConnId(1), MonoMs(0), true)), "/healthz");
+    assert!(t.poll(ConnId(1), MonoMs(0), true).is_none());
+    t.finish(ConnId(1));
+    assert_eq!(path_of(t.poll(ConnId(1), MonoMs(0), true)), "/api/v1/meta");
 }
 
 #[test]
 fn a_request_split_anywhere_arrives_whole() {
     let mut t = table();
-    t.accept(1, Listener::Admin);
+    t.accept(ConnId(1), Listener::Admin);
     for b in GET.chunks(3) {
-        assert!(matches!(t.poll(1, MonoMs(0), true), Some(Polled::Waiting)));
-        t.receive(1, b);
+        assert!(matches!(
+            t.poll(ConnId(1), MonoMs(0), true),
+            Some(Polled::Waiting)
+        ));
+        t.receive(ConnId(1), b);
     }
-    match t.poll(1, MonoMs(0), true) {
+    match t.poll(ConnId(1), MonoMs(0), true) {
         Some(Polled::Request(_, listener)) => assert_eq!(listener, Listener::Admin),
         _ => panic!("no request"),
     }
@@ -71,26 +77,29 @@ fn a_request_split_anywhere_arrives_whole() {
 #[test]
 fn connection_close_or_shutdown_means_close_after_the_answer() {
     let mut t = table();
-    t.accept(1, Listener::Client);
-    t.receive(1, b"GET / HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n");
-    t.poll(1, MonoMs(0), true);
-    assert!(t.closes_after(1));
-    assert_eq!(t.finish(1), Finished::Close);
-    t.accept(2, Listener::Client);
-    t.receive(2, GET);
-    t.poll(2, MonoMs(0), false);
-    assert!(t.closes_after(2), "the server's own verdict wins");
-    assert_eq!(t.finish(2), Finished::Close);
+    t.accept(ConnId(1), Listener::Client);
+    t.receive(
+        ConnId(1),
+        b"GET / HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n",
+    );
+    t.poll(ConnId(1), MonoMs(0), true);
+    assert!(t.closes_after(ConnId(1)));
+    assert_eq!(t.finish(ConnId(1)), Finished::Close);
+    t.accept(ConnId(2), Listener::Client);
+    t.receive(ConnId(2), GET);
+    t.poll(ConnId(2), MonoMs(0), false);
+    assert!(t.closes_after(ConnId(2)), "the server's own verdict wins");
+    assert_eq!(t.finish(ConnId(2)), Finished::Close);
 }
 
 #[test]
 fn pipelining_past_the_cap_while_busy_is_refused() {
     let mut t = table();
-    t.accept(1, Listener::Client);
-    t.receive(1, GET);
-    t.poll(1, MonoMs(0), true);
+    t.accept(ConnId(1), Listener::Client);
+    t.receive(ConnId(1), GET);
+    t.poll(ConnId(1), MonoMs(0), true);
     assert!(
-        !t.receive(1, &[b'x'; 4097]),
+        !t.receive(ConnId(1), &[b'x'; 4097]),
         "over 2 x (head + body) limits"
     );
 }
@@ -98,38 +107,38 @@ fn pipelining_past_the_cap_while_busy_is_refused() {
 #[test]
 fn expect_continue_is_reported_before_the_body() {
     let mut t = table();
-    t.accept(1, Listener::Client);
+    t.accept(ConnId(1), Listener::Client);
     t.receive(
-        1,
+        ConnId(1),
         b"POST /x HTTP/1.1\r\nhost: x\r\ncontent-length: 2\r\nexpect: 100-continue\r\n\r\n",
     );
-    assert_eq!(path_of(t.poll(1, MonoMs(0), true)), "continue");
-    t.receive(1, b"{}");
-    assert_eq!(path_of(t.poll(1, MonoMs(0), true)), "/x");
+    assert_eq!(path_of(t.poll(ConnId(1), MonoMs(0), true)), "continue");
+    t.receive(ConnId(1), b"{}");
+    assert_eq!(path_of(t.poll(ConnId(1), MonoMs(0), true)), "/x");
 }
 
 #[test]
 fn bad_bytes_are_rejected() {
     let mut t = table();
-    t.accept(1, Listener::Client);
+    t.accept(ConnId(1), Listener::Client);
     t.receive(
-        1,
+        ConnId(1),
         b"GET / HTTP/1.1\r\nhost: x\r\ncontent-length: 1\r\ncontent-length: 2\r\n\r\n",
     );
-    assert!(path_of(t.poll(1, MonoMs(0), true)).starts_with("rejected 4"));
+    assert!(path_of(t.poll(ConnId(1), MonoMs(0), true)).starts_with("rejected 4"));
 }
 
 #[test]
 fn idle_connection_expires_quietly_at_the_idle_timeout() {
     let mut t = table();
-    t.accept(1, Listener::Client);
-    t.arm_read_deadline(1, MonoMs(100));
+    t.accept(ConnId(1), Listener::Client);
+    t.arm_read_deadline(ConnId(1), MonoMs(100));
     assert_eq!(t.next_deadline(), Some(MonoMs(100 + IDLE)));
     assert!(t.expire(MonoMs(100 + IDLE - 1)).is_empty());
     assert_eq!(
         t.expire(MonoMs(100 + IDLE)),
         vec![Expired {
-            conn: 1,
+            conn: ConnId(1),
             partial: false
         }]
     );
@@ -139,17 +148,17 @@ fn idle_connection_expires_quietly_at_the_idle_timeout() {
 #[test]
 fn partial_request_expires_at_the_request_timeout_from_its_first_byte() {
     let mut t = table();
-    t.accept(1, Listener::Client);
-    t.receive(1, b"GET / HT");
-    t.poll(1, MonoMs(1_000), true);
+    t.accept(ConnId(1), Listener::Client);
+    t.receive(ConnId(1), b"GET / HT");
+    t.poll(ConnId(1), MonoMs(1_000), true);
     // More bytes later do not push the deadline (slowloris).
-    t.receive(1, b"TP/1.1\r\n");
-    t.poll(1, MonoMs(20_000), true);
+    t.receive(ConnId(1), b"TP/1.1\r\n");
+    t.poll(ConnId(1), MonoMs(20_000), true);
     assert_eq!(t.next_deadline(), Some(MonoMs(1_000 + REQUEST)));
     assert_eq!(
         t.expire(MonoMs(1_000 + REQUEST)),
         vec![Expired {
-            conn: 1,
+            conn: ConnId(1),
             partial: true
         }]
     );
@@ -158,10 +167,10 @@ fn partial_request_expires_at_the_request_timeout_from_its_first_byte() {
 #[test]
 fn a_busy_connection_does_not_expire() {
     let mut t = table();
-    t.accept(1, Listener::Client);
-    t.arm_read_deadline(1, MonoMs(0));
-    t.receive(1, GET);
-    t.poll(1, MonoMs(1), true);
+    t.accept(ConnId(1), Listener::Client);
+    t.arm_read_deadline(ConnId(1), MonoMs(0));
+    t.receive(ConnId(1), GET);
+    t.poll(ConnId(1), MonoMs(1), true);
     assert_eq!(t.next_deadline(), None, "a whole request disarms it");
     assert!(t.expire(MonoMs(10 * IDLE)).is_empty());
 }
@@ -169,37 +178,37 @@ fn a_busy_connection_does_not_expire() {
 #[test]
 fn sends_are_accounted_until_flushed_and_stop_once_closing() {
     let mut t = table();
-    t.accept(1, Listener::Client);
-    assert!(t.sending(1, 10));
-    assert!(t.sending(1, 5));
-    t.flushed(1, 12);
-    assert_eq!(t.get(&1).unwrap().unflushed, 3);
-    assert!(t.close(1));
-    assert!(!t.close(1), "one Close only");
-    assert!(!t.sending(1, 1));
-    assert!(!t.sending(9, 1), "unknown connection");
+    t.accept(ConnId(1), Listener::Client);
+    assert!(t.sending(ConnId(1), 10));
+    assert!(t.sending(ConnId(1), 5));
+    t.flushed(ConnId(1), 12);
+    assert_eq!(t.get(&ConnId(1)).unwrap().unflushed, 3);
+    assert!(t.close(ConnId(1)));
+    assert!(!t.close(ConnId(1)), "one Close only");
+    assert!(!t.sending(ConnId(1), 1));
+    assert!(!t.sending(ConnId(9), 1), "unknown connection");
 }
 
 #[test]
 fn removal_forgets_the_connection_and_its_deadline() {
     let mut t = table();
-    t.accept(1, Listener::Client);
-    t.arm_read_deadline(1, MonoMs(0));
-    assert!(t.remove(1).is_some());
+    t.accept(ConnId(1), Listener::Client);
+    t.arm_read_deadline(ConnId(1), MonoMs(0));
+    assert!(t.remove(ConnId(1)).is_some());
     assert_eq!(t.next_deadline(), None);
-    assert!(t.remove(1).is_none());
-    assert_eq!(t.finish(1), Finished::Gone);
-    assert!(t.poll(1, MonoMs(0), true).is_none());
+    assert!(t.remove(ConnId(1)).is_none());
+    assert_eq!(t.finish(ConnId(1)), Finished::Gone);
+    assert!(t.poll(ConnId(1), MonoMs(0), true).is_none());
 }
 
 #[test]
 fn the_current_request_is_logged_once() {
     let mut t = table();
-    t.accept(1, Listener::Admin);
-    t.receive(1, GET);
-    t.poll(1, MonoMs(7), true);
-    let (method, path, start, listener) = t.take_current(1).unwrap();
+    t.accept(ConnId(1), Listener::Admin);
+    t.receive(ConnId(1), GET);
+    t.poll(ConnId(1), MonoMs(7), true);
+    let (method, path, start, listener) = t.take_current(ConnId(1)).unwrap();
     assert_eq!((method.as_str(), path.as_str()), ("GET", "/healthz"));
     assert_eq!((start, listener), (MonoMs(7), Listener::Admin));
-    assert!(t.take_current(1).is_none());
+    assert!(t.take_current(ConnId(1)).is_none());
 }

@@ -25,11 +25,8 @@ use serde_json::Value;
 
 use conn::{Conn, PendingCall, Step};
 
-/// Identifies one MCP transport (a child process or an HTTP endpoint
-/// session), chosen by the engine, never reused.
-pub type McpConnId = u64;
-/// Correlates a [`McpHub::call`] with its [`McpNotice::CallDone`].
-pub type CallToken = u64;
+pub use crate::ids::CallToken;
+pub use crate::ids::McpConnId;
 
 /// One `[[mcp.servers]]` registry entry. Templates stay unresolved: the
 /// driver resolves `${VAR}`s when it opens the transport.
@@ -162,7 +159,7 @@ impl McpHub {
             settings,
             sets: BTreeMap::new(),
             conns: BTreeMap::new(),
-            next_conn: 1,
+            next_conn: McpConnId(1),
             commands: VecDeque::new(),
             notices: VecDeque::new(),
         }

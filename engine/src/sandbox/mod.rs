@@ -89,7 +89,7 @@ impl SandboxHub {
             settings,
             boxes: BTreeMap::new(),
             ops: BTreeMap::new(),
-            next_op: 1,
+            next_op: OpId(1),
             images: BTreeMap::new(),
             commands: VecDeque::new(),
             notices: VecDeque::new(),

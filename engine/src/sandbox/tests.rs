@@ -16,7 +16,7 @@ fn hub() -> SandboxHub {
 
 fn rpc(conn: u64) -> Requester {
     Requester::Rpc {
-        conn,
+        conn: crate::ConnId(conn),
         key_id: "key_a".into(),
     }
 }

@@ -3,7 +3,7 @@
 use super::subagent::SubagentStatus;
 
 /// Correlates a [`SandboxCommand`] with its [`SandboxReply`].
-pub type OpId = u64;
+pub use crate::ids::OpId;
 
 /// What went wrong in the driver (spec 06 §5.8).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -103,9 +103,12 @@ pub enum SandboxReply {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Requester {
     /// A JSON-RPC request waiting for its answer.
-    Rpc { conn: u64, key_id: String },
+    Rpc { conn: crate::ConnId, key_id: String },
     /// A turn's tool round, on its `tool_use` at `index`.
-    Turn { turn: u64, index: usize },
+    Turn {
+        turn: crate::ids::TurnId,
+        index: usize,
+    },
     /// Session teardown (no one to answer).
     Teardown { key_id: String },
 }

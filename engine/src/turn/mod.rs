@@ -31,7 +31,7 @@ pub const MAX_ITERATIONS: u32 = 8;
 /// The assistant text of a turn that ended `ProvidersFailed`.
 pub const UNAVAILABLE_TEXT: &str = "The provider is currently unavailable.";
 
-pub type TurnId = u64;
+pub use crate::ids::TurnId;
 
 pub use crate::session_core::{Holder, Op, Pause, Takeover, UserMessage, Waiter};
 

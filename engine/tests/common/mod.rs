@@ -83,7 +83,7 @@ impl Harness {
             mcp: VecDeque::new(),
             sandbox: VecDeque::new(),
             fail_read: None,
-            next_conn: 1,
+            next_conn: ConnId(1),
         }
     }
 

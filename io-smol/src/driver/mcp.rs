@@ -236,7 +236,7 @@ async fn run_stdio(
     children.fetch_sub(1, Ordering::AcqRel);
     // Lines already read still reach the engine; then the reader ends at EOF.
     let _ = reader.await;
-    tracing::debug!(conn, pid, status = ?status.ok(), "MCP stdio server reaped");
+    tracing::debug!(conn = conn.0, pid, status = ?status.ok(), "MCP stdio server reaped");
 }
 
 enum Next {

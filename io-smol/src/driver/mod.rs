@@ -204,7 +204,7 @@ pub fn run(boot: Boot) -> io::Result<()> {
         clock,
         pipe: Pipeline::new(),
         conns: HashMap::new(),
-        next_conn: 1,
+        next_conn: ConnId(1),
         provider_inflight: 0,
         events_tx,
         jobs_tx,
@@ -407,7 +407,7 @@ impl Driver {
         let conn = self.next_conn;
         self.next_conn += 1;
         if let Err(e) = stream.set_nodelay(true) {
-            tracing::debug!(conn, error = %e, "TCP_NODELAY failed");
+            tracing::debug!(conn = conn.0, error = %e, "TCP_NODELAY failed");
         }
         let (writer_tx, writer_rx) = channel::unbounded();
         self.conns.insert(conn, Conn { writer: writer_tx });
@@ -454,19 +454,24 @@ impl Driver {
     fn call_provider(&mut self, call: engine::ProviderCall) {
         self.provider_inflight += 1;
         let tx = self.events_tx.clone();
-        tracing::debug!(call = call.id, "provider call started");
+        tracing::debug!(call = call.id.0, "provider call started");
         smol::spawn(async move {
             let id = call.id;
             let reply = blocking::unblock(move || provider::perform(&call)).await;
             match &reply {
                 ProviderReply::Http { status, body } => {
-                    tracing::debug!(call = id, status, bytes = body.len(), "provider call done")
+                    tracing::debug!(
+                        call = id.0,
+                        status,
+                        bytes = body.len(),
+                        "provider call done"
+                    )
                 }
                 ProviderReply::Transport(e) => {
-                    tracing::debug!(call = id, error = %e, "provider call failed")
+                    tracing::debug!(call = id.0, error = %e, "provider call failed")
                 }
                 ProviderReply::Credential(e) => {
-                    tracing::debug!(call = id, error = %e, "provider credential unresolved")
+                    tracing::debug!(call = id.0, error = %e, "provider credential unresolved")
                 }
             }
             let _ = tx.send(Event::Provider(id, reply)).await;

@@ -167,7 +167,7 @@ mod tests {
     #[test]
     fn credential_errors_do_not_call_out() {
         let call = ProviderCall {
-            id: 1,
+            id: engine::CallId(1),
             url: "http://127.0.0.1:1/v1/messages".into(),
             headers: vec![],
             auth_template: "${BAE_TEST_SURELY_UNSET_VAR}".into(),
@@ -187,7 +187,7 @@ mod tests {
     fn transport_failures_have_no_url() {
         // Port 1 on loopback: connection refused.
         let call = ProviderCall {
-            id: 1,
+            id: engine::CallId(1),
             url: "http://127.0.0.1:1/v1/messages?secret=abc".into(),
             headers: vec![("content-type".into(), "application/json".into())],
             auth_template: "tok".into(),

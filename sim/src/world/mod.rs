@@ -521,7 +521,7 @@ impl World {
             store,
             io,
             conns: BTreeMap::new(),
-            next_conn: 1,
+            next_conn: engine::ConnId(1),
             reqs: Vec::new(),
             nonces: BTreeMap::new(),
             arrivals: 0,

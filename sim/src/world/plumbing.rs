@@ -274,7 +274,7 @@ impl World {
 
     pub(super) fn call_provider(&mut self, call: ProviderCall) {
         self.stats.provider_calls += 1;
-        crate::ext::check_provider_body(call.id, &call.body, &mut self.checker);
+        crate::ext::check_provider_body(call.id.0, &call.body, &mut self.checker);
         let (delay, reply) = self.provider.answer(&call, &self.swarm);
         self.t(format!(
             "out call id={} {} -> in {delay}ms {}",

@@ -43,20 +43,21 @@ fn reconnecting(mut spec: McpServerSpec) -> McpServerSpec {
     spec
 }
 
-fn opens(cmds: &[McpCommand]) -> Vec<McpConnId> {
+/// Raw ids of the transports opened (tests compare them with literals).
+fn opens(cmds: &[McpCommand]) -> Vec<u64> {
     cmds.iter()
         .filter_map(|c| match c {
-            McpCommand::Open { conn, .. } => Some(*conn),
+            McpCommand::Open { conn, .. } => Some(conn.0),
             _ => None,
         })
         .collect()
 }
 
-fn done(h: &mut McpHub) -> Vec<(CallToken, CallOutcome)> {
+fn done(h: &mut McpHub) -> Vec<(u64, CallOutcome)> {
     notices(h)
         .into_iter()
         .filter_map(|n| match n {
-            McpNotice::CallDone { token, outcome } => Some((token, outcome)),
+            McpNotice::CallDone { token, outcome } => Some((token.0, outcome)),
             _ => None,
         })
         .collect()
@@ -71,7 +72,7 @@ fn notices(h: &mut McpHub) -> Vec<McpNotice> {
 }
 
 /// `(conn, exchange, parsed message)` of every `Send`.
-fn sends(cmds: &[McpCommand]) -> Vec<(McpConnId, u64, Value)> {
+fn sends(cmds: &[McpCommand]) -> Vec<(u64, u64, Value)> {
     cmds.iter()
         .filter_map(|c| match c {
             McpCommand::Send {
@@ -79,7 +80,7 @@ fn sends(cmds: &[McpCommand]) -> Vec<(McpConnId, u64, Value)> {
                 exchange,
                 message,
                 ..
-            } => Some((*conn, *exchange, serde_json::from_slice(message).unwrap())),
+            } => Some((conn.0, *exchange, serde_json::from_slice(message).unwrap())),
             _ => None,
         })
         .collect()
@@ -113,7 +114,7 @@ fn handshake_stdio(h: &mut McpHub, conn: McpConnId, names: &[&str], now: u64) {
 fn ready_session(h: &mut McpHub, names: &[&str]) -> McpConnId {
     h.connect_session("s", vec![stdio("a")], MonoMs(0));
     commands(h);
-    handshake_stdio(h, 1, names, 0);
+    handshake_stdio(h, McpConnId(1), names, 0);
     commands(h);
     assert_eq!(
         notices(h),
@@ -121,7 +122,7 @@ fn ready_session(h: &mut McpHub, names: &[&str]) -> McpConnId {
             session_id: "s".into()
         }]
     );
-    1
+    McpConnId(1)
 }
 
 #[test]
@@ -129,10 +130,10 @@ fn every_server_of_a_session_is_opened_at_once() {
     let mut h = hub();
     h.connect_session("s", vec![stdio("a"), http("b"), stdio("c")], MonoMs(0));
     let cmds = commands(&mut h);
-    let opened: Vec<(McpConnId, String)> = cmds
+    let opened: Vec<(u64, String)> = cmds
         .iter()
         .filter_map(|c| match c {
-            McpCommand::Open { conn, server, .. } => Some((*conn, server.name.clone())),
+            McpCommand::Open { conn, server, .. } => Some((conn.0, server.name.clone())),
             _ => None,
         })
         .collect();
@@ -148,7 +149,7 @@ fn stdio_handshake_is_initialize_then_initialized_then_tools_list_spec_06_4_2() 
     let mut h = hub();
     h.connect_session("s", vec![stdio("a")], MonoMs(0));
     commands(&mut h);
-    h.handle(1, McpEvent::Opened, MonoMs(5));
+    h.handle(McpConnId(1), McpEvent::Opened, MonoMs(5));
     let s = sends(&commands(&mut h));
     assert_eq!(
         s,
@@ -161,20 +162,24 @@ fn stdio_handshake_is_initialize_then_initialized_then_tools_list_spec_06_4_2() 
         )]
     );
     // Noise and other ids are skipped; the matching answer moves on.
-    h.handle(1, McpEvent::Line(b"not json".to_vec()), MonoMs(6));
     h.handle(
-        1,
+        McpConnId(1),
+        McpEvent::Line(b"not json".to_vec()),
+        MonoMs(6),
+    );
+    h.handle(
+        McpConnId(1),
         line(json!({"jsonrpc": "2.0", "method": "notifications/x"})),
         MonoMs(6),
     );
     h.handle(
-        1,
+        McpConnId(1),
         line(json!({"jsonrpc": "2.0", "id": 7, "result": {}})),
         MonoMs(6),
     );
     assert!(commands(&mut h).is_empty());
     h.handle(
-        1,
+        McpConnId(1),
         line(json!({"jsonrpc": "2.0", "id": 1, "result": {"whatever": 1}})),
         MonoMs(7),
     );
@@ -197,7 +202,7 @@ fn stdio_handshake_is_initialize_then_initialized_then_tools_list_spec_06_4_2() 
         )
     );
     h.handle(
-        1,
+        McpConnId(1),
         line(json!({"jsonrpc": "2.0", "id": 2, "result": tools_result(&["x", "y"])})),
         MonoMs(8),
     );
@@ -217,7 +222,7 @@ fn http_handshake_waits_for_the_notification_post_and_echoes_the_session_id() {
     let mut h = hub();
     h.connect_session("s", vec![http("w")], MonoMs(0));
     commands(&mut h);
-    h.handle(1, McpEvent::Opened, MonoMs(0));
+    h.handle(McpConnId(1), McpEvent::Opened, MonoMs(0));
     commands(&mut h);
     let reply = |exchange: u64, status: u16, body: Value| McpEvent::HttpReply {
         exchange,
@@ -227,7 +232,7 @@ fn http_handshake_waits_for_the_notification_post_and_echoes_the_session_id() {
         body: format!("event: message\r\ndata: {body}\r\n\r\n").into_bytes(),
     };
     h.handle(
-        1,
+        McpConnId(1),
         reply(1, 200, json!({"jsonrpc": "2.0", "id": 1, "result": {}})),
         MonoMs(1),
     );
@@ -242,7 +247,7 @@ fn http_handshake_waits_for_the_notification_post_and_echoes_the_session_id() {
         McpCommand::Send { exchange: 0, session_id: Some(id), .. } if id == "sid-1"
     ));
     h.handle(
-        1,
+        McpConnId(1),
         McpEvent::HttpReply {
             exchange: 0,
             status: 202,
@@ -258,7 +263,7 @@ fn http_handshake_waits_for_the_notification_post_and_echoes_the_session_id() {
         McpCommand::Send { exchange: 2, session_id: Some(id), .. } if id == "sid-1"
     ));
     h.handle(
-        1,
+        McpConnId(1),
         reply(
             2,
             200,
@@ -273,7 +278,7 @@ fn http_handshake_waits_for_the_notification_post_and_echoes_the_session_id() {
     assert_eq!(
         commands(&mut h),
         vec![McpCommand::Close {
-            conn: 1,
+            conn: McpConnId(1),
             session_id: Some("sid-1".into())
         }]
     );
@@ -285,9 +290,9 @@ fn routes_follow_profile_order_whatever_order_connects_finish_in() {
     h.connect_session("s", vec![stdio("first"), stdio("second")], MonoMs(0));
     commands(&mut h);
     // The later server finishes first.
-    handshake_stdio(&mut h, 2, &["shared", "only2"], 1);
+    handshake_stdio(&mut h, McpConnId(2), &["shared", "only2"], 1);
     assert!(notices(&mut h).is_empty());
-    handshake_stdio(&mut h, 1, &["only1", "shared"], 2);
+    handshake_stdio(&mut h, McpConnId(1), &["only1", "shared"], 2);
     assert_eq!(notices(&mut h).len(), 1);
     assert_eq!(h.route("s", "shared"), Some("second"));
     assert_eq!(h.route("s", "only1"), Some("first"));
@@ -313,22 +318,22 @@ fn a_failed_open_or_handshake_is_skipped_and_its_transport_closed() {
     );
     commands(&mut h);
     h.handle(
-        1,
+        McpConnId(1),
         McpEvent::OpenFailed("cannot start srv: No such file".into()),
         MonoMs(1),
     );
-    h.handle(2, McpEvent::Opened, MonoMs(1));
+    h.handle(McpConnId(2), McpEvent::Opened, MonoMs(1));
     h.handle(
-        2,
+        McpConnId(2),
         line(json!({"jsonrpc": "2.0", "id": 1, "error": {"code": -32600, "message": "no"}})),
         MonoMs(1),
     );
-    handshake_stdio(&mut h, 3, &["t"], 1);
+    handshake_stdio(&mut h, McpConnId(3), &["t"], 1);
     let cmds = commands(&mut h);
-    let closed: Vec<McpConnId> = cmds
+    let closed: Vec<u64> = cmds
         .iter()
         .filter_map(|c| match c {
-            McpCommand::Close { conn, .. } => Some(*conn),
+            McpCommand::Close { conn, .. } => Some(conn.0),
             _ => None,
         })
         .collect();
@@ -342,7 +347,7 @@ fn a_silent_handshake_times_out_on_the_engine_timer() {
     let mut h = hub();
     h.connect_session("s", vec![stdio("a")], MonoMs(0));
     commands(&mut h);
-    h.handle(1, McpEvent::Opened, MonoMs(10));
+    h.handle(McpConnId(1), McpEvent::Opened, MonoMs(10));
     assert_eq!(h.poll_timeout(), Some(MonoMs(10 + T)));
     h.handle_timeout(MonoMs(10 + T - 1));
     assert!(notices(&mut h).is_empty());
@@ -358,14 +363,14 @@ fn calls_return_results_errors_and_tool_errors() {
     let mut h = hub();
     let conn = ready_session(&mut h, &["t"]);
     assert_eq!(
-        h.call("s", "t", &json!({"q": 1}), 77, MonoMs(100)),
+        h.call("s", "t", &json!({"q": 1}), CallToken(77), MonoMs(100)),
         Some("a".into())
     );
     let s = sends(&commands(&mut h));
     assert_eq!(
         s,
         vec![(
-            conn,
+            conn.0,
             3,
             json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "t", "arguments": {"q": 1}}})
         )]
@@ -378,14 +383,14 @@ fn calls_return_results_errors_and_tool_errors() {
     assert_eq!(
         notices(&mut h),
         vec![McpNotice::CallDone {
-            token: 77,
+            token: CallToken(77),
             outcome: CallOutcome::Returned {
                 result: json!({"content": [], "isError": true}),
                 is_error: true
             }
         }]
     );
-    h.call("s", "t", &json!({}), 78, MonoMs(102));
+    h.call("s", "t", &json!({}), CallToken(78), MonoMs(102));
     commands(&mut h);
     h.handle(
         conn,
@@ -395,11 +400,14 @@ fn calls_return_results_errors_and_tool_errors() {
     assert_eq!(
         notices(&mut h),
         vec![McpNotice::CallDone {
-            token: 78,
+            token: CallToken(78),
             outcome: CallOutcome::Failed("MCP protocol error: [-32602] bad args".into())
         }]
     );
-    assert_eq!(h.call("s", "nope", &json!({}), 79, MonoMs(104)), None);
+    assert_eq!(
+        h.call("s", "nope", &json!({}), CallToken(79), MonoMs(104)),
+        None
+    );
     assert!(commands(&mut h).is_empty());
 }
 
@@ -407,18 +415,18 @@ fn calls_return_results_errors_and_tool_errors() {
 fn a_timed_out_call_fails_and_its_late_answer_is_ignored() {
     let mut h = hub();
     let conn = ready_session(&mut h, &["t"]);
-    h.call("s", "t", &json!({}), 1, MonoMs(1_000));
+    h.call("s", "t", &json!({}), CallToken(1), MonoMs(1_000));
     commands(&mut h);
     assert_eq!(h.poll_timeout(), Some(MonoMs(1_000 + T)));
     h.handle_timeout(MonoMs(1_000 + T));
     assert_eq!(
         notices(&mut h),
         vec![McpNotice::CallDone {
-            token: 1,
+            token: CallToken(1),
             outcome: CallOutcome::Failed(errors::timed_out("tools/call"))
         }]
     );
-    h.call("s", "t", &json!({}), 2, MonoMs(40_000));
+    h.call("s", "t", &json!({}), CallToken(2), MonoMs(40_000));
     commands(&mut h);
     // The old answer (id 3) arrives late: skipped; id 4 is the new call's.
     h.handle(
@@ -435,7 +443,7 @@ fn a_timed_out_call_fails_and_its_late_answer_is_ignored() {
     assert!(matches!(
         notices(&mut h).as_slice(),
         [McpNotice::CallDone {
-            token: 2,
+            token: CallToken(2),
             outcome: CallOutcome::Returned { .. }
         }]
     ));
@@ -445,18 +453,21 @@ fn a_timed_out_call_fails_and_its_late_answer_is_ignored() {
 fn a_dead_server_fails_its_call_and_every_later_one_at_once() {
     let mut h = hub();
     let conn = ready_session(&mut h, &["t"]);
-    h.call("s", "t", &json!({}), 1, MonoMs(0));
+    h.call("s", "t", &json!({}), CallToken(1), MonoMs(0));
     commands(&mut h);
     h.handle(conn, McpEvent::Closed(None), MonoMs(1));
     let closed = CallOutcome::Failed(errors::CLOSED.into());
     assert_eq!(
         notices(&mut h),
         vec![McpNotice::CallDone {
-            token: 1,
+            token: CallToken(1),
             outcome: closed.clone()
         }]
     );
-    assert_eq!(h.call("s", "t", &json!({}), 2, MonoMs(2)), Some("a".into()));
+    assert_eq!(
+        h.call("s", "t", &json!({}), CallToken(2), MonoMs(2)),
+        Some("a".into())
+    );
     assert!(
         sends(&commands(&mut h)).is_empty(),
         "nothing is sent to a dead server"
@@ -464,7 +475,7 @@ fn a_dead_server_fails_its_call_and_every_later_one_at_once() {
     assert_eq!(
         notices(&mut h),
         vec![McpNotice::CallDone {
-            token: 2,
+            token: CallToken(2),
             outcome: closed
         }]
     );
@@ -476,9 +487,9 @@ fn http_failures_map_to_the_spec_texts() {
     let mut h = hub();
     h.connect_session("s", vec![http("w")], MonoMs(0));
     commands(&mut h);
-    h.handle(1, McpEvent::Opened, MonoMs(0));
+    h.handle(McpConnId(1), McpEvent::Opened, MonoMs(0));
     h.handle(
-        1,
+        McpConnId(1),
         McpEvent::HttpReply {
             exchange: 1,
             status: 200,
@@ -489,7 +500,7 @@ fn http_failures_map_to_the_spec_texts() {
         MonoMs(0),
     );
     h.handle(
-        1,
+        McpConnId(1),
         McpEvent::HttpReply {
             exchange: 0,
             status: 202,
@@ -500,7 +511,7 @@ fn http_failures_map_to_the_spec_texts() {
         MonoMs(0),
     );
     h.handle(
-        1,
+        McpConnId(1),
         McpEvent::HttpReply {
             exchange: 2,
             status: 200,
@@ -557,13 +568,13 @@ fn http_failures_map_to_the_spec_texts() {
     ];
     for (i, (event, text)) in cases.into_iter().enumerate() {
         let token = 10 + i as u64;
-        h.call("s", "t", &json!({}), token, MonoMs(1));
+        h.call("s", "t", &json!({}), CallToken(token), MonoMs(1));
         commands(&mut h);
-        h.handle(1, event, MonoMs(2));
+        h.handle(McpConnId(1), event, MonoMs(2));
         assert_eq!(
             notices(&mut h),
             vec![McpNotice::CallDone {
-                token,
+                token: CallToken(token),
                 outcome: CallOutcome::Failed(text)
             }]
         );
@@ -575,7 +586,7 @@ fn closing_a_session_mid_connect_releases_the_create_and_closes_everything() {
     let mut h = hub();
     h.connect_session("s", vec![stdio("a"), stdio("b")], MonoMs(0));
     commands(&mut h);
-    handshake_stdio(&mut h, 1, &["t"], 0);
+    handshake_stdio(&mut h, McpConnId(1), &["t"], 0);
     commands(&mut h);
     h.close_session("s");
     let cmds = commands(&mut h);
@@ -588,7 +599,7 @@ fn closing_a_session_mid_connect_releases_the_create_and_closes_everything() {
         }]
     );
     // Late transport events for the closed connections are ignored.
-    h.handle(2, McpEvent::Opened, MonoMs(1));
+    h.handle(McpConnId(2), McpEvent::Opened, MonoMs(1));
     assert!(commands(&mut h).is_empty());
     assert_eq!(h.poll_timeout(), None);
     assert_eq!(h.live_sessions(), 0);
@@ -600,8 +611,8 @@ fn sessions_do_not_share_connections() {
     h.connect_session("s1", vec![stdio("a")], MonoMs(0));
     h.connect_session("s2", vec![stdio("a")], MonoMs(0));
     commands(&mut h);
-    handshake_stdio(&mut h, 1, &["x"], 0);
-    handshake_stdio(&mut h, 2, &["y"], 0);
+    handshake_stdio(&mut h, McpConnId(1), &["x"], 0);
+    handshake_stdio(&mut h, McpConnId(2), &["y"], 0);
     assert_eq!(h.route("s1", "x"), Some("a"));
     assert_eq!(h.route("s1", "y"), None);
     assert_eq!(h.route("s2", "y"), Some("a"));

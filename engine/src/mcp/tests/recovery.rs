@@ -5,7 +5,7 @@ use super::*;
 fn ready_reconnecting(h: &mut McpHub, names: &[&str]) {
     h.connect_session("s", vec![reconnecting(stdio("a"))], MonoMs(0));
     commands(h);
-    handshake_stdio(h, 1, names, 0);
+    handshake_stdio(h, McpConnId(1), names, 0);
     commands(h);
     notices(h);
 }
@@ -14,9 +14,9 @@ fn ready_reconnecting(h: &mut McpHub, names: &[&str]) {
 fn reconnect_a_dead_stdio_server_on_the_next_call_and_never_replay_the_failed_one() {
     let mut h = hub();
     ready_reconnecting(&mut h, &["t"]);
-    h.call("s", "t", &json!({"n": 1}), 1, MonoMs(10));
+    h.call("s", "t", &json!({"n": 1}), CallToken(1), MonoMs(10));
     commands(&mut h);
-    h.handle(1, McpEvent::Closed(None), MonoMs(11));
+    h.handle(McpConnId(1), McpEvent::Closed(None), MonoMs(11));
     // The call that died with the transport fails; nothing is re-sent.
     assert_eq!(
         done(&mut h),
@@ -24,24 +24,24 @@ fn reconnect_a_dead_stdio_server_on_the_next_call_and_never_replay_the_failed_on
     );
     assert!(commands(&mut h).is_empty());
     // The next call reconnects under a new id, re-lists, then calls.
-    h.call("s", "t", &json!({"n": 2}), 2, MonoMs(20));
+    h.call("s", "t", &json!({"n": 2}), CallToken(2), MonoMs(20));
     let cmds = commands(&mut h);
     assert_eq!(
         cmds[0],
         McpCommand::Close {
-            conn: 1,
+            conn: McpConnId(1),
             session_id: None
         }
     );
     assert_eq!(opens(&cmds), vec![2]);
     // Late events of the old transport cannot reach the new one.
     h.handle(
-        1,
+        McpConnId(1),
         line(json!({"jsonrpc": "2.0", "id": 3, "result": {}})),
         MonoMs(21),
     );
     assert!(done(&mut h).is_empty());
-    handshake_stdio(&mut h, 2, &["t", "new"], 22);
+    handshake_stdio(&mut h, McpConnId(2), &["t", "new"], 22);
     let s = sends(&commands(&mut h));
     let call = s.last().unwrap();
     assert_eq!(call.0, 2);
@@ -55,7 +55,7 @@ fn reconnect_a_dead_stdio_server_on_the_next_call_and_never_replay_the_failed_on
         "tools re-listed and routable"
     );
     h.handle(
-        2,
+        McpConnId(2),
         line(json!({"jsonrpc": "2.0", "id": call.1, "result": {}})),
         MonoMs(23),
     );
@@ -69,11 +69,11 @@ fn reconnect_a_dead_stdio_server_on_the_next_call_and_never_replay_the_failed_on
 fn a_failed_reconnect_backs_off_and_fails_fast_meanwhile() {
     let mut h = hub();
     ready_reconnecting(&mut h, &["t"]);
-    h.handle(1, McpEvent::Closed(None), MonoMs(1));
-    h.call("s", "t", &json!({}), 1, MonoMs(100));
+    h.handle(McpConnId(1), McpEvent::Closed(None), MonoMs(1));
+    h.call("s", "t", &json!({}), CallToken(1), MonoMs(100));
     assert_eq!(opens(&commands(&mut h)), vec![2]);
     h.handle(
-        2,
+        McpConnId(2),
         McpEvent::OpenFailed("cannot start srv: gone".into()),
         MonoMs(101),
     );
@@ -85,7 +85,7 @@ fn a_failed_reconnect_backs_off_and_fails_fast_meanwhile() {
         )]
     );
     // Within the backoff: no attempt, an immediate error.
-    h.call("s", "t", &json!({}), 2, MonoMs(200));
+    h.call("s", "t", &json!({}), CallToken(2), MonoMs(200));
     let cmds = commands(&mut h);
     assert!(opens(&cmds).is_empty(), "{cmds:?}");
     let (token, CallOutcome::Failed(text)) = done(&mut h).remove(0) else {
@@ -94,13 +94,17 @@ fn a_failed_reconnect_backs_off_and_fails_fast_meanwhile() {
     assert_eq!(token, 2);
     assert!(text.ends_with("(reconnecting in 151 ms)"), "{text}");
     // After it: a new attempt, whose failure doubles the wait.
-    h.call("s", "t", &json!({}), 3, MonoMs(351));
+    h.call("s", "t", &json!({}), CallToken(3), MonoMs(351));
     assert_eq!(opens(&commands(&mut h)), vec![3]);
-    h.handle(3, McpEvent::OpenFailed("again".into()), MonoMs(352));
+    h.handle(
+        McpConnId(3),
+        McpEvent::OpenFailed("again".into()),
+        MonoMs(352),
+    );
     done(&mut h);
-    h.call("s", "t", &json!({}), 4, MonoMs(352 + 499));
+    h.call("s", "t", &json!({}), CallToken(4), MonoMs(352 + 499));
     assert!(opens(&commands(&mut h)).is_empty());
-    h.call("s", "t", &json!({}), 5, MonoMs(352 + 500));
+    h.call("s", "t", &json!({}), CallToken(5), MonoMs(352 + 500));
     assert_eq!(opens(&commands(&mut h)), vec![4]);
 }
 
@@ -108,10 +112,10 @@ fn a_failed_reconnect_backs_off_and_fails_fast_meanwhile() {
 fn a_tool_gone_after_reconnecting_fails_clearly() {
     let mut h = hub();
     ready_reconnecting(&mut h, &["t"]);
-    h.handle(1, McpEvent::Closed(None), MonoMs(1));
-    h.call("s", "t", &json!({}), 1, MonoMs(2));
+    h.handle(McpConnId(1), McpEvent::Closed(None), MonoMs(1));
+    h.call("s", "t", &json!({}), CallToken(1), MonoMs(2));
     commands(&mut h);
-    handshake_stdio(&mut h, 2, &["other"], 3);
+    handshake_stdio(&mut h, McpConnId(2), &["other"], 3);
     let out = done(&mut h);
     assert_eq!(
         out,
@@ -167,10 +171,10 @@ fn an_expired_http_session_is_renewed_and_the_unprocessed_call_sent_once_more() 
     let mut h = hub();
     h.connect_session("s", vec![reconnecting(http("w"))], MonoMs(0));
     commands(&mut h);
-    handshake_http(&mut h, 1, "old", &["t"]);
+    handshake_http(&mut h, McpConnId(1), "old", &["t"]);
     notices(&mut h);
     commands(&mut h);
-    h.call("s", "t", &json!({"k": 1}), 9, MonoMs(5));
+    h.call("s", "t", &json!({"k": 1}), CallToken(9), MonoMs(5));
     commands(&mut h);
     let not_found = |exchange| McpEvent::HttpReply {
         exchange,
@@ -179,19 +183,19 @@ fn an_expired_http_session_is_renewed_and_the_unprocessed_call_sent_once_more() 
         session_id: None,
         body: b"session not found".to_vec(),
     };
-    h.handle(1, not_found(3), MonoMs(6));
+    h.handle(McpConnId(1), not_found(3), MonoMs(6));
     let cmds = commands(&mut h);
     // No DELETE for a session the server already forgot.
     assert_eq!(
         cmds[0],
         McpCommand::Close {
-            conn: 1,
+            conn: McpConnId(1),
             session_id: None
         }
     );
     assert_eq!(opens(&cmds), vec![2]);
     assert!(done(&mut h).is_empty(), "the call is pending, not failed");
-    handshake_http(&mut h, 2, "new", &["t"]);
+    handshake_http(&mut h, McpConnId(2), "new", &["t"]);
     let cmds = commands(&mut h);
     let McpCommand::Send {
         session_id,
@@ -206,7 +210,7 @@ fn an_expired_http_session_is_renewed_and_the_unprocessed_call_sent_once_more() 
     let v: Value = serde_json::from_slice(message).unwrap();
     assert_eq!(v["params"], json!({"name": "t", "arguments": {"k": 1}}));
     // A second 404 on the replay is not replayed again.
-    h.handle(2, not_found(*exchange), MonoMs(7));
+    h.handle(McpConnId(2), not_found(*exchange), MonoMs(7));
     assert_eq!(
         done(&mut h),
         vec![(9, CallOutcome::Failed(errors::http_status(404)))]
@@ -219,15 +223,15 @@ fn tools_list_pages_are_followed_through_next_cursor() {
     let mut h = hub();
     h.connect_session("s", vec![stdio("a")], MonoMs(0));
     commands(&mut h);
-    h.handle(1, McpEvent::Opened, MonoMs(0));
+    h.handle(McpConnId(1), McpEvent::Opened, MonoMs(0));
     h.handle(
-        1,
+        McpConnId(1),
         line(json!({"jsonrpc": "2.0", "id": 1, "result": {}})),
         MonoMs(0),
     );
     commands(&mut h);
     h.handle(
-        1,
+        McpConnId(1),
         line(json!({"jsonrpc": "2.0", "id": 2, "result": {"tools": [{"name": "p1"}], "nextCursor": "c2"}})),
         MonoMs(0),
     );
@@ -242,7 +246,7 @@ fn tools_list_pages_are_followed_through_next_cursor() {
     );
     assert!(notices(&mut h).is_empty());
     h.handle(
-        1,
+        McpConnId(1),
         line(json!({"jsonrpc": "2.0", "id": 3, "result": {"tools": [{"name": "p2"}]}})),
         MonoMs(0),
     );
@@ -256,16 +260,16 @@ fn an_endless_cursor_stops_after_a_bounded_number_of_pages() {
     let mut h = hub();
     h.connect_session("s", vec![stdio("a")], MonoMs(0));
     commands(&mut h);
-    h.handle(1, McpEvent::Opened, MonoMs(0));
+    h.handle(McpConnId(1), McpEvent::Opened, MonoMs(0));
     h.handle(
-        1,
+        McpConnId(1),
         line(json!({"jsonrpc": "2.0", "id": 1, "result": {}})),
         MonoMs(0),
     );
     let mut pages = 0;
     for id in 2..200u64 {
         h.handle(
-            1,
+            McpConnId(1),
             line(json!({"jsonrpc": "2.0", "id": id, "result": {"tools": [{"name": format!("t{id}")}], "nextCursor": "again"}})),
             MonoMs(0),
         );
@@ -282,19 +286,19 @@ fn an_endless_cursor_stops_after_a_bounded_number_of_pages() {
 fn a_closed_failed_reconnect_keeps_its_connect_error_found_by_sim_seed_495() {
     let mut h = hub();
     ready_reconnecting(&mut h, &["t"]);
-    h.handle(1, McpEvent::Closed(None), MonoMs(1));
-    h.call("s", "t", &json!({}), 1, MonoMs(10));
+    h.handle(McpConnId(1), McpEvent::Closed(None), MonoMs(1));
+    h.call("s", "t", &json!({}), CallToken(1), MonoMs(10));
     commands(&mut h);
-    h.handle(2, McpEvent::Opened, MonoMs(11));
+    h.handle(McpConnId(2), McpEvent::Opened, MonoMs(11));
     h.handle(
-        2,
+        McpConnId(2),
         line(json!({"jsonrpc": "2.0", "id": 1, "error": {"code": -32603, "message": "boom"}})),
         MonoMs(12),
     );
     done(&mut h);
     // The driver reports the killed child's EOF after the hub closed it.
-    h.handle(2, McpEvent::Closed(None), MonoMs(13));
-    h.call("s", "t", &json!({}), 2, MonoMs(20));
+    h.handle(McpConnId(2), McpEvent::Closed(None), MonoMs(13));
+    h.call("s", "t", &json!({}), CallToken(2), MonoMs(20));
     let (_, CallOutcome::Failed(text)) = done(&mut h).remove(0) else {
         panic!("expected a failure")
     };
@@ -308,10 +312,10 @@ fn a_closed_failed_reconnect_keeps_its_connect_error_found_by_sim_seed_495() {
 fn a_reconnect_handshake_shares_one_deadline() {
     let mut h = hub();
     ready_reconnecting(&mut h, &["t"]);
-    h.handle(1, McpEvent::Closed(None), MonoMs(0));
-    h.call("s", "t", &json!({}), 1, MonoMs(1_000));
+    h.handle(McpConnId(1), McpEvent::Closed(None), MonoMs(0));
+    h.call("s", "t", &json!({}), CallToken(1), MonoMs(1_000));
     commands(&mut h);
-    h.handle(2, McpEvent::Opened, MonoMs(1_000 + T - 10));
+    h.handle(McpConnId(2), McpEvent::Opened, MonoMs(1_000 + T - 10));
     // initialize was sent late in the window: its deadline is the
     // handshake's, not a fresh full timeout.
     assert_eq!(h.poll_timeout(), Some(MonoMs(1_000 + T)));
@@ -329,11 +333,11 @@ fn a_reconnect_handshake_shares_one_deadline() {
 fn an_abandoned_call_frees_the_connection_and_its_late_answer_is_skipped() {
     let mut h = hub();
     let conn = ready_session(&mut h, &["t"]);
-    h.call("s", "t", &json!({}), 1, MonoMs(0));
+    h.call("s", "t", &json!({}), CallToken(1), MonoMs(0));
     commands(&mut h);
-    h.abandon(1);
+    h.abandon(CallToken(1));
     assert_eq!(h.poll_timeout(), None, "no timer for an abandoned call");
-    h.call("s", "t", &json!({}), 2, MonoMs(5));
+    h.call("s", "t", &json!({}), CallToken(2), MonoMs(5));
     let s = sends(&commands(&mut h));
     assert_eq!(s.len(), 1, "sent at once, not refused as busy");
     h.handle(
@@ -360,12 +364,12 @@ fn an_abandoned_call_frees_the_connection_and_its_late_answer_is_skipped() {
 fn a_call_abandoned_during_its_reconnect_is_never_sent_found_by_sim_seed_2729() {
     let mut h = hub();
     ready_reconnecting(&mut h, &["t"]);
-    h.handle(1, McpEvent::Closed(None), MonoMs(1));
-    h.call("s", "t", &json!({"n": 1}), 1, MonoMs(10));
+    h.handle(McpConnId(1), McpEvent::Closed(None), MonoMs(1));
+    h.call("s", "t", &json!({"n": 1}), CallToken(1), MonoMs(10));
     assert_eq!(opens(&commands(&mut h)), vec![2]);
     // The turn is cancelled while the new transport shakes hands.
-    h.abandon(1);
-    handshake_stdio(&mut h, 2, &["t"], 11);
+    h.abandon(CallToken(1));
+    handshake_stdio(&mut h, McpConnId(2), &["t"], 11);
     let s = sends(&commands(&mut h));
     assert!(
         s.iter().all(|m| m.2["method"] != "tools/call"),

@@ -86,7 +86,10 @@ fn forget_removes_the_waiter_and_reports_a_change() {
     let c = h.send("kc");
     assert!(h.close(b));
     assert_eq!(h.queued(), vec![c]);
-    assert!(!h.close(999), "an unknown connection changes nothing");
+    assert!(
+        !h.close(ConnId(999)),
+        "an unknown connection changes nothing"
+    );
 }
 
 #[test]
@@ -189,17 +192,17 @@ fn queued_idem_matches_key_and_owner_only() {
 #[test]
 fn waiter_streams_include_attached_retries() {
     let mut w = Waiter::new(
-        7,
+        ConnId(7),
         "k",
         Op::Send(message(Some(Idem {
             key: "x".into(),
-            watchers: vec![8, 9],
+            watchers: vec![ConnId(8), ConnId(9)],
         }))),
     );
-    assert_eq!(w.streams(), vec![7, 8, 9]);
-    w.forget(8);
-    assert_eq!(w.streams(), vec![7, 9]);
-    w.forget(7);
-    assert_eq!(w.conn, 9);
-    assert_eq!(w.streams(), vec![9]);
+    assert_eq!(w.streams(), [7, 8, 9].map(ConnId));
+    w.forget(ConnId(8));
+    assert_eq!(w.streams(), [7, 9].map(ConnId));
+    w.forget(ConnId(7));
+    assert_eq!(w.conn, ConnId(9));
+    assert_eq!(w.streams(), [ConnId(9)]);
 }

@@ -66,7 +66,7 @@ impl Harness {
                 max_queued: 256,
                 shutting_down: false,
             },
-            next_conn: 1,
+            next_conn: ConnId(1),
             closed: BTreeSet::new(),
             running: None,
             seen: Vec::new(),
