@@ -69,6 +69,9 @@ fn page_of<T>(
 impl Engine {
     pub(crate) fn route_admin(&mut self, conn: ConnId, req: Request) {
         let path = req.path.clone();
+        if path == "/metrics" {
+            return self.metrics_request(conn, &req);
+        }
         let Some(r) = route(&path) else {
             return self.problem(conn, ProblemType::NotFound, "no such route");
         };
@@ -450,5 +453,46 @@ impl Engine {
         items.sort_by(|a, b| a.0.cmp(&b.0));
         let items: Vec<Value> = items.into_iter().map(|(_, v)| v).collect();
         self.respond_value(conn, 200, &json!({ "items": items }));
+    }
+
+    /// `GET /metrics` (Prometheus text format): admin auth unless
+    /// `BAE_METRICS_NO_AUTH`; the store thread adds process figures.
+    fn metrics_request(&mut self, conn: ConnId, req: &Request) {
+        if req.method != Method::Get {
+            return self.problem(conn, ProblemType::MethodNotAllowed, "method not allowed");
+        }
+        if !self.config.metrics_no_auth && !self.auth_admin(conn, req) {
+            return;
+        }
+        self.read(
+            crate::store::StoreRead::Runtime,
+            crate::conn::PendingRead::Metrics { conn },
+        );
+    }
+
+    pub(crate) fn answer_metrics(&mut self, conn: ConnId, rt: &crate::metrics::RuntimeStats) {
+        let c = &self.catalog;
+        let gauges = crate::metrics::Gauges {
+            sessions_open: c
+                .sessions
+                .values()
+                .filter(|s| s.state == crate::store::SessionState::Open)
+                .count() as u64,
+            sessions_total: c.sessions.len() as u64,
+            events_total: self.events_total,
+            profiles: c.profiles.values().filter(|p| p.is_live()).count() as u64,
+            client_keys: c.client_key_order.len() as u64,
+            mcp_sessions_live: self.mcp.live_sessions() as u64,
+            turns_pending: (self.live.values())
+                .filter(|l| matches!(l.gate.holder(), crate::turn::Holder::Paused(_)))
+                .count() as u64,
+            sandboxes_live: self.sandbox.live_sandboxes() as u64,
+            subagents_active: self.sandbox.active_subagents() as u64,
+            drivers_registered: c.drivers.values().map(|d| d.len() as u64).sum(),
+            connections: self.conns.len() as u64,
+        };
+        let body = self.metrics.render(&gauges, rt);
+        let content_type = "text/plain; version=0.0.4; charset=utf-8";
+        self.respond(conn, 200, Some(content_type), body.as_bytes());
     }
 }

@@ -29,6 +29,8 @@ pub enum PendingRead {
     /// First gated arrival after a start: history (one of the load's
     /// reads), then a parked pause.
     Recover { loader: HistoryLoader },
+    /// `GET /metrics` waiting for the store thread's figures.
+    Metrics { conn: ConnId },
     /// The events after a paused assistant message (owner, server results).
     RecoverPause { session_id: String, paused_seq: u64 },
 }
@@ -193,6 +195,13 @@ impl Engine {
                 session_id,
                 paused_seq,
             } => self.on_recover_pause(&session_id, paused_seq, result),
+            PendingRead::Metrics { conn } => {
+                let rt = match result {
+                    Ok(ReadResult::Runtime(rt)) => rt,
+                    _ => Default::default(),
+                };
+                self.answer_metrics(conn, &rt);
+            }
         }
     }
 }

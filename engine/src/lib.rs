@@ -37,6 +37,7 @@ pub mod ids;
 mod log;
 pub mod mcp;
 pub mod mem_store;
+pub mod metrics;
 mod model;
 pub mod pipeline;
 #[cfg(feature = "planted-bugs")]
@@ -268,6 +269,11 @@ pub struct Config {
     /// How long a `sendMessage` idempotency key is remembered (wall clock,
     /// from its first use; extension `send.idempotent`).
     pub idempotency_retention_ms: u64,
+    /// `[telemetry.metrics] disabled`: instruments left out of `/metrics`.
+    pub metrics_disabled: Vec<String>,
+    /// `BAE_METRICS_NO_AUTH`: `GET /metrics` on the admin port without the
+    /// admin key (for a scraper on a trusted loopback).
+    pub metrics_no_auth: bool,
     /// A deliberately planted bug (simulator self-test only).
     #[cfg(feature = "planted-bugs")]
     pub planted: Option<planted::Bug>,
@@ -304,6 +310,8 @@ impl Default for Config {
             subscriber_lag_limit: 256,
             subscriber_window_bytes: 32 * 1024,
             idempotency_retention_ms: 24 * 3600 * 1000,
+            metrics_disabled: Vec::new(),
+            metrics_no_auth: false,
             #[cfg(feature = "planted-bugs")]
             planted: None,
         }
@@ -356,6 +364,10 @@ pub struct Engine {
     idem: idempotency::Keys,
     /// The planted bug (if any), handed to the components that host one.
     faults: faults::Faults,
+    /// Counters and histograms of `GET /metrics`.
+    metrics: metrics::Metrics,
+    /// Events in the log (gauge `bae.events.total`).
+    events_total: u64,
     shutting_down: bool,
 }
 
@@ -392,6 +404,7 @@ impl Engine {
             idle_timeout_ms: config.idle_timeout_ms,
             request_timeout_ms: config.request_timeout_ms,
         });
+        let metrics = metrics::Metrics::new(&config.metrics_disabled);
         let mut engine = Engine {
             sandbox,
             mcp,
@@ -419,6 +432,8 @@ impl Engine {
             idem: idempotency::Keys::restore(&snapshot.idempotency),
             last_legacy_failure: None,
             faults,
+            metrics,
+            events_total: snapshot.event_counts.iter().map(|(_, n)| n).sum(),
             shutting_down: false,
         };
         // Spec 04 §5 step 11: re-provision every active profile's images.

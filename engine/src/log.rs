@@ -27,6 +27,7 @@ impl Engine {
     ) -> Appended {
         let seq = self.next_seq;
         self.next_seq += 1;
+        self.events_total += 1;
         let id = self.new_id(proto::wire::ids::IdKind::Event);
         if matches!(
             event_type,

@@ -182,6 +182,7 @@ impl MemStore {
                     .cloned()
                     .collect(),
             ),
+            StoreRead::Runtime => ReadResult::Runtime(Default::default()),
             StoreRead::EventsAt { session_id, seqs } => ReadResult::Events(
                 seqs.iter()
                     .filter_map(|seq| self.events.get(seq))

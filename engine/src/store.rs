@@ -224,12 +224,16 @@ pub enum StoreRead {
     /// The events of one session with these seqs, ascending (missing ones
     /// are skipped).
     EventsAt { session_id: String, seqs: Vec<u64> },
+    /// Process and store figures for `GET /metrics` (answered by the
+    /// runtime's store thread, which commits and can read `/proc`).
+    Runtime,
 }
 
 impl StoreRead {
-    /// The session every read is scoped to.
+    /// The session a read is scoped to (`""` for [`StoreRead::Runtime`]).
     pub fn session_id(&self) -> &str {
         match self {
+            StoreRead::Runtime => "",
             StoreRead::Events { session_id, .. }
             | StoreRead::EventSeq { session_id, .. }
             | StoreRead::LatestOfType { session_id, .. }
@@ -244,6 +248,7 @@ impl StoreRead {
 pub enum ReadResult {
     Events(Vec<EventRow>),
     EventSeq(Option<u64>),
+    Runtime(crate::metrics::RuntimeStats),
 }
 
 /// What the engine is restored from at start: everything but events.

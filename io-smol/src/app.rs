@@ -344,6 +344,12 @@ pub fn engine_config(env: &Env, file: &FileConfig, run_label: &str) -> engine::C
         max_subagents_per_session: env.max_subagents_per_session,
         max_queued_per_session: env.max_queued_turns,
         durable_drivers: env.durable_drivers,
+        metrics_no_auth: env.metrics_no_auth,
+        // Spec 04 §3.3: nothing under `[telemetry]` is used unless enabled.
+        metrics_disabled: match file.telemetry.enabled {
+            true => file.telemetry.metrics_disabled.clone(),
+            false => Vec::new(),
+        },
         ndjson_keepalive_ms: duration_ms(env.ndjson_keepalive),
         subscriber_lag_limit: env.subscriber_lag_limit,
         subscriber_window_bytes: env.subscriber_window_bytes,

@@ -96,6 +96,20 @@ impl SandboxHub {
         }
     }
 
+    /// Remote sandboxes running (gauge `bae.sandboxes.live`).
+    pub fn live_sandboxes(&self) -> usize {
+        self.boxes.values().filter(|b| b.running.is_some()).count()
+    }
+
+    /// Remote subagents still running (gauge `bae.subagents.active`).
+    pub fn active_subagents(&self) -> usize {
+        self.boxes
+            .values()
+            .flat_map(|b| b.subagents.iter())
+            .filter(|s| s.is_running())
+            .count()
+    }
+
     fn op(&mut self, op: Op) -> OpId {
         let id = self.next_op;
         self.next_op += 1;

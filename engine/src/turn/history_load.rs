@@ -99,9 +99,7 @@ impl HistoryLoader {
     pub fn advance(mut self, result: Result<ReadResult, String>) -> Progress {
         let rows = match result {
             Ok(ReadResult::Events(rows)) => rows,
-            Ok(ReadResult::EventSeq(_)) => {
-                return Progress::Failed("history read answered with an event seq".to_string())
-            }
+            Ok(other) => return Progress::Failed(format!("history read answered with {other:?}")),
             Err(e) => return Progress::Failed(e),
         };
         match std::mem::replace(&mut self.stage, Stage::Messages) {

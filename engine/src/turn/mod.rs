@@ -83,6 +83,8 @@ pub struct Turn {
     pub steers_in_cache: usize,
     /// The request's idempotency key and the retries attached to it.
     pub idem: Option<crate::idempotency::Idem>,
+    /// When the provider call in flight was sent (attempt latency).
+    pub call_started: crate::MonoMs,
     /// Seqs of `events` (what an idempotent retry replays).
     pub event_seqs: Vec<u64>,
 }
@@ -304,6 +306,7 @@ impl Engine {
                 steers_in_cache: 0,
                 idem: None,
                 event_seqs: Vec::new(),
+                call_started: crate::MonoMs(0),
             },
         );
         turn_id
@@ -623,6 +626,13 @@ impl Engine {
             Outcome::Paused(..) => "the turn paused for client tools before its next provider call",
             _ => "the turn ended before its next provider call",
         };
+        if matches!(t.mode, Mode::Chat) {
+            self.metrics.turn_ended(match &outcome {
+                Outcome::Completed(_) => crate::metrics::TurnOutcome::Completed,
+                Outcome::Paused(..) => crate::metrics::TurnOutcome::Paused,
+                Outcome::ProvidersFailed => crate::metrics::TurnOutcome::ProvidersFailed,
+            });
+        }
         self.retire_steers(std::mem::take(&mut t.steers), why);
         let message = match &outcome {
             Outcome::Completed(m) | Outcome::Paused(m, _) => m.clone(),

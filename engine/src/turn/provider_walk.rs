@@ -82,8 +82,10 @@ impl Engine {
         let call_id = self.next_call;
         self.next_call += 1;
         self.calls.insert(call_id, turn_id);
+        let now = self.now.mono;
         if let Some(t) = self.turns.get_mut(&turn_id) {
             t.call = Some(call_id);
+            t.call_started = now;
         }
         let auth = match prepared.auth {
             provider::AuthHeader::XApiKey => AuthPlacement::XApiKey,
@@ -113,6 +115,7 @@ impl Engine {
         };
         let attempt = t.attempt;
         let kind = entry.kind;
+        let latency_ms = self.now.mono - t.call_started;
         let attempt_kind = if attempt == 0 { "primary" } else { "fallback" };
         let compaction = matches!(t.mode, Mode::Compaction(_));
         let failure = match reply {
@@ -135,6 +138,7 @@ impl Engine {
                         "body": resp.raw,
                         "usage": resp.usage.as_ref().map(|u| u.to_json()),
                     });
+                    self.metrics.provider_returned(kind, true, latency_ms);
                     let usage = resp
                         .usage
                         .as_ref()
@@ -157,6 +161,7 @@ impl Engine {
                 Err(e) => (Value::Null, e.to_string(), Value::Null),
             },
         };
+        self.metrics.provider_returned(kind, false, latency_ms);
         let (status, error, body) = failure;
         let mut payload = json!({
             "attempt": attempt,

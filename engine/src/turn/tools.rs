@@ -47,6 +47,8 @@ pub struct Round {
     results: Vec<Value>,
     /// The asynchronous tool this round waits on.
     waiting: Option<Waiting>,
+    /// When the server-side block in progress started (tool latency).
+    block_started: crate::MonoMs,
 }
 
 impl Round {
@@ -108,6 +110,7 @@ impl Engine {
                 "server_name": server,
             });
             self.turn_event(turn_id, EventType::ToolCall, payload);
+            self.metrics.tool_called(d.as_str());
         }
         if let Some(t) = self.turns.get_mut(&turn_id) {
             t.round = Some(Box::new(Round {
@@ -117,6 +120,7 @@ impl Engine {
                 next: 0,
                 results: Vec::new(),
                 waiting: None,
+                block_started: self.now.mono,
             }));
         }
         self.run_server_tools(turn_id);
@@ -139,6 +143,7 @@ impl Engine {
                 return self.finish_round(turn_id);
             };
             round.next = i + 1;
+            round.block_started = self.now.mono;
             let dispatch = round.dispatches.get(i).copied().unwrap_or(Dispatch::Mcp);
             let Some(tool_use) = round.uses.get(i).cloned() else {
                 return;
@@ -406,6 +411,13 @@ impl Engine {
             "content": content,
         });
         self.turn_event(turn_id, EventType::ToolResult, payload);
+        let started = (self.turns.get(&turn_id))
+            .and_then(|t| t.round.as_ref())
+            .map(|r| r.block_started);
+        if let Some(started) = started.filter(|_| dispatch != Dispatch::Client) {
+            let latency_ms = self.now.mono - started;
+            self.metrics.tool_finished(dispatch.as_str(), latency_ms);
+        }
         json!({"type": "tool_result", "tool_use_id": id, "content": content, "is_error": is_error})
     }
 

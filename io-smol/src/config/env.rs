@@ -126,6 +126,9 @@ pub struct Env {
     /// default off: driver registrations survive restarts (opt-in, visible
     /// on the wire: participants and `-32001` differ from the reference).
     pub durable_drivers: bool,
+    /// `BAE_METRICS_NO_AUTH` (truthy), default off: `GET /metrics` on the
+    /// admin port answers without the admin key (a trusted local scraper).
+    pub metrics_no_auth: bool,
     /// Extension `BAE_SUBSCRIBER_LAG_LIMIT`, default 256 (≥ 1): unflushed
     /// frames a streaming consumer may have before it gets `lagged`.
     pub subscriber_lag_limit: usize,
@@ -346,6 +349,9 @@ pub fn parse_env(get: impl Fn(&str) -> Option<String>) -> Result<Env, ConfigErro
     let durable_drivers = get("BAE_DURABLE_DRIVERS")
         .map(|v| is_truthy(&v))
         .unwrap_or(false);
+    let metrics_no_auth = get("BAE_METRICS_NO_AUTH")
+        .map(|v| is_truthy(&v))
+        .unwrap_or(false);
     let sqlite_synchronous = match get("BAE_SQLITE_SYNCHRONOUS") {
         None => Synchronous::Normal,
         Some(v) => {
@@ -395,6 +401,7 @@ pub fn parse_env(get: impl Fn(&str) -> Option<String>) -> Result<Env, ConfigErro
         max_queued_turns,
         ndjson_keepalive,
         durable_drivers,
+        metrics_no_auth,
         subscriber_lag_limit,
         subscriber_window_bytes,
         idempotency_retention,

@@ -30,7 +30,7 @@ use std::io;
 use std::net::{Shutdown, SocketAddr};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use engine::store::{ReadId, ReadResult, StoreWrite};
+use engine::store::{ReadId, ReadResult, StoreRead, StoreWrite};
 use engine::{
     CallId, ConnId, Engine, Entropy, Input, Listener, MonoMs, Now, Output, ProviderReply, UnixMs,
 };
@@ -621,11 +621,15 @@ pub fn serve_store_jobs(
     mut done: impl FnMut(StoreDone) -> bool,
 ) {
     let mut conn = store.conn();
+    let mut stats = engine::metrics::RuntimeStats::default();
     while let Some(batch) = next() {
         for job in batch {
             match job {
                 Job::Commit { batch, writes } => {
-                    if let Err(e) = conn.commit(&writes) {
+                    let started = Instant::now();
+                    let result = conn.commit(&writes);
+                    stats.committed(writes.len(), started.elapsed().as_micros() as u64);
+                    if let Err(e) = result {
                         tracing::error!(
                             error = %e,
                             writes = writes.len(),
@@ -645,6 +649,17 @@ pub fn serve_store_jobs(
                     Ok(a) => a.log(),
                     Err(e) => tracing::warn!(error = %e, "activity summary query failed"),
                 },
+                Job::Read {
+                    id,
+                    read: StoreRead::Runtime,
+                } => {
+                    let figures = crate::proc_stats::read();
+                    stats.rss_bytes = figures.rss_bytes;
+                    stats.open_fds = figures.open_fds;
+                    if !done(StoreDone::Read(id, Ok(ReadResult::Runtime(stats.clone())))) {
+                        return;
+                    }
+                }
                 Job::Read { id, read } => {
                     let result = conn.read(&read).map_err(|e| {
                         tracing::warn!(error = %e, "store read failed");

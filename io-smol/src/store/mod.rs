@@ -644,6 +644,9 @@ impl<'c> StoreConn<'c> {
     /// Answers one engine query.
     pub fn read(&mut self, read: &StoreRead) -> Result<ReadResult> {
         match read {
+            // Answered by the store thread (`serve_store_jobs`), which
+            // times commits; a direct read has no figures.
+            StoreRead::Runtime => Ok(ReadResult::Runtime(Default::default())),
             StoreRead::Events {
                 session_id,
                 after_seq,

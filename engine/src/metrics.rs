@@ -1,0 +1,352 @@
+//! The closed instrument set of spec 04 §7.2, kept by the engine and
+//! rendered in the Prometheus text exposition format for `GET /metrics` on
+//! the admin port. Counters and histograms are fed at the points where the
+//! engine already knows the fact (a turn ends, a provider call returns, a
+//! tool result is recorded); gauges are computed from the engine's state
+//! at scrape time; process and store figures come from the store thread
+//! ([`RuntimeStats`]). Labels are low-cardinality enums only.
+
+use std::collections::BTreeSet;
+use std::fmt::Write;
+
+/// Upper bounds (ms) of the latency histogram buckets.
+const LATENCY_BUCKETS_MS: [u64; 14] = [
+    1, 2, 5, 10, 25, 50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 60_000,
+];
+/// Upper bounds (µs) of the commit latency histogram buckets.
+const COMMIT_BUCKETS_US: [u64; 10] = [
+    100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 100_000, 1_000_000,
+];
+/// Upper bounds of the group-commit batch size histogram (writes).
+const BATCH_BUCKETS: [u64; 8] = [1, 2, 4, 8, 16, 32, 64, 128];
+
+/// `bae.turns.completed` outcomes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TurnOutcome {
+    Completed,
+    Paused,
+    ProvidersFailed,
+}
+
+impl TurnOutcome {
+    const ALL: [TurnOutcome; 3] = [
+        TurnOutcome::Completed,
+        TurnOutcome::Paused,
+        TurnOutcome::ProvidersFailed,
+    ];
+    fn as_str(self) -> &'static str {
+        match self {
+            TurnOutcome::Completed => "completed",
+            TurnOutcome::Paused => "paused",
+            TurnOutcome::ProvidersFailed => "providers_failed",
+        }
+    }
+}
+
+/// A cumulative histogram with fixed buckets.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Histogram {
+    /// Observations at or below each bound (not cumulative across bounds).
+    pub buckets: Vec<u64>,
+    pub sum: u64,
+    pub count: u64,
+}
+
+impl Histogram {
+    fn observe(&mut self, bounds: &[u64], value: u64) {
+        if self.buckets.len() != bounds.len() {
+            self.buckets = vec![0; bounds.len()];
+        }
+        if let Some(i) = bounds.iter().position(|b| value <= *b) {
+            if let Some(slot) = self.buckets.get_mut(i) {
+                *slot += 1;
+            }
+        }
+        self.sum = self.sum.saturating_add(value);
+        self.count += 1;
+    }
+}
+
+/// Figures of the process and the store, measured by the store thread
+/// (zeros where a runtime cannot tell, e.g. the in-memory store).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RuntimeStats {
+    pub rss_bytes: u64,
+    pub open_fds: u64,
+    /// Commit transaction latency, microseconds.
+    pub commit_latency_us: Histogram,
+    /// Writes per group-commit batch.
+    pub batch_writes: Histogram,
+}
+
+impl RuntimeStats {
+    /// Records one committed batch (the store thread's side).
+    pub fn committed(&mut self, writes: usize, micros: u64) {
+        self.commit_latency_us.observe(&COMMIT_BUCKETS_US, micros);
+        self.batch_writes.observe(&BATCH_BUCKETS, writes as u64);
+    }
+}
+
+/// Gauges read from the engine's state at scrape time.
+#[derive(Debug, Clone, Default)]
+pub struct Gauges {
+    pub sessions_open: u64,
+    pub sessions_total: u64,
+    pub events_total: u64,
+    pub profiles: u64,
+    pub client_keys: u64,
+    pub mcp_sessions_live: u64,
+    pub turns_pending: u64,
+    pub sandboxes_live: u64,
+    pub subagents_active: u64,
+    pub drivers_registered: u64,
+    pub connections: u64,
+}
+
+/// Provider kinds and tool dispatches as label values, in a fixed order.
+const PROVIDERS: [&str; 2] = ["anthropic", "openai"];
+const DISPATCHES: [&str; 4] = ["client", "sandbox", "subagent", "mcp"];
+
+/// The engine's counters and histograms.
+#[derive(Debug, Default)]
+pub struct Metrics {
+    disabled: BTreeSet<String>,
+    turns: [u64; 3],
+    /// `[provider][ok, error]`.
+    provider_requests: [[u64; 2]; 2],
+    provider_latency: [Histogram; 2],
+    tool_calls: [u64; 4],
+    tool_latency: [Histogram; 4],
+}
+
+fn provider_index(kind: proto::provider::Kind) -> usize {
+    match kind {
+        proto::provider::Kind::Anthropic => 0,
+        proto::provider::Kind::Openai => 1,
+    }
+}
+
+fn dispatch_index(dispatch: &str) -> Option<usize> {
+    DISPATCHES.iter().position(|d| *d == dispatch)
+}
+
+impl Metrics {
+    /// `disabled`: instrument names (spec 04 §7.2) left out of the scrape.
+    pub fn new(disabled: &[String]) -> Self {
+        Metrics {
+            disabled: disabled.iter().cloned().collect(),
+            ..Metrics::default()
+        }
+    }
+
+    pub fn turn_ended(&mut self, outcome: TurnOutcome) {
+        if let Some(n) = self.turns.get_mut(outcome as usize) {
+            *n += 1;
+        }
+    }
+
+    pub fn provider_returned(&mut self, kind: proto::provider::Kind, ok: bool, latency_ms: u64) {
+        let p = provider_index(kind);
+        if let Some(n) = self
+            .provider_requests
+            .get_mut(p)
+            .and_then(|r| r.get_mut(!ok as usize))
+        {
+            *n += 1;
+        }
+        if let Some(h) = self.provider_latency.get_mut(p) {
+            h.observe(&LATENCY_BUCKETS_MS, latency_ms);
+        }
+    }
+
+    /// One `tool_use` dispatched (`dispatch` as logged on `tool.call`).
+    pub fn tool_called(&mut self, dispatch: &str) {
+        if let Some(n) = dispatch_index(dispatch).and_then(|i| self.tool_calls.get_mut(i)) {
+            *n += 1;
+        }
+    }
+
+    /// A server-executed tool finished after `latency_ms`.
+    pub fn tool_finished(&mut self, dispatch: &str, latency_ms: u64) {
+        if let Some(h) = dispatch_index(dispatch).and_then(|i| self.tool_latency.get_mut(i)) {
+            h.observe(&LATENCY_BUCKETS_MS, latency_ms);
+        }
+    }
+
+    /// The text exposition (format 0.0.4) of every enabled instrument,
+    /// then the process and store figures.
+    pub fn render(&self, g: &Gauges, rt: &RuntimeStats) -> String {
+        let mut out = String::with_capacity(4096);
+        let gauges: [(&str, &str, u64); 10] = [
+            ("bae.sessions.open", "Open sessions.", g.sessions_open),
+            (
+                "bae.sessions.total",
+                "Sessions ever created.",
+                g.sessions_total,
+            ),
+            ("bae.events.total", "Events in the log.", g.events_total),
+            ("bae.profiles.count", "Active profiles.", g.profiles),
+            ("bae.keys.count", "Active client keys.", g.client_keys),
+            (
+                "bae.mcp.sessions.live",
+                "Sessions with live MCP connections.",
+                g.mcp_sessions_live,
+            ),
+            ("bae.turns.pending", "Parked paused turns.", g.turns_pending),
+            (
+                "bae.sandboxes.live",
+                "Running remote sandboxes.",
+                g.sandboxes_live,
+            ),
+            (
+                "bae.subagents.active",
+                "Running remote subagents.",
+                g.subagents_active,
+            ),
+            (
+                "bae.drivers.registered",
+                "Driver registrations over all sessions.",
+                g.drivers_registered,
+            ),
+        ];
+        for (name, help, value) in gauges {
+            if self.enabled(name) {
+                let m = prom_name(name);
+                let _ = writeln!(out, "# HELP {m} {help}\n# TYPE {m} gauge\n{m} {value}");
+            }
+        }
+        if self.enabled("bae.turns.completed") {
+            out.push_str("# HELP bae_turns_completed_total Turns ended, by outcome.\n");
+            out.push_str("# TYPE bae_turns_completed_total counter\n");
+            for o in TurnOutcome::ALL {
+                let n = self.turns.get(o as usize).copied().unwrap_or(0);
+                let _ = writeln!(
+                    out,
+                    "bae_turns_completed_total{{outcome=\"{}\"}} {n}",
+                    o.as_str()
+                );
+            }
+        }
+        if self.enabled("bae.provider.requests") {
+            out.push_str(
+                "# HELP bae_provider_requests_total Provider attempts, by kind and outcome.\n",
+            );
+            out.push_str("# TYPE bae_provider_requests_total counter\n");
+            for (p, counts) in PROVIDERS.iter().zip(self.provider_requests.iter()) {
+                for (outcome, n) in ["ok", "error"].iter().zip(counts.iter()) {
+                    let _ = writeln!(
+                        out,
+                        "bae_provider_requests_total{{provider=\"{p}\",outcome=\"{outcome}\"}} {n}"
+                    );
+                }
+            }
+        }
+        if self.enabled("bae.provider.latency") {
+            let name = "bae_provider_latency_milliseconds";
+            header(&mut out, name, "Provider attempt latency.", "histogram");
+            for (p, h) in PROVIDERS.iter().zip(self.provider_latency.iter()) {
+                histogram(
+                    &mut out,
+                    name,
+                    &format!("provider=\"{p}\""),
+                    &LATENCY_BUCKETS_MS,
+                    h,
+                );
+            }
+        }
+        if self.enabled("bae.tool.calls") {
+            out.push_str("# HELP bae_tool_calls_total Tool uses dispatched, by dispatch.\n");
+            out.push_str("# TYPE bae_tool_calls_total counter\n");
+            for (d, n) in DISPATCHES.iter().zip(self.tool_calls.iter()) {
+                let _ = writeln!(out, "bae_tool_calls_total{{dispatch=\"{d}\"}} {n}");
+            }
+        }
+        if self.enabled("bae.tool.latency") {
+            let name = "bae_tool_latency_milliseconds";
+            header(&mut out, name, "Server-executed tool latency.", "histogram");
+            for (d, h) in DISPATCHES.iter().zip(self.tool_latency.iter()).skip(1) {
+                histogram(
+                    &mut out,
+                    name,
+                    &format!("dispatch=\"{d}\""),
+                    &LATENCY_BUCKETS_MS,
+                    h,
+                );
+            }
+        }
+        let process: [(&str, &str, u64); 3] = [
+            (
+                "process_resident_memory_bytes",
+                "Resident memory.",
+                rt.rss_bytes,
+            ),
+            ("process_open_fds", "Open file descriptors.", rt.open_fds),
+            (
+                "bae_connections_open",
+                "Open client and admin connections.",
+                g.connections,
+            ),
+        ];
+        for (m, help, value) in process {
+            let _ = writeln!(out, "# HELP {m} {help}\n# TYPE {m} gauge\n{m} {value}");
+        }
+        let name = "bae_store_commit_latency_microseconds";
+        header(
+            &mut out,
+            name,
+            "Group-commit transaction latency.",
+            "histogram",
+        );
+        histogram(
+            &mut out,
+            name,
+            "",
+            &COMMIT_BUCKETS_US,
+            &rt.commit_latency_us,
+        );
+        let name = "bae_store_commit_batch_writes";
+        header(
+            &mut out,
+            name,
+            "Writes per group-commit batch.",
+            "histogram",
+        );
+        histogram(&mut out, name, "", &BATCH_BUCKETS, &rt.batch_writes);
+        out
+    }
+
+    fn enabled(&self, instrument: &str) -> bool {
+        !self.disabled.contains(instrument)
+    }
+}
+
+/// `bae.sessions.open` → `bae_sessions_open`.
+fn prom_name(instrument: &str) -> String {
+    instrument.replace('.', "_")
+}
+
+fn header(out: &mut String, name: &str, help: &str, kind: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+}
+
+fn histogram(out: &mut String, name: &str, labels: &str, bounds: &[u64], h: &Histogram) {
+    let sep = if labels.is_empty() { "" } else { "," };
+    let mut cumulative = 0;
+    for (i, b) in bounds.iter().enumerate() {
+        cumulative += h.buckets.get(i).copied().unwrap_or(0);
+        let _ = writeln!(out, "{name}_bucket{{{labels}{sep}le=\"{b}\"}} {cumulative}");
+    }
+    let _ = writeln!(out, "{name}_bucket{{{labels}{sep}le=\"+Inf\"}} {}", h.count);
+    let braces = |s: &str| {
+        if s.is_empty() {
+            String::new()
+        } else {
+            format!("{{{s}}}")
+        }
+    };
+    let _ = writeln!(out, "{name}_sum{} {}", braces(labels), h.sum);
+    let _ = writeln!(out, "{name}_count{} {}", braces(labels), h.count);
+}
+
+#[cfg(test)]
+mod tests;
