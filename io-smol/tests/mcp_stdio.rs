@@ -65,6 +65,15 @@ fn c099_sdk_stdio_tool_round_trip_is_logged_in_order_and_never_pauses() {
         last["content"][0],
         json!({"type": "tool_result", "tool_use_id": "tu_1", "content": [{"type": "text", "text": "fx: hi"}], "is_error": false})
     );
+    // The metrics endpoint saw the MCP dispatch and timed it.
+    let metrics = server.admin().get("/metrics").text();
+    for series in [
+        "bae_tool_calls_total{dispatch=\"mcp\"} 1",
+        "bae_tool_latency_milliseconds_count{dispatch=\"mcp\"} 1",
+        "bae_mcp_sessions_live 1",
+    ] {
+        assert!(metrics.lines().any(|l| l == series), "{series}:\n{metrics}");
+    }
 }
 
 #[test]
