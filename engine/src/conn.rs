@@ -64,12 +64,10 @@ impl Engine {
     }
 
     pub(crate) fn on_closed(&mut self, conn: ConnId) {
-        let Some(c) = self.conns.remove(conn) else {
+        if self.conns.remove(conn).is_none() {
             return;
-        };
-        if let Some(stream) = c.stream {
-            self.unindex_stream(conn, &stream.session_id);
         }
+        self.streams.end(conn);
         self.forget_conn_in_turns(conn);
     }
 

@@ -2,9 +2,8 @@
 //! keep-alive verdict, one-request-at-a-time pipelining, send accounting
 //! and read deadlines (idle and slowloris timeouts). It owns that state and
 //! speaks small typed answers ([`Polled`], [`Finished`], [`Expired`]); what
-//! a request means is the front layers' business. `S` is the per-connection
-//! slot of the stream hub (an open NDJSON response), which the table keeps
-//! without looking into it.
+//! a request means is the front layers' business; an open NDJSON response
+//! on a connection is the stream hub's (`streams.rs`).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -13,7 +12,7 @@ use proto::http::{Decoded, Rejection, Request, RequestDecoder};
 use crate::{ConnId, Listener, MonoMs};
 
 /// What a connection is doing.
-pub struct Conn<S> {
+pub struct Conn {
     pub listener: Listener,
     decoder: RequestDecoder,
     /// A request is being answered; later pipelined requests wait.
@@ -24,8 +23,6 @@ pub struct Conn<S> {
     pub closing: bool,
     /// Bytes emitted but not yet reported flushed (back-pressure measure).
     pub unflushed: usize,
-    /// The stream hub's state for an open NDJSON response.
-    pub stream: Option<S>,
     /// Method, path and start of the request being answered (logged once,
     /// with its status).
     current: Option<(String, String, MonoMs)>,
@@ -76,14 +73,14 @@ pub struct Expired {
 }
 
 /// Every open connection.
-pub struct Table<S> {
+pub struct Table {
     settings: Settings,
-    conns: BTreeMap<ConnId, Conn<S>>,
+    conns: BTreeMap<ConnId, Conn>,
     /// `(deadline, conn)` of connections waiting for request bytes.
     deadlines: BTreeSet<(MonoMs, ConnId)>,
 }
 
-impl<S> Table<S> {
+impl Table {
     pub fn new(settings: Settings) -> Self {
         Table {
             settings,
@@ -102,7 +99,6 @@ impl<S> Table<S> {
                 keep_alive: true,
                 closing: false,
                 unflushed: 0,
-                stream: None,
                 current: None,
                 partial_since: None,
                 read_deadline: None,
@@ -243,7 +239,7 @@ impl<S> Table<S> {
     }
 
     /// The peer is gone: forgets the connection and its deadline.
-    pub fn remove(&mut self, conn: ConnId) -> Option<Conn<S>> {
+    pub fn remove(&mut self, conn: ConnId) -> Option<Conn> {
         let c = self.conns.remove(&conn)?;
         if let Some(d) = c.read_deadline {
             self.deadlines.remove(&(d, conn));
@@ -263,11 +259,11 @@ impl<S> Table<S> {
         self.conns.get(&conn).map(|c| !c.keep_alive).unwrap_or(true)
     }
 
-    pub fn get(&self, conn: &ConnId) -> Option<&Conn<S>> {
+    pub fn get(&self, conn: &ConnId) -> Option<&Conn> {
         self.conns.get(conn)
     }
 
-    pub fn get_mut(&mut self, conn: &ConnId) -> Option<&mut Conn<S>> {
+    pub fn get_mut(&mut self, conn: &ConnId) -> Option<&mut Conn> {
         self.conns.get_mut(conn)
     }
 
@@ -277,14 +273,6 @@ impl<S> Table<S> {
 
     pub fn keys(&self) -> impl Iterator<Item = &ConnId> {
         self.conns.keys()
-    }
-
-    pub fn values(&self) -> impl Iterator<Item = &Conn<S>> {
-        self.conns.values()
-    }
-
-    pub fn iter(&self) -> impl Iterator<Item = (&ConnId, &Conn<S>)> {
-        self.conns.iter()
     }
 
     pub fn len(&self) -> usize {

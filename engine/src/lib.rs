@@ -51,6 +51,7 @@ mod session_mcp;
 mod session_sandbox;
 mod steer;
 pub mod store;
+mod streams;
 mod subscribe;
 pub mod time;
 mod turn;
@@ -328,7 +329,7 @@ pub struct Engine {
     catalog: Catalog,
     // Ordered maps wherever iteration order reaches the outputs: the same
     // inputs must give the same outputs (the simulator depends on it).
-    conns: connections::Table<rpc::Stream>,
+    conns: connections::Table,
     /// Next event rowid (global, strictly increasing).
     next_seq: u64,
     next_read: ReadId,
@@ -336,7 +337,7 @@ pub struct Engine {
     /// Runtime state of open sessions (gate, waiters, history cache).
     live: BTreeMap<String, turn::Live>,
     /// Connections with an open NDJSON stream, per session (fan-out index).
-    streams: BTreeMap<String, std::collections::BTreeSet<ConnId>>,
+    streams: streams::Hub,
     turns: BTreeMap<turn::TurnId, turn::Turn>,
     next_turn: turn::TurnId,
     /// Provider calls in flight, by the turn that made them.
@@ -423,7 +424,7 @@ impl Engine {
             next_read: ReadId(1),
             pending_reads: HashMap::new(),
             live: BTreeMap::new(),
-            streams: BTreeMap::new(),
+            streams: streams::Hub::default(),
             turns: BTreeMap::new(),
             next_turn: turn::TurnId(1),
             calls: HashMap::new(),
@@ -551,11 +552,7 @@ impl Engine {
             if let Some(c) = self.conns.get_mut(&id) {
                 c.keep_alive = false;
             }
-            let kind = self
-                .conns
-                .get(&id)
-                .and_then(|c| c.stream.as_ref())
-                .map(|s| &s.kind);
+            let kind = self.streams.get(id).map(|s| &s.kind);
             match kind {
                 None if !self.conns.get(&id).is_some_and(|c| c.busy) => self.close_conn(id),
                 Some(rpc::StreamKind::Subscribe(_)) => self.end_stream(id),

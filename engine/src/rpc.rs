@@ -2,8 +2,6 @@
 //! opens, the JSON-RPC envelope (spec 01 §5), NDJSON framing, and the
 //! methods that do not take the turn gate.
 
-use std::collections::VecDeque;
-
 use proto::http::Request;
 use proto::jsonrpc::{self, Call, Extension, Extensions};
 use serde_json::{json, Value};
@@ -14,38 +12,7 @@ use crate::{ConnId, Engine};
 use proto::jsonrpc::codes;
 use proto::wire::EventType;
 
-/// An open NDJSON response on a connection.
-pub struct Stream {
-    pub session_id: String,
-    /// The request id (`None` = notification: no terminal frame).
-    pub id: Option<Value>,
-    pub kind: StreamKind,
-    /// Byte sizes of frames emitted but not yet flushed: the consumer's lag.
-    pub in_flight: VecDeque<usize>,
-    /// Bytes of the oldest in-flight frame already flushed.
-    pub flushed_partial: usize,
-    /// Bytes of in-flight frames not yet flushed (the gapless window).
-    pub in_flight_bytes: usize,
-    /// Bytes emitted on the connection before this stream's first frame
-    /// (earlier responses, the head) and not yet flushed: flush reports
-    /// cover them first, so they never count as this consumer's progress.
-    pub unflushed_before: usize,
-    /// When the last bytes went out (keepalive timing).
-    pub last_write: crate::MonoMs,
-    /// Extensions the stream's client opted into (docs/extensions.md).
-    pub ext: proto::jsonrpc::Extensions,
-}
-
-pub enum StreamKind {
-    /// A single-answer method: nothing is forwarded.
-    Single,
-    /// `session.subscribe`.
-    Subscribe(crate::subscribe::Subscription),
-    /// A gated request waiting in the FIFO: silent until admitted.
-    Queued,
-    /// The gate holder's stream: every event except its own input.
-    Turn,
-}
+pub use crate::streams::{Stream, StreamKind};
 
 impl Engine {
     pub(crate) fn rpc_request(&mut self, conn: ConnId, req: Request, session_id: &str) {
@@ -230,10 +197,7 @@ impl Engine {
 
     /// Whether the stream on `conn` opted into `e`.
     pub(crate) fn stream_has(&self, conn: ConnId, e: Extension) -> bool {
-        self.conns
-            .get(&conn)
-            .and_then(|c| c.stream.as_ref())
-            .is_some_and(|s| s.ext.has(e))
+        self.streams.has(conn, e)
     }
 
     /// What `key_id` opted into when it registered on the session.
@@ -247,45 +211,23 @@ impl Engine {
     // ---- NDJSON stream plumbing -------------------------------------------
 
     fn open_stream(&mut self, conn: ConnId, session_id: &str, id: Option<Value>) {
-        if let Some(c) = self.conns.get_mut(&conn) {
-            c.stream = Some(Stream {
-                session_id: session_id.to_string(),
-                id,
-                kind: StreamKind::Single,
-                in_flight: VecDeque::new(),
-                flushed_partial: 0,
-                in_flight_bytes: 0,
-                unflushed_before: c.unflushed,
-                last_write: self.now.mono,
-                ext: Default::default(),
-            });
-            self.streams
-                .entry(session_id.to_string())
-                .or_default()
-                .insert(conn);
+        let Some(unflushed) = self.conns.get(&conn).map(|c| c.unflushed) else {
+            return;
+        };
+        self.streams
+            .open(conn, session_id, unflushed, self.now.mono);
+        if let Some(s) = self.streams.get_mut(conn) {
+            s.id = id;
         }
     }
 
     /// Connections with an open stream on `session_id`, in id order.
     pub(crate) fn session_streams(&self, session_id: &str) -> Vec<ConnId> {
-        self.streams
-            .get(session_id)
-            .map(|s| s.iter().copied().collect())
-            .unwrap_or_default()
-    }
-
-    /// Forgets `conn` in the per-session stream index.
-    pub(crate) fn unindex_stream(&mut self, conn: ConnId, session_id: &str) {
-        if let Some(set) = self.streams.get_mut(session_id) {
-            set.remove(&conn);
-            if set.is_empty() {
-                self.streams.remove(session_id);
-            }
-        }
+        self.streams.of_session(session_id)
     }
 
     pub(crate) fn stream_mut(&mut self, conn: ConnId) -> Option<&mut Stream> {
-        self.conns.get_mut(&conn).and_then(|c| c.stream.as_mut())
+        self.streams.get_mut(conn)
     }
 
     /// One NDJSON line as one HTTP chunk.
@@ -293,13 +235,7 @@ impl Engine {
         let line = proto::jsonrpc::escape_line_separators(line);
         let mut bytes = Vec::with_capacity(line.len() + 12);
         proto::http::encode_chunk(line.as_bytes(), &mut bytes);
-        let len = bytes.len();
-        let now = self.now.mono;
-        if let Some(s) = self.stream_mut(conn) {
-            s.in_flight.push_back(len);
-            s.in_flight_bytes += len;
-            s.last_write = now;
-        }
+        self.streams.sent(conn, bytes.len(), self.now.mono);
         self.send(conn, bytes);
     }
 
@@ -323,13 +259,9 @@ impl Engine {
 
     /// Closes the chunked body and frees the connection for its next request.
     pub(crate) fn end_stream(&mut self, conn: ConnId) {
-        let Some(c) = self.conns.get_mut(&conn) else {
+        let Some(stream) = self.streams.end(conn) else {
             return;
         };
-        let Some(stream) = c.stream.take() else {
-            return;
-        };
-        self.unindex_stream(conn, &stream.session_id);
         if matches!(stream.kind, StreamKind::Turn) {
             // The turn runs on without a consumer.
             self.forget_conn_in_turns(conn);
@@ -351,11 +283,7 @@ impl Engine {
         if every == 0 {
             return None;
         }
-        self.conns
-            .values()
-            .filter_map(|c| c.stream.as_ref())
-            .map(|s| s.last_write + every)
-            .min()
+        self.streams.next_keepalive(every)
     }
 
     /// A blank line (which NDJSON readers skip) on every stream silent for
@@ -365,44 +293,14 @@ impl Engine {
         if every == 0 {
             return;
         }
-        let now = self.now.mono;
-        let due: Vec<ConnId> = self
-            .conns
-            .iter()
-            .filter(|(_, c)| {
-                c.stream
-                    .as_ref()
-                    .is_some_and(|s| s.last_write + every <= now)
-            })
-            .map(|(id, _)| *id)
-            .collect();
-        for conn in due {
+        for conn in self.streams.keepalives_due(every, self.now.mono) {
             self.frame(conn, "\n");
         }
     }
 
     /// Accounts flushed bytes against in-flight frames.
-    pub(crate) fn stream_flushed(&mut self, conn: ConnId, mut bytes: usize) {
-        let Some(s) = self.stream_mut(conn) else {
-            return;
-        };
-        let earlier = bytes.min(s.unflushed_before);
-        s.unflushed_before -= earlier;
-        bytes -= earlier;
-        s.in_flight_bytes = s.in_flight_bytes.saturating_sub(bytes);
-        bytes += s.flushed_partial;
-        while let Some(&front) = s.in_flight.front() {
-            if bytes >= front {
-                bytes -= front;
-                s.in_flight.pop_front();
-            } else {
-                break;
-            }
-        }
-        s.flushed_partial = if s.in_flight.is_empty() { 0 } else { bytes };
-        if s.in_flight.is_empty() {
-            s.in_flight_bytes = 0;
-        }
+    pub(crate) fn stream_flushed(&mut self, conn: ConnId, bytes: usize) {
+        self.streams.flushed(conn, bytes);
         self.subscriber_drained(conn);
     }
 }

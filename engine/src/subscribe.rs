@@ -21,34 +21,7 @@ use proto::jsonrpc::codes;
 /// Rows per replay read (spec 01 §6.3).
 const REPLAY_PAGE: usize = 200;
 
-/// A subscriber's position relative to the live log.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Phase {
-    /// Live events are written as they are published.
-    Live,
-    /// A store read is in flight; live events published meanwhile wait in
-    /// `buffered`. `overflow`: the buffer outgrew the lag limit and was
-    /// dropped (gapless only), so the store must be read once more.
-    Reading { overflow: bool },
-    /// Gapless only: over its byte window. Nothing is written or buffered
-    /// until the consumer drains; then the store is read from `delivered`.
-    Stalled,
-}
-
-pub struct Subscription {
-    pub phase: Phase,
-    pub buffered: Vec<Appended>,
-    /// Highest seq delivered so far.
-    pub delivered: u64,
-    /// Id of the last replayed event (the `replay_complete` marker).
-    pub last_id: Option<String>,
-    /// The first transition to live delivery has happened (the marker, if
-    /// asked for, is sent once).
-    pub caught_up: bool,
-    /// Gapless only: the session closed while this stream was behind. It
-    /// reads the rest of the log (the close included) and then ends.
-    pub ends_at_close: bool,
-}
+pub use crate::streams::{Phase, Subscription};
 
 impl Engine {
     pub(crate) fn subscribe(&mut self, conn: ConnId, session_id: &str, params: &Value) {
@@ -158,13 +131,10 @@ impl Engine {
 
     /// Whether a gapless stream is over its window.
     fn over_window(&self, conn: ConnId) -> bool {
-        self.conns
-            .get(&conn)
-            .and_then(|c| c.stream.as_ref())
-            .is_some_and(|s| {
-                s.ext.has(Extension::SubscribeGapless)
-                    && s.in_flight_bytes >= self.config.subscriber_window_bytes
-            })
+        self.streams.get(conn).is_some_and(|s| {
+            s.ext.has(Extension::SubscribeGapless)
+                && s.in_flight_bytes >= self.config.subscriber_window_bytes
+        })
     }
 
     pub(crate) fn on_replay_page(&mut self, conn: ConnId, result: Result<ReadResult, String>) {
@@ -258,10 +228,7 @@ impl Engine {
             .into_iter()
             .filter(|c| {
                 matches!(
-                    self.conns
-                        .get(c)
-                        .and_then(|c| c.stream.as_ref())
-                        .map(|s| &s.kind),
+                    self.streams.get(*c).map(|s| &s.kind),
                     Some(StreamKind::Subscribe(_))
                 )
             })

@@ -6,7 +6,7 @@ use super::*;
 const IDLE: u64 = 75_000;
 const REQUEST: u64 = 30_000;
 
-fn table() -> Table<()> {
+fn table() -> Table {
     Table::new(Settings {
         http: proto::http::Limits {
             max_head_bytes: 1024,

@@ -1,0 +1,193 @@
+//! The stream hub: every open NDJSON response, indexed by connection and
+//! by session, with the per-stream flow accounting the fan-out decisions
+//! read (frames in flight, the gapless byte window, keepalive timing). It
+//! owns that state; what a stream receives is decided by `subscribe.rs`
+//! (subscriptions) and the turn gate (turn streams), which the engine
+//! routes through it.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use proto::jsonrpc::{Extension, Extensions};
+use serde_json::Value;
+
+use crate::log::Appended;
+use crate::{ConnId, MonoMs};
+
+/// An open NDJSON response on a connection.
+pub struct Stream {
+    pub session_id: String,
+    /// The request id (`None` = notification: no terminal frame).
+    pub id: Option<Value>,
+    pub kind: StreamKind,
+    /// Byte sizes of frames emitted but not yet flushed: the consumer's lag.
+    pub in_flight: VecDeque<usize>,
+    /// Bytes of the oldest in-flight frame already flushed.
+    pub flushed_partial: usize,
+    /// Bytes of in-flight frames not yet flushed (the gapless window).
+    pub in_flight_bytes: usize,
+    /// Bytes emitted on the connection before this stream's first frame
+    /// (earlier responses, the head) and not yet flushed: flush reports
+    /// cover them first, so they never count as this consumer's progress.
+    pub unflushed_before: usize,
+    /// When the last bytes went out (keepalive timing).
+    pub last_write: MonoMs,
+    /// Extensions the stream's client opted into (docs/extensions.md).
+    pub ext: Extensions,
+}
+
+pub enum StreamKind {
+    /// A single-answer method: nothing is forwarded.
+    Single,
+    /// `session.subscribe`.
+    Subscribe(Subscription),
+    /// A gated request waiting in the FIFO: silent until admitted.
+    Queued,
+    /// The gate holder's stream: every event except its own input.
+    Turn,
+}
+
+/// A subscriber's position relative to the live log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// Live events are written as they are published.
+    Live,
+    /// A store read is in flight; live events published meanwhile wait in
+    /// `buffered`. `overflow`: the buffer outgrew the lag limit and was
+    /// dropped (gapless only), so the store must be read once more.
+    Reading { overflow: bool },
+    /// Gapless only: over its byte window. Nothing is written or buffered
+    /// until the consumer drains; then the store is read from `delivered`.
+    Stalled,
+}
+
+pub struct Subscription {
+    pub phase: Phase,
+    pub buffered: Vec<Appended>,
+    /// Highest seq delivered so far.
+    pub delivered: u64,
+    /// Id of the last replayed event (the `replay_complete` marker).
+    pub last_id: Option<String>,
+    /// The first transition to live delivery has happened (the marker, if
+    /// asked for, is sent once).
+    pub caught_up: bool,
+    /// Gapless only: the session closed while this stream was behind. It
+    /// reads the rest of the log (the close included) and then ends.
+    pub ends_at_close: bool,
+}
+
+/// Every open stream.
+#[derive(Default)]
+pub struct Hub {
+    streams: BTreeMap<ConnId, Stream>,
+    /// Streams per session, in connection order (the fan-out index).
+    by_session: BTreeMap<String, BTreeSet<ConnId>>,
+}
+
+impl Hub {
+    /// Opens a stream on `conn`; `unflushed_before` is what the connection
+    /// still has to flush of earlier bytes.
+    pub fn open(&mut self, conn: ConnId, session_id: &str, unflushed_before: usize, now: MonoMs) {
+        self.streams.insert(
+            conn,
+            Stream {
+                session_id: session_id.to_string(),
+                id: None,
+                kind: StreamKind::Single,
+                in_flight: VecDeque::new(),
+                flushed_partial: 0,
+                in_flight_bytes: 0,
+                unflushed_before,
+                last_write: now,
+                ext: Extensions::default(),
+            },
+        );
+        self.by_session
+            .entry(session_id.to_string())
+            .or_default()
+            .insert(conn);
+    }
+
+    /// Removes the stream on `conn` (its request is answered or its
+    /// connection is gone).
+    pub fn end(&mut self, conn: ConnId) -> Option<Stream> {
+        let stream = self.streams.remove(&conn)?;
+        if let Some(set) = self.by_session.get_mut(&stream.session_id) {
+            set.remove(&conn);
+            if set.is_empty() {
+                self.by_session.remove(&stream.session_id);
+            }
+        }
+        Some(stream)
+    }
+
+    pub fn get(&self, conn: ConnId) -> Option<&Stream> {
+        self.streams.get(&conn)
+    }
+
+    pub fn get_mut(&mut self, conn: ConnId) -> Option<&mut Stream> {
+        self.streams.get_mut(&conn)
+    }
+
+    /// Whether the stream on `conn` opted into `e`.
+    pub fn has(&self, conn: ConnId, e: Extension) -> bool {
+        self.streams.get(&conn).is_some_and(|s| s.ext.has(e))
+    }
+
+    /// Streams open on `session_id`, in connection order.
+    pub fn of_session(&self, session_id: &str) -> Vec<ConnId> {
+        self.by_session
+            .get(session_id)
+            .map(|s| s.iter().copied().collect())
+            .unwrap_or_default()
+    }
+
+    /// A frame of `len` bytes goes out on `conn` now.
+    pub fn sent(&mut self, conn: ConnId, len: usize, now: MonoMs) {
+        if let Some(s) = self.streams.get_mut(&conn) {
+            s.in_flight.push_back(len);
+            s.in_flight_bytes += len;
+            s.last_write = now;
+        }
+    }
+
+    /// `bytes` of `conn` reached the socket: earlier bytes first, then the
+    /// stream's frames in order.
+    pub fn flushed(&mut self, conn: ConnId, mut bytes: usize) {
+        let Some(s) = self.streams.get_mut(&conn) else {
+            return;
+        };
+        let earlier = bytes.min(s.unflushed_before);
+        s.unflushed_before -= earlier;
+        bytes -= earlier;
+        s.in_flight_bytes = s.in_flight_bytes.saturating_sub(bytes);
+        bytes += s.flushed_partial;
+        while let Some(&front) = s.in_flight.front() {
+            if bytes >= front {
+                bytes -= front;
+                s.in_flight.pop_front();
+            } else {
+                break;
+            }
+        }
+        s.flushed_partial = if s.in_flight.is_empty() { 0 } else { bytes };
+        if s.in_flight.is_empty() {
+            s.in_flight_bytes = 0;
+        }
+    }
+
+    /// Earliest keepalive deadline (`every` ms of silence), if any stream.
+    pub fn next_keepalive(&self, every: u64) -> Option<MonoMs> {
+        self.streams.values().map(|s| s.last_write + every).min()
+    }
+
+    /// Streams silent for `every` ms at `now`.
+    pub fn keepalives_due(&self, every: u64, now: MonoMs) -> Vec<ConnId> {
+        (self.streams.iter())
+            .filter(|(_, s)| s.last_write + every <= now)
+            .map(|(c, _)| *c)
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,83 @@
+//! The stream hub in-process: the per-session index and the flow
+//! accounting (earlier bytes first, partial frames, the byte window).
+
+use super::*;
+
+#[test]
+fn streams_are_indexed_by_session_in_connection_order() {
+    let mut h = Hub::default();
+    h.open(ConnId(3), "s1", 0, MonoMs(0));
+    h.open(ConnId(1), "s1", 0, MonoMs(0));
+    h.open(ConnId(2), "s2", 0, MonoMs(0));
+    assert_eq!(h.of_session("s1"), [ConnId(1), ConnId(3)]);
+    assert_eq!(h.of_session("s2"), [ConnId(2)]);
+    assert!(h.of_session("nope").is_empty());
+}
+
+#[test]
+fn ending_a_stream_unindexes_it_once() {
+    let mut h = Hub::default();
+    h.open(ConnId(1), "s", 0, MonoMs(0));
+    h.open(ConnId(2), "s", 0, MonoMs(0));
+    assert_eq!(h.end(ConnId(1)).map(|s| s.session_id), Some("s".into()));
+    assert!(h.end(ConnId(1)).is_none());
+    assert_eq!(h.of_session("s"), [ConnId(2)]);
+    h.end(ConnId(2));
+    assert!(h.of_session("s").is_empty());
+    assert!(h.get(ConnId(2)).is_none());
+}
+
+#[test]
+fn flush_reports_cover_earlier_bytes_before_this_streams_frames() {
+    let mut h = Hub::default();
+    h.open(ConnId(1), "s", 100, MonoMs(0));
+    h.sent(ConnId(1), 10, MonoMs(1));
+    h.sent(ConnId(1), 20, MonoMs(2));
+    h.flushed(ConnId(1), 100);
+    let s = h.get(ConnId(1)).unwrap();
+    assert_eq!(
+        (s.in_flight.len(), s.in_flight_bytes),
+        (2, 30),
+        "only the head flushed"
+    );
+    h.flushed(ConnId(1), 15);
+    let s = h.get(ConnId(1)).unwrap();
+    assert_eq!(
+        s.in_flight.len(),
+        1,
+        "the first frame is out, half the second"
+    );
+    assert_eq!((s.flushed_partial, s.in_flight_bytes), (5, 15));
+    h.flushed(ConnId(1), 15);
+    let s = h.get(ConnId(1)).unwrap();
+    assert!(s.in_flight.is_empty());
+    assert_eq!((s.flushed_partial, s.in_flight_bytes), (0, 0));
+}
+
+#[test]
+fn keepalives_are_due_after_silence_only() {
+    let mut h = Hub::default();
+    assert_eq!(h.next_keepalive(1_000), None);
+    h.open(ConnId(1), "s", 0, MonoMs(0));
+    h.open(ConnId(2), "s", 0, MonoMs(0));
+    h.sent(ConnId(2), 5, MonoMs(600));
+    assert_eq!(h.next_keepalive(1_000), Some(MonoMs(1_000)));
+    assert_eq!(h.keepalives_due(1_000, MonoMs(999)), []);
+    assert_eq!(h.keepalives_due(1_000, MonoMs(1_000)), [ConnId(1)]);
+    assert_eq!(
+        h.keepalives_due(1_000, MonoMs(1_600)),
+        [ConnId(1), ConnId(2)]
+    );
+}
+
+#[test]
+fn extensions_are_per_stream() {
+    let mut h = Hub::default();
+    h.open(ConnId(1), "s", 0, MonoMs(0));
+    h.open(ConnId(2), "s", 0, MonoMs(0));
+    let ext = Extensions::default().with(Extension::SubscribeGapless);
+    h.get_mut(ConnId(1)).unwrap().ext = ext;
+    assert!(h.has(ConnId(1), Extension::SubscribeGapless));
+    assert!(!h.has(ConnId(2), Extension::SubscribeGapless));
+    assert!(!h.has(ConnId(9), Extension::SubscribeGapless));
+}
