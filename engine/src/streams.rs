@@ -75,6 +75,29 @@ pub struct Subscription {
     pub ends_at_close: bool,
 }
 
+/// The flow bounds of live delivery (`BAE_SUBSCRIBER_LAG_LIMIT`,
+/// `BAE_SUBSCRIBER_WINDOW_BYTES`).
+#[derive(Debug, Clone, Copy)]
+pub struct FlowLimits {
+    /// Unflushed frames (plain streams) or buffered events (a replaying
+    /// subscriber) before a consumer gets `lagged`.
+    pub lag_limit: usize,
+    /// Unflushed bytes of a gapless subscriber before it stalls.
+    pub window_bytes: usize,
+}
+
+/// What to do with a live event on one stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Live {
+    /// Nothing is written now (not this stream's, already delivered,
+    /// buffered behind a replay, or stalled until the consumer drains).
+    Skip,
+    /// Write the event frame.
+    Frame,
+    /// The consumer is too far behind: the `lagged` error, then the end.
+    Lagged,
+}
+
 /// Every open stream.
 #[derive(Default)]
 pub struct Hub {
@@ -172,6 +195,73 @@ impl Hub {
         s.flushed_partial = if s.in_flight.is_empty() { 0 } else { bytes };
         if s.in_flight.is_empty() {
             s.in_flight_bytes = 0;
+        }
+    }
+
+    /// A published event reaches stream `conn` (`quiet`: it is the
+    /// stream's own request's input, never echoed to it).
+    pub fn publish(
+        &mut self,
+        conn: ConnId,
+        ev: &Appended,
+        quiet: bool,
+        limits: FlowLimits,
+    ) -> Live {
+        let Some(s) = self.streams.get_mut(&conn) else {
+            return Live::Skip;
+        };
+        let gapless = s.ext.has(Extension::SubscribeGapless);
+        match &mut s.kind {
+            StreamKind::Single | StreamKind::Queued => Live::Skip,
+            StreamKind::Turn if quiet => Live::Skip,
+            StreamKind::Turn => self.deliver(conn, ev, limits),
+            StreamKind::Subscribe(sub) => match sub.phase {
+                Phase::Live => self.deliver(conn, ev, limits),
+                // In the store already: read once the consumer drains.
+                Phase::Stalled | Phase::Reading { overflow: true } => Live::Skip,
+                Phase::Reading { overflow: false } => {
+                    sub.buffered.push(ev.clone());
+                    if sub.buffered.len() <= limits.lag_limit {
+                        Live::Skip
+                    } else if gapless {
+                        sub.buffered.clear();
+                        sub.phase = Phase::Reading { overflow: true };
+                        Live::Skip
+                    } else {
+                        Live::Lagged
+                    }
+                }
+            },
+        }
+    }
+
+    /// One live event for stream `conn`, unless already delivered. A plain
+    /// consumer too far behind lags; a gapless one over its byte window
+    /// stalls (and later catches up from the store).
+    pub fn deliver(&mut self, conn: ConnId, ev: &Appended, limits: FlowLimits) -> Live {
+        let Some(s) = self.streams.get_mut(&conn) else {
+            return Live::Skip;
+        };
+        let gapless = s.ext.has(Extension::SubscribeGapless);
+        let over_window = gapless && s.in_flight_bytes >= limits.window_bytes;
+        if let StreamKind::Subscribe(sub) = &mut s.kind {
+            if ev.seq <= sub.delivered || sub.phase != Phase::Live {
+                return Live::Skip;
+            }
+            if gapless {
+                if over_window {
+                    sub.phase = Phase::Stalled;
+                    return Live::Skip;
+                }
+                sub.delivered = ev.seq;
+                return Live::Frame;
+            }
+            sub.delivered = ev.seq;
+        }
+        if s.in_flight.len() >= limits.lag_limit {
+            Live::Lagged
+        } else {
+            Live::Frame
         }
     }
 

@@ -21,6 +21,7 @@ use proto::jsonrpc::codes;
 /// Rows per replay read (spec 01 §6.3).
 const REPLAY_PAGE: usize = 200;
 
+use crate::streams::{FlowLimits, Live};
 pub use crate::streams::{Phase, Subscription};
 
 impl Engine {
@@ -252,67 +253,39 @@ impl Engine {
 
     /// Fans a committed event out to the session's live streams.
     pub(crate) fn publish(&mut self, session_id: &str, ev: &Appended) {
-        let targets = self.session_streams(session_id);
+        let limits = self.flow_limits();
+        // Taken for the loop: writing a frame may end a stream and start the
+        // next pipelined request, whose own publishes must not see it.
         let quiet = std::mem::take(&mut self.quiet);
-        let lag_limit = self.config.subscriber_lag_limit;
-        for conn in targets {
-            let Some(s) = self.stream_mut(conn) else {
-                continue;
-            };
-            let gapless = s.ext.has(Extension::SubscribeGapless);
-            match &mut s.kind {
-                StreamKind::Single | StreamKind::Queued => {}
-                StreamKind::Turn if quiet.contains(&conn) => {}
-                StreamKind::Turn => self.deliver(conn, ev),
-                StreamKind::Subscribe(sub) => match sub.phase {
-                    Phase::Live => self.deliver(conn, ev),
-                    // In the store already: read once the consumer drains.
-                    Phase::Stalled | Phase::Reading { overflow: true } => {}
-                    Phase::Reading { overflow: false } => {
-                        sub.buffered.push(ev.clone());
-                        if sub.buffered.len() > lag_limit {
-                            if gapless {
-                                sub.buffered.clear();
-                                sub.phase = Phase::Reading { overflow: true };
-                            } else {
-                                self.lagged(conn);
-                            }
-                        }
-                    }
-                },
-            }
+        for conn in self.session_streams(session_id) {
+            let live = self
+                .streams
+                .publish(conn, ev, quiet.contains(&conn), limits);
+            self.act_live(conn, ev, live);
         }
         self.quiet = quiet;
     }
 
-    /// Writes one live event unless already delivered. A consumer too far
-    /// behind gets the `lagged` error and is dropped; a gapless one stalls
-    /// and later catches up from the store.
+    /// Writes one live event unless already delivered (see
+    /// [`crate::streams::Hub::deliver`]).
     fn deliver(&mut self, conn: ConnId, ev: &Appended) {
-        let lag_limit = self.config.subscriber_lag_limit;
-        let over_window = self.over_window(conn);
-        let Some(s) = self.stream_mut(conn) else {
-            return;
-        };
-        let gapless = s.ext.has(Extension::SubscribeGapless);
-        if let StreamKind::Subscribe(sub) = &mut s.kind {
-            if ev.seq <= sub.delivered || sub.phase != Phase::Live {
-                return;
-            }
-            if gapless {
-                if over_window {
-                    sub.phase = Phase::Stalled;
-                    return;
-                }
-                sub.delivered = ev.seq;
-                return self.frame(conn, &jsonrpc::event_frame(&ev.json));
-            }
-            sub.delivered = ev.seq;
+        let live = self.streams.deliver(conn, ev, self.flow_limits());
+        self.act_live(conn, ev, live);
+    }
+
+    fn act_live(&mut self, conn: ConnId, ev: &Appended, live: Live) {
+        match live {
+            Live::Skip => {}
+            Live::Frame => self.frame(conn, &jsonrpc::event_frame(&ev.json)),
+            Live::Lagged => self.lagged(conn),
         }
-        if s.in_flight.len() >= lag_limit {
-            return self.lagged(conn);
+    }
+
+    fn flow_limits(&self) -> FlowLimits {
+        FlowLimits {
+            lag_limit: self.config.subscriber_lag_limit,
+            window_bytes: self.config.subscriber_window_bytes,
         }
-        self.frame(conn, &jsonrpc::event_frame(&ev.json));
     }
 
     fn lagged(&mut self, conn: ConnId) {

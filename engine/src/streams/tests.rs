@@ -81,3 +81,115 @@ fn extensions_are_per_stream() {
     assert!(!h.has(ConnId(2), Extension::SubscribeGapless));
     assert!(!h.has(ConnId(9), Extension::SubscribeGapless));
 }
+
+fn ev(seq: u64) -> Appended {
+    Appended {
+        seq,
+        id: format!("evt_{seq}"),
+        json: "{}".into(),
+    }
+}
+
+const LIMITS: FlowLimits = FlowLimits {
+    lag_limit: 2,
+    window_bytes: 100,
+};
+
+fn with_kind(h: &mut Hub, conn: u64, kind: StreamKind) {
+    h.open(ConnId(conn), "s", 0, MonoMs(0));
+    h.get_mut(ConnId(conn)).unwrap().kind = kind;
+}
+
+fn subscription(phase: Phase) -> StreamKind {
+    StreamKind::Subscribe(Subscription {
+        phase,
+        buffered: Vec::new(),
+        delivered: 0,
+        last_id: None,
+        caught_up: true,
+        ends_at_close: false,
+    })
+}
+
+#[test]
+fn turn_streams_get_every_event_but_their_own_input() {
+    let mut h = Hub::default();
+    with_kind(&mut h, 1, StreamKind::Turn);
+    assert_eq!(h.publish(ConnId(1), &ev(1), false, LIMITS), Live::Frame);
+    assert_eq!(h.publish(ConnId(1), &ev(2), true, LIMITS), Live::Skip);
+}
+
+#[test]
+fn single_and_queued_streams_stay_silent() {
+    let mut h = Hub::default();
+    with_kind(&mut h, 1, StreamKind::Single);
+    with_kind(&mut h, 2, StreamKind::Queued);
+    assert_eq!(h.publish(ConnId(1), &ev(1), false, LIMITS), Live::Skip);
+    assert_eq!(h.publish(ConnId(2), &ev(1), false, LIMITS), Live::Skip);
+}
+
+#[test]
+fn a_live_subscriber_gets_each_event_once() {
+    let mut h = Hub::default();
+    with_kind(&mut h, 1, subscription(Phase::Live));
+    assert_eq!(h.publish(ConnId(1), &ev(5), false, LIMITS), Live::Frame);
+    assert_eq!(
+        h.deliver(ConnId(1), &ev(5), LIMITS),
+        Live::Skip,
+        "duplicate"
+    );
+    assert_eq!(h.deliver(ConnId(1), &ev(4), LIMITS), Live::Skip, "older");
+}
+
+#[test]
+fn a_plain_consumer_with_too_many_frames_in_flight_lags() {
+    let mut h = Hub::default();
+    with_kind(&mut h, 1, StreamKind::Turn);
+    h.sent(ConnId(1), 10, MonoMs(0));
+    h.sent(ConnId(1), 10, MonoMs(0));
+    assert_eq!(h.publish(ConnId(1), &ev(1), false, LIMITS), Live::Lagged);
+}
+
+#[test]
+fn a_replaying_subscriber_buffers_then_lags_past_the_limit() {
+    let mut h = Hub::default();
+    with_kind(&mut h, 1, subscription(Phase::Reading { overflow: false }));
+    assert_eq!(h.publish(ConnId(1), &ev(1), false, LIMITS), Live::Skip);
+    assert_eq!(h.publish(ConnId(1), &ev(2), false, LIMITS), Live::Skip);
+    assert_eq!(h.publish(ConnId(1), &ev(3), false, LIMITS), Live::Lagged);
+}
+
+#[test]
+fn a_gapless_replaying_subscriber_drops_its_buffer_and_rereads() {
+    let mut h = Hub::default();
+    with_kind(&mut h, 1, subscription(Phase::Reading { overflow: false }));
+    h.get_mut(ConnId(1)).unwrap().ext = Extensions::default().with(Extension::SubscribeGapless);
+    for seq in 1..=3 {
+        assert_eq!(h.publish(ConnId(1), &ev(seq), false, LIMITS), Live::Skip);
+    }
+    let StreamKind::Subscribe(sub) = &h.get(ConnId(1)).unwrap().kind else {
+        panic!()
+    };
+    assert_eq!(sub.phase, Phase::Reading { overflow: true });
+    assert!(sub.buffered.is_empty());
+}
+
+#[test]
+fn a_gapless_subscriber_over_its_window_stalls_instead_of_lagging() {
+    let mut h = Hub::default();
+    with_kind(&mut h, 1, subscription(Phase::Live));
+    h.get_mut(ConnId(1)).unwrap().ext = Extensions::default().with(Extension::SubscribeGapless);
+    for _ in 0..5 {
+        h.sent(ConnId(1), 30, MonoMs(0));
+    }
+    assert_eq!(h.publish(ConnId(1), &ev(1), false, LIMITS), Live::Skip);
+    let StreamKind::Subscribe(sub) = &h.get(ConnId(1)).unwrap().kind else {
+        panic!()
+    };
+    assert_eq!(sub.phase, Phase::Stalled);
+    assert_eq!(
+        h.publish(ConnId(1), &ev(2), false, LIMITS),
+        Live::Skip,
+        "nothing while stalled"
+    );
+}
