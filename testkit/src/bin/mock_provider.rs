@@ -35,6 +35,7 @@ Options:
   -h, --help         print this help
 ";
 
+#[derive(Debug)]
 struct Args {
     addr: SocketAddr,
     reply: String,
@@ -105,7 +106,10 @@ fn main() -> ExitCode {
         let requests = mock.wait_requests(seen + 1, Duration::from_secs(3600));
         for r in &requests[seen..] {
             let model = r.body.get("model").and_then(|m| m.as_str()).unwrap_or("?");
-            eprintln!("bae-mock-provider: {} {} (model {model:?})", r.method, r.path);
+            eprintln!(
+                "bae-mock-provider: {} {} (model {model:?})",
+                r.method, r.path
+            );
         }
         seen = requests.len();
     }
@@ -135,7 +139,9 @@ mod tests {
 
     #[test]
     fn rejects_bad_input() {
-        assert!(p(&["--addr", "0.0.0.0:9090"]).unwrap_err().contains("loopback"));
+        assert!(p(&["--addr", "0.0.0.0:9090"])
+            .unwrap_err()
+            .contains("loopback"));
         assert!(p(&["--addr", "localhost:9090"]).is_err());
         assert!(p(&["--addr"]).unwrap_err().contains("needs a value"));
         assert!(p(&["--frob"]).unwrap_err().contains("unknown argument"));
