@@ -3,8 +3,8 @@
 # arrives. The doc's code blocks are marked with an HTML comment on the line
 # before the fence:
 #
-#   <!-- qs:build -->            not run (a release build); must name the
-#                                three binaries used below
+#   <!-- qs:build -->            run from the repository root when QS_BIN_DIR
+#                                is unset; must name the three binaries
 #   <!-- qs:env -->              not run: it may only export BAE_ADDR,
 #                                BAE_ADMIN_ADDR and BAE_MOCK_ADDR, which this
 #                                script sets to free loopback ports instead
@@ -27,7 +27,8 @@
 #   QS_EXPECT_REPLY  the assistant text to expect (default: the canned reply
 #                    of bae-mock-provider)
 #   QS_BIN_DIR       folder holding baesrv, baectl and bae-mock-provider;
-#                    unset: build them (debug) with cargo
+#                    unset: run the page's build block (a debug build) and
+#                    use target/debug
 #   BAE_ADDR, BAE_ADMIN_ADDR, BAE_MOCK_ADDR   default: free loopback ports
 #   QS_DOC           the page to run (default docs/quickstart.md)
 #   QS_KEEP          1: keep the work directory
@@ -55,40 +56,6 @@ for tool in curl python3 sed awk; do
   command -v "$tool" >/dev/null 2>&1 || die "$tool is required but not on PATH"
 done
 [ -f "$DOC" ] || die "no quickstart page at $DOC"
-
-if [ -n "${QS_BIN_DIR:-}" ]; then
-  BIN_DIR=$QS_BIN_DIR
-else
-  say "building ${BINS[*]}"
-  (cd "$ROOT" && cargo build -j 2 -p io-smol -p testkit --bin baesrv --bin baectl --bin bae-mock-provider)
-  BIN_DIR=${CARGO_TARGET_DIR:-$ROOT/target}/debug
-fi
-for b in "${BINS[@]}"; do
-  [ -x "$BIN_DIR/$b" ] || die "$BIN_DIR/$b is missing (cargo build -p io-smol -p testkit --bins)"
-done
-BIN_DIR=$(cd "$BIN_DIR" && pwd)
-
-# Nothing from the caller's environment but the three addresses reaches the
-# doc's commands; provider tokens get dummy values.
-for v in $(compgen -e); do
-  case $v in
-    BAE_ADDR | BAE_ADMIN_ADDR | BAE_MOCK_ADDR) ;;
-    BAE_*) unset "$v" ;;
-  esac
-done
-unset CLIENT_KEY PROFILE_ID SESSION SESSION_ID SESSION_KEY RPC
-export ANTHROPIC_API_KEY=qs-check-anthropic-key
-export OPENAI_API_KEY=qs-check-openai-key
-read -r p1 p2 p3 < <(python3 -c '
-import socket
-socks = [socket.socket() for _ in range(3)]
-for s in socks:
-    s.bind(("127.0.0.1", 0))
-print(" ".join(str(s.getsockname()[1]) for s in socks))')
-export BAE_ADDR=${BAE_ADDR:-127.0.0.1:$p1}
-export BAE_ADMIN_ADDR=${BAE_ADMIN_ADDR:-127.0.0.1:$p2}
-export BAE_MOCK_ADDR=${BAE_MOCK_ADDR:-127.0.0.1:$p3}
-export PATH="$BIN_DIR:$PATH"
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/bae-quickstart.XXXXXX")
 META=$(mktemp -d "${TMPDIR:-/tmp}/bae-quickstart-meta.XXXXXX")
@@ -135,6 +102,44 @@ awk -v out="$META" '
 ' "$DOC" || die "cannot split $DOC into blocks"
 blocks=("$META"/[0-9][0-9].*)
 [ -e "${blocks[0]}" ] || die "$DOC has no qs: blocks"
+
+if [ -n "${QS_BIN_DIR:-}" ]; then
+  BIN_DIR=$QS_BIN_DIR
+else
+  # The page's own build command, from the repository root.
+  build=""
+  for b in "$META"/[0-9][0-9].build; do [ -f "$b" ] && build=$b; done
+  [ -n "$build" ] || die "the page has no qs:build block"
+  say "building with the page's qs:build block"
+  (cd "$ROOT" && bash -euo pipefail "$build") || die "the page's build block failed"
+  BIN_DIR=${CARGO_TARGET_DIR:-$ROOT/target}/debug
+fi
+for b in "${BINS[@]}"; do
+  [ -x "$BIN_DIR/$b" ] || die "$BIN_DIR/$b is missing (cargo build -p io-smol -p testkit --bins)"
+done
+BIN_DIR=$(cd "$BIN_DIR" && pwd)
+
+# Nothing from the caller's environment but the three addresses reaches the
+# doc's commands; provider tokens get dummy values.
+for v in $(compgen -e); do
+  case $v in
+    BAE_ADDR | BAE_ADMIN_ADDR | BAE_MOCK_ADDR) ;;
+    BAE_*) unset "$v" ;;
+  esac
+done
+unset CLIENT_KEY PROFILE_ID SESSION SESSION_ID SESSION_KEY RPC
+export ANTHROPIC_API_KEY=qs-check-anthropic-key
+export OPENAI_API_KEY=qs-check-openai-key
+read -r p1 p2 p3 < <(python3 -c '
+import socket
+socks = [socket.socket() for _ in range(3)]
+for s in socks:
+    s.bind(("127.0.0.1", 0))
+print(" ".join(str(s.getsockname()[1]) for s in socks))')
+export BAE_ADDR=${BAE_ADDR:-127.0.0.1:$p1}
+export BAE_ADMIN_ADDR=${BAE_ADMIN_ADDR:-127.0.0.1:$p2}
+export BAE_MOCK_ADDR=${BAE_MOCK_ADDR:-127.0.0.1:$p3}
+export PATH="$BIN_DIR:$PATH"
 
 cd "$WORK"
 saw_config=""
