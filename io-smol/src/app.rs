@@ -14,7 +14,7 @@ use tracing_subscriber::EnvFilter;
 
 use crate::config::{self, Cli, Command, ConfigError, Env, FileConfig};
 use crate::driver::{self, Clock, DriverSettings, OsEntropy};
-use crate::store::{self, bootstrap_admin_key, BootstrapSettings, Store};
+use crate::store::{self, bootstrap_admin_key, BootstrapOutcome, BootstrapSettings, Store};
 
 /// Exit code of runtime failures.
 pub const EXIT_RUNTIME: i32 = 1;
@@ -205,10 +205,13 @@ fn serve(cli: &Cli, runtime: Runtime) -> i32 {
     };
     let mut os_rng = OsEntropy;
     let mut entropy = |buf: &mut [u8]| os_rng.fill(buf);
-    if let Err(e) = bootstrap_admin_key(&store, &settings, &mut entropy) {
-        tracing::error!("{e}");
-        return e.exit_code();
-    }
+    let outcome = match bootstrap_admin_key(&store, &settings, &mut entropy) {
+        Ok(o) => o,
+        Err(e) => {
+            tracing::error!("{e}");
+            return e.exit_code();
+        }
+    };
     let snapshot = match store.load_snapshot() {
         Ok(s) => s,
         Err(e) => {
@@ -245,6 +248,10 @@ fn serve(cli: &Cli, runtime: Runtime) -> i32 {
         }
     };
     tracing::info!(client = %env.addr, admin = %env.admin_addr, "listening");
+    if outcome == BootstrapOutcome::Generated {
+        // First boot: say where the key is and what to do next (never the key).
+        tracing::info!("{}", first_boot_hint(&env.admin_key_file, env.admin_addr));
+    }
     // Step 14.
     let settings = DriverSettings {
         shutdown_timeout: env.shutdown_timeout,
@@ -265,6 +272,34 @@ fn serve(cli: &Cli, runtime: Runtime) -> i32 {
             tracing::error!("runtime failure: {e}");
             EXIT_RUNTIME
         }
+    }
+}
+
+/// The one line logged after a first boot wrote a new admin key file: where
+/// the key is and the `baectl` command to run next. It names the file, never
+/// its content.
+pub fn first_boot_hint(key_file: &std::path::Path, admin_addr: std::net::SocketAddr) -> String {
+    let path = shell_word(&key_file.display().to_string());
+    let addr = if admin_addr.to_string() == crate::ctl::DEFAULT_ADMIN_ADDR {
+        String::new()
+    } else {
+        format!(" --admin-addr {admin_addr}")
+    };
+    format!(
+        "admin key written to {path}; next: baectl{addr} --admin-key-file {path} \
+         profiles create --name NAME --primary-provider PROVIDER (see docs/quickstart.md)"
+    )
+}
+
+/// `s` as one shell word: as is when it is plain, else single-quoted.
+fn shell_word(s: &str) -> String {
+    let plain = !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "/._-+:@%,=".contains(c));
+    if plain {
+        s.to_string()
+    } else {
+        format!("'{}'", s.replace('\'', "'\\''"))
     }
 }
 
@@ -404,7 +439,27 @@ fn duration_ms(d: std::time::Duration) -> u64 {
 
 #[cfg(test)]
 mod tests {
-    use super::expand_log_directive;
+    use super::{expand_log_directive, first_boot_hint};
+    use std::path::Path;
+
+    #[test]
+    fn first_boot_hint_names_the_file_and_the_next_command() {
+        let default_admin = "127.0.0.1:8081".parse().unwrap();
+        assert_eq!(
+            first_boot_hint(Path::new("./bae-data/admin-key.pem"), default_admin),
+            "admin key written to ./bae-data/admin-key.pem; next: baectl --admin-key-file \
+             ./bae-data/admin-key.pem profiles create --name NAME --primary-provider PROVIDER \
+             (see docs/quickstart.md)"
+        );
+        let other = first_boot_hint(
+            Path::new("/srv/my keys/k.pem"),
+            "127.0.0.1:9001".parse().unwrap(),
+        );
+        assert!(other.starts_with("admin key written to '/srv/my keys/k.pem'; next: baectl --admin-addr 127.0.0.1:9001 --admin-key-file '/srv/my keys/k.pem' profiles create"), "{other}");
+        assert!(!other.contains('\n'));
+        let quote = first_boot_hint(Path::new("/a'b"), default_admin);
+        assert!(quote.contains("'/a'\\''b'"), "{quote}");
+    }
 
     #[test]
     fn baesrv_target_covers_our_crates() {

@@ -4,8 +4,19 @@
 #     testkit/fixtures/mcp/fixture_server.py
 #   - npm `@modelcontextprotocol/server-everything`, globally, which puts
 #     `mcp-server-everything` on PATH
+#   - curl, if missing (Debian's package), which the quickstart check
+#     (testkit/scripts/quickstart-check.sh) runs as docs/quickstart.md does
 # Idempotent: does nothing (quickly) when the pinned versions are present.
 set -euo pipefail
+
+if command -v curl >/dev/null 2>&1; then
+  echo "install-test-deps: curl already installed"
+else
+  echo "install-test-deps: apt-get installing curl"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq curl
+  command -v curl >/dev/null || { echo "install-test-deps: curl not on PATH after install" >&2; exit 1; }
+fi
 
 MCP_PY_VERSION=2.3.0
 EVERYTHING_VERSION=2026.8.31

@@ -1,6 +1,8 @@
 //! A scriptable mock LLM provider speaking Anthropic Messages
 //! (`POST /v1/messages`) and OpenAI Chat Completions
-//! (`POST /v1/chat/completions`) over plain HTTP/1.1 on `127.0.0.1:0`.
+//! (`POST /v1/chat/completions`) over plain HTTP/1.1 on `127.0.0.1:0`
+//! ([`MockProvider::start`]) or a given address ([`MockProvider::bind`],
+//! used by the `bae-mock-provider` binary of the quickstart).
 //!
 //! Replies are taken from a FIFO script shared by every connection (in the
 //! order requests finish arriving); when the script is empty the default
@@ -358,8 +360,15 @@ pub struct MockProvider {
 impl MockProvider {
     #[track_caller]
     pub fn start() -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind mock provider");
-        let addr = listener.local_addr().expect("mock provider addr");
+        let addr = SocketAddr::from(([127, 0, 0, 1], 0));
+        Self::bind(addr).expect("bind mock provider")
+    }
+
+    /// Like [`MockProvider::start`], on a given address (the
+    /// `bae-mock-provider` binary serves a fixed loopback port this way).
+    pub fn bind(addr: SocketAddr) -> io::Result<Self> {
+        let listener = TcpListener::bind(addr)?;
+        let addr = listener.local_addr()?;
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
                 script: VecDeque::new(),
@@ -374,14 +383,13 @@ impl MockProvider {
         let sh = shared.clone();
         let accept = thread::Builder::new()
             .name("mock-provider-accept".into())
-            .spawn(move || accept_loop(listener, sh))
-            .expect("spawn mock accept thread");
-        MockProvider {
+            .spawn(move || accept_loop(listener, sh))?;
+        Ok(MockProvider {
             base_url: format!("http://{addr}"),
             addr,
             shared,
             accept: Some(accept),
-        }
+        })
     }
 
     /// Append a reply to the FIFO script.
