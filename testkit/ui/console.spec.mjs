@@ -15,7 +15,7 @@
 
 import { chromium } from 'playwright-core';
 import { createInterface } from 'node:readline';
-import { mkdirSync } from 'node:fs';
+import { mkdirSync, rmSync } from 'node:fs';
 import path from 'node:path';
 import { log as syntheticLog, checkInPage, HOSTILE } from './synthetic-log.mjs';
 
@@ -39,6 +39,7 @@ const otherSession = env('BAE_UI_OTHER_SESSION');
 const artifacts = env('BAE_UI_ARTIFACTS');
 const executablePath = env('BAE_CHROMIUM');
 mkdirSync(artifacts, { recursive: true });
+rmSync(path.join(artifacts, 'failure.png'), { force: true });
 
 const stdin = createInterface({ input: process.stdin });
 const pending = [];
