@@ -72,6 +72,9 @@ impl Engine {
         if path == "/metrics" {
             return self.metrics_request(conn, &req);
         }
+        if crate::admin_ui::is_ui_path(&path) {
+            return self.serve_admin_ui(conn, &req);
+        }
         let Some(r) = route(&path) else {
             return self.problem(conn, ProblemType::NotFound, "no such route");
         };

@@ -25,6 +25,7 @@
 )]
 
 mod admin_api;
+mod admin_ui;
 mod auth;
 mod auth_legacy;
 mod client_api;

@@ -14,9 +14,21 @@ impl Engine {
         content_type: Option<&str>,
         body: &[u8],
     ) {
+        self.respond_with(conn, status, content_type, &[], body);
+    }
+
+    /// [`Engine::respond`] with `extra` headers after `Content-Type`.
+    pub(crate) fn respond_with(
+        &mut self,
+        conn: ConnId,
+        status: u16,
+        content_type: Option<&str>,
+        extra: &[(&str, &str)],
+        body: &[u8],
+    ) {
         let close = self.closes_after(conn);
         self.log_request(conn, status);
-        let bytes = proto::http::encode_response(status, content_type, &[], body, close);
+        let bytes = proto::http::encode_response(status, content_type, extra, body, close);
         self.send(conn, bytes);
         self.finish_request(conn);
     }

@@ -6,6 +6,11 @@
 #     `mcp-server-everything` on PATH
 #   - curl, if missing (Debian's package), which the quickstart check
 #     (testkit/scripts/quickstart-check.sh) runs as docs/quickstart.md does
+# and the browser the admin console's end-to-end test drives
+# (io-smol/tests/admin_ui.rs, testkit/ui/console.spec.mjs):
+#   - Debian `chromium` (headless), via apt-get
+#   - npm `playwright-core`, into testkit/ui/node_modules (not global): the
+#     test script imports it from there; it downloads no browser of its own
 # Idempotent: does nothing (quickly) when the pinned versions are present.
 set -euo pipefail
 
@@ -21,6 +26,8 @@ fi
 MCP_PY_VERSION=2.3.0
 EVERYTHING_VERSION=2026.8.31
 EVERYTHING_PKG=@modelcontextprotocol/server-everything
+PLAYWRIGHT_VERSION=1.65.1
+UI_DIR="$(cd "$(dirname "$0")/../ui" && pwd)"
 
 have_py=$(python3 -c 'import importlib.metadata as m; print(m.version("mcp"))' 2>/dev/null || true)
 if [ "$have_py" = "$MCP_PY_VERSION" ]; then
@@ -45,4 +52,26 @@ else
   npm install -g --no-audit --no-fund --loglevel=error "$EVERYTHING_PKG@$EVERYTHING_VERSION"
   command -v mcp-server-everything >/dev/null ||
     { echo "install-test-deps: mcp-server-everything not on PATH after install" >&2; exit 1; }
+fi
+
+if command -v chromium >/dev/null 2>&1; then
+  echo "install-test-deps: chromium already installed"
+else
+  echo "install-test-deps: apt-get installing chromium"
+  if [ "$(id -u)" -eq 0 ]; then as_root=(); else as_root=(sudo); fi
+  "${as_root[@]}" apt-get update -q
+  DEBIAN_FRONTEND=noninteractive "${as_root[@]}" apt-get install -y -q chromium
+  command -v chromium >/dev/null ||
+    { echo "install-test-deps: chromium not on PATH after install" >&2; exit 1; }
+fi
+
+have_pw=$(node -p "require('$UI_DIR/node_modules/playwright-core/package.json').version" 2>/dev/null || true)
+if [ "$have_pw" = "$PLAYWRIGHT_VERSION" ]; then
+  echo "install-test-deps: playwright-core $PLAYWRIGHT_VERSION already installed in testkit/ui"
+else
+  echo "install-test-deps: npm installing playwright-core@$PLAYWRIGHT_VERSION into testkit/ui (had: ${have_pw:-none})"
+  npm install --prefix "$UI_DIR" --no-save --no-package-lock --no-audit --no-fund --loglevel=error \
+    "playwright-core@$PLAYWRIGHT_VERSION"
+  node -e "require('$UI_DIR/node_modules/playwright-core')" ||
+    { echo "install-test-deps: playwright-core installed but not loadable" >&2; exit 1; }
 fi
