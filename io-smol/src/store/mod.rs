@@ -17,6 +17,9 @@
 //! group commit.
 
 mod bootstrap;
+mod history;
+mod history_db;
+mod json_scan;
 mod read;
 mod rows;
 mod schema;
@@ -334,6 +337,8 @@ impl Store {
         StoreConn {
             conn: &self.conn,
             stmts: (0..Q::COUNT).map(|_| None).collect(),
+            history: history::HistoryCache::new(history::CACHE_BYTES),
+            touched: Vec::new(),
         }
     }
 
@@ -462,6 +467,11 @@ queries! {
     ExpireIdempotency = "DELETE FROM bae_idempotency_keys WHERE created_ms < ?1";
     AllIdempotency = "SELECT session_id, client_key_id, key, digest, created_ms, outcome \
         FROM bae_idempotency_keys";
+    InsertChunk = "INSERT INTO bae_history_chunks (session_id, ord, body) VALUES (?1, ?2, ?3)";
+    SelectChunks = "SELECT ord, body FROM bae_history_chunks \
+        WHERE session_id = ?1 AND ord >= ?2 AND ord < ?3 ORDER BY ord";
+    LastChunkOrd = "SELECT ord FROM bae_history_chunks WHERE session_id = ?1 \
+        ORDER BY ord DESC LIMIT 1";
 }
 
 /// A borrowed connection with a per-connection prepared-statement cache.
@@ -469,6 +479,12 @@ queries! {
 pub struct StoreConn<'c> {
     conn: &'c Connection,
     stmts: Vec<Option<Statement<'c>>>,
+    /// The latest stored `provider.request` of recently active sessions
+    /// (`history_db.rs`).
+    history: history::HistoryCache,
+    /// Sessions whose history entry the open transaction changed: forgotten
+    /// if it rolls back, so that no entry names a chunk that is not there.
+    touched: Vec<String>,
 }
 
 impl<'c> StoreConn<'c> {
@@ -498,6 +514,7 @@ impl<'c> StoreConn<'c> {
             return Ok(());
         }
         self.run(Q::Begin)?;
+        self.touched.clear();
         let mut outcome = Ok(());
         for w in batch {
             if let Err(e) = self.apply(w) {
@@ -510,6 +527,9 @@ impl<'c> StoreConn<'c> {
         }
         if outcome.is_err() {
             let _ = self.run(Q::Rollback);
+            for session in std::mem::take(&mut self.touched) {
+                self.history.forget(&session);
+            }
         }
         outcome
     }
@@ -559,6 +579,10 @@ impl<'c> StoreConn<'c> {
                 state,
                 closed_at,
             } => {
+                // A session that is no longer open gets no more requests.
+                if *state != SessionState::Open {
+                    self.history.forget(id);
+                }
                 let st = self.stmt(Q::SetSessionState)?;
                 st.bind((1, id.as_str()))?;
                 st.bind((2, state.as_str()))?;
@@ -585,13 +609,14 @@ impl<'c> StoreConn<'c> {
             }
             StoreWrite::InsertEvent(e) => {
                 let seq = seq_to_i64(e.seq)?;
+                let payload = self.stored_payload(e)?;
                 let st = self.stmt(Q::InsertEvent)?;
                 st.bind((1, seq))?;
                 st.bind((2, e.id.as_str()))?;
                 st.bind((3, e.session_id.as_str()))?;
                 st.bind((4, e.client_key_id.as_deref()))?;
                 st.bind((5, e.event_type.as_str()))?;
-                st.bind((6, e.payload.as_str()))?;
+                st.bind((6, payload.as_ref()))?;
                 st.bind((7, e.created_at.as_str()))?;
                 finish(st)
             }
@@ -672,7 +697,8 @@ mod tests {
         details
     }
 
-    /// The history reads are index range searches: no table scan, no sort.
+    /// The history reads and the chunk reads of stored `provider.request`
+    /// histories are index range searches: no table scan, no sort.
     #[test]
     fn history_reads_search_an_index() {
         let store = Store::open(":memory:", Synchronous::Normal).unwrap();
@@ -681,12 +707,14 @@ mod tests {
             (Q::LatestOfType, "idx_session_events_session_type"),
             (Q::OfTypeFrom, "idx_session_events_session_type"),
             (Q::SelectEventById, "sqlite_autoindex_session_events_1"),
+            (Q::SelectChunks, "sqlite_autoindex_bae_history_chunks_1"),
+            (Q::LastChunkOrd, "sqlite_autoindex_bae_history_chunks_1"),
         ] {
             let details = plan(&store, q);
             assert_eq!(details.len(), 1, "{q:?}: {details:?}");
             let d = &details[0];
             assert!(
-                d.starts_with("SEARCH session_events USING INDEX") && d.contains(index),
+                d.starts_with("SEARCH ") && d.contains(" INDEX ") && d.contains(index),
                 "{q:?}: {d}"
             );
         }

@@ -1,11 +1,21 @@
 //! The read side of the store: the engine's queries ([`StoreRead`]) and
-//! the restart snapshot.
+//! the restart snapshot. `provider.request` payloads are expanded to their
+//! original text before they leave the store (`history_db.rs`).
 
 use super::*;
 
 impl<'c> StoreConn<'c> {
-    /// Answers one engine query.
+    /// Answers one engine query, with every payload as the engine wrote it.
     pub fn read(&mut self, read: &StoreRead) -> Result<ReadResult> {
+        let mut result = self.read_stored(read)?;
+        if let ReadResult::Events(rows) = &mut result {
+            self.expand_rows(rows)?;
+        }
+        Ok(result)
+    }
+
+    /// Answers one engine query with the rows as stored.
+    pub(super) fn read_stored(&mut self, read: &StoreRead) -> Result<ReadResult> {
         match read {
             StoreRead::Events {
                 session_id,
