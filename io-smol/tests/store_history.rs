@@ -545,3 +545,72 @@ fn odd_payloads_are_stored_as_they_are() {
     assert_eq!(stored[8].2, payloads[5], "other event types verbatim");
     assert_ne!(stored[5].2, payloads[5], "a look-alike is escaped");
 }
+
+/// What storing histories once costs and saves, in-process (no sockets):
+/// 1,000 text turns of one session committed one turn per batch, once as
+/// `provider.request` rows (shared histories) and once under another event
+/// type (stored whole, as before). Prints commit time per turn, the time
+/// to read pages of 100 events, and the database size.
+///
+/// `cargo test --release -p io-smol --test store_history -- --ignored --nocapture`
+#[test]
+#[ignore]
+fn cost_of_a_long_session() {
+    use std::time::{Duration, Instant};
+    println!("| rows | turns | commit µs/turn (last 50) | read all, pages of 100 | read the last page | db bytes |");
+    println!("|---|---:|---:|---:|---:|---:|");
+    for whole in [true, false] {
+        let path = temp_db("cost");
+        let store = open(&path);
+        let mut conn = store.conn();
+        conn.commit(&setup(&["ses_a"])).unwrap();
+        let mut t = Turns::new(&["ses_a"]);
+        let mut times = Vec::new();
+        for turn in 1..=1000 {
+            let mut batch = t.turn(0, &[]);
+            if whole {
+                for w in &mut batch {
+                    if let StoreWrite::InsertEvent(e) = w {
+                        if e.event_type == "provider.request" {
+                            e.event_type = "provider.request.whole".into();
+                        }
+                    }
+                }
+            }
+            let start = Instant::now();
+            conn.commit(&batch).unwrap();
+            times.push(start.elapsed());
+            if turn == 250 || turn == 1000 {
+                let recent = &times[times.len() - 50..];
+                let per_turn = recent.iter().sum::<Duration>() / 50;
+                let start = Instant::now();
+                let mut after = 0;
+                let mut last = Duration::ZERO;
+                loop {
+                    let s = Instant::now();
+                    let page = rows(
+                        conn.read(&StoreRead::Events {
+                            session_id: "ses_a".into(),
+                            after_seq: after,
+                            limit: 100,
+                        })
+                        .unwrap(),
+                    );
+                    let Some(l) = page.last() else { break };
+                    last = s.elapsed();
+                    after = l.seq;
+                }
+                let all = start.elapsed();
+                let bytes = scalar(&path, "PRAGMA page_count") * scalar(&path, "PRAGMA page_size");
+                println!(
+                    "| {} | {turn} | {:.0} | {:.1} ms | {:.2} ms | {:.2} MB |",
+                    if whole { "whole (as before)" } else { "shared" },
+                    per_turn.as_secs_f64() * 1e6,
+                    all.as_secs_f64() * 1e3,
+                    last.as_secs_f64() * 1e3,
+                    bytes as f64 / 1e6
+                );
+            }
+        }
+    }
+}
