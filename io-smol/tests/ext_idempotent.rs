@@ -174,6 +174,15 @@ fn keys_survive_kill9_and_an_interrupted_turn_is_not_run_again() {
     mock.push(Reply::text("never seen").delayed(Duration::from_millis(3000)));
     let mut running = send_key_stream(&server, &f, &f.a, "slow", "k-mid");
     mock.wait_requests(2, WAIT);
+    // The provider call is not gated on the commit that stores the key
+    // (with the turn's client.message.send): a read is answered after every
+    // earlier write, so once the event is read the key is durable.
+    while !events(&server, &f.session_id, &f.a.session_key)
+        .iter()
+        .any(|e| e["payload"]["content"] == "slow")
+    {
+        std::thread::sleep(Duration::from_millis(5));
+    }
     server.kill9();
     drop(running.collect_until_terminal(Duration::from_millis(200)));
     server.restart();

@@ -195,9 +195,87 @@ fn same_snapshot(a: &Snapshot, b: &Snapshot) {
     assert_eq!(a.event_counts, b.event_counts);
 }
 
+/// `provider.request` payloads of growing, edited and reset histories
+/// (stored with their histories shared by the SQLite store). Its own
+/// random stream, so the rest of the workload is what it always was.
+struct Requests {
+    rng: Rng,
+    history: Vec<Vec<Value>>,
+    tools: Vec<Vec<Value>>,
+}
+
+impl Requests {
+    fn new(seed: u64) -> Self {
+        Requests {
+            rng: Rng(seed.wrapping_mul(0xD1B5_4A32_D192_ED03) | 1),
+            history: vec![vec![]; SESSIONS.len()],
+            tools: vec![vec![]; SESSIONS.len()],
+        }
+    }
+
+    fn message(&mut self) -> Value {
+        let n = self.rng.below(1000);
+        let text = ["hi", "\"q\" \\ \u{2028}", "],[", "é"][self.rng.below(4) as usize];
+        match self.rng.below(3) {
+            0 => json!({"role": "user", "content": format!("{text} {n}")}),
+            1 => json!({"role": "assistant", "content": [{"type": "text", "text": text}]}),
+            _ => json!({"role": "user", "content": [{"type": "tool_result", "tool_use_id": n}]}),
+        }
+    }
+
+    /// The next request of a random session; `keep` false: the session's
+    /// history is left as it was (the row is for a batch that fails).
+    fn next(&mut self, seq: u64, keep: bool) -> StoreWrite {
+        let s = self.rng.below(SESSIONS.len() as u64) as usize;
+        let (saved_h, saved_t) = (self.history[s].clone(), self.tools[s].clone());
+        match self.rng.below(20) {
+            0..=10 => {
+                for _ in 0..1 + self.rng.below(3) {
+                    let m = self.message();
+                    self.history[s].push(m);
+                }
+            }
+            11 | 12 if !self.history[s].is_empty() => {
+                let i = self.rng.below(self.history[s].len() as u64) as usize;
+                self.history[s][i] = self.message();
+            }
+            13 => self.history[s].truncate(self.rng.below(2) as usize),
+            14 => self.tools[s].push(json!({"name": format!("t{}", self.rng.below(9))})),
+            15 => self.tools[s].clear(),
+            _ => {}
+        }
+        let payload = match self.rng.below(30) {
+            0 => "{not json".to_string(),
+            1 => json!({"attempt": 1, "messages": "x"}).to_string(),
+            2 => format!(
+                "{{\"messages\": {} }}",
+                Value::Array(self.history[s].clone())
+            ),
+            _ => json!({
+                "attempt": 0, "kind": "primary", "provider": "anthropic",
+                "base_url": "http://127.0.0.1:1", "model": "m", "max_tokens": 64,
+                "messages": self.history[s], "tools": self.tools[s],
+            })
+            .to_string(),
+        };
+        if !keep {
+            (self.history[s], self.tools[s]) = (saved_h, saved_t);
+        }
+        StoreWrite::InsertEvent(EventRow {
+            seq,
+            id: format!("evt_req{seq:028x}"),
+            session_id: SESSIONS[s].into(),
+            client_key_id: Some(KEYS[0].into()),
+            event_type: "provider.request".into(),
+            payload,
+            created_at: T.into(),
+        })
+    }
+}
+
 /// Types the random reads ask for (those the workload writes and one it
 /// never does).
-const READ_TYPES: [EventType; 7] = [
+const READ_TYPES: [EventType; 8] = [
     EventType::ClientMessageSend,
     EventType::ServerMessageSend,
     EventType::ProviderResponse,
@@ -205,6 +283,7 @@ const READ_TYPES: [EventType; 7] = [
     EventType::SessionCompactionStarted,
     EventType::ToolCall,
     EventType::SessionClose,
+    EventType::ProviderRequest,
 ];
 
 #[test]
@@ -214,7 +293,8 @@ fn sqlite_store_matches_mem_store() {
     let mut usage_kinds = [0usize; 3];
     for seed in 1..=6u64 {
         let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
-        let store = Store::open(temp_db(seed), Synchronous::Normal).unwrap();
+        let path = temp_db(seed);
+        let store = Store::open(&path, Synchronous::Normal).unwrap();
         store.migrate().unwrap();
         let mut conn = store.conn();
         let mut mem = MemStore::default();
@@ -224,13 +304,43 @@ fn sqlite_store_matches_mem_store() {
 
         let mut seq = 0;
         let mut ids = Vec::new();
+        let mut requests = Requests::new(seed);
         for round in 0..60 {
             let n = 1 + rng.below(12);
-            let batch: Vec<_> = (0..n)
+            let mut batch: Vec<_> = (0..n)
                 .map(|_| random_write(&mut rng, &mut seq, &mut ids, seed > 3))
                 .collect();
+            for _ in 0..requests.rng.below(4) {
+                seq += 1;
+                batch.push(requests.next(seq, true));
+            }
             conn.commit(&batch).unwrap();
             mem.commit(&batch);
+            // Now and then a batch that fails in SQLite (a rowid already
+            // taken) after storing a request, or a new connection handle
+            // (nothing remembered): neither may change what is read.
+            match requests.rng.below(6) {
+                0 if seq > 0 => {
+                    let failing = vec![
+                        requests.next(seq + 1, false),
+                        StoreWrite::InsertEvent(EventRow {
+                            seq, // the newest committed event
+                            id: "evt_dup".into(),
+                            session_id: SESSIONS[0].into(),
+                            client_key_id: None,
+                            event_type: "tool.call".into(),
+                            payload: "{}".into(),
+                            created_at: T.into(),
+                        }),
+                    ];
+                    assert!(conn.commit(&failing).is_err());
+                }
+                1 => {
+                    drop(conn);
+                    conn = store.conn();
+                }
+                _ => {}
+            }
 
             if round % 10 == 9 {
                 same_snapshot(&conn.load_snapshot().unwrap(), &mem.snapshot());
@@ -317,6 +427,19 @@ fn sqlite_store_matches_mem_store() {
             }
         }
         same_snapshot(&store.load_snapshot().unwrap(), &mem.snapshot());
+        // The requests were stored with their histories shared.
+        let raw = sqlite::open(&path).unwrap();
+        let count = |sql: &str| {
+            let mut st = raw.prepare(sql).unwrap();
+            st.next().unwrap();
+            st.read::<i64, _>(0).unwrap()
+        };
+        let shared = count(
+            "SELECT COUNT(*) FROM session_events WHERE event_type = 'provider.request' \
+             AND payload LIKE '{\"bae_chunks\":{\"%'",
+        );
+        assert!(shared > 20, "seed {seed}: {shared} stored with chunks");
+        assert!(count("SELECT COUNT(*) FROM bae_history_chunks") > 10);
     }
     // The workload reaches the paths it is meant to compare.
     assert!(

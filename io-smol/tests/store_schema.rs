@@ -100,7 +100,8 @@ fn reopening_is_idempotent() {
             &db,
             "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name LIKE 'bae_%'"
         ),
-        1
+        2,
+        "bae_idempotency_keys, bae_history_chunks"
     );
 }
 

@@ -17,6 +17,10 @@
 //! group commit.
 
 mod bootstrap;
+mod history;
+mod history_db;
+mod json_scan;
+mod read;
 mod rows;
 mod schema;
 
@@ -333,6 +337,8 @@ impl Store {
         StoreConn {
             conn: &self.conn,
             stmts: (0..Q::COUNT).map(|_| None).collect(),
+            history: history::HistoryCache::new(history::CACHE_BYTES),
+            touched: Vec::new(),
         }
     }
 
@@ -461,6 +467,11 @@ queries! {
     ExpireIdempotency = "DELETE FROM bae_idempotency_keys WHERE created_ms < ?1";
     AllIdempotency = "SELECT session_id, client_key_id, key, digest, created_ms, outcome \
         FROM bae_idempotency_keys";
+    InsertChunk = "INSERT INTO bae_history_chunks (session_id, ord, body) VALUES (?1, ?2, ?3)";
+    SelectChunks = "SELECT ord, body FROM bae_history_chunks \
+        WHERE session_id = ?1 AND ord >= ?2 AND ord < ?3 ORDER BY ord";
+    LastChunkOrd = "SELECT ord FROM bae_history_chunks WHERE session_id = ?1 \
+        ORDER BY ord DESC LIMIT 1";
 }
 
 /// A borrowed connection with a per-connection prepared-statement cache.
@@ -468,6 +479,12 @@ queries! {
 pub struct StoreConn<'c> {
     conn: &'c Connection,
     stmts: Vec<Option<Statement<'c>>>,
+    /// The latest stored `provider.request` of recently active sessions
+    /// (`history_db.rs`).
+    history: history::HistoryCache,
+    /// Sessions whose history entry the open transaction changed: forgotten
+    /// if it rolls back, so that no entry names a chunk that is not there.
+    touched: Vec<String>,
 }
 
 impl<'c> StoreConn<'c> {
@@ -497,6 +514,7 @@ impl<'c> StoreConn<'c> {
             return Ok(());
         }
         self.run(Q::Begin)?;
+        self.touched.clear();
         let mut outcome = Ok(());
         for w in batch {
             if let Err(e) = self.apply(w) {
@@ -509,6 +527,9 @@ impl<'c> StoreConn<'c> {
         }
         if outcome.is_err() {
             let _ = self.run(Q::Rollback);
+            for session in std::mem::take(&mut self.touched) {
+                self.history.forget(&session);
+            }
         }
         outcome
     }
@@ -558,6 +579,10 @@ impl<'c> StoreConn<'c> {
                 state,
                 closed_at,
             } => {
+                // A session that is no longer open gets no more requests.
+                if *state != SessionState::Open {
+                    self.history.forget(id);
+                }
                 let st = self.stmt(Q::SetSessionState)?;
                 st.bind((1, id.as_str()))?;
                 st.bind((2, state.as_str()))?;
@@ -584,13 +609,14 @@ impl<'c> StoreConn<'c> {
             }
             StoreWrite::InsertEvent(e) => {
                 let seq = seq_to_i64(e.seq)?;
+                let payload = self.stored_payload(e)?;
                 let st = self.stmt(Q::InsertEvent)?;
                 st.bind((1, seq))?;
                 st.bind((2, e.id.as_str()))?;
                 st.bind((3, e.session_id.as_str()))?;
                 st.bind((4, e.client_key_id.as_deref()))?;
                 st.bind((5, e.event_type.as_str()))?;
-                st.bind((6, e.payload.as_str()))?;
+                st.bind((6, payload.as_ref()))?;
                 st.bind((7, e.created_at.as_str()))?;
                 finish(st)
             }
@@ -640,231 +666,6 @@ impl<'c> StoreConn<'c> {
         st.bind((2, b))?;
         finish(st)
     }
-
-    /// Answers one engine query.
-    pub fn read(&mut self, read: &StoreRead) -> Result<ReadResult> {
-        match read {
-            // Answered by the store thread (`serve_store_jobs`), which
-            // times commits; a direct read has no figures.
-            StoreRead::Runtime => Ok(ReadResult::Runtime(Default::default())),
-            StoreRead::Events {
-                session_id,
-                after_seq,
-                limit,
-            } => {
-                let after = seq_to_i64(*after_seq)?;
-                let limit = i64::try_from(*limit).unwrap_or(i64::MAX);
-                let st = self.stmt(Q::SelectEvents)?;
-                st.bind((1, session_id.as_str()))?;
-                st.bind((2, after))?;
-                st.bind((3, limit))?;
-                collect_events(st).map(ReadResult::Events)
-            }
-            StoreRead::EventSeq {
-                session_id,
-                event_id,
-            } => {
-                let seq = self.lookup_seq(Q::SelectEventSeq, event_id, session_id)?;
-                Ok(ReadResult::EventSeq(seq))
-            }
-            StoreRead::LatestOfType {
-                session_id,
-                event_type,
-                before_seq,
-                limit,
-            } => {
-                // `rowid <= before - 1`; no bound = every rowid.
-                let at_most =
-                    before_seq.map_or(i64::MAX, |b| i64::try_from(b).map_or(i64::MAX, |b| b - 1));
-                let limit = i64::try_from(*limit).unwrap_or(i64::MAX);
-                let st = self.stmt(Q::LatestOfType)?;
-                st.bind((1, session_id.as_str()))?;
-                st.bind((2, event_type.as_str()))?;
-                st.bind((3, at_most))?;
-                st.bind((4, limit))?;
-                collect_events(st).map(ReadResult::Events)
-            }
-            StoreRead::EventById {
-                session_id,
-                event_id,
-            } => {
-                let st = self.stmt(Q::SelectEventById)?;
-                st.bind((1, event_id.as_str()))?;
-                st.bind((2, session_id.as_str()))?;
-                collect_events(st).map(ReadResult::Events)
-            }
-            StoreRead::OfTypesFrom {
-                session_id,
-                event_types,
-                from_seq,
-            } => {
-                // One index range per type (`idx_session_events_session_type`
-                // ends in the implicit rowid), merged by seq; one read
-                // transaction so that the ranges see the same state.
-                let from = seq_to_i64(*from_seq)?;
-                self.run(Q::BeginRead)?;
-                let r = self.of_types_from(session_id, event_types, from);
-                let _ = self.run(Q::Commit);
-                r.map(ReadResult::Events)
-            }
-            StoreRead::EventsAt { session_id, seqs } => {
-                let mut rows = Vec::with_capacity(seqs.len());
-                for seq in seqs {
-                    let seq = seq_to_i64(*seq)?;
-                    let st = self.stmt(Q::SelectEventAt)?;
-                    st.bind((1, seq))?;
-                    st.bind((2, session_id.as_str()))?;
-                    let r = (|| -> Result<()> {
-                        if st.next()? == State::Row {
-                            rows.push(read_event(st)?);
-                        }
-                        Ok(())
-                    })();
-                    let _ = st.reset();
-                    r?;
-                }
-                Ok(ReadResult::Events(rows))
-            }
-        }
-    }
-
-    fn lookup_seq(&mut self, q: Q, event_id: &str, session_id: &str) -> Result<Option<u64>> {
-        let st = self.stmt(q)?;
-        st.bind((1, event_id))?;
-        st.bind((2, session_id))?;
-        let r = (|| {
-            if st.next()? == State::Row {
-                Ok(Some(st.read::<i64, _>(0)? as u64))
-            } else {
-                Ok(None)
-            }
-        })();
-        let _ = st.reset();
-        r
-    }
-
-    fn of_types_from(
-        &mut self,
-        session_id: &str,
-        event_types: &[EventType],
-        from: i64,
-    ) -> Result<Vec<EventRow>> {
-        let mut rows = Vec::new();
-        let mut seen: Vec<EventType> = Vec::with_capacity(event_types.len());
-        for &event_type in event_types {
-            if seen.contains(&event_type) {
-                continue;
-            }
-            seen.push(event_type);
-            let st = self.stmt(Q::OfTypeFrom)?;
-            st.bind((1, session_id))?;
-            st.bind((2, event_type.as_str()))?;
-            st.bind((3, from))?;
-            rows.append(&mut collect_events(st)?);
-        }
-        // Each range is ascending and seqs are unique: a stable sort of
-        // the concatenation is the merge.
-        rows.sort_by_key(|r| r.seq);
-        Ok(rows)
-    }
-
-    /// Counts for the periodic activity summary (spec 04 §5 step 12).
-    pub fn activity(&mut self) -> Result<Activity> {
-        let mut a = Activity::default();
-        self.each_row(Q::Activity, |st| {
-            let n = |i: usize| st.read::<i64, _>(i).map(|v| v.max(0) as u64);
-            a = Activity {
-                profiles: n(0)?,
-                client_keys: n(1)?,
-                open_sessions: n(2)?,
-                total_sessions: n(3)?,
-                events: n(4)?,
-            };
-            Ok(())
-        })?;
-        Ok(a)
-    }
-
-    /// Everything the engine restores from at start (see [`Snapshot`]).
-    pub fn load_snapshot(&mut self) -> Result<Snapshot> {
-        self.run(Q::BeginRead)?;
-        let r = self.snapshot_inner();
-        let _ = self.run(Q::Commit);
-        r
-    }
-
-    fn snapshot_inner(&mut self) -> Result<Snapshot> {
-        let mut snap = Snapshot::default();
-        self.each_row(Q::AllProfiles, |st| {
-            snap.profiles.push(read_profile(st)?);
-            Ok(())
-        })?;
-        self.each_row(Q::ActiveKeys, |st| {
-            snap.keys.push(read_key(st)?);
-            Ok(())
-        })?;
-        self.each_row(Q::AllSessions, |st| {
-            snap.sessions.push(read_session(st)?);
-            Ok(())
-        })?;
-        self.each_row(Q::MaxSeq, |st| {
-            snap.max_event_seq = st.read::<i64, _>(0)?.max(0) as u64;
-            Ok(())
-        })?;
-        let mut seen = HashSet::new();
-        self.each_row(Q::Drivers, |st| {
-            let pair = (st.read::<String, _>(0)?, st.read::<String, _>(1)?);
-            if seen.insert(pair.clone()) {
-                snap.drivers.push(pair);
-            }
-            Ok(())
-        })?;
-        self.each_row(Q::EventCounts, |st| {
-            snap.event_counts.push((
-                st.read::<String, _>(0)?,
-                st.read::<i64, _>(1)?.max(0) as u64,
-            ));
-            Ok(())
-        })?;
-        self.each_row(Q::AllIdempotency, |st| {
-            snap.idempotency.push(engine::store::IdempotencyRow {
-                session_id: st.read::<String, _>(0)?,
-                client_key_id: st.read::<String, _>(1)?,
-                key: st.read::<String, _>(2)?,
-                digest: st.read::<String, _>(3)?,
-                created_ms: st.read::<i64, _>(4)?.max(0) as u64,
-                outcome: st.read::<Option<String>, _>(5)?,
-            });
-            Ok(())
-        })?;
-        Ok(snap)
-    }
-
-    fn each_row(&mut self, q: Q, mut f: impl FnMut(&Statement<'c>) -> Result<()>) -> Result<()> {
-        let st = self.stmt(q)?;
-        let r = (|| {
-            while st.next()? == State::Row {
-                f(st)?;
-            }
-            Ok(())
-        })();
-        let _ = st.reset();
-        r
-    }
-}
-
-/// Runs a bound event query to completion, collecting its rows, and resets
-/// it.
-fn collect_events(st: &mut Statement<'_>) -> Result<Vec<EventRow>> {
-    let mut rows = Vec::new();
-    let r = (|| {
-        while st.next()? == State::Row {
-            rows.push(read_event(st)?);
-        }
-        Ok(())
-    })();
-    let _ = st.reset();
-    r.map(|()| rows)
 }
 
 fn step_to_end(st: &mut Statement<'_>) -> Result<()> {
@@ -896,7 +697,8 @@ mod tests {
         details
     }
 
-    /// The history reads are index range searches: no table scan, no sort.
+    /// The history reads and the chunk reads of stored `provider.request`
+    /// histories are index range searches: no table scan, no sort.
     #[test]
     fn history_reads_search_an_index() {
         let store = Store::open(":memory:", Synchronous::Normal).unwrap();
@@ -905,12 +707,14 @@ mod tests {
             (Q::LatestOfType, "idx_session_events_session_type"),
             (Q::OfTypeFrom, "idx_session_events_session_type"),
             (Q::SelectEventById, "sqlite_autoindex_session_events_1"),
+            (Q::SelectChunks, "sqlite_autoindex_bae_history_chunks_1"),
+            (Q::LastChunkOrd, "sqlite_autoindex_bae_history_chunks_1"),
         ] {
             let details = plan(&store, q);
             assert_eq!(details.len(), 1, "{q:?}: {details:?}");
             let d = &details[0];
             assert!(
-                d.starts_with("SEARCH session_events USING INDEX") && d.contains(index),
+                d.starts_with("SEARCH ") && d.contains(" INDEX ") && d.contains(index),
                 "{q:?}: {d}"
             );
         }

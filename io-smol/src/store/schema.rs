@@ -161,4 +161,14 @@ pub const EXTRA_TABLES: &[&str] = &[
          PRIMARY KEY (session_id, client_key_id, key)
      )",
     "CREATE INDEX IF NOT EXISTS bae_idx_idempotency_created ON bae_idempotency_keys(created_ms)",
+    // The elements of `provider.request` histories, stored once per
+    // session (`history.rs`): `body` is a JSON array of consecutive
+    // elements. Rows are only ever inserted, in the transaction of the
+    // first event row that names them.
+    "CREATE TABLE IF NOT EXISTS bae_history_chunks (
+         session_id TEXT NOT NULL,
+         ord        INTEGER NOT NULL,
+         body       TEXT NOT NULL,
+         PRIMARY KEY (session_id, ord)
+     )",
 ];

@@ -1,0 +1,241 @@
+//! The read side of the store: the engine's queries ([`StoreRead`]) and
+//! the restart snapshot. `provider.request` payloads are expanded to their
+//! original text before they leave the store (`history_db.rs`).
+
+use super::*;
+
+impl<'c> StoreConn<'c> {
+    /// Answers one engine query, with every payload as the engine wrote it.
+    pub fn read(&mut self, read: &StoreRead) -> Result<ReadResult> {
+        let mut result = self.read_stored(read)?;
+        if let ReadResult::Events(rows) = &mut result {
+            self.expand_rows(rows)?;
+        }
+        Ok(result)
+    }
+
+    /// Answers one engine query with the rows as stored.
+    pub(super) fn read_stored(&mut self, read: &StoreRead) -> Result<ReadResult> {
+        match read {
+            // Answered by the store thread (`serve_store_jobs`), which
+            // times commits; a direct read has no figures.
+            StoreRead::Runtime => Ok(ReadResult::Runtime(Default::default())),
+            StoreRead::Events {
+                session_id,
+                after_seq,
+                limit,
+            } => {
+                let after = seq_to_i64(*after_seq)?;
+                let limit = i64::try_from(*limit).unwrap_or(i64::MAX);
+                let st = self.stmt(Q::SelectEvents)?;
+                st.bind((1, session_id.as_str()))?;
+                st.bind((2, after))?;
+                st.bind((3, limit))?;
+                collect_events(st).map(ReadResult::Events)
+            }
+            StoreRead::EventSeq {
+                session_id,
+                event_id,
+            } => {
+                let seq = self.lookup_seq(Q::SelectEventSeq, event_id, session_id)?;
+                Ok(ReadResult::EventSeq(seq))
+            }
+            StoreRead::LatestOfType {
+                session_id,
+                event_type,
+                before_seq,
+                limit,
+            } => {
+                // `rowid <= before - 1`; no bound = every rowid.
+                let at_most =
+                    before_seq.map_or(i64::MAX, |b| i64::try_from(b).map_or(i64::MAX, |b| b - 1));
+                let limit = i64::try_from(*limit).unwrap_or(i64::MAX);
+                let st = self.stmt(Q::LatestOfType)?;
+                st.bind((1, session_id.as_str()))?;
+                st.bind((2, event_type.as_str()))?;
+                st.bind((3, at_most))?;
+                st.bind((4, limit))?;
+                collect_events(st).map(ReadResult::Events)
+            }
+            StoreRead::EventById {
+                session_id,
+                event_id,
+            } => {
+                let st = self.stmt(Q::SelectEventById)?;
+                st.bind((1, event_id.as_str()))?;
+                st.bind((2, session_id.as_str()))?;
+                collect_events(st).map(ReadResult::Events)
+            }
+            StoreRead::OfTypesFrom {
+                session_id,
+                event_types,
+                from_seq,
+            } => {
+                // One index range per type (`idx_session_events_session_type`
+                // ends in the implicit rowid), merged by seq; one read
+                // transaction so that the ranges see the same state.
+                let from = seq_to_i64(*from_seq)?;
+                self.run(Q::BeginRead)?;
+                let r = self.of_types_from(session_id, event_types, from);
+                let _ = self.run(Q::Commit);
+                r.map(ReadResult::Events)
+            }
+            StoreRead::EventsAt { session_id, seqs } => {
+                let mut rows = Vec::with_capacity(seqs.len());
+                for seq in seqs {
+                    let seq = seq_to_i64(*seq)?;
+                    let st = self.stmt(Q::SelectEventAt)?;
+                    st.bind((1, seq))?;
+                    st.bind((2, session_id.as_str()))?;
+                    let r = (|| -> Result<()> {
+                        if st.next()? == State::Row {
+                            rows.push(read_event(st)?);
+                        }
+                        Ok(())
+                    })();
+                    let _ = st.reset();
+                    r?;
+                }
+                Ok(ReadResult::Events(rows))
+            }
+        }
+    }
+
+    fn lookup_seq(&mut self, q: Q, event_id: &str, session_id: &str) -> Result<Option<u64>> {
+        let st = self.stmt(q)?;
+        st.bind((1, event_id))?;
+        st.bind((2, session_id))?;
+        let r = (|| {
+            if st.next()? == State::Row {
+                Ok(Some(st.read::<i64, _>(0)? as u64))
+            } else {
+                Ok(None)
+            }
+        })();
+        let _ = st.reset();
+        r
+    }
+
+    fn of_types_from(
+        &mut self,
+        session_id: &str,
+        event_types: &[EventType],
+        from: i64,
+    ) -> Result<Vec<EventRow>> {
+        let mut rows = Vec::new();
+        let mut seen: Vec<EventType> = Vec::with_capacity(event_types.len());
+        for &event_type in event_types {
+            if seen.contains(&event_type) {
+                continue;
+            }
+            seen.push(event_type);
+            let st = self.stmt(Q::OfTypeFrom)?;
+            st.bind((1, session_id))?;
+            st.bind((2, event_type.as_str()))?;
+            st.bind((3, from))?;
+            rows.append(&mut collect_events(st)?);
+        }
+        // Each range is ascending and seqs are unique: a stable sort of
+        // the concatenation is the merge.
+        rows.sort_by_key(|r| r.seq);
+        Ok(rows)
+    }
+
+    /// Counts for the periodic activity summary (spec 04 §5 step 12).
+    pub fn activity(&mut self) -> Result<Activity> {
+        let mut a = Activity::default();
+        self.each_row(Q::Activity, |st| {
+            let n = |i: usize| st.read::<i64, _>(i).map(|v| v.max(0) as u64);
+            a = Activity {
+                profiles: n(0)?,
+                client_keys: n(1)?,
+                open_sessions: n(2)?,
+                total_sessions: n(3)?,
+                events: n(4)?,
+            };
+            Ok(())
+        })?;
+        Ok(a)
+    }
+
+    /// Everything the engine restores from at start (see [`Snapshot`]).
+    pub fn load_snapshot(&mut self) -> Result<Snapshot> {
+        self.run(Q::BeginRead)?;
+        let r = self.snapshot_inner();
+        let _ = self.run(Q::Commit);
+        r
+    }
+
+    fn snapshot_inner(&mut self) -> Result<Snapshot> {
+        let mut snap = Snapshot::default();
+        self.each_row(Q::AllProfiles, |st| {
+            snap.profiles.push(read_profile(st)?);
+            Ok(())
+        })?;
+        self.each_row(Q::ActiveKeys, |st| {
+            snap.keys.push(read_key(st)?);
+            Ok(())
+        })?;
+        self.each_row(Q::AllSessions, |st| {
+            snap.sessions.push(read_session(st)?);
+            Ok(())
+        })?;
+        self.each_row(Q::MaxSeq, |st| {
+            snap.max_event_seq = st.read::<i64, _>(0)?.max(0) as u64;
+            Ok(())
+        })?;
+        let mut seen = HashSet::new();
+        self.each_row(Q::Drivers, |st| {
+            let pair = (st.read::<String, _>(0)?, st.read::<String, _>(1)?);
+            if seen.insert(pair.clone()) {
+                snap.drivers.push(pair);
+            }
+            Ok(())
+        })?;
+        self.each_row(Q::EventCounts, |st| {
+            snap.event_counts.push((
+                st.read::<String, _>(0)?,
+                st.read::<i64, _>(1)?.max(0) as u64,
+            ));
+            Ok(())
+        })?;
+        self.each_row(Q::AllIdempotency, |st| {
+            snap.idempotency.push(engine::store::IdempotencyRow {
+                session_id: st.read::<String, _>(0)?,
+                client_key_id: st.read::<String, _>(1)?,
+                key: st.read::<String, _>(2)?,
+                digest: st.read::<String, _>(3)?,
+                created_ms: st.read::<i64, _>(4)?.max(0) as u64,
+                outcome: st.read::<Option<String>, _>(5)?,
+            });
+            Ok(())
+        })?;
+        Ok(snap)
+    }
+
+    fn each_row(&mut self, q: Q, mut f: impl FnMut(&Statement<'c>) -> Result<()>) -> Result<()> {
+        let st = self.stmt(q)?;
+        let r = (|| {
+            while st.next()? == State::Row {
+                f(st)?;
+            }
+            Ok(())
+        })();
+        let _ = st.reset();
+        r
+    }
+}
+
+/// Runs a bound event query to completion, collecting its rows, and resets
+/// it.
+fn collect_events(st: &mut Statement<'_>) -> Result<Vec<EventRow>> {
+    let mut rows = Vec::new();
+    let r = (|| {
+        while st.next()? == State::Row {
+            rows.push(read_event(st)?);
+        }
+        Ok(())
+    })();
+    let _ = st.reset();
+    r.map(|()| rows)
+}

@@ -1,0 +1,205 @@
+//! `bench_history`: what a long session costs the database (never run by
+//! tests). Boots the real `baesrv` against testkit's mock provider and runs
+//! one session of `--turns` sequential text turns (user message of
+//! `--text` bytes, reply of `--reply` bytes, no compaction). At each
+//! checkpoint (`--at`, comma-separated turn counts) it reports:
+//!
+//! * paging the whole session with `GET …/events?limit=100`: total time,
+//!   slowest page, and one page from the middle of the log;
+//! * after a graceful stop (which checkpoints the WAL into the main file),
+//!   the size of the database file (and of the WAL, if one is left);
+//!
+//! then restarts the server on the same database and goes on. Every
+//! `provider.request` event carries the whole provider-facing history, so
+//! what the server stores per turn is what this measures.
+//!
+//! ```text
+//! cargo build --release -p io-smol -p testkit
+//! BAESRV_BIN=$PWD/target/release/baesrv target/release/bench_history [--turns 1000] [--at 250,1000]
+//! ```
+
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use testkit::bench::{ms, percentile};
+use testkit::fixtures::{self, provider_toml, unique_name};
+use testkit::{MockProvider, Reply, Server, ServerOptions};
+
+struct Args {
+    turns: usize,
+    at: Vec<usize>,
+    text: usize,
+    reply: usize,
+}
+
+fn args() -> Args {
+    let mut a = Args {
+        turns: 1000,
+        at: vec![250, 1000],
+        text: 100,
+        reply: 200,
+    };
+    let argv: Vec<String> = std::env::args().skip(1).collect();
+    for pair in argv.chunks(2) {
+        let val = pair
+            .get(1)
+            .unwrap_or_else(|| panic!("{} needs a value", pair[0]));
+        let num = || -> usize {
+            val.parse()
+                .unwrap_or_else(|_| panic!("{} needs a number", pair[0]))
+        };
+        match pair[0].as_str() {
+            "--turns" => a.turns = num(),
+            "--at" => {
+                a.at = val
+                    .split(',')
+                    .map(|s| s.trim().parse().expect("--at: turn counts"))
+                    .collect()
+            }
+            "--text" => a.text = num(),
+            "--reply" => a.reply = num(),
+            other => panic!("unknown argument {other}"),
+        }
+    }
+    if !a.at.contains(&a.turns) {
+        a.at.push(a.turns);
+    }
+    a.at.sort_unstable();
+    a.at.retain(|&n| n > 0 && n <= a.turns);
+    a
+}
+
+/// `len` bytes of filler text that differs per turn.
+fn filler(turn: usize, what: &str, len: usize) -> String {
+    let mut s = format!("{what} {turn}:");
+    while s.len() < len {
+        s.push_str(" lorem ipsum dolor sit amet");
+    }
+    s.truncate(len);
+    s
+}
+
+struct Paging {
+    pages: usize,
+    events: usize,
+    bytes: usize,
+    total: Duration,
+    slowest: Duration,
+    p50: Duration,
+    middle: Duration,
+}
+
+/// Walks every page of the session's events (`limit=100`), then fetches
+/// the page that starts at the middle of the log once more.
+fn page_all(server: &Server, sid: &str, skey: &str) -> Paging {
+    let client = server.client().bearer(skey);
+    let mut cursor = String::new();
+    let mut cursors = Vec::new();
+    let mut times = Vec::new();
+    let (mut events, mut bytes) = (0, 0);
+    let start = Instant::now();
+    loop {
+        let t = Instant::now();
+        let resp = client.get(&format!(
+            "/api/v1/sessions/{sid}/events?limit=100&cursor={cursor}"
+        ));
+        times.push(t.elapsed());
+        resp.assert_status(200);
+        bytes += resp.body.len();
+        let page: Value = resp.json();
+        events += page["items"].as_array().map_or(0, Vec::len);
+        cursors.push(cursor.clone());
+        match page["next_cursor"].as_str() {
+            Some(c) => cursor = c.to_string(),
+            None => break,
+        }
+    }
+    let total = start.elapsed();
+    let mid = &cursors[cursors.len() / 2];
+    let t = Instant::now();
+    client
+        .get(&format!(
+            "/api/v1/sessions/{sid}/events?limit=100&cursor={mid}"
+        ))
+        .assert_status(200);
+    let middle = t.elapsed();
+    let pages = times.len();
+    times.sort_unstable();
+    Paging {
+        pages,
+        events,
+        bytes,
+        total,
+        slowest: *times.last().unwrap_or(&Duration::ZERO),
+        p50: percentile(&times, 0.5),
+        middle,
+    }
+}
+
+fn file_len(path: &std::path::Path) -> u64 {
+    std::fs::metadata(path).map_or(0, |m| m.len())
+}
+
+fn main() {
+    let a = args();
+    let bin = Server::binary_path();
+    println!("baesrv: {}", bin.display());
+    let mock = MockProvider::start();
+    mock.set_default(Reply::text(filler(0, "reply", a.reply)));
+    let config = provider_toml(&[("main", "anthropic", &mock.base_url, "mock-model", "tok")]);
+    let mut server = Server::start(ServerOptions::new().bin(&bin).config(&config));
+    let profile = fixtures::create_profile(&server, &unique_name("hist"), "main", &[], &[]);
+    let (_, key) = fixtures::create_key(&server, &profile);
+    let (sid, skey) =
+        fixtures::open_session(&server, &key, json!({"compaction": {"mode": "client"}}));
+    fixtures::register_driver(&server, &sid, &skey);
+
+    println!(
+        "one session, {} text turns ({} B user text, {} B reply)\n",
+        a.turns, a.text, a.reply
+    );
+    println!(
+        "| turns | events | db file | wal | db bytes/turn since last | turn p50 / p99 (last 50) | \
+         page all (limit=100) | page p50 / max | middle page | page bytes |"
+    );
+    println!("|---:|---:|---:|---:|---:|---|---|---|---|---:|");
+    let mut turn_times: Vec<Duration> = Vec::new();
+    let (mut last_turns, mut last_db) = (0usize, 0u64);
+    for turn in 1..=a.turns {
+        let t = Instant::now();
+        let (_, terminal) =
+            fixtures::send_message(&server, &sid, &skey, json!(filler(turn, "user", a.text)));
+        turn_times.push(t.elapsed());
+        assert!(terminal.get("result").is_some(), "turn {turn}: {terminal}");
+        mock.clear_requests();
+        if !a.at.contains(&turn) {
+            continue;
+        }
+        let mut recent: Vec<Duration> = turn_times[turn_times.len().saturating_sub(50)..].to_vec();
+        recent.sort_unstable();
+        let p = page_all(&server, &sid, &skey);
+        server.stop();
+        let db = server.db_path();
+        let mut wal = db.clone().into_os_string();
+        wal.push("-wal");
+        let (db_len, wal_len) = (file_len(&db), file_len(std::path::Path::new(&wal)));
+        let per_turn = (db_len.saturating_sub(last_db)) / (turn - last_turns) as u64;
+        println!(
+            "| {turn} | {} | {:.2} MB | {} B | {per_turn} B | {} / {} | {} ({} pages) | {} / {} | {} | {:.2} MB |",
+            p.events,
+            db_len as f64 / 1e6,
+            wal_len,
+            ms(percentile(&recent, 0.5)),
+            ms(percentile(&recent, 0.99)),
+            ms(p.total),
+            p.pages,
+            ms(p.p50),
+            ms(p.slowest),
+            ms(p.middle),
+            p.bytes as f64 / 1e6,
+        );
+        (last_turns, last_db) = (turn, db_len);
+        server.restart();
+        fixtures::register_driver(&server, &sid, &skey);
+    }
+}
