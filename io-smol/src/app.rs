@@ -127,7 +127,8 @@ fn sync_mode(env: &Env) -> store::Synchronous {
 
 /// Opens and migrates the database (§5 step 8).
 fn open_store(env: &Env) -> Result<Store, store::StoreError> {
-    let store = Store::open(&env.db_path, sync_mode(env))?;
+    let mut store = Store::open(&env.db_path, sync_mode(env))?;
+    store.set_shared_history(env.shared_history);
     store.migrate()?;
     Ok(store)
 }

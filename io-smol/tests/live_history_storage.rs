@@ -177,7 +177,7 @@ fn user_text(turn: usize) -> String {
 
 #[test]
 fn events_read_back_are_the_live_events_and_storage_grows_linearly() {
-    let (mock, mut server) = anthropic_server(&[]);
+    let (mock, mut server) = anthropic_server(&[("BAE_SHARED_HISTORY", "1")]);
     mock.set_default(Reply::text(
         "a reply of some length: lorem ipsum dolor sit amet, consectetur adipiscing elit",
     ));
@@ -345,4 +345,41 @@ impl Observer {
             thread: thread::spawn(|| {}),
         }
     }
+}
+
+/// By default `provider.request` rows are stored whole, as spec 08
+/// persists them (the shared form is the `BAE_SHARED_HISTORY` opt-in).
+#[test]
+fn by_default_requests_are_stored_whole_as_the_spec_persists_them() {
+    let (mock, server) = anthropic_server(&[]);
+    mock.set_default(Reply::text("fine"));
+    let f = open(&server, "main", &[], &[], json!({}));
+    let (sid, key) = (f.session_id.clone(), f.a.session_key.clone());
+    register(&server, &sid, &key);
+    for turn in 0..3 {
+        let params = json!({"message": {"role": "user", "content": user_text(turn)}});
+        let request = rpc_request("session.sendMessage", params, next_rpc_id());
+        call(&server, &sid, &key, &request);
+    }
+    let mut conn = sqlite::open(server.db_path()).unwrap();
+    conn.set_busy_timeout(5000).unwrap();
+    let mut st = conn
+        .prepare("SELECT payload FROM session_events WHERE event_type = 'provider.request' ORDER BY rowid")
+        .unwrap();
+    let mut payloads = Vec::new();
+    while let Ok(sqlite::State::Row) = st.next() {
+        payloads.push(st.read::<String, _>(0).unwrap());
+    }
+    assert_eq!(payloads.len(), 3);
+    for (i, p) in payloads.iter().enumerate() {
+        let v: Value = serde_json::from_str(p).unwrap();
+        let messages = v["messages"].as_array().expect("whole messages");
+        assert_eq!(messages.len(), 2 * i + 1, "{p}");
+        assert!(!p.starts_with("{\"bae_chunks\""), "{p}");
+    }
+    let mut st = conn
+        .prepare("SELECT COUNT(*) FROM bae_history_chunks")
+        .unwrap();
+    st.next().unwrap();
+    assert_eq!(st.read::<i64, _>(0).unwrap(), 0);
 }

@@ -129,6 +129,11 @@ pub struct Env {
     /// `BAE_METRICS_NO_AUTH` (truthy), default off: `GET /metrics` on the
     /// admin port answers without the admin key (a trusted local scraper).
     pub metrics_no_auth: bool,
+    /// Extension `BAE_SHARED_HISTORY` (truthy), default off: new
+    /// `provider.request` rows keep their `messages` and `tools` once per
+    /// session in shared chunks (storage grows linearly; a reference
+    /// server reading the file would see those members as `null`).
+    pub shared_history: bool,
     /// Extension `BAE_SUBSCRIBER_LAG_LIMIT`, default 256 (≥ 1): unflushed
     /// frames a streaming consumer may have before it gets `lagged`.
     pub subscriber_lag_limit: usize,
@@ -352,6 +357,9 @@ pub fn parse_env(get: impl Fn(&str) -> Option<String>) -> Result<Env, ConfigErro
     let metrics_no_auth = get("BAE_METRICS_NO_AUTH")
         .map(|v| is_truthy(&v))
         .unwrap_or(false);
+    let shared_history = get("BAE_SHARED_HISTORY")
+        .map(|v| is_truthy(&v))
+        .unwrap_or(false);
     let sqlite_synchronous = match get("BAE_SQLITE_SYNCHRONOUS") {
         None => Synchronous::Normal,
         Some(v) => {
@@ -402,6 +410,7 @@ pub fn parse_env(get: impl Fn(&str) -> Option<String>) -> Result<Env, ConfigErro
         ndjson_keepalive,
         durable_drivers,
         metrics_no_auth,
+        shared_history,
         subscriber_lag_limit,
         subscriber_window_bytes,
         idempotency_retention,

@@ -21,6 +21,12 @@ impl<'c> StoreConn<'c> {
         if e.event_type != history::EVENT_TYPE || !e.payload.starts_with('{') {
             return Ok(Cow::Borrowed(&e.payload));
         }
+        if !self.shared_history {
+            // Stored whole; a payload that looks like the chunked form is
+            // still escaped, so reads stay exact.
+            let escaped = history::escape(&e.payload);
+            return Ok(escaped.map_or(Cow::Borrowed(e.payload.as_str()), Cow::Owned));
+        }
         let session = e.session_id.as_str();
         self.touched.push(session.to_string());
         let mut known = match self.history.take(session) {

@@ -182,6 +182,9 @@ impl Activity {
 pub struct Store {
     conn: Connection,
     path: PathBuf,
+    /// Write `provider.request` histories in shared chunks (reads always
+    /// expand both forms). See [`Store::set_shared_history`].
+    shared_history: bool,
 }
 
 impl fmt::Debug for Store {
@@ -226,7 +229,11 @@ impl Store {
             .map_err(|e| open_err(sqlite_text(&e)))?;
         conn.execute("PRAGMA foreign_keys = ON")
             .map_err(|e| open_err(sqlite_text(&e)))?;
-        Ok(Store { conn, path })
+        Ok(Store {
+            conn,
+            path,
+            shared_history: true,
+        })
     }
 
     /// The database file path.
@@ -333,8 +340,18 @@ impl Store {
     }
 
     /// A handle that caches prepared statements for as long as it lives.
+    /// Whether new `provider.request` rows store their `messages` and
+    /// `tools` once per session in `bae_history_chunks` (on for a store
+    /// opened here; the server turns it on only with `BAE_SHARED_HISTORY`,
+    /// since it changes the persisted payload format of spec 08). Rows of
+    /// either form are always read back whole.
+    pub fn set_shared_history(&mut self, on: bool) {
+        self.shared_history = on;
+    }
+
     pub fn conn(&self) -> StoreConn<'_> {
         StoreConn {
+            shared_history: self.shared_history,
             conn: &self.conn,
             stmts: (0..Q::COUNT).map(|_| None).collect(),
             history: history::HistoryCache::new(history::CACHE_BYTES),
@@ -485,6 +502,8 @@ pub struct StoreConn<'c> {
     /// Sessions whose history entry the open transaction changed: forgotten
     /// if it rolls back, so that no entry names a chunk that is not there.
     touched: Vec<String>,
+    /// See [`Store::set_shared_history`].
+    shared_history: bool,
 }
 
 impl<'c> StoreConn<'c> {

@@ -15,7 +15,7 @@
 //!
 //! ```text
 //! cargo build --release -p io-smol -p testkit
-//! BAESRV_BIN=$PWD/target/release/baesrv target/release/bench_history [--turns 1000] [--at 250,1000]
+//! BAESRV_BIN=$PWD/target/release/baesrv target/release/bench_history [--turns 1000] [--at 250,1000] [--storage shared|whole]
 //! ```
 
 use std::time::{Duration, Instant};
@@ -30,6 +30,8 @@ struct Args {
     at: Vec<usize>,
     text: usize,
     reply: usize,
+    /// `--storage shared` (default, `BAE_SHARED_HISTORY=1`) or `whole`.
+    shared: bool,
 }
 
 fn args() -> Args {
@@ -38,6 +40,7 @@ fn args() -> Args {
         at: vec![250, 1000],
         text: 100,
         reply: 200,
+        shared: true,
     };
     let argv: Vec<String> = std::env::args().skip(1).collect();
     for pair in argv.chunks(2) {
@@ -58,6 +61,7 @@ fn args() -> Args {
             }
             "--text" => a.text = num(),
             "--reply" => a.reply = num(),
+            "--storage" => a.shared = val == "shared",
             other => panic!("unknown argument {other}"),
         }
     }
@@ -147,7 +151,12 @@ fn main() {
     let mock = MockProvider::start();
     mock.set_default(Reply::text(filler(0, "reply", a.reply)));
     let config = provider_toml(&[("main", "anthropic", &mock.base_url, "mock-model", "tok")]);
-    let mut server = Server::start(ServerOptions::new().bin(&bin).config(&config));
+    let mut opts = ServerOptions::new().bin(&bin).config(&config);
+    println!("storage: {}", if a.shared { "shared" } else { "whole" });
+    if a.shared {
+        opts = opts.env("BAE_SHARED_HISTORY", "1");
+    }
+    let mut server = Server::start(opts);
     let profile = fixtures::create_profile(&server, &unique_name("hist"), "main", &[], &[]);
     let (_, key) = fixtures::create_key(&server, &profile);
     let (sid, skey) =
