@@ -339,12 +339,12 @@ impl Engine {
                 Err(detail) => return self.problem(conn, ProblemType::BadRequest, &detail),
             };
         self.read(
-            StoreRead::Events {
+            StoreRead::EventsPage {
                 session_id: session_id.to_string(),
                 after_seq: after.unwrap_or(0),
-                limit: limit + 1,
+                limit,
             },
-            PendingRead::EventsPage { conn, limit },
+            PendingRead::EventsPage { conn },
         );
     }
 

@@ -10,7 +10,7 @@ use crate::{ConnId, Engine, Listener, Output, ReadResult};
 /// A request waiting for a store read.
 pub enum PendingRead {
     /// `GET …/events` on either port.
-    EventsPage { conn: ConnId, limit: usize },
+    EventsPage { conn: ConnId },
     /// `session.subscribe` resolving `since_event_id`.
     ReplayStart { conn: ConnId },
     /// `session.subscribe` replaying one page.
@@ -156,8 +156,8 @@ impl Engine {
             return;
         };
         match pending {
-            PendingRead::EventsPage { conn, limit } => match result {
-                Ok(ReadResult::Events(rows)) => self.answer_events_page(conn, limit, rows),
+            PendingRead::EventsPage { conn } => match result {
+                Ok(ReadResult::Page(body)) => self.respond_owned(conn, 200, "application/json", body),
                 Ok(_) | Err(_) => {
                     if let Err(e) = &result {
                         tracing::error!(error = %e, "event page read failed");

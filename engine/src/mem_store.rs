@@ -182,6 +182,13 @@ impl MemStore {
                     .cloned()
                     .collect(),
             ),
+            StoreRead::EventsPage { limit, .. } => {
+                let rows = match crate::store::page_rows_read(read).map(|r| self.read(&r)) {
+                    Some(ReadResult::Events(rows)) => rows,
+                    _ => Vec::new(),
+                };
+                ReadResult::Page(crate::store::render_events_page(&rows, *limit))
+            }
             StoreRead::Runtime => ReadResult::Runtime(Default::default()),
             StoreRead::EventsAt { session_id, seqs } => ReadResult::Events(
                 seqs.iter()

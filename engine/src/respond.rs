@@ -56,46 +56,31 @@ impl Engine {
         self.respond_json(conn, status, &p.to_json());
     }
 
-    /// Renders `{"items":[EventView…],"next_cursor":…}` from `limit + 1`
-    /// fetched rows (the extra row only signals that more exist).
-    pub(crate) fn answer_events_page(
+    /// A complete response whose body is already built (an events page
+    /// rendered by the store): a large body goes out as its own write
+    /// instead of being copied behind the head.
+    pub(crate) fn respond_owned(
         &mut self,
         conn: ConnId,
-        limit: usize,
-        mut rows: Vec<EventRow>,
+        status: u16,
+        content_type: &str,
+        body: Vec<u8>,
     ) {
-        let more = rows.len() > limit;
-        rows.truncate(limit);
-        let mut body = String::with_capacity(64 + rows.len() * 256);
-        body.push_str("{\"items\":[");
-        for (i, r) in rows.iter().enumerate() {
-            if i > 0 {
-                body.push(',');
-            }
-            body.push_str(&event_json(r));
+        const COPY_BELOW: usize = 16 * 1024;
+        if body.len() < COPY_BELOW {
+            return self.respond(conn, status, Some(content_type), &body);
         }
-        body.push_str("],\"next_cursor\":");
-        match (more, rows.last()) {
-            (true, Some(last)) => {
-                body.push('"');
-                body.push_str(&last.seq.to_string());
-                body.push('"');
-            }
-            _ => body.push_str("null"),
-        }
-        body.push('}');
-        self.respond_json(conn, 200, body.as_bytes());
+        let close = self.closes_after(conn);
+        self.log_request(conn, status);
+        let head =
+            proto::http::encode_response_head(status, Some(content_type), &[], body.len(), close);
+        self.send(conn, head);
+        self.send(conn, body);
+        self.finish_request(conn);
     }
 }
 
 /// The EventView JSON of a stored row.
 pub(crate) fn event_json(r: &EventRow) -> String {
-    proto::wire::event::event_view_json(
-        &r.id,
-        &r.session_id,
-        r.client_key_id.as_deref(),
-        &r.event_type,
-        &r.payload,
-        &r.created_at,
-    )
+    r.view_json()
 }

@@ -224,6 +224,15 @@ pub enum StoreRead {
     /// The events of one session with these seqs, ascending (missing ones
     /// are skipped).
     EventsAt { session_id: String, seqs: Vec<u64> },
+    /// One `GET …/events` page, rendered by the store: up to `limit` events
+    /// with `seq > after_seq` as the page body (see [`render_events_page`]).
+    /// Rendering on the store's thread keeps a large page's bytes off the
+    /// engine's.
+    EventsPage {
+        session_id: String,
+        after_seq: u64,
+        limit: usize,
+    },
     /// Process and store figures for `GET /metrics` (answered by the
     /// runtime's store thread, which commits and can read `/proc`).
     Runtime,
@@ -235,6 +244,7 @@ impl StoreRead {
         match self {
             StoreRead::Runtime => "",
             StoreRead::Events { session_id, .. }
+            | StoreRead::EventsPage { session_id, .. }
             | StoreRead::EventSeq { session_id, .. }
             | StoreRead::LatestOfType { session_id, .. }
             | StoreRead::EventById { session_id, .. }
@@ -249,6 +259,65 @@ pub enum ReadResult {
     Events(Vec<EventRow>),
     EventSeq(Option<u64>),
     Runtime(crate::metrics::RuntimeStats),
+    /// The body of an events page (`{"items":[…],"next_cursor":…}`).
+    Page(Vec<u8>),
+}
+
+/// The body of an events page from the first `limit + 1` rows after the
+/// cursor (the extra row only says that more exist): `{"items":[EventView…],
+/// "next_cursor":…}`, each payload copied in as stored, never re-parsed.
+pub fn render_events_page(rows: &[EventRow], limit: usize) -> Vec<u8> {
+    let shown = rows.get(..limit).unwrap_or(rows);
+    let size: usize = shown.iter().map(|r| r.payload.len() + 256).sum();
+    let mut body = String::with_capacity(64 + size);
+    body.push_str("{\"items\":[");
+    for (i, r) in shown.iter().enumerate() {
+        if i > 0 {
+            body.push(',');
+        }
+        body.push_str(&r.view_json());
+    }
+    body.push_str("],\"next_cursor\":");
+    match (rows.len() > limit, shown.last()) {
+        (true, Some(last)) => {
+            body.push('"');
+            body.push_str(&last.seq.to_string());
+            body.push('"');
+        }
+        _ => body.push_str("null"),
+    }
+    body.push('}');
+    body.into_bytes()
+}
+
+impl EventRow {
+    /// The EventView JSON of the row (its payload copied in as stored).
+    pub fn view_json(&self) -> String {
+        proto::wire::event_view_json(
+            &self.id,
+            &self.session_id,
+            self.client_key_id.as_deref(),
+            &self.event_type,
+            &self.payload,
+            &self.created_at,
+        )
+    }
+}
+
+/// A page read as the plain rows it is made of (`limit + 1` of them).
+pub fn page_rows_read(read: &StoreRead) -> Option<StoreRead> {
+    match read {
+        StoreRead::EventsPage {
+            session_id,
+            after_seq,
+            limit,
+        } => Some(StoreRead::Events {
+            session_id: session_id.clone(),
+            after_seq: *after_seq,
+            limit: limit.saturating_add(1),
+        }),
+        _ => None,
+    }
 }
 
 /// What the engine is restored from at start: everything but events.
@@ -271,4 +340,43 @@ pub struct Snapshot {
     pub event_counts: Vec<(String, u64)>,
     /// Every stored idempotency key (the engine drops expired ones).
     pub idempotency: Vec<IdempotencyRow>,
+}
+
+#[cfg(test)]
+mod page_tests {
+    use super::*;
+
+    fn row(seq: u64) -> EventRow {
+        EventRow {
+            seq,
+            id: format!("evt_{seq:032x}"),
+            session_id: "ses_1".into(),
+            client_key_id: None,
+            event_type: "session.join".into(),
+            payload: format!("{{\"n\":{seq}}}"),
+            created_at: "2026-12-01T00:00:00.000Z".into(),
+        }
+    }
+
+    #[test]
+    fn a_full_page_names_its_last_row_as_the_cursor() {
+        let rows: Vec<EventRow> = (1..=3).map(row).collect();
+        let body = String::from_utf8(render_events_page(&rows, 2)).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(v["items"].as_array().unwrap().len(), 2);
+        assert_eq!(v["items"][1]["payload"], serde_json::json!({"n": 2}));
+        assert_eq!(v["next_cursor"], "2");
+        assert!(body.starts_with("{\"items\":["), "{body}");
+    }
+
+    #[test]
+    fn the_last_page_has_a_null_cursor_and_payloads_are_copied_as_stored() {
+        let mut r = row(7);
+        r.payload = "{\"b\":1,   \"a\":2}".into();
+        let body = String::from_utf8(render_events_page(&[r.clone()], 5)).unwrap();
+        assert!(body.ends_with("],\"next_cursor\":null}"), "{body}");
+        assert!(body.contains(&r.view_json()), "{body}");
+        assert!(body.contains("{\"b\":1,   \"a\":2}"), "not re-serialised: {body}");
+        assert_eq!(render_events_page(&[], 5), b"{\"items\":[],\"next_cursor\":null}");
+    }
 }

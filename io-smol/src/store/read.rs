@@ -11,6 +11,10 @@ impl<'c> StoreConn<'c> {
         if let ReadResult::Events(rows) = &mut result {
             self.expand_rows(rows)?;
         }
+        // A page leaves the store rendered (the engine only sends it).
+        if let (StoreRead::EventsPage { limit, .. }, ReadResult::Events(rows)) = (read, &result) {
+            return Ok(ReadResult::Page(engine::store::render_events_page(rows, *limit)));
+        }
         Ok(result)
     }
 
@@ -19,6 +23,11 @@ impl<'c> StoreConn<'c> {
         match read {
             // Answered by the store thread (`serve_store_jobs`), which
             // times commits; a direct read has no figures.
+            // The rows of the page as stored (`read` renders them).
+            StoreRead::EventsPage { .. } => match engine::store::page_rows_read(read) {
+                Some(rows) => self.read_stored(&rows),
+                None => Ok(ReadResult::Events(Vec::new())),
+            },
             StoreRead::Runtime => Ok(ReadResult::Runtime(Default::default())),
             StoreRead::Events {
                 session_id,

@@ -79,8 +79,35 @@ pub fn encode_response(
     body: &[u8],
     close: bool,
 ) -> Vec<u8> {
+    let mut out = head_of(status, content_type, extra, body.len(), close, body.len());
+    if !is_bodyless(status) {
+        out.extend_from_slice(body);
+    }
+    out
+}
+
+/// The head [`encode_response`] writes for a body of `body_len` bytes, for
+/// a body sent as a separate write (no copy of a large body).
+pub fn encode_response_head(
+    status: u16,
+    content_type: Option<&str>,
+    extra: &[(&str, &str)],
+    body_len: usize,
+    close: bool,
+) -> Vec<u8> {
+    head_of(status, content_type, extra, body_len, close, 0)
+}
+
+fn head_of(
+    status: u16,
+    content_type: Option<&str>,
+    extra: &[(&str, &str)],
+    body_len: usize,
+    close: bool,
+    reserve: usize,
+) -> Vec<u8> {
     let extra_len: usize = extra.iter().map(|(k, v)| k.len() + v.len() + 4).sum();
-    let mut out = Vec::with_capacity(96 + extra_len + body.len());
+    let mut out = Vec::with_capacity(96 + extra_len + reserve);
     push_status_line(&mut out, status);
     if let Some(ct) = content_type {
         push_header(&mut out, "Content-Type", ct);
@@ -88,19 +115,15 @@ pub fn encode_response(
     for (name, value) in extra {
         push_header(&mut out, name, value);
     }
-    let bodyless = is_bodyless(status);
-    if !bodyless {
+    if !is_bodyless(status) {
         out.extend_from_slice(b"Content-Length: ");
-        push_decimal(&mut out, body.len());
+        push_decimal(&mut out, body_len);
         out.extend_from_slice(b"\r\n");
     }
     if close {
         out.extend_from_slice(b"Connection: close\r\n");
     }
     out.extend_from_slice(b"\r\n");
-    if !bodyless {
-        out.extend_from_slice(body);
-    }
     out
 }
 
