@@ -157,7 +157,9 @@ impl Engine {
         };
         match pending {
             PendingRead::EventsPage { conn } => match result {
-                Ok(ReadResult::Page(body)) => self.respond_owned(conn, 200, "application/json", body),
+                Ok(ReadResult::Page(body)) => {
+                    self.respond_owned(conn, 200, "application/json", body)
+                }
                 Ok(_) | Err(_) => {
                     if let Err(e) = &result {
                         tracing::error!(error = %e, "event page read failed");

@@ -376,7 +376,13 @@ mod page_tests {
         let body = String::from_utf8(render_events_page(&[r.clone()], 5)).unwrap();
         assert!(body.ends_with("],\"next_cursor\":null}"), "{body}");
         assert!(body.contains(&r.view_json()), "{body}");
-        assert!(body.contains("{\"b\":1,   \"a\":2}"), "not re-serialised: {body}");
-        assert_eq!(render_events_page(&[], 5), b"{\"items\":[],\"next_cursor\":null}");
+        assert!(
+            body.contains("{\"b\":1,   \"a\":2}"),
+            "not re-serialised: {body}"
+        );
+        assert_eq!(
+            render_events_page(&[], 5),
+            b"{\"items\":[],\"next_cursor\":null}"
+        );
     }
 }

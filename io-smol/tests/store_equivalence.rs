@@ -387,6 +387,11 @@ fn sqlite_store_matches_mem_store() {
                         after_seq: rng.below(seq + 1),
                         limit: 1 + rng.below(20) as usize,
                     },
+                    StoreRead::EventsPage {
+                        session_id: s.into(),
+                        after_seq: rng.below(seq + 1),
+                        limit: 1 + rng.below(20) as usize,
+                    },
                     StoreRead::EventSeq {
                         session_id: s.into(),
                         event_id: if ids.is_empty() {

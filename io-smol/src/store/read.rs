@@ -13,7 +13,9 @@ impl<'c> StoreConn<'c> {
         }
         // A page leaves the store rendered (the engine only sends it).
         if let (StoreRead::EventsPage { limit, .. }, ReadResult::Events(rows)) = (read, &result) {
-            return Ok(ReadResult::Page(engine::store::render_events_page(rows, *limit)));
+            return Ok(ReadResult::Page(engine::store::render_events_page(
+                rows, *limit,
+            )));
         }
         Ok(result)
     }
