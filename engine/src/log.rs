@@ -8,13 +8,7 @@ use serde_json::Value;
 use crate::store::{EventRow, StoreWrite};
 use crate::Engine;
 
-/// An appended event, with its EventView JSON rendered once.
-#[derive(Debug, Clone)]
-pub struct Appended {
-    pub seq: u64,
-    pub id: String,
-    pub json: String,
-}
+pub use crate::streams::Appended;
 
 impl Engine {
     /// Appends one event to `session_id`'s log and publishes it.

@@ -10,8 +10,16 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use proto::jsonrpc::{Extension, Extensions};
 use serde_json::Value;
 
-use crate::log::Appended;
 use crate::{ConnId, MonoMs};
+
+/// An appended event as the streams carry it, with its EventView JSON
+/// rendered once.
+#[derive(Debug, Clone)]
+pub struct Appended {
+    pub seq: u64,
+    pub id: String,
+    pub json: String,
+}
 
 /// An open NDJSON response on a connection.
 pub struct Stream {

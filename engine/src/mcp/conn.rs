@@ -3,11 +3,11 @@
 //! a deadline. Transport differences stay small: stdio answers arrive as
 //! lines matched by id, HTTP answers as the reply to the request's own POST.
 
-use crate::MonoMs;
 use proto::mcp::{self, errors, Answer, CallOutcome, McpMethod, McpTool};
 use serde_json::Value;
 
 use super::{CallToken, McpCommand, McpConnId, McpEvent, McpServerSpec, McpSettings};
+use crate::MonoMs;
 
 /// Backoff between reconnect attempts of a `reconnect = true` server.
 const BACKOFF_START_MS: u64 = 250;

@@ -13,7 +13,6 @@
 //! an engine timer (`mcp_timeout_ms`), never a socket timeout, so a silent
 //! server cannot hold a turn past it.
 
-use crate::MonoMs;
 mod conn;
 #[cfg(test)]
 mod tests;
@@ -23,10 +22,10 @@ use std::collections::{BTreeMap, VecDeque};
 use proto::mcp::{CallOutcome, McpTool};
 use serde_json::Value;
 
+use crate::MonoMs;
 use conn::{Conn, PendingCall, Step};
 
-pub use crate::ids::CallToken;
-pub use crate::ids::McpConnId;
+pub use crate::ids::{CallToken, McpConnId};
 
 /// One `[[mcp.servers]]` registry entry. Templates stay unresolved: the
 /// driver resolves `${VAR}`s when it opens the transport.

@@ -15,7 +15,6 @@
 //! the driver is asked to stop, so nothing is ever dispatched against a
 //! container being stopped.
 
-use crate::MonoMs;
 mod images;
 mod subagent;
 #[cfg(test)]
@@ -24,6 +23,7 @@ mod vocab;
 
 use std::collections::{BTreeMap, VecDeque};
 
+use crate::MonoMs;
 use subagent::Subagent;
 pub use subagent::{CancelOutcome, LaunchSpec, State as SubagentState, SubagentStatus};
 pub use vocab::*;

@@ -2,10 +2,10 @@
 //! ends, times out or is cancelled; its output kept for the status tool
 //! (never in events), reported once, then evicted.
 
-use crate::MonoMs;
 use serde_json::{json, Value};
 
 use super::{DriverError, ExecOutput, Op, OpId, SandboxCommand, SandboxHub};
+use crate::MonoMs;
 
 /// stdout and stderr are each cut to this many bytes for the status tool.
 pub const MAX_REPORTED_BYTES: usize = 65_536;

@@ -2,12 +2,11 @@
 //! oldest live waiter, the engine's own abandonment timer, cancels, and
 //! the hand-over after a restart rebuilt a parked pause from the log.
 
-use crate::MonoMs;
 use std::collections::VecDeque;
 
 use super::{Holder, Idem, Op, Pause, Takeover, Waiter};
 use crate::faults::Faults;
-use crate::ConnId;
+use crate::{ConnId, MonoMs};
 
 /// A request that now holds the gate (the gate is `Running`).
 #[derive(Debug)]

@@ -7,14 +7,13 @@
 //!
 //! Its tests (`tests/`) drive it in-process with virtual time.
 
-use crate::MonoMs;
 mod gate;
 #[cfg(test)]
 mod tests;
 
 pub use gate::{Arrival, Gate, Limits, Refusal, Start};
 
-use crate::ConnId;
+use crate::{ConnId, MonoMs};
 use serde_json::Value;
 
 /// Who holds a session's gate.
