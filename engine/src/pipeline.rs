@@ -13,18 +13,23 @@
 //! * a delivery emitted after a gating write ([`StoreWrite::gates_output`])
 //!   is held until the batch containing that write has committed; held
 //!   deliveries are released in emission order, so a `Close` never overtakes
-//!   the sends before it.
+//!   the sends before it;
+//! * a provider call is a delivery too: its `provider.request` event (and,
+//!   for an idempotent send, the key) is committed before the call leaves,
+//!   so a crash can never have called a provider for a turn the log and the
+//!   key table do not know about.
 
 use std::collections::VecDeque;
 
 use crate::store::{ReadId, StoreRead, StoreWrite};
 use crate::ConnId;
 
-/// Bytes or a close for one connection.
+/// Bytes or a close for one connection, or a provider call to perform.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Delivery {
     Send { conn: ConnId, bytes: Vec<u8> },
     Close { conn: ConnId },
+    Call(crate::ProviderCall),
 }
 
 /// A unit of work for the store worker, processed in FIFO order.
@@ -185,6 +190,32 @@ mod tests {
             conn,
             bytes: b.as_bytes().to_vec(),
         }
+    }
+
+    fn call(id: u64) -> Delivery {
+        Delivery::Call(crate::ProviderCall {
+            id: crate::CallId(id),
+            url: "http://127.0.0.1:9/v1/messages".into(),
+            headers: Vec::new(),
+            auth_template: String::new(),
+            auth: crate::AuthPlacement::XApiKey,
+            body: b"{}".to_vec(),
+            timeout_ms: 1_000,
+        })
+    }
+
+    #[test]
+    fn a_provider_call_leaves_only_once_its_request_event_is_committed() {
+        let mut p = Pipeline::new();
+        // The turn's `provider.request` (any gating write) then the call.
+        p.write(revoke("provider.request"));
+        assert_eq!(p.deliver(call(7)), None, "held behind the uncommitted event");
+        assert_eq!(p.deliver(send(ConnId(1), "frame")), None);
+        let jobs = p.take_submission().unwrap();
+        assert!(matches!(jobs[0], Job::Commit { batch: 1, .. }));
+        assert_eq!(p.committed(1), vec![call(7), send(ConnId(1), "frame")]);
+        // With nothing uncommitted before it, a call leaves at once.
+        assert_eq!(p.deliver(call(8)), Some(call(8)));
     }
 
     #[test]

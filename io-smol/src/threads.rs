@@ -111,10 +111,7 @@ impl Threads {
                     return;
                 }
             }
-            let timer = self
-                .engine
-                .poll_timeout()
-                .map(|ms| self.clock.instant_at(ms));
+            let timer = self.engine.poll_timeout().map(|t| self.clock.instant_at(t));
             let wake = [timer, self.deadline].into_iter().flatten().min();
             let ev = match wake {
                 Some(at) => rx.recv_timeout(at.saturating_duration_since(Instant::now())),
@@ -203,24 +200,9 @@ impl Threads {
             match out {
                 Output::Write(w) => self.pipe.write(w),
                 Output::Read { id, read } => self.pipe.read(id, read),
-                Output::Send { conn, bytes } => {
-                    if let Some(d) = self.pipe.deliver(Delivery::Send { conn, bytes }) {
-                        self.dispatch(d);
-                    }
-                }
-                Output::Close { conn } => {
-                    if let Some(d) = self.pipe.deliver(Delivery::Close { conn }) {
-                        self.dispatch(d);
-                    }
-                }
-                Output::CallProvider(call) => {
-                    self.inflight += 1;
-                    let tx = self.tx.clone();
-                    thread::spawn(move || {
-                        let reply = provider::perform(&call);
-                        let _ = tx.send(Ev::Provider(call.id, reply));
-                    });
-                }
+                Output::Send { conn, bytes } => self.deliver(Delivery::Send { conn, bytes }),
+                Output::Close { conn } => self.deliver(Delivery::Close { conn }),
+                Output::CallProvider(call) => self.deliver(Delivery::Call(call)),
                 Output::Mcp(engine::mcp::McpCommand::Open { conn, .. }) => {
                     let event = McpEvent::OpenFailed(MCP_UNSUPPORTED.into());
                     self.input(Input::Mcp { conn, event });
@@ -241,10 +223,26 @@ impl Threads {
         }
     }
 
+    /// Through the pipeline: now, or once what it reveals is committed.
+    fn deliver(&mut self, d: Delivery) {
+        if let Some(d) = self.pipe.deliver(d) {
+            self.dispatch(d);
+        }
+    }
+
     fn dispatch(&mut self, d: Delivery) {
         let (conn, msg) = match d {
             Delivery::Send { conn, bytes } => (conn, Some(bytes)),
             Delivery::Close { conn } => (conn, None),
+            Delivery::Call(call) => {
+                self.inflight += 1;
+                let tx = self.tx.clone();
+                thread::spawn(move || {
+                    let reply = provider::perform(&call);
+                    let _ = tx.send(Ev::Provider(call.id, reply));
+                });
+                return;
+            }
         };
         if let Some(w) = self.conns.get(&conn) {
             let _ = w.send(msg);

@@ -432,7 +432,11 @@ impl Driver {
                     }
                 }
                 Output::Read { id, read } => self.pipe.read(id, read),
-                Output::CallProvider(call) => self.call_provider(call),
+                Output::CallProvider(call) => {
+                    if let Some(d) = self.pipe.deliver(Delivery::Call(call)) {
+                        self.dispatch(d);
+                    }
+                }
                 Output::Mcp(cmd) => self.mcp.perform(cmd),
                 Output::Sandbox(cmd) => self.sandboxes.perform(cmd),
             }
@@ -443,6 +447,7 @@ impl Driver {
         let (conn, msg) = match d {
             Delivery::Send { conn, bytes } => (conn, WriterMsg::Data(bytes)),
             Delivery::Close { conn } => (conn, WriterMsg::Close),
+            Delivery::Call(call) => return self.call_provider(call),
         };
         if let Some(c) = self.conns.get(&conn) {
             // Unbounded: never fails while the writer task is alive; a dead

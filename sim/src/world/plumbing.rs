@@ -88,7 +88,7 @@ impl World {
                 self.t(format!("out read id={id} {read:?}"));
                 self.io.pipe.read(id, read);
             }
-            Output::CallProvider(call) => self.call_provider(call),
+            Output::CallProvider(call) => self.deliver(Delivery::Call(call)),
             Output::Sandbox(cmd) => {
                 self.t(format!("out sandbox {cmd:?}"));
                 let now = self.now_ms;
@@ -197,6 +197,7 @@ impl World {
                     self.after(0, Ev::Flush(conn));
                 }
             }
+            Delivery::Call(call) => self.call_provider(call),
         }
     }
 
