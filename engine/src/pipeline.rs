@@ -209,7 +209,11 @@ mod tests {
         let mut p = Pipeline::new();
         // The turn's `provider.request` (any gating write) then the call.
         p.write(revoke("provider.request"));
-        assert_eq!(p.deliver(call(7)), None, "held behind the uncommitted event");
+        assert_eq!(
+            p.deliver(call(7)),
+            None,
+            "held behind the uncommitted event"
+        );
         assert_eq!(p.deliver(send(ConnId(1), "frame")), None);
         let jobs = p.take_submission().unwrap();
         assert!(matches!(jobs[0], Job::Commit { batch: 1, .. }));
