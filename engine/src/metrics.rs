@@ -103,9 +103,10 @@ pub struct Gauges {
     pub connections: u64,
 }
 
-/// Provider kinds and tool dispatches as label values, in a fixed order.
+use proto::wire::content::Dispatch;
+
+/// Provider kinds as label values, in a fixed order.
 const PROVIDERS: [&str; 2] = ["anthropic", "openai"];
-const DISPATCHES: [&str; 4] = ["client", "sandbox", "subagent", "mcp"];
 
 /// The engine's counters and histograms.
 #[derive(Debug, Default)]
@@ -124,10 +125,6 @@ fn provider_index(kind: proto::provider::Kind) -> usize {
         proto::provider::Kind::Anthropic => 0,
         proto::provider::Kind::Openai => 1,
     }
-}
-
-fn dispatch_index(dispatch: &str) -> Option<usize> {
-    DISPATCHES.iter().position(|d| *d == dispatch)
 }
 
 impl Metrics {
@@ -159,16 +156,16 @@ impl Metrics {
         }
     }
 
-    /// One `tool_use` dispatched (`dispatch` as logged on `tool.call`).
-    pub fn tool_called(&mut self, dispatch: &str) {
-        if let Some(n) = dispatch_index(dispatch).and_then(|i| self.tool_calls.get_mut(i)) {
+    /// One `tool_use` dispatched.
+    pub fn tool_called(&mut self, dispatch: Dispatch) {
+        if let Some(n) = self.tool_calls.get_mut(dispatch as usize) {
             *n += 1;
         }
     }
 
     /// A server-executed tool finished after `latency_ms`.
-    pub fn tool_finished(&mut self, dispatch: &str, latency_ms: u64) {
-        if let Some(h) = dispatch_index(dispatch).and_then(|i| self.tool_latency.get_mut(i)) {
+    pub fn tool_finished(&mut self, dispatch: Dispatch, latency_ms: u64) {
+        if let Some(h) = self.tool_latency.get_mut(dispatch as usize) {
             h.observe(&LATENCY_BUCKETS_MS, latency_ms);
         }
     }
@@ -257,18 +254,20 @@ impl Metrics {
         if self.enabled("bae.tool.calls") {
             out.push_str("# HELP bae_tool_calls_total Tool uses dispatched, by dispatch.\n");
             out.push_str("# TYPE bae_tool_calls_total counter\n");
-            for (d, n) in DISPATCHES.iter().zip(self.tool_calls.iter()) {
+            for (d, n) in Dispatch::ALL.iter().zip(self.tool_calls.iter()) {
+                let d = d.as_str();
                 let _ = writeln!(out, "bae_tool_calls_total{{dispatch=\"{d}\"}} {n}");
             }
         }
         if self.enabled("bae.tool.latency") {
             let name = "bae_tool_latency_milliseconds";
             header(&mut out, name, "Server-executed tool latency.", "histogram");
-            for (d, h) in DISPATCHES.iter().zip(self.tool_latency.iter()).skip(1) {
+            // Client tools run in the client: no server latency series.
+            for (d, h) in Dispatch::ALL.iter().zip(self.tool_latency.iter()).skip(1) {
                 histogram(
                     &mut out,
                     name,
-                    &format!("dispatch=\"{d}\""),
+                    &format!("dispatch=\"{}\"", d.as_str()),
                     &LATENCY_BUCKETS_MS,
                     h,
                 );

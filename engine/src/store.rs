@@ -268,26 +268,11 @@ pub enum ReadResult {
 /// "next_cursor":…}`, each payload copied in as stored, never re-parsed.
 pub fn render_events_page(rows: &[EventRow], limit: usize) -> Vec<u8> {
     let shown = rows.get(..limit).unwrap_or(rows);
-    let size: usize = shown.iter().map(|r| r.payload.len() + 256).sum();
-    let mut body = String::with_capacity(64 + size);
-    body.push_str("{\"items\":[");
-    for (i, r) in shown.iter().enumerate() {
-        if i > 0 {
-            body.push(',');
-        }
-        body.push_str(&r.view_json());
-    }
-    body.push_str("],\"next_cursor\":");
-    match (rows.len() > limit, shown.last()) {
-        (true, Some(last)) => {
-            body.push('"');
-            body.push_str(&last.seq.to_string());
-            body.push('"');
-        }
-        _ => body.push_str("null"),
-    }
-    body.push('}');
-    body.into_bytes()
+    let items: Vec<String> = shown.iter().map(EventRow::view_json).collect();
+    let cursor = (rows.len() > limit)
+        .then(|| shown.last().map(|r| r.seq.to_string()))
+        .flatten();
+    proto::wire::page::page_json(&items, cursor.as_deref()).into_bytes()
 }
 
 impl EventRow {

@@ -106,6 +106,14 @@ pub enum Live {
     Lagged,
 }
 
+impl Stream {
+    /// A gapless stream with `window_bytes` or more unflushed: it stops
+    /// taking live events until it drains.
+    pub fn over_window(&self, window_bytes: usize) -> bool {
+        self.ext.has(Extension::SubscribeGapless) && self.in_flight_bytes >= window_bytes
+    }
+}
+
 /// Every open stream.
 #[derive(Default)]
 pub struct Hub {
@@ -251,7 +259,7 @@ impl Hub {
             return Live::Skip;
         };
         let gapless = s.ext.has(Extension::SubscribeGapless);
-        let over_window = gapless && s.in_flight_bytes >= limits.window_bytes;
+        let over_window = s.over_window(limits.window_bytes);
         if let StreamKind::Subscribe(sub) = &mut s.kind {
             if ev.seq <= sub.delivered || sub.phase != Phase::Live {
                 return Live::Skip;

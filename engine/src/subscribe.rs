@@ -132,10 +132,7 @@ impl Engine {
 
     /// Whether a gapless stream is over its window.
     fn over_window(&self, conn: ConnId) -> bool {
-        self.streams.get(conn).is_some_and(|s| {
-            s.ext.has(Extension::SubscribeGapless)
-                && s.in_flight_bytes >= self.config.subscriber_window_bytes
-        })
+        (self.streams.get(conn)).is_some_and(|s| s.over_window(self.config.subscriber_window_bytes))
     }
 
     pub(crate) fn on_replay_page(&mut self, conn: ConnId, result: Result<ReadResult, String>) {

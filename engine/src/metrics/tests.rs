@@ -68,9 +68,8 @@ fn counters_count_by_label() {
     m.turn_ended(TurnOutcome::Completed);
     m.turn_ended(TurnOutcome::Paused);
     m.provider_returned(proto::provider::Kind::Openai, false, 3);
-    m.tool_called("mcp");
-    m.tool_called("client");
-    m.tool_called("unknown dispatch is ignored");
+    m.tool_called(Dispatch::Mcp);
+    m.tool_called(Dispatch::Client);
     let text = m.render(&Gauges::default(), &RuntimeStats::default());
     for want in [
         "bae_turns_completed_total{outcome=\"completed\"} 2",
@@ -116,7 +115,7 @@ fn histogram_buckets_are_cumulative_with_sum_and_count() {
 #[test]
 fn tool_latency_has_no_client_series() {
     let mut m = Metrics::new(&[]);
-    m.tool_finished("sandbox", 12);
+    m.tool_finished(Dispatch::Sandbox, 12);
     let text = m.render(&Gauges::default(), &RuntimeStats::default());
     assert!(!text.contains("bae_tool_latency_milliseconds_count{dispatch=\"client\"}"));
     assert!(text.contains("bae_tool_latency_milliseconds_count{dispatch=\"sandbox\"} 1\n"));

@@ -229,12 +229,6 @@ impl Gate {
         changed
     }
 
-    /// Marks the gate taken by a request that did not queue (used by the
-    /// engine for turns it starts itself, such as a compaction it chose).
-    pub fn set_running(&mut self) {
-        self.holder = Holder::Running;
-    }
-
     /// The parked pause, leaving the gate free (`None` if none is parked).
     fn take_pause(&mut self) -> Option<Pause> {
         match std::mem::take(&mut self.holder) {

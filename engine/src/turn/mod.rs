@@ -279,7 +279,6 @@ impl Engine {
     ) -> TurnId {
         let turn_id = self.next_turn;
         self.next_turn += 1;
-        self.live_mut(session_id).gate.set_running();
         self.tell_queue_positions(session_id);
         let conn_alive = self.stream_mut(conn).is_some();
         if let Some(s) = self.stream_mut(conn) {

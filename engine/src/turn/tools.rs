@@ -15,25 +15,7 @@ use super::{Outcome, Pause, TurnId};
 use crate::Engine;
 use proto::wire::EventType;
 
-/// Dispatch classes (spec 06 §2), in priority order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Dispatch {
-    Client,
-    Sandbox,
-    Subagent,
-    Mcp,
-}
-
-impl Dispatch {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Dispatch::Client => "client",
-            Dispatch::Sandbox => "sandbox",
-            Dispatch::Subagent => "subagent",
-            Dispatch::Mcp => "mcp",
-        }
-    }
-}
+pub use proto::wire::content::Dispatch;
 
 /// A tool round in progress.
 pub struct Round {
@@ -110,7 +92,7 @@ impl Engine {
                 "server_name": server,
             });
             self.turn_event(turn_id, EventType::ToolCall, payload);
-            self.metrics.tool_called(d.as_str());
+            self.metrics.tool_called(*d);
         }
         if let Some(t) = self.turns.get_mut(&turn_id) {
             t.round = Some(Box::new(Round {
@@ -416,7 +398,7 @@ impl Engine {
             .map(|r| r.block_started);
         if let Some(started) = started.filter(|_| dispatch != Dispatch::Client) {
             let latency_ms = self.now.mono - started;
-            self.metrics.tool_finished(dispatch.as_str(), latency_ms);
+            self.metrics.tool_finished(dispatch, latency_ms);
         }
         json!({"type": "tool_result", "tool_use_id": id, "content": content, "is_error": is_error})
     }

@@ -31,6 +31,14 @@ pub enum Dispatch {
 }
 
 impl Dispatch {
+    /// Every class, in priority order.
+    pub const ALL: [Dispatch; 4] = [
+        Dispatch::Client,
+        Dispatch::Sandbox,
+        Dispatch::Subagent,
+        Dispatch::Mcp,
+    ];
+
     /// Wire string.
     pub const fn as_str(self) -> &'static str {
         match self {
