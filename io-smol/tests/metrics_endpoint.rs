@@ -14,6 +14,35 @@ fn sample(text: &str, series: &str) -> Option<f64> {
         .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
 }
 
+/// `text` as the official Prometheus client library's parser reads it
+/// (testkit/fixtures/prometheus/parse.py): its metric families, or a panic
+/// with the parser's complaint.
+fn parse_with_prometheus_client(text: &str) -> Vec<serde_json::Value> {
+    use std::io::Write;
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../testkit/fixtures/prometheus/parse.py");
+    let mut child = std::process::Command::new("python3")
+        .arg(&script)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3 (installed by testkit/scripts/install-test-deps.sh)");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(text.as_bytes())
+        .expect("write exposition");
+    let out = child.wait_with_output().expect("parser ran");
+    assert!(
+        out.status.success(),
+        "prometheus_client rejected /metrics: {}\n{text}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("parser output is JSON")
+}
+
 fn scrape(server: &testkit::Server) -> String {
     let resp = server.admin().get("/metrics");
     resp.assert_status(200);
@@ -136,4 +165,83 @@ fn disabled_instruments_are_left_out_when_telemetry_is_on() {
     assert!(!text.contains("bae_sessions_open"), "{text}");
     assert!(!text.contains("bae_tool_calls_total"), "{text}");
     assert!(text.contains("bae_sessions_total"), "{text}");
+}
+
+/// Spec 04 §7.2 through a real scraper's parser: every instrument of the
+/// closed set is a family of the right type, the labels are only the
+/// low-cardinality ones, and the values match the plain-text reading.
+#[test]
+fn a_real_prometheus_parser_reads_every_instrument() {
+    let (mock, server) = anthropic_server(&[]);
+    let f = open_registered(
+        &server,
+        "main",
+        &[],
+        &["get_time"],
+        json!({"tools": [tool("get_time")]}),
+    );
+    mock.push(Reply::text("hello"));
+    send(&server, &f.session_id, &f.a, json!("hi"));
+    let text = scrape(&server);
+    let families = parse_with_prometheus_client(&text);
+    let family = |name: &str| {
+        families
+            .iter()
+            .find(|f| f["name"] == name)
+            .unwrap_or_else(|| panic!("no family {name} in {families:?}"))
+    };
+    let gauges = [
+        "bae_sessions_open",
+        "bae_sessions_total",
+        "bae_events_total",
+        "bae_profiles_count",
+        "bae_keys_count",
+        "bae_mcp_sessions_live",
+        "bae_turns_pending",
+        "bae_sandboxes_live",
+        "bae_subagents_active",
+        "bae_drivers_registered",
+    ];
+    for g in gauges {
+        assert_eq!(family(g)["type"], "gauge", "{g}");
+    }
+    // The parser names counter families without their `_total` suffix.
+    for (c, label) in [
+        ("bae_turns_completed", "outcome"),
+        ("bae_provider_requests", "provider"),
+        ("bae_tool_calls", "dispatch"),
+    ] {
+        let fam = family(c);
+        assert_eq!(fam["type"], "counter", "{c}");
+        for s in fam["samples"].as_array().unwrap() {
+            assert!(s["labels"].get(label).is_some(), "{c}: {s}");
+        }
+    }
+    for h in [
+        "bae_provider_latency_milliseconds",
+        "bae_tool_latency_milliseconds",
+    ] {
+        assert_eq!(family(h)["type"], "histogram", "{h}");
+    }
+    // No label may carry a session id, tool name or anything unbounded.
+    let allowed = ["outcome", "provider", "dispatch", "le"];
+    for fam in &families {
+        for s in fam["samples"].as_array().unwrap() {
+            for k in s["labels"].as_object().unwrap().keys() {
+                assert!(allowed.contains(&k.as_str()), "label {k} on {s}");
+            }
+        }
+    }
+    let completed = family("bae_turns_completed")["samples"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == "bae_turns_completed_total" && s["labels"]["outcome"] == "completed")
+        .map(|s| s["value"].as_f64().unwrap());
+    assert_eq!(completed, Some(1.0), "{text}");
+    assert!(
+        !text.contains(&f.session_id),
+        "session id leaked into /metrics"
+    );
+    assert!(!text.contains("get_time"), "tool name leaked into /metrics");
 }

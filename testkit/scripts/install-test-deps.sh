@@ -6,6 +6,9 @@
 #     `mcp-server-everything` on PATH
 #   - curl, if missing (Debian's package), which the quickstart check
 #     (testkit/scripts/quickstart-check.sh) runs as docs/quickstart.md does
+# the parser a real Prometheus scraper uses, which reads `GET /metrics` in
+# io-smol/tests/metrics_endpoint.rs:
+#   - PyPI `prometheus-client`, for python3 on PATH
 # and the browser the admin console's end-to-end test drives
 # (io-smol/tests/admin_ui.rs, testkit/ui/console.spec.mjs):
 #   - Debian `chromium` (headless), via apt-get
@@ -38,6 +41,18 @@ else
     python3 -m pip install --quiet "mcp==$MCP_PY_VERSION"
   python3 -c 'import mcp.server.mcpserver' ||
     { echo "install-test-deps: mcp installed but not importable" >&2; exit 1; }
+fi
+
+PROM_CLIENT_VERSION=0.21.1
+have_prom=$(python3 -c 'import importlib.metadata as m; print(m.version("prometheus-client"))' 2>/dev/null || true)
+if [ "$have_prom" = "$PROM_CLIENT_VERSION" ]; then
+  echo "install-test-deps: python prometheus-client $PROM_CLIENT_VERSION already installed"
+else
+  echo "install-test-deps: pip installing prometheus-client==$PROM_CLIENT_VERSION (had: ${have_prom:-none})"
+  PIP_ROOT_USER_ACTION=ignore PIP_BREAK_SYSTEM_PACKAGES=1 PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    python3 -m pip install --quiet "prometheus-client==$PROM_CLIENT_VERSION"
+  python3 -c 'import prometheus_client.parser' ||
+    { echo "install-test-deps: prometheus-client installed but not importable" >&2; exit 1; }
 fi
 
 have_js=""
