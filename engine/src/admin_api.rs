@@ -47,7 +47,7 @@ fn route(path: &str) -> Option<Route<'_>> {
 /// A page of an append-only ordering: the cursor is the position after the
 /// last item returned, so later inserts and removals never shift it.
 fn page_of<T>(
-    order: &[String],
+    order: &[crate::model::SharedId],
     after: usize,
     limit: usize,
     mut item: impl FnMut(&str) -> Option<T>,
@@ -313,7 +313,7 @@ impl Engine {
             "profile_id": row.profile_id,
             "created_at": row.created_at,
         });
-        let mut key = Key::from_row(&row);
+        let mut key = Key::from_row(&row, &self.catalog);
         key.hash = StoredHash::Sha256(auth::digest(&secret));
         self.write(StoreWrite::InsertKey(row));
         self.catalog.insert_key(key);
@@ -368,7 +368,7 @@ impl Engine {
             .keys
             .values()
             .filter(|k| k.role == KeyRole::Session && k.client_id.as_deref() == Some(id))
-            .map(|k| (k.id.clone(), k.name.clone()))
+            .map(|k| (k.id.to_string(), k.name.to_string()))
             .collect();
         let mut session_keys = session_keys;
         session_keys.sort();
@@ -383,14 +383,18 @@ impl Engine {
                 touched.push(session_id);
             }
         }
-        touched.sort_by_key(|s| self.catalog.session_order.iter().position(|x| x == s));
+        touched.sort_by_key(|s| self.catalog.session_order.iter().position(|x| **x == **s));
         for session_id in touched {
-            let open =
-                self.catalog.sessions.get(&session_id).map(|s| s.state) == Some(SessionState::Open);
+            let open = self
+                .catalog
+                .sessions
+                .get(session_id.as_str())
+                .map(|s| s.state)
+                == Some(SessionState::Open);
             let orphaned = self
                 .catalog
                 .session_keys
-                .get(&session_id)
+                .get(session_id.as_str())
                 .is_none_or(|v| v.is_empty());
             if open && orphaned {
                 self.close_session(&session_id, id, "client_key_revoked");

@@ -42,7 +42,7 @@ impl Engine {
                 .unwrap_or(false);
             if verified {
                 let digest = auth::digest(token);
-                if let Some(k) = self.catalog.keys.get_mut(&id) {
+                if let Some(k) = self.catalog.keys.get_mut(id.as_str()) {
                     k.hash = StoredHash::Sha256(digest);
                 }
                 self.write(StoreWrite::SetKeyHash {
@@ -50,7 +50,7 @@ impl Engine {
                     key_hash: auth::hex(&digest),
                 });
                 tracing::info!(key_id = %id, "legacy Argon2id key digest upgraded to SHA-256");
-                return self.catalog.keys.get(&id).cloned();
+                return self.catalog.keys.get(id.as_str()).map(|k| (**k).clone());
             }
         }
         self.last_legacy_failure = Some(self.now.mono);

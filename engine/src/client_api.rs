@@ -7,8 +7,9 @@ use proto::wire::ids::{IdKind, SecretKind};
 use proto::wire::problem::ProblemType;
 use serde_json::{json, Map, Value};
 
-use crate::model::{Key, KeyScope, Session, StoredHash};
+use crate::model::{Key, KeyScope, Session, SharedId, StoredHash};
 use crate::store::{KeyRole, KeyRow, SessionRow, SessionState, StoreRead, StoreWrite};
+use crate::time::Stamp;
 use crate::{auth, conn::PendingRead, ConnId, Engine};
 use proto::wire::EventType;
 
@@ -132,7 +133,7 @@ impl Engine {
     pub(crate) fn touch_key(&mut self, key_id: &str) {
         let at = self.timestamp();
         if let Some(k) = self.catalog.keys.get_mut(key_id) {
-            k.last_used_at = Some(at.clone());
+            k.last_used_at = Some(Stamp::At(self.now.unix));
         }
         self.write(StoreWrite::TouchKey {
             id: key_id.to_string(),
@@ -173,18 +174,17 @@ impl Engine {
         }
         // 9. Session row, session key and `session.open`, atomically.
         let session_id = self.new_id(IdKind::Session);
-        let now = self.timestamp();
         let mut session = Session {
-            id: session_id.clone(),
+            id: SharedId::from(session_id.as_str()),
             creator: key.id.clone(),
-            profile_id: profile_id.clone(),
+            profile_id: self.catalog.shared(&profile_id),
             state: SessionState::Open,
-            client_version: body.client_version.clone(),
+            client_version: body.client_version.as_deref().map(Box::from),
             client_tools: Default::default(),
             sandbox_tools: Default::default(),
             subagent_tools: Default::default(),
             compaction: body.compaction.clone(),
-            created_at: now.clone(),
+            created_at: Stamp::At(self.now.unix),
             closed_at: None,
             fresh: true,
         };
@@ -254,7 +254,7 @@ impl Engine {
         }
         // 6. Profile boundary: nothing logged, nothing minted (C-036).
         let profile_id = session.profile_id.clone();
-        if key.profile_id.as_deref() != Some(profile_id.as_str()) {
+        if key.profile_id.as_deref() != Some(&*profile_id) {
             return self.problem(
                 conn,
                 ProblemType::ProfileMismatch,
@@ -317,7 +317,7 @@ impl Engine {
             .catalog
             .drivers
             .get(session_id)
-            .map(|d| d.iter().cloned().collect())
+            .map(|d| d.iter().map(|k| k.to_string()).collect())
             .unwrap_or_default();
         self.respond_value(conn, 200, &json!({ "drivers": drivers }));
     }
@@ -375,7 +375,7 @@ impl Engine {
         let at = self.timestamp();
         if let Some(s) = self.catalog.sessions.get_mut(session_id) {
             s.state = SessionState::Closed;
-            s.closed_at = Some(at.clone());
+            s.closed_at = Some(Stamp::At(self.now.unix));
         }
         self.write(StoreWrite::SetSessionState {
             id: session_id.to_string(),
@@ -441,13 +441,13 @@ impl Engine {
             key_hash: auth::digest_hex(&secret),
             key_prefix: secret[..8].to_string(),
             role: KeyRole::Session,
-            profile_id: client.profile_id.clone(),
-            client_id: Some(client.id.clone()),
+            profile_id: client.profile_id.as_deref().map(String::from),
+            client_id: Some(client.id.to_string()),
             created_at: self.timestamp(),
             last_used_at: None,
             deleted_at: None,
         };
-        let mut key = Key::from_row(&row);
+        let mut key = Key::from_row(&row, &self.catalog);
         key.hash = StoredHash::Sha256(auth::digest(&secret));
         self.write(StoreWrite::InsertKey(row));
         self.catalog.insert_key(key);
@@ -483,7 +483,8 @@ impl Engine {
             closed_at: None,
         };
         self.write(StoreWrite::InsertSession(row.clone()));
-        self.catalog.insert_session(Session::from_row(&row));
+        let session = Session::from_row(&row, &self.catalog);
+        self.catalog.insert_session(session);
         let payload = match primary {
             None => json!({"reason": "profile_unavailable", "profile_id": profile_id}),
             Some(p) => json!({

@@ -1,8 +1,14 @@
 //! In-memory catalogue of profiles, keys and sessions: what hot paths need
 //! without a store round trip. Events are never held here (they are read
 //! from the store on demand).
+//!
+//! Kept compact because every open session lives here: ids are shared
+//! `Arc<str>`s (a session id is one allocation however many indexes hold
+//! it), stamps are 8-byte instants, empty tool maps allocate nothing, and
+//! map values are boxed so the tables' spare capacity stays small.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
@@ -10,6 +16,10 @@ use proto::wire::CompactionConfig;
 
 use crate::auth;
 use crate::store::{KeyRole, KeyRow, ProfileRow, SessionRow, SessionState, Snapshot};
+use crate::time::Stamp;
+
+/// Id text shared by every index that holds it.
+pub type SharedId = Arc<str>;
 
 #[derive(Debug, Clone)]
 pub struct Profile {
@@ -43,19 +53,21 @@ pub enum StoredHash {
 
 #[derive(Debug, Clone)]
 pub struct Key {
-    pub id: String,
-    pub name: String,
+    pub id: SharedId,
+    /// A session key's name is its session's id (shared with it).
+    pub name: SharedId,
     pub hash: StoredHash,
-    pub prefix: String,
+    pub prefix: SharedId,
     pub role: KeyRole,
-    pub profile_id: Option<String>,
-    pub client_id: Option<String>,
-    pub created_at: String,
-    pub last_used_at: Option<String>,
+    pub profile_id: Option<SharedId>,
+    pub client_id: Option<SharedId>,
+    pub created_at: Stamp,
+    pub last_used_at: Option<Stamp>,
 }
 
 impl Key {
-    pub fn from_row(row: &KeyRow) -> Self {
+    /// The key of `row`, its ids taken from `ids` where already held.
+    pub fn from_row(row: &KeyRow, ids: &Catalog) -> Self {
         let hash = match auth::parse_digest(&row.key_hash) {
             Some(d) => StoredHash::Sha256(d),
             None if row.key_hash.starts_with("$argon2id$") => {
@@ -64,15 +76,15 @@ impl Key {
             None => StoredHash::Other,
         };
         Key {
-            id: row.id.clone(),
-            name: row.name.clone(),
+            id: ids.shared(&row.id),
+            name: ids.shared(&row.name),
             hash,
-            prefix: row.key_prefix.clone(),
+            prefix: ids.shared_prefix(&row.key_prefix),
             role: row.role,
-            profile_id: row.profile_id.clone(),
-            client_id: row.client_id.clone(),
-            created_at: row.created_at.clone(),
-            last_used_at: row.last_used_at.clone(),
+            profile_id: row.profile_id.as_deref().map(|p| ids.shared(p)),
+            client_id: row.client_id.as_deref().map(|c| ids.shared(c)),
+            created_at: Stamp::from_text(&row.created_at),
+            last_used_at: row.last_used_at.as_deref().map(Stamp::from_text),
         }
     }
 
@@ -86,56 +98,57 @@ impl Key {
 
 #[derive(Debug, Clone)]
 pub struct Session {
-    pub id: String,
-    pub creator: String,
-    pub profile_id: String,
+    pub id: SharedId,
+    pub creator: SharedId,
+    pub profile_id: SharedId,
     pub state: SessionState,
-    pub client_version: Option<String>,
+    pub client_version: Option<Box<str>>,
     /// Per-client declarations, keyed by client key id.
     pub client_tools: ToolMap,
     pub sandbox_tools: ToolMap,
     pub subagent_tools: ToolMap,
     pub compaction: CompactionConfig,
-    pub created_at: String,
-    pub closed_at: Option<String>,
+    pub created_at: Stamp,
+    pub closed_at: Option<Stamp>,
     /// Created by this process: its history is known to be empty, so the
     /// first turn needs no store read (not persisted).
     pub fresh: bool,
 }
 
 impl Session {
-    pub fn from_row(row: &SessionRow) -> Self {
+    /// The session of `row`, its ids taken from `ids` where already held.
+    pub fn from_row(row: &SessionRow, ids: &Catalog) -> Self {
         Session {
-            id: row.id.clone(),
-            creator: row.client_key_id.clone(),
-            profile_id: row.profile_id.clone(),
+            id: ids.shared(&row.id),
+            creator: ids.shared(&row.client_key_id),
+            profile_id: ids.shared(&row.profile_id),
             state: row.state,
-            client_version: row.client_version.clone(),
+            client_version: row.client_version.as_deref().map(Box::from),
             client_tools: ToolMap::from_value(&row.client_tools),
             sandbox_tools: ToolMap::from_value(&row.sandbox_tools),
             subagent_tools: ToolMap::from_value(&row.subagent_tools),
             compaction: CompactionConfig::from_stored(
                 row.compaction.as_ref().map(|c| c.to_string()).as_deref(),
             ),
-            created_at: row.created_at.clone(),
-            closed_at: row.closed_at.clone(),
+            created_at: Stamp::from_text(&row.created_at),
+            closed_at: row.closed_at.as_deref().map(Stamp::from_text),
             fresh: false,
         }
     }
 
     pub fn to_row(&self) -> SessionRow {
         SessionRow {
-            id: self.id.clone(),
-            client_key_id: self.creator.clone(),
-            profile_id: self.profile_id.clone(),
+            id: self.id.to_string(),
+            client_key_id: self.creator.to_string(),
+            profile_id: self.profile_id.to_string(),
             state: self.state,
-            client_version: self.client_version.clone(),
+            client_version: self.client_version.as_deref().map(String::from),
             client_tools: self.client_tools.to_value(),
             sandbox_tools: self.sandbox_tools.to_value(),
             subagent_tools: self.subagent_tools.to_value(),
             compaction: serde_json::from_str(&self.compaction.to_json()).ok(),
-            created_at: self.created_at.clone(),
-            closed_at: self.closed_at.clone(),
+            created_at: self.created_at.text(),
+            closed_at: self.closed_at.as_ref().map(Stamp::text),
         }
     }
 }
@@ -143,27 +156,23 @@ impl Session {
 /// One kind of per-client tool declarations (`{"<client key id>": [tool…]}`),
 /// held as its compact JSON text: a few dozen bytes per session instead of
 /// a map per session, parsed only when a turn, join or update needs it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ToolMap(Box<str>);
-
-impl Default for ToolMap {
-    fn default() -> Self {
-        ToolMap("{}".into())
-    }
-}
+/// `None` is `{}` (most sessions declare no sandbox or subagent tools).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ToolMap(Option<Box<str>>);
 
 impl ToolMap {
     /// A legacy non-object column reads as empty; the next write replaces it.
     pub fn from_value(v: &Value) -> Self {
         match v {
-            Value::Object(_) => ToolMap(v.to_string().into_boxed_str()),
+            Value::Object(m) if m.is_empty() => ToolMap(None),
+            Value::Object(_) => ToolMap(Some(v.to_string().into_boxed_str())),
             _ => ToolMap::default(),
         }
     }
 
     fn parse(&self) -> Map<String, Value> {
-        match serde_json::from_str(&self.0) {
-            Ok(Value::Object(m)) => m,
+        match self.0.as_deref().map(serde_json::from_str) {
+            Some(Ok(Value::Object(m))) => m,
             _ => Map::new(),
         }
     }
@@ -184,7 +193,7 @@ impl ToolMap {
     pub fn set(&mut self, key_id: &str, tools: Vec<Value>) {
         let mut m = self.parse();
         m.insert(key_id.to_string(), Value::Array(tools));
-        self.0 = Value::Object(m).to_string().into_boxed_str();
+        self.0 = Some(Value::Object(m).to_string().into_boxed_str());
     }
 }
 
@@ -200,28 +209,30 @@ pub enum KeyScope<'a> {
 /// Profiles, keys and sessions with the indexes authentication needs.
 #[derive(Debug, Default)]
 pub struct Catalog {
-    pub profiles: HashMap<String, Profile>,
+    pub profiles: HashMap<SharedId, Profile>,
     /// Profile ids in creation order (admin listing).
-    pub profile_order: Vec<String>,
+    pub profile_order: Vec<SharedId>,
     /// Every profile name ever used, deleted ones included.
     pub profile_names: HashSet<String>,
 
     /// Active keys by id.
-    pub keys: HashMap<String, Key>,
+    pub keys: HashMap<SharedId, Box<Key>>,
     /// Active client key ids in creation order (admin listing).
-    pub client_key_order: Vec<String>,
+    pub client_key_order: Vec<SharedId>,
     /// Active client keys by display prefix (first 8 characters).
-    pub client_by_prefix: HashMap<String, Vec<String>>,
+    pub client_by_prefix: HashMap<SharedId, Vec<SharedId>>,
     /// Active session keys by the session they are bound to.
-    pub session_keys: HashMap<String, Vec<String>>,
+    pub session_keys: HashMap<SharedId, Vec<SharedId>>,
     /// Active admin keys.
-    pub admin_keys: Vec<String>,
+    pub admin_keys: Vec<SharedId>,
+    /// Display prefixes in use (every session key shares `bae_ses_`).
+    prefixes: HashSet<SharedId>,
 
-    pub sessions: HashMap<String, Session>,
+    pub sessions: HashMap<SharedId, Box<Session>>,
     /// Session ids in creation order (admin listing; cursor = position).
-    pub session_order: Vec<String>,
+    pub session_order: Vec<SharedId>,
     /// Registered drivers per session (durable: rebuilt from the log).
-    pub drivers: HashMap<String, BTreeSet<String>>,
+    pub drivers: HashMap<SharedId, BTreeSet<SharedId>>,
 }
 
 impl Catalog {
@@ -230,29 +241,54 @@ impl Catalog {
         for p in &snapshot.profiles {
             c.insert_profile(p.clone());
         }
-        for k in &snapshot.keys {
-            if k.deleted_at.is_none() {
-                c.insert_key(Key::from_row(k));
-            }
+        // Client and admin keys before sessions, session keys after them, so
+        // each id is allocated once and shared by everything naming it.
+        let live = || snapshot.keys.iter().filter(|k| k.deleted_at.is_none());
+        for k in live().filter(|k| k.role != KeyRole::Session) {
+            let key = Key::from_row(k, &c);
+            c.insert_key(key);
         }
         for s in &snapshot.sessions {
-            c.insert_session(Session::from_row(s));
+            let session = Session::from_row(s, &c);
+            c.insert_session(session);
+        }
+        for k in live().filter(|k| k.role == KeyRole::Session) {
+            let key = Key::from_row(k, &c);
+            c.insert_key(key);
         }
         for (sid, kid) in snapshot.drivers.iter().filter(|_| durable_drivers) {
-            if c.sessions.get(sid).map(|s| s.state) == Some(SessionState::Open) {
-                c.drivers
-                    .entry(sid.clone())
-                    .or_default()
-                    .insert(kid.clone());
+            if c.sessions.get(sid.as_str()).map(|s| s.state) == Some(SessionState::Open) {
+                let (sid, kid) = (c.shared(sid), c.shared(kid));
+                c.drivers.entry(sid).or_default().insert(kid);
             }
         }
         c
     }
 
+    /// `id` as an already-held shared id (a session, key or profile of
+    /// this catalogue), else a new one.
+    pub fn shared(&self, id: &str) -> SharedId {
+        let held = (self.sessions.get_key_value(id).map(|(k, _)| k))
+            .or_else(|| self.keys.get_key_value(id).map(|(k, _)| k))
+            .or_else(|| self.profiles.get_key_value(id).map(|(k, _)| k));
+        match held {
+            Some(k) => k.clone(),
+            None => SharedId::from(id),
+        }
+    }
+
+    fn shared_prefix(&self, prefix: &str) -> SharedId {
+        match self.prefixes.get(prefix) {
+            Some(p) => p.clone(),
+            None => SharedId::from(prefix),
+        }
+    }
+
     pub fn insert_profile(&mut self, row: ProfileRow) {
+        let id = SharedId::from(row.id.as_str());
         self.profile_names.insert(row.name.clone());
-        self.profile_order.push(row.id.clone());
-        self.profiles.insert(row.id.clone(), Profile { row });
+        self.profile_order.push(id.clone());
+        self.profiles.insert(id, Profile { row });
     }
 
     pub fn live_profile(&self, id: &str) -> Option<&Profile> {
@@ -260,6 +296,7 @@ impl Catalog {
     }
 
     pub fn insert_key(&mut self, key: Key) {
+        self.prefixes.insert(key.prefix.clone());
         match key.role {
             KeyRole::Client => {
                 self.client_key_order.push(key.id.clone());
@@ -276,18 +313,18 @@ impl Catalog {
             }
             KeyRole::Admin => self.admin_keys.push(key.id.clone()),
         }
-        self.keys.insert(key.id.clone(), key);
+        self.keys.insert(key.id.clone(), Box::new(key));
     }
 
     /// Forgets a revoked key everywhere.
     pub fn remove_key(&mut self, id: &str) -> Option<Key> {
-        let key = self.keys.remove(id)?;
+        let key = *self.keys.remove(id)?;
         match key.role {
             KeyRole::Client => {
                 // `client_key_order` stays append-only: list cursors are
                 // positions in it; listings skip revoked ids.
                 if let Some(v) = self.client_by_prefix.get_mut(&key.prefix) {
-                    v.retain(|k| k != id);
+                    v.retain(|k| &**k != id);
                     if v.is_empty() {
                         self.client_by_prefix.remove(&key.prefix);
                     }
@@ -295,22 +332,25 @@ impl Catalog {
             }
             KeyRole::Session => {
                 if let Some(v) = self.session_keys.get_mut(&key.name) {
-                    v.retain(|k| k != id);
+                    v.retain(|k| &**k != id);
+                    if v.is_empty() {
+                        self.session_keys.remove(&key.name);
+                    }
                 }
             }
-            KeyRole::Admin => self.admin_keys.retain(|k| k != id),
+            KeyRole::Admin => self.admin_keys.retain(|k| &**k != id),
         }
         Some(key)
     }
 
     pub fn insert_session(&mut self, s: Session) {
         self.session_order.push(s.id.clone());
-        self.sessions.insert(s.id.clone(), s);
+        self.sessions.insert(s.id.clone(), Box::new(s));
     }
 
     /// The candidate keys of a scope for `token` (borrowed: authentication
     /// allocates nothing on the hot path).
-    pub fn candidates(&self, scope: KeyScope<'_>, token: &str) -> &[String] {
+    pub fn candidates(&self, scope: KeyScope<'_>, token: &str) -> &[SharedId] {
         match scope {
             KeyScope::Client => self.client_candidates(token),
             KeyScope::Session(id) => self.session_candidates(id),
@@ -319,19 +359,19 @@ impl Catalog {
     }
 
     /// Candidate client keys for `token`: selected by display prefix.
-    pub fn client_candidates(&self, token: &str) -> &[String] {
+    pub fn client_candidates(&self, token: &str) -> &[SharedId] {
         if !token.starts_with("bae_") || token.starts_with("bae_ses_") {
             return &[];
         }
-        let prefix: String = token.chars().take(8).collect();
+        let end = token.char_indices().nth(8).map_or(token.len(), |(i, _)| i);
         self.client_by_prefix
-            .get(&prefix)
+            .get(token.get(..end).unwrap_or(token))
             .map(Vec::as_slice)
             .unwrap_or(&[])
     }
 
     /// Candidate session keys: those bound to `session_id`.
-    pub fn session_candidates(&self, session_id: &str) -> &[String] {
+    pub fn session_candidates(&self, session_id: &str) -> &[SharedId] {
         self.session_keys
             .get(session_id)
             .map(Vec::as_slice)
@@ -339,26 +379,51 @@ impl Catalog {
     }
 
     /// The key among `candidates` whose SHA-256 digest matches `token`.
-    pub fn match_digest(&self, candidates: &[String], token: &str) -> Option<&Key> {
+    pub fn match_digest(&self, candidates: &[SharedId], token: &str) -> Option<&Key> {
         let d = auth::digest(token);
         candidates
             .iter()
             .filter_map(|id| self.keys.get(id))
             .find(|k| k.matches(&d))
+            .map(|k| &**k)
     }
 
     /// Legacy Argon2id rows among `candidates` that `token` could belong to
     /// (the row's display prefix is a prefix of the token).
-    pub fn legacy_candidates(&self, candidates: &[String], token: &str) -> Vec<(String, Box<str>)> {
+    pub fn legacy_candidates(
+        &self,
+        candidates: &[SharedId],
+        token: &str,
+    ) -> Vec<(String, Box<str>)> {
         candidates
             .iter()
             .filter_map(|id| self.keys.get(id))
             .filter_map(|k| match &k.hash {
-                StoredHash::Argon2(phc) if token.starts_with(&k.prefix) => {
-                    Some((k.id.clone(), phc.clone()))
+                StoredHash::Argon2(phc) if token.starts_with(&*k.prefix) => {
+                    Some((k.id.to_string(), phc.clone()))
                 }
                 _ => None,
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every open session holds one `Session` and one session `Key`: a
+    /// regression guard on their size (issue 15's memory per session).
+    #[test]
+    fn catalogue_records_stay_small() {
+        eprintln!(
+            "Session {} B, Key {} B, Stamp {} B, ToolMap {} B",
+            std::mem::size_of::<Session>(),
+            std::mem::size_of::<Key>(),
+            std::mem::size_of::<Stamp>(),
+            std::mem::size_of::<ToolMap>()
+        );
+        assert!(std::mem::size_of::<Session>() <= 192);
+        assert!(std::mem::size_of::<Key>() <= 176);
     }
 }

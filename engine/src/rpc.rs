@@ -132,7 +132,7 @@ impl Engine {
     /// profile-unavailable path instead of panicking.
     pub(crate) fn profile_of(&self, session_id: &str) -> String {
         (self.catalog.sessions.get(session_id))
-            .map(|s| s.profile_id.clone())
+            .map(|s| s.profile_id.to_string())
             .unwrap_or_default()
     }
 
@@ -155,12 +155,8 @@ impl Engine {
             Ok(a) => a,
             Err(msg) => return self.terminal_error(conn, codes::INVALID_PARAMS, &msg),
         };
-        let newly = self
-            .catalog
-            .drivers
-            .entry(session_id.to_string())
-            .or_default()
-            .insert(key_id.to_string());
+        let (sid, kid) = (self.catalog.shared(session_id), self.catalog.shared(key_id));
+        let newly = self.catalog.drivers.entry(sid).or_default().insert(kid);
         if newly {
             self.append_event(
                 session_id,

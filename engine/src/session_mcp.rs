@@ -87,7 +87,7 @@ impl Engine {
             return false;
         }
         let session_id = t.session_id.clone();
-        let Some(session) = self.catalog.sessions.get(&session_id) else {
+        let Some(session) = self.catalog.sessions.get(session_id.as_str()) else {
             return false;
         };
         let fresh = session.fresh;

@@ -56,9 +56,58 @@ impl AddAssign<u64> for UnixMs {
     }
 }
 
+/// A stored `created_at`-style stamp as the catalogue holds it: the
+/// instant itself (8 bytes, no allocation) when the text is canonical, the
+/// text verbatim otherwise (rows written by other servers), so it always
+/// reads back exactly as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Stamp {
+    At(UnixMs),
+    Text(Box<str>),
+}
+
+impl Stamp {
+    pub fn from_text(text: &str) -> Stamp {
+        match proto::wire::time::parse_created_at(text) {
+            Some(ms) => Stamp::At(UnixMs(ms)),
+            None => Stamp::Text(text.into()),
+        }
+    }
+
+    /// The stored text.
+    pub fn text(&self) -> String {
+        match self {
+            Stamp::At(ms) => proto::wire::time::format_created_at(ms.0),
+            Stamp::Text(t) => t.to_string(),
+        }
+    }
+}
+
+impl serde::Serialize for Stamp {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Stamp::At(_) => s.serialize_str(&self.text()),
+            Stamp::Text(t) => s.serialize_str(t),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn stamps_read_back_as_stored() {
+        for text in ["2026-12-01T17:33:47.123Z", "2026-12-01 17:33:47", "", "x"] {
+            let st = Stamp::from_text(text);
+            assert_eq!(st.text(), text);
+            assert_eq!(serde_json::to_value(&st).unwrap(), text);
+        }
+        assert!(matches!(
+            Stamp::from_text("2026-12-01T17:33:47.123Z"),
+            Stamp::At(_)
+        ));
+    }
 
     #[test]
     fn arithmetic_saturates() {

@@ -178,3 +178,34 @@ fn c234_created_at_shape_check() {
     assert!(!is_created_at("2026-07-06T18:26:01.0000Z"));
     assert!(!is_created_at("2026-07-06T18:26:01.000z"));
 }
+
+/// `parse_created_at` inverts `format_created_at` over a spread of instants
+/// (leap days, month ends, the epoch) and rejects what is not a real instant.
+#[test]
+fn created_at_parses_back_to_the_same_instant() {
+    use proto::wire::time::{format_created_at, parse_created_at};
+    let mut ms: u64 = 0;
+    for i in 0..20_000u64 {
+        let text = format_created_at(ms);
+        assert_eq!(parse_created_at(&text), Some(ms), "{text}");
+        // A step that is not a divisor of a day walks across every field.
+        ms += 86_400_000 * 7 + 3_601_001 + i;
+    }
+    for leap in ["2024-02-29T23:59:59.999Z", "2000-02-29T00:00:00.000Z"] {
+        let v = parse_created_at(leap).expect(leap);
+        assert_eq!(format_created_at(v), leap);
+    }
+    for bad in [
+        "2023-02-29T00:00:00.000Z",
+        "1900-02-29T00:00:00.000Z",
+        "2026-13-01T00:00:00.000Z",
+        "2026-04-31T00:00:00.000Z",
+        "2026-01-01T24:00:00.000Z",
+        "2026-01-01T00:60:00.000Z",
+        "1969-12-31T23:59:59.999Z",
+        "2026-01-01 00:00:00",
+        "",
+    ] {
+        assert_eq!(parse_created_at(bad), None, "{bad}");
+    }
+}

@@ -322,7 +322,7 @@ impl Engine {
         let size = self
             .catalog
             .sessions
-            .get(&t.session_id)?
+            .get(t.session_id.as_str())?
             .compaction
             .auto_size()?;
         let crossed = t.last_usage.map(|(i, o)| i + o).filter(|c| *c > size);
@@ -338,7 +338,7 @@ impl Engine {
         };
         let session_id = t.session_id.clone();
         let Some(size) =
-            (self.catalog.sessions.get(&session_id)).and_then(|s| s.compaction.auto_size())
+            (self.catalog.sessions.get(session_id.as_str())).and_then(|s| s.compaction.auto_size())
         else {
             return false;
         };

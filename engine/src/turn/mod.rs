@@ -602,7 +602,7 @@ impl Engine {
         let at = self.timestamp();
         if let Some(s) = self.catalog.sessions.get_mut(session_id) {
             s.state = state;
-            s.closed_at = Some(at.clone());
+            s.closed_at = Some(crate::time::Stamp::At(self.now.unix));
         }
         self.write(StoreWrite::SetSessionState {
             id: session_id.to_string(),

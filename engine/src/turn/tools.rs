@@ -515,7 +515,7 @@ impl Engine {
         let declaration = self
             .catalog
             .sessions
-            .get(&session_id)
+            .get(session_id.as_str())
             .and_then(|s| {
                 s.subagent_tools
                     .get(&key_id)

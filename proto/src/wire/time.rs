@@ -80,6 +80,50 @@ pub fn format_sqlite_datetime(unix_ms: u64) -> String {
     )
 }
 
+/// Days since 1970-01-01 of a civil date (the inverse of
+/// [`civil_from_days`]); `None` before the epoch or for an impossible date.
+pub fn days_from_civil(year: u64, month: u32, day: u32) -> Option<u64> {
+    if !(1..=12).contains(&month) || day == 0 || day > days_in_month(year, month) {
+        return None;
+    }
+    // Shift to a March-based year so the leap day ends the year.
+    let (y, m) = match month {
+        1 | 2 => (year.checked_sub(1)?, u64::from(month) + 9),
+        _ => (year, u64::from(month) - 3),
+    };
+    let era = y / 400;
+    let yoe = y % 400;
+    let doy = (153 * m + 2) / 5 + u64::from(day) - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    (era * 146_097 + doe).checked_sub(719_468)
+}
+
+fn days_in_month(year: u64, month: u32) -> u32 {
+    let leap = (year.is_multiple_of(4) && !year.is_multiple_of(100)) || year.is_multiple_of(400);
+    match month {
+        2 if leap => 29,
+        2 => 28,
+        4 | 6 | 9 | 11 => 30,
+        _ => 31,
+    }
+}
+
+/// The unix milliseconds of a `created_at` text, when it has the exact
+/// shape and names a real instant at or after the epoch: then
+/// `format_created_at(parse_created_at(s)?) == s`.
+pub fn parse_created_at(s: &str) -> Option<u64> {
+    if !is_created_at(s) {
+        return None;
+    }
+    let num = |r: std::ops::Range<usize>| s.get(r)?.parse::<u64>().ok();
+    let days = days_from_civil(num(0..4)?, num(5..7)? as u32, num(8..10)? as u32)?;
+    let (h, mi, sec, ms) = (num(11..13)?, num(14..16)?, num(17..19)?, num(20..23)?);
+    if h > 23 || mi > 59 || sec > 59 {
+        return None;
+    }
+    Some(days * MS_PER_DAY + ((h * 60 + mi) * 60 + sec) * 1_000 + ms)
+}
+
 /// Whether `s` has the exact `created_at` shape
 /// `^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$` (C-234).
 pub fn is_created_at(s: &str) -> bool {
