@@ -4,6 +4,7 @@ pub mod app;
 pub mod config;
 pub mod ctl;
 pub mod driver;
+pub mod heap_trim;
 pub mod proc_stats;
 pub mod sandbox_cleanup;
 pub mod store;

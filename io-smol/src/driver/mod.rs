@@ -30,6 +30,7 @@ use std::io;
 use std::net::{Shutdown, SocketAddr};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use crate::heap_trim::HeapTrim;
 use engine::store::{ReadId, ReadResult, StoreRead, StoreWrite};
 use engine::{
     CallId, ConnId, Engine, Entropy, Input, Listener, MonoMs, Now, Output, ProviderReply, UnixMs,
@@ -210,6 +211,7 @@ pub fn run(boot: Boot) -> io::Result<()> {
         jobs_tx,
         shutdown_deadline: None,
         next_activity: Instant::now() + ACTIVITY_PERIOD,
+        heap_trim: HeapTrim::default(),
         settings,
     };
     let result = smol::block_on(driver.run(events_rx, listeners));
@@ -232,6 +234,7 @@ struct Driver {
     jobs_tx: Sender<Vec<Job>>,
     shutdown_deadline: Option<Instant>,
     next_activity: Instant,
+    heap_trim: HeapTrim,
     settings: DriverSettings,
 }
 
@@ -283,6 +286,7 @@ impl Driver {
             })
             .await;
             if let Some(ev) = first {
+                self.heap_trim.activity(Instant::now());
                 self.handle_event(ev, &mut acceptors);
                 for _ in 1..BURST {
                     match events.try_recv() {
@@ -299,20 +303,21 @@ impl Driver {
         Ok(())
     }
 
-    /// Earliest of the engine's next timer, the shutdown deadline and the
-    /// next activity summary.
+    /// Earliest of the engine's next timer, the shutdown deadline, the
+    /// next activity summary and a due heap trim.
     fn next_wake(&self) -> Instant {
         let timer = self
             .engine
             .poll_timeout()
             .map(|ms| self.clock.instant_at(ms));
-        [timer, self.shutdown_deadline]
+        [timer, self.shutdown_deadline, self.heap_trim.deadline()]
             .into_iter()
             .flatten()
             .fold(self.next_activity, Instant::min)
     }
 
     fn fire_timers(&mut self) {
+        self.heap_trim.fire(Instant::now());
         if Instant::now() >= self.next_activity {
             self.next_activity += ACTIVITY_PERIOD;
             // Runs after the jobs already queued; reports nothing back.

@@ -565,6 +565,16 @@ fn run(o: Opts) -> Res<()> {
     if let Some((rss, _)) = rss_kib(target.pid) {
         println!("RSS after {} open sessions: {}", sessions.len(), mb(rss));
     }
+    if target.pid.is_some() {
+        std::thread::sleep(Duration::from_secs(2));
+        if let Some((rss, _)) = rss_kib(target.pid) {
+            println!(
+                "RSS after {} open sessions, 2 s quiet: {}",
+                sessions.len(),
+                mb(rss)
+            );
+        }
+    }
 
     // 2. Authenticated GETs (events?limit=1 and participants).
     let sess = Arc::new(sessions);
@@ -683,6 +693,14 @@ fn run(o: Opts) -> Res<()> {
     }
     if let Some((rss, hwm)) = rss_kib(target.pid) {
         println!("RSS after the benchmark: {} (peak {})", mb(rss), mb(hwm));
+    }
+    // A server may hand freed memory back once it is quiet (baesrv trims
+    // its heap after one idle second): read again after two.
+    if target.pid.is_some() {
+        std::thread::sleep(Duration::from_secs(2));
+        if let Some((rss, _)) = rss_kib(target.pid) {
+            println!("RSS 2 s after the benchmark: {}", mb(rss));
+        }
     }
 
     // 4. Cold start of a restart on the now-populated database.
