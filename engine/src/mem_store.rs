@@ -182,12 +182,12 @@ impl MemStore {
                     .cloned()
                     .collect(),
             ),
-            StoreRead::EventsPage { limit, .. } => {
+            StoreRead::EventsPage { .. } | StoreRead::ReplayPage { .. } => {
                 let rows = match crate::store::page_rows_read(read).map(|r| self.read(&r)) {
                     Some(ReadResult::Events(rows)) => rows,
                     _ => Vec::new(),
                 };
-                ReadResult::Page(crate::store::render_events_page(&rows, *limit))
+                crate::store::render_rows(read, &rows).unwrap_or(ReadResult::Events(Vec::new()))
             }
             StoreRead::Runtime => ReadResult::Runtime(Default::default()),
             StoreRead::EventsAt { session_id, seqs } => ReadResult::Events(

@@ -228,9 +228,11 @@ impl Engine {
 
     /// One NDJSON line as one HTTP chunk.
     pub(crate) fn frame(&mut self, conn: ConnId, line: &str) {
-        let line = proto::jsonrpc::escape_line_separators(line);
-        let mut bytes = Vec::with_capacity(line.len() + 12);
-        proto::http::encode_chunk(line.as_bytes(), &mut bytes);
+        self.encoded_frame(conn, crate::store::encode_frame(line));
+    }
+
+    /// A frame already chunk-encoded (e.g. rendered by the store).
+    pub(crate) fn encoded_frame(&mut self, conn: ConnId, bytes: Vec<u8>) {
         self.streams.sent(conn, bytes.len(), self.now.mono);
         self.send(conn, bytes);
     }

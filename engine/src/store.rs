@@ -233,6 +233,15 @@ pub enum StoreRead {
         after_seq: u64,
         limit: usize,
     },
+    /// One `session.subscribe` replay page, rendered by the store: up to
+    /// `limit` events with `seq > after_seq`, each as the chunk-encoded
+    /// `session.event` frame the stream sends (see [`render_event_frames`]),
+    /// so a page of large events costs the engine no serialising.
+    ReplayPage {
+        session_id: String,
+        after_seq: u64,
+        limit: usize,
+    },
     /// Process and store figures for `GET /metrics` (answered by the
     /// runtime's store thread, which commits and can read `/proc`).
     Runtime,
@@ -245,6 +254,7 @@ impl StoreRead {
             StoreRead::Runtime => "",
             StoreRead::Events { session_id, .. }
             | StoreRead::EventsPage { session_id, .. }
+            | StoreRead::ReplayPage { session_id, .. }
             | StoreRead::EventSeq { session_id, .. }
             | StoreRead::LatestOfType { session_id, .. }
             | StoreRead::EventById { session_id, .. }
@@ -261,6 +271,50 @@ pub enum ReadResult {
     Runtime(crate::metrics::RuntimeStats),
     /// The body of an events page (`{"items":[…],"next_cursor":…}`).
     Page(Vec<u8>),
+    /// A replay page's events as ready-to-send frames, ascending.
+    Frames(Vec<RenderedEvent>),
+}
+
+/// One event as a subscriber's stream sends it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RenderedEvent {
+    pub seq: u64,
+    pub id: String,
+    /// The chunk-encoded `session.event` NDJSON line.
+    pub frame: Vec<u8>,
+}
+
+/// One NDJSON line as the bytes of its HTTP chunk, U+2028/2029/0085
+/// escaped (`proto::jsonrpc::escape_line_separators`).
+pub fn encode_frame(line: &str) -> Vec<u8> {
+    let line = proto::jsonrpc::escape_line_separators(line);
+    let mut bytes = Vec::with_capacity(line.len() + 12);
+    proto::http::encode_chunk(line.as_bytes(), &mut bytes);
+    bytes
+}
+
+/// The `session.event` frames of `rows` (payloads copied in as stored).
+pub fn render_event_frames(rows: &[EventRow]) -> Vec<RenderedEvent> {
+    rows.iter()
+        .map(|r| RenderedEvent {
+            seq: r.seq,
+            id: r.id.clone(),
+            frame: encode_frame(&proto::jsonrpc::event_frame(&r.view_json())),
+        })
+        .collect()
+}
+
+/// What a rendered read ([`StoreRead::EventsPage`],
+/// [`StoreRead::ReplayPage`]) answers, from the rows of its
+/// [`page_rows_read`]; `None` for any other read.
+pub fn render_rows(read: &StoreRead, rows: &[EventRow]) -> Option<ReadResult> {
+    match read {
+        StoreRead::EventsPage { limit, .. } => {
+            Some(ReadResult::Page(render_events_page(rows, *limit)))
+        }
+        StoreRead::ReplayPage { .. } => Some(ReadResult::Frames(render_event_frames(rows))),
+        _ => None,
+    }
 }
 
 /// The body of an events page from the first `limit + 1` rows after the
@@ -289,7 +343,8 @@ impl EventRow {
     }
 }
 
-/// A page read as the plain rows it is made of (`limit + 1` of them).
+/// A rendered read as the plain rows it is made of (an events page reads
+/// `limit + 1`: the extra row only says that more exist).
 pub fn page_rows_read(read: &StoreRead) -> Option<StoreRead> {
     match read {
         StoreRead::EventsPage {
@@ -300,6 +355,15 @@ pub fn page_rows_read(read: &StoreRead) -> Option<StoreRead> {
             session_id: session_id.clone(),
             after_seq: *after_seq,
             limit: limit.saturating_add(1),
+        }),
+        StoreRead::ReplayPage {
+            session_id,
+            after_seq,
+            limit,
+        } => Some(StoreRead::Events {
+            session_id: session_id.clone(),
+            after_seq: *after_seq,
+            limit: *limit,
         }),
         _ => None,
     }
@@ -369,5 +433,45 @@ mod page_tests {
             render_events_page(&[], 5),
             b"{\"items\":[],\"next_cursor\":null}"
         );
+    }
+    /// A replay page leaves the store as the exact chunks a live stream
+    /// sends for the same events: one `session.event` line per row, line
+    /// separators escaped (spec 01 §6.3), payload bytes untouched.
+    #[test]
+    fn replay_pages_render_the_frames_a_stream_sends() {
+        let mut r = row(3);
+        r.payload = "{\"text\":\"a\u{2028}b\",  \"k\":1}".into();
+        let read = StoreRead::ReplayPage {
+            session_id: "ses_1".into(),
+            after_seq: 2,
+            limit: 200,
+        };
+        assert_eq!(
+            page_rows_read(&read),
+            Some(StoreRead::Events {
+                session_id: "ses_1".into(),
+                after_seq: 2,
+                limit: 200
+            })
+        );
+        let Some(ReadResult::Frames(frames)) = render_rows(&read, &[r.clone(), row(4)]) else {
+            panic!("not frames");
+        };
+        assert_eq!(frames.len(), 2);
+        assert_eq!((frames[0].seq, frames[0].id.as_str()), (3, r.id.as_str()));
+        let line = proto::jsonrpc::event_frame(&r.view_json());
+        assert_eq!(frames[0].frame, encode_frame(&line));
+        let text = String::from_utf8(frames[0].frame.clone()).unwrap();
+        assert!(
+            text.contains("\\u2028") && !text.contains('\u{2028}'),
+            "{text}"
+        );
+        assert!(
+            text.contains(",  \"k\":1}"),
+            "payload re-serialised: {text}"
+        );
+        let (size, body) = text.split_once("\r\n").unwrap();
+        assert_eq!(usize::from_str_radix(size, 16).unwrap() + 2, body.len());
+        assert!(body.ends_with("}\n\r\n"), "{body:?}");
     }
 }

@@ -14,7 +14,7 @@ use serde_json::Value;
 use crate::conn::PendingRead;
 use crate::log::Appended;
 use crate::rpc::StreamKind;
-use crate::store::{EventRow, ReadResult, StoreRead};
+use crate::store::{ReadResult, RenderedEvent, StoreRead};
 use crate::{ConnId, Engine};
 use proto::jsonrpc::codes;
 
@@ -121,7 +121,7 @@ impl Engine {
         sub.buffered.clear();
         let after_seq = sub.delivered;
         self.read(
-            StoreRead::Events {
+            StoreRead::ReplayPage {
                 session_id,
                 after_seq,
                 limit: REPLAY_PAGE,
@@ -136,15 +136,16 @@ impl Engine {
     }
 
     pub(crate) fn on_replay_page(&mut self, conn: ConnId, result: Result<ReadResult, String>) {
-        let rows: Vec<EventRow> = match result {
-            Ok(ReadResult::Events(rows)) => rows,
+        // Rendered by the store: this loop only moves bytes.
+        let rows: Vec<RenderedEvent> = match result {
+            Ok(ReadResult::Frames(rows)) => rows,
             _ => return self.replay_failed(conn),
         };
         if self.sub_mut(conn).is_none() {
             return;
         }
         let full = rows.len() == REPLAY_PAGE;
-        for row in &rows {
+        for row in rows {
             if self.over_window(conn) {
                 // The rest is re-read once the consumer drains.
                 if let Some(sub) = self.sub_mut(conn) {
@@ -157,12 +158,11 @@ impl Engine {
             if row.seq <= delivered {
                 continue;
             }
-            let frame = jsonrpc::event_frame(&crate::respond::event_json(row));
-            self.frame(conn, &frame);
+            self.encoded_frame(conn, row.frame);
             if let Some(sub) = self.sub_mut(conn) {
                 sub.delivered = row.seq;
                 if !sub.caught_up {
-                    sub.last_id = Some(row.id.clone());
+                    sub.last_id = Some(row.id);
                 }
             }
         }

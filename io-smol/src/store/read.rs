@@ -11,11 +11,11 @@ impl<'c> StoreConn<'c> {
         if let ReadResult::Events(rows) = &mut result {
             self.expand_rows(rows)?;
         }
-        // A page leaves the store rendered (the engine only sends it).
-        if let (StoreRead::EventsPage { limit, .. }, ReadResult::Events(rows)) = (read, &result) {
-            return Ok(ReadResult::Page(engine::store::render_events_page(
-                rows, *limit,
-            )));
+        // Pages leave the store rendered (the engine only sends them).
+        if let ReadResult::Events(rows) = &result {
+            if let Some(rendered) = engine::store::render_rows(read, rows) {
+                return Ok(rendered);
+            }
         }
         Ok(result)
     }
@@ -26,10 +26,12 @@ impl<'c> StoreConn<'c> {
             // Answered by the store thread (`serve_store_jobs`), which
             // times commits; a direct read has no figures.
             // The rows of the page as stored (`read` renders them).
-            StoreRead::EventsPage { .. } => match engine::store::page_rows_read(read) {
-                Some(rows) => self.read_stored(&rows),
-                None => Ok(ReadResult::Events(Vec::new())),
-            },
+            StoreRead::EventsPage { .. } | StoreRead::ReplayPage { .. } => {
+                match engine::store::page_rows_read(read) {
+                    Some(rows) => self.read_stored(&rows),
+                    None => Ok(ReadResult::Events(Vec::new())),
+                }
+            }
             StoreRead::Runtime => Ok(ReadResult::Runtime(Default::default())),
             StoreRead::Events {
                 session_id,
