@@ -4,7 +4,7 @@
 //! it, and it decides between closing and the next pipelined request.
 
 use crate::connections::{Finished, Polled};
-use crate::turn::history_load::HistoryLoader;
+use crate::history_load::HistoryLoader;
 use crate::{ConnId, Engine, Listener, Output, ReadResult};
 
 /// A request waiting for a store read.
@@ -23,7 +23,7 @@ pub enum PendingRead {
     /// A turn rebuilding provider-facing history after a restart (one of
     /// the load's reads).
     TurnHistory {
-        turn: crate::turn::TurnId,
+        turn: crate::ids::TurnId,
         loader: HistoryLoader,
     },
     /// First gated arrival after a start: history (one of the load's

@@ -133,17 +133,6 @@ fn canonical(v: &Value, out: &mut String) {
     }
 }
 
-/// `{"message": …, "events": [...]}`: the result of a chat turn.
-pub(crate) fn turn_result(message: &Value, events: &[String]) -> String {
-    let mut result = String::with_capacity(256 + events.iter().map(String::len).sum::<usize>());
-    result.push_str("{\"message\":");
-    result.push_str(&message.to_string());
-    result.push_str(",\"events\":[");
-    result.push_str(&events.join(","));
-    result.push_str("]}");
-    result
-}
-
 impl Engine {
     /// Runs the key's checks. `true`: answered (replayed, attached or
     /// refused). `false`: a first use, now recorded in memory and carried
@@ -308,7 +297,7 @@ impl Engine {
         match result {
             Ok(ReadResult::Events(rows)) => {
                 let events: Vec<String> = rows.iter().map(crate::respond::event_json).collect();
-                self.terminal_result(conn, &turn_result(&message, &events));
+                self.terminal_result(conn, &crate::respond::turn_result(&message, &events));
             }
             _ => self.terminal_error(conn, codes::INTERNAL_ERROR, "Internal error"),
         }

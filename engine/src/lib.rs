@@ -33,6 +33,7 @@ mod conn;
 mod connections;
 mod extensions;
 pub mod faults;
+pub mod history_load;
 mod idempotency;
 pub mod ids;
 mod log;
@@ -62,12 +63,10 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use model::Catalog;
 use proto::jsonrpc::codes;
 
+/// Provider-facing history rebuilt from the log with plain store reads.
+pub use ids::{CallId, ConnId};
 pub use store::{ReadId, ReadResult, Snapshot, StoreRead, StoreWrite};
 pub use time::{MonoMs, UnixMs};
-/// Provider-facing history rebuilt from the log with plain store reads.
-pub use turn::history_load;
-
-pub use ids::{CallId, ConnId};
 
 /// Which listener accepted a connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -84,3 +84,14 @@ impl Engine {
 pub(crate) fn event_json(r: &EventRow) -> String {
     r.view_json()
 }
+
+/// `{"message": …, "events": [...]}`: the result of a chat turn.
+pub(crate) fn turn_result(message: &serde_json::Value, events: &[String]) -> String {
+    let mut result = String::with_capacity(256 + events.iter().map(String::len).sum::<usize>());
+    result.push_str("{\"message\":");
+    result.push_str(&message.to_string());
+    result.push_str(",\"events\":[");
+    result.push_str(&events.join(","));
+    result.push_str("]}");
+    result
+}

@@ -12,20 +12,13 @@
 use proto::jsonrpc::codes::STEER_REJECTED;
 use serde_json::{json, Value};
 
-use crate::turn::{Holder, Mode, TurnId};
+use crate::turn::{Holder, Mode, PendingSteer, TurnId};
 use crate::{ConnId, Engine};
 use proto::jsonrpc::codes;
 use proto::wire::EventType;
 
 /// Steers that may wait on one turn; more are refused.
 pub const MAX_PENDING_STEERS: usize = 16;
-
-/// An accepted steer waiting for its turn's next provider call.
-pub struct PendingSteer {
-    /// The `session.steerTurn` stream, answered when the steer is applied.
-    pub conn: ConnId,
-    pub content: Value,
-}
 
 impl Engine {
     /// `session.steerTurn {"message": {"role"?: "user", "content": …}}`.

@@ -8,7 +8,6 @@
 
 pub mod compact;
 mod gate;
-pub mod history_load;
 pub mod merge;
 mod provider_walk;
 mod recover;
@@ -18,11 +17,11 @@ use proto::provider;
 use serde_json::{json, Value};
 
 use crate::conn::PendingRead;
+use crate::history_load::{HistoryLoad, HistoryLoader, Progress};
 use crate::rpc::StreamKind;
 use crate::session_core::{Arrival, Limits, Refusal, Start};
 use crate::store::{ReadResult, SessionState, StoreWrite};
 use crate::{CallId, ConnId, Engine, ProviderEntry};
-use history_load::{HistoryLoad, HistoryLoader, Progress};
 use proto::jsonrpc::codes;
 use proto::wire::EventType;
 
@@ -53,6 +52,13 @@ pub struct Live {
     pub mcp_checked: bool,
 }
 
+/// An accepted steer waiting for its turn's next provider call.
+pub struct PendingSteer {
+    /// The `session.steerTurn` stream, answered when the steer is applied.
+    pub conn: ConnId,
+    pub content: Value,
+}
+
 /// A turn in flight.
 pub struct Turn {
     pub session_id: String,
@@ -77,12 +83,12 @@ pub struct Turn {
     /// The tool round in progress (server tools may be asynchronous).
     pub round: Option<Box<tools::Round>>,
     /// Steers waiting for the next provider call (extension `turn.steer`).
-    pub steers: Vec<crate::steer::PendingSteer>,
+    pub steers: Vec<PendingSteer>,
     /// Applied steers at the end of the session's cached history: this
     /// turn's requests send them from `tail` instead (see `steer`).
     pub steers_in_cache: usize,
     /// The request's idempotency key and the retries attached to it.
-    pub idem: Option<crate::idempotency::Idem>,
+    pub idem: Option<crate::session_core::Idem>,
     /// When the provider call in flight was sent (attempt latency).
     pub call_started: crate::MonoMs,
     /// Seqs of `events` (what an idempotent retry replays).
@@ -646,7 +652,7 @@ impl Engine {
         );
         let streams = t.streams();
         if !streams.is_empty() {
-            let result = crate::idempotency::turn_result(&message, &t.events);
+            let result = crate::respond::turn_result(&message, &t.events);
             for conn in streams {
                 self.terminal_result(conn, &result);
             }

@@ -5,9 +5,9 @@
 
 use serde_json::{json, Value};
 
-use super::history_load::HistoryLoad;
 use super::{Pause, Waiter};
 use crate::conn::PendingRead;
+use crate::history_load::HistoryLoad;
 use crate::store::{ReadResult, StoreRead};
 use crate::Engine;
 use proto::jsonrpc::codes;
