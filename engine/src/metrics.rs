@@ -19,6 +19,10 @@ const COMMIT_BUCKETS_US: [u64; 10] = [
 ];
 /// Upper bounds of the group-commit batch size histogram (writes).
 const BATCH_BUCKETS: [u64; 8] = [1, 2, 4, 8, 16, 32, 64, 128];
+/// Bounds of `bae_engine_step_microseconds`.
+const STEP_BUCKETS_US: [u64; 11] = [
+    10, 25, 50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 50_000,
+];
 
 /// `bae.turns.completed` outcomes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,6 +81,8 @@ pub struct RuntimeStats {
     pub commit_latency_us: Histogram,
     /// Writes per group-commit batch.
     pub batch_writes: Histogram,
+    /// Time the engine spent on each input (the driver's side).
+    pub engine_steps: EngineSteps,
 }
 
 impl RuntimeStats {
@@ -84,6 +90,22 @@ impl RuntimeStats {
     pub fn committed(&mut self, writes: usize, micros: u64) {
         self.commit_latency_us.observe(&COMMIT_BUCKETS_US, micros);
         self.batch_writes.observe(&BATCH_BUCKETS, writes as u64);
+    }
+}
+
+/// How long single engine steps (one `handle_input` or `handle_timeout`)
+/// take, as the driver clocks them: nothing behind one step can be answered
+/// sooner, so the longest step bounds every other request's latency.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct EngineSteps {
+    pub micros: Histogram,
+    pub max_us: u64,
+}
+
+impl EngineSteps {
+    pub fn observe(&mut self, micros: u64) {
+        self.micros.observe(&STEP_BUCKETS_US, micros);
+        self.max_us = self.max_us.max(micros);
     }
 }
 
@@ -311,6 +333,18 @@ impl Metrics {
             "histogram",
         );
         histogram(&mut out, name, "", &BATCH_BUCKETS, &rt.batch_writes);
+        let name = "bae_engine_step_microseconds";
+        header(
+            &mut out,
+            name,
+            "Time the engine spent on one input.",
+            "histogram",
+        );
+        let steps = &rt.engine_steps;
+        histogram(&mut out, name, "", &STEP_BUCKETS_US, &steps.micros);
+        let name = "bae_engine_step_max_microseconds";
+        header(&mut out, name, "Longest single engine step.", "gauge");
+        let _ = writeln!(out, "{name} {}", steps.max_us);
         out
     }
 

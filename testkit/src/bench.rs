@@ -31,3 +31,60 @@ pub fn rss_kib(pid: u32) -> Option<(u64, u64)> {
     };
     Some((field("VmRSS:")?, field("VmHWM:")?))
 }
+
+/// `engine steps: n, p50 ≤ …, p99 ≤ …, max …` from a `GET /metrics` text
+/// (baesrv's `bae_engine_step_microseconds` histogram: quantiles are bucket
+/// upper bounds); `None` when the server exports no such histogram.
+pub fn engine_steps_summary(metrics: &str) -> Option<String> {
+    let prefix = "bae_engine_step_microseconds_bucket{le=\"";
+    let mut buckets: Vec<(f64, u64)> = Vec::new();
+    for line in metrics.lines() {
+        let Some(rest) = line.strip_prefix(prefix) else {
+            continue;
+        };
+        let (le, count) = rest.split_once("\"} ")?;
+        let le = if le == "+Inf" {
+            f64::INFINITY
+        } else {
+            le.parse().ok()?
+        };
+        buckets.push((le, count.trim().parse().ok()?));
+    }
+    let total = buckets.last()?.1;
+    if total == 0 {
+        return None;
+    }
+    let max = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("bae_engine_step_max_microseconds "))
+        .and_then(|v| v.trim().parse::<u64>().ok())?;
+    let quantile = |p: f64| {
+        let rank = (total as f64 * p).ceil() as u64;
+        match buckets.iter().find(|(_, c)| *c >= rank) {
+            Some((le, _)) if le.is_finite() => format!("≤ {le} µs"),
+            _ => format!("> {} µs", buckets.iter().rev().nth(1).map_or(0.0, |b| b.0)),
+        }
+    };
+    Some(format!(
+        "engine steps: {total}, p50 {}, p99 {}, p99.9 {}, max {max} µs",
+        quantile(0.5),
+        quantile(0.99),
+        quantile(0.999)
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn engine_steps_summary_reads_the_histogram() {
+        let text = "bae_engine_step_microseconds_bucket{le=\"10\"} 50\n\
+                    bae_engine_step_microseconds_bucket{le=\"100\"} 99\n\
+                    bae_engine_step_microseconds_bucket{le=\"+Inf\"} 100\n\
+                    bae_engine_step_max_microseconds 4200\n";
+        assert_eq!(
+            super::engine_steps_summary(text).as_deref(),
+            Some("engine steps: 100, p50 ≤ 10 µs, p99 ≤ 100 µs, p99.9 > 100 µs, max 4200 µs")
+        );
+        assert_eq!(super::engine_steps_summary("nothing"), None);
+    }
+}

@@ -31,6 +31,7 @@ use std::net::{Shutdown, SocketAddr};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::heap_trim::HeapTrim;
+use engine::metrics::EngineSteps;
 use engine::store::{ReadId, ReadResult, StoreRead, StoreWrite};
 use engine::{
     CallId, ConnId, Engine, Entropy, Input, Listener, MonoMs, Now, Output, ProviderReply, UnixMs,
@@ -212,6 +213,7 @@ pub fn run(boot: Boot) -> io::Result<()> {
         shutdown_deadline: None,
         next_activity: Instant::now() + ACTIVITY_PERIOD,
         heap_trim: HeapTrim::default(),
+        steps: EngineSteps::default(),
         settings,
     };
     let result = smol::block_on(driver.run(events_rx, listeners));
@@ -235,6 +237,8 @@ struct Driver {
     shutdown_deadline: Option<Instant>,
     next_activity: Instant,
     heap_trim: HeapTrim,
+    /// Time per engine step (`bae_engine_step_microseconds`).
+    steps: EngineSteps,
     settings: DriverSettings,
 }
 
@@ -325,14 +329,18 @@ impl Driver {
         }
         let now = self.clock.now();
         if self.engine.poll_timeout().is_some_and(|t| t <= now.mono) {
+            let started = Instant::now();
             self.engine.handle_timeout(now);
+            self.steps.observe(started.elapsed().as_micros() as u64);
             self.drain_outputs();
         }
     }
 
     fn input(&mut self, input: Input) {
         let now = self.clock.now();
+        let started = Instant::now();
         self.engine.handle_input(now, input);
+        self.steps.observe(started.elapsed().as_micros() as u64);
         self.drain_outputs();
     }
 
@@ -385,8 +393,12 @@ impl Driver {
                     self.dispatch(d);
                 }
             }
-            Event::ReadDone(id, result) => {
+            Event::ReadDone(id, mut result) => {
                 self.pipe.read_done();
+                // The store thread measured the rest; engine steps are ours.
+                if let Ok(ReadResult::Runtime(stats)) = &mut result {
+                    stats.engine_steps = self.steps.clone();
+                }
                 self.input(Input::ReadDone { id, result });
             }
             Event::Signal => {

@@ -694,6 +694,16 @@ fn run(o: Opts) -> Res<()> {
     if let Some((rss, hwm)) = rss_kib(target.pid) {
         println!("RSS after the benchmark: {} (peak {})", mb(rss), mb(hwm));
     }
+    // The longest engine step bounds every request's latency (baesrv
+    // exports a histogram of them on /metrics).
+    if let Ok((200, body)) = target
+        .admin()
+        .and_then(|mut c| c.request("GET", "/metrics", Some(&target.admin_key), None))
+    {
+        if let Some(line) = testkit::bench::engine_steps_summary(&String::from_utf8_lossy(&body)) {
+            println!("{line}");
+        }
+    }
     // A server may hand freed memory back once it is quiet (baesrv trims
     // its heap after one idle second): read again after two.
     if target.pid.is_some() {
