@@ -173,7 +173,7 @@ impl Driver {
                         if self.keep_sends {
                             self.sent.extend_from_slice(&bytes);
                         } else {
-                            self.sends_in_turn.push(bytes);
+                            self.sends_in_turn.push(bytes.into_vec());
                         }
                     }
                     Output::Close { conn } => inputs.push_back(Input::Closed { conn }),

@@ -124,7 +124,8 @@ impl Engine {
         }
     }
 
-    pub(crate) fn send(&mut self, conn: ConnId, bytes: Vec<u8>) {
+    pub(crate) fn send(&mut self, conn: ConnId, bytes: impl Into<crate::bytes::Bytes>) {
+        let bytes = bytes.into();
         if self.conns.sending(conn, bytes.len()) {
             self.outputs.push_back(Output::Send { conn, bytes });
         }

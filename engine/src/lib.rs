@@ -28,6 +28,7 @@ mod admin_api;
 mod admin_ui;
 mod auth;
 mod auth_legacy;
+pub mod bytes;
 mod client_api;
 mod conn;
 mod connections;
@@ -177,7 +178,7 @@ impl Input {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Output {
     /// Write bytes to a connection (after committing earlier writes).
-    Send { conn: ConnId, bytes: Vec<u8> },
+    Send { conn: ConnId, bytes: bytes::Bytes },
     /// Close a connection once everything sent before has been written.
     Close { conn: ConnId },
     /// Persist a change (see the durability rule).

@@ -27,8 +27,13 @@ use crate::ConnId;
 /// Bytes or a close for one connection, or a provider call to perform.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Delivery {
-    Send { conn: ConnId, bytes: Vec<u8> },
-    Close { conn: ConnId },
+    Send {
+        conn: ConnId,
+        bytes: crate::bytes::Bytes,
+    },
+    Close {
+        conn: ConnId,
+    },
     Call(crate::ProviderCall),
 }
 
@@ -188,7 +193,7 @@ mod tests {
     fn send(conn: ConnId, b: &str) -> Delivery {
         Delivery::Send {
             conn,
-            bytes: b.as_bytes().to_vec(),
+            bytes: b.as_bytes().to_vec().into(),
         }
     }
 

@@ -231,8 +231,10 @@ impl Engine {
         self.encoded_frame(conn, crate::store::encode_frame(line));
     }
 
-    /// A frame already chunk-encoded (e.g. rendered by the store).
-    pub(crate) fn encoded_frame(&mut self, conn: ConnId, bytes: Vec<u8>) {
+    /// A frame already chunk-encoded (rendered by the store, or one live
+    /// event's frame shared by all its streams).
+    pub(crate) fn encoded_frame(&mut self, conn: ConnId, bytes: impl Into<crate::bytes::Bytes>) {
+        let bytes = bytes.into();
         self.streams.sent(conn, bytes.len(), self.now.mono);
         self.send(conn, bytes);
     }

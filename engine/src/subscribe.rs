@@ -254,11 +254,27 @@ impl Engine {
         // Taken for the loop: writing a frame may end a stream and start the
         // next pipelined request, whose own publishes must not see it.
         let quiet = std::mem::take(&mut self.quiet);
+        let mut takers = Vec::new();
         for conn in self.session_streams(session_id) {
-            let live = self
+            match self
                 .streams
-                .publish(conn, ev, quiet.contains(&conn), limits);
-            self.act_live(conn, ev, live);
+                .publish(conn, ev, quiet.contains(&conn), limits)
+            {
+                Live::Frame => takers.push(conn),
+                live => self.act_live(conn, ev, live),
+            }
+        }
+        // Rendered once: one stream owns the frame, several share it.
+        let render = || crate::store::encode_frame(&jsonrpc::event_frame(&ev.json));
+        match takers.as_slice() {
+            [] => {}
+            [one] => self.encoded_frame(*one, render()),
+            many => {
+                let shared: std::sync::Arc<[u8]> = render().into();
+                for conn in many {
+                    self.encoded_frame(*conn, shared.clone());
+                }
+            }
         }
         self.quiet = quiet;
     }

@@ -819,3 +819,42 @@ fn legacy_argon2id_admin_hash_verifies_once_then_upgrades_c236() {
     );
     assert_eq!(s, 200);
 }
+
+/// Issue 15: a live event reaching several streams is rendered once and its
+/// bytes shared; each stream still gets exactly the frame a lone stream
+/// would (C-127's live half).
+#[test]
+fn observers_share_one_rendering_of_each_live_event() {
+    let mut h = Harness::new(config());
+    let (_key, sid, skey) = h.open_session(&[], json!({}));
+    register(&mut h, &sid, &skey);
+    let subscribe = json!({"jsonrpc": "2.0", "method": "session.subscribe"});
+    let subs: Vec<engine::ConnId> = (0..3)
+        .map(|_| h.rpc_start(&sid, &skey, &subscribe))
+        .collect();
+    let before = h.shared_sends;
+    h.replies.push_back(anthropic_text("hello"));
+    send(&mut h, &sid, &skey, json!("hi"));
+    let frames: Vec<Vec<Value>> = subs.iter().map(|c| h.frames(*c)).collect();
+    assert!(frames[0].len() >= 3, "{:?}", frames[0]);
+    assert!(frames.iter().all(|f| *f == frames[0]), "{frames:?}");
+    // Every event of the turn went to the three subscribers shared.
+    assert!(
+        h.shared_sends - before >= 3 * frames[0].len(),
+        "{}",
+        h.shared_sends
+    );
+    // A lone subscriber gets the same frames.
+    let mut lone = Harness::new(config());
+    let (_key, sid, skey) = lone.open_session(&[], json!({}));
+    register(&mut lone, &sid, &skey);
+    let sub = lone.rpc_start(&sid, &skey, &subscribe);
+    lone.replies.push_back(anthropic_text("hello"));
+    send(&mut lone, &sid, &skey, json!("hi"));
+    let types = |f: &Vec<Value>| -> Vec<Value> {
+        f.iter()
+            .map(|e| e["params"]["event_type"].clone())
+            .collect()
+    };
+    assert_eq!(types(&lone.frames(sub)), types(&frames[0]));
+}

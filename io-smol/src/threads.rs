@@ -92,7 +92,7 @@ struct Threads {
     clock: Clock,
     pipe: Pipeline,
     /// Each connection's writer: bytes, or `None` to close.
-    conns: HashMap<ConnId, mpsc::Sender<Option<Vec<u8>>>>,
+    conns: HashMap<ConnId, mpsc::Sender<Option<engine::bytes::Bytes>>>,
     next_conn: ConnId,
     inflight: usize,
     tx: mpsc::Sender<Ev>,
@@ -280,7 +280,7 @@ fn read_loop(conn: ConnId, mut stream: TcpStream, tx: mpsc::Sender<Ev>) {
     let _ = tx.send(Ev::Net(Input::Closed { conn }));
 }
 
-type Writes = mpsc::Receiver<Option<Vec<u8>>>;
+type Writes = mpsc::Receiver<Option<engine::bytes::Bytes>>;
 
 fn write_loop(conn: ConnId, mut stream: TcpStream, rx: Writes, tx: mpsc::Sender<Ev>) {
     while let Ok(Some(bytes)) = rx.recv() {

@@ -34,6 +34,8 @@ pub struct Harness {
     pub store: MemStore,
     pub now: Now,
     pub sent: HashMap<ConnId, Vec<u8>>,
+    /// Sends whose bytes were shared with other connections.
+    pub shared_sends: usize,
     pub closed: Vec<ConnId>,
     pub calls: VecDeque<ProviderCall>,
     /// Scripted provider replies, consumed in order; empty = calls wait.
@@ -77,6 +79,7 @@ impl Harness {
             store,
             now,
             sent: HashMap::new(),
+            shared_sends: 0,
             closed: Vec::new(),
             calls: VecDeque::new(),
             replies: VecDeque::new(),
@@ -126,7 +129,10 @@ impl Harness {
                 match o {
                     Output::Write(w) => self.store.apply(&w),
                     Output::Send { conn, bytes } => {
-                        self.sent.entry(conn).or_default().extend(bytes)
+                        if matches!(bytes, engine::bytes::Bytes::Shared(_)) {
+                            self.shared_sends += 1;
+                        }
+                        self.sent.entry(conn).or_default().extend(bytes.iter())
                     }
                     Output::Close { conn } => self.closed.push(conn),
                     Output::Read { id, read } => reads.push((id, read)),

@@ -31,6 +31,7 @@ use std::net::{Shutdown, SocketAddr};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::heap_trim::HeapTrim;
+use engine::bytes::Bytes;
 use engine::metrics::EngineSteps;
 use engine::store::{ReadId, ReadResult, StoreRead, StoreWrite};
 use engine::{
@@ -160,7 +161,7 @@ enum Event {
 }
 
 enum WriterMsg {
-    Data(Vec<u8>),
+    Data(Bytes),
     Close,
 }
 
@@ -582,15 +583,22 @@ async fn write_loop(
     tx: Sender<Event>,
 ) {
     'outer: while let Ok(msg) = rx.recv().await {
-        let mut buf = match msg {
+        let mut first = match msg {
             WriterMsg::Data(bytes) => bytes,
             WriterMsg::Close => break,
         };
-        // Coalesce whatever else is already queued into one write.
+        // Coalesce whatever else is already queued into one write. A lone
+        // frame (e.g. a live event shared by many streams) is written as
+        // it is, without a copy.
         let mut close_after = false;
-        while buf.len() < MAX_WRITE {
+        let mut joined: Option<Vec<u8>> = None;
+        while joined.as_ref().map_or(first.len(), Vec::len) < MAX_WRITE {
             match rx.try_recv() {
-                Ok(WriterMsg::Data(more)) => buf.extend_from_slice(&more),
+                Ok(WriterMsg::Data(more)) => joined
+                    .get_or_insert_with(|| {
+                        std::mem::replace(&mut first, Bytes::Owned(Vec::new())).into_vec()
+                    })
+                    .extend_from_slice(&more),
                 Ok(WriterMsg::Close) => {
                     close_after = true;
                     break;
@@ -598,7 +606,8 @@ async fn write_loop(
                 Err(_) => break,
             }
         }
-        if stream.write_all(&buf).await.is_err() {
+        let buf: &[u8] = joined.as_deref().unwrap_or(&first);
+        if stream.write_all(buf).await.is_err() {
             break 'outer;
         }
         let flushed = Input::Flushed {

@@ -181,7 +181,7 @@ impl World {
                 if c.client_closed || c.server_closed {
                     return;
                 }
-                c.outbound.extend(bytes);
+                c.outbound.extend(bytes.iter());
                 if !c.flush_scheduled {
                     c.flush_scheduled = true;
                     self.after(0, Ev::Flush(conn));
