@@ -44,6 +44,7 @@ impl Engine {
                 Requester::Teardown { .. } => {}
             },
             SandboxNotice::SubagentEnded { session_id, status } => {
+                self.telemetry.subagent_ended(&status.id, status.state);
                 if let Some((kind, payload)) = status.terminal_event() {
                     self.append_event(&session_id, Some(&status.key_id), kind, payload);
                 }
@@ -373,6 +374,7 @@ impl Engine {
                 self.terminal_error(conn, e.code, &e.message);
             }
             CancelOutcome::Cancelled(status) => {
+                self.telemetry.subagent_ended(&status.id, status.state);
                 if let Some((kind, payload)) = status.terminal_event() {
                     self.append_event(session_id, Some(key_id), kind, payload);
                 }
@@ -399,6 +401,7 @@ impl Engine {
         };
         let (cancelled, handle) = self.sandbox.close_session(session_id, &creator);
         for status in cancelled {
+            self.telemetry.subagent_ended(&status.id, status.state);
             if let Some((kind, payload)) = status.terminal_event() {
                 self.append_event(session_id, Some(&creator), kind, payload);
             }
