@@ -4,6 +4,11 @@ pub mod app;
 pub mod config;
 pub mod ctl;
 pub mod driver;
+#[cfg(feature = "otel")]
+pub mod otel;
+#[cfg(not(feature = "otel"))]
+#[path = "otel_off.rs"]
+pub mod otel;
 pub mod proc_stats;
 pub mod sandbox_cleanup;
 pub mod store;

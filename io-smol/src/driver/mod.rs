@@ -174,6 +174,8 @@ pub struct Boot {
     pub store: Store,
     pub listeners: Listeners,
     pub settings: DriverSettings,
+    /// The OpenTelemetry exporter, when `[telemetry]` is enabled.
+    pub telemetry: Option<crate::otel::Exporter>,
 }
 
 /// Runs the server on smol until a graceful shutdown completes. Blocks the
@@ -185,6 +187,7 @@ pub fn run(boot: Boot) -> io::Result<()> {
         store,
         listeners,
         settings,
+        telemetry,
     } = boot;
     let (events_tx, events_rx) = channel::bounded(EVENT_CAPACITY);
     let (jobs_tx, jobs_rx) = channel::unbounded();
@@ -211,6 +214,7 @@ pub fn run(boot: Boot) -> io::Result<()> {
         shutdown_deadline: None,
         next_activity: Instant::now() + ACTIVITY_PERIOD,
         settings,
+        otel: telemetry,
     };
     let result = smol::block_on(driver.run(events_rx, listeners));
     // The store thread ends once the job channel is dropped (with the
@@ -233,6 +237,7 @@ struct Driver {
     shutdown_deadline: Option<Instant>,
     next_activity: Instant,
     settings: DriverSettings,
+    otel: Option<crate::otel::Exporter>,
 }
 
 impl Driver {
@@ -306,7 +311,8 @@ impl Driver {
             .engine
             .poll_timeout()
             .map(|ms| self.clock.instant_at(ms));
-        [timer, self.shutdown_deadline]
+        let otel = self.otel.as_ref().and_then(|o| o.next_due());
+        [timer, self.shutdown_deadline, otel]
             .into_iter()
             .flatten()
             .fold(self.next_activity, Instant::min)
@@ -317,6 +323,9 @@ impl Driver {
             self.next_activity += ACTIVITY_PERIOD;
             // Runs after the jobs already queued; reports nothing back.
             let _ = self.jobs_tx.try_send(vec![Job::Activity]);
+        }
+        if let Some(o) = &mut self.otel {
+            o.pump(&mut self.engine);
         }
         let now = self.clock.now();
         if self.engine.poll_timeout().is_some_and(|t| t <= now.mono) {
@@ -441,6 +450,10 @@ impl Driver {
                 Output::Sandbox(cmd) => self.sandboxes.perform(cmd),
             }
         }
+        // Span facts leave with the outputs of the same input.
+        if let Some(o) = &mut self.otel {
+            o.pump(&mut self.engine);
+        }
     }
 
     fn dispatch(&mut self, d: Delivery) {
@@ -515,6 +528,14 @@ impl Driver {
                 Ok(_) => {}
                 Err(_) => break,
             }
+        }
+        // Spec 04 §5.1: telemetry is flushed within what remains of the
+        // shutdown budget.
+        if let Some(o) = self.otel.take() {
+            let left = (self.shutdown_deadline).map_or(Duration::ZERO, |d| {
+                d.saturating_duration_since(Instant::now())
+            });
+            o.shutdown(&mut self.engine, left);
         }
         tracing::info!("pending writes committed; shutdown complete");
     }
