@@ -16,7 +16,6 @@ use proto::trace_context::TraceParent;
 use proto::wire::content::Dispatch;
 
 use crate::ids::{CallId, ConnId, TurnId};
-use crate::sandbox::SubagentState;
 use crate::Listener;
 
 /// An engine-assigned span handle (unique per process run).
@@ -643,15 +642,12 @@ impl Telemetry {
         self.subagents.insert(id.to_string(), key);
     }
 
-    /// A subagent reached a terminal state (a running one is ignored).
-    pub fn subagent_ended(&mut self, id: &str, state: SubagentState) {
-        let (value, status) = match state {
-            SubagentState::Running => return,
-            SubagentState::Completed => ("completed", Status::Ok),
-            SubagentState::Failed | SubagentState::TimedOut => {
-                ("failed", Status::Error("subagent failed"))
-            }
-            SubagentState::Cancelled => ("cancelled", Status::Unset),
+    /// A subagent reached a terminal state.
+    pub fn subagent_ended(&mut self, id: &str, end: SubagentEnd) {
+        let (value, status) = match end {
+            SubagentEnd::Completed => ("completed", Status::Ok),
+            SubagentEnd::Failed => ("failed", Status::Error("subagent failed")),
+            SubagentEnd::Cancelled => ("cancelled", Status::Unset),
         };
         let Some(key) = self.subagents.remove(id) else {
             return;
@@ -666,6 +662,14 @@ impl Telemetry {
 pub enum ToolChild<'a> {
     Mcp { server: &'a str },
     Sandbox,
+}
+
+/// `bae.subagent.outcome` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SubagentEnd {
+    Completed,
+    Failed,
+    Cancelled,
 }
 
 /// The `http.route` template of a path (low cardinality: ids are replaced).

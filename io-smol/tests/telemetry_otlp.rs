@@ -562,3 +562,63 @@ fn bad_telemetry_settings_exit_2() {
         out.stderr
     );
 }
+
+/// §7.1: an MCP tool's `bae.mcp.call` (client kind) under its dispatch,
+/// sizes but not the input or the server's output.
+#[test]
+fn c_7_1_mcp_call_under_its_dispatch() {
+    let receiver = Receiver::start();
+    let mock = MockProvider::start();
+    let config = testkit::mcp::sdk_stdio_toml("fx", &[])
+        + &telemetry_toml(&receiver.endpoint("grpc"), "grpc", "");
+    let mut server = server_with(&mock, &config, &[]);
+    let profile = json!({
+        "name": testkit::fixtures::unique_name("profile"),
+        "primary_provider": "main",
+        "mcp_servers": ["fx"],
+    });
+    let f = open_with_profile(&server, &profile, json!({}));
+    testkit::fixtures::register_driver(&server, &f.session_id, &f.a.session_key);
+    mock.push(Reply::tool_use("tu_1", "echo", json!({"text": INPUT})));
+    mock.push(Reply::text("done"));
+    let (_, t) = send(&server, &f.session_id, &f.a, json!("go"));
+    assert!(t.get("result").is_some(), "{t}");
+    assert!(server.stop().success());
+    let spans = receiver.spans();
+    let dispatch = named(&spans, "bae.tool.dispatch");
+    assert_eq!(dispatch.len(), 1, "{spans:?}");
+    let d = dispatch[0];
+    assert_eq!(d["attributes"]["bae.tool.name"], "echo");
+    assert_eq!(d["attributes"]["bae.tool.dispatch"], "mcp");
+    assert_eq!(d["attributes"]["bae.tool.is_error"], false);
+    let output = json!([{"type": "text", "text": format!("fx: {INPUT}")}]);
+    assert_eq!(
+        d["attributes"]["bae.tool.output.bytes"],
+        output.to_string().len() as i64
+    );
+    let call = named(&spans, "bae.mcp.call");
+    assert_eq!(call.len(), 1);
+    assert_eq!(call[0]["parent_span_id"], d["span_id"]);
+    assert_eq!(call[0]["kind"], 3, "client kind");
+    assert_eq!(call[0]["attributes"]["bae.mcp.server"], "fx");
+    assert_eq!(call[0]["status"]["code"], 1);
+    assert!(!contains(&receiver.raw(), INPUT));
+}
+
+/// `BAE_OTEL_LOG` filters the exported spans by target (`baesrv::http`
+/// for `http.request`, …); the rest of the tree is still exported.
+#[test]
+fn bae_otel_log_filters_span_targets() {
+    let receiver = Receiver::start();
+    let mock = MockProvider::start();
+    let tel = telemetry_toml(&receiver.endpoint("http/protobuf"), "http/protobuf", "");
+    let mut server = server_with(&mock, &tel, &[("BAE_OTEL_LOG", "info,baesrv::http=off")]);
+    let f = open_registered(&server, "main", &[], &[], json!({}));
+    mock.push(Reply::text("one"));
+    send(&server, &f.session_id, &f.a, json!("hi"));
+    assert!(server.stop().success());
+    let spans = receiver.spans();
+    assert!(named(&spans, "http.request").is_empty(), "{spans:?}");
+    assert_eq!(named(&spans, "bae.turn").len(), 1, "{spans:?}");
+    assert_eq!(named(&spans, "bae.provider.attempt").len(), 1);
+}

@@ -156,7 +156,7 @@ fn tool_children_and_subagents() {
     t.dispatch_end(TurnId(1), "t1", Some((true, 40)));
     t.dispatch_begin(TurnId(1), "t2", "launch", Dispatch::Subagent, 5);
     t.subagent_begin(TurnId(1), "t2", "ses_1", "sub_1");
-    t.subagent_ended("sub_1", SubagentState::TimedOut);
+    t.subagent_ended("sub_1", SubagentEnd::Failed);
     let f = drain(&mut t);
     let d1 = opened(&f, SpanName::ToolDispatch)[0].0;
     let d2 = opened(&f, SpanName::ToolDispatch)[1].0;

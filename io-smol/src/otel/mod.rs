@@ -260,10 +260,18 @@ struct Worker {
     metrics_start: u64,
     fail_log: RateLimit,
     failures: u64,
+    /// After a failed export, spans finished before this are discarded
+    /// unsent (a dead collector costs no encoding or connecting per batch).
+    backoff_until: Option<Instant>,
+    backoff: Duration,
+    discarded: u64,
 }
 
 /// Spans per export request.
 const MAX_BATCH: usize = 512;
+/// The first and the longest pause after a failed export.
+const BACKOFF_MIN: Duration = Duration::from_secs(1);
+const BACKOFF_MAX: Duration = Duration::from_secs(30);
 
 impl Worker {
     fn new(settings: Settings, queued: Arc<AtomicUsize>) -> Worker {
@@ -275,6 +283,9 @@ impl Worker {
             metrics_start: unix_nanos(),
             fail_log: RateLimit::default(),
             failures: 0,
+            backoff_until: None,
+            backoff: BACKOFF_MIN,
+            discarded: 0,
         }
     }
 
@@ -291,6 +302,9 @@ impl Worker {
                     }
                 }
                 Ok(Msg::Metrics(at, instruments)) => {
+                    if self.backing_off() {
+                        continue;
+                    }
                     let req =
                         metrics::request(&self.settings, self.metrics_start, at, &instruments);
                     let result = transport.metrics(req, self.settings.timeout);
@@ -311,6 +325,11 @@ impl Worker {
     }
 
     fn export_spans(&mut self, transport: &mut transport::Transport, deadline: Option<Instant>) {
+        // The shutdown flush tries once more whatever the backoff says.
+        if deadline.is_none() && self.backing_off() {
+            self.discarded += self.spans.discard() as u64;
+            return;
+        }
         while self.spans.finished() > 0 {
             let timeout = match deadline {
                 Some(d) => d
@@ -323,15 +342,40 @@ impl Worker {
             }
             let req = self.spans.take_request(MAX_BATCH);
             let result = transport.traces(req, timeout);
-            self.outcome("traces", result);
+            if !self.outcome("traces", result) {
+                // What is left of this flush goes the same way: drop it.
+                self.discarded += self.spans.discard() as u64;
+                return;
+            }
         }
     }
 
-    fn outcome(&mut self, signal: &'static str, result: Result<(), String>) {
-        if let Err(error) = result {
-            self.failures += 1;
-            if self.fail_log.ready() {
-                tracing::warn!(signal, %error, failures_total = self.failures, "OTLP export failed");
+    fn backing_off(&self) -> bool {
+        self.backoff_until.is_some_and(|t| Instant::now() < t)
+    }
+
+    /// Logs a failure (rate-limited) and arms the backoff; `true` on success.
+    fn outcome(&mut self, signal: &'static str, result: Result<(), String>) -> bool {
+        match result {
+            Ok(()) => {
+                self.backoff_until = None;
+                self.backoff = BACKOFF_MIN;
+                true
+            }
+            Err(error) => {
+                self.failures += 1;
+                self.backoff_until = Some(Instant::now() + self.backoff);
+                self.backoff = (self.backoff * 2).min(BACKOFF_MAX);
+                if self.fail_log.ready() {
+                    tracing::warn!(
+                        signal,
+                        %error,
+                        failures_total = self.failures,
+                        spans_discarded_total = self.discarded,
+                        "OTLP export failed"
+                    );
+                }
+                false
             }
         }
     }

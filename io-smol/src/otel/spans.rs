@@ -209,6 +209,13 @@ impl Table {
         }
     }
 
+    /// Drops every finished span unsent; returns how many.
+    pub fn discard(&mut self) -> usize {
+        let n = self.finished.len();
+        self.finished.clear();
+        n
+    }
+
     /// Up to `max` finished spans as one export request.
     pub fn take_request(&mut self, max: usize) -> ExportTraceServiceRequest {
         let n = self.finished.len().min(max);
