@@ -125,8 +125,9 @@ pub fn span_filter(directive: &str) -> tracing_subscriber::filter::Targets {
 
 /// What the engine thread sends the exporter thread.
 enum Msg {
-    /// Facts drained at one wall-clock instant (unix nanoseconds).
-    Facts(u64, Vec<Fact>),
+    /// Facts in drain order; `(index, at)` marks where the facts drained
+    /// at wall-clock instant `at` (unix nanoseconds) begin.
+    Facts(Vec<Fact>, Vec<(usize, u64)>),
     Metrics(u64, Vec<engine::metrics::Instrument>),
     /// Export everything now, within `deadline`, then answer.
     Flush(Instant, mpsc::Sender<()>),
@@ -138,7 +139,12 @@ pub struct Exporter {
     /// Facts sent and not yet taken by the exporter thread.
     queued: Arc<AtomicUsize>,
     max_queue: usize,
+    /// Facts not handed over yet, with their drain instants (sent in
+    /// batches: one wake-up of the exporter thread per batch, not per input).
     buf: Vec<Fact>,
+    marks: Vec<(usize, u64)>,
+    /// When the oldest fact in `buf` was drained.
+    buf_since: Option<Instant>,
     metrics_every: Option<Duration>,
     next_metrics: Instant,
     dropped: u64,
@@ -189,6 +195,8 @@ impl Exporter {
             queued,
             max_queue: settings.max_queue,
             buf: Vec::new(),
+            marks: Vec::new(),
+            buf_since: None,
             next_metrics: Instant::now() + settings.metric_interval,
             metrics_every,
             dropped: 0,
@@ -196,29 +204,24 @@ impl Exporter {
         })
     }
 
-    /// After every input: hand the engine's new facts over (or drop them
-    /// when the queue is full) and, when due, a metrics snapshot.
+    /// After every input: collect the engine's new facts; hand a batch
+    /// over (or drop it when the queue is full) once it is big or old
+    /// enough; send a metrics snapshot when due.
     pub fn pump(&mut self, engine: &mut Engine) {
+        let before = self.buf.len();
         engine.drain_telemetry(&mut self.buf);
-        if !self.buf.is_empty() {
-            let n = self.buf.len();
-            if self.queued.load(Ordering::Relaxed) + n > self.max_queue {
-                self.buf.clear();
-                self.dropped += n as u64;
-                if self.drop_log.ready() {
-                    tracing::warn!(
-                        dropped_total = self.dropped,
-                        "telemetry queue full; span facts dropped"
-                    );
-                }
-            } else {
-                self.queued.fetch_add(n, Ordering::Relaxed);
-                let facts = std::mem::take(&mut self.buf);
-                let _ = self.tx.send(Msg::Facts(unix_nanos(), facts));
-            }
+        let now = Instant::now();
+        if self.buf.len() > before {
+            self.marks.push((before, unix_nanos()));
+            self.buf_since.get_or_insert(now);
+        }
+        let due = self
+            .buf_since
+            .is_some_and(|t| self.buf.len() >= SEND_FACTS || now >= t + SEND_AFTER);
+        if due {
+            self.hand_over();
         }
         if let Some(every) = self.metrics_every {
-            let now = Instant::now();
             if now >= self.next_metrics {
                 self.next_metrics = now + every;
                 let _ = self
@@ -228,9 +231,36 @@ impl Exporter {
         }
     }
 
-    /// When the next metrics snapshot is due (the driver wakes for it).
+    fn hand_over(&mut self) {
+        self.buf_since = None;
+        let n = self.buf.len();
+        if n == 0 {
+            return;
+        }
+        if self.queued.load(Ordering::Relaxed) + n > self.max_queue {
+            self.buf.clear();
+            self.marks.clear();
+            self.dropped += n as u64;
+            if self.drop_log.ready() {
+                tracing::warn!(
+                    dropped_total = self.dropped,
+                    "telemetry queue full; span facts dropped"
+                );
+            }
+            return;
+        }
+        self.queued.fetch_add(n, Ordering::Relaxed);
+        let facts = std::mem::replace(&mut self.buf, Vec::with_capacity(n));
+        let marks = std::mem::take(&mut self.marks);
+        let _ = self.tx.send(Msg::Facts(facts, marks));
+    }
+
+    /// When the driver must wake: the next metrics snapshot, or handing
+    /// over facts that are waiting.
     pub fn next_due(&self) -> Option<Instant> {
-        self.metrics_every.map(|_| self.next_metrics)
+        let metrics = self.metrics_every.map(|_| self.next_metrics);
+        let facts = self.buf_since.map(|t| t + SEND_AFTER);
+        metrics.into_iter().chain(facts).min()
     }
 
     /// Graceful shutdown: the last facts and metrics, then a flush bounded
@@ -240,6 +270,7 @@ impl Exporter {
             self.next_metrics = Instant::now();
         }
         self.pump(engine);
+        self.hand_over();
         let deadline = Instant::now() + budget;
         let (done_tx, done_rx) = mpsc::channel();
         if self.tx.send(Msg::Flush(deadline, done_tx)).is_err() {
@@ -266,6 +297,11 @@ struct Worker {
     backoff: Duration,
     discarded: u64,
 }
+
+/// Facts that make the engine thread hand a batch over at once…
+const SEND_FACTS: usize = 1024;
+/// …and the longest a fact waits on the engine thread.
+const SEND_AFTER: Duration = Duration::from_millis(20);
 
 /// Spans per export request.
 const MAX_BATCH: usize = 512;
@@ -294,9 +330,9 @@ impl Worker {
         loop {
             let wait = next_flush.saturating_duration_since(Instant::now());
             match rx.recv_timeout(wait) {
-                Ok(Msg::Facts(at, facts)) => {
+                Ok(Msg::Facts(facts, marks)) => {
                     self.queued.fetch_sub(facts.len(), Ordering::Relaxed);
-                    self.spans.apply(at, facts);
+                    self.spans.apply(facts, &marks);
                     if self.spans.finished() >= MAX_BATCH {
                         self.export_spans(&mut transport, None);
                     }

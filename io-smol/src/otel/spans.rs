@@ -65,8 +65,19 @@ impl Table {
         self.finished.len()
     }
 
-    pub fn apply(&mut self, at: u64, facts: Vec<Fact>) {
-        for fact in facts {
+    /// Applies facts in order; `marks` (index, instant) says when each run
+    /// of them was drained from the engine.
+    pub fn apply(&mut self, facts: Vec<Fact>, marks: &[(usize, u64)]) {
+        let mut marks = marks.iter().peekable();
+        let mut at = 0;
+        for (i, fact) in facts.into_iter().enumerate() {
+            while let Some(&&(from, t)) = marks.peek() {
+                if from > i {
+                    break;
+                }
+                at = t;
+                marks.next();
+            }
             match fact {
                 Fact::Opened {
                     key,
