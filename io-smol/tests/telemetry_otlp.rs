@@ -8,6 +8,7 @@
 //! or never answers costing no turn and no shutdown.
 
 mod live_support;
+mod sandbox_support;
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -621,4 +622,93 @@ fn bae_otel_log_filters_span_targets() {
     assert!(named(&spans, "http.request").is_empty(), "{spans:?}");
     assert_eq!(named(&spans, "bae.turn").len(), 1, "{spans:?}");
     assert_eq!(named(&spans, "bae.provider.attempt").len(), 1);
+}
+
+/// §7.1: an Auto sandbox tool's `bae.sandbox.exec` under its dispatch with
+/// the exit code, and a subagent's own `bae.subagent` root linked to the
+/// dispatch that launched it, against the real container engine; neither
+/// the command nor the prompt reaches the collector.
+#[test]
+fn c_7_1_sandbox_exec_and_subagent_spans() {
+    use testkit::containers::{DOCKER_HOST, SUBAGENT};
+    if !testkit::containers::require_engine() {
+        return;
+    }
+    const COMMAND: &str = "echo sandbox-secret-3c9d1; exit 3";
+    const PROMPT: &str = "subagent-prompt-77ab2";
+    let receiver = Receiver::start();
+    let mock = MockProvider::start();
+    let tel = telemetry_toml(&receiver.endpoint("grpc"), "grpc", "");
+    let mut server = server_with(&mock, &tel, &[("DOCKER_HOST", DOCKER_HOST)]);
+    let launch = json!({
+        "name": "launch_subagent",
+        "description": "Launch a CLI subagent.",
+        "input_schema": {"type": "object"},
+        "image": SUBAGENT,
+        "subagents": [{"harness": "claude", "command_template": "claude --model {model} --print", "prompt_via": "stdin"}]
+    });
+    let body =
+        json!({"sandbox_tools": [sandbox_support::shell_tool("sh")], "subagent_tools": [launch]});
+    let f = sandbox_support::open_sandboxed(&server, &[SUBAGENT], &[], body);
+    sandbox_support::started(&server, &f, SUBAGENT);
+    mock.push(Reply::tool_use("tu_s", "sh", json!({"command": COMMAND})));
+    mock.push(Reply::text("ran"));
+    let (_, t) = send(&server, &f.session_id, &f.a, json!("run it"));
+    assert!(t.get("result").is_some(), "{t}");
+    let input = json!({"harness": "claude", "model": "m-1", "prompt": PROMPT});
+    mock.push(Reply::tool_use("tu_l", "launch_subagent", input));
+    mock.push(Reply::text("launched"));
+    let (_, t) = send(&server, &f.session_id, &f.a, json!("launch"));
+    assert!(t.get("result").is_some(), "{t}");
+    assert!(
+        wait_until(Duration::from_secs(20), || {
+            events(&server, &f.session_id, &f.a.session_key)
+                .iter()
+                .any(|e| e["event_type"] == "session.subagent.completed")
+        }),
+        "the subagent did not complete"
+    );
+    server
+        .client()
+        .bearer(f.a.session_key.clone())
+        .delete(&format!("/api/v1/sessions/{}", f.session_id))
+        .assert_status(200);
+    assert!(server.stop().success());
+    let spans = receiver.spans();
+    let dispatch = |name: &str| {
+        named(&spans, "bae.tool.dispatch")
+            .into_iter()
+            .find(|d| d["attributes"]["bae.tool.name"] == name)
+            .unwrap_or_else(|| panic!("no dispatch of {name}: {spans:?}"))
+            .clone()
+    };
+    let sh = dispatch("sh");
+    assert_eq!(sh["attributes"]["bae.tool.dispatch"], "sandbox");
+    assert_eq!(sh["attributes"]["bae.tool.is_error"], true);
+    let exec = named(&spans, "bae.sandbox.exec");
+    assert_eq!(exec.len(), 1, "{spans:?}");
+    assert_eq!(exec[0]["parent_span_id"], sh["span_id"]);
+    assert_eq!(exec[0]["attributes"]["bae.sandbox.exit_code"], 3);
+    let launcher = dispatch("launch_subagent");
+    assert_eq!(launcher["attributes"]["bae.tool.dispatch"], "subagent");
+    let sub = named(&spans, "bae.subagent");
+    assert_eq!(sub.len(), 1, "{spans:?}");
+    assert_eq!(sub[0]["parent_span_id"], "");
+    assert_ne!(sub[0]["trace_id"], launcher["trace_id"]);
+    assert_eq!(
+        link_kinds(sub[0]),
+        vec![(
+            launcher["span_id"].as_str().unwrap().into(),
+            "subagent".into()
+        )]
+    );
+    assert_eq!(sub[0]["attributes"]["bae.subagent.outcome"], "completed");
+    assert!(sub[0]["attributes"]["bae.subagent.id"]
+        .as_str()
+        .is_some_and(|id| id.starts_with("sba_")));
+    let session = named(&spans, "bae.session");
+    assert_eq!(session.len(), 1);
+    assert_eq!(session[0]["status"]["code"], 1, "closed: ok");
+    let raw = receiver.raw();
+    assert!(!contains(&raw, "sandbox-secret-3c9d1") && !contains(&raw, PROMPT));
 }
