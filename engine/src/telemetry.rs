@@ -464,7 +464,6 @@ impl Telemetry {
 
     // ---- bae.provider.attempt ----
 
-    #[allow(clippy::too_many_arguments)]
     pub fn attempt_begin(
         &mut self,
         call: CallId,

@@ -161,19 +161,14 @@ impl Exporter {
         let worker = Worker::new(settings.clone(), queued.clone());
         std::thread::Builder::new()
             .name("bae-otel".into())
-            .spawn(move || {
-                let transport = transport::Transport::new(&worker.settings);
-                let ok = transport.is_ok();
-                match transport {
-                    Ok(t) => {
-                        let _ = ready_tx.send(Ok(()));
-                        worker.run(t, rx);
-                    }
-                    Err(e) => {
-                        let _ = ready_tx.send(Err(e));
-                    }
+            .spawn(move || match transport::Transport::new(&worker.settings) {
+                Ok(t) => {
+                    let _ = ready_tx.send(Ok(()));
+                    worker.run(t, rx);
                 }
-                let _ = ok;
+                Err(e) => {
+                    let _ = ready_tx.send(Err(e));
+                }
             })
             .map_err(|e| ConfigError::Telemetry(format!("[telemetry] exporter thread: {e}")))?;
         match ready_rx.recv() {
