@@ -17,7 +17,9 @@
 //!
 //! Run: `cargo bench -p engine --bench history_growth`.
 //! Environment: `HISTORY_TURNS` (default 2000), `HISTORY_CSV=path` writes
-//! every turn's samples.
+//! every turn's samples, `HISTORY_TELEMETRY=1` records telemetry facts
+//! (spec 04 §7.1) and drains them after every input, inside the timed
+//! engine work, as the smol driver does.
 
 use std::collections::VecDeque;
 use std::fmt::Write as _;
@@ -82,6 +84,8 @@ struct Driver {
     sends_in_turn: Vec<Vec<u8>>,
     /// Body length of the last provider call (checked against `prepare_request`).
     last_call_body_len: usize,
+    /// Telemetry facts of one input (`HISTORY_TELEMETRY=1`).
+    facts: Vec<engine::telemetry::Fact>,
 }
 
 impl Driver {
@@ -112,6 +116,7 @@ impl Driver {
                 auth_template: "${TOKEN}".into(),
                 max_tokens: MAX_TOKENS,
             }],
+            telemetry: std::env::var("HISTORY_TELEMETRY").is_ok_and(|v| v == "1"),
             ..Config::default()
         };
         let engine = Engine::new(config, Box::new(Lcg(11)), store.snapshot(), now);
@@ -124,6 +129,7 @@ impl Driver {
             keep_sends: true,
             sends_in_turn: Vec::new(),
             last_call_body_len: 0,
+            facts: Vec::new(),
         }
     }
 
@@ -139,6 +145,9 @@ impl Driver {
             while let Some(o) = self.engine.poll_output() {
                 outs.push(o);
             }
+            self.engine.drain_telemetry(&mut self.facts);
+            black_box(&self.facts);
+            self.facts.clear();
             cost.engine_ns += t.elapsed().as_nanos() as u64;
 
             // Bench bookkeeping (untimed).

@@ -478,8 +478,22 @@ impl Engine {
     }
 
     pub(crate) fn answer_metrics(&mut self, conn: ConnId, rt: &crate::metrics::RuntimeStats) {
+        let gauges = self.gauges();
+        let body = self.metrics.render(&gauges, rt);
+        let content_type = "text/plain; version=0.0.4; charset=utf-8";
+        self.respond(conn, 200, Some(content_type), body.as_bytes());
+    }
+
+    /// The instruments of spec 04 §7.2 now (those `[telemetry.metrics]
+    /// disabled` names are left out), for the driver's OTLP exporter.
+    pub fn metrics_snapshot(&self) -> Vec<crate::metrics::Instrument> {
+        self.metrics.instruments(&self.gauges())
+    }
+
+    /// The gauges, read from the engine's state.
+    fn gauges(&self) -> crate::metrics::Gauges {
         let c = &self.catalog;
-        let gauges = crate::metrics::Gauges {
+        crate::metrics::Gauges {
             sessions_open: c
                 .sessions
                 .values()
@@ -497,9 +511,6 @@ impl Engine {
             subagents_active: self.sandbox.active_subagents() as u64,
             drivers_registered: c.drivers.values().map(|d| d.len() as u64).sum(),
             connections: self.conns.len() as u64,
-        };
-        let body = self.metrics.render(&gauges, rt);
-        let content_type = "text/plain; version=0.0.4; charset=utf-8";
-        self.respond(conn, 200, Some(content_type), body.as_bytes());
+        }
     }
 }

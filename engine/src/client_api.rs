@@ -197,6 +197,7 @@ impl Engine {
         );
         self.write(StoreWrite::InsertSession(session.to_row()));
         self.catalog.insert_session(session);
+        (self.telemetry).session_open(&session_id, &profile_id, &key.id);
 
         let session_key = self.mint_session_key(&session_id, &key);
         let payload = declaration_payload(
@@ -388,6 +389,7 @@ impl Engine {
             EventType::SessionClose,
             json!({ "reason": reason }),
         );
+        self.telemetry.session_end(session_id, false);
         self.teardown_session(session_id);
     }
 

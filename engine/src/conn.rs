@@ -68,6 +68,7 @@ impl Engine {
             return;
         }
         self.streams.end(conn);
+        self.telemetry.http_end(conn);
         self.forget_conn_in_turns(conn);
     }
 
@@ -79,8 +80,17 @@ impl Engine {
             match polled {
                 Polled::Waiting => return,
                 Polled::Continue => self.send(conn, proto::http::CONTINUE_100.to_vec()),
-                Polled::Request(req, Listener::Client) => self.route_client(conn, *req),
-                Polled::Request(req, Listener::Admin) => self.route_admin(conn, *req),
+                Polled::Request(req, listener) => {
+                    if self.telemetry.enabled() {
+                        let method = req.method.as_str();
+                        let traceparent = req.header("traceparent");
+                        (self.telemetry).http_begin(conn, listener, method, &req.path, traceparent);
+                    }
+                    match listener {
+                        Listener::Client => self.route_client(conn, *req),
+                        Listener::Admin => self.route_admin(conn, *req),
+                    }
+                }
                 Polled::Rejected(rejection) => {
                     tracing::debug!(
                         conn = conn.0,
@@ -111,6 +121,7 @@ impl Engine {
 
     /// One log line per request: method, path, status, latency (spec 04 §6).
     pub(crate) fn log_request(&mut self, conn: ConnId, status: u16) {
+        self.telemetry.http_status(conn, status);
         let Some((method, path, start, listener)) = self.conns.take_current(conn) else {
             return;
         };
@@ -140,6 +151,7 @@ impl Engine {
     /// The current request of `conn` is fully answered: close or move on to
     /// the next pipelined request.
     pub(crate) fn finish_request(&mut self, conn: ConnId) {
+        self.telemetry.http_end(conn);
         match self.conns.finish(conn) {
             Finished::Close => self.close_conn(conn),
             Finished::Next => self.pump(conn),

@@ -56,6 +56,7 @@ mod steer;
 pub mod store;
 mod streams;
 mod subscribe;
+pub mod telemetry;
 pub mod time;
 mod turn;
 
@@ -276,6 +277,9 @@ pub struct Config {
     /// `BAE_METRICS_NO_AUTH`: `GET /metrics` on the admin port without the
     /// admin key (for a scraper on a trusted loopback).
     pub metrics_no_auth: bool,
+    /// `[telemetry]` span export: the engine queues [`telemetry::Fact`]s
+    /// for [`Engine::drain_telemetry`] (off: nothing is recorded).
+    pub telemetry: bool,
     /// A deliberately planted bug (simulator self-test only).
     #[cfg(feature = "planted-bugs")]
     pub planted: Option<planted::Bug>,
@@ -314,6 +318,7 @@ impl Default for Config {
             idempotency_retention_ms: 24 * 3600 * 1000,
             metrics_disabled: Vec::new(),
             metrics_no_auth: false,
+            telemetry: false,
             #[cfg(feature = "planted-bugs")]
             planted: None,
         }
@@ -368,6 +373,8 @@ pub struct Engine {
     faults: faults::Faults,
     /// Counters and histograms of `GET /metrics`.
     metrics: metrics::Metrics,
+    /// Span facts for the driver's exporter (spec 04 §7.1).
+    telemetry: telemetry::Telemetry,
     /// Events in the log (gauge `bae.events.total`).
     events_total: u64,
     shutting_down: bool,
@@ -407,6 +414,7 @@ impl Engine {
             request_timeout_ms: config.request_timeout_ms,
         });
         let metrics = metrics::Metrics::new(&config.metrics_disabled);
+        let telemetry = telemetry::Telemetry::new(config.telemetry);
         let mut engine = Engine {
             sandbox,
             mcp,
@@ -435,6 +443,7 @@ impl Engine {
             last_legacy_failure: None,
             faults,
             metrics,
+            telemetry,
             events_total: snapshot.event_counts.iter().map(|(_, n)| n).sum(),
             shutting_down: false,
         };
@@ -504,6 +513,12 @@ impl Engine {
         .min()
     }
 
+    /// Moves the span facts queued since the last call to `out` (empty
+    /// unless [`Config::telemetry`]); drain after every input.
+    pub fn drain_telemetry(&mut self, out: &mut Vec<telemetry::Fact>) {
+        self.telemetry.drain_into(out);
+    }
+
     /// Number of connections the engine is tracking (for drivers' shutdown).
     pub fn connection_count(&self) -> usize {
         self.conns.len()
@@ -566,5 +581,6 @@ impl Engine {
         for live in self.live.values_mut() {
             live.gate.drain();
         }
+        self.telemetry.shutdown();
     }
 }

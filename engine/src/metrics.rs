@@ -348,9 +348,151 @@ impl Metrics {
         out
     }
 
+    /// Every enabled instrument of §7.2 as typed points, for an exporter
+    /// (OTLP) that is not the Prometheus scrape.
+    pub fn instruments(&self, g: &Gauges) -> Vec<Instrument> {
+        let mut out = Vec::with_capacity(15);
+        let gauges: [(&'static str, &'static str, u64); 10] = [
+            ("bae.sessions.open", "Open sessions.", g.sessions_open),
+            (
+                "bae.sessions.total",
+                "Sessions ever created.",
+                g.sessions_total,
+            ),
+            ("bae.events.total", "Events in the log.", g.events_total),
+            ("bae.profiles.count", "Active profiles.", g.profiles),
+            ("bae.keys.count", "Active client keys.", g.client_keys),
+            (
+                "bae.mcp.sessions.live",
+                "Sessions with live MCP connections.",
+                g.mcp_sessions_live,
+            ),
+            ("bae.turns.pending", "Parked paused turns.", g.turns_pending),
+            (
+                "bae.sandboxes.live",
+                "Running remote sandboxes.",
+                g.sandboxes_live,
+            ),
+            (
+                "bae.subagents.active",
+                "Running remote subagents.",
+                g.subagents_active,
+            ),
+            (
+                "bae.drivers.registered",
+                "Driver registrations over all sessions.",
+                g.drivers_registered,
+            ),
+        ];
+        for (name, description, v) in gauges {
+            out.push(Instrument {
+                name,
+                description,
+                unit: "1",
+                points: Points::Gauge(v),
+            });
+        }
+        let turns = TurnOutcome::ALL
+            .iter()
+            .map(|o| {
+                (
+                    vec![("outcome", o.as_str())],
+                    self.turns.get(*o as usize).copied().unwrap_or(0),
+                )
+            })
+            .collect();
+        out.push(Instrument {
+            name: "bae.turns.completed",
+            description: "Turns ended, by outcome.",
+            unit: "1",
+            points: Points::Sum(turns),
+        });
+        let mut requests = Vec::new();
+        for (p, counts) in PROVIDERS.iter().zip(self.provider_requests.iter()) {
+            for (outcome, n) in ["ok", "error"].iter().zip(counts.iter()) {
+                requests.push((vec![("provider", *p), ("outcome", *outcome)], *n));
+            }
+        }
+        out.push(Instrument {
+            name: "bae.provider.requests",
+            description: "Provider attempts, by kind and outcome.",
+            unit: "1",
+            points: Points::Sum(requests),
+        });
+        let series = PROVIDERS
+            .iter()
+            .zip(self.provider_latency.iter())
+            .map(|(p, h)| (vec![("provider", *p)], h.clone()))
+            .collect();
+        out.push(Instrument {
+            name: "bae.provider.latency",
+            description: "Provider attempt latency.",
+            unit: "ms",
+            points: Points::Histogram {
+                bounds: &LATENCY_BUCKETS_MS,
+                series,
+            },
+        });
+        let calls = Dispatch::ALL
+            .iter()
+            .zip(self.tool_calls.iter())
+            .map(|(d, n)| (vec![("dispatch", d.as_str())], *n))
+            .collect();
+        out.push(Instrument {
+            name: "bae.tool.calls",
+            description: "Tool uses dispatched, by dispatch.",
+            unit: "1",
+            points: Points::Sum(calls),
+        });
+        let series = Dispatch::ALL
+            .iter()
+            .zip(self.tool_latency.iter())
+            .skip(1)
+            .map(|(d, h)| (vec![("dispatch", d.as_str())], h.clone()))
+            .collect();
+        out.push(Instrument {
+            name: "bae.tool.latency",
+            description: "Server-executed tool latency.",
+            unit: "ms",
+            points: Points::Histogram {
+                bounds: &LATENCY_BUCKETS_MS,
+                series,
+            },
+        });
+        out.retain(|i| self.enabled(i.name));
+        out
+    }
+
     fn enabled(&self, instrument: &str) -> bool {
         !self.disabled.contains(instrument)
     }
+}
+
+/// Low-cardinality label pairs of one series.
+pub type Labels = Vec<(&'static str, &'static str)>;
+
+/// The value of an instrument at one collection.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Points {
+    Gauge(u64),
+    /// Monotonic cumulative counters, one per label set.
+    Sum(Vec<(Labels, u64)>),
+    /// Cumulative histograms; `bounds` are the explicit upper bounds (a
+    /// series' observations above the last bound are `count` minus its
+    /// buckets).
+    Histogram {
+        bounds: &'static [u64],
+        series: Vec<(Labels, Histogram)>,
+    },
+}
+
+/// One instrument of §7.2 with its points.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Instrument {
+    pub name: &'static str,
+    pub description: &'static str,
+    pub unit: &'static str,
+    pub points: Points,
 }
 
 /// `bae.sessions.open` → `bae_sessions_open`.

@@ -44,6 +44,7 @@ impl Engine {
                 Requester::Teardown { .. } => {}
             },
             SandboxNotice::SubagentEnded { session_id, status } => {
+                self.subagent_span_end(&status);
                 if let Some((kind, payload)) = status.terminal_event() {
                     self.append_event(&session_id, Some(&status.key_id), kind, payload);
                 }
@@ -373,6 +374,7 @@ impl Engine {
                 self.terminal_error(conn, e.code, &e.message);
             }
             CancelOutcome::Cancelled(status) => {
+                self.subagent_span_end(&status);
                 if let Some((kind, payload)) = status.terminal_event() {
                     self.append_event(session_id, Some(key_id), kind, payload);
                 }
@@ -399,6 +401,7 @@ impl Engine {
         };
         let (cancelled, handle) = self.sandbox.close_session(session_id, &creator);
         for status in cancelled {
+            self.subagent_span_end(&status);
             if let Some((kind, payload)) = status.terminal_event() {
                 self.append_event(session_id, Some(&creator), kind, payload);
             }
@@ -424,5 +427,20 @@ impl Engine {
             .map(|p| p.row.available_sandboxes.clone())
             .unwrap_or_default();
         self.sandbox.provision(profile_id, &images);
+    }
+}
+
+impl Engine {
+    /// Ends a subagent's `bae.subagent` span at its terminal state.
+    fn subagent_span_end(&mut self, status: &crate::sandbox::SubagentStatus) {
+        use crate::sandbox::SubagentState as S;
+        use crate::telemetry::SubagentEnd;
+        let end = match status.state {
+            S::Running => return,
+            S::Completed => SubagentEnd::Completed,
+            S::Failed | S::TimedOut => SubagentEnd::Failed,
+            S::Cancelled => SubagentEnd::Cancelled,
+        };
+        self.telemetry.subagent_ended(&status.id, end);
     }
 }

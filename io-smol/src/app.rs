@@ -28,12 +28,17 @@ pub type Runtime = fn(driver::Boot) -> std::io::Result<()>;
 /// Runs the process with `args` (without the program name) on the smol
 /// runtime; returns the exit code.
 pub fn main_with_args(args: &[String]) -> i32 {
-    main_with_runtime(args, driver::run)
+    main_inner(args, driver::run, true)
 }
 
 /// [`main_with_args`] on `runtime`: everything but the runtime (flags,
-/// environment, configuration, database, exit codes) is shared.
+/// environment, configuration, database, exit codes) is shared. Such a
+/// runtime exports no telemetry (`Boot::telemetry` stays `None`).
 pub fn main_with_runtime(args: &[String], runtime: Runtime) -> i32 {
+    main_inner(args, runtime, false)
+}
+
+fn main_inner(args: &[String], runtime: Runtime, exports_telemetry: bool) -> i32 {
     // §5 step 1: flags (rotate+disable flags are rejected by the parser).
     let cli = match config::parse_cli(args) {
         Ok(cli) => cli,
@@ -56,7 +61,7 @@ pub fn main_with_runtime(args: &[String], runtime: Runtime) -> i32 {
             0
         }
         Command::Migrate => migrate(&cli),
-        Command::Serve => serve(&cli, runtime),
+        Command::Serve => serve(&cli, runtime, exports_telemetry),
     }
 }
 
@@ -154,7 +159,7 @@ fn migrate(cli: &Cli) -> i32 {
 }
 
 /// `baesrv serve`: the startup sequence of spec 04 §5.
-fn serve(cli: &Cli, runtime: Runtime) -> i32 {
+fn serve(cli: &Cli, runtime: Runtime, exports_telemetry: bool) -> i32 {
     // Step 2.
     let env = match read_env(cli) {
         Ok(env) => env,
@@ -167,15 +172,23 @@ fn serve(cli: &Cli, runtime: Runtime) -> i32 {
     };
     // Step 4: telemetry was validated by the loader; resolve its headers
     // once (the only `${VAR}` resolved at startup).
-    if let Err(e) = config::resolve_otlp_headers(&file.telemetry, config::process_env) {
-        return config_error(&e);
-    }
+    let headers = match config::resolve_otlp_headers(&file.telemetry, config::process_env) {
+        Ok(h) => h,
+        Err(e) => return config_error(&e),
+    };
+    let telemetry = match exports_telemetry {
+        true => match crate::otel::init(&file.telemetry, headers, &env.otel_log) {
+            Ok(t) => t,
+            Err(e) => return config_error(&e),
+        },
+        false => None,
+    };
     // Step 5.
     init_logging(&env.log);
-    if file.telemetry.enabled {
+    if file.telemetry.enabled && !exports_telemetry {
         tracing::warn!(
-            "[telemetry] enabled = true, but this build has no OpenTelemetry exporter; \
-             spans and metrics are not exported"
+            "[telemetry] enabled = true, but this runtime exports no telemetry; \
+             use baesrv for OpenTelemetry export"
         );
     }
     // Step 6 (registries were validated by the loader).
@@ -234,12 +247,10 @@ fn serve(cli: &Cli, runtime: Runtime) -> i32 {
         run_label.clone(),
     );
     let clock = Clock::new();
-    let engine = Engine::new(
-        engine_config(&env, &file, &run_label),
-        Box::new(OsEntropy),
-        snapshot,
-        clock.now(),
-    );
+    let mut engine_cfg = engine_config(&env, &file, &run_label);
+    // Spans are recorded only when an exporter takes them.
+    engine_cfg.telemetry = telemetry.is_some() && file.telemetry.traces_enabled;
+    let engine = Engine::new(engine_cfg, Box::new(OsEntropy), snapshot, clock.now());
     // Step 13.
     let listeners = match driver::bind_listeners(env.addr, env.admin_addr) {
         Ok(l) => l,
@@ -266,6 +277,7 @@ fn serve(cli: &Cli, runtime: Runtime) -> i32 {
         store,
         listeners,
         settings,
+        telemetry,
     };
     match runtime(boot) {
         Ok(()) => 0,

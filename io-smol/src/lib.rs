@@ -5,6 +5,11 @@ pub mod config;
 pub mod ctl;
 pub mod driver;
 pub mod heap_trim;
+#[cfg(feature = "otel")]
+pub mod otel;
+#[cfg(not(feature = "otel"))]
+#[path = "otel_off.rs"]
+pub mod otel;
 pub mod proc_stats;
 pub mod sandbox_cleanup;
 pub mod store;

@@ -20,4 +20,5 @@ pub mod http;
 pub mod jsonrpc;
 pub mod mcp;
 pub mod provider;
+pub mod trace_context;
 pub mod wire;

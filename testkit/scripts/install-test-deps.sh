@@ -4,6 +4,9 @@
 #     testkit/fixtures/mcp/fixture_server.py
 #   - npm `@modelcontextprotocol/server-everything`, globally, which puts
 #     `mcp-server-everything` on PATH
+#   - PyPI `grpcio` and `opentelemetry-proto` for python3 on PATH, used by
+#     the OTLP receiver testkit/fixtures/otlp/otlp_receiver.py
+#     (io-smol/tests/telemetry_otlp.rs)
 #   - curl, if missing (Debian's package), which the quickstart check
 #     (testkit/scripts/quickstart-check.sh) runs as docs/quickstart.md does
 # the parser a real Prometheus scraper uses, which reads `GET /metrics` in
@@ -53,6 +56,19 @@ else
     python3 -m pip install --quiet "prometheus-client==$PROM_CLIENT_VERSION"
   python3 -c 'import prometheus_client.parser' ||
     { echo "install-test-deps: prometheus-client installed but not importable" >&2; exit 1; }
+fi
+
+GRPCIO_VERSION=1.85.1
+OTEL_PROTO_VERSION=1.45.2
+have_otlp=$(python3 -c 'import importlib.metadata as m; print(m.version("grpcio"), m.version("opentelemetry-proto"))' 2>/dev/null || true)
+if [ "$have_otlp" = "$GRPCIO_VERSION $OTEL_PROTO_VERSION" ]; then
+  echo "install-test-deps: python grpcio $GRPCIO_VERSION and opentelemetry-proto $OTEL_PROTO_VERSION already installed"
+else
+  echo "install-test-deps: pip installing grpcio==$GRPCIO_VERSION opentelemetry-proto==$OTEL_PROTO_VERSION (had: ${have_otlp:-none})"
+  PIP_ROOT_USER_ACTION=ignore PIP_BREAK_SYSTEM_PACKAGES=1 PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    python3 -m pip install --quiet "grpcio==$GRPCIO_VERSION" "opentelemetry-proto==$OTEL_PROTO_VERSION"
+  python3 -c 'import grpc, opentelemetry.proto.collector.trace.v1.trace_service_pb2_grpc' ||
+    { echo "install-test-deps: grpcio / opentelemetry-proto installed but not importable" >&2; exit 1; }
 fi
 
 have_js=""

@@ -21,6 +21,7 @@ use crate::history_load::{HistoryLoad, HistoryLoader, Progress};
 use crate::rpc::StreamKind;
 use crate::session_core::{Arrival, Limits, Refusal, Start};
 use crate::store::{ReadResult, SessionState, StoreWrite};
+use crate::telemetry::TurnEnd;
 use crate::{CallId, ConnId, Engine, ProviderEntry};
 use proto::jsonrpc::codes;
 use proto::wire::EventType;
@@ -326,6 +327,13 @@ impl Engine {
         takeover: Takeover,
     ) {
         let turn_id = self.hold_gate(conn, session_id, key_id, Mode::Chat);
+        if self.telemetry.enabled() {
+            let profile_id = self.profile_of(session_id);
+            let conn = self.turns.get(&turn_id).and_then(|t| t.conn);
+            let resumed = matches!(takeover, Takeover::Resume(_));
+            let session = (session_id, profile_id.as_str(), key_id);
+            (self.telemetry).turn_begin(turn_id, conn, session, resumed);
+        }
         if let Some(idem) = message.idem.take() {
             for w in &idem.watchers {
                 if let Some(s) = self.stream_mut(*w) {
@@ -619,6 +627,7 @@ impl Engine {
         // MCP servers: free their children now rather than at DELETE.
         if state == SessionState::Error {
             self.mcp.close_session(session_id);
+            self.telemetry.session_end(session_id, true);
         }
     }
 
@@ -637,6 +646,12 @@ impl Engine {
                 Outcome::Paused(..) => crate::metrics::TurnOutcome::Paused,
                 Outcome::ProvidersFailed => crate::metrics::TurnOutcome::ProvidersFailed,
             });
+            let end = match &outcome {
+                Outcome::Completed(_) => TurnEnd::Completed,
+                Outcome::Paused(..) => TurnEnd::Paused,
+                Outcome::ProvidersFailed => TurnEnd::ProvidersFailed,
+            };
+            self.telemetry.turn_end(turn_id, &t.session_id, end);
         }
         self.retire_steers(std::mem::take(&mut t.steers), why);
         let message = match &outcome {
@@ -681,6 +696,7 @@ impl Engine {
             return;
         };
         self.retire_steers(std::mem::take(&mut t.steers), "the turn failed");
+        (self.telemetry).turn_end(turn_id, &t.session_id, TurnEnd::Failed);
         self.idem_finished(&t, json!({"error": {"code": code, "message": message}}));
         for conn in t.streams() {
             self.terminal_error(conn, code, message);

@@ -87,6 +87,14 @@ impl Engine {
             t.call = Some(call_id);
             t.call_started = now;
         }
+        if let Some(t) = self
+            .turns
+            .get(&turn_id)
+            .filter(|_| self.telemetry.enabled())
+        {
+            let (conn, attempt) = (t.conn, t.attempt);
+            (self.telemetry).attempt_begin(call_id, turn_id, conn, &entry, attempt);
+        }
         let auth = match prepared.auth {
             provider::AuthHeader::XApiKey => AuthPlacement::XApiKey,
             provider::AuthHeader::Bearer => AuthPlacement::Bearer,
@@ -107,7 +115,7 @@ impl Engine {
             return;
         };
         let Some(t) = self.turns.get_mut(&turn_id) else {
-            return;
+            return self.telemetry.attempt_end(call, false);
         };
         t.call = None;
         let Some(entry) = t.chain.get(t.attempt).cloned() else {
@@ -139,6 +147,7 @@ impl Engine {
                         "usage": resp.usage.as_ref().map(|u| u.to_json()),
                     });
                     self.metrics.provider_returned(kind, true, latency_ms);
+                    self.telemetry.attempt_end(call, true);
                     let usage = resp
                         .usage
                         .as_ref()
@@ -162,6 +171,7 @@ impl Engine {
             },
         };
         self.metrics.provider_returned(kind, false, latency_ms);
+        self.telemetry.attempt_end(call, false);
         let (status, error, body) = failure;
         let mut payload = json!({
             "attempt": attempt,

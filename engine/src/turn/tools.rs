@@ -93,6 +93,11 @@ impl Engine {
             });
             self.turn_event(turn_id, EventType::ToolCall, payload);
             self.metrics.tool_called(*d);
+            if self.telemetry.enabled() {
+                let id = u.get("id").and_then(Value::as_str).unwrap_or("");
+                let input_bytes = u.get("input").map_or(2, json_len);
+                (self.telemetry).dispatch_begin(turn_id, id, tool_name(u), *d, input_bytes);
+            }
         }
         if let Some(t) = self.turns.get_mut(&turn_id) {
             t.round = Some(Box::new(Round {
@@ -148,6 +153,12 @@ impl Engine {
                     }
                     let now = self.now.mono;
                     self.mcp.call(&session_id, name, &input, token, now);
+                    if self.telemetry.enabled() {
+                        let id = tool_use.get("id").and_then(Value::as_str).unwrap_or("");
+                        let server = self.mcp.route(&session_id, name).unwrap_or("");
+                        let child = crate::telemetry::ToolChild::Mcp { server };
+                        self.telemetry.tool_child_begin(turn_id, id, child);
+                    }
                     return;
                 }
             }
@@ -179,6 +190,8 @@ impl Engine {
             }
         };
         let id = round.tool_use_id(i);
+        let ok = matches!(outcome, CallOutcome::Returned { .. });
+        self.telemetry.tool_child_end(turn_id, &id, ok, None);
         self.turn_event(
             turn_id,
             EventType::McpResponse,
@@ -235,6 +248,11 @@ impl Engine {
         };
         let now = self.now.mono;
         self.sandbox.exec(session_id, &command, requester, now);
+        if self.telemetry.enabled() {
+            let id = tool_use.get("id").and_then(Value::as_str).unwrap_or("");
+            let child = crate::telemetry::ToolChild::Sandbox;
+            self.telemetry.tool_child_begin(turn_id, id, child);
+        }
         true
     }
 
@@ -256,6 +274,9 @@ impl Engine {
         round.waiting = None;
         let id = round.tool_use_id(index);
         let _ = session_id;
+        let exit_code = result.as_ref().ok().map(|o| o.exit_code);
+        let ok = exit_code.is_some();
+        self.telemetry.tool_child_end(turn_id, &id, ok, exit_code);
         let (content, is_error) = match result {
             Ok(out) => {
                 let (stdout, stderr) = self.marked_streams(&out);
@@ -393,6 +414,10 @@ impl Engine {
             "content": content,
         });
         self.turn_event(turn_id, EventType::ToolResult, payload);
+        if self.telemetry.enabled() {
+            let output_bytes = json_len(&content);
+            (self.telemetry).dispatch_end(turn_id, id, Some((is_error, output_bytes)));
+        }
         let started = (self.turns.get(&turn_id))
             .and_then(|t| t.round.as_ref())
             .map(|r| r.block_started);
@@ -456,7 +481,7 @@ impl Engine {
                 )
             }
             Dispatch::Subagent => {
-                let (text, failed) = self.subagent_result(turn_id, &name, &input);
+                let (text, failed) = self.subagent_result(turn_id, &id, &name, &input);
                 (json!([{"type": "text", "text": text}]), failed)
             }
             Dispatch::Mcp | Dispatch::Client => {
@@ -481,7 +506,13 @@ impl Engine {
     /// launch validated in the documented order and started in the
     /// session's sandbox. Returns the result text and whether it is an
     /// error. A launch logs `session.subagent.start` and `.running`.
-    fn subagent_result(&mut self, turn_id: TurnId, name: &str, input: &Value) -> (String, bool) {
+    fn subagent_result(
+        &mut self,
+        turn_id: TurnId,
+        tool_use_id: &str,
+        name: &str,
+        input: &Value,
+    ) -> (String, bool) {
         let Some((session_id, key_id)) = self
             .turns
             .get(&turn_id)
@@ -564,6 +595,7 @@ impl Engine {
         self.turn_event(turn_id, EventType::SessionSubagentStart, common.clone());
         let now = self.now.mono;
         self.sandbox.launch(&session_id, spec, now);
+        (self.telemetry).subagent_begin(turn_id, tool_use_id, &session_id, &id);
         self.turn_event(turn_id, EventType::SessionSubagentRunning, common);
         let result =
             json!({"subagent_id": id, "harness": harness, "model": model, "status": "started"});
@@ -650,4 +682,22 @@ fn tool_name(tool_use: &Value) -> &str {
 
 fn tool_input(tool_use: &Value) -> Value {
     tool_use.get("input").cloned().unwrap_or_else(|| json!({}))
+}
+
+/// Serialised size of a JSON value (the `bae.tool.*.bytes` attributes):
+/// counted, not built.
+fn json_len(v: &Value) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut c = Count(0);
+    let _ = serde_json::to_writer(&mut c, v);
+    c.0
 }

@@ -183,6 +183,27 @@ pub struct Telemetry {
     pub metrics_enabled: bool,
     /// `[telemetry.metrics] disabled`, default empty.
     pub metrics_disabled: Vec<String>,
+    /// `otlp_protocol` as written (an addition beyond spec 04: `"grpc"`,
+    /// the default, or `"http/protobuf"`); see [`Telemetry::protocol`].
+    pub otlp_protocol: Option<String>,
+}
+
+/// The OTLP transport (`[telemetry] otlp_protocol`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OtlpProtocol {
+    Grpc,
+    HttpProtobuf,
+}
+
+impl Telemetry {
+    /// The validated transport (`Grpc` when unset).
+    pub fn protocol(&self) -> Option<OtlpProtocol> {
+        match self.otlp_protocol.as_deref() {
+            None | Some("grpc") => Some(OtlpProtocol::Grpc),
+            Some("http/protobuf") => Some(OtlpProtocol::HttpProtobuf),
+            Some(_) => None,
+        }
+    }
 }
 
 impl Default for Telemetry {
@@ -196,6 +217,7 @@ impl Default for Telemetry {
             traces_enabled: true,
             metrics_enabled: true,
             metrics_disabled: Vec::new(),
+            otlp_protocol: None,
         }
     }
 }
@@ -211,6 +233,7 @@ impl fmt::Debug for Telemetry {
             .field("traces_enabled", &self.traces_enabled)
             .field("metrics_enabled", &self.metrics_enabled)
             .field("metrics_disabled", &self.metrics_disabled)
+            .field("otlp_protocol", &self.otlp_protocol)
             .finish()
     }
 }
@@ -426,6 +449,7 @@ fn parse_telemetry(t: &Table) -> Result<Telemetry, String> {
             "enabled",
             "otlp_endpoint",
             "otlp_headers",
+            "otlp_protocol",
             "sample_ratio",
             "service_name",
             "traces",
@@ -439,6 +463,7 @@ fn parse_telemetry(t: &Table) -> Result<Telemetry, String> {
     }
     tel.otlp_endpoint = opt_str(t, "otlp_endpoint", at)?;
     tel.otlp_headers = opt_str_map(t, "otlp_headers", at)?;
+    tel.otlp_protocol = opt_str(t, "otlp_protocol", at)?;
     match t.get("sample_ratio") {
         None => {}
         Some(Value::Float(f)) => tel.sample_ratio = *f,
@@ -577,6 +602,12 @@ fn validate_telemetry(tel: &Telemetry) -> Result<(), ConfigError> {
     if !is_http_url(endpoint) {
         return Err(ConfigError::Telemetry(format!(
             "[telemetry] otlp_endpoint \"{endpoint}\" must be a valid http:// or https:// URL"
+        )));
+    }
+    if tel.protocol().is_none() {
+        return Err(ConfigError::Telemetry(format!(
+            "[telemetry] otlp_protocol \"{}\" must be \"grpc\" or \"http/protobuf\"",
+            tel.otlp_protocol.as_deref().unwrap_or("")
         )));
     }
     let r = tel.sample_ratio;

@@ -395,6 +395,24 @@ fn telemetry_validation_c223() {
         .unwrap_or_else(|e| panic!("{good}: {e}"));
     }
     let base = "[telemetry]\nenabled = true\notlp_endpoint = \"http://c:4317\"\n";
+    // `otlp_protocol`: an addition beyond spec 04 (docs/configuration.md).
+    let err = parse(&format!("{base}otlp_protocol = \"http/json\"\n")).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "[telemetry] otlp_protocol \"http/json\" must be \"grpc\" or \"http/protobuf\""
+    );
+    let t = parse(&format!("{base}otlp_protocol = \"http/protobuf\"\n")).unwrap();
+    assert_eq!(
+        t.telemetry.protocol(),
+        Some(crate::config::OtlpProtocol::HttpProtobuf)
+    );
+    let t = parse(base).unwrap();
+    assert_eq!(
+        t.telemetry.protocol(),
+        Some(crate::config::OtlpProtocol::Grpc)
+    );
+    // Not validated while telemetry is off.
+    assert!(parse("[telemetry]\notlp_protocol = \"x\"\n").is_ok());
     let err = parse(&format!("{base}sample_ratio = 1.5\n")).unwrap_err();
     assert_eq!(
         err.to_string(),

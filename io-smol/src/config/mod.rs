@@ -35,8 +35,8 @@ pub use env::{
 };
 pub use file::{
     load_file, parse_file_str, resolve_otlp_headers, FileConfig, McpConfig, McpServer,
-    ProviderEntry, ProviderKind, Telemetry, Transport, DEFAULT_MAX_TOKENS, DEFAULT_SERVICE_NAME,
-    METRIC_NAMES,
+    OtlpProtocol, ProviderEntry, ProviderKind, Telemetry, Transport, DEFAULT_MAX_TOKENS,
+    DEFAULT_SERVICE_NAME, METRIC_NAMES,
 };
 pub use redact::{mcp_servers_json, providers_json, redacted_config_json, REDACTED};
 pub use subst::{substitute, SubstError};

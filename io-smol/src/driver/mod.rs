@@ -177,6 +177,8 @@ pub struct Boot {
     pub store: Store,
     pub listeners: Listeners,
     pub settings: DriverSettings,
+    /// The OpenTelemetry exporter, when `[telemetry]` is enabled.
+    pub telemetry: Option<crate::otel::Exporter>,
 }
 
 /// Runs the server on smol until a graceful shutdown completes. Blocks the
@@ -188,6 +190,7 @@ pub fn run(boot: Boot) -> io::Result<()> {
         store,
         listeners,
         settings,
+        telemetry,
     } = boot;
     let (events_tx, events_rx) = channel::bounded(EVENT_CAPACITY);
     let (jobs_tx, jobs_rx) = channel::unbounded();
@@ -216,6 +219,7 @@ pub fn run(boot: Boot) -> io::Result<()> {
         heap_trim: HeapTrim::default(),
         steps: EngineSteps::default(),
         settings,
+        otel: telemetry,
     };
     let result = smol::block_on(driver.run(events_rx, listeners));
     // The store thread ends once the job channel is dropped (with the
@@ -241,6 +245,7 @@ struct Driver {
     /// Time per engine step (`bae_engine_step_microseconds`).
     steps: EngineSteps,
     settings: DriverSettings,
+    otel: Option<crate::otel::Exporter>,
 }
 
 impl Driver {
@@ -315,10 +320,16 @@ impl Driver {
             .engine
             .poll_timeout()
             .map(|ms| self.clock.instant_at(ms));
-        [timer, self.shutdown_deadline, self.heap_trim.deadline()]
-            .into_iter()
-            .flatten()
-            .fold(self.next_activity, Instant::min)
+        let otel = self.otel.as_ref().and_then(|o| o.next_due());
+        [
+            timer,
+            self.shutdown_deadline,
+            self.heap_trim.deadline(),
+            otel,
+        ]
+        .into_iter()
+        .flatten()
+        .fold(self.next_activity, Instant::min)
     }
 
     fn fire_timers(&mut self) {
@@ -327,6 +338,9 @@ impl Driver {
             self.next_activity += ACTIVITY_PERIOD;
             // Runs after the jobs already queued; reports nothing back.
             let _ = self.jobs_tx.try_send(vec![Job::Activity]);
+        }
+        if let Some(o) = &mut self.otel {
+            o.pump(&mut self.engine);
         }
         let now = self.clock.now();
         if self.engine.poll_timeout().is_some_and(|t| t <= now.mono) {
@@ -459,6 +473,10 @@ impl Driver {
                 Output::Sandbox(cmd) => self.sandboxes.perform(cmd),
             }
         }
+        // Span facts leave with the outputs of the same input.
+        if let Some(o) = &mut self.otel {
+            o.pump(&mut self.engine);
+        }
     }
 
     fn dispatch(&mut self, d: Delivery) {
@@ -533,6 +551,14 @@ impl Driver {
                 Ok(_) => {}
                 Err(_) => break,
             }
+        }
+        // Spec 04 §5.1: telemetry is flushed within what remains of the
+        // shutdown budget.
+        if let Some(o) = self.otel.take() {
+            let left = (self.shutdown_deadline).map_or(Duration::ZERO, |d| {
+                d.saturating_duration_since(Instant::now())
+            });
+            o.shutdown(&mut self.engine, left);
         }
         tracing::info!("pending writes committed; shutdown complete");
     }

@@ -16,6 +16,7 @@
 //! ```text
 //! cargo build --release -p io-smol -p testkit
 //! target/release/bench_turns [--secs 3] [--turns 100] [--baesrv PATH]
+//!     [--otlp URL [--otlp-protocol grpc|http/protobuf]] [--only CLIENTS]
 //! ```
 //!
 //! Std-only blocking clients, one OS thread per simulated client, keep-alive
@@ -263,14 +264,26 @@ fn free_addr() -> Res<SocketAddr> {
     l.local_addr().map_err(err("probe addr"))
 }
 
-fn start_baesrv(bin: &Path, mock: SocketAddr) -> Res<Baesrv> {
+/// `--otlp URL [--otlp-protocol P]`: the server exports telemetry there.
+struct Otlp {
+    endpoint: String,
+    protocol: String,
+}
+
+fn start_baesrv(bin: &Path, mock: SocketAddr, otlp: Option<&Otlp>) -> Res<Baesrv> {
     let dir = std::env::temp_dir().join(format!("bench-turns-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).map_err(err("temp dir"))?;
     let config = format!(
         "[[providers.entries]]\nname = \"mock\"\nprovider = \"anthropic\"\nbase_url = \"http://{mock}\"\nmodel = \"bench\"\nauth_token = \"t\"\n"
     );
-    std::fs::write(dir.join("bae-config.toml"), config).map_err(err("config"))?;
+    let telemetry = otlp.map_or(String::new(), |o| {
+        format!(
+            "\n[telemetry]\nenabled = true\notlp_endpoint = \"{}\"\notlp_protocol = \"{}\"\n",
+            o.endpoint, o.protocol
+        )
+    });
+    std::fs::write(dir.join("bae-config.toml"), config + &telemetry).map_err(err("config"))?;
     let (addr, admin_addr) = (free_addr()?, free_addr()?);
     let mut cmd = Command::new(bin);
     for (k, _) in std::env::vars_os() {
@@ -286,6 +299,8 @@ fn start_baesrv(bin: &Path, mock: SocketAddr) -> Res<Baesrv> {
         .env("BAE_ADMIN_KEY_HASH_FILE", dir.join("admin-key-hash"))
         .env("BAE_CONFIG", dir.join("bae-config.toml"))
         .env("BAE_LOG", "warn")
+        // Metrics are exported during a run too.
+        .env("OTEL_METRIC_EXPORT_INTERVAL", "1000")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
@@ -607,6 +622,9 @@ fn run() -> Res<()> {
     let mut args = std::env::args().skip(1);
     let mut secs = 3.0;
     let mut turns = 100;
+    let mut otlp: Option<Otlp> = None;
+    let mut protocol = "grpc".to_string();
+    let mut only: Option<usize> = None;
     let mut bin = std::env::current_exe()
         .map_err(err("current exe"))?
         .with_file_name(format!("baesrv{}", std::env::consts::EXE_SUFFIX));
@@ -616,12 +634,40 @@ fn run() -> Res<()> {
             "--secs" => secs = val()?.parse().map_err(err("--secs"))?,
             "--turns" => turns = val()?.parse().map_err(err("--turns"))?,
             "--baesrv" => bin = PathBuf::from(val()?),
+            "--otlp" => {
+                otlp = Some(Otlp {
+                    endpoint: val()?,
+                    protocol: String::new(),
+                })
+            }
+            "--otlp-protocol" => protocol = val()?,
+            "--only" => only = Some(val()?.parse().map_err(err("--only"))?),
             other => return Err(format!("unknown argument {other}")),
         }
     }
+    if let Some(o) = otlp.as_mut() {
+        o.protocol = protocol;
+    }
     let mock = mock_provider()?;
-    let srv = start_baesrv(&bin, mock)?;
+    let srv = start_baesrv(&bin, mock, otlp.as_ref())?;
     let key = client_key(&srv)?;
+    if let Some(clients) = only {
+        // Load scenarios at one concurrency, nothing else (telemetry runs).
+        println!("| scenario | clients | units | per second | p50 | p99 |");
+        println!("|---|---|---|---|---|---|");
+        for (kind, name) in [
+            (Kind::Text, "full text turns"),
+            (Kind::ToolRoundTrip, "client-tool round trips"),
+        ] {
+            let r = load(&srv, &key, kind, clients, secs)?;
+            let (p50, p99) = (ms(r.p50), ms(r.p99));
+            println!(
+                "| {name} | {clients} | {} | {:.0} | {p50} | {p99} |",
+                r.units, r.per_sec
+            );
+        }
+        return Ok(());
+    }
     println!("| request at concurrency 1 | p50 |");
     println!("|---|---|");
     for (name, p50) in breakdown(&srv, &key, 300)? {
