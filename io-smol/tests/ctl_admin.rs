@@ -283,16 +283,13 @@ fn profile_lifecycle_with_tables_and_json() {
             "main",
         ],
     )
-    .fails(
-        1,
-        "error: duplicate_name: a profile with that name already exists\n",
-    );
+    .fails(1, "baectl: a profile with that name already exists\n");
 
     // Delete, then it is gone.
     let del = baectl(&s, &["profiles", "delete", &id]).ok();
     assert_eq!(del.stdout, format!("deleted profile {id}\n"));
-    baectl(&s, &["profiles", "get", &id]).fails(1, &format!("error: not_found: no profile {id}\n"));
-    baectl(&s, &["delete", "profile", &id]).fails(1, "error: not_found: ");
+    baectl(&s, &["profiles", "get", &id]).fails(1, &format!("baectl: no profile {id}\n"));
+    baectl(&s, &["delete", "profile", &id]).fails(1, "baectl: ");
     s.admin()
         .get(&format!("/admin/v1/profiles/{id}"))
         .assert_status(404);
@@ -304,6 +301,29 @@ fn keys_create_list_revoke_and_profile_in_use() {
     let s = mock_server(&mock);
     let pro = fixtures::create_profile(&s, &unique_name("p"), "main", &[], &[]);
 
+    // An unknown profile: the server's detail first (as the reference
+    // baectl prints it), then a hint (issue 14 item 4).
+    let r = baectl(
+        &s,
+        &[
+            "create",
+            "key",
+            "agent-0",
+            "pro_00000000000000000000000000000000",
+        ],
+    )
+    .fails(1, "baectl: ");
+    let first = r.stderr.lines().next().unwrap();
+    assert!(
+        first.contains("pro_00000000000000000000000000000000"),
+        "{}",
+        r.stderr
+    );
+    assert!(
+        r.stderr.contains("hint: no live profile has that id"),
+        "{}",
+        r.stderr
+    );
     let created = baectl(
         &s,
         &["keys", "create", "--name", "agent-1", "--profile-id", &pro],
@@ -349,11 +369,30 @@ fn keys_create_list_revoke_and_profile_in_use() {
         .unwrap()
         .split_whitespace()
         .collect();
+    // The reference baectl's four columns, nothing after them.
     assert_eq!(
-        row[..4],
+        row,
         [key_id.as_str(), "agent-1", prefix.as_str(), pro.as_str()]
     );
-    assert_ne!(row[4], "-", "last_used_at set after the session open");
+    let header: Vec<&str> = list
+        .stdout
+        .lines()
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .collect();
+    assert_eq!(header, ["ID", "NAME", "PREFIX", "PROFILE_ID"]);
+    let json = baectl(&s, &["keys", "list", "--json"]).ok().json();
+    let listed = json
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|k| k["id"] == key_id.as_str())
+        .unwrap();
+    assert!(
+        listed["last_used_at"].is_string(),
+        "last_used_at set after the session open"
+    );
     assert!(row_of(&list.stdout, &key2).is_some());
     let listed = baectl(&s, &["list", "keys", "--json"]).ok().json();
     assert_eq!(listed, Value::Array(admin_all(&s, "/admin/v1/keys")));
@@ -362,7 +401,7 @@ fn keys_create_list_revoke_and_profile_in_use() {
     // A profile with keys cannot be deleted.
     let r = baectl(&s, &["profiles", "delete", &pro]).fails(
         1,
-        "error: profile_in_use: profile has 2 active client key(s); revoke them before deleting\n",
+        "baectl: profile has 2 active client key(s); revoke them before deleting\n",
     );
     assert!(
         r.stderr.contains("hint: revoke the profile's client keys"),
@@ -377,10 +416,8 @@ fn keys_create_list_revoke_and_profile_in_use() {
         baectl(&s, &["delete", "key", &key2]).ok().stdout,
         format!("revoked key {key2}\n")
     );
-    baectl(&s, &["keys", "revoke", &key_id]).fails(
-        1,
-        &format!("error: not_found: no active client key {key_id}\n"),
-    );
+    baectl(&s, &["keys", "revoke", &key_id])
+        .fails(1, &format!("baectl: no active client key {key_id}\n"));
     assert_eq!(baectl(&s, &["keys", "list"]).ok().stdout, "no keys found\n");
     let closed = baectl(&s, &["sessions", "list", "--state", "closed", "--json"])
         .ok()
@@ -452,8 +489,7 @@ fn lists_follow_next_cursor_and_single_pages() {
         "{human}"
     );
     // A bad cursor is the server's 400.
-    baectl(&s, &["profiles", "list", "--cursor", "zz"])
-        .fails(1, "error: bad_request: invalid cursor: \"zz\"");
+    baectl(&s, &["profiles", "list", "--cursor", "zz"]).fails(1, "baectl: invalid cursor: \"zz\"");
 }
 
 #[test]
@@ -485,7 +521,7 @@ fn sessions_and_events() {
     );
     baectl(&s, &["sessions", "list", "--state", "bogus"]).fails(
         1,
-        "error: bad_request: invalid state filter \"bogus\"; expected one of open, closed, error\n",
+        "baectl: invalid state filter \"bogus\"; expected one of open, closed, error\n",
     );
 
     let api = admin_all(&s, &format!("/admin/v1/sessions/{sid}/events"));
@@ -526,7 +562,7 @@ fn sessions_and_events() {
         &s,
         &["sessions", "events", "ses_00000000000000000000000000000000"],
     )
-    .fails(1, "error: not_found: ");
+    .fails(1, "baectl: ");
 }
 
 const REGISTRY: &str = r#"
@@ -693,7 +729,10 @@ fn target_and_token_resolution() {
         ],
         &["profiles", "list"],
     )
-    .fails(1, "error: unauthorized: invalid admin key\n");
+    .fails(
+        1,
+        "baectl: admin API rejected the request (401 unauthorized): invalid admin key\n",
+    );
     assert!(r.stderr.contains("hint: "), "{}", r.stderr);
     // The flag token beats the env token.
     baectl_env(
@@ -728,13 +767,13 @@ fn target_and_token_resolution() {
     )
     .fails(
         1,
-        "error: io: cannot read admin key file /nonexistent/admin-key.pem",
+        "baectl: cannot read admin key file /nonexistent/admin-key.pem",
     );
     // No token at all (no env, default file absent on a test host) → the
     // server's 401, unless the default file exists on this machine.
     if !Path::new("/var/lib/bae/admin-key.pem").exists() {
         baectl_env(&[("BAE_ADMIN_ADDR", &addr)], &["keys", "list"])
-            .fails(1, "error: unauthorized: missing Authorization header\n");
+            .fails(1, "baectl: admin API rejected the request (401 unauthorized): missing Authorization header\n");
     }
     // Nothing listening.
     let port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -753,7 +792,7 @@ fn target_and_token_resolution() {
     )
     .fails(
         1,
-        "error: connection: could not reach the admin API at http://127.0.0.1:",
+        "baectl: could not reach the admin API at http://127.0.0.1:",
     );
 }
 

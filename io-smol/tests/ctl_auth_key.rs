@@ -174,7 +174,7 @@ fn existing_files_are_not_overwritten_without_force() {
     assert_eq!(code, Some(1), "{stdout} {stderr}");
     assert!(stdout.is_empty());
     assert!(
-        stderr.starts_with("error: io: ") && stderr.contains("--force"),
+        stderr.starts_with("baectl: ") && stderr.contains("--force"),
         "{stderr}"
     );
     let key_path = dir.join("out").join("admin-key.pem");

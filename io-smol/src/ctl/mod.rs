@@ -82,7 +82,13 @@ impl CtlError {
                     .to_string(),
             ),
             "profile_in_use" => Some(
-                "revoke the profile's client keys first (baectl keys list; baectl keys revoke ID)"
+                "revoke the profile's client keys first (baectl list keys; baectl delete key ID), \
+                 then delete it again"
+                    .to_string(),
+            ),
+            "profile_unavailable" => Some(
+                "no live profile has that id: it was never created or has been deleted \
+                 (baectl list profiles)"
                     .to_string(),
             ),
             _ => None,
@@ -107,9 +113,19 @@ impl CtlError {
         self.exit
     }
 
-    /// The stderr text.
+    /// The stderr text. Usage errors read like an argument parser's; every
+    /// other failure is `baectl: <detail>` as the reference baectl prints
+    /// it, the server's own detail first so scripts can match it, and any
+    /// hint on the lines after.
     pub fn message(&self) -> String {
-        let mut s = format!("error: {}: {}\n", self.kind, self.detail);
+        let mut s = match self.kind.as_str() {
+            "usage" => format!("error: usage: {}\n", self.detail),
+            "unauthorized" => format!(
+                "baectl: admin API rejected the request (401 unauthorized): {}\n",
+                self.detail
+            ),
+            _ => format!("baectl: {}\n", self.detail),
+        };
         if let Some(h) = &self.hint {
             s.push_str(&format!("hint: {h}\n"));
         }
@@ -701,6 +717,9 @@ mod tests {
         );
         assert_eq!(code, 1);
         let err = String::from_utf8(err).unwrap();
-        assert!(err.starts_with("error: connection: "), "{err}");
+        assert!(
+            err.starts_with("baectl: could not reach the admin API"),
+            "{err}"
+        );
     }
 }

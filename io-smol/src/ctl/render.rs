@@ -81,8 +81,10 @@ pub fn keys(items: &[Value]) -> String {
     list_or(
         items,
         "no keys found",
-        &["ID", "NAME", "PREFIX", "PROFILE_ID", "LAST_USED_AT"],
-        &["id", "name", "prefix", "profile_id", "last_used_at"],
+        // The reference baectl's layout, which scripts read; `last_used_at`
+        // is in `--json`.
+        &["ID", "NAME", "PREFIX", "PROFILE_ID"],
+        &["id", "name", "prefix", "profile_id"],
     )
 }
 
@@ -405,7 +407,7 @@ mod tests {
             "profile_id": "pro_1", "created_at": "t", "last_used_at": null})]);
         assert_eq!(
             k,
-            "ID     NAME  PREFIX    PROFILE_ID  LAST_USED_AT\nkey_1  n     bae_1234  pro_1       -\n"
+            "ID     NAME  PREFIX    PROFILE_ID\nkey_1  n     bae_1234  pro_1\n"
         );
     }
 
