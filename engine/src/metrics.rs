@@ -125,6 +125,45 @@ pub struct Gauges {
     pub connections: u64,
 }
 
+impl Gauges {
+    /// The ten gauges of §7.2 as (instrument, help, value).
+    fn named(&self) -> [(&'static str, &'static str, u64); 10] {
+        let g = self;
+        [
+            ("bae.sessions.open", "Open sessions.", g.sessions_open),
+            (
+                "bae.sessions.total",
+                "Sessions ever created.",
+                g.sessions_total,
+            ),
+            ("bae.events.total", "Events in the log.", g.events_total),
+            ("bae.profiles.count", "Active profiles.", g.profiles),
+            ("bae.keys.count", "Active client keys.", g.client_keys),
+            (
+                "bae.mcp.sessions.live",
+                "Sessions with live MCP connections.",
+                g.mcp_sessions_live,
+            ),
+            ("bae.turns.pending", "Parked paused turns.", g.turns_pending),
+            (
+                "bae.sandboxes.live",
+                "Running remote sandboxes.",
+                g.sandboxes_live,
+            ),
+            (
+                "bae.subagents.active",
+                "Running remote subagents.",
+                g.subagents_active,
+            ),
+            (
+                "bae.drivers.registered",
+                "Driver registrations over all sessions.",
+                g.drivers_registered,
+            ),
+        ]
+    }
+}
+
 use proto::wire::content::Dispatch;
 
 /// Provider kinds as label values, in a fixed order.
@@ -196,38 +235,7 @@ impl Metrics {
     /// then the process and store figures.
     pub fn render(&self, g: &Gauges, rt: &RuntimeStats) -> String {
         let mut out = String::with_capacity(4096);
-        let gauges: [(&str, &str, u64); 10] = [
-            ("bae.sessions.open", "Open sessions.", g.sessions_open),
-            (
-                "bae.sessions.total",
-                "Sessions ever created.",
-                g.sessions_total,
-            ),
-            ("bae.events.total", "Events in the log.", g.events_total),
-            ("bae.profiles.count", "Active profiles.", g.profiles),
-            ("bae.keys.count", "Active client keys.", g.client_keys),
-            (
-                "bae.mcp.sessions.live",
-                "Sessions with live MCP connections.",
-                g.mcp_sessions_live,
-            ),
-            ("bae.turns.pending", "Parked paused turns.", g.turns_pending),
-            (
-                "bae.sandboxes.live",
-                "Running remote sandboxes.",
-                g.sandboxes_live,
-            ),
-            (
-                "bae.subagents.active",
-                "Running remote subagents.",
-                g.subagents_active,
-            ),
-            (
-                "bae.drivers.registered",
-                "Driver registrations over all sessions.",
-                g.drivers_registered,
-            ),
-        ];
+        let gauges = g.named();
         for (name, help, value) in gauges {
             if self.enabled(name) {
                 let m = prom_name(name);
@@ -352,38 +360,7 @@ impl Metrics {
     /// (OTLP) that is not the Prometheus scrape.
     pub fn instruments(&self, g: &Gauges) -> Vec<Instrument> {
         let mut out = Vec::with_capacity(15);
-        let gauges: [(&'static str, &'static str, u64); 10] = [
-            ("bae.sessions.open", "Open sessions.", g.sessions_open),
-            (
-                "bae.sessions.total",
-                "Sessions ever created.",
-                g.sessions_total,
-            ),
-            ("bae.events.total", "Events in the log.", g.events_total),
-            ("bae.profiles.count", "Active profiles.", g.profiles),
-            ("bae.keys.count", "Active client keys.", g.client_keys),
-            (
-                "bae.mcp.sessions.live",
-                "Sessions with live MCP connections.",
-                g.mcp_sessions_live,
-            ),
-            ("bae.turns.pending", "Parked paused turns.", g.turns_pending),
-            (
-                "bae.sandboxes.live",
-                "Running remote sandboxes.",
-                g.sandboxes_live,
-            ),
-            (
-                "bae.subagents.active",
-                "Running remote subagents.",
-                g.subagents_active,
-            ),
-            (
-                "bae.drivers.registered",
-                "Driver registrations over all sessions.",
-                g.drivers_registered,
-            ),
-        ];
+        let gauges = g.named();
         for (name, description, v) in gauges {
             out.push(Instrument {
                 name,
