@@ -35,41 +35,31 @@ EVERYTHING_PKG=@modelcontextprotocol/server-everything
 PLAYWRIGHT_VERSION=1.65.1
 UI_DIR="$(cd "$(dirname "$0")/../ui" && pwd)"
 
-have_py=$(python3 -c 'import importlib.metadata as m; print(m.version("mcp"))' 2>/dev/null || true)
-if [ "$have_py" = "$MCP_PY_VERSION" ]; then
-  echo "install-test-deps: python mcp $MCP_PY_VERSION already installed"
-else
-  echo "install-test-deps: pip installing mcp==$MCP_PY_VERSION for $(command -v python3) (had: ${have_py:-none})"
+# pip_pinned IMPORT PKG==VER...: installs the pinned PyPI packages for
+# python3 on PATH unless exactly those versions are present, then checks
+# that IMPORT (a python statement) works.
+pip_pinned() {
+  local check="$1"; shift
+  local want have=""
+  want="$*"
+  for spec in "$@"; do
+    have+="${spec%%==*}==$(python3 -c "import importlib.metadata as m; print(m.version('${spec%%==*}'))" 2>/dev/null || echo none) "
+  done
+  if [ "${have% }" = "$want" ]; then
+    echo "install-test-deps: python $want already installed"
+    return
+  fi
+  echo "install-test-deps: pip installing $want for $(command -v python3) (had: ${have% })"
   PIP_ROOT_USER_ACTION=ignore PIP_BREAK_SYSTEM_PACKAGES=1 PIP_DISABLE_PIP_VERSION_CHECK=1 \
-    python3 -m pip install --quiet "mcp==$MCP_PY_VERSION"
-  python3 -c 'import mcp.server.mcpserver' ||
-    { echo "install-test-deps: mcp installed but not importable" >&2; exit 1; }
-fi
+    python3 -m pip install --quiet "$@"
+  python3 -c "$check" ||
+    { echo "install-test-deps: $want installed but not importable" >&2; exit 1; }
+}
 
-PROM_CLIENT_VERSION=0.21.1
-have_prom=$(python3 -c 'import importlib.metadata as m; print(m.version("prometheus-client"))' 2>/dev/null || true)
-if [ "$have_prom" = "$PROM_CLIENT_VERSION" ]; then
-  echo "install-test-deps: python prometheus-client $PROM_CLIENT_VERSION already installed"
-else
-  echo "install-test-deps: pip installing prometheus-client==$PROM_CLIENT_VERSION (had: ${have_prom:-none})"
-  PIP_ROOT_USER_ACTION=ignore PIP_BREAK_SYSTEM_PACKAGES=1 PIP_DISABLE_PIP_VERSION_CHECK=1 \
-    python3 -m pip install --quiet "prometheus-client==$PROM_CLIENT_VERSION"
-  python3 -c 'import prometheus_client.parser' ||
-    { echo "install-test-deps: prometheus-client installed but not importable" >&2; exit 1; }
-fi
-
-GRPCIO_VERSION=1.85.1
-OTEL_PROTO_VERSION=1.45.2
-have_otlp=$(python3 -c 'import importlib.metadata as m; print(m.version("grpcio"), m.version("opentelemetry-proto"))' 2>/dev/null || true)
-if [ "$have_otlp" = "$GRPCIO_VERSION $OTEL_PROTO_VERSION" ]; then
-  echo "install-test-deps: python grpcio $GRPCIO_VERSION and opentelemetry-proto $OTEL_PROTO_VERSION already installed"
-else
-  echo "install-test-deps: pip installing grpcio==$GRPCIO_VERSION opentelemetry-proto==$OTEL_PROTO_VERSION (had: ${have_otlp:-none})"
-  PIP_ROOT_USER_ACTION=ignore PIP_BREAK_SYSTEM_PACKAGES=1 PIP_DISABLE_PIP_VERSION_CHECK=1 \
-    python3 -m pip install --quiet "grpcio==$GRPCIO_VERSION" "opentelemetry-proto==$OTEL_PROTO_VERSION"
-  python3 -c 'import grpc, opentelemetry.proto.collector.trace.v1.trace_service_pb2_grpc' ||
-    { echo "install-test-deps: grpcio / opentelemetry-proto installed but not importable" >&2; exit 1; }
-fi
+pip_pinned 'import mcp.server.mcpserver' "mcp==$MCP_PY_VERSION"
+pip_pinned 'import prometheus_client.parser' "prometheus-client==0.21.1"
+pip_pinned 'import grpc, opentelemetry.proto.collector.trace.v1.trace_service_pb2_grpc' \
+  "grpcio==1.85.1" "opentelemetry-proto==1.45.2"
 
 have_js=""
 if command -v mcp-server-everything >/dev/null 2>&1; then
