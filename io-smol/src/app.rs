@@ -84,10 +84,17 @@ fn init_logging(directive: &str) {
     };
     // The HTTP client logs whole request heads (credential headers
     // included) at debug level: provider tokens must never reach a log.
-    let filter = ["ureq=warn", "rustls=warn"]
-        .into_iter()
-        .filter_map(|d| d.parse().ok())
-        .fold(filter, |f, d| f.add_directive(d));
+    // The PostgreSQL client logs every statement's parameters (key hashes
+    // among them) at debug level.
+    let filter = [
+        "ureq=warn",
+        "rustls=warn",
+        "tokio_postgres=info",
+        "postgres=info",
+    ]
+    .into_iter()
+    .filter_map(|d| d.parse().ok())
+    .fold(filter, |f, d| f.add_directive(d));
     let _ = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())

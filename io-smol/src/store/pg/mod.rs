@@ -132,6 +132,10 @@ impl PgStore {
     fn err(&self, e: postgres::Error) -> StoreError {
         if self.client.is_closed() {
             StoreError::ConnectionLost(pg_text(&self.url, &e))
+        } else if is_privilege_error(&e) {
+            StoreError::Privileges {
+                detail: pg_text(&self.url, &e),
+            }
         } else {
             StoreError::Postgres(pg_text(&self.url, &e))
         }
@@ -235,8 +239,13 @@ impl PgStore {
         let rows = self
             .client
             .query(
+                // A list of privileges is true when any one is held: ask
+                // for each.
                 "SELECT t, current_user::text FROM unnest($1::text[]) AS t \
-                 WHERE NOT has_table_privilege(current_user, t, 'SELECT, INSERT, UPDATE, DELETE')",
+                 WHERE NOT (has_table_privilege(current_user, t, 'SELECT') \
+                 AND has_table_privilege(current_user, t, 'INSERT') \
+                 AND has_table_privilege(current_user, t, 'UPDATE') \
+                 AND has_table_privilege(current_user, t, 'DELETE'))",
                 &[&tables],
             )
             .map_err(|e| self.err(e))?;
