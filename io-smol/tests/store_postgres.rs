@@ -300,3 +300,157 @@ fn postgres_killed_under_load_loses_nothing_acknowledged() {
         .get(&format!("/api/v1/sessions/{sid}/events"))
         .assert_status(200);
 }
+
+mod in_process {
+    //! The PostgreSQL store driven directly (no server process).
+
+    use engine::store::{
+        EventRow, IdempotencyRow, KeyRole, KeyRow, ProfileRow, ReadResult, SessionRow,
+        SessionState, StoreRead, StoreWrite,
+    };
+    use io_smol::config::{parse_env, Database};
+    use io_smol::store::pg::PgStore;
+    use serde_json::json;
+    use testkit::pg::PgCluster;
+
+    const T: &str = "2026-01-01T00:00:00.000Z";
+
+    fn connect(cluster: &PgCluster) -> PgStore {
+        let db = cluster.create_database();
+        let env = parse_env(|k| (k == "BAE_DATABASE_URL").then(|| cluster.app_url(&db))).unwrap();
+        let Database::Postgres { url, .. } = env.database else {
+            panic!("not postgres")
+        };
+        let mut pg = PgStore::connect(&url).unwrap();
+        pg.migrate().unwrap();
+        pg
+    }
+
+    fn base(name: &str, client_version: Option<&str>) -> Vec<StoreWrite> {
+        vec![
+            StoreWrite::InsertProfile(ProfileRow {
+                id: "pro_1".into(),
+                name: name.into(),
+                primary_provider: "p".into(),
+                fallback_providers: vec![],
+                mcp_servers: vec![],
+                allowed_tools: vec![],
+                available_sandboxes: vec![],
+                created_at: T.into(),
+                updated_at: T.into(),
+                deleted_at: None,
+            }),
+            StoreWrite::InsertKey(KeyRow {
+                id: "key_c".into(),
+                name: name.into(),
+                key_hash: "0".repeat(64),
+                key_prefix: "bae_0000".into(),
+                role: KeyRole::Client,
+                profile_id: Some("pro_1".into()),
+                client_id: None,
+                created_at: T.into(),
+                last_used_at: None,
+                deleted_at: None,
+            }),
+            StoreWrite::InsertSession(SessionRow {
+                id: "ses_1".into(),
+                client_key_id: "key_c".into(),
+                profile_id: "pro_1".into(),
+                state: SessionState::Open,
+                client_version: client_version.map(String::from),
+                client_tools: json!({}),
+                sandbox_tools: json!({}),
+                subagent_tools: json!({}),
+                compaction: None,
+                created_at: T.into(),
+                closed_at: None,
+            }),
+        ]
+    }
+
+    fn event(seq: u64, payload: &str) -> StoreWrite {
+        StoreWrite::InsertEvent(EventRow {
+            seq,
+            id: format!("evt_{seq:032x}"),
+            session_id: "ses_1".into(),
+            client_key_id: Some("key_c".into()),
+            event_type: "server.message.send".into(),
+            payload: payload.into(),
+            created_at: T.into(),
+        })
+    }
+
+    /// Client-chosen texts with a NUL (valid in JSON strings, not in a
+    /// PostgreSQL TEXT) are stored and read back exactly: a client can
+    /// never make a commit fail.
+    #[test]
+    fn client_texts_with_nul_round_trip() {
+        let cluster = PgCluster::start();
+        let mut pg = connect(&cluster);
+        let odd = "na\u{0}me \u{e9}\u{1F600}";
+        let mut batch = base(odd, Some("v\u{0}1"));
+        batch.push(StoreWrite::PutIdempotency(IdempotencyRow {
+            session_id: "ses_1".into(),
+            client_key_id: "key_c".into(),
+            key: "k\u{0}ey".into(),
+            digest: "d".into(),
+            created_ms: 5,
+            outcome: None,
+        }));
+        batch.push(event(1, r#"{"text":"a\u0000b"}"#));
+        pg.commit(&batch).unwrap();
+        let snap = pg.load_snapshot().unwrap();
+        assert_eq!(snap.profiles[0].name, odd);
+        assert_eq!(snap.keys[0].name, odd);
+        assert_eq!(snap.sessions[0].client_version.as_deref(), Some("v\u{0}1"));
+        assert_eq!(snap.idempotency[0].key, "k\u{0}ey");
+        let read = StoreRead::Events {
+            session_id: "ses_1".into(),
+            after_seq: 0,
+            limit: 10,
+        };
+        let ReadResult::Events(rows) = pg.read(&read).unwrap() else {
+            panic!()
+        };
+        assert_eq!(rows[0].payload, r#"{"text":"a\u0000b"}"#);
+        // A batch that fails is not applied at all.
+        assert!(pg.commit(&[event(2, "{}"), event(1, "{}")]).is_err());
+        let ReadResult::Events(rows) = pg.read(&read).unwrap() else {
+            panic!()
+        };
+        assert_eq!(rows.len(), 1);
+    }
+
+    /// Group-commit throughput and single-event commit latency of the
+    /// PostgreSQL store (docs/performance.md; run with `--ignored
+    /// --nocapture` in release mode).
+    #[test]
+    #[ignore]
+    fn group_commit_throughput() {
+        let cluster = PgCluster::start_durable();
+        let mut pg = connect(&cluster);
+        pg.commit(&base("one", None)).unwrap();
+        let payload = json!({"role": "assistant", "content": [{"type": "text",
+            "text": "x".repeat(200)}]})
+        .to_string();
+        let mut seq = 1u64;
+        for batch_size in [500u64, 1] {
+            let n = if batch_size == 1 { 2_000 } else { 200_000 };
+            let start = std::time::Instant::now();
+            let end = seq + n;
+            while seq < end {
+                let batch: Vec<_> = (seq..seq + batch_size)
+                    .map(|s| event(s, &payload))
+                    .collect();
+                pg.commit(&batch).unwrap();
+                seq += batch_size;
+            }
+            let secs = start.elapsed().as_secs_f64();
+            eprintln!(
+                "batches of {batch_size}: {:.0} events/s, {:.0} commits/s",
+                n as f64 / secs,
+                (n / batch_size) as f64 / secs
+            );
+        }
+    }
+}

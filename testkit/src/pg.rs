@@ -98,6 +98,8 @@ pub struct PgCluster {
     bin: PathBuf,
     /// Started by someone else (`BAE_TEST_PG_ADMIN_URL`): never stopped here.
     external: bool,
+    /// `fsync` on (benchmarks); tests run with it off (throwaway data).
+    durable: bool,
 }
 
 impl PgCluster {
@@ -105,8 +107,20 @@ impl PgCluster {
     /// output when anything fails.
     #[track_caller]
     pub fn start() -> PgCluster {
+        PgCluster::start_with(false)
+    }
+
+    /// [`PgCluster::start`] with `fsync` on, as a production server runs
+    /// (for benchmarks).
+    #[track_caller]
+    pub fn start_durable() -> PgCluster {
+        PgCluster::start_with(true)
+    }
+
+    #[track_caller]
+    fn start_with(durable: bool) -> PgCluster {
         let dir = TestDir::new("baesrv-pg").expect("creating the cluster directory");
-        let mut c = PgCluster::init_in(dir.path());
+        let mut c = PgCluster::init(dir.path(), durable);
         c.dir = Some(dir);
         c
     }
@@ -114,6 +128,11 @@ impl PgCluster {
     /// initdb + start with the cluster in `dir` (created if missing; kept).
     #[track_caller]
     pub fn init_in(dir: &Path) -> PgCluster {
+        PgCluster::init(dir, false)
+    }
+
+    #[track_caller]
+    fn init(dir: &Path, durable: bool) -> PgCluster {
         let bin = bin_dir();
         std::fs::create_dir_all(dir).expect("creating the cluster directory");
         let data = dir.join("data");
@@ -138,6 +157,7 @@ impl PgCluster {
             port,
             bin,
             external: false,
+            durable,
         };
         c.start_server();
         c.admin_execute(
@@ -162,6 +182,7 @@ impl PgCluster {
             port,
             bin: PathBuf::new(),
             external: true,
+            durable: false,
         })
     }
 
@@ -177,9 +198,10 @@ impl PgCluster {
             .arg("-o")
             .arg(format!(
                 "-p {} -c listen_addresses=127.0.0.1 -c unix_socket_directories={} \
-                 -c fsync=off -c max_connections=300",
+                 -c fsync={} -c max_connections=300",
                 self.port,
-                socket_dir.display()
+                socket_dir.display(),
+                if self.durable { "on" } else { "off" }
             ))
             .arg("start");
         run(start, "pg_ctl start");

@@ -318,13 +318,32 @@ pub enum Db {
 
 pub fn db(s: &Server) -> Db {
     if let Some(url) = s.database_url() {
-        let c = postgres::Client::connect(&url, postgres::NoTls).expect("connect to PostgreSQL");
+        let mut c =
+            postgres::Client::connect(&url, postgres::NoTls).expect("connect to PostgreSQL");
+        // BYTEA name columns read as their (ASCII) text, like SQLite's.
+        c.batch_execute("SET bytea_output = 'escape'")
+            .expect("set bytea_output");
         return Db::Postgres(Box::new(std::cell::RefCell::new(c)));
     }
     Db::Sqlite(
         sqlite::Connection::open_with_flags(s.db_path(), sqlite::OpenFlags::new().with_read_only())
             .expect("open database read-only"),
     )
+}
+
+/// Runs one plain SQL statement against the server's database (stopped
+/// server: the SQLite file is opened read-write).
+pub fn execute(s: &Server, sql: &str) {
+    match s.database_url() {
+        Some(url) => {
+            let mut c = postgres::Client::connect(&url, postgres::NoTls).expect("connect");
+            c.batch_execute(sql).expect("execute");
+        }
+        None => sqlite::open(s.db_path())
+            .expect("open database")
+            .execute(sql)
+            .expect("execute"),
+    }
 }
 
 /// The newest schema version of the server's store (SQLite: spec 08's 9).
