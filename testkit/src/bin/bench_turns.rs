@@ -16,7 +16,11 @@
 //! ```text
 //! cargo build --release -p io-smol -p testkit
 //! target/release/bench_turns [--secs 3] [--turns 100] [--baesrv PATH]
+//!                             [--database-url postgres://…]
 //! ```
+//!
+//! `--database-url` runs the server on that (empty) PostgreSQL database
+//! instead of a fresh SQLite file.
 //!
 //! Std-only blocking clients, one OS thread per simulated client, keep-alive
 //! connections. Prints a Markdown table.
@@ -263,7 +267,7 @@ fn free_addr() -> Res<SocketAddr> {
     l.local_addr().map_err(err("probe addr"))
 }
 
-fn start_baesrv(bin: &Path, mock: SocketAddr) -> Res<Baesrv> {
+fn start_baesrv(bin: &Path, mock: SocketAddr, database_url: Option<&str>) -> Res<Baesrv> {
     let dir = std::env::temp_dir().join(format!("bench-turns-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).map_err(err("temp dir"))?;
@@ -286,6 +290,7 @@ fn start_baesrv(bin: &Path, mock: SocketAddr) -> Res<Baesrv> {
         .env("BAE_ADMIN_KEY_HASH_FILE", dir.join("admin-key-hash"))
         .env("BAE_CONFIG", dir.join("bae-config.toml"))
         .env("BAE_LOG", "warn")
+        .env("BAE_DATABASE_URL", database_url.unwrap_or(""))
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
@@ -607,6 +612,7 @@ fn run() -> Res<()> {
     let mut args = std::env::args().skip(1);
     let mut secs = 3.0;
     let mut turns = 100;
+    let mut database_url = None;
     let mut bin = std::env::current_exe()
         .map_err(err("current exe"))?
         .with_file_name(format!("baesrv{}", std::env::consts::EXE_SUFFIX));
@@ -616,11 +622,12 @@ fn run() -> Res<()> {
             "--secs" => secs = val()?.parse().map_err(err("--secs"))?,
             "--turns" => turns = val()?.parse().map_err(err("--turns"))?,
             "--baesrv" => bin = PathBuf::from(val()?),
+            "--database-url" => database_url = Some(val()?),
             other => return Err(format!("unknown argument {other}")),
         }
     }
     let mock = mock_provider()?;
-    let srv = start_baesrv(&bin, mock)?;
+    let srv = start_baesrv(&bin, mock, database_url.as_deref())?;
     let key = client_key(&srv)?;
     println!("| request at concurrency 1 | p50 |");
     println!("|---|---|");

@@ -26,6 +26,14 @@ pub use schema::{PG_LATEST_VERSION, PG_MIGRATIONS, PG_MIN_SERVER_VERSION, PG_TAB
 
 /// Connect timeout used when the URL sets none (`connect_timeout=`).
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long sent data may stay unacknowledged before the connection counts
+/// as lost, unless the URL sets `tcp_user_timeout`: a silent network
+/// partition ends in a crash-only exit instead of a commit that never
+/// returns.
+pub const DEFAULT_TCP_USER_TIMEOUT: Duration = Duration::from_secs(60);
+/// TCP keepalive idle time unless the URL sets `keepalives_idle` (the
+/// client's own default is two hours).
+pub const DEFAULT_KEEPALIVES_IDLE: Duration = Duration::from_secs(30);
 
 /// Lock id (`pg_advisory_xact_lock`) that serialises migrations of servers
 /// starting at once on one database.
@@ -80,6 +88,31 @@ pub(crate) fn pg_text(url: &DatabaseUrl, e: &postgres::Error) -> String {
     url.scrub(&text)
 }
 
+/// The client settings of every connection: the URL's, plus the defaults
+/// above for what it leaves unset.
+pub(crate) fn client_config(url: &DatabaseUrl, application: &str) -> Result<postgres::Config> {
+    let mut config: postgres::Config =
+        url.expose()
+            .parse()
+            .map_err(|e: postgres::Error| StoreError::Connect {
+                target: url.to_string(),
+                detail: pg_text(url, &e),
+            })?;
+    if config.get_connect_timeout().is_none() {
+        config.connect_timeout(DEFAULT_CONNECT_TIMEOUT);
+    }
+    if config.get_tcp_user_timeout().is_none() {
+        config.tcp_user_timeout(DEFAULT_TCP_USER_TIMEOUT);
+    }
+    if config.get_keepalives_idle() == Duration::from_secs(2 * 60 * 60) {
+        config.keepalives_idle(DEFAULT_KEEPALIVES_IDLE);
+    }
+    if config.get_application_name().is_none() {
+        config.application_name(application);
+    }
+    Ok(config)
+}
+
 fn is_privilege_error(e: &postgres::Error) -> bool {
     e.code() == Some(&postgres::error::SqlState::INSUFFICIENT_PRIVILEGE)
 }
@@ -92,17 +125,7 @@ impl PgStore {
             target: url.to_string(),
             detail,
         };
-        let mut config: postgres::Config = url
-            .expose()
-            .parse()
-            .map_err(|e: postgres::Error| connect_err(pg_text(url, &e)))?;
-        if config.get_connect_timeout().is_none() {
-            config.connect_timeout(DEFAULT_CONNECT_TIMEOUT);
-        }
-        if config.get_application_name().is_none() {
-            config.application_name("baesrv");
-        }
-        let mut client = config
+        let mut client = client_config(url, "baesrv")?
             .connect(NoTls)
             .map_err(|e| connect_err(pg_text(url, &e)))?;
         let version: i32 = client

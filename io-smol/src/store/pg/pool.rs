@@ -13,7 +13,7 @@ use engine::store::{ReadResult, StoreRead};
 use postgres::NoTls;
 
 use super::ops::{prepare_all, read_with, ReadError};
-use super::{pg_text, DEFAULT_CONNECT_TIMEOUT};
+use super::{client_config, pg_text};
 use crate::config::DatabaseUrl;
 use crate::store::{Result, StoreError};
 
@@ -36,17 +36,7 @@ impl Readers {
         let (answer_tx, answers) = channel();
         let mut readers = Vec::with_capacity(n);
         for i in 0..n {
-            let mut config: postgres::Config =
-                url.expose()
-                    .parse()
-                    .map_err(|e: postgres::Error| StoreError::Connect {
-                        target: url.to_string(),
-                        detail: pg_text(url, &e),
-                    })?;
-            if config.get_connect_timeout().is_none() {
-                config.connect_timeout(DEFAULT_CONNECT_TIMEOUT);
-            }
-            config.application_name("baesrv-reader");
+            let config = client_config(url, "baesrv-reader")?;
             let connect_err = |e: postgres::Error| StoreError::Connect {
                 target: url.to_string(),
                 detail: pg_text(url, &e),
