@@ -131,6 +131,12 @@ impl PgCluster {
         PgCluster::init(dir, false)
     }
 
+    /// [`PgCluster::init_in`] with `fsync` on (benchmarks).
+    #[track_caller]
+    pub fn init_durable_in(dir: &Path) -> PgCluster {
+        PgCluster::init(dir, true)
+    }
+
     #[track_caller]
     fn init(dir: &Path, durable: bool) -> PgCluster {
         let bin = bin_dir();

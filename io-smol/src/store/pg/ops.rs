@@ -50,6 +50,11 @@ pg_queries! {
         subagent_tools = $4 WHERE id = $1";
     InsertEvent = "INSERT INTO session_events (seq, id, session_id, client_key_id, event_type, \
         payload, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7)";
+    // A run of consecutive events in one statement (one round trip), in
+    // their order.
+    InsertEvents = "INSERT INTO session_events (seq, id, session_id, client_key_id, event_type, \
+        payload, created_at) SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], \
+        $4::text[], $5::text[], $6::text[], $7::text[])";
     PutIdempotency = "INSERT INTO bae_idempotency_keys (session_id, client_key_id, key, digest, \
         created_ms, outcome) VALUES ($1, $2, $3, $4, $5, $6) \
         ON CONFLICT (session_id, client_key_id, key) DO UPDATE SET digest = EXCLUDED.digest, \
@@ -161,8 +166,19 @@ impl PgStore {
         let stmts = self.stmts.take().expect("prepared");
         let r = (|| {
             let mut tx = self.client.transaction()?;
-            for w in batch {
-                apply(&mut tx, &stmts, w)?;
+            let mut rest = batch;
+            while let Some(w) = rest.first() {
+                let run = rest
+                    .iter()
+                    .take_while(|w| matches!(w, StoreWrite::InsertEvent(_)))
+                    .count();
+                if run > 1 {
+                    insert_events(&mut tx, &stmts, &rest[..run])?;
+                    rest = &rest[run..];
+                } else {
+                    apply(&mut tx, &stmts, w)?;
+                    rest = &rest[1..];
+                }
             }
             tx.commit()
         })();
@@ -374,6 +390,37 @@ fn apply(
             exec(tx, Pq::ExpireIdempotency, &[&before])
         }
     }
+}
+
+/// `writes` (all [`StoreWrite::InsertEvent`]) as one statement.
+fn insert_events(
+    tx: &mut postgres::Transaction<'_>,
+    stmts: &Prepared,
+    writes: &[StoreWrite],
+) -> std::result::Result<(), postgres::Error> {
+    let rows: Vec<&EventRow> = writes
+        .iter()
+        .filter_map(|w| match w {
+            StoreWrite::InsertEvent(e) => Some(e),
+            _ => None,
+        })
+        .collect();
+    // Out of range only for a seq no engine assigns (see `apply`).
+    let seqs: Vec<i64> = rows
+        .iter()
+        .map(|e| i64::try_from(e.seq).unwrap_or(-1))
+        .collect();
+    let ids: Vec<&str> = rows.iter().map(|e| e.id.as_str()).collect();
+    let sessions: Vec<&str> = rows.iter().map(|e| e.session_id.as_str()).collect();
+    let keys: Vec<Option<&str>> = rows.iter().map(|e| e.client_key_id.as_deref()).collect();
+    let types: Vec<&str> = rows.iter().map(|e| e.event_type.as_str()).collect();
+    let payloads: Vec<&str> = rows.iter().map(|e| e.payload.as_str()).collect();
+    let created: Vec<&str> = rows.iter().map(|e| e.created_at.as_str()).collect();
+    tx.execute(
+        stmts.get(Pq::InsertEvents),
+        &[&seqs, &ids, &sessions, &keys, &types, &payloads, &created],
+    )
+    .map(|_| ())
 }
 
 fn events(rows: Vec<Row>) -> std::result::Result<Vec<EventRow>, ReadError> {
