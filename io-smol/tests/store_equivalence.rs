@@ -453,6 +453,11 @@ fn store_matches_mem_store(mut open: impl FnMut(u64) -> Backend, after: impl Fn(
                         after_seq: rng.below(seq + 1),
                         limit: 1 + rng.below(20) as usize,
                     },
+                    StoreRead::ReplayPage {
+                        session_id: s.into(),
+                        after_seq: rng.below(seq + 1),
+                        limit: 1 + rng.below(20) as usize,
+                    },
                     StoreRead::EventSeq {
                         session_id: s.into(),
                         event_id: if ids.is_empty() {

@@ -434,7 +434,8 @@ pub(crate) fn read_with(
     read: &StoreRead,
 ) -> std::result::Result<ReadResult, ReadError> {
     let result = match read {
-        StoreRead::EventsPage { limit, .. } => {
+        // Pages leave the store rendered (the engine only sends them).
+        StoreRead::EventsPage { .. } | StoreRead::ReplayPage { .. } => {
             let rows = match engine::store::page_rows_read(read) {
                 Some(r) => read_with(c, stmts, &r)?,
                 None => ReadResult::Events(Vec::new()),
@@ -442,7 +443,7 @@ pub(crate) fn read_with(
             let ReadResult::Events(rows) = rows else {
                 return Ok(rows);
             };
-            ReadResult::Page(engine::store::render_events_page(&rows, *limit))
+            engine::store::render_rows(read, &rows).unwrap_or(ReadResult::Events(rows))
         }
         StoreRead::Runtime => ReadResult::Runtime(Default::default()),
         StoreRead::Events {
