@@ -14,7 +14,10 @@ use tracing_subscriber::EnvFilter;
 
 use crate::config::{self, Cli, Command, ConfigError, Env, FileConfig};
 use crate::driver::{self, Clock, DriverSettings, OsEntropy};
-use crate::store::{self, bootstrap_admin_key, BootstrapOutcome, BootstrapSettings, Store};
+use crate::store::pg::PgStore;
+use crate::store::{
+    self, bootstrap_admin_key, Backend, BootstrapOutcome, BootstrapSettings, Store,
+};
 
 /// Exit code of runtime failures.
 pub const EXIT_RUNTIME: i32 = 1;
@@ -86,10 +89,17 @@ fn init_logging(directive: &str) {
     };
     // The HTTP client logs whole request heads (credential headers
     // included) at debug level: provider tokens must never reach a log.
-    let filter = ["ureq=warn", "rustls=warn"]
-        .into_iter()
-        .filter_map(|d| d.parse().ok())
-        .fold(filter, |f, d| f.add_directive(d));
+    // The PostgreSQL client logs every statement's parameters (key hashes
+    // among them) at debug level.
+    let filter = [
+        "ureq=warn",
+        "rustls=warn",
+        "tokio_postgres=info",
+        "postgres=info",
+    ]
+    .into_iter()
+    .filter_map(|d| d.parse().ok())
+    .fold(filter, |f, d| f.add_directive(d));
     let _ = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())
@@ -130,12 +140,35 @@ fn sync_mode(env: &Env) -> store::Synchronous {
     }
 }
 
-/// Opens and migrates the database (§5 step 8).
-fn open_store(env: &Env) -> Result<Store, store::StoreError> {
-    let mut store = Store::open(&env.db_path, sync_mode(env))?;
-    store.set_shared_history(env.shared_history);
-    store.migrate()?;
-    Ok(store)
+/// Opens and migrates the database (§5 step 8): the SQLite file, or
+/// PostgreSQL when `BAE_DATABASE_URL` is set.
+fn open_store(env: &Env) -> Result<Backend, store::StoreError> {
+    match &env.database {
+        config::Database::Sqlite => {
+            let mut store = Store::open(&env.db_path, sync_mode(env))?;
+            store.set_shared_history(env.shared_history);
+            store.migrate()?;
+            Ok(Backend::Sqlite(store))
+        }
+        config::Database::Postgres { url, .. } => {
+            let mut store = PgStore::connect(url)?;
+            store.migrate()?;
+            Ok(Backend::Postgres(Box::new(store)))
+        }
+    }
+}
+
+/// The `bae.db` label of this server's sandbox containers: a digest of
+/// the database file's path, or of the PostgreSQL URL without its password.
+fn store_label(env: &Env) -> String {
+    match &env.database {
+        config::Database::Sqlite => crate::sandbox_cleanup::db_label(&env.db_path),
+        config::Database::Postgres { url, .. } => {
+            use sha2::{Digest, Sha256};
+            let digest = Sha256::digest(url.to_string().as_bytes());
+            digest.iter().take(8).map(|b| format!("{b:02x}")).collect()
+        }
+    }
 }
 
 /// `baesrv migrate`: env only (`--config` is ignored), open, migrate, close.
@@ -147,8 +180,9 @@ fn migrate(cli: &Cli) -> i32 {
     init_logging(&env.log);
     match open_store(&env) {
         Ok(store) => {
+            let at = store.describe();
             drop(store);
-            println!("migrations up to date at {}", env.db_path.display());
+            println!("migrations up to date at {at}");
             0
         }
         Err(e) => {
@@ -203,7 +237,7 @@ fn serve(cli: &Cli, runtime: Runtime, exports_telemetry: bool) -> i32 {
         return e.exit_code();
     }
     // Step 8.
-    let store = match open_store(&env) {
+    let mut store = match open_store(&env) {
         Ok(s) => s,
         Err(e) => {
             tracing::error!("{e}");
@@ -219,7 +253,7 @@ fn serve(cli: &Cli, runtime: Runtime, exports_telemetry: bool) -> i32 {
     };
     let mut os_rng = OsEntropy;
     let mut entropy = |buf: &mut [u8]| os_rng.fill(buf);
-    let outcome = match bootstrap_admin_key(&store, &settings, &mut entropy) {
+    let outcome = match bootstrap_admin_key(&mut store, &settings, &mut entropy) {
         Ok(o) => o,
         Err(e) => {
             tracing::error!("{e}");
@@ -233,6 +267,15 @@ fn serve(cli: &Cli, runtime: Runtime, exports_telemetry: bool) -> i32 {
             return EXIT_RUNTIME;
         }
     };
+    if let (Backend::Postgres(pg), config::Database::Postgres { pool_size, .. }) =
+        (&mut store, &env.database)
+    {
+        if let Err(e) = pg.start_readers(*pool_size) {
+            tracing::error!("{e}");
+            return EXIT_RUNTIME;
+        }
+        tracing::info!(database = %pg.describe(), pool_size, "using the PostgreSQL store");
+    }
     // Step 10.
     if let Err(code) = check_sandbox_driver(&env, &snapshot) {
         return code;
@@ -243,7 +286,7 @@ fn serve(cli: &Cli, runtime: Runtime, exports_telemetry: bool) -> i32 {
     let run_label = crate::sandbox_cleanup::run_label();
     crate::sandbox_cleanup::stop_leftovers(
         env.sandbox_driver,
-        crate::sandbox_cleanup::db_label(&env.db_path),
+        store_label(&env),
         run_label.clone(),
     );
     let clock = Clock::new();
@@ -411,10 +454,7 @@ pub fn engine_config(env: &Env, file: &FileConfig, run_label: &str) -> engine::C
         sandbox_max_output: env.sandbox_max_output,
         subagent_timeout_ms: duration_ms(env.subagent_timeout),
         sandbox_labels: vec![
-            (
-                "bae.db".to_string(),
-                crate::sandbox_cleanup::db_label(&env.db_path),
-            ),
+            ("bae.db".to_string(), store_label(env)),
             ("bae.run".to_string(), run_label.to_string()),
         ],
         ..engine::Config::default()

@@ -426,14 +426,13 @@ fn profile_deleted_under_active_keys_is_profile_unavailable() {
     let f = fix(&s, &[]);
     register(&s, &f.sid, &f.skey);
     s.stop();
-    {
-        let conn = sqlite::open(s.db_path()).unwrap();
-        conn.execute(format!(
+    execute(
+        &s,
+        &format!(
             "UPDATE profiles SET deleted_at = '2026-01-01T00:00:00.000Z' WHERE id = '{}'",
             f.profile
-        ))
-        .unwrap();
-    }
+        ),
+    );
     s.restart();
     let n = admin_sessions(&s).len();
     let r = s

@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use testkit::fixtures;
 use testkit::{MockProvider, Reply, Server};
 
-fn one(conn: &sqlite::Connection, sql: &str) -> Option<String> {
+fn one(conn: &Db, sql: &str) -> Option<String> {
     let rows = query(conn, sql);
     assert_eq!(rows.len(), 1, "{sql}: {rows:?}");
     rows[0][0].clone()
@@ -214,6 +214,9 @@ fn c233_schema_version_9_and_the_event_index() {
         ("sessions", "id, client_key_id, profile_id, state, client_version, client_tools, created_at, closed_at, sandbox_tools, subagent_tools, compaction"),
         ("session_events", "id, session_id, client_key_id, event_type, payload, created_at"),
     ] {
+        let Db::Sqlite(conn) = &conn else {
+            panic!("a SQLite suite")
+        };
         conn.prepare(format!("SELECT {cols} FROM {table} LIMIT 1"))
             .unwrap_or_else(|e| panic!("{table}: {e}"));
     }

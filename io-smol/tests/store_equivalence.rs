@@ -1,6 +1,9 @@
-//! The SQLite store and the engine's in-memory reference store
-//! (`engine::mem_store`, used by the simulator) must agree on every
-//! snapshot and read after the same sequence of batches.
+//! The SQLite store, the PostgreSQL store and the engine's in-memory
+//! reference store (`engine::mem_store`, used by the simulator) must agree
+//! on every snapshot and read after the same sequence of batches.
+//!
+//! The PostgreSQL run starts a throwaway cluster (`testkit::pg`); it fails
+//! loudly when the server binaries are missing.
 
 use std::path::PathBuf;
 
@@ -10,7 +13,8 @@ use engine::store::{
     EventRow, EventType, KeyRole, KeyRow, ProfileRow, ReadResult, SessionRow, SessionState,
     Snapshot, StoreRead, StoreWrite,
 };
-use io_smol::store::{Store, Synchronous};
+use io_smol::store::pg::PgStore;
+use io_smol::store::{Backend, Store, Synchronous};
 use serde_json::{json, Value};
 
 struct Rng(u64);
@@ -31,11 +35,19 @@ impl Rng {
     }
 }
 
+fn temp_db_path(seed: u64) -> PathBuf {
+    std::env::temp_dir()
+        .join(format!("baesrv-equiv-{}-{seed}", std::process::id()))
+        .join("bae.db")
+}
+
+/// A fresh directory for the seed's database file.
 fn temp_db(seed: u64) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("baesrv-equiv-{}-{seed}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir.join("bae.db")
+    let path = temp_db_path(seed);
+    let dir = path.parent().unwrap();
+    let _ = std::fs::remove_dir_all(dir);
+    std::fs::create_dir_all(dir).unwrap();
+    path
 }
 
 const T: &str = "2026-01-01T00:00:00.000Z";
@@ -288,15 +300,64 @@ const READ_TYPES: [EventType; 8] = [
 
 #[test]
 fn sqlite_store_matches_mem_store() {
+    store_matches_mem_store(
+        |seed| {
+            let store = Store::open(temp_db(seed), Synchronous::Normal).unwrap();
+            store.migrate().unwrap();
+            Backend::Sqlite(store)
+        },
+        |seed, _| {
+            // The requests were stored with their histories shared.
+            let raw = sqlite::open(temp_db_path(seed)).unwrap();
+            let count = |sql: &str| {
+                let mut st = raw.prepare(sql).unwrap();
+                st.next().unwrap();
+                st.read::<i64, _>(0).unwrap()
+            };
+            let shared = count(
+                "SELECT COUNT(*) FROM session_events WHERE event_type = 'provider.request' \
+                 AND payload LIKE '{\"bae_chunks\":{\"%'",
+            );
+            assert!(shared > 20, "seed {seed}: {shared} stored with chunks");
+            assert!(count("SELECT COUNT(*) FROM bae_history_chunks") > 10);
+        },
+    );
+}
+
+/// The same workload on PostgreSQL, each seed on a fresh database, with
+/// three reader connections answering the runs of reads in parallel.
+#[test]
+fn postgres_store_matches_mem_store() {
+    let cluster = testkit::pg::PgCluster::start();
+    store_matches_mem_store(
+        |_| {
+            let db = cluster.create_database();
+            let url = io_smol::config::parse_env(|k| match k {
+                "BAE_DATABASE_URL" => Some(cluster.app_url(&db)),
+                _ => None,
+            })
+            .unwrap()
+            .database;
+            let io_smol::config::Database::Postgres { url, .. } = url else {
+                panic!("not postgres")
+            };
+            let mut pg = PgStore::connect(&url).unwrap();
+            pg.migrate().unwrap();
+            pg.start_readers(4).unwrap();
+            Backend::Postgres(Box::new(pg))
+        },
+        |_, _| {},
+    );
+}
+
+fn store_matches_mem_store(mut open: impl FnMut(u64) -> Backend, after: impl Fn(u64, &Backend)) {
     let mut max_pages = 0;
     let mut bounded = 0;
     let mut usage_kinds = [0usize; 3];
     for seed in 1..=6u64 {
         let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
-        let path = temp_db(seed);
-        let store = Store::open(&path, Synchronous::Normal).unwrap();
-        store.migrate().unwrap();
-        let mut conn = store.conn();
+        let mut store = open(seed);
+        let mut conn = store.worker();
         let mut mem = MemStore::default();
         let batch = setup();
         conn.commit(&batch).unwrap();
@@ -337,7 +398,7 @@ fn sqlite_store_matches_mem_store() {
                 }
                 1 => {
                     drop(conn);
-                    conn = store.conn();
+                    conn = store.worker();
                 }
                 _ => {}
             }
@@ -392,6 +453,11 @@ fn sqlite_store_matches_mem_store() {
                         after_seq: rng.below(seq + 1),
                         limit: 1 + rng.below(20) as usize,
                     },
+                    StoreRead::ReplayPage {
+                        session_id: s.into(),
+                        after_seq: rng.below(seq + 1),
+                        limit: 1 + rng.below(20) as usize,
+                    },
                     StoreRead::EventSeq {
                         session_id: s.into(),
                         event_id: if ids.is_empty() {
@@ -403,6 +469,10 @@ fn sqlite_store_matches_mem_store() {
                 ];
                 for r in &reads {
                     assert_eq!(conn.read(r).unwrap(), mem.read(r), "seed {seed}: {r:?}");
+                }
+                // The same reads as one run (PostgreSQL: on the readers).
+                for (r, got) in reads.iter().zip(conn.read_many(reads.to_vec())) {
+                    assert_eq!(got.unwrap(), mem.read(r), "seed {seed}: run {r:?}");
                 }
                 // The engine's history rules over either store.
                 let mut pages = 0;
@@ -431,20 +501,9 @@ fn sqlite_store_matches_mem_store() {
                 }] += 1;
             }
         }
+        drop(conn);
         same_snapshot(&store.load_snapshot().unwrap(), &mem.snapshot());
-        // The requests were stored with their histories shared.
-        let raw = sqlite::open(&path).unwrap();
-        let count = |sql: &str| {
-            let mut st = raw.prepare(sql).unwrap();
-            st.next().unwrap();
-            st.read::<i64, _>(0).unwrap()
-        };
-        let shared = count(
-            "SELECT COUNT(*) FROM session_events WHERE event_type = 'provider.request' \
-             AND payload LIKE '{\"bae_chunks\":{\"%'",
-        );
-        assert!(shared > 20, "seed {seed}: {shared} stored with chunks");
-        assert!(count("SELECT COUNT(*) FROM bae_history_chunks") > 10);
+        after(seed, &store);
     }
     // The workload reaches the paths it is meant to compare.
     assert!(

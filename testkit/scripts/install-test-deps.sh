@@ -12,6 +12,12 @@
 # the parser a real Prometheus scraper uses, which reads `GET /metrics` in
 # io-smol/tests/metrics_endpoint.rs:
 #   - PyPI `prometheus-client`, for python3 on PATH
+# the PostgreSQL server the PostgreSQL-store tests start throwaway clusters
+# of (testkit/src/pg.rs, io-smol/tests/store_postgres.rs, the e2e pass of
+# testkit/scripts/test-all.sh):
+#   - Debian `postgresql` (server binaries under /usr/lib/postgresql/N/bin,
+#     and the unprivileged `postgres` user initdb runs as when we are
+#     root), via apt-get, without its default cluster
 # and the browser the admin console's end-to-end test drives
 # (io-smol/tests/admin_ui.rs, testkit/ui/console.spec.mjs):
 #   - Debian `chromium` (headless), via apt-get
@@ -27,6 +33,21 @@ else
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq curl
   command -v curl >/dev/null || { echo "install-test-deps: curl not on PATH after install" >&2; exit 1; }
+fi
+
+pg_ok() { ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && id postgres >/dev/null 2>&1; }
+if pg_ok; then
+  echo "install-test-deps: postgresql already installed"
+else
+  echo "install-test-deps: apt-get installing postgresql (no default cluster)"
+  if [ "$(id -u)" -eq 0 ]; then as_root=(); else as_root=(sudo); fi
+  # The tests start clusters of their own; none should run on 5432.
+  "${as_root[@]}" mkdir -p /etc/postgresql-common/createcluster.d
+  echo "create_main_cluster = false" |
+    "${as_root[@]}" tee /etc/postgresql-common/createcluster.d/bae-tests.conf >/dev/null
+  "${as_root[@]}" apt-get update -q
+  DEBIAN_FRONTEND=noninteractive "${as_root[@]}" apt-get install -y -q postgresql
+  pg_ok || { echo "install-test-deps: postgresql installed but initdb or the postgres user is missing" >&2; exit 1; }
 fi
 
 MCP_PY_VERSION=2.3.0

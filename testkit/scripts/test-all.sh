@@ -24,6 +24,27 @@ args=()
 for t in "${threads_suites[@]}"; do args+=(--test "$t"); done
 BAE_TEST_RUNTIME=threads cargo test -p io-smol "${args[@]}" "$@"
 
+# The PostgreSQL store (docs/scaling.md) against the end-to-end suites that
+# need no MCP server or container engine and do not inspect the SQLite file:
+# one throwaway cluster, a database of its own for every test server.
+pg_suites=(
+  admin_api admin_keys compaction_auto compaction_manual crash_kill9 ctl_admin
+  ext_gapless ext_idempotent ext_steer ext_turn_control
+  live_gate live_providers live_restart live_session_basics live_subscribe live_tools metrics_endpoint
+  rest_auth rest_bad_input rest_sessions restart_persistence rpc_envelope
+  sdk_wire_shapes security_stress security_wire
+)
+pg_dir=$(mktemp -d "${TMPDIR:-/tmp}/baesrv-pg-e2e.XXXXXX")
+cargo build -q -p testkit --bin pg_cluster
+pg_cluster=target/debug/pg_cluster
+[ -n "${CARGO_TARGET_DIR:-}" ] && pg_cluster="$CARGO_TARGET_DIR/debug/pg_cluster"
+pg_env=$("$pg_cluster" start "$pg_dir")
+trap '"$pg_cluster" stop "$pg_dir" || true; rm -rf "$pg_dir"' EXIT
+export "${pg_env?}"
+args=()
+for t in "${pg_suites[@]}"; do args+=(--test "$t"); done
+BAE_TEST_STORE=postgres cargo test -p io-smol "${args[@]}" "$@"
+
 # No test may leave a remote sandbox container behind.
 left=$(docker ps -q --filter label=bae.session)
 if [ -n "$left" ]; then

@@ -147,6 +147,10 @@ pub struct Server {
     /// Offset in the shared log files where this `Server`'s output starts.
     stderr_start: u64,
     stdout_start: u64,
+    /// `BAE_TEST_STORE=postgres`: the e2e cluster, this server's database
+    /// and its `BAE_DATABASE_URL`; the database is dropped with a fresh
+    /// directory (kept with a shared one, like the SQLite file).
+    pg: Option<(crate::pg::PgCluster, String, String)>,
 }
 
 fn pick_ports() -> (SocketAddr, SocketAddr) {
@@ -297,7 +301,23 @@ impl Server {
         }
         let bin = opts.bin.clone().unwrap_or_else(Server::binary_path);
         let (client_addr, admin_addr) = pick_ports();
+        let pg = crate::pg::e2e_cluster().map(|cluster| {
+            let db = if opts.db_dir.is_some() {
+                // Servers on one directory share one database.
+                use sha2::{Digest, Sha256};
+                let d = Sha256::digest(dir.path().to_string_lossy().as_bytes());
+                let name: String = d.iter().take(8).map(|b| format!("{b:02x}")).collect();
+                let name = format!("bae_d{name}");
+                cluster.ensure_database(&name);
+                name
+            } else {
+                cluster.create_database()
+            };
+            let url = cluster.app_url(&db);
+            (cluster, db, url)
+        });
         Server {
+            pg,
             client_addr,
             admin_addr,
             admin_key: String::new(),
@@ -331,6 +351,9 @@ impl Server {
             ),
             ("BAE_LOG".to_string(), "warn".to_string()),
         ];
+        if let Some((_, _, url)) = &self.pg {
+            env.push(("BAE_DATABASE_URL".to_string(), url.clone()));
+        }
         if self.opts.config_toml.is_some() {
             env.push((
                 "BAE_CONFIG".to_string(),
@@ -657,6 +680,11 @@ impl Server {
             .unwrap_or_else(|| self.dir.join("bae.db"))
     }
 
+    /// `BAE_DATABASE_URL` of this server when it runs on PostgreSQL.
+    pub fn database_url(&self) -> Option<String> {
+        self.env_value("BAE_DATABASE_URL").filter(|v| !v.is_empty())
+    }
+
     pub fn admin_key_file(&self) -> PathBuf {
         self.dir.join("admin-key.pem")
     }
@@ -680,6 +708,11 @@ impl Drop for Server {
         // the reference does); the suite must not leak them.
         if let Some(host) = self.env_value("DOCKER_HOST") {
             crate::containers::stop_labelled(&host, &crate::containers::db_label(&self.db_path()));
+        }
+        if let Some((cluster, db, _)) = &self.pg {
+            if self.dir.will_remove() {
+                cluster.drop_database(db);
+            }
         }
         if std::thread::panicking() {
             let log = self.stderr_log();

@@ -65,6 +65,9 @@ pub struct Env {
     pub admin_addr: SocketAddr,
     /// `BAE_DB_PATH`, default `/var/lib/bae/bae.db`.
     pub db_path: PathBuf,
+    /// Extension `BAE_DATABASE_URL` (+ `BAE_DATABASE_POOL_SIZE`): the
+    /// PostgreSQL store instead of the SQLite file (docs/scaling.md).
+    pub database: super::Database,
     /// `BAE_LOG`, default `info`: stderr log filter directive (not validated
     /// here; an unparsable value falls back to `info` at logging init).
     pub log: String,
@@ -265,6 +268,7 @@ pub fn parse_env(get: impl Fn(&str) -> Option<String>) -> Result<Env, ConfigErro
         return Err(ConfigError::AdminNotLoopback { addr: admin_addr });
     }
     let db_path = PathBuf::from(get("BAE_DB_PATH").unwrap_or_else(|| DEFAULT_DB_PATH.into()));
+    let database = super::database::parse_database(&get)?;
     let log = get("BAE_LOG").unwrap_or_else(|| "info".into());
     let otel_log = get("BAE_OTEL_LOG").unwrap_or_else(|| "info".into());
     let shutdown_timeout = seconds("BAE_SHUTDOWN_TIMEOUT", get("BAE_SHUTDOWN_TIMEOUT"), 30)?;
@@ -360,6 +364,11 @@ pub fn parse_env(get: impl Fn(&str) -> Option<String>) -> Result<Env, ConfigErro
     let shared_history = get("BAE_SHARED_HISTORY")
         .map(|v| is_truthy(&v))
         .unwrap_or(false);
+    if shared_history && database != super::Database::Sqlite {
+        return Err(ConfigError::NotWithPostgres {
+            var: "BAE_SHARED_HISTORY",
+        });
+    }
     let sqlite_synchronous = match get("BAE_SQLITE_SYNCHRONOUS") {
         None => Synchronous::Normal,
         Some(v) => {
@@ -382,6 +391,7 @@ pub fn parse_env(get: impl Fn(&str) -> Option<String>) -> Result<Env, ConfigErro
         addr,
         admin_addr,
         db_path,
+        database,
         log,
         otel_log,
         shutdown_timeout,

@@ -19,6 +19,7 @@
 //! [`ConfigError::stderr_line`] add it. Both always exit with code 2.
 
 mod cli;
+mod database;
 mod env;
 mod file;
 mod redact;
@@ -29,6 +30,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 pub use cli::{parse_cli, usage_text, version_text, Cli, Command};
+pub use database::{Database, DatabaseUrl, DEFAULT_POOL_SIZE, MAX_POOL_SIZE};
 pub use env::{
     check_rotate_with_disabled_auth, parse_env, process_env, resolve_paths, Env, SandboxDriver,
     Synchronous,
@@ -110,6 +112,12 @@ pub enum ConfigError {
     },
     /// `--rotate-admin-key` with `BAE_DANGEROUSLY_DISABLE_ADMIN_AUTH` truthy.
     RotateWithDisabledAuth,
+    /// `BAE_DATABASE_URL` is not a usable PostgreSQL URL; `shown` is the
+    /// value with its password redacted.
+    InvalidDatabaseUrl { shown: String, detail: String },
+    /// An option the PostgreSQL store does not support (yet) was set
+    /// together with `BAE_DATABASE_URL`.
+    NotWithPostgres { var: &'static str },
     /// The config file exists but cannot be read.
     CannotReadFile { path: PathBuf, detail: String },
     /// The config file is not valid TOML or does not match the schema.
@@ -170,6 +178,13 @@ impl fmt::Display for ConfigError {
                 value,
                 expected,
             } => write!(f, "{var}: \"{value}\" is not valid (expected {expected})"),
+            ConfigError::InvalidDatabaseUrl { shown, detail } => {
+                write!(f, "BAE_DATABASE_URL: \"{shown}\" is not valid ({detail})")
+            }
+            ConfigError::NotWithPostgres { var } => write!(
+                f,
+                "{var} is not supported with BAE_DATABASE_URL (the PostgreSQL store); unset one"
+            ),
             ConfigError::RotateWithDisabledAuth => f.write_str(
                 "--rotate-admin-key cannot be combined with \
                  BAE_DANGEROUSLY_DISABLE_ADMIN_AUTH",

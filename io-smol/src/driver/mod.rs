@@ -42,7 +42,7 @@ use smol::channel::{self, Receiver, Sender};
 use smol::net::{TcpListener, TcpStream};
 use smol::Timer;
 
-use crate::store::Store;
+use crate::store::Backend;
 use engine::pipeline::{Delivery, Job, Pipeline};
 
 /// Capacity of the event channel: readers wait (back-pressure) when the
@@ -174,7 +174,7 @@ struct Conn {
 pub struct Boot {
     pub engine: Engine,
     pub clock: Clock,
-    pub store: Store,
+    pub store: Backend,
     pub listeners: Listeners,
     pub settings: DriverSettings,
     /// The OpenTelemetry exporter, when `[telemetry]` is enabled.
@@ -655,7 +655,7 @@ pub enum StoreDone {
     Read(ReadId, Result<ReadResult, String>),
 }
 
-fn store_worker(store: Store, jobs: Receiver<Vec<Job>>, events: Sender<Event>) {
+fn store_worker(store: Backend, jobs: Receiver<Vec<Job>>, events: Sender<Event>) {
     serve_store_jobs(
         store,
         || jobs.recv_blocking().ok(),
@@ -669,18 +669,20 @@ fn store_worker(store: Store, jobs: Receiver<Vec<Job>>, events: Sender<Event>) {
     )
 }
 
-/// The store thread of every runtime: one SQLite connection with cached
-/// statements, jobs in FIFO order, until `next` has no more or `done`
-/// reports that nobody listens. A failed commit exits the process.
+/// The store thread of every runtime: the database connection (SQLite:
+/// with cached statements), jobs in FIFO order, until `next` has no more
+/// or `done` reports that nobody listens. A failed commit, or a lost
+/// database connection, exits the process (crash-only).
 pub fn serve_store_jobs(
-    store: Store,
+    mut store: Backend,
     mut next: impl FnMut() -> Option<Vec<Job>>,
     mut done: impl FnMut(StoreDone) -> bool,
 ) {
-    let mut conn = store.conn();
+    let mut conn = store.worker();
     let mut stats = engine::metrics::RuntimeStats::default();
     while let Some(batch) = next() {
-        for job in batch {
+        let mut jobs = batch.into_iter().peekable();
+        while let Some(job) = jobs.next() {
             match job {
                 Job::Commit { batch, writes } => {
                     let started = Instant::now();
@@ -718,12 +720,35 @@ pub fn serve_store_jobs(
                     }
                 }
                 Job::Read { id, read } => {
-                    let result = conn.read(&read).map_err(|e| {
-                        tracing::warn!(error = %e, "store read failed");
-                        e.to_string()
-                    });
-                    if !done(StoreDone::Read(id, result)) {
-                        return;
+                    // This read and the plain reads right after it: no write
+                    // lies between them, so they may be answered together.
+                    let mut run = vec![(id, read)];
+                    while let Some(Job::Read { read, .. }) = jobs.peek() {
+                        if *read == StoreRead::Runtime {
+                            break;
+                        }
+                        match jobs.next() {
+                            Some(Job::Read { id, read }) => run.push((id, read)),
+                            _ => unreachable!("peeked a read"),
+                        }
+                    }
+                    let (ids, reads): (Vec<ReadId>, Vec<StoreRead>) = run.into_iter().unzip();
+                    for (id, result) in ids.into_iter().zip(conn.read_many(reads)) {
+                        let result = result.map_err(|e| {
+                            if e.is_fatal() {
+                                tracing::error!(
+                                    error = %e,
+                                    "store read failed; exiting (crash-only: restart \
+                                     rebuilds state from the database)"
+                                );
+                                std::process::exit(1);
+                            }
+                            tracing::warn!(error = %e, "store read failed");
+                            e.to_string()
+                        });
+                        if !done(StoreDone::Read(id, result)) {
+                            return;
+                        }
                     }
                 }
             }

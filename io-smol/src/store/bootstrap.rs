@@ -20,7 +20,8 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use super::{Store, StoreError};
+use super::pg::PgStore;
+use super::{Backend, Store, StoreError};
 
 /// Plaintext prefix of admin keys.
 pub const ADMIN_KEY_PREFIX: &str = "bae_admin_";
@@ -116,10 +117,169 @@ impl From<sqlite::Error> for BootstrapError {
     }
 }
 
+/// What the bootstrap needs of a database (each backend implements it).
+pub trait AdminKeyDb {
+    /// Active (not revoked) admin rows.
+    fn active_admin_rows(&mut self) -> Result<i64, StoreError>;
+    /// Runs `f` in one transaction, rolled back when `f` or the commit
+    /// fails.
+    fn admin_transaction(
+        &mut self,
+        f: &mut dyn FnMut(&mut dyn AdminKeyTx) -> Result<(), BootstrapError>,
+    ) -> Result<(), BootstrapError>;
+}
+
+/// The bootstrap's writes inside [`AdminKeyDb::admin_transaction`].
+pub trait AdminKeyTx {
+    /// Soft-deletes every active admin row (now).
+    fn revoke_admin_keys(&mut self) -> Result<(), StoreError>;
+    /// Inserts an admin row created now.
+    fn insert_admin_key(
+        &mut self,
+        id: &str,
+        name: &str,
+        key_hash: &str,
+        prefix: &str,
+    ) -> Result<(), StoreError>;
+}
+
+impl AdminKeyTx for &sqlite::Connection {
+    fn revoke_admin_keys(&mut self) -> Result<(), StoreError> {
+        Ok(self.execute(format!(
+            "UPDATE keys SET deleted_at = {NOW_SQL} WHERE role = 'admin' AND deleted_at IS NULL"
+        ))?)
+    }
+
+    fn insert_admin_key(
+        &mut self,
+        id: &str,
+        name: &str,
+        key_hash: &str,
+        prefix: &str,
+    ) -> Result<(), StoreError> {
+        let mut st = self.prepare(format!(
+            "INSERT INTO keys (id, name, key_hash, key_prefix, role, profile_id, client_id, \
+             created_at) VALUES (?1, ?2, ?3, ?4, 'admin', NULL, NULL, {NOW_SQL})"
+        ))?;
+        st.bind((1, id))?;
+        st.bind((2, name))?;
+        st.bind((3, key_hash))?;
+        st.bind((4, prefix))?;
+        while st.next()? == sqlite::State::Row {}
+        Ok(())
+    }
+}
+
+impl AdminKeyDb for &Store {
+    fn active_admin_rows(&mut self) -> Result<i64, StoreError> {
+        let mut st = self
+            .raw()
+            .prepare("SELECT COUNT(*) FROM keys WHERE role = 'admin' AND deleted_at IS NULL")?;
+        st.next()?;
+        Ok(st.read::<i64, _>(0)?)
+    }
+
+    fn admin_transaction(
+        &mut self,
+        f: &mut dyn FnMut(&mut dyn AdminKeyTx) -> Result<(), BootstrapError>,
+    ) -> Result<(), BootstrapError> {
+        self.with_transaction(|conn| {
+            let mut tx = conn;
+            f(&mut tx)
+        })
+    }
+}
+
+struct PgTx<'a, 'b>(
+    &'a mut postgres::Transaction<'b>,
+    crate::config::DatabaseUrl,
+);
+
+impl PgTx<'_, '_> {
+    fn err(&self, e: postgres::Error) -> StoreError {
+        StoreError::Postgres(super::pg::pg_text(&self.1, &e))
+    }
+}
+
+impl AdminKeyTx for PgTx<'_, '_> {
+    fn revoke_admin_keys(&mut self) -> Result<(), StoreError> {
+        let sql = format!(
+            "UPDATE keys SET deleted_at = {} WHERE role = 'admin' AND deleted_at IS NULL",
+            super::pg::NOW_SQL
+        );
+        self.0.execute(&sql, &[]).map_err(|e| self.err(e))?;
+        Ok(())
+    }
+
+    fn insert_admin_key(
+        &mut self,
+        id: &str,
+        name: &str,
+        key_hash: &str,
+        prefix: &str,
+    ) -> Result<(), StoreError> {
+        let sql = format!(
+            "INSERT INTO keys (id, name, key_hash, key_prefix, role, created_at) \
+             VALUES ($1, $2, $3, $4, 'admin', {})",
+            super::pg::NOW_SQL
+        );
+        self.0
+            .execute(&sql, &[&id, &name.as_bytes(), &key_hash, &prefix])
+            .map_err(|e| self.err(e))?;
+        Ok(())
+    }
+}
+
+impl AdminKeyDb for &mut PgStore {
+    fn active_admin_rows(&mut self) -> Result<i64, StoreError> {
+        let url = self.url().clone();
+        self.client()
+            .query_one(
+                "SELECT COUNT(*) FROM keys WHERE role = 'admin' AND deleted_at IS NULL",
+                &[],
+            )
+            .and_then(|r| r.try_get(0))
+            .map_err(|e| StoreError::Postgres(super::pg::pg_text(&url, &e)))
+    }
+
+    fn admin_transaction(
+        &mut self,
+        f: &mut dyn FnMut(&mut dyn AdminKeyTx) -> Result<(), BootstrapError>,
+    ) -> Result<(), BootstrapError> {
+        let url = self.url().clone();
+        self.with_transaction(|tx| f(&mut PgTx(tx, url)))
+    }
+}
+
+impl AdminKeyDb for &mut Backend {
+    fn active_admin_rows(&mut self) -> Result<i64, StoreError> {
+        match &mut **self {
+            Backend::Sqlite(s) => (&*s).active_admin_rows(),
+            Backend::Postgres(p) => {
+                let mut p: &mut PgStore = p.as_mut();
+                p.active_admin_rows()
+            }
+        }
+    }
+
+    fn admin_transaction(
+        &mut self,
+        f: &mut dyn FnMut(&mut dyn AdminKeyTx) -> Result<(), BootstrapError>,
+    ) -> Result<(), BootstrapError> {
+        match &mut **self {
+            Backend::Sqlite(s) => (&*s).admin_transaction(f),
+            Backend::Postgres(p) => {
+                let mut p: &mut PgStore = p.as_mut();
+                p.admin_transaction(f)
+            }
+        }
+    }
+}
+
 /// Runs the startup decision table. `entropy` must fill its buffer from the
 /// OS CSPRNG in production.
 pub fn bootstrap_admin_key(
-    store: &Store,
+    mut store: impl AdminKeyDb,
     settings: &BootstrapSettings,
     entropy: &mut dyn FnMut(&mut [u8]),
 ) -> Result<BootstrapOutcome, BootstrapError> {
@@ -131,10 +291,8 @@ pub fn bootstrap_admin_key(
         return Ok(BootstrapOutcome::Disabled);
     }
     if settings.rotate {
-        store.with_transaction(|conn| -> Result<(), BootstrapError> {
-            conn.execute(format!(
-                "UPDATE keys SET deleted_at = {NOW_SQL} WHERE role = 'admin' AND deleted_at IS NULL"
-            ))?;
+        store.admin_transaction(&mut |conn| -> Result<(), BootstrapError> {
+            conn.revoke_admin_keys()?;
             match fs::remove_file(&settings.key_file) {
                 Ok(()) => {}
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {}
@@ -150,7 +308,7 @@ pub fn bootstrap_admin_key(
         tracing::info!(path = %settings.key_file.display(), "admin key rotated");
         return Ok(BootstrapOutcome::Rotated);
     }
-    if active_admin_rows(store)? > 0 {
+    if store.active_admin_rows()? > 0 {
         return Ok(BootstrapOutcome::Existing);
     }
     match fs::metadata(&settings.hash_file) {
@@ -158,7 +316,7 @@ pub fn bootstrap_admin_key(
         _ => {
             let parsed = parse_hash_file(&settings.hash_file)?;
             let name = parsed.name.clone();
-            store.with_transaction(|conn| -> Result<(), BootstrapError> {
+            store.admin_transaction(&mut |conn| -> Result<(), BootstrapError> {
                 insert_admin_row(conn, &new_key_id(entropy), &parsed)
             })?;
             tracing::info!(
@@ -169,20 +327,12 @@ pub fn bootstrap_admin_key(
             return Ok(BootstrapOutcome::Ingested { name });
         }
     }
-    store.with_transaction(|conn| self_generate(conn, &settings.key_file, entropy))?;
+    store.admin_transaction(&mut |conn| self_generate(conn, &settings.key_file, entropy))?;
     tracing::info!(
         path = %settings.key_file.display(),
         "no admin key found; generated new admin key, written to file"
     );
     Ok(BootstrapOutcome::Generated)
-}
-
-fn active_admin_rows(store: &Store) -> Result<i64, BootstrapError> {
-    let mut st = store
-        .raw()
-        .prepare("SELECT COUNT(*) FROM keys WHERE role = 'admin' AND deleted_at IS NULL")?;
-    st.next()?;
-    Ok(st.read::<i64, _>(0)?)
 }
 
 /// A validated admin row to insert.
@@ -196,7 +346,7 @@ struct AdminRow {
 /// caller's transaction: if the file cannot be written the row is rolled
 /// back, so a failed boot never leaves an admin row nobody holds the key to.
 fn self_generate(
-    conn: &sqlite::Connection,
+    conn: &mut dyn AdminKeyTx,
     key_file: &Path,
     entropy: &mut dyn FnMut(&mut [u8]),
 ) -> Result<(), BootstrapError> {
@@ -216,20 +366,11 @@ fn self_generate(
 }
 
 fn insert_admin_row(
-    conn: &sqlite::Connection,
+    conn: &mut dyn AdminKeyTx,
     id: &str,
     row: &AdminRow,
 ) -> Result<(), BootstrapError> {
-    let mut st = conn.prepare(format!(
-        "INSERT INTO keys (id, name, key_hash, key_prefix, role, profile_id, client_id, \
-         created_at) VALUES (?1, ?2, ?3, ?4, 'admin', NULL, NULL, {NOW_SQL})"
-    ))?;
-    st.bind((1, id))?;
-    st.bind((2, row.name.as_str()))?;
-    st.bind((3, row.key_hash.as_str()))?;
-    st.bind((4, row.prefix.as_str()))?;
-    while st.next()? == sqlite::State::Row {}
-    Ok(())
+    Ok(conn.insert_admin_key(id, &row.name, &row.key_hash, &row.prefix)?)
 }
 
 /// Creates or truncates `path` with mode 0600 and writes `key` + `\n`.

@@ -16,12 +16,14 @@
 //! and is durable against power loss too, at the cost of one fsync per
 //! group commit.
 
+mod backend;
 mod bootstrap;
 mod history;
 mod history_db;
 mod json_scan;
+pub mod pg;
 mod read;
-mod rows;
+pub(crate) mod rows;
 mod schema;
 
 use rows::*;
@@ -37,6 +39,7 @@ use engine::store::{
 use serde_json::Value;
 use sqlite::{Connection, State, Statement};
 
+pub use backend::{Backend, Worker};
 pub use bootstrap::{
     bootstrap_admin_key, is_sha256_hex, is_valid_argon2id_phc, BootstrapError, BootstrapOutcome,
     BootstrapSettings, ADMIN_KEY_PREFIX, BOOTSTRAP_ADMIN_NAME, PROVISIONED_ADMIN_NAME,
@@ -78,6 +81,25 @@ pub enum StoreError {
     Sqlite(String),
     /// A stored value could not be interpreted.
     Corrupt(String),
+    /// PostgreSQL could not be reached or refused the connection; `target`
+    /// is the URL with its password redacted.
+    Connect { target: String, detail: String },
+    /// The PostgreSQL server is older than this binary supports.
+    ServerVersion { found: String },
+    /// The database role may not create or use the server's tables.
+    Privileges { detail: String },
+    /// Any other PostgreSQL error.
+    Postgres(String),
+    /// The connection to PostgreSQL was lost (crash-only: fatal).
+    ConnectionLost(String),
+}
+
+impl StoreError {
+    /// Whether the store can no longer be used at all (the process exits,
+    /// as after a failed commit).
+    pub fn is_fatal(&self) -> bool {
+        matches!(self, StoreError::ConnectionLost(_))
+    }
 }
 
 impl fmt::Display for StoreError {
@@ -112,6 +134,25 @@ impl fmt::Display for StoreError {
             }
             StoreError::Sqlite(detail) => write!(f, "database error: {detail}"),
             StoreError::Corrupt(detail) => write!(f, "unreadable database value: {detail}"),
+            StoreError::Connect { target, detail } => write!(
+                f,
+                "cannot connect to PostgreSQL at \"{target}\" (BAE_DATABASE_URL): {detail}; \
+                 check that the server runs, is reachable and accepts these credentials"
+            ),
+            StoreError::ServerVersion { found } => write!(
+                f,
+                "PostgreSQL server version {found} is not supported (13 or newer is required)"
+            ),
+            StoreError::Privileges { detail } => write!(
+                f,
+                "insufficient database privileges: {detail}; the role in BAE_DATABASE_URL \
+                 must own the database's schema or be granted CREATE on it and SELECT, \
+                 INSERT, UPDATE, DELETE on its tables (docs/scaling.md)"
+            ),
+            StoreError::Postgres(detail) => write!(f, "database error: {detail}"),
+            StoreError::ConnectionLost(detail) => {
+                write!(f, "connection to PostgreSQL lost: {detail}")
+            }
         }
     }
 }
@@ -660,19 +701,15 @@ impl<'c> StoreConn<'c> {
     }
 
     fn write_profile(&mut self, q: Q, p: &ProfileRow) -> Result<()> {
-        let primary = json_text(&Value::String(p.primary_provider.clone()));
-        let fallbacks = serde_json::to_string(&p.fallback_providers).expect("strings serialize");
-        let mcp = serde_json::to_string(&p.mcp_servers).expect("strings serialize");
-        let tools = serde_json::to_string(&p.allowed_tools).expect("values serialize");
-        let sandboxes = serde_json::to_string(&p.available_sandboxes).expect("strings serialize");
+        let v = ProfileTexts::of(p);
         let st = self.stmt(q)?;
         st.bind((1, p.id.as_str()))?;
         st.bind((2, p.name.as_str()))?;
-        st.bind((3, primary.as_str()))?;
-        st.bind((4, fallbacks.as_str()))?;
-        st.bind((5, mcp.as_str()))?;
-        st.bind((6, tools.as_str()))?;
-        st.bind((7, sandboxes.as_str()))?;
+        st.bind((3, v.primary.as_str()))?;
+        st.bind((4, v.fallbacks.as_str()))?;
+        st.bind((5, v.mcp.as_str()))?;
+        st.bind((6, v.tools.as_str()))?;
+        st.bind((7, v.sandboxes.as_str()))?;
         st.bind((8, p.created_at.as_str()))?;
         st.bind((9, p.updated_at.as_str()))?;
         st.bind((10, p.deleted_at.as_deref()))?;

@@ -1,35 +1,79 @@
-//! Decoding rows and encoding values between SQLite and the store types.
+//! Decoding rows and encoding values between the databases and the store
+//! types: both backends select the same columns in the same order, and
+//! decode them here through [`Cols`].
 
 use super::*;
 
-pub(super) fn seq_to_i64(seq: u64) -> Result<i64> {
+/// The columns of one result row, by position.
+pub(crate) trait Cols {
+    fn text(&self, i: usize) -> Result<String>;
+    fn opt_text(&self, i: usize) -> Result<Option<String>>;
+    fn int(&self, i: usize) -> Result<i64>;
+}
+
+impl Cols for Statement<'_> {
+    fn text(&self, i: usize) -> Result<String> {
+        Ok(self.read::<String, _>(i)?)
+    }
+    fn opt_text(&self, i: usize) -> Result<Option<String>> {
+        Ok(self.read::<Option<String>, _>(i)?)
+    }
+    fn int(&self, i: usize) -> Result<i64> {
+        Ok(self.read::<i64, _>(i)?)
+    }
+}
+
+pub(crate) fn seq_to_i64(seq: u64) -> Result<i64> {
     i64::try_from(seq).map_err(|_| StoreError::Corrupt(format!("event seq {seq} out of range")))
 }
 
+/// The JSON texts of a profile's list and provider columns (both backends
+/// store the same text).
+pub(crate) struct ProfileTexts {
+    pub primary: String,
+    pub fallbacks: String,
+    pub mcp: String,
+    pub tools: String,
+    pub sandboxes: String,
+}
+
+impl ProfileTexts {
+    pub fn of(p: &ProfileRow) -> ProfileTexts {
+        let list = |v: &[String]| serde_json::to_string(v).expect("strings serialize");
+        ProfileTexts {
+            primary: json_text(&Value::String(p.primary_provider.clone())),
+            fallbacks: list(&p.fallback_providers),
+            mcp: list(&p.mcp_servers),
+            tools: serde_json::to_string(&p.allowed_tools).expect("values serialize"),
+            sandboxes: list(&p.available_sandboxes),
+        }
+    }
+}
+
 /// Compact JSON text of a value.
-pub(super) fn json_text(v: &Value) -> String {
+pub(crate) fn json_text(v: &Value) -> String {
     serde_json::to_string(v).expect("serde_json::Value always serializes")
 }
 
-pub(super) fn read_event(st: &Statement<'_>) -> Result<EventRow> {
+pub(crate) fn read_event(st: &impl Cols) -> Result<EventRow> {
     Ok(EventRow {
-        seq: st.read::<i64, _>(0)? as u64,
-        id: st.read::<String, _>(1)?,
-        session_id: st.read::<String, _>(2)?,
-        client_key_id: st.read::<Option<String>, _>(3)?,
-        event_type: st.read::<String, _>(4)?,
-        payload: st.read::<String, _>(5)?,
-        created_at: st.read::<String, _>(6)?,
+        seq: st.int(0)? as u64,
+        id: st.text(1)?,
+        session_id: st.text(2)?,
+        client_key_id: st.opt_text(3)?,
+        event_type: st.text(4)?,
+        payload: st.text(5)?,
+        created_at: st.text(6)?,
     })
 }
 
 /// Parses a JSON column; unparsable text is kept as a JSON string so that a
 /// legacy or hand-edited value never prevents the server from starting.
-pub(super) fn json_column(raw: Option<String>) -> Option<Value> {
+pub(crate) fn json_column(raw: Option<String>) -> Option<Value> {
     raw.map(|s| serde_json::from_str(&s).unwrap_or(Value::String(s)))
 }
 
-pub(super) fn string_list(raw: Option<String>) -> Vec<String> {
+pub(crate) fn string_list(raw: Option<String>) -> Vec<String> {
     match json_column(raw) {
         Some(Value::Array(items)) => items
             .into_iter()
@@ -42,74 +86,74 @@ pub(super) fn string_list(raw: Option<String>) -> Vec<String> {
     }
 }
 
-pub(super) fn read_profile(st: &Statement<'_>) -> Result<ProfileRow> {
-    let primary = match json_column(st.read::<Option<String>, _>(2)?) {
+pub(crate) fn read_profile(st: &impl Cols) -> Result<ProfileRow> {
+    let primary = match json_column(st.opt_text(2)?) {
         Some(Value::String(s)) => s,
         Some(Value::Null) | None => String::new(),
         Some(other) => other.to_string(),
     };
-    let allowed_tools = match json_column(st.read::<Option<String>, _>(5)?) {
+    let allowed_tools = match json_column(st.opt_text(5)?) {
         Some(Value::Array(items)) => items,
         _ => Vec::new(),
     };
     Ok(ProfileRow {
-        id: st.read::<String, _>(0)?,
-        name: st.read::<String, _>(1)?,
+        id: st.text(0)?,
+        name: st.text(1)?,
         primary_provider: primary,
-        fallback_providers: string_list(st.read::<Option<String>, _>(3)?),
-        mcp_servers: string_list(st.read::<Option<String>, _>(4)?),
+        fallback_providers: string_list(st.opt_text(3)?),
+        mcp_servers: string_list(st.opt_text(4)?),
         allowed_tools,
-        available_sandboxes: string_list(st.read::<Option<String>, _>(6)?),
-        created_at: st.read::<String, _>(7)?,
-        updated_at: st.read::<String, _>(8)?,
-        deleted_at: st.read::<Option<String>, _>(9)?,
+        available_sandboxes: string_list(st.opt_text(6)?),
+        created_at: st.text(7)?,
+        updated_at: st.text(8)?,
+        deleted_at: st.opt_text(9)?,
     })
 }
 
-pub(super) fn read_key(st: &Statement<'_>) -> Result<KeyRow> {
-    let role_text = st.read::<String, _>(4)?;
+pub(crate) fn read_key(st: &impl Cols) -> Result<KeyRow> {
+    let role_text = st.text(4)?;
     let role = KeyRole::parse(&role_text)
         .ok_or_else(|| StoreError::Corrupt(format!("unknown key role \"{role_text}\"")))?;
     Ok(KeyRow {
-        id: st.read::<String, _>(0)?,
-        name: st.read::<String, _>(1)?,
-        key_hash: st.read::<String, _>(2)?,
-        key_prefix: st.read::<String, _>(3)?,
+        id: st.text(0)?,
+        name: st.text(1)?,
+        key_hash: st.text(2)?,
+        key_prefix: st.text(3)?,
         role,
-        profile_id: st.read::<Option<String>, _>(5)?,
-        client_id: st.read::<Option<String>, _>(6)?,
-        created_at: st.read::<String, _>(7)?,
-        last_used_at: st.read::<Option<String>, _>(8)?,
-        deleted_at: st.read::<Option<String>, _>(9)?,
+        profile_id: st.opt_text(5)?,
+        client_id: st.opt_text(6)?,
+        created_at: st.text(7)?,
+        last_used_at: st.opt_text(8)?,
+        deleted_at: st.opt_text(9)?,
     })
 }
 
-pub(super) fn tool_map(raw: Option<String>) -> Value {
+pub(crate) fn tool_map(raw: Option<String>) -> Value {
     match json_column(raw) {
         Some(Value::Null) | None => Value::Object(Default::default()),
         Some(v) => v,
     }
 }
 
-pub(super) fn read_session(st: &Statement<'_>) -> Result<SessionRow> {
-    let state_text = st.read::<String, _>(3)?;
+pub(crate) fn read_session(st: &impl Cols) -> Result<SessionRow> {
+    let state_text = st.text(3)?;
     let state = SessionState::parse(&state_text)
         .ok_or_else(|| StoreError::Corrupt(format!("unknown session state \"{state_text}\"")))?;
-    let compaction = match json_column(st.read::<Option<String>, _>(8)?) {
+    let compaction = match json_column(st.opt_text(8)?) {
         Some(Value::Null) | None => None,
         Some(v) => Some(v),
     };
     Ok(SessionRow {
-        id: st.read::<String, _>(0)?,
-        client_key_id: st.read::<String, _>(1)?,
-        profile_id: st.read::<String, _>(2)?,
+        id: st.text(0)?,
+        client_key_id: st.text(1)?,
+        profile_id: st.text(2)?,
         state,
-        client_version: st.read::<Option<String>, _>(4)?,
-        client_tools: tool_map(st.read::<Option<String>, _>(5)?),
-        sandbox_tools: tool_map(st.read::<Option<String>, _>(6)?),
-        subagent_tools: tool_map(st.read::<Option<String>, _>(7)?),
+        client_version: st.opt_text(4)?,
+        client_tools: tool_map(st.opt_text(5)?),
+        sandbox_tools: tool_map(st.opt_text(6)?),
+        subagent_tools: tool_map(st.opt_text(7)?),
         compaction,
-        created_at: st.read::<String, _>(9)?,
-        closed_at: st.read::<Option<String>, _>(10)?,
+        created_at: st.text(9)?,
+        closed_at: st.opt_text(10)?,
     })
 }

@@ -17,7 +17,11 @@
 //! cargo build --release -p io-smol -p testkit
 //! target/release/bench_turns [--secs 3] [--turns 100] [--baesrv PATH]
 //!     [--otlp URL [--otlp-protocol grpc|http/protobuf]] [--only CLIENTS]
+//!     [--database-url postgres://…]
 //! ```
+//!
+//! `--database-url` runs the server on that (empty) PostgreSQL database
+//! instead of a fresh SQLite file.
 //!
 //! Std-only blocking clients, one OS thread per simulated client, keep-alive
 //! connections. Prints a Markdown table.
@@ -270,7 +274,12 @@ struct Otlp {
     protocol: String,
 }
 
-fn start_baesrv(bin: &Path, mock: SocketAddr, otlp: Option<&Otlp>) -> Res<Baesrv> {
+fn start_baesrv(
+    bin: &Path,
+    mock: SocketAddr,
+    otlp: Option<&Otlp>,
+    database_url: Option<&str>,
+) -> Res<Baesrv> {
     let dir = std::env::temp_dir().join(format!("bench-turns-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).map_err(err("temp dir"))?;
@@ -301,6 +310,7 @@ fn start_baesrv(bin: &Path, mock: SocketAddr, otlp: Option<&Otlp>) -> Res<Baesrv
         .env("BAE_LOG", "warn")
         // Metrics are exported during a run too.
         .env("OTEL_METRIC_EXPORT_INTERVAL", "1000")
+        .env("BAE_DATABASE_URL", database_url.unwrap_or(""))
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
@@ -625,6 +635,7 @@ fn run() -> Res<()> {
     let mut otlp: Option<Otlp> = None;
     let mut protocol = "grpc".to_string();
     let mut only: Option<usize> = None;
+    let mut database_url = None;
     let mut bin = std::env::current_exe()
         .map_err(err("current exe"))?
         .with_file_name(format!("baesrv{}", std::env::consts::EXE_SUFFIX));
@@ -642,6 +653,7 @@ fn run() -> Res<()> {
             }
             "--otlp-protocol" => protocol = val()?,
             "--only" => only = Some(val()?.parse().map_err(err("--only"))?),
+            "--database-url" => database_url = Some(val()?),
             other => return Err(format!("unknown argument {other}")),
         }
     }
@@ -649,7 +661,7 @@ fn run() -> Res<()> {
         o.protocol = protocol;
     }
     let mock = mock_provider()?;
-    let srv = start_baesrv(&bin, mock, otlp.as_ref())?;
+    let srv = start_baesrv(&bin, mock, otlp.as_ref(), database_url.as_deref())?;
     let key = client_key(&srv)?;
     if let Some(clients) = only {
         // Load scenarios at one concurrency, nothing else (telemetry runs).

@@ -1,0 +1,97 @@
+//! The store's database behind one type: the SQLite file (default) or
+//! PostgreSQL (`BAE_DATABASE_URL`). Both implement the same write-batch /
+//! read contract of [`engine::store`]; everything outside `store/` sees
+//! only [`Backend`] and, on the store thread, [`Worker`].
+
+use engine::store::{ReadResult, Snapshot, StoreRead, StoreWrite};
+
+use super::pg::PgStore;
+use super::{Activity, MigrateReport, Result, Store, StoreConn};
+
+/// An open store database.
+#[derive(Debug)]
+pub enum Backend {
+    Sqlite(Store),
+    // Boxed: a PostgreSQL client is several times the size of a SQLite one.
+    Postgres(Box<PgStore>),
+}
+
+impl Backend {
+    /// Applies pending migrations (refusing a newer schema).
+    pub fn migrate(&mut self) -> Result<MigrateReport> {
+        match self {
+            Backend::Sqlite(s) => s.migrate(),
+            Backend::Postgres(p) => p.migrate(),
+        }
+    }
+
+    /// What the store restores the engine from.
+    pub fn load_snapshot(&mut self) -> Result<Snapshot> {
+        match self {
+            Backend::Sqlite(s) => s.load_snapshot(),
+            Backend::Postgres(p) => p.load_snapshot(),
+        }
+    }
+
+    /// Where the data lives, safe to log (a PostgreSQL password redacted).
+    pub fn describe(&self) -> String {
+        match self {
+            Backend::Sqlite(s) => s.path().display().to_string(),
+            Backend::Postgres(p) => p.describe(),
+        }
+    }
+
+    /// The store thread's handle (SQLite: with its statement cache).
+    pub fn worker(&mut self) -> Worker<'_> {
+        match self {
+            Backend::Sqlite(s) => Worker::Sqlite(s.conn()),
+            Backend::Postgres(p) => Worker::Postgres(p),
+        }
+    }
+}
+
+/// The store thread's view of a [`Backend`].
+pub enum Worker<'a> {
+    Sqlite(StoreConn<'a>),
+    Postgres(&'a mut PgStore),
+}
+
+impl Worker<'_> {
+    /// One batch, atomically.
+    pub fn commit(&mut self, batch: &[StoreWrite]) -> Result<()> {
+        match self {
+            Worker::Sqlite(c) => c.commit(batch),
+            Worker::Postgres(p) => p.commit(batch),
+        }
+    }
+
+    pub fn read(&mut self, read: &StoreRead) -> Result<ReadResult> {
+        match self {
+            Worker::Sqlite(c) => c.read(read),
+            Worker::Postgres(p) => p.read(read),
+        }
+    }
+
+    /// Consecutive reads (no write between them), answered in order; the
+    /// PostgreSQL store may run them in parallel on its readers.
+    pub fn read_many(&mut self, reads: Vec<StoreRead>) -> Vec<Result<ReadResult>> {
+        match self {
+            Worker::Sqlite(c) => reads.iter().map(|r| c.read(r)).collect(),
+            Worker::Postgres(p) => p.read_many(reads),
+        }
+    }
+
+    pub fn load_snapshot(&mut self) -> Result<Snapshot> {
+        match self {
+            Worker::Sqlite(c) => c.load_snapshot(),
+            Worker::Postgres(p) => p.load_snapshot(),
+        }
+    }
+
+    pub fn activity(&mut self) -> Result<Activity> {
+        match self {
+            Worker::Sqlite(c) => c.activity(),
+            Worker::Postgres(p) => p.activity(),
+        }
+    }
+}

@@ -1,0 +1,559 @@
+//! The engine's writes and reads against PostgreSQL: one prepared
+//! statement per query, the SQLite store's column order (rows decode
+//! through the shared [`Cols`] mapping), one transaction per batch.
+
+use std::collections::HashSet;
+
+use engine::store::{
+    EventRow, EventType, IdempotencyRow, ReadResult, Snapshot, StoreRead, StoreWrite,
+};
+use postgres::types::{ToSql, Type};
+use postgres::{GenericClient, IsolationLevel, Row, Statement};
+
+use super::{PgStore, StoreError};
+use crate::store::rows::{
+    json_text, read_event, read_key, read_profile, read_session, seq_to_i64, Cols,
+};
+use crate::store::{Activity, Result};
+
+/// The statements, by [`Pq`].
+macro_rules! pg_queries {
+    ($($name:ident = $sql:expr;)*) => {
+        #[derive(Debug, Clone, Copy)]
+        pub(crate) enum Pq { $($name),* }
+        impl Pq {
+            const ALL: &'static [Pq] = &[$(Pq::$name),*];
+            fn sql(self) -> &'static str {
+                match self { $(Pq::$name => $sql),* }
+            }
+        }
+    };
+}
+
+pg_queries! {
+    InsertProfile = "INSERT INTO profiles (id, name, provider_config, fallback_configs, \
+        mcp_servers, allowed_tools, available_sandboxes, created_at, updated_at, deleted_at) \
+        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)";
+    UpdateProfile = "UPDATE profiles SET name = $2, provider_config = $3, fallback_configs = $4, \
+        mcp_servers = $5, allowed_tools = $6, available_sandboxes = $7, created_at = $8, \
+        updated_at = $9, deleted_at = $10 WHERE id = $1";
+    InsertKey = "INSERT INTO keys (id, name, key_hash, key_prefix, role, profile_id, client_id, \
+        created_at, last_used_at, deleted_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)";
+    RevokeKey = "UPDATE keys SET deleted_at = $2 WHERE id = $1";
+    SetKeyHash = "UPDATE keys SET key_hash = $2 WHERE id = $1";
+    TouchKey = "UPDATE keys SET last_used_at = $2 WHERE id = $1";
+    InsertSession = "INSERT INTO sessions (id, client_key_id, profile_id, state, client_version, \
+        client_tools, created_at, closed_at, sandbox_tools, subagent_tools, compaction) \
+        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)";
+    SetSessionState = "UPDATE sessions SET state = $2, closed_at = $3 WHERE id = $1";
+    SetSessionTools = "UPDATE sessions SET client_tools = $2, sandbox_tools = $3, \
+        subagent_tools = $4 WHERE id = $1";
+    InsertEvent = "INSERT INTO session_events (seq, id, session_id, client_key_id, event_type, \
+        payload, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7)";
+    // A run of consecutive events in one statement (one round trip), in
+    // their order.
+    InsertEvents = "INSERT INTO session_events (seq, id, session_id, client_key_id, event_type, \
+        payload, created_at) SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], \
+        $4::text[], $5::text[], $6::text[], $7::text[])";
+    PutIdempotency = "INSERT INTO bae_idempotency_keys (session_id, client_key_id, key, digest, \
+        created_ms, outcome) VALUES ($1, $2, $3, $4, $5, $6) \
+        ON CONFLICT (session_id, client_key_id, key) DO UPDATE SET digest = EXCLUDED.digest, \
+        created_ms = EXCLUDED.created_ms, outcome = EXCLUDED.outcome";
+    ExpireIdempotency = "DELETE FROM bae_idempotency_keys WHERE created_ms < $1";
+    SelectEvents = "SELECT seq, id, session_id, client_key_id, event_type, payload, created_at \
+        FROM session_events WHERE session_id = $1 AND seq > $2 ORDER BY seq LIMIT $3";
+    SelectEventSeq = "SELECT seq FROM session_events WHERE id = $1 AND session_id = $2";
+    LatestOfType = "SELECT seq, id, session_id, client_key_id, event_type, payload, created_at \
+        FROM session_events WHERE session_id = $1 AND event_type = $2 AND seq <= $3 \
+        ORDER BY seq DESC LIMIT $4";
+    SelectEventById = "SELECT seq, id, session_id, client_key_id, event_type, payload, \
+        created_at FROM session_events WHERE id = $1 AND session_id = $2";
+    OfTypesFrom = "SELECT seq, id, session_id, client_key_id, event_type, payload, created_at \
+        FROM session_events WHERE session_id = $1 AND event_type = ANY($2) AND seq >= $3 \
+        ORDER BY seq";
+    // In the order asked (repeats included), like one lookup per seq.
+    EventsAt = "SELECT e.seq, e.id, e.session_id, e.client_key_id, e.event_type, e.payload, \
+        e.created_at FROM unnest($1::bigint[]) WITH ORDINALITY AS q(seq, n) \
+        JOIN session_events e ON e.seq = q.seq WHERE e.session_id = $2 ORDER BY q.n";
+    AllProfiles = "SELECT id, name, provider_config, fallback_configs, mcp_servers, allowed_tools, \
+        available_sandboxes, created_at, updated_at, deleted_at FROM profiles ORDER BY ord";
+    ActiveKeys = "SELECT id, name, key_hash, key_prefix, role, profile_id, client_id, created_at, \
+        last_used_at, deleted_at FROM keys WHERE deleted_at IS NULL ORDER BY ord";
+    AllSessions = "SELECT id, client_key_id, profile_id, state, client_version, client_tools, \
+        sandbox_tools, subagent_tools, compaction, created_at, closed_at FROM sessions \
+        ORDER BY ord";
+    MaxSeq = "SELECT COALESCE(MAX(seq), 0) FROM session_events";
+    Drivers = "SELECT e.session_id, e.client_key_id FROM session_events e \
+        JOIN sessions s ON s.id = e.session_id \
+        WHERE s.state = 'open' AND e.event_type = 'session.driver.register' \
+        AND e.client_key_id IS NOT NULL ORDER BY e.seq";
+    EventCounts = "SELECT session_id, COUNT(*) FROM session_events GROUP BY session_id \
+        ORDER BY session_id COLLATE \"C\"";
+    AllIdempotency = "SELECT session_id, client_key_id, key, digest, created_ms, outcome \
+        FROM bae_idempotency_keys";
+    Activity = "SELECT \
+        (SELECT COUNT(*) FROM profiles WHERE deleted_at IS NULL), \
+        (SELECT COUNT(*) FROM keys WHERE role = 'client' AND deleted_at IS NULL), \
+        (SELECT COUNT(*) FROM sessions WHERE state = 'open'), \
+        (SELECT COUNT(*) FROM sessions), \
+        (SELECT COUNT(*) FROM session_events)";
+}
+
+/// Every statement, prepared on one connection.
+pub(crate) struct Prepared(Vec<Statement>);
+
+impl Prepared {
+    fn get(&self, q: Pq) -> &Statement {
+        &self.0[q as usize]
+    }
+}
+
+impl Cols for Row {
+    fn text(&self, i: usize) -> Result<String> {
+        if self.columns()[i].type_() == &Type::BYTEA {
+            let bytes: Vec<u8> = self.try_get(i).map_err(corrupt)?;
+            return String::from_utf8(bytes)
+                .map_err(|_| StoreError::Corrupt(format!("column {i} is not UTF-8")));
+        }
+        self.try_get(i).map_err(corrupt)
+    }
+    fn opt_text(&self, i: usize) -> Result<Option<String>> {
+        if self.columns()[i].type_() == &Type::BYTEA {
+            let bytes: Option<Vec<u8>> = self.try_get(i).map_err(corrupt)?;
+            return bytes
+                .map(|b| {
+                    String::from_utf8(b)
+                        .map_err(|_| StoreError::Corrupt(format!("column {i} is not UTF-8")))
+                })
+                .transpose();
+        }
+        self.try_get(i).map_err(corrupt)
+    }
+    fn int(&self, i: usize) -> Result<i64> {
+        self.try_get(i).map_err(corrupt)
+    }
+}
+
+fn corrupt(e: postgres::Error) -> StoreError {
+    StoreError::Corrupt(e.to_string())
+}
+
+fn limit(n: usize) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+impl PgStore {
+    /// Prepares every statement (once the schema exists).
+    fn prepared(&mut self) -> Result<&Prepared> {
+        if self.stmts.is_none() {
+            let mut v = Vec::with_capacity(Pq::ALL.len());
+            for q in Pq::ALL {
+                let st = self.client.prepare(q.sql()).map_err(|e| self.err(e))?;
+                v.push(st);
+            }
+            self.stmts = Some(Prepared(v));
+        }
+        Ok(self.stmts.as_ref().expect("just prepared"))
+    }
+
+    /// Applies `batch` in order inside one transaction; on any error it is
+    /// rolled back and nothing of the batch is stored.
+    pub fn commit(&mut self, batch: &[StoreWrite]) -> Result<()> {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        self.prepared()?;
+        let stmts = self.stmts.take().expect("prepared");
+        let r = (|| {
+            let mut tx = self.client.transaction()?;
+            let mut rest = batch;
+            while let Some(w) = rest.first() {
+                let run = rest
+                    .iter()
+                    .take_while(|w| matches!(w, StoreWrite::InsertEvent(_)))
+                    .count();
+                if run > 1 {
+                    insert_events(&mut tx, &stmts, &rest[..run])?;
+                    rest = &rest[run..];
+                } else {
+                    apply(&mut tx, &stmts, w)?;
+                    rest = &rest[1..];
+                }
+            }
+            tx.commit()
+        })();
+        self.stmts = Some(stmts);
+        // Dropping an unfinished transaction rolls it back.
+        r.map_err(|e| self.err(e))
+    }
+
+    /// Answers one engine query.
+    pub fn read(&mut self, read: &StoreRead) -> Result<ReadResult> {
+        self.prepared()?;
+        let stmts = self.stmts.take().expect("prepared");
+        let r = read_with(&mut self.client, &stmts, read);
+        self.stmts = Some(stmts);
+        r.map_err(|e| match e {
+            ReadError::Pg(e) => self.err(e),
+            ReadError::Store(e) => e,
+        })
+    }
+
+    /// Everything the engine restores from at start, from one consistent
+    /// (repeatable-read) view.
+    pub fn load_snapshot(&mut self) -> Result<Snapshot> {
+        self.prepared()?;
+        let stmts = self.stmts.take().expect("prepared");
+        let r = (|| -> std::result::Result<Snapshot, ReadError> {
+            let mut tx = self
+                .client
+                .build_transaction()
+                .isolation_level(IsolationLevel::RepeatableRead)
+                .read_only(true)
+                .start()?;
+            let snap = snapshot(&mut tx, &stmts)?;
+            tx.commit()?;
+            Ok(snap)
+        })();
+        self.stmts = Some(stmts);
+        r.map_err(|e| match e {
+            ReadError::Pg(e) => self.err(e),
+            ReadError::Store(e) => e,
+        })
+    }
+
+    /// Counts for the periodic activity summary.
+    pub fn activity(&mut self) -> Result<Activity> {
+        self.prepared()?;
+        let st = self
+            .stmts
+            .as_ref()
+            .expect("prepared")
+            .get(Pq::Activity)
+            .clone();
+        let row = self.client.query_one(&st, &[]).map_err(|e| self.err(e))?;
+        let n = |i: usize| row.int(i).map(|v| v.max(0) as u64);
+        Ok(Activity {
+            profiles: n(0)?,
+            client_keys: n(1)?,
+            open_sessions: n(2)?,
+            total_sessions: n(3)?,
+            events: n(4)?,
+        })
+    }
+}
+
+/// A read failed in the client or while decoding.
+pub(crate) enum ReadError {
+    Pg(postgres::Error),
+    Store(StoreError),
+}
+
+impl From<postgres::Error> for ReadError {
+    fn from(e: postgres::Error) -> Self {
+        ReadError::Pg(e)
+    }
+}
+
+impl From<StoreError> for ReadError {
+    fn from(e: StoreError) -> Self {
+        ReadError::Store(e)
+    }
+}
+
+fn apply(
+    tx: &mut postgres::Transaction<'_>,
+    stmts: &Prepared,
+    w: &StoreWrite,
+) -> std::result::Result<(), postgres::Error> {
+    let exec = |tx: &mut postgres::Transaction<'_>, q: Pq, p: &[&(dyn ToSql + Sync)]| {
+        tx.execute(stmts.get(q), p).map(|_| ())
+    };
+    match w {
+        StoreWrite::InsertProfile(p) | StoreWrite::UpdateProfile(p) => {
+            let q = match w {
+                StoreWrite::InsertProfile(_) => Pq::InsertProfile,
+                _ => Pq::UpdateProfile,
+            };
+            let v = crate::store::rows::ProfileTexts::of(p);
+            exec(
+                tx,
+                q,
+                &[
+                    &p.id,
+                    &p.name.as_bytes(),
+                    &v.primary,
+                    &v.fallbacks,
+                    &v.mcp,
+                    &v.tools,
+                    &v.sandboxes,
+                    &p.created_at,
+                    &p.updated_at,
+                    &p.deleted_at,
+                ],
+            )
+        }
+        StoreWrite::InsertKey(k) => exec(
+            tx,
+            Pq::InsertKey,
+            &[
+                &k.id,
+                &k.name.as_bytes(),
+                &k.key_hash,
+                &k.key_prefix,
+                &k.role.as_str(),
+                &k.profile_id,
+                &k.client_id,
+                &k.created_at,
+                &k.last_used_at,
+                &k.deleted_at,
+            ],
+        ),
+        StoreWrite::RevokeKey { id, at } => exec(tx, Pq::RevokeKey, &[id, at]),
+        StoreWrite::SetKeyHash { id, key_hash } => exec(tx, Pq::SetKeyHash, &[id, key_hash]),
+        StoreWrite::TouchKey { id, at } => exec(tx, Pq::TouchKey, &[id, at]),
+        StoreWrite::InsertSession(s) => {
+            let compaction = s.compaction.as_ref().map(json_text);
+            exec(
+                tx,
+                Pq::InsertSession,
+                &[
+                    &s.id,
+                    &s.client_key_id,
+                    &s.profile_id,
+                    &s.state.as_str(),
+                    &s.client_version.as_deref().map(str::as_bytes),
+                    &json_text(&s.client_tools),
+                    &s.created_at,
+                    &s.closed_at,
+                    &json_text(&s.sandbox_tools),
+                    &json_text(&s.subagent_tools),
+                    &compaction,
+                ],
+            )
+        }
+        StoreWrite::SetSessionState {
+            id,
+            state,
+            closed_at,
+        } => exec(tx, Pq::SetSessionState, &[id, &state.as_str(), closed_at]),
+        StoreWrite::SetSessionTools {
+            id,
+            client_tools,
+            sandbox_tools,
+            subagent_tools,
+        } => exec(
+            tx,
+            Pq::SetSessionTools,
+            &[
+                id,
+                &json_text(client_tools),
+                &json_text(sandbox_tools),
+                &json_text(subagent_tools),
+            ],
+        ),
+        StoreWrite::InsertEvent(e) => {
+            // Out of range only for a seq no engine assigns; the insert
+            // then fails like any constraint would.
+            let seq = i64::try_from(e.seq).unwrap_or(-1);
+            exec(
+                tx,
+                Pq::InsertEvent,
+                &[
+                    &seq,
+                    &e.id,
+                    &e.session_id,
+                    &e.client_key_id,
+                    &e.event_type,
+                    &e.payload,
+                    &e.created_at,
+                ],
+            )
+        }
+        StoreWrite::PutIdempotency(r) => {
+            let created = i64::try_from(r.created_ms).unwrap_or(i64::MAX);
+            exec(
+                tx,
+                Pq::PutIdempotency,
+                &[
+                    &r.session_id,
+                    &r.client_key_id,
+                    &r.key.as_bytes(),
+                    &r.digest,
+                    &created,
+                    &r.outcome,
+                ],
+            )
+        }
+        StoreWrite::ExpireIdempotency { before_ms } => {
+            let before = i64::try_from(*before_ms).unwrap_or(i64::MAX);
+            exec(tx, Pq::ExpireIdempotency, &[&before])
+        }
+    }
+}
+
+/// `writes` (all [`StoreWrite::InsertEvent`]) as one statement.
+fn insert_events(
+    tx: &mut postgres::Transaction<'_>,
+    stmts: &Prepared,
+    writes: &[StoreWrite],
+) -> std::result::Result<(), postgres::Error> {
+    let rows: Vec<&EventRow> = writes
+        .iter()
+        .filter_map(|w| match w {
+            StoreWrite::InsertEvent(e) => Some(e),
+            _ => None,
+        })
+        .collect();
+    // Out of range only for a seq no engine assigns (see `apply`).
+    let seqs: Vec<i64> = rows
+        .iter()
+        .map(|e| i64::try_from(e.seq).unwrap_or(-1))
+        .collect();
+    let ids: Vec<&str> = rows.iter().map(|e| e.id.as_str()).collect();
+    let sessions: Vec<&str> = rows.iter().map(|e| e.session_id.as_str()).collect();
+    let keys: Vec<Option<&str>> = rows.iter().map(|e| e.client_key_id.as_deref()).collect();
+    let types: Vec<&str> = rows.iter().map(|e| e.event_type.as_str()).collect();
+    let payloads: Vec<&str> = rows.iter().map(|e| e.payload.as_str()).collect();
+    let created: Vec<&str> = rows.iter().map(|e| e.created_at.as_str()).collect();
+    tx.execute(
+        stmts.get(Pq::InsertEvents),
+        &[&seqs, &ids, &sessions, &keys, &types, &payloads, &created],
+    )
+    .map(|_| ())
+}
+
+fn events(rows: Vec<Row>) -> std::result::Result<Vec<EventRow>, ReadError> {
+    Ok(rows.iter().map(read_event).collect::<Result<Vec<_>>>()?)
+}
+
+/// Answers `read` on `c` (a connection or a transaction).
+pub(crate) fn read_with(
+    c: &mut impl GenericClient,
+    stmts: &Prepared,
+    read: &StoreRead,
+) -> std::result::Result<ReadResult, ReadError> {
+    let result = match read {
+        // Pages leave the store rendered (the engine only sends them).
+        StoreRead::EventsPage { .. } | StoreRead::ReplayPage { .. } => {
+            let rows = match engine::store::page_rows_read(read) {
+                Some(r) => read_with(c, stmts, &r)?,
+                None => ReadResult::Events(Vec::new()),
+            };
+            let ReadResult::Events(rows) = rows else {
+                return Ok(rows);
+            };
+            engine::store::render_rows(read, &rows).unwrap_or(ReadResult::Events(rows))
+        }
+        StoreRead::Runtime => ReadResult::Runtime(Default::default()),
+        StoreRead::Events {
+            session_id,
+            after_seq,
+            limit: n,
+        } => {
+            let after = seq_to_i64(*after_seq)?;
+            let rows = c.query(
+                stmts.get(Pq::SelectEvents),
+                &[session_id, &after, &limit(*n)],
+            )?;
+            ReadResult::Events(events(rows)?)
+        }
+        StoreRead::EventSeq {
+            session_id,
+            event_id,
+        } => {
+            let row = c.query_opt(stmts.get(Pq::SelectEventSeq), &[event_id, session_id])?;
+            ReadResult::EventSeq(match row {
+                Some(r) => Some(r.int(0)? as u64),
+                None => None,
+            })
+        }
+        StoreRead::LatestOfType {
+            session_id,
+            event_type,
+            before_seq,
+            limit: n,
+        } => {
+            let at_most =
+                before_seq.map_or(i64::MAX, |b| i64::try_from(b).map_or(i64::MAX, |b| b - 1));
+            let rows = c.query(
+                stmts.get(Pq::LatestOfType),
+                &[session_id, &event_type.as_str(), &at_most, &limit(*n)],
+            )?;
+            ReadResult::Events(events(rows)?)
+        }
+        StoreRead::EventById {
+            session_id,
+            event_id,
+        } => {
+            let rows = c.query(stmts.get(Pq::SelectEventById), &[event_id, session_id])?;
+            ReadResult::Events(events(rows)?)
+        }
+        StoreRead::OfTypesFrom {
+            session_id,
+            event_types,
+            from_seq,
+        } => {
+            let from = seq_to_i64(*from_seq)?;
+            let types: Vec<&str> = event_types.iter().map(|t: &EventType| t.as_str()).collect();
+            let rows = c.query(stmts.get(Pq::OfTypesFrom), &[session_id, &types, &from])?;
+            ReadResult::Events(events(rows)?)
+        }
+        StoreRead::EventsAt { session_id, seqs } => {
+            let seqs: Vec<i64> = seqs.iter().map(|s| seq_to_i64(*s)).collect::<Result<_>>()?;
+            let rows = c.query(stmts.get(Pq::EventsAt), &[&seqs, session_id])?;
+            ReadResult::Events(events(rows)?)
+        }
+    };
+    Ok(result)
+}
+
+fn snapshot(
+    c: &mut impl GenericClient,
+    stmts: &Prepared,
+) -> std::result::Result<Snapshot, ReadError> {
+    let mut snap = Snapshot::default();
+    for r in c.query(stmts.get(Pq::AllProfiles), &[])? {
+        snap.profiles.push(read_profile(&r)?);
+    }
+    for r in c.query(stmts.get(Pq::ActiveKeys), &[])? {
+        snap.keys.push(read_key(&r)?);
+    }
+    for r in c.query(stmts.get(Pq::AllSessions), &[])? {
+        snap.sessions.push(read_session(&r)?);
+    }
+    snap.max_event_seq = c.query_one(stmts.get(Pq::MaxSeq), &[])?.int(0)?.max(0) as u64;
+    let mut seen = HashSet::new();
+    for r in c.query(stmts.get(Pq::Drivers), &[])? {
+        let pair = (r.text(0)?, r.text(1)?);
+        if seen.insert(pair.clone()) {
+            snap.drivers.push(pair);
+        }
+    }
+    for r in c.query(stmts.get(Pq::EventCounts), &[])? {
+        snap.event_counts
+            .push((r.text(0)?, r.int(1)?.max(0) as u64));
+    }
+    for r in c.query(stmts.get(Pq::AllIdempotency), &[])? {
+        snap.idempotency.push(IdempotencyRow {
+            session_id: r.text(0)?,
+            client_key_id: r.text(1)?,
+            key: r.text(2)?,
+            digest: r.text(3)?,
+            created_ms: r.int(4)?.max(0) as u64,
+            outcome: r.opt_text(5)?,
+        });
+    }
+    Ok(snap)
+}
+
+/// Prepares every statement on `client` (a reader connection).
+pub(crate) fn prepare_all(
+    client: &mut postgres::Client,
+) -> std::result::Result<Prepared, postgres::Error> {
+    let mut v = Vec::with_capacity(Pq::ALL.len());
+    for q in Pq::ALL {
+        v.push(client.prepare(q.sql())?);
+    }
+    Ok(Prepared(v))
+}

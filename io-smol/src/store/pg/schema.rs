@@ -1,0 +1,123 @@
+//! The PostgreSQL schema: its own numbered migrations (the SQLite numbers
+//! are the reference server's compatibility surface; nothing reads a
+//! PostgreSQL database but this server), recorded in `schema_version`.
+//!
+//! Same tables, columns and meaning as the SQLite schema of spec 08 with
+//! the server's extra tables, except:
+//!
+//! * `session_events.seq` is the explicit event sequence (SQLite's rowid);
+//!   the other tables carry an identity `ord` for creation order;
+//! * the texts a client chooses and the store keeps verbatim (profile and
+//!   key names, `client_version`, idempotency keys) are `BYTEA`: UTF-8 as
+//!   given, since PostgreSQL `TEXT` cannot hold a NUL character that JSON
+//!   lets a client send;
+//! * ordering by a text column uses `COLLATE "C"` (byte order, as SQLite).
+//!
+//! Keys are stored as SHA-256 digests only, exactly as in SQLite.
+
+/// One forward-only migration.
+pub struct PgMigration {
+    pub version: i64,
+    pub name: &'static str,
+    pub sql: &'static str,
+}
+
+/// Highest migration version this binary knows.
+pub const PG_LATEST_VERSION: i64 = 3;
+
+/// Oldest PostgreSQL server accepted (`server_version_num`).
+pub const PG_MIN_SERVER_VERSION: i32 = 130000;
+
+/// Every table the server reads and writes (checked for privileges at
+/// start).
+pub const PG_TABLES: &[&str] = &[
+    "schema_version",
+    "profiles",
+    "keys",
+    "sessions",
+    "session_events",
+    "bae_idempotency_keys",
+];
+
+pub const PG_MIGRATIONS: &[PgMigration] = &[
+    PgMigration {
+        version: 1,
+        name: "schema_version",
+        sql: "CREATE TABLE IF NOT EXISTS schema_version (
+                  version    BIGINT PRIMARY KEY,
+                  applied_at TEXT NOT NULL
+              );",
+    },
+    PgMigration {
+        version: 2,
+        name: "core",
+        sql: "CREATE TABLE profiles (
+                  ord                 BIGINT GENERATED ALWAYS AS IDENTITY UNIQUE,
+                  id                  TEXT PRIMARY KEY,
+                  name                BYTEA NOT NULL UNIQUE,
+                  provider_config     TEXT NOT NULL,
+                  fallback_configs    TEXT NOT NULL DEFAULT '[]',
+                  mcp_servers         TEXT NOT NULL DEFAULT '[]',
+                  allowed_tools       TEXT NOT NULL DEFAULT '[]',
+                  available_sandboxes TEXT,
+                  created_at          TEXT NOT NULL,
+                  updated_at          TEXT NOT NULL,
+                  deleted_at          TEXT
+              );
+              CREATE TABLE keys (
+                  ord          BIGINT GENERATED ALWAYS AS IDENTITY UNIQUE,
+                  id           TEXT PRIMARY KEY,
+                  name         BYTEA NOT NULL,
+                  key_hash     TEXT NOT NULL,
+                  key_prefix   TEXT NOT NULL,
+                  role         TEXT NOT NULL CHECK (role IN ('client', 'session', 'admin')),
+                  profile_id   TEXT REFERENCES profiles(id),
+                  client_id    TEXT REFERENCES keys(id),
+                  created_at   TEXT NOT NULL,
+                  last_used_at TEXT,
+                  deleted_at   TEXT
+              );
+              CREATE INDEX bae_idx_keys_role_name ON keys(role, name);
+              CREATE INDEX bae_idx_keys_role_prefix ON keys(role, key_prefix);
+              CREATE TABLE sessions (
+                  ord            BIGINT GENERATED ALWAYS AS IDENTITY UNIQUE,
+                  id             TEXT PRIMARY KEY,
+                  client_key_id  TEXT NOT NULL REFERENCES keys(id),
+                  profile_id     TEXT NOT NULL REFERENCES profiles(id),
+                  state          TEXT NOT NULL CHECK (state IN ('open', 'closed', 'error')),
+                  client_version BYTEA,
+                  client_tools   TEXT NOT NULL DEFAULT '{}',
+                  sandbox_tools  TEXT,
+                  subagent_tools TEXT,
+                  compaction     TEXT,
+                  created_at     TEXT NOT NULL,
+                  closed_at      TEXT
+              );
+              CREATE TABLE session_events (
+                  seq           BIGINT PRIMARY KEY,
+                  id            TEXT NOT NULL UNIQUE,
+                  session_id    TEXT NOT NULL REFERENCES sessions(id),
+                  client_key_id TEXT,
+                  event_type    TEXT NOT NULL,
+                  payload       TEXT NOT NULL,
+                  created_at    TEXT NOT NULL
+              );
+              CREATE INDEX bae_idx_session_events_session ON session_events(session_id, seq);
+              CREATE INDEX bae_idx_session_events_session_type
+                  ON session_events(session_id, event_type, seq);",
+    },
+    PgMigration {
+        version: 3,
+        name: "idempotency_keys",
+        sql: "CREATE TABLE bae_idempotency_keys (
+                  session_id    TEXT NOT NULL,
+                  client_key_id TEXT NOT NULL,
+                  key           BYTEA NOT NULL,
+                  digest        TEXT NOT NULL,
+                  created_ms    BIGINT NOT NULL,
+                  outcome       TEXT,
+                  PRIMARY KEY (session_id, client_key_id, key)
+              );
+              CREATE INDEX bae_idx_idempotency_created ON bae_idempotency_keys(created_ms);",
+    },
+];
