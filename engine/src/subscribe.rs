@@ -254,26 +254,22 @@ impl Engine {
         // Taken for the loop: writing a frame may end a stream and start the
         // next pipelined request, whose own publishes must not see it.
         let quiet = std::mem::take(&mut self.quiet);
-        let mut takers = Vec::new();
+        // Rendered once, at the first stream that takes it, and shared by
+        // the rest; each stream's frame still leaves in this loop's order.
+        let mut shared: Option<std::sync::Arc<[u8]>> = None;
         for conn in self.session_streams(session_id) {
             match self
                 .streams
                 .publish(conn, ev, quiet.contains(&conn), limits)
             {
-                Live::Frame => takers.push(conn),
-                live => self.act_live(conn, ev, live),
-            }
-        }
-        // Rendered once: one stream owns the frame, several share it.
-        let render = || crate::store::encode_frame(&jsonrpc::event_frame(&ev.json));
-        match takers.as_slice() {
-            [] => {}
-            [one] => self.encoded_frame(*one, render()),
-            many => {
-                let shared: std::sync::Arc<[u8]> = render().into();
-                for conn in many {
-                    self.encoded_frame(*conn, shared.clone());
+                Live::Frame => {
+                    let frame = shared.get_or_insert_with(|| {
+                        crate::store::encode_frame(&jsonrpc::event_frame(&ev.json)).into()
+                    });
+                    let frame = frame.clone();
+                    self.encoded_frame(conn, frame);
                 }
+                live => self.act_live(conn, ev, live),
             }
         }
         self.quiet = quiet;
