@@ -32,6 +32,22 @@ pub fn rss_kib(pid: u32) -> Option<(u64, u64)> {
     Some((field("VmRSS:")?, field("VmHWM:")?))
 }
 
+/// CPU time (user + system, all threads) process `pid` has used so far,
+/// from `/proc/<pid>/stat`. Linux reports it in clock ticks of
+/// `USER_HZ`, which is 100 on every mainstream architecture (the kernel ABI
+/// fixes it regardless of `CONFIG_HZ`), so the resolution is 10 ms: take it
+/// over a whole scenario, not per request.
+pub fn cpu_time(pid: u32) -> Option<Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may hold spaces; fields after it are plain.
+    let after = &stat[stat.rfind(')')? + 2..];
+    let mut fields = after.split_whitespace();
+    // `after` starts at field 3 (state); utime and stime are fields 14, 15.
+    let utime: u64 = fields.nth(11)?.parse().ok()?;
+    let stime: u64 = fields.next()?.parse().ok()?;
+    Some(Duration::from_millis((utime + stime) * 10))
+}
+
 /// `engine steps: n, p50 ≤ …, p99 ≤ …, max …` from a `GET /metrics` text
 /// (baesrv's `bae_engine_step_microseconds` histogram: quantiles are bucket
 /// upper bounds); `None` when the server exports no such histogram.
@@ -86,5 +102,28 @@ mod tests {
             Some("engine steps: 100, p50 ≤ 10 µs, p99 ≤ 100 µs, p99.9 > 100 µs, max 4200 µs")
         );
         assert_eq!(super::engine_steps_summary("nothing"), None);
+    }
+
+    #[test]
+    fn cpu_time_grows_with_work_done() {
+        // Spins until the reading moves (at most 10 s of wall time): a
+        // parser reading the wrong fields sees a constant or no value.
+        let pid = std::process::id();
+        let before = super::cpu_time(pid).expect("own /proc stat");
+        let t0 = std::time::Instant::now();
+        let mut x = 0u64;
+        let mut after = before;
+        while after < before + std::time::Duration::from_millis(30)
+            && t0.elapsed() < std::time::Duration::from_secs(10)
+        {
+            for _ in 0..100_000 {
+                x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
+            }
+            after = super::cpu_time(pid).expect("own /proc stat");
+        }
+        assert!(
+            after >= before + std::time::Duration::from_millis(30),
+            "{before:?} → {after:?}"
+        );
     }
 }

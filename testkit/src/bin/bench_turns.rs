@@ -17,8 +17,13 @@
 //! cargo build --release -p io-smol -p testkit
 //! target/release/bench_turns [--secs 3] [--turns 100] [--baesrv PATH]
 //!     [--otlp URL [--otlp-protocol grpc|http/protobuf]] [--only CLIENTS]
-//!     [--database-url postgres://…]
+//!     [--database-url postgres://…] [--session-per-unit]
 //! ```
+//!
+//! `--session-per-unit` opens and registers a fresh session inside every
+//! timed unit (open + registerDriver + sends), instead of rotating every
+//! 20 units outside the timing. Every load row also reports the server's
+//! CPU time (all threads, from `/proc`) per unit.
 //!
 //! `--database-url` runs the server on that (empty) PostgreSQL database
 //! instead of a fresh SQLite file.
@@ -37,7 +42,7 @@ use std::time::{Duration, Instant};
 
 use proto::http::peer::{ResponseDecoder, ResponseEvent};
 use serde_json::{json, Value};
-use testkit::bench::{ms, percentile};
+use testkit::bench::{cpu_time, ms, percentile};
 use testkit::http::next_event;
 
 type Res<T> = Result<T, String>;
@@ -253,6 +258,9 @@ struct Baesrv {
     admin_addr: SocketAddr,
     admin_key: String,
     dir: PathBuf,
+    /// Units a load worker runs on one session before opening the next
+    /// (`--session-per-unit` makes it 1).
+    units_per_session: u64,
 }
 
 impl Drop for Baesrv {
@@ -322,6 +330,7 @@ fn start_baesrv(
         admin_addr,
         admin_key: String::new(),
         dir,
+        units_per_session: UNITS_PER_SESSION,
     };
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
@@ -430,6 +439,8 @@ fn unit(c: &mut Conn, s: &Session, kind: Kind, i: u64) -> Res<()> {
 
 struct LoadResult {
     per_sec: f64,
+    /// Server CPU time (all threads) per unit over the timed window.
+    cpu_per_unit: Duration,
     p50: Duration,
     p99: Duration,
     units: usize,
@@ -442,6 +453,7 @@ struct LoadResult {
 const UNITS_PER_SESSION: u64 = 20;
 
 fn load(srv: &Baesrv, key: &str, kind: Kind, clients: usize, secs: f64) -> Res<LoadResult> {
+    let per_session = srv.units_per_session;
     let tools = kind == Kind::ToolRoundTrip;
     let barrier = Arc::new(Barrier::new(clients + 1));
     let stop = Arc::new(AtomicBool::new(false));
@@ -460,10 +472,15 @@ fn load(srv: &Baesrv, key: &str, kind: Kind, clients: usize, secs: f64) -> Res<L
             let mut lat = Vec::new();
             let mut i = 3;
             while !stop.load(Ordering::Relaxed) {
-                if i % UNITS_PER_SESSION == 0 {
+                // A session per unit (the issue's "open + register +
+                // sends" unit) times its open; rotation otherwise does not.
+                if i % per_session == 0 && per_session > 1 {
                     s = open_session_on(&mut c, &key, tools)?;
                 }
                 let t0 = Instant::now();
+                if per_session == 1 {
+                    s = open_session_on(&mut c, &key, tools)?;
+                }
                 unit(&mut c, &s, kind, i)?;
                 lat.push(t0.elapsed());
                 i += 1;
@@ -473,8 +490,10 @@ fn load(srv: &Baesrv, key: &str, kind: Kind, clients: usize, secs: f64) -> Res<L
     }
     barrier.wait();
     let t0 = Instant::now();
+    let cpu0 = cpu_time(srv.child.id()).ok_or("reading the server's CPU time")?;
     thread::sleep(Duration::from_secs_f64(secs));
     stop.store(true, Ordering::Relaxed);
+    let cpu = cpu_time(srv.child.id()).ok_or("reading the server's CPU time")? - cpu0;
     let mut all = Vec::new();
     for h in handles {
         all.extend(h.join().map_err(|_| "worker panicked")??);
@@ -483,6 +502,7 @@ fn load(srv: &Baesrv, key: &str, kind: Kind, clients: usize, secs: f64) -> Res<L
     all.sort();
     Ok(LoadResult {
         per_sec: all.len() as f64 / elapsed,
+        cpu_per_unit: cpu / (all.len().max(1) as u32),
         p50: percentile(&all, 0.50),
         p99: percentile(&all, 0.99),
         units: all.len(),
@@ -636,6 +656,7 @@ fn run() -> Res<()> {
     let mut protocol = "grpc".to_string();
     let mut only: Option<usize> = None;
     let mut database_url = None;
+    let mut session_per_unit = false;
     let mut bin = std::env::current_exe()
         .map_err(err("current exe"))?
         .with_file_name(format!("baesrv{}", std::env::consts::EXE_SUFFIX));
@@ -654,6 +675,7 @@ fn run() -> Res<()> {
             "--otlp-protocol" => protocol = val()?,
             "--only" => only = Some(val()?.parse().map_err(err("--only"))?),
             "--database-url" => database_url = Some(val()?),
+            "--session-per-unit" => session_per_unit = true,
             other => return Err(format!("unknown argument {other}")),
         }
     }
@@ -661,12 +683,15 @@ fn run() -> Res<()> {
         o.protocol = protocol;
     }
     let mock = mock_provider()?;
-    let srv = start_baesrv(&bin, mock, otlp.as_ref(), database_url.as_deref())?;
+    let mut srv = start_baesrv(&bin, mock, otlp.as_ref(), database_url.as_deref())?;
+    if session_per_unit {
+        srv.units_per_session = 1;
+    }
     let key = client_key(&srv)?;
     if let Some(clients) = only {
         // Load scenarios at one concurrency, nothing else (telemetry runs).
-        println!("| scenario | clients | units | per second | p50 | p99 |");
-        println!("|---|---|---|---|---|---|");
+        println!("| scenario | clients | units | per second | p50 | p99 | server CPU/unit |");
+        println!("|---|---|---|---|---|---|---|");
         for (kind, name) in [
             (Kind::Text, "full text turns"),
             (Kind::ToolRoundTrip, "client-tool round trips"),
@@ -674,8 +699,10 @@ fn run() -> Res<()> {
             let r = load(&srv, &key, kind, clients, secs)?;
             let (p50, p99) = (ms(r.p50), ms(r.p99));
             println!(
-                "| {name} | {clients} | {} | {:.0} | {p50} | {p99} |",
-                r.units, r.per_sec
+                "| {name} | {clients} | {} | {:.0} | {p50} | {p99} | {:.3} ms |",
+                r.units,
+                r.per_sec,
+                r.cpu_per_unit.as_secs_f64() * 1e3
             );
         }
         return Ok(());
@@ -686,8 +713,8 @@ fn run() -> Res<()> {
         println!("| {name} | {} |", ms(p50));
     }
     println!();
-    println!("| scenario | clients | units | per second | p50 | p99 |");
-    println!("|---|---|---|---|---|---|");
+    println!("| scenario | clients | units | per second | p50 | p99 | server CPU/unit |");
+    println!("|---|---|---|---|---|---|---|");
     for (kind, name) in [
         (Kind::Text, "full text turns"),
         (Kind::ToolRoundTrip, "client-tool round trips"),
@@ -695,11 +722,12 @@ fn run() -> Res<()> {
         for clients in [1, 8, 64] {
             let r = load(&srv, &key, kind, clients, secs)?;
             println!(
-                "| {name} | {clients} | {} | {:.0} | {} | {} |",
+                "| {name} | {clients} | {} | {:.0} | {} | {} | {:.3} ms |",
                 r.units,
                 r.per_sec,
                 ms(r.p50),
-                ms(r.p99)
+                ms(r.p99),
+                r.cpu_per_unit.as_secs_f64() * 1e3
             );
         }
     }
