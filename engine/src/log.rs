@@ -19,10 +19,6 @@ impl Engine {
         event_type: EventType,
         payload: Value,
     ) -> Appended {
-        let seq = self.next_seq;
-        self.next_seq += 1;
-        self.events_total += 1;
-        let id = self.new_id(proto::wire::ids::IdKind::Event);
         if matches!(
             event_type,
             EventType::ClientMessageSend | EventType::ServerMessageSend
@@ -38,7 +34,24 @@ impl Engine {
                 ));
             }
         }
-        let payload = payload.to_string();
+        self.append_event_text(session_id, client_key_id, event_type, payload.to_string())
+    }
+
+    /// [`Engine::append_event`] for a payload already rendered as compact
+    /// JSON text (a large `provider.request` is built as text so that its
+    /// history is never copied as a value tree). Message events must go
+    /// through `append_event`: they also extend the cached history.
+    pub(crate) fn append_event_text(
+        &mut self,
+        session_id: &str,
+        client_key_id: Option<&str>,
+        event_type: EventType,
+        payload: String,
+    ) -> Appended {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        self.events_total += 1;
+        let id = self.new_id(proto::wire::ids::IdKind::Event);
         let row = EventRow {
             seq,
             id: id.clone(),
@@ -50,6 +63,10 @@ impl Engine {
         };
         tracing::trace!(session_id, event_type = event_type.as_str(), payload = %row.payload, "event");
         let json = crate::respond::event_json(&row);
+        let json = match proto::jsonrpc::escape_line_separators(&json) {
+            std::borrow::Cow::Borrowed(_) => json.into(),
+            std::borrow::Cow::Owned(escaped) => escaped.into(),
+        };
         let appended = Appended { seq, id, json };
         if self.faults.deliver_before_commit() {
             self.publish(session_id, &appended);

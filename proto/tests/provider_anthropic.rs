@@ -117,7 +117,7 @@ fn c093_dispatch_absent_from_logged_messages_and_wire_body() {
     ];
     for kind in [Kind::Anthropic, Kind::Openai] {
         let req = prepare_request(kind, "http://x", "m", 100, &history, &[]);
-        let logged = serde_json::to_string(&req.logged_messages).unwrap();
+        let logged = serde_json::to_string(&req.logged_messages()).unwrap();
         assert!(!logged.contains("dispatch"), "{kind}: {logged}");
         let body = String::from_utf8(req.body.clone()).unwrap();
         assert!(!body.contains("dispatch"), "{kind}: {body}");
@@ -272,7 +272,7 @@ fn c088_anthropic_request_url_headers_body() {
     );
     let keys: Vec<&String> = body.as_object().unwrap().keys().collect();
     assert_eq!(keys, ["model", "max_tokens", "messages", "tools"]);
-    assert_eq!(req.logged_messages, history);
+    assert_eq!(req.logged_messages(), history);
     assert_eq!(req.normalized, None);
     // Caller's tool list (which is what gets logged) is unchanged.
     assert!(tools[0]["description"].is_null());
@@ -302,14 +302,14 @@ fn c094_anthropic_request_logs_exactly_the_body_messages_and_record() {
     ];
     let req = prepare_request(Kind::Anthropic, "http://h", "m", 5, &history, &[]);
     let body = body_json(&req.body);
-    assert_eq!(body["messages"], Value::Array(req.logged_messages.clone()));
+    assert_eq!(body["messages"], Value::Array(req.logged_messages()));
     assert_eq!(
         req.normalized,
         Some(json!({"prepended_user": true, "merged": [[2, 3]]}))
     );
-    assert_eq!(req.logged_messages.len(), 3);
-    assert_eq!(req.logged_messages[0], preamble());
-    assert!(req.logged_messages[1]["content"][0]
+    assert_eq!(req.logged_messages().len(), 3);
+    assert_eq!(req.logged_messages()[0], preamble());
+    assert!(req.logged_messages()[1]["content"][0]
         .get("dispatch")
         .is_none());
 }

@@ -55,7 +55,7 @@ fn openai_logs_canonical_stripped_list_not_translation_and_no_normalization() {
     let req = prepare_request(Kind::Openai, "http://h", "m", 1, &history, &[]);
     assert_eq!(req.normalized, None);
     assert_eq!(
-        req.logged_messages,
+        req.logged_messages(),
         vec![
             json!({"role": "assistant", "content": [
                 {"type": "tool_use", "id": "t", "name": "n", "input": {}}]}),

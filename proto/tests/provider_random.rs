@@ -181,12 +181,15 @@ fn c094_randomized_normalizer_alternates_and_preserves_blocks() {
         // No internal members survive, and the request body agrees with the
         // logged list.
         let req = prepare_request(Kind::Anthropic, "http://h/", "m", 9, &history, &[]);
-        assert_eq!(req.logged_messages, n.messages);
+        assert_eq!(req.logged_messages(), n.messages);
         assert_eq!(req.normalized, n.record);
         let body: Value = serde_json::from_slice(&req.body).unwrap();
         assert_eq!(body["messages"], Value::Array(n.messages.clone()));
         let text = String::from_utf8(req.body).unwrap();
         assert!(!text.contains("\"dispatch\"") && !text.contains("\"caller\""));
+        // The spliced body is byte for byte the serialised body object.
+        let whole = json!({"model": "m", "max_tokens": 9, "messages": n.messages}).to_string();
+        assert_eq!(text, whole, "case {case}");
     }
 }
 
@@ -216,7 +219,7 @@ fn c092_randomized_openai_translation_never_panics() {
             let body: Value = serde_json::from_slice(&req.body).unwrap();
             let msgs = body["messages"].as_array().unwrap();
             if kind == Kind::Openai {
-                assert_eq!(req.logged_messages, strip_internal(&history));
+                assert_eq!(req.logged_messages(), strip_internal(&history));
                 assert_eq!(body.get("tools").is_some(), !t.is_empty());
                 for m in msgs {
                     let role = m["role"].as_str().unwrap();

@@ -15,6 +15,7 @@ mod anthropic;
 mod normalize;
 mod openai;
 
+use std::borrow::Cow;
 use std::fmt;
 
 use serde_json::{json, Value};
@@ -142,20 +143,43 @@ pub struct PreparedRequest {
     pub auth: AuthHeader,
     /// Serialized JSON body.
     pub body: Vec<u8>,
-    /// What `provider.request.messages` logs: the canonical list sent on
-    /// this attempt (stripped, and for Anthropic normalised).
-    pub logged_messages: Vec<Value>,
+    /// What `provider.request.messages` logs, as JSON text: the canonical
+    /// list sent on this attempt (stripped, and for Anthropic normalised).
+    /// Text, because the caller splices it into the event payload as is:
+    /// the history is serialised once per attempt and never copied as a
+    /// value tree.
+    pub logged_messages_json: String,
     /// `provider.request.normalized`; `None` means the member is absent.
     pub normalized: Option<Value>,
+}
+
+impl PreparedRequest {
+    /// [`PreparedRequest::logged_messages_json`] parsed back (tests and
+    /// tools; the server itself only moves the text).
+    pub fn logged_messages(&self) -> Vec<Value> {
+        serde_json::from_str(&self.logged_messages_json).unwrap_or_default()
+    }
 }
 
 /// Removes the server-internal `dispatch` and `caller` members from every
 /// `tool_use` block of every message (§6.1 step 1, C-093). Everything else,
 /// including member order, is preserved.
 pub fn strip_internal<'a>(messages: impl IntoIterator<Item = &'a Value>) -> Vec<Value> {
+    strip_borrowed(messages)
+        .into_iter()
+        .map(Cow::into_owned)
+        .collect()
+}
+
+/// [`strip_internal`] that copies only the messages it changes: most of a
+/// history carries no internal member and is borrowed as it is.
+fn strip_borrowed<'a>(messages: impl IntoIterator<Item = &'a Value>) -> Vec<Cow<'a, Value>> {
     messages
         .into_iter()
         .map(|m| {
+            if !has_internal(m) {
+                return Cow::Borrowed(m);
+            }
             let mut m = m.clone();
             if let Some(Value::Array(blocks)) = m.get_mut("content") {
                 for b in blocks.iter_mut() {
@@ -167,9 +191,20 @@ pub fn strip_internal<'a>(messages: impl IntoIterator<Item = &'a Value>) -> Vec<
                     }
                 }
             }
-            m
+            Cow::Owned(m)
         })
         .collect()
+}
+
+/// Whether a `tool_use` block of `m` carries `dispatch` or `caller`.
+fn has_internal(m: &Value) -> bool {
+    let Some(Value::Array(blocks)) = m.get("content") else {
+        return false;
+    };
+    blocks.iter().any(|b| {
+        b.get("type").and_then(Value::as_str) == Some("tool_use")
+            && (b.get("dispatch").is_some() || b.get("caller").is_some())
+    })
 }
 
 /// Builds the request for one attempt of `kind` (§6.1/§6.2).
@@ -185,58 +220,65 @@ pub fn prepare_request<'a>(
     history: impl IntoIterator<Item = &'a Value>,
     tools: &[Value],
 ) -> PreparedRequest {
-    let stripped = strip_internal(history);
+    let stripped = strip_borrowed(history);
     let url = endpoint_url(kind, base_url);
     let mut headers = vec![("content-type".to_string(), "application/json".to_string())];
     match kind {
         Kind::Anthropic => {
             headers.push(("anthropic-version".into(), ANTHROPIC_VERSION.into()));
-            let Normalized { messages, record } = normalize_anthropic(stripped);
+            let (messages, record) = normalize::normalize_cow(stripped);
+            let logged = to_json_text(&messages);
             // §10.3: omitting an empty `tools` is safer than `[]`.
             let tools = (!tools.is_empty()).then(|| anthropic::wire_tools(tools));
             PreparedRequest {
                 url,
                 headers,
                 auth: AuthHeader::XApiKey,
-                body: body_bytes(model, max_tokens, &messages, tools.as_ref()),
-                logged_messages: messages,
+                body: body_bytes(model, max_tokens, &logged, tools.as_ref()),
+                logged_messages_json: logged,
                 normalized: record,
             }
         }
         Kind::Openai => {
-            let translated = openai::translate_messages(&stripped);
+            let translated = to_json_text(&openai::translate_messages(&stripped));
             let tools = (!tools.is_empty()).then(|| openai::translate_tools(tools));
             PreparedRequest {
                 url,
                 headers,
                 auth: AuthHeader::Bearer,
                 body: body_bytes(model, max_tokens, &translated, tools.as_ref()),
-                logged_messages: stripped,
+                logged_messages_json: to_json_text(&stripped),
                 normalized: None,
             }
         }
     }
 }
 
-/// `{"model","max_tokens","messages","tools"?}` serialised from borrowed
-/// parts: the history is written once, never copied into a body value.
-fn body_bytes(model: &str, max_tokens: u32, messages: &[Value], tools: Option<&Value>) -> Vec<u8> {
-    #[derive(serde::Serialize)]
-    struct Body<'a> {
-        model: &'a str,
-        max_tokens: u32,
-        messages: &'a [Value],
-        #[serde(skip_serializing_if = "Option::is_none")]
-        tools: Option<&'a Value>,
-    }
-    let body = Body {
-        model,
-        max_tokens,
-        messages,
-        tools,
-    };
+/// Compact JSON text of a serialisable value made of JSON values.
+fn to_json_text<T: serde::Serialize + ?Sized>(v: &T) -> String {
     // Serializing string-keyed JSON values cannot fail.
-    serde_json::to_vec(&body).unwrap_or_default()
+    serde_json::to_string(v).unwrap_or_default()
+}
+
+/// `{"model","max_tokens","messages","tools"?}` with the messages' JSON
+/// text spliced in: the history is serialised once for both the body and
+/// the logged event, never copied into a body value.
+fn body_bytes(model: &str, max_tokens: u32, messages: &str, tools: Option<&Value>) -> Vec<u8> {
+    let tools = tools.map(to_json_text);
+    let extra = tools.as_ref().map_or(0, |t| t.len() + 9);
+    let mut body = Vec::with_capacity(messages.len() + model.len() + extra + 64);
+    body.extend_from_slice(b"{\"model\":");
+    body.extend_from_slice(to_json_text(model).as_bytes());
+    body.extend_from_slice(b",\"max_tokens\":");
+    body.extend_from_slice(max_tokens.to_string().as_bytes());
+    body.extend_from_slice(b",\"messages\":");
+    body.extend_from_slice(messages.as_bytes());
+    if let Some(t) = tools {
+        body.extend_from_slice(b",\"tools\":");
+        body.extend_from_slice(t.as_bytes());
+    }
+    body.push(b'}');
+    body
 }
 
 /// Why a 2xx response body was unusable (§5.2). `Display` yields the exact

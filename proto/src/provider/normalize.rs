@@ -1,6 +1,8 @@
 //! Anthropic message normaliser (`05-profiles-and-providers.md` §6.1 steps
 //! 2–4, C-094).
 
+use std::borrow::Cow;
+
 use serde_json::{json, Value};
 
 use super::{content_blocks, text_block, PREAMBLE_TEXT};
@@ -28,20 +30,29 @@ pub struct Normalized {
 ///
 /// An empty list is returned unchanged.
 pub fn normalize_anthropic(stripped: Vec<Value>) -> Normalized {
+    let (messages, record) = normalize_cow(stripped.into_iter().map(Cow::Owned).collect());
+    let messages = messages.into_iter().map(Cow::into_owned).collect();
+    Normalized { messages, record }
+}
+
+/// [`normalize_anthropic`] over borrowed-or-owned messages: a message that
+/// is not folded moves through untouched (no copy of a borrowed history);
+/// only the members of a folded run are copied into the folded message.
+pub(super) fn normalize_cow(stripped: Vec<Cow<'_, Value>>) -> (Vec<Cow<'_, Value>>, Option<Value>) {
     let mut input = stripped;
     let mut prepended = false;
     if let Some(first) = input.first() {
         if first.get("role").and_then(Value::as_str) != Some("user") {
             input.insert(
                 0,
-                json!({"role": "user", "content": [text_block(PREAMBLE_TEXT)]}),
+                Cow::Owned(json!({"role": "user", "content": [text_block(PREAMBLE_TEXT)]})),
             );
             prepended = true;
         }
     }
 
-    let mut messages: Vec<Value> = Vec::with_capacity(input.len());
-    let mut merged: Vec<Value> = Vec::new();
+    // Runs of equal roles, decided before anything is moved.
+    let mut runs: Vec<usize> = Vec::new();
     let mut i = 0;
     while let Some(first) = input.get(i) {
         let role = first.get("role");
@@ -50,27 +61,35 @@ pub fn normalize_anthropic(stripped: Vec<Value>) -> Normalized {
             .skip(i)
             .take_while(|m| m.get("role") == role)
             .count();
-        let j = i + run;
+        runs.push(run);
+        i += run;
+    }
+
+    let mut messages: Vec<Cow<'_, Value>> = Vec::with_capacity(runs.len());
+    let mut merged: Vec<Value> = Vec::new();
+    let mut input = input.into_iter();
+    let mut at = 0;
+    for run in runs {
+        let Some(first) = input.next() else { break };
         if run == 1 {
-            messages.push(first.clone());
+            messages.push(first);
         } else {
-            let mut blocks = Vec::new();
-            for m in input.iter().skip(i).take(run) {
+            let mut blocks = content_blocks(first.get("content"));
+            for m in input.by_ref().take(run - 1) {
                 blocks.extend(content_blocks(m.get("content")));
             }
-            let folded = match first {
-                Value::Object(obj) => {
-                    let mut obj = obj.clone();
+            let folded = match first.into_owned() {
+                Value::Object(mut obj) => {
                     obj.insert("content".into(), Value::Array(blocks));
                     Value::Object(obj)
                 }
                 // Non-object messages have no role; keep the shape minimal.
                 _ => json!({"content": blocks}),
             };
-            messages.push(folded);
-            merged.push(Value::Array((i..j).map(Value::from).collect()));
+            messages.push(Cow::Owned(folded));
+            merged.push(Value::Array((at..at + run).map(Value::from).collect()));
         }
-        i = j;
+        at += run;
     }
 
     let record = if prepended || !merged.is_empty() {
@@ -85,5 +104,5 @@ pub fn normalize_anthropic(stripped: Vec<Value>) -> Normalized {
     } else {
         None
     };
-    Normalized { messages, record }
+    (messages, record)
 }

@@ -6,9 +6,9 @@ use serde_json::{json, Map, Value};
 use super::{joined_text, text_block, ParseError, ProviderResponse, Usage};
 
 /// Canonical messages → Chat Completions messages (§6.2 table).
-pub(super) fn translate_messages(messages: &[Value]) -> Vec<Value> {
+pub(super) fn translate_messages<M: std::borrow::Borrow<Value>>(messages: &[M]) -> Vec<Value> {
     let mut out = Vec::with_capacity(messages.len());
-    for m in messages {
+    for m in messages.iter().map(M::borrow) {
         let role = m
             .get("role")
             .and_then(Value::as_str)
