@@ -2,6 +2,9 @@
 
 use proto::wire::problem::{Problem, ProblemType};
 
+use std::sync::Arc;
+
+use crate::bytes::Bytes;
 use crate::store::EventRow;
 use crate::{ConnId, Engine};
 
@@ -94,4 +97,60 @@ pub(crate) fn turn_result(message: &serde_json::Value, events: &[String]) -> Str
     result.push_str(&events.join(","));
     result.push_str("]}");
     result
+}
+
+/// [`turn_result`] as the parts of a frame, line separators escaped: a
+/// large event (a `provider.request` carrying the history) is the shared
+/// rendering its live frames use, not a copy, so the engine's work for a
+/// turn's answer does not grow with the size of its history.
+pub(crate) fn turn_result_parts(message: &serde_json::Value, events: &[Arc<str>]) -> Vec<Bytes> {
+    /// Smaller events are copied into the surrounding part: fewer, larger
+    /// writes.
+    const SHARE_FROM: usize = 4096;
+    let mut parts = Vec::new();
+    let mut buf = String::with_capacity(256);
+    buf.push_str("{\"message\":");
+    buf.push_str(&proto::jsonrpc::escape_line_separators(
+        &message.to_string(),
+    ));
+    buf.push_str(",\"events\":[");
+    for (i, e) in events.iter().enumerate() {
+        if i > 0 {
+            buf.push(',');
+        }
+        if e.len() < SHARE_FROM {
+            buf.push_str(e);
+            continue;
+        }
+        parts.push(Bytes::Owned(std::mem::take(&mut buf).into_bytes()));
+        parts.push(Bytes::Shared(Arc::<[u8]>::from(e.clone())));
+    }
+    buf.push_str("]}");
+    parts.push(Bytes::Owned(buf.into_bytes()));
+    parts
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The parts join to the frame text [`turn_result`] gives, escaped.
+    #[test]
+    fn turn_result_parts_join_to_the_whole_result() {
+        let big = format!("{{\"payload\":\"{}\"}}", "x".repeat(5000));
+        let events: Vec<String> = vec!["{\"a\":1}".into(), big, "{\"b\":\"\\u2028\"}".into()];
+        let shared: Vec<Arc<str>> = events.iter().map(|e| Arc::from(e.as_str())).collect();
+        let message = serde_json::json!({"role": "assistant", "content": "l\u{2028}s"});
+        let parts = turn_result_parts(&message, &shared);
+        assert!(
+            parts.iter().any(|p| matches!(p, Bytes::Shared(_))),
+            "the large event is shared"
+        );
+        let joined: Vec<u8> = parts.iter().flat_map(|p| p.iter().copied()).collect();
+        let whole = turn_result(&message, &events);
+        let escaped = proto::jsonrpc::escape_line_separators(&whole);
+        assert_eq!(String::from_utf8(joined).unwrap(), escaped);
+        let none = turn_result_parts(&message, &[]);
+        assert_eq!(none.len(), 1);
+    }
 }

@@ -248,6 +248,32 @@ impl Engine {
         self.end_stream(conn);
     }
 
+    /// [`Engine::terminal_result`] for a result in parts (already
+    /// escaped): one chunk whose size line is computed up front, the parts
+    /// sent as they are (shared ones without a copy).
+    pub(crate) fn terminal_result_parts(&mut self, conn: ConnId, parts: &[crate::bytes::Bytes]) {
+        if let Some(id) = self.stream_mut(conn).and_then(|s| s.id.clone()) {
+            let head = jsonrpc::result_frame_head(&id, 0);
+            let head = jsonrpc::escape_line_separators(&head);
+            let tail = jsonrpc::RESULT_FRAME_TAIL;
+            let len = head.len() + parts.iter().map(|p| p.len()).sum::<usize>() + tail.len();
+            let mut first = Vec::with_capacity(head.len() + 20);
+            proto::http::encode_chunk_head(len, &mut first);
+            first.extend_from_slice(head.as_bytes());
+            let mut last = Vec::with_capacity(tail.len() + 2);
+            last.extend_from_slice(tail.as_bytes());
+            last.extend_from_slice(b"\r\n");
+            self.streams
+                .sent(conn, first.len() + len - head.len() + 2, self.now.mono);
+            self.send(conn, first);
+            for p in parts {
+                self.send(conn, p.clone());
+            }
+            self.send(conn, last);
+        }
+        self.end_stream(conn);
+    }
+
     /// Terminal `error` frame (omitted for notifications), then the end.
     pub(crate) fn terminal_error(&mut self, conn: ConnId, code: i64, message: &str) {
         if let Some(id) = self.stream_mut(conn).and_then(|s| s.id.clone()) {

@@ -18,7 +18,10 @@ use crate::{ConnId, MonoMs};
 pub struct Appended {
     pub seq: u64,
     pub id: String,
-    pub json: String,
+    /// The EventView JSON with NDJSON line separators already escaped
+    /// (every use of it goes into a frame), shared by the live frames and
+    /// the turn's `result.events` instead of copied into each.
+    pub json: std::sync::Arc<str>,
 }
 
 /// An open NDJSON response on a connection.

@@ -287,7 +287,7 @@ impl Engine {
 
     /// Manual: the completed EventView is the result. Auto: the turn's own
     /// `{message, events}` result, compaction events included.
-    fn finish_compaction(&mut self, turn_id: TurnId, completed: Option<String>) {
+    fn finish_compaction(&mut self, turn_id: TurnId, completed: Option<std::sync::Arc<str>>) {
         let Some(t) = self.turns.get_mut(&turn_id) else {
             return;
         };

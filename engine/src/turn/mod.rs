@@ -66,8 +66,9 @@ pub struct Turn {
     pub key_id: String,
     /// The request's stream (`None` once the consumer is gone).
     pub conn: Option<ConnId>,
-    /// EventView JSON of every event this request appended (`result.events`).
-    pub events: Vec<String>,
+    /// EventView JSON of every event this request appended (`result.events`),
+    /// shared with the event's live frames.
+    pub events: Vec<std::sync::Arc<str>>,
     /// All-server tool rounds of this turn, kept in memory after the
     /// session's cached provider-facing history (never copied per turn).
     pub tail: Vec<Value>,
@@ -597,9 +598,31 @@ impl Engine {
         event_type: EventType,
         payload: Value,
     ) -> Option<crate::log::Appended> {
+        self.turn_event_with(turn_id, |e, session_id, key_id| {
+            e.append_event(session_id, Some(key_id), event_type, payload)
+        })
+    }
+
+    /// [`Engine::turn_event`] with a payload already rendered as JSON text.
+    pub(crate) fn turn_event_text(
+        &mut self,
+        turn_id: TurnId,
+        event_type: EventType,
+        payload: String,
+    ) -> Option<crate::log::Appended> {
+        self.turn_event_with(turn_id, |e, session_id, key_id| {
+            e.append_event_text(session_id, Some(key_id), event_type, payload)
+        })
+    }
+
+    fn turn_event_with(
+        &mut self,
+        turn_id: TurnId,
+        append: impl FnOnce(&mut Self, &str, &str) -> crate::log::Appended,
+    ) -> Option<crate::log::Appended> {
         let t = self.turns.get(&turn_id)?;
         let (session_id, key_id) = (t.session_id.clone(), t.key_id.clone());
-        let ev = self.append_event(&session_id, Some(&key_id), event_type, payload);
+        let ev = append(self, &session_id, &key_id);
         if let Some(t) = self.turns.get_mut(&turn_id) {
             t.events.push(ev.json.clone());
             t.event_seqs.push(ev.seq);
@@ -667,9 +690,9 @@ impl Engine {
         );
         let streams = t.streams();
         if !streams.is_empty() {
-            let result = crate::respond::turn_result(&message, &t.events);
+            let result = crate::respond::turn_result_parts(&message, &t.events);
             for conn in streams {
-                self.terminal_result(conn, &result);
+                self.terminal_result_parts(conn, &result);
             }
         }
         match outcome {

@@ -141,6 +141,13 @@ pub fn encode_stream_head(status: u16, content_type: &str, close: bool) -> Vec<u
     out
 }
 
+/// The size line of a chunk of `len` bytes (`<hex>\r\n`), for a chunk
+/// whose data follows in several writes; the caller ends it with `\r\n`.
+pub fn encode_chunk_head(len: usize, out: &mut Vec<u8>) {
+    push_hex(out, len);
+    out.extend_from_slice(b"\r\n");
+}
+
 /// Appends one chunk (`hex-size CRLF data CRLF`) to `out`. Empty `data`
 /// writes nothing: an empty chunk would end the body.
 pub fn encode_chunk(data: &[u8], out: &mut Vec<u8>) {

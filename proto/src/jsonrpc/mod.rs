@@ -430,14 +430,25 @@ pub fn event_frame(event_view_json: &str) -> String {
 /// `{"jsonrpc":"2.0","id":<id>,"result":<result>}\n`; the result JSON is
 /// inserted verbatim and the id echoed verbatim (C-059, C-060).
 pub fn result_frame(id: &Value, result_json: &str) -> String {
-    let mut out = String::with_capacity(40 + result_json.len());
+    let mut out = result_frame_head(id, result_json.len());
+    out.push_str(result_json);
+    out.push_str(RESULT_FRAME_TAIL);
+    out
+}
+
+/// What precedes the result in [`result_frame`]:
+/// `{"jsonrpc":"2.0","id":<id>,"result":`, with room for `reserve` more
+/// bytes (a frame sent in parts writes the result after it).
+pub fn result_frame_head(id: &Value, reserve: usize) -> String {
+    let mut out = String::with_capacity(40 + reserve);
     out.push_str("{\"jsonrpc\":\"2.0\",\"id\":");
     push_id(&mut out, id);
     out.push_str(",\"result\":");
-    out.push_str(result_json);
-    out.push_str("}\n");
     out
 }
+
+/// What follows the result in [`result_frame`].
+pub const RESULT_FRAME_TAIL: &str = "}\n";
 
 /// `{"jsonrpc":"2.0","id":<id>,"error":{"code":<c>,"message":<m>}}\n`; with
 /// `id == None` the `id` member is omitted (the lagged shape). The error
