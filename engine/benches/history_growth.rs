@@ -452,10 +452,20 @@ fn main() {
         let engine_preempted = preempted_since(wait);
         assert_eq!(cost.provider_calls, 1, "turn {turn}: one provider call");
         assert_eq!(cost.reads, 0, "turn {turn}: history is served from memory");
-        let last = d.sends_in_turn.iter().rev().find(|b| b.len() > 5);
-        let frame = last.map(|b| dechunk(b)).unwrap_or_default();
+        // The terminal frame is one chunk that may leave in several sends
+        // (a large event in it is shared, not copied): from the send that
+        // opens it to the end.
+        let prefix = format!("{{\"jsonrpc\":\"2.0\",\"id\":{turn},\"result\"");
+        let opens = |b: &Vec<u8>| {
+            let le = b.windows(2).position(|w| w == b"\r\n");
+            le.is_some_and(|le| b[le + 2..].starts_with(prefix.as_bytes()))
+        };
+        let start = d.sends_in_turn.iter().rposition(opens);
+        let frame = start
+            .map(|i| dechunk(&d.sends_in_turn[i..].concat()))
+            .unwrap_or_default();
         assert!(
-            frame.starts_with(format!("{{\"jsonrpc\":\"2.0\",\"id\":{turn},\"result\"").as_bytes()),
+            frame.starts_with(prefix.as_bytes()) && frame.ends_with(b"}\n"),
             "turn {turn}: no terminal result: {}",
             String::from_utf8_lossy(&frame[..frame.len().min(300)])
         );
