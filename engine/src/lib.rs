@@ -60,7 +60,7 @@ pub mod telemetry;
 pub mod time;
 mod turn;
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
 use model::Catalog;
 use proto::jsonrpc::codes;
@@ -342,6 +342,11 @@ pub struct Engine {
     pending_reads: HashMap<ReadId, conn::PendingRead>,
     /// Runtime state of open sessions (gate, waiters, history cache).
     live: BTreeMap<String, turn::Live>,
+    /// Sessions whose gate may have queued waiters: a superset, pruned
+    /// when a gate is seen without any. The gate timer, and a closing
+    /// connection's queue exit, look only here instead of at every live
+    /// session (a long-running server keeps many).
+    waiting: BTreeSet<String>,
     /// Connections with an open NDJSON stream, per session (fan-out index).
     streams: streams::Hub,
     turns: BTreeMap<turn::TurnId, turn::Turn>,
@@ -433,6 +438,7 @@ impl Engine {
             next_read: ReadId(1),
             pending_reads: HashMap::new(),
             live: BTreeMap::new(),
+            waiting: BTreeSet::new(),
             streams: streams::Hub::default(),
             turns: BTreeMap::new(),
             next_turn: turn::TurnId(1),

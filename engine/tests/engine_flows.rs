@@ -858,3 +858,63 @@ fn observers_share_one_rendering_of_each_live_event() {
     };
     assert_eq!(types(&lone.frames(sub)), types(&frames[0]));
 }
+
+/// The pause-abandonment timer (C-183) finds the one session with a waiter
+/// among many live ones, admits the waiter without a new arrival, and is
+/// disarmed once nobody waits (the gate timer looks only at sessions that
+/// have queued waiters).
+#[test]
+fn gate_timer_admits_a_waiter_among_many_live_sessions_c183() {
+    let mut h = Harness::new(config());
+    let (_key, sid, skey) = h.open_session(&["t"], json!({"tools": [{"name": "t"}]}));
+    // A second client (another key on the same profile) joins: it is not
+    // the pause's owner, so it waits for the pause to time out.
+    let (_, profiles) = h.admin("GET", "/admin/v1/profiles", None);
+    let profile = profiles["items"].as_array().and_then(|d| d.last()).cloned();
+    let profile_id = profile.map(|p| p["id"].clone()).unwrap_or_default();
+    let (_, k2) = h.admin(
+        "POST",
+        "/admin/v1/keys",
+        Some(&json!({"name": "second", "profile_id": profile_id})),
+    );
+    let key2 = k2["key"].as_str().expect("second key").to_string();
+    let (_, j) = h.client(
+        "POST",
+        &format!("/api/v1/sessions/{sid}/join"),
+        &key2,
+        Some(&json!({})),
+    );
+    let skey2 = j["session_key"].as_str().expect("joined").to_string();
+    register(&mut h, &sid, &skey);
+    register(&mut h, &sid, &skey2);
+    // Other sessions with finished turns stay live (cached history).
+    for i in 0..40 {
+        let (_, other, okey) = h.open_session(&[], json!({}));
+        register(&mut h, &other, &okey);
+        h.replies.push_back(anthropic_text(&format!("answer {i}")));
+        send(&mut h, &other, &okey, json!("hi"));
+    }
+    assert_eq!(h.engine.poll_timeout(), None, "nobody waits: no gate timer");
+    h.replies.push_back(anthropic_tool_use(
+        json!([{"type": "tool_use", "id": "tu_1", "name": "t", "input": {}}]),
+    ));
+    send(&mut h, &sid, &skey, json!("go"));
+    assert_eq!(
+        h.engine.poll_timeout(),
+        None,
+        "a pause alone needs no timer"
+    );
+    let waiter = h.rpc_start(&sid, &skey2, &json!({"jsonrpc": "2.0", "id": 7, "method": "session.sendMessage", "params": {"message": {"content": "me next"}}}));
+    assert!(h.frames(waiter).is_empty(), "queued behind the pause");
+    let deadline = h
+        .engine
+        .poll_timeout()
+        .expect("the pause deadline is armed");
+    assert!(deadline > h.now.mono);
+    h.replies.push_back(anthropic_text("taken over"));
+    h.advance(deadline.0 - h.now.mono.0);
+    let frames = h.frames(waiter);
+    let result = &frames.last().expect("the waiter ran")["result"];
+    assert_eq!(result["message"]["content"][0]["text"], "taken over");
+    assert_eq!(h.engine.poll_timeout(), None, "disarmed once nobody waits");
+}

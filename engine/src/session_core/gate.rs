@@ -66,6 +66,11 @@ impl Gate {
         self.queue.iter()
     }
 
+    /// Whether anyone is queued (only then can the gate have a deadline).
+    pub fn has_waiters(&self) -> bool {
+        !self.queue.is_empty()
+    }
+
     /// The first history rebuild of a session since start: only a free
     /// gate starts one (later arrivals queue behind it).
     pub fn begin_recovery(&mut self) -> bool {

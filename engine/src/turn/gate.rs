@@ -16,25 +16,42 @@ impl Engine {
         let Some(live) = self.live.get_mut(session_id) else {
             return;
         };
-        if let Some(start) = live.gate.release(now, |c| conns.contains_key(&c)) {
+        let start = live.gate.release(now, |c| conns.contains_key(&c));
+        if !live.gate.has_waiters() {
+            self.waiting.remove(session_id);
+        }
+        if let Some(start) = start {
             self.start_admitted(session_id, start);
+        }
+    }
+
+    /// Records that `session_id`'s gate may now have waiters.
+    pub(crate) fn note_waiting(&mut self, session_id: &str) {
+        if !self.waiting.contains(session_id) {
+            self.waiting.insert(session_id.to_string());
         }
     }
 
     /// Earliest pause deadline with someone waiting behind it.
     pub(crate) fn next_gate_deadline(&self) -> Option<crate::MonoMs> {
-        self.live.values().filter_map(|l| l.gate.deadline()).min()
+        (self.waiting.iter())
+            .filter_map(|id| self.live.get(id)?.gate.deadline())
+            .min()
     }
 
     /// The engine's own abandonment timer: a waiter behind an expired pause
     /// retires it without needing a new arrival.
     pub(crate) fn fire_gate_deadlines(&mut self) {
         let now = self.now.mono;
-        let due: Vec<String> = self
-            .live
-            .iter()
-            .filter(|(_, l)| l.gate.deadline().is_some_and(|d| d <= now))
-            .map(|(id, _)| id.clone())
+        let live = &self.live;
+        self.waiting
+            .retain(|id| live.get(id).is_some_and(|l| l.gate.has_waiters()));
+        let due: Vec<String> = (self.waiting.iter())
+            .filter(|id| {
+                let deadline = live.get(id.as_str()).and_then(|l| l.gate.deadline());
+                deadline.is_some_and(|d| d <= now)
+            })
+            .cloned()
             .collect();
         for session_id in due {
             let conns = &self.conns;
@@ -52,10 +69,21 @@ impl Engine {
     /// going without its consumer.
     pub(crate) fn forget_conn_in_turns(&mut self, conn: ConnId) {
         let mut moved = Vec::new();
-        for (id, live) in self.live.iter_mut() {
+        let mut emptied = Vec::new();
+        for id in &self.waiting {
+            let Some(live) = self.live.get_mut(id) else {
+                emptied.push(id.clone());
+                continue;
+            };
             if live.gate.forget(conn) {
                 moved.push(id.clone());
             }
+            if !live.gate.has_waiters() {
+                emptied.push(id.clone());
+            }
+        }
+        for id in emptied {
+            self.waiting.remove(&id);
         }
         for id in moved {
             self.tell_queue_positions(&id);
@@ -92,6 +120,7 @@ impl Engine {
                 }
             }
         }
+        self.waiting.remove(session_id);
         let Some(mut live) = self.live.remove(session_id) else {
             return;
         };

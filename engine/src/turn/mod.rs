@@ -188,10 +188,16 @@ impl Engine {
         }
         if live.history.is_some() {
             let arrival = live.gate.arrive(now, limits, waiter);
+            if live.gate.has_waiters() {
+                self.note_waiting(session_id);
+            }
             return self.route_arrival(conn, session_id, arrival);
         }
         let start = live.gate.begin_recovery();
         let arrival = live.gate.enqueue(limits, waiter);
+        if live.gate.has_waiters() {
+            self.note_waiting(session_id);
+        }
         self.route_arrival(conn, session_id, arrival);
         if start {
             let (loader, read) = HistoryLoader::start(session_id);
