@@ -293,6 +293,21 @@ pub fn encode_frame(line: &str) -> Vec<u8> {
     bytes
 }
 
+/// The chunk of a live `session.event` frame around an EventView whose
+/// line separators are already escaped ([`crate::streams::Appended`]): one
+/// allocation and one copy, no second scan.
+pub fn encode_event_frame(escaped_view: &str) -> Vec<u8> {
+    use proto::jsonrpc::{EVENT_FRAME_HEAD, EVENT_FRAME_TAIL};
+    let len = EVENT_FRAME_HEAD.len() + escaped_view.len() + EVENT_FRAME_TAIL.len();
+    let mut bytes = Vec::with_capacity(len + 12);
+    proto::http::encode_chunk_head(len, &mut bytes);
+    bytes.extend_from_slice(EVENT_FRAME_HEAD.as_bytes());
+    bytes.extend_from_slice(escaped_view.as_bytes());
+    bytes.extend_from_slice(EVENT_FRAME_TAIL.as_bytes());
+    bytes.extend_from_slice(b"\r\n");
+    bytes
+}
+
 /// The `session.event` frames of `rows` (payloads copied in as stored).
 pub fn render_event_frames(rows: &[EventRow]) -> Vec<RenderedEvent> {
     rows.iter()
@@ -473,5 +488,17 @@ mod page_tests {
         let (size, body) = text.split_once("\r\n").unwrap();
         assert_eq!(usize::from_str_radix(size, 16).unwrap() + 2, body.len());
         assert!(body.ends_with("}\n\r\n"), "{body:?}");
+    }
+}
+
+#[cfg(test)]
+mod frame_tests {
+    /// The one-copy live frame is byte for byte the general encoder's.
+    #[test]
+    fn event_frame_chunk_equals_the_general_encoding() {
+        for view in ["{}", "{\"payload\":{\"text\":\"a\\u2028b é\"}}"] {
+            let general = super::encode_frame(&proto::jsonrpc::event_frame(view));
+            assert_eq!(super::encode_event_frame(view), general);
+        }
     }
 }

@@ -263,9 +263,8 @@ impl Engine {
                 .publish(conn, ev, quiet.contains(&conn), limits)
             {
                 Live::Frame => {
-                    let frame = shared.get_or_insert_with(|| {
-                        crate::store::encode_frame(&jsonrpc::event_frame(&ev.json)).into()
-                    });
+                    let frame = shared
+                        .get_or_insert_with(|| crate::store::encode_event_frame(&ev.json).into());
                     let frame = frame.clone();
                     self.encoded_frame(conn, frame);
                 }
@@ -285,7 +284,7 @@ impl Engine {
     fn act_live(&mut self, conn: ConnId, ev: &Appended, live: Live) {
         match live {
             Live::Skip => {}
-            Live::Frame => self.frame(conn, &jsonrpc::event_frame(&ev.json)),
+            Live::Frame => self.encoded_frame(conn, crate::store::encode_event_frame(&ev.json)),
             Live::Lagged => self.lagged(conn),
         }
     }

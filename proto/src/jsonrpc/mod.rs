@@ -419,13 +419,17 @@ fn push_id(out: &mut String, id: &Value) {
 /// `{"jsonrpc":"2.0","method":"session.event","params":<event>}\n`; the
 /// EventView JSON is inserted verbatim.
 pub fn event_frame(event_view_json: &str) -> String {
-    const HEAD: &str = "{\"jsonrpc\":\"2.0\",\"method\":\"session.event\",\"params\":";
-    let mut out = String::with_capacity(HEAD.len() + event_view_json.len() + 2);
-    out.push_str(HEAD);
+    let mut out = String::with_capacity(EVENT_FRAME_HEAD.len() + event_view_json.len() + 2);
+    out.push_str(EVENT_FRAME_HEAD);
     out.push_str(event_view_json);
-    out.push_str("}\n");
+    out.push_str(EVENT_FRAME_TAIL);
     out
 }
+
+/// What precedes the EventView in [`event_frame`].
+pub const EVENT_FRAME_HEAD: &str = "{\"jsonrpc\":\"2.0\",\"method\":\"session.event\",\"params\":";
+/// What follows it.
+pub const EVENT_FRAME_TAIL: &str = "}\n";
 
 /// `{"jsonrpc":"2.0","id":<id>,"result":<result>}\n`; the result JSON is
 /// inserted verbatim and the id echoed verbatim (C-059, C-060).
@@ -740,9 +744,11 @@ pub mod results {
 /// split one NDJSON frame in two. They can only occur inside JSON strings,
 /// so the replacement decodes to the same value.
 pub fn escape_line_separators(line: &str) -> std::borrow::Cow<'_, str> {
-    // Their UTF-8 encodings start with 0xE2 / 0xC2: a byte scan settles
-    // the common case without decoding characters.
-    let needs = line.as_bytes().iter().any(|&b| b == 0xE2 || b == 0xC2)
+    // Their UTF-8 encodings start with 0xE2 / 0xC2: a byte search settles
+    // the common case without decoding characters (`<[u8]>::contains` on a
+    // byte is a memchr, several times faster than a byte-by-byte test).
+    let bytes = line.as_bytes();
+    let needs = (bytes.contains(&0xE2) || bytes.contains(&0xC2))
         && line.contains(['\u{2028}', '\u{2029}', '\u{0085}']);
     if !needs {
         return std::borrow::Cow::Borrowed(line);

@@ -1,0 +1,99 @@
+//! Engine work per text turn and per client-tool round trip, for
+//! instruction counts under callgrind (repeatable on a shared box, unlike
+//! times). It drives the engine in process with the engine tests' harness
+//! (`MemStore`, scripted provider replies, no sockets) through the units
+//! `bench_turns` times over the wire:
+//!
+//! - **text**: `session.sendMessage` → final answer, on a session rotated
+//!   every 20 units (open + `registerDriver` outside the unit);
+//! - **tool**: `sendMessage` → paused `tool_use` → `sendMessage` with the
+//!   `tool_result` → final answer.
+//!
+//! ```text
+//! cargo bench -p engine --bench turn_cost --no-run
+//! TURN_COST_PHASE=text TURN_COST_UNITS=400 valgrind --tool=callgrind \
+//!     --toggle-collect='engine::Engine::handle_input' target/release/deps/turn_cost-<hash>
+//! ```
+//!
+//! Instructions per unit = collected Ir ÷ units, minus the same run with
+//! `TURN_COST_UNITS=0` (session setup) divided likewise. Without valgrind
+//! it prints wall time per unit, for orientation only.
+
+#[path = "../tests/common/mod.rs"]
+mod common;
+
+use std::time::Instant;
+
+use common::{anthropic_text, anthropic_tool_use, config, Harness};
+use serde_json::json;
+
+const UNITS_PER_SESSION: usize = 20;
+
+fn main() {
+    let units: usize = std::env::var("TURN_COST_UNITS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(400);
+    let phase = std::env::var("TURN_COST_PHASE").unwrap_or_else(|_| "both".into());
+    let mut h = Harness::new(config());
+    if phase == "text" || phase == "both" {
+        let t0 = Instant::now();
+        run(&mut h, units, false);
+        report("text turn", units, t0);
+    }
+    if phase == "tool" || phase == "both" {
+        let t0 = Instant::now();
+        run(&mut h, units, true);
+        report("client-tool round trip", units, t0);
+    }
+}
+
+fn report(what: &str, units: usize, t0: Instant) {
+    let per = t0.elapsed().as_secs_f64() * 1e6 / units.max(1) as f64;
+    println!("{what}: {units} units, {per:.1} us per unit (harness included)");
+}
+
+/// `units` units; sessions are opened up front so that a run with
+/// `units = 0` measures exactly the setup the others share.
+fn run(h: &mut Harness, units: usize, tools: bool) {
+    let sessions = units.div_ceil(UNITS_PER_SESSION).max(1);
+    let body = if tools {
+        json!({"tools": [{"name": "get_time", "input_schema": {"type": "object"}}]})
+    } else {
+        json!({})
+    };
+    let opened: Vec<(String, String)> = (0..sessions)
+        .map(|_| {
+            let (_key, sid, skey) = h.open_session(&["get_time"], body.clone());
+            let reg = json!({"jsonrpc": "2.0", "id": 1, "method": "session.registerDriver"});
+            let f = h.rpc(&sid, &skey, &reg);
+            assert_eq!(f[0]["result"]["registered"], true);
+            (sid, skey)
+        })
+        .collect();
+    for i in 0..units {
+        let (sid, skey) = &opened[i / UNITS_PER_SESSION];
+        let send = |content: serde_json::Value| {
+            json!({"jsonrpc": "2.0", "id": 2, "method": "session.sendMessage",
+                   "params": {"message": {"role": "user", "content": content}}})
+        };
+        if !tools {
+            h.replies.push_back(anthropic_text("the answer"));
+            let f = h.rpc(sid, skey, &send(json!(format!("hello {i}"))));
+            assert_eq!(f.last().unwrap()["result"]["message"]["role"], "assistant");
+            continue;
+        }
+        let id = format!("tu_{i}");
+        h.replies.push_back(anthropic_tool_use(json!([
+            {"type": "tool_use", "id": id, "name": "get_time", "input": {}}
+        ])));
+        let f = h.rpc(sid, skey, &send(json!(format!("time {i}?"))));
+        let blocks = &f.last().unwrap()["result"]["message"]["content"];
+        assert_eq!(blocks[0]["type"], "tool_use", "the turn pauses");
+        h.replies.push_back(anthropic_text("it is noon"));
+        let result = json!([{"type": "tool_result", "tool_use_id": id, "content": "12:00"}]);
+        let f = h.rpc(sid, skey, &send(result));
+        let text = &f.last().unwrap()["result"]["message"]["content"][0]["type"];
+        assert_eq!(text, "text", "the resume completes");
+    }
+}
