@@ -396,7 +396,12 @@ impl Engine {
                 .session_keys
                 .get(session_id.as_str())
                 .is_none_or(|v| v.is_empty());
-            if open && orphaned {
+            if open && orphaned && !self.owns_session(&session_id) {
+                // Replica mode: only the owner writes a session's log. An
+                // owner elsewhere closes it when the revocation reaches it;
+                // a session nobody holds is claimed here and closed then.
+                self.claim(&session_id, crate::replicas::ClaimFor::Cascade);
+            } else if open && orphaned {
                 self.close_session(&session_id, id, "client_key_revoked");
             }
         }

@@ -20,7 +20,7 @@ impl Engine {
         payload: Value,
     ) -> Appended {
         let seq = self.next_seq;
-        self.next_seq += 1;
+        self.next_seq += self.replicas.as_ref().map_or(1, |r| r.step());
         self.events_total += 1;
         let id = self.new_id(proto::wire::ids::IdKind::Event);
         if matches!(

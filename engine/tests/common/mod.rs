@@ -46,6 +46,10 @@ pub struct Harness {
     pub sandbox: VecDeque<engine::sandbox::SandboxCommand>,
     /// Store reads this matches are answered with an error.
     pub fail_read: Option<fn(&engine::StoreRead) -> bool>,
+    /// Replica mode: leases held by other replicas (session id → address).
+    pub leased_elsewhere: HashMap<String, String>,
+    /// Requests forwarded to other replicas.
+    pub forwards: Vec<engine::replicas::Forward>,
     next_conn: ConnId,
 }
 
@@ -86,6 +90,8 @@ impl Harness {
             mcp: VecDeque::new(),
             sandbox: VecDeque::new(),
             fail_read: None,
+            leased_elsewhere: HashMap::new(),
+            forwards: Vec::new(),
             next_conn: ConnId(1),
         }
     }
@@ -139,12 +145,26 @@ impl Harness {
                     Output::CallProvider(c) => self.calls.push_back(c),
                     Output::Mcp(c) => self.mcp.push_back(c),
                     Output::Sandbox(c) => self.sandbox.push_back(c),
+                    Output::Forward(f) => self.forwards.push(f),
                 }
             }
             for (id, read) in reads {
+                let elsewhere = match &read {
+                    engine::StoreRead::ClaimLease { session_id } => {
+                        self.leased_elsewhere.get(session_id).cloned()
+                    }
+                    _ => None,
+                };
                 let result = match self.fail_read {
                     Some(fail) if fail(&read) => Err("injected read failure".to_string()),
-                    _ => Ok(self.store.read(&read)),
+                    _ => match elsewhere {
+                        Some(addr) => {
+                            Ok(engine::ReadResult::Lease(engine::store::Lease::Elsewhere {
+                                addr,
+                            }))
+                        }
+                        None => Ok(self.store.read(&read)),
+                    },
                 };
                 self.engine
                     .handle_input(self.now, Input::ReadDone { id, result });

@@ -164,6 +164,8 @@ impl PgStore {
         }
         self.prepared()?;
         let stmts = self.stmts.take().expect("prepared");
+        let replica = self.replica.clone();
+        let mut fenced = None;
         let r = (|| {
             let mut tx = self.client.transaction()?;
             let mut rest = batch;
@@ -180,15 +182,30 @@ impl PgStore {
                     rest = &rest[1..];
                 }
             }
+            if let Some(me) = &replica {
+                fenced = super::replica::fence_and_notify(&mut tx, me, batch)?;
+                if fenced.is_some() {
+                    // Dropped uncommitted: rolled back.
+                    return Ok(());
+                }
+            }
             tx.commit()
         })();
         self.stmts = Some(stmts);
+        if let Some(session) = fenced {
+            return Err(StoreError::Postgres(format!(
+                "another replica holds the lease of session {session}; the batch was rolled back"
+            )));
+        }
         // Dropping an unfinished transaction rolls it back.
         r.map_err(|e| self.err(e))
     }
 
     /// Answers one engine query.
     pub fn read(&mut self, read: &StoreRead) -> Result<ReadResult> {
+        if let StoreRead::ClaimLease { session_id } = read {
+            return self.claim_lease(session_id);
+        }
         self.prepared()?;
         let stmts = self.stmts.take().expect("prepared");
         let r = read_with(&mut self.client, &stmts, read);
@@ -446,6 +463,12 @@ pub(crate) fn read_with(
             engine::store::render_rows(read, &rows).unwrap_or(ReadResult::Events(rows))
         }
         StoreRead::Runtime => ReadResult::Runtime(Default::default()),
+        // Answered by `PgStore::claim_lease` on the writer connection.
+        StoreRead::ClaimLease { .. } => {
+            return Err(ReadError::Store(StoreError::Postgres(
+                "lease claims run on the writer connection".into(),
+            )))
+        }
         StoreRead::Events {
             session_id,
             after_seq,
