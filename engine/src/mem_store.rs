@@ -43,6 +43,14 @@ impl MemStore {
                     k.deleted_at = Some(at.clone());
                 }
             }
+            StoreWrite::RevokeSessionKeysOf { client_id, at } => {
+                for k in self.keys.iter_mut() {
+                    let of = k.client_id.as_deref() == Some(client_id.as_str());
+                    if k.role == KeyRole::Session && of && k.deleted_at.is_none() {
+                        k.deleted_at = Some(at.clone());
+                    }
+                }
+            }
             StoreWrite::SetKeyHash { id, key_hash } => {
                 if let Some(k) = self.keys.iter_mut().find(|k| &k.id == id) {
                     k.key_hash = key_hash.clone();

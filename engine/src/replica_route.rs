@@ -67,6 +67,11 @@ impl Engine {
         };
         if let Ok(Lease::Mine(claimed)) = &lease {
             self.adopt_session(claimed);
+            let by = match &then {
+                ClaimFor::Cascade { by } => by.clone(),
+                ClaimFor::Request { .. } => claimed.session.client_key_id.clone(),
+            };
+            self.close_if_orphaned(session_id, &by);
         }
         let ClaimFor::Request { conn, req } = then else {
             return;
@@ -158,7 +163,6 @@ impl Engine {
             self.live.remove(id);
         }
         self.idem.adopt(&c.idempotency);
-        self.close_if_orphaned(id, &c.session.client_key_id);
     }
 
     /// The revocation cascade's last step (spec 03 §4.2) for a session this
@@ -167,8 +171,7 @@ impl Engine {
         let open =
             self.catalog.sessions.get(session_id).map(|s| s.state) == Some(SessionState::Open);
         let orphaned = self.catalog.session_candidates(session_id).is_empty();
-        let revoked_creator = !self.catalog.keys.contains_key(by);
-        if open && orphaned && revoked_creator {
+        if open && orphaned && self.owns_session(session_id) {
             self.close_session(session_id, by, "client_key_revoked");
         }
     }
@@ -216,19 +219,26 @@ impl Engine {
             let key = Key::from_row(&k, &self.catalog);
             self.catalog.insert_key(key);
         }
+        // The cascade of revoked session keys (spec 03 §4.2): the owner
+        // closes an orphaned session; a session nobody holds is claimed
+        // (one replica wins) and closed by the winner.
         let mut cascade: Vec<(String, String)> = Vec::new();
-        for id in u.revoked {
-            if let Some(key) = self.catalog.remove_key(&id) {
-                if key.role == KeyRole::Session && self.owns_session(&key.name) {
-                    let by = key.client_id.as_deref().unwrap_or_default().to_string();
-                    cascade.push((key.name.to_string(), by));
-                }
+        for k in u.revoked {
+            self.catalog.remove_key(&k.id);
+            let closed = (self.catalog.sessions.get(k.name.as_str()))
+                .is_some_and(|s| s.state != SessionState::Open);
+            if k.role == KeyRole::Session && !closed && !u.full {
+                cascade.push((k.name, k.client_id.unwrap_or_default()));
             }
         }
         cascade.sort();
-        cascade.dedup();
+        cascade.dedup_by(|a, b| a.0 == b.0);
         for (session_id, by) in cascade {
-            self.close_if_orphaned(&session_id, &by);
+            if self.owns_session(&session_id) {
+                self.close_if_orphaned(&session_id, &by);
+            } else {
+                self.claim(&session_id, ClaimFor::Cascade { by });
+            }
         }
     }
 }

@@ -52,8 +52,9 @@ pub struct Forward {
 pub enum ClaimFor {
     /// A client request that runs once the session's owner is known.
     Request { conn: ConnId, req: Box<Request> },
-    /// A revocation cascade that may have to close the session.
-    Cascade,
+    /// A revocation cascade that may have to close the session; `by` is
+    /// the revoked client key.
+    Cascade { by: String },
 }
 
 /// See the module docs.

@@ -145,6 +145,13 @@ pub enum StoreWrite {
         id: String,
         at: String,
     },
+    /// Replica mode: soft-deletes every active session key minted for the
+    /// client key `client_id` (a revocation's cascade, including keys this
+    /// replica has not heard of yet).
+    RevokeSessionKeysOf {
+        client_id: String,
+        at: String,
+    },
     /// Replace `key_hash` (legacy Argon2id upgrade on first use).
     SetKeyHash {
         id: String,
@@ -316,9 +323,12 @@ pub struct CatalogUpdate {
     pub profiles: Vec<ProfileRow>,
     /// Active keys (client, admin and session keys).
     pub keys: Vec<KeyRow>,
-    /// Ids of revoked keys.
-    pub revoked: Vec<String>,
+    /// Revoked keys.
+    pub revoked: Vec<KeyRow>,
     pub sessions: Vec<SessionRow>,
+    /// Every row, read once when the notices start (not a change: no
+    /// revocation cascade runs for it).
+    pub full: bool,
 }
 
 /// One event as a subscriber's stream sends it.

@@ -121,7 +121,7 @@ fn migrate_then_serve_and_a_newer_schema_is_refused() {
     assert_eq!(out.code(), Some(1), "{}", out.stderr);
     assert!(
         out.stderr
-            .contains("database schema version 99 is newer than this binary supports (max 3)"),
+            .contains("database schema version 99 is newer than this binary supports (max 4)"),
         "{}",
         out.stderr
     );

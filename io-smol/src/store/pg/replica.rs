@@ -215,11 +215,9 @@ fn notices(batch: &[StoreWrite]) -> Vec<String> {
             StoreWrite::InsertProfile(p) | StoreWrite::UpdateProfile(p) => {
                 Some(format!("p:{}", p.id))
             }
-            // Session keys only matter to their session's owner, which
-            // reads them when it takes the lease.
-            StoreWrite::InsertKey(k) if k.role != engine::store::KeyRole::Session => {
-                Some(format!("k:{}", k.id))
-            }
+            // Session keys too: a revocation's cascade starts from them on
+            // whichever replica revokes.
+            StoreWrite::InsertKey(k) => Some(format!("k:{}", k.id)),
             StoreWrite::RevokeKey { id, .. } => Some(format!("k:{id}")),
             StoreWrite::InsertSession(s) => Some(format!("s:{}", s.id)),
             StoreWrite::SetSessionState { id, .. } => Some(format!("s:{id}")),
@@ -250,6 +248,15 @@ pub(crate) fn fence_and_notify(
         }
     }
     let notes = notices(batch);
+    for w in batch {
+        if let StoreWrite::RevokeSessionKeysOf { client_id, at } = w {
+            tx.execute(
+                "SELECT pg_notify($1, 'k:' || id) FROM keys WHERE role = 'session' \
+                 AND client_id = $2 AND deleted_at = $3",
+                &[&CHANNEL, client_id, at],
+            )?;
+        }
+    }
     if !notes.is_empty() {
         tx.execute(
             "SELECT pg_notify($1, n) FROM unnest($2::text[]) AS n",
@@ -330,12 +337,15 @@ fn read_rows(
     };
     let (profiles, keys, sessions) = match names {
         None => (
-            c.query(&format!("SELECT {PROFILE_COLS} FROM profiles ORDER BY ord"), &[])?,
             c.query(
-                &format!("SELECT {KEY_COLS} FROM keys WHERE role <> 'session' OR deleted_at IS NOT NULL ORDER BY ord"),
+                &format!("SELECT {PROFILE_COLS} FROM profiles ORDER BY ord"),
                 &[],
             )?,
-            c.query(&format!("SELECT {SESSION_COLS} FROM sessions ORDER BY ord"), &[])?,
+            c.query(&format!("SELECT {KEY_COLS} FROM keys ORDER BY ord"), &[])?,
+            c.query(
+                &format!("SELECT {SESSION_COLS} FROM sessions ORDER BY ord"),
+                &[],
+            )?,
         ),
         Some(_) => (
             c.query(
@@ -353,14 +363,17 @@ fn read_rows(
         ),
     };
     Ok((|| {
-        let mut u = CatalogUpdate::default();
+        let mut u = CatalogUpdate {
+            full: names.is_none(),
+            ..CatalogUpdate::default()
+        };
         for r in &profiles {
             u.profiles.push(read_profile(r)?);
         }
         for r in &keys {
             let k = read_key(r)?;
             match k.deleted_at {
-                Some(_) => u.revoked.push(k.id),
+                Some(_) => u.revoked.push(k),
                 None => u.keys.push(k),
             }
         }
