@@ -220,6 +220,7 @@ impl Engine {
         );
         self.write(StoreWrite::InsertSession(session.to_row()));
         self.catalog.insert_session(session);
+        self.lease_new_session(&session_id);
         (self.telemetry).session_open(&session_id, &profile_id, &key.id);
 
         let session_key = self.mint_session_key(&session_id, &key);

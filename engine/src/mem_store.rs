@@ -43,6 +43,8 @@ impl MemStore {
                     k.deleted_at = Some(at.clone());
                 }
             }
+            // One store, one server: leases are not kept.
+            StoreWrite::LeaseNewSession { .. } => {}
             StoreWrite::RevokeSessionKeysOf { client_id, at } => {
                 for k in self.keys.iter_mut() {
                     let of = k.client_id.as_deref() == Some(client_id.as_str());

@@ -46,6 +46,18 @@ impl Engine {
         true
     }
 
+    /// Replica mode: a session created here is served here (its MCP
+    /// connections and history cache are here already).
+    pub(crate) fn lease_new_session(&mut self, session_id: &str) {
+        let Some(r) = self.replicas.as_mut() else {
+            return;
+        };
+        r.adopt(session_id);
+        self.write(crate::StoreWrite::LeaseNewSession {
+            session_id: session_id.to_string(),
+        });
+    }
+
     pub(crate) fn claim(&mut self, session_id: &str, then: ClaimFor) {
         let read = StoreRead::ClaimLease {
             session_id: session_id.to_string(),
@@ -162,6 +174,10 @@ impl Engine {
         if self.live.get(id).is_some_and(|l| l.history.is_some()) {
             self.live.remove(id);
         }
+        // Registrations live with the owner (restored at start only with
+        // `BAE_DURABLE_DRIVERS`): drivers register again after a move.
+        self.catalog.drivers.remove(id);
+        self.driver_ext.retain(|(s, _), _| s != id);
         self.idem.adopt(&c.idempotency);
     }
 

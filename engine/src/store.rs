@@ -176,6 +176,11 @@ pub enum StoreWrite {
         subagent_tools: Value,
     },
     InsertEvent(EventRow),
+    /// Replica mode: this replica takes the lease of the session it just
+    /// created (a new id: nobody else can hold it). Other stores ignore it.
+    LeaseNewSession {
+        session_id: String,
+    },
     /// Insert or replace (by session, client key and key).
     PutIdempotency(IdempotencyRow),
     /// Keys older than the retention: `created_ms < before_ms`.

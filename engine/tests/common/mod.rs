@@ -50,6 +50,8 @@ pub struct Harness {
     pub leased_elsewhere: HashMap<String, String>,
     /// Requests forwarded to other replicas.
     pub forwards: Vec<engine::replicas::Forward>,
+    /// Every store read the engine asked for, in order.
+    pub reads_seen: Vec<engine::StoreRead>,
     next_conn: ConnId,
 }
 
@@ -92,6 +94,7 @@ impl Harness {
             fail_read: None,
             leased_elsewhere: HashMap::new(),
             forwards: Vec::new(),
+            reads_seen: Vec::new(),
             next_conn: ConnId(1),
         }
     }
@@ -141,7 +144,10 @@ impl Harness {
                         self.sent.entry(conn).or_default().extend(bytes.iter())
                     }
                     Output::Close { conn } => self.closed.push(conn),
-                    Output::Read { id, read } => reads.push((id, read)),
+                    Output::Read { id, read } => {
+                        self.reads_seen.push(read.clone());
+                        reads.push((id, read))
+                    }
                     Output::CallProvider(c) => self.calls.push_back(c),
                     Output::Mcp(c) => self.mcp.push_back(c),
                     Output::Sandbox(c) => self.sandbox.push_back(c),

@@ -618,6 +618,8 @@ impl<'c> StoreConn<'c> {
             StoreWrite::RevokeSessionKeysOf { client_id, at } => {
                 self.two_text(Q::RevokeSessionKeysOf, client_id, at)
             }
+            // Replica mode runs on PostgreSQL only.
+            StoreWrite::LeaseNewSession { .. } => Ok(()),
             StoreWrite::SetKeyHash { id, key_hash } => self.two_text(Q::SetKeyHash, id, key_hash),
             StoreWrite::TouchKey { id, at } => self.two_text(Q::TouchKey, id, at),
             StoreWrite::InsertSession(s) => {

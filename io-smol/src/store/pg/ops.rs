@@ -332,6 +332,8 @@ fn apply(
         StoreWrite::RevokeSessionKeysOf { client_id, at } => {
             exec(tx, Pq::RevokeSessionKeysOf, &[client_id, at])
         }
+        // Written with the replica's identity (`replica::fence_and_notify`).
+        StoreWrite::LeaseNewSession { .. } => Ok(()),
         StoreWrite::SetKeyHash { id, key_hash } => exec(tx, Pq::SetKeyHash, &[id, key_hash]),
         StoreWrite::TouchKey { id, at } => exec(tx, Pq::TouchKey, &[id, at]),
         StoreWrite::InsertSession(s) => {

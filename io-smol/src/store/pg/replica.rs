@@ -236,6 +236,16 @@ pub(crate) fn fence_and_notify(
     me: &ReplicaIdentity,
     batch: &[StoreWrite],
 ) -> std::result::Result<Option<String>, postgres::Error> {
+    for w in batch {
+        if let StoreWrite::LeaseNewSession { session_id } = w {
+            tx.execute(
+                "INSERT INTO session_leases (session_id, owner, addr, expires_at) \
+                 VALUES ($1, $2, $3, now() + $4 * interval '1 millisecond') \
+                 ON CONFLICT (session_id) DO NOTHING",
+                &[session_id, &me.owner, &me.addr, &(me.lease_ms as f64)],
+            )?;
+        }
+    }
     let written = sessions_written(batch);
     if !written.is_empty() {
         let held = tx.query_opt(
