@@ -35,6 +35,9 @@ struct Replicas {
     servers: Vec<Server>,
     nginx: Nginx,
     mock: MockProvider,
+    /// Providers `mock1`, `mock2`, …: one per session of the concurrent
+    /// workload, so that each session's scripted replies are its own.
+    mocks: Vec<MockProvider>,
     pg: PgCluster,
     db: String,
     _keys: TestDir,
@@ -48,17 +51,33 @@ fn free_addr() -> SocketAddr {
 impl Replicas {
     /// PostgreSQL, three replicas sharing one admin key file, nginx.
     fn start(n: usize) -> Replicas {
+        Replicas::start_with(n, 0)
+    }
+
+    fn start_with(n: usize, extra_mocks: usize) -> Replicas {
         let pg = PgCluster::start();
         let db = pg.create_database();
         let url = pg.app_url(&db);
         let mock = MockProvider::start();
+        let mocks: Vec<MockProvider> = (0..extra_mocks).map(|_| MockProvider::start()).collect();
+        let mut config = provider_config(&mock.base_url);
+        for (i, m) in mocks.iter().enumerate() {
+            let name = format!("mock{}", i + 1);
+            config.push_str(&testkit::fixtures::provider_toml(&[(
+                &name,
+                "anthropic",
+                &m.base_url,
+                "mock-model",
+                "sk-test",
+            )]));
+        }
         let keys = TestDir::new("baesrv-replica-keys").expect("key dir");
         let mut servers = Vec::new();
         for _ in 0..n {
             let addr = free_addr().to_string();
             let s = Server::start(
                 opts()
-                    .config(provider_config(&mock.base_url))
+                    .config(config.clone())
                     .env("BAE_DATABASE_URL", &url)
                     .env("BAE_ADDR", &addr)
                     .env("BAE_REPLICA_ADVERTISE", &addr)
@@ -81,6 +100,7 @@ impl Replicas {
             servers,
             nginx,
             mock,
+            mocks,
             pg,
             db,
             _keys: keys,
@@ -147,13 +167,25 @@ fn wait_until(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
 /// Profile (allowing `get_time`) and a client key, made on replica `on`;
 /// returns once every replica lists the key (catalogue notices).
 fn profile_and_key(r: &Replicas, on: usize) -> (String, String, String) {
+    profile_and_key_on(r, on, PROVIDER)
+}
+
+fn profile_and_key_on(r: &Replicas, on: usize, provider: &str) -> (String, String, String) {
     let s = &r.servers[on];
     let p = s.admin().post_json(
         "/admin/v1/profiles",
-        &json!({"name": unique_name("p"), "primary_provider": PROVIDER, "allowed_tools": ["get_time"]}),
+        &json!({"name": unique_name("p"), "primary_provider": provider, "allowed_tools": ["get_time"]}),
     );
     p.assert_status(201);
     let profile = p.json()["id"].as_str().unwrap().to_string();
+    let (kid, key) = key_of(r, on, &profile);
+    (profile, kid, key)
+}
+
+/// A client key of `profile`, made on replica `on`, once every replica
+/// lists it: (key id, plaintext).
+fn key_of(r: &Replicas, on: usize, profile: &str) -> (String, String) {
+    let s = &r.servers[on];
     let k = s.admin().post_json(
         "/admin/v1/keys",
         &json!({"name": unique_name("k"), "profile_id": profile}),
@@ -165,14 +197,18 @@ fn profile_and_key(r: &Replicas, on: usize) -> (String, String, String) {
     );
     for (i, other) in r.servers.iter().enumerate() {
         let listed = wait_until(Duration::from_secs(1), || {
-            other.admin().get("/admin/v1/keys").text().contains(&kid)
+            other
+                .admin()
+                .get("/admin/v1/keys?limit=200")
+                .text()
+                .contains(&kid)
         });
         assert!(
             listed,
             "key {kid} made on replica {on} never reached replica {i}"
         );
     }
-    (profile, kid, key)
+    (kid, key)
 }
 
 fn tool(name: &str) -> Value {
@@ -221,7 +257,7 @@ fn events(c: &HttpClient, sid: &str, skey: &str) -> Vec<Value> {
     let mut cursor: Option<String> = None;
     loop {
         let path = match &cursor {
-            Some(after) => format!("/api/v1/sessions/{sid}/events?limit=200&after={after}"),
+            Some(after) => format!("/api/v1/sessions/{sid}/events?limit=200&cursor={after}"),
             None => format!("/api/v1/sessions/{sid}/events?limit=200"),
         };
         let page = c.get(&path);
@@ -335,6 +371,171 @@ fn sessions_driven_through_nginx_keep_one_ordered_log_whichever_replica_serves()
             .get(0);
         assert_eq!(stored as usize, events(&r.lb(), sid, skey).len(), "{sid}");
     }
+}
+
+/// One turn at a time, every tool use answered once, in a session's log:
+/// a turn runs from its `client.message.send` to its
+/// `server.message.send`; a continuation (`client.message.send` with a
+/// `tool.result`) only follows a paused turn's `tool.call`.
+#[track_caller]
+fn assert_turns_serialised(sid: &str, log: &[Value]) {
+    let mut in_turn = false;
+    let mut pending_tool_uses: Vec<String> = Vec::new();
+    let mut answered: Vec<String> = Vec::new();
+    for (i, e) in log.iter().enumerate() {
+        let t = e["event_type"].as_str().unwrap_or("?");
+        match t {
+            "client.message.send" => {
+                assert!(
+                    !in_turn,
+                    "{sid}: a turn started inside another at {i}: {log:?}"
+                );
+                in_turn = true;
+            }
+            "server.message.send" => {
+                assert!(in_turn, "{sid}: an answer outside a turn at {i}");
+                in_turn = false;
+            }
+            "tool.call" => {
+                if let Some(id) = e["payload"]["id"].as_str() {
+                    pending_tool_uses.push(id.to_string());
+                }
+            }
+            "tool.result" => {
+                let id = e["payload"]["tool_use_id"]
+                    .as_str()
+                    .unwrap_or("?")
+                    .to_string();
+                assert!(
+                    !answered.contains(&id),
+                    "{sid}: tool use {id} answered twice"
+                );
+                answered.push(id);
+            }
+            _ => {}
+        }
+    }
+    assert!(!in_turn, "{sid}: a turn never ended");
+    pending_tool_uses.retain(|id| !answered.contains(id));
+    assert!(
+        pending_tool_uses.is_empty(),
+        "{sid}: unanswered {pending_tool_uses:?}"
+    );
+}
+
+/// Creator A and joiner B drive session `n` (its own provider `mock<n>`)
+/// through the balancer: A and B send at once (FIFO: one waits for the
+/// other), A pauses on a client tool, B sends while A's pause holds the
+/// gate, A answers the tool (first, as the pause's owner), then B's turn.
+fn contend(
+    lb: &HttpClient,
+    mock: &MockProvider,
+    key_a: &str,
+    key_b: &str,
+    n: usize,
+) -> (String, String) {
+    let (sid, ska) = open(lb, key_a);
+    let join = lb
+        .clone()
+        .bearer(key_b)
+        .post_json(&format!("/api/v1/sessions/{sid}/join"), &json!({}));
+    join.assert_status(201);
+    let skb = join.json()["session_key"].as_str().unwrap().to_string();
+    for k in [&ska, &skb] {
+        let reg = rpc(lb, &sid, k, "session.registerDriver", json!({}));
+        assert_eq!(reg["result"]["registered"], true, "{reg}");
+    }
+    mock.push_all([
+        Reply::anthropic_text("first"),
+        Reply::anthropic_text("second"),
+    ]);
+    let msg = |text: &str| {
+        json!({"jsonrpc": "2.0", "id": next_rpc_id(), "method": "session.sendMessage",
+                                   "params": {"message": {"role": "user", "content": text}}})
+    };
+    let mut sa = lb.rpc_stream(&sid, &ska, &msg("from A"));
+    let mut sb = lb.rpc_stream(&sid, &skb, &msg("from B"));
+    for s in [&mut sa, &mut sb] {
+        let (_, t) = s.collect_until_terminal(Duration::from_secs(30));
+        assert!(
+            t.as_ref().is_some_and(|t| t.get("result").is_some()),
+            "{n}: {t:?}"
+        );
+    }
+    let tu = format!("tu_c{n}");
+    mock.push_all([
+        Reply::anthropic_tool_use(vec![
+            json!({"type": "tool_use", "id": tu, "name": "get_time", "input": {}}),
+        ]),
+        Reply::anthropic_text("for A"),
+        Reply::anthropic_text("for B"),
+    ]);
+    let t = rpc(
+        lb,
+        &sid,
+        &ska,
+        "session.sendMessage",
+        json!({"message": {"role": "user", "content": "time?"}}),
+    );
+    assert_eq!(
+        t["result"]["message"]["content"][0]["dispatch"], "client",
+        "{t}"
+    );
+    let mut waiting = lb.rpc_stream(&sid, &skb, &msg("B waits"));
+    let result = json!([{"type": "tool_result", "tool_use_id": tu, "content": [{"type": "text", "text": "12:00"}]}]);
+    let t = send(lb, &sid, &ska, result);
+    assert_eq!(t["result"]["message"]["content"][0]["text"], "for A", "{t}");
+    let (_, tb) = waiting.collect_until_terminal(Duration::from_secs(30));
+    let tb = tb.expect("B's turn ran");
+    assert_eq!(
+        tb["result"]["message"]["content"][0]["text"], "for B",
+        "{tb}"
+    );
+    (sid, ska)
+}
+
+#[test]
+fn concurrent_sessions_with_fifo_contention_and_pauses_keep_every_invariant() {
+    const SESSIONS: usize = 50;
+    let r = Replicas::start_with(3, SESSIONS);
+    let mut keys = Vec::new();
+    for n in 0..SESSIONS {
+        let provider = format!("mock{}", n + 1);
+        let (profile, _, key_a) = profile_and_key_on(&r, n % 3, &provider);
+        let (_, key_b) = key_of(&r, (n + 1) % 3, &profile);
+        keys.push((key_a, key_b));
+    }
+    let sessions: Vec<(String, String)> = std::thread::scope(|scope| {
+        let handles: Vec<_> = keys
+            .iter()
+            .enumerate()
+            .map(|(n, (a, b))| {
+                let (lb, mock) = (r.lb(), &r.mocks[n]);
+                scope.spawn(move || contend(&lb, mock, a, b, n))
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("session thread"))
+            .collect()
+    });
+    for (sid, skey) in &sessions {
+        let log = events(&r.lb(), sid, skey);
+        assert_turns_serialised(sid, &log);
+        let sends = log
+            .iter()
+            .filter(|e| e["event_type"] == "client.message.send")
+            .count();
+        assert_eq!(sends, 5, "{sid}: every request ran once: {:?}", types(&log));
+        for s in &r.servers {
+            assert_eq!(
+                events(&s.client(), sid, skey),
+                log,
+                "{sid}: one log on every replica"
+            );
+        }
+    }
+    assert!(r.forwards_logged() > 0);
 }
 
 #[test]
