@@ -17,7 +17,7 @@
 //! ```
 
 use std::net::{SocketAddr, TcpListener};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier};
 use std::thread;
@@ -41,7 +41,7 @@ struct Setup {
     _keys: TestDir,
 }
 
-fn start(bin: &PathBuf, pg: &PgCluster, mock: &MockProvider, n: usize) -> Setup {
+fn start(bin: &Path, pg: &PgCluster, mock: &MockProvider, n: usize) -> Setup {
     let db = pg.create_database();
     let url = pg.app_url(&db);
     let keys = TestDir::new("bench-replica-keys").expect("key dir");
@@ -55,7 +55,7 @@ fn start(bin: &PathBuf, pg: &PgCluster, mock: &MockProvider, n: usize) -> Setup 
     for _ in 0..n {
         let addr = free_addr();
         let opts = ServerOptions::new()
-            .bin(bin.clone())
+            .bin(bin)
             .config(config.clone())
             .env("BAE_DATABASE_URL", &url)
             .env("BAE_ADDR", addr.to_string())
