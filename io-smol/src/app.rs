@@ -149,7 +149,7 @@ fn start_replica(
     env: &config::Env,
     store: &mut Backend,
     smol_runtime: bool,
-) -> Result<Option<(u64, config::DatabaseUrl)>, i32> {
+) -> Result<Option<(u64, config::DatabaseUrl, String)>, i32> {
     let Some(r) = &env.replica else {
         return Ok(None);
     };
@@ -200,7 +200,7 @@ fn start_replica(
         lane,
         "replica mode"
     );
-    Ok(Some((lane, url)))
+    Ok(Some((lane, url, owner)))
 }
 
 /// Opens and migrates the database (§5 step 8): the SQLite file, or
@@ -364,7 +364,7 @@ fn serve(cli: &Cli, runtime: Runtime, exports_telemetry: bool) -> i32 {
     engine_cfg.telemetry = telemetry.is_some() && file.telemetry.traces_enabled;
     engine_cfg.replica = replica
         .as_ref()
-        .map(|(lane, _)| engine::replicas::ReplicaSettings {
+        .map(|(lane, _, _)| engine::replicas::ReplicaSettings {
             slot: *lane,
             lanes: crate::store::pg::replica::LANES,
         });
@@ -396,10 +396,17 @@ fn serve(cli: &Cli, runtime: Runtime, exports_telemetry: bool) -> i32 {
         listeners,
         settings,
         telemetry,
-        replica_notices: replica.map(|(_, url)| url),
+        replica_notices: replica.as_ref().map(|(_, url, _)| url.clone()),
     };
     match runtime(boot) {
-        Ok(()) => 0,
+        Ok(()) => {
+            // A graceful stop hands this replica's sessions over at once
+            // (everything is committed): no waiting for the leases to expire.
+            if let Some((_, url, owner)) = &replica {
+                crate::store::pg::replica::release(url, owner);
+            }
+            0
+        }
         Err(e) => {
             tracing::error!("runtime failure: {e}");
             EXIT_RUNTIME

@@ -685,6 +685,24 @@ fn kill9_of_the_owner_mid_pause_moves_the_session_with_its_pause() {
 }
 
 #[test]
+fn a_graceful_stop_hands_the_sessions_over_at_once() {
+    let mut r = Replicas::start(3);
+    let (_, _, key) = profile_and_key(&r, 0);
+    let lb = r.lb();
+    let (sid, skey) = open(&lb, &key);
+    let owner = r.owner(&sid).expect("the creator holds the lease");
+    let status = r.servers[owner].stop();
+    assert!(status.success(), "{status:?}");
+    assert_eq!(r.owner(&sid), None, "the lease was given back");
+    // The first request after the stop is served: no lease to wait for.
+    let reg = try_rpc(&lb, &sid, &skey, "session.registerDriver", json!({}));
+    let reg = reg.expect("served at once");
+    assert_eq!(reg["result"]["registered"], true, "{reg}");
+    let new_owner = r.owner(&sid).expect("taken");
+    assert_ne!(new_owner, owner);
+}
+
+#[test]
 fn replica_mode_needs_postgresql_and_valid_settings() {
     let out = Server::run(
         opts().env("BAE_REPLICA_ADVERTISE", "127.0.0.1:8080"),

@@ -329,6 +329,24 @@ pub fn start_renewer(url: DatabaseUrl, me: ReplicaIdentity) -> std::io::Result<(
         .map(|_| ())
 }
 
+/// After a graceful stop: gives this replica's session leases and lane
+/// back, so other replicas take its sessions at once (best effort: what is
+/// not released expires).
+pub fn release(url: &DatabaseUrl, owner: &str) {
+    let released = connect(url, "baesrv-release").and_then(|mut c| {
+        c.execute("DELETE FROM session_leases WHERE owner = $1", &[&owner])
+            .and_then(|n| {
+                c.execute("DELETE FROM replica_lanes WHERE owner = $1", &[&owner])
+                    .map(|_| n)
+            })
+            .map_err(|e| StoreError::Postgres(pg_text(url, &e)))
+    });
+    match released {
+        Ok(n) => tracing::info!(sessions = n, "session leases released"),
+        Err(e) => tracing::warn!(error = %e, "session leases not released; they expire"),
+    }
+}
+
 /// Reads catalogue rows: those the notices name, or every one (`None`,
 /// after `LISTEN` starts, so nothing committed meanwhile is missed).
 fn read_rows(
