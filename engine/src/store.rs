@@ -259,8 +259,9 @@ pub enum StoreRead {
     Runtime,
     /// Replica mode only (docs/scaling.md): take the session's lease for
     /// this replica when it is free or expired, else say who holds it.
-    /// Answered with [`ReadResult::Lease`]; a store without replicas
-    /// answers [`Lease::Mine`] from its own rows.
+    /// Answered with [`ReadResult::Lease`] by the PostgreSQL store;
+    /// `MemStore` answers [`Lease::Mine`] from its own rows, SQLite with an
+    /// error (replica mode needs PostgreSQL).
     ClaimLease { session_id: String },
 }
 

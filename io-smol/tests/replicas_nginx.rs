@@ -685,6 +685,57 @@ fn kill9_of_the_owner_mid_pause_moves_the_session_with_its_pause() {
 }
 
 #[test]
+fn kill9_of_the_owner_mid_turn_loses_nothing_acknowledged() {
+    let mut r = Replicas::start(3);
+    let (_, _, key) = profile_and_key(&r, 1);
+    let lb = r.lb();
+    let (sid, skey) = open(&lb, &key);
+    let reg = rpc(&lb, &sid, &skey, "session.registerDriver", json!({}));
+    assert_eq!(reg["result"]["registered"], true, "{reg}");
+    r.mock.push(Reply::anthropic_text("before"));
+    let t = send(&lb, &sid, &skey, json!("one"));
+    assert!(t.get("result").is_some(), "{t}");
+    let acknowledged = events(&lb, &sid, &skey);
+    // A turn in flight (its provider answers late) when the owner dies.
+    r.mock
+        .push(Reply::anthropic_text("never seen").delayed(Duration::from_secs(30)));
+    let msg = json!({"jsonrpc": "2.0", "id": 9, "method": "session.sendMessage",
+                     "params": {"message": {"role": "user", "content": "two"}}});
+    let mut inflight = lb.rpc_stream(&sid, &skey, &msg);
+    assert!(
+        r.mock.wait_requests(2, Duration::from_secs(10)).len() >= 2,
+        "the call left"
+    );
+    let owner = r.owner(&sid).expect("owned");
+    r.servers[owner].kill9();
+    let (_, terminal) = inflight.collect_until_terminal(Duration::from_secs(10));
+    assert!(
+        terminal.is_none(),
+        "no answer from a dead owner: {terminal:?}"
+    );
+    // Another replica takes the session; the next turn runs there.
+    let mut reg = None;
+    let moved = wait_until(Duration::from_secs(20), || {
+        reg = try_rpc(&lb, &sid, &skey, "session.registerDriver", json!({}));
+        reg.as_ref()
+            .is_some_and(|t| t["result"]["registered"] == true)
+    });
+    assert!(moved, "the session never moved: {reg:?}");
+    r.mock.push(Reply::anthropic_text("after"));
+    let t = send(&lb, &sid, &skey, json!("three"));
+    assert!(t.get("result").is_some(), "{t}");
+    let log = events(&lb, &sid, &skey);
+    assert_eq!(
+        log[..acknowledged.len()],
+        acknowledged[..],
+        "nothing acknowledged lost"
+    );
+    let last = log.last().unwrap();
+    assert_eq!(last["event_type"], "server.message.send");
+    assert!(last["payload"].to_string().contains("after"), "{last}");
+}
+
+#[test]
 fn a_graceful_stop_hands_the_sessions_over_at_once() {
     let mut r = Replicas::start(3);
     let (_, _, key) = profile_and_key(&r, 0);

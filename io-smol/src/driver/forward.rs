@@ -15,10 +15,23 @@ use smol::channel::{Receiver, Sender};
 use smol::net::TcpStream;
 use smol::Timer;
 
-use super::{WriterMsg, READ_CHUNK};
+use super::{Driver, WriterMsg, READ_CHUNK};
 
 /// How long connecting to the owner may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+impl Driver {
+    /// Hands the connection to the relay; later reports of its reader are
+    /// not fed to the engine, which has forgotten it.
+    pub(super) fn forward(&mut self, f: Forward) {
+        let Some(c) = self.conns.get_mut(&f.conn) else {
+            return;
+        };
+        let (cancel_tx, cancel_rx) = smol::channel::bounded(1);
+        c.forwarding = Some(cancel_tx);
+        smol::spawn(relay(f, c.writer.clone(), cancel_rx)).detach();
+    }
+}
 
 /// Relays `f` until the owner closes, or until `cancel` closes (the client
 /// went away: dropping the upstream socket tells the owner).

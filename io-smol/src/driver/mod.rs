@@ -520,16 +520,6 @@ impl Driver {
         }
     }
 
-    /// Replica mode: relays the connection to its session's owner.
-    fn forward(&mut self, f: engine::replicas::Forward) {
-        let Some(c) = self.conns.get_mut(&f.conn) else {
-            return;
-        };
-        let (cancel_tx, cancel_rx) = channel::bounded(1);
-        c.forwarding = Some(cancel_tx);
-        smol::spawn(forward::relay(f, c.writer.clone(), cancel_rx)).detach();
-    }
-
     fn call_provider(&mut self, call: engine::ProviderCall) {
         self.provider_inflight += 1;
         let tx = self.events_tx.clone();
