@@ -371,6 +371,7 @@ fn sessions_driven_through_nginx_keep_one_ordered_log_whichever_replica_serves()
             .get(0);
         assert_eq!(stored as usize, events(&r.lb(), sid, skey).len(), "{sid}");
     }
+    assert_oracle_holds(&r);
 }
 
 /// One turn at a time, every tool use answered once, in a session's log:
@@ -494,6 +495,44 @@ fn contend(
     (sid, ska)
 }
 
+/// The simulator's gate model (`sim::check`: one gate holder, a paused
+/// turn resumed by its owner only, every tool use answered, roles
+/// alternating in each provider request, nothing after a close) over every
+/// event the replicas stored, in seq order.
+#[track_caller]
+fn assert_oracle_holds(r: &Replicas) {
+    let mut c = r.pg.admin_client(&r.db);
+    let rows = c
+        .query(
+            "SELECT seq, id, session_id, client_key_id, event_type, payload, created_at \
+             FROM session_events ORDER BY seq",
+            &[],
+        )
+        .expect("events");
+    let mut checker = sim::check::Checker {
+        turn_timeout_ms: 120_000,
+        ..Default::default()
+    };
+    for row in &rows {
+        let seq: i64 = row.get(0);
+        checker.on_emit(&engine::store::EventRow {
+            seq: seq as u64,
+            id: row.get(1),
+            session_id: row.get(2),
+            client_key_id: row.get(3),
+            event_type: row.get(4),
+            payload: row.get(5),
+            created_at: row.get(6),
+        });
+    }
+    assert!(
+        checker.violations.is_empty(),
+        "{} events checked: {:?}",
+        rows.len(),
+        checker.violations
+    );
+}
+
 #[test]
 fn concurrent_sessions_with_fifo_contention_and_pauses_keep_every_invariant() {
     const SESSIONS: usize = 50;
@@ -536,6 +575,7 @@ fn concurrent_sessions_with_fifo_contention_and_pauses_keep_every_invariant() {
         }
     }
     assert!(r.forwards_logged() > 0);
+    assert_oracle_holds(&r);
 }
 
 #[test]
@@ -682,6 +722,7 @@ fn kill9_of_the_owner_mid_pause_moves_the_session_with_its_pause() {
     let messages = last.messages().clone();
     assert_eq!(messages.as_array().map(Vec::len), Some(3), "{messages}");
     assert_eq!(messages[1]["content"][0]["id"], "tu_k", "{messages}");
+    assert_oracle_holds(&r);
 }
 
 #[test]
