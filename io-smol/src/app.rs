@@ -228,7 +228,15 @@ fn store_label(env: &Env) -> String {
         config::Database::Sqlite => crate::sandbox_cleanup::db_label(&env.db_path),
         config::Database::Postgres { url, .. } => {
             use sha2::{Digest, Sha256};
-            let digest = Sha256::digest(url.to_string().as_bytes());
+            // Replicas share the database, maybe the container engine too:
+            // each cleans up only what an earlier run at its own address
+            // left.
+            let replica = env.replica.as_ref().map(|r| r.advertise.as_str());
+            let text = match replica {
+                Some(addr) => format!("{url} {addr}"),
+                None => url.to_string(),
+            };
+            let digest = Sha256::digest(text.as_bytes());
             digest.iter().take(8).map(|b| format!("{b:02x}")).collect()
         }
     }
