@@ -221,10 +221,16 @@ impl Engine {
             if self.owns_session(id) {
                 continue;
             }
+            let ended = s.state != SessionState::Open;
             let session = Session::from_row(&s, &self.catalog);
             match self.catalog.sessions.get_mut(id) {
                 Some(held) => **held = session,
                 None => self.catalog.insert_session(session),
+            }
+            if ended {
+                // MCP connections opened here at its creation (the owner
+                // records the close; the hub writes no events).
+                self.mcp.close_session(&s.id);
             }
         }
         for k in u.keys {
