@@ -205,6 +205,7 @@ impl Driver {
                     Output::Write(_) => unreachable!(),
                     Output::Mcp(_) => unreachable!("the bench configures no MCP server"),
                     Output::Sandbox(_) => unreachable!("the bench uses no sandbox"),
+                    Output::Forward(_) => unreachable!("the bench runs one server"),
                 }
             }
         }

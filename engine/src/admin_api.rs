@@ -370,6 +370,13 @@ impl Engine {
             .filter(|k| k.role == KeyRole::Session && k.client_id.as_deref() == Some(id))
             .map(|k| (k.id.to_string(), k.name.to_string()))
             .collect();
+        if self.replica_mode() {
+            // Session keys minted on other replicas may not be known here.
+            self.write(StoreWrite::RevokeSessionKeysOf {
+                client_id: id.to_string(),
+                at: at.clone(),
+            });
+        }
         let mut session_keys = session_keys;
         session_keys.sort();
         let mut touched: Vec<String> = Vec::new();
@@ -396,7 +403,11 @@ impl Engine {
                 .session_keys
                 .get(session_id.as_str())
                 .is_none_or(|v| v.is_empty());
-            if open && orphaned {
+            // Replica mode: only a session's owner writes its log; the
+            // revocation's notice reaches every replica, and the owner (or,
+            // for a session nobody holds, the first replica to take its
+            // lease) closes it (`replica_route.rs`).
+            if open && orphaned && self.owns_session(&session_id) {
                 self.close_session(&session_id, id, "client_key_revoked");
             }
         }

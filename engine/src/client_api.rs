@@ -56,12 +56,35 @@ fn allowed(r: &Route<'_>) -> Method {
 
 impl Engine {
     pub(crate) fn route_client(&mut self, conn: ConnId, req: Request) {
+        self.route_client_with(conn, req, false);
+    }
+
+    /// [`Engine::route_client`] once a replica's lease claim is answered.
+    pub(crate) fn route_client_claimed(&mut self, conn: ConnId, req: Request) {
+        self.route_client_with(conn, req, true);
+    }
+
+    fn route_client_with(&mut self, conn: ConnId, req: Request, claimed: bool) {
         let path = req.path.clone();
         let Some(r) = route(&path) else {
             return self.problem(conn, ProblemType::NotFound, "no such route");
         };
         if req.method != allowed(&r) {
             return self.problem(conn, ProblemType::MethodNotAllowed, "method not allowed");
+        }
+        // Replica mode: a session's requests run at its owner; reading its
+        // event log only needs the session to be known here.
+        let scoped = match r {
+            Route::Join(id) | Route::Participants(id) | Route::Session(id) | Route::Rpc(id) => {
+                Some((id, true))
+            }
+            Route::Events(id) => Some((id, false)),
+            Route::Health | Route::Meta | Route::Sessions => None,
+        };
+        if let Some((id, owner_only)) = scoped.filter(|_| !claimed && self.replica_mode()) {
+            if self.claim_first(conn, &req, id, owner_only) {
+                return;
+            }
         }
         match r {
             Route::Health => {
@@ -197,6 +220,7 @@ impl Engine {
         );
         self.write(StoreWrite::InsertSession(session.to_row()));
         self.catalog.insert_session(session);
+        self.lease_new_session(&session_id);
         (self.telemetry).session_open(&session_id, &profile_id, &key.id);
 
         let session_key = self.mint_session_key(&session_id, &key);

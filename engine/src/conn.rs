@@ -33,6 +33,11 @@ pub enum PendingRead {
     Metrics { conn: ConnId },
     /// The events after a paused assistant message (owner, server results).
     RecoverPause { session_id: String, paused_seq: u64 },
+    /// Replica mode: a session lease claim (`replica_route.rs`).
+    Claim {
+        session_id: String,
+        then: crate::replicas::ClaimFor,
+    },
 }
 
 impl Engine {
@@ -208,6 +213,9 @@ impl Engine {
                 session_id,
                 paused_seq,
             } => self.on_recover_pause(&session_id, paused_seq, result),
+            PendingRead::Claim { session_id, then } => {
+                self.on_claim_done(&session_id, then, result)
+            }
             PendingRead::Metrics { conn } => {
                 let rt = match result {
                     Ok(ReadResult::Runtime(rt)) => rt,

@@ -62,6 +62,25 @@ impl Keys {
         keys
     }
 
+    /// Replica mode: a claimed session's stored keys (those already held
+    /// stay as they are).
+    pub fn adopt(&mut self, rows: &[IdempotencyRow]) {
+        for r in rows {
+            let id = (r.session_id.clone(), r.client_key_id.clone(), r.key.clone());
+            if self.entries.contains_key(&id) {
+                continue;
+            }
+            self.order.push_back((r.created_ms, id.clone()));
+            let entry = Entry {
+                digest: r.digest.clone(),
+                created_ms: r.created_ms,
+                started: true,
+                outcome: r.outcome.clone(),
+            };
+            self.entries.insert(id, entry);
+        }
+    }
+
     /// Forgets keys created before `before_ms`; whether any were.
     fn expire(&mut self, before_ms: u64) -> bool {
         let mut any = false;

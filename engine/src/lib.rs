@@ -45,6 +45,8 @@ mod model;
 pub mod pipeline;
 #[cfg(feature = "planted-bugs")]
 pub mod planted;
+mod replica_route;
+pub mod replicas;
 mod respond;
 mod rpc;
 mod rpc_sandbox;
@@ -157,6 +159,9 @@ pub enum Input {
     },
     /// Graceful shutdown began: stop starting work, end streams.
     Shutdown,
+    /// Replica mode: catalogue rows another replica committed (profiles,
+    /// keys, revocations, sessions), to merge into the in-memory catalogue.
+    Catalog(Box<store::CatalogUpdate>),
 }
 
 impl Input {
@@ -192,6 +197,10 @@ pub enum Output {
     Mcp(mcp::McpCommand),
     /// Run a container engine command; report [`Input::Sandbox`].
     Sandbox(sandbox::SandboxCommand),
+    /// Replica mode: relay a request to the replica that owns its session
+    /// (after earlier writes commit, like a `Send`); the engine has
+    /// forgotten the connection.
+    Forward(replicas::Forward),
 }
 
 /// One `[[providers.entries]]` registry entry, as the engine needs it.
@@ -280,6 +289,9 @@ pub struct Config {
     /// `[telemetry]` span export: the engine queues [`telemetry::Fact`]s
     /// for [`Engine::drain_telemetry`] (off: nothing is recorded).
     pub telemetry: bool,
+    /// Replica mode (`BAE_REPLICA_ADVERTISE`, PostgreSQL only): session
+    /// leases, forwarding, seq lanes. `None`: a lone server.
+    pub replica: Option<replicas::ReplicaSettings>,
     /// A deliberately planted bug (simulator self-test only).
     #[cfg(feature = "planted-bugs")]
     pub planted: Option<planted::Bug>,
@@ -319,6 +331,7 @@ impl Default for Config {
             metrics_disabled: Vec::new(),
             metrics_no_auth: false,
             telemetry: false,
+            replica: None,
             #[cfg(feature = "planted-bugs")]
             planted: None,
         }
@@ -382,6 +395,8 @@ pub struct Engine {
     telemetry: telemetry::Telemetry,
     /// Events in the log (gauge `bae.events.total`).
     events_total: u64,
+    /// Replica mode: claimed sessions and the seq lane (`None`: alone).
+    replicas: Option<replicas::Replicas>,
     shutting_down: bool,
 }
 
@@ -419,6 +434,11 @@ impl Engine {
             request_timeout_ms: config.request_timeout_ms,
         });
         let metrics = metrics::Metrics::new(&config.metrics_disabled);
+        let replicas = config.replica.map(replicas::Replicas::new);
+        let next_seq = match &replicas {
+            Some(r) => r.align(snapshot.max_event_seq + 1),
+            None => snapshot.max_event_seq + 1,
+        };
         let telemetry = telemetry::Telemetry::new(config.telemetry);
         let mut engine = Engine {
             sandbox,
@@ -434,7 +454,7 @@ impl Engine {
             now,
             catalog,
             conns,
-            next_seq: snapshot.max_event_seq + 1,
+            next_seq,
             next_read: ReadId(1),
             pending_reads: HashMap::new(),
             live: BTreeMap::new(),
@@ -451,6 +471,7 @@ impl Engine {
             metrics,
             telemetry,
             events_total: snapshot.event_counts.iter().map(|(_, n)| n).sum(),
+            replicas,
             shutting_down: false,
         };
         // Spec 04 §5 step 11: re-provision every active profile's images.
@@ -481,6 +502,7 @@ impl Engine {
             Input::Mcp { conn, event } => self.mcp.handle(conn, event, now.mono),
             Input::Sandbox { op, reply } => self.sandbox.handle_reply(op, reply, now.mono),
             Input::Shutdown => self.on_shutdown(),
+            Input::Catalog(update) => self.on_catalog(*update),
         }
         self.pump_mcp();
     }

@@ -49,7 +49,7 @@ impl Engine {
         payload: String,
     ) -> Appended {
         let seq = self.next_seq;
-        self.next_seq += 1;
+        self.next_seq += self.replicas.as_ref().map_or(1, |r| r.step());
         self.events_total += 1;
         let id = self.new_id(proto::wire::ids::IdKind::Event);
         let row = EventRow {

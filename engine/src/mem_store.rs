@@ -4,8 +4,8 @@
 use std::collections::BTreeMap;
 
 use crate::store::{
-    EventRow, IdempotencyRow, KeyRow, ProfileRow, ReadResult, SessionRow, SessionState, Snapshot,
-    StoreRead, StoreWrite,
+    Claimed, EventRow, IdempotencyRow, KeyRole, KeyRow, Lease, ProfileRow, ReadResult, SessionRow,
+    SessionState, Snapshot, StoreRead, StoreWrite,
 };
 
 #[derive(Debug, Clone, Default)]
@@ -41,6 +41,16 @@ impl MemStore {
             StoreWrite::RevokeKey { id, at } => {
                 if let Some(k) = self.keys.iter_mut().find(|k| &k.id == id) {
                     k.deleted_at = Some(at.clone());
+                }
+            }
+            // One store, one server: leases are not kept.
+            StoreWrite::LeaseNewSession { .. } => {}
+            StoreWrite::RevokeSessionKeysOf { client_id, at } => {
+                for k in self.keys.iter_mut() {
+                    let of = k.client_id.as_deref() == Some(client_id.as_str());
+                    if k.role == KeyRole::Session && of && k.deleted_at.is_none() {
+                        k.deleted_at = Some(at.clone());
+                    }
                 }
             }
             StoreWrite::SetKeyHash { id, key_hash } => {
@@ -190,6 +200,8 @@ impl MemStore {
                 crate::store::render_rows(read, &rows).unwrap_or(ReadResult::Events(Vec::new()))
             }
             StoreRead::Runtime => ReadResult::Runtime(Default::default()),
+            // One store, one server: every session is this one's.
+            StoreRead::ClaimLease { session_id } => ReadResult::Lease(self.claim(session_id)),
             StoreRead::EventsAt { session_id, seqs } => ReadResult::Events(
                 seqs.iter()
                     .filter_map(|seq| self.events.get(seq))
@@ -198,6 +210,28 @@ impl MemStore {
                     .collect(),
             ),
         }
+    }
+
+    /// A lease answer for a lone server: the session as stored.
+    pub fn claim(&self, session_id: &str) -> Lease {
+        let Some(session) = self.sessions.iter().find(|s| s.id == session_id) else {
+            return Lease::NoSession;
+        };
+        Lease::Mine(Box::new(Claimed {
+            session: session.clone(),
+            keys: (self.keys.iter())
+                .filter(|k| k.role == KeyRole::Session && k.name == session_id)
+                .filter(|k| k.deleted_at.is_none())
+                .cloned()
+                .collect(),
+            max_seq: (self.by_session.get(session_id))
+                .and_then(|v| v.last().copied())
+                .unwrap_or(0),
+            idempotency: (self.idempotency.values())
+                .filter(|r| r.session_id == session_id)
+                .cloned()
+                .collect(),
+        }))
     }
 
     /// What a restart restores from (same rules as the SQLite store).

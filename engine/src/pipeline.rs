@@ -35,6 +35,8 @@ pub enum Delivery {
         conn: ConnId,
     },
     Call(crate::ProviderCall),
+    /// Replica mode: a request relayed to its session's owner.
+    Forward(crate::replicas::Forward),
 }
 
 /// A unit of work for the store worker, processed in FIFO order.

@@ -145,6 +145,13 @@ pub enum StoreWrite {
         id: String,
         at: String,
     },
+    /// Replica mode: soft-deletes every active session key minted for the
+    /// client key `client_id` (a revocation's cascade, including keys this
+    /// replica has not heard of yet).
+    RevokeSessionKeysOf {
+        client_id: String,
+        at: String,
+    },
     /// Replace `key_hash` (legacy Argon2id upgrade on first use).
     SetKeyHash {
         id: String,
@@ -169,6 +176,11 @@ pub enum StoreWrite {
         subagent_tools: Value,
     },
     InsertEvent(EventRow),
+    /// Replica mode: this replica takes the lease of the session it just
+    /// created (a new id: nobody else can hold it). Other stores ignore it.
+    LeaseNewSession {
+        session_id: String,
+    },
     /// Insert or replace (by session, client key and key).
     PutIdempotency(IdempotencyRow),
     /// Keys older than the retention: `created_ms < before_ms`.
@@ -245,6 +257,12 @@ pub enum StoreRead {
     /// Process and store figures for `GET /metrics` (answered by the
     /// runtime's store thread, which commits and can read `/proc`).
     Runtime,
+    /// Replica mode only (docs/scaling.md): take the session's lease for
+    /// this replica when it is free or expired, else say who holds it.
+    /// Answered with [`ReadResult::Lease`] by the PostgreSQL store;
+    /// `MemStore` answers [`Lease::Mine`] from its own rows, SQLite with an
+    /// error (replica mode needs PostgreSQL).
+    ClaimLease { session_id: String },
 }
 
 impl StoreRead {
@@ -259,7 +277,8 @@ impl StoreRead {
             | StoreRead::LatestOfType { session_id, .. }
             | StoreRead::EventById { session_id, .. }
             | StoreRead::OfTypesFrom { session_id, .. }
-            | StoreRead::EventsAt { session_id, .. } => session_id,
+            | StoreRead::EventsAt { session_id, .. }
+            | StoreRead::ClaimLease { session_id } => session_id,
         }
     }
 }
@@ -273,6 +292,49 @@ pub enum ReadResult {
     Page(Vec<u8>),
     /// A replay page's events as ready-to-send frames, ascending.
     Frames(Vec<RenderedEvent>),
+    /// The answer to [`StoreRead::ClaimLease`].
+    Lease(Lease),
+}
+
+/// Who serves a session (replica mode, [`StoreRead::ClaimLease`]).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Lease {
+    /// The database holds no such session.
+    NoSession,
+    /// This replica holds the lease now; the session as stored.
+    Mine(Box<Claimed>),
+    /// Another replica holds an unexpired lease: its client address
+    /// (`host:port`, as it advertised it).
+    Elsewhere { addr: String },
+}
+
+/// A session as stored when its lease was taken: what the new owner
+/// replaces its catalogue entry with (the previous owner may have changed
+/// the row, minted keys and appended events since this replica looked).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Claimed {
+    pub session: SessionRow,
+    /// Active session keys bound to it.
+    pub keys: Vec<KeyRow>,
+    /// Largest `seq` of its events (0 when none).
+    pub max_seq: u64,
+    /// Its stored `sendMessage` idempotency keys.
+    pub idempotency: Vec<IdempotencyRow>,
+}
+
+/// Catalogue rows another replica committed (replica mode: read by the
+/// driver after a `LISTEN/NOTIFY` notice, fed as [`crate::Input::Catalog`]).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CatalogUpdate {
+    pub profiles: Vec<ProfileRow>,
+    /// Active keys (client, admin and session keys).
+    pub keys: Vec<KeyRow>,
+    /// Revoked keys.
+    pub revoked: Vec<KeyRow>,
+    pub sessions: Vec<SessionRow>,
+    /// Every row, read once when the notices start (not a change: no
+    /// revocation cascade runs for it).
+    pub full: bool,
 }
 
 /// One event as a subscriber's stream sends it.

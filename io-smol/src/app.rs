@@ -140,6 +140,69 @@ fn sync_mode(env: &Env) -> store::Synchronous {
     }
 }
 
+/// Replica mode (`BAE_REPLICA_ADVERTISE`, docs/scaling.md): names this
+/// replica, takes a seq lane, starts the lease renewer and tells the other
+/// replicas to re-read the admin keys (a rotation at start). `Ok(None)`: a
+/// lone server. Only `baesrv` (the smol runtime, the one that exports
+/// telemetry) can forward requests.
+fn start_replica(
+    env: &config::Env,
+    store: &mut Backend,
+    smol_runtime: bool,
+) -> Result<Option<(u64, config::DatabaseUrl, String)>, i32> {
+    let Some(r) = &env.replica else {
+        return Ok(None);
+    };
+    let Backend::Postgres(pg) = store else {
+        tracing::error!("configuration error: BAE_REPLICA_ADVERTISE needs BAE_DATABASE_URL");
+        return Err(EXIT_USAGE);
+    };
+    if !smol_runtime {
+        tracing::error!(
+            "configuration error: replica mode (BAE_REPLICA_ADVERTISE) needs baesrv; \
+             this runtime cannot forward requests"
+        );
+        return Err(EXIT_USAGE);
+    }
+    let started = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis())
+        .unwrap_or(0);
+    let owner = match &r.id {
+        Some(id) => id.clone(),
+        None => format!("{}@{started}.{}", r.advertise, std::process::id()),
+    };
+    let me = crate::store::pg::replica::ReplicaIdentity {
+        owner: owner.clone(),
+        addr: r.advertise.clone(),
+        lease_ms: r.lease_ms as i64,
+    };
+    pg.set_replica(me.clone());
+    let lane = match pg
+        .claim_lane()
+        .and_then(|lane| pg.notify_admin_keys().map(|_| lane))
+    {
+        Ok(lane) => lane,
+        Err(e) => {
+            tracing::error!("{e}");
+            return Err(EXIT_RUNTIME);
+        }
+    };
+    let url = pg.url().clone();
+    if let Err(e) = crate::store::pg::replica::start_renewer(url.clone(), me) {
+        tracing::error!("cannot start the lease renewer: {e}");
+        return Err(EXIT_RUNTIME);
+    }
+    tracing::info!(
+        replica = %owner,
+        advertise = %r.advertise,
+        lease_ms = r.lease_ms,
+        lane,
+        "replica mode"
+    );
+    Ok(Some((lane, url, owner)))
+}
+
 /// Opens and migrates the database (§5 step 8): the SQLite file, or
 /// PostgreSQL when `BAE_DATABASE_URL` is set.
 fn open_store(env: &Env) -> Result<Backend, store::StoreError> {
@@ -165,7 +228,15 @@ fn store_label(env: &Env) -> String {
         config::Database::Sqlite => crate::sandbox_cleanup::db_label(&env.db_path),
         config::Database::Postgres { url, .. } => {
             use sha2::{Digest, Sha256};
-            let digest = Sha256::digest(url.to_string().as_bytes());
+            // Replicas share the database, maybe the container engine too:
+            // each cleans up only what an earlier run at its own address
+            // left.
+            let replica = env.replica.as_ref().map(|r| r.advertise.as_str());
+            let text = match replica {
+                Some(addr) => format!("{url} {addr}"),
+                None => url.to_string(),
+            };
+            let digest = Sha256::digest(text.as_bytes());
             digest.iter().take(8).map(|b| format!("{b:02x}")).collect()
         }
     }
@@ -260,6 +331,12 @@ fn serve(cli: &Cli, runtime: Runtime, exports_telemetry: bool) -> i32 {
             return e.exit_code();
         }
     };
+    // Replica mode: a lane and the lease renewer before the snapshot, so
+    // the seqs it starts from are past everything this lane ever held.
+    let replica = match start_replica(&env, &mut store, exports_telemetry) {
+        Ok(r) => r,
+        Err(code) => return code,
+    };
     let snapshot = match store.load_snapshot() {
         Ok(s) => s,
         Err(e) => {
@@ -293,6 +370,12 @@ fn serve(cli: &Cli, runtime: Runtime, exports_telemetry: bool) -> i32 {
     let mut engine_cfg = engine_config(&env, &file, &run_label);
     // Spans are recorded only when an exporter takes them.
     engine_cfg.telemetry = telemetry.is_some() && file.telemetry.traces_enabled;
+    engine_cfg.replica = replica
+        .as_ref()
+        .map(|(lane, _, _)| engine::replicas::ReplicaSettings {
+            slot: *lane,
+            lanes: crate::store::pg::replica::LANES,
+        });
     let engine = Engine::new(engine_cfg, Box::new(OsEntropy), snapshot, clock.now());
     // Step 13.
     let listeners = match driver::bind_listeners(env.addr, env.admin_addr) {
@@ -321,9 +404,17 @@ fn serve(cli: &Cli, runtime: Runtime, exports_telemetry: bool) -> i32 {
         listeners,
         settings,
         telemetry,
+        replica_notices: replica.as_ref().map(|(_, url, _)| url.clone()),
     };
     match runtime(boot) {
-        Ok(()) => 0,
+        Ok(()) => {
+            // A graceful stop hands this replica's sessions over at once
+            // (everything is committed): no waiting for the leases to expire.
+            if let Some((_, url, owner)) = &replica {
+                crate::store::pg::replica::release(url, owner);
+            }
+            0
+        }
         Err(e) => {
             tracing::error!("runtime failure: {e}");
             EXIT_RUNTIME

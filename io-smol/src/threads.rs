@@ -207,7 +207,8 @@ impl Threads {
                     let event = McpEvent::OpenFailed(MCP_UNSUPPORTED.into());
                     self.input(Input::Mcp { conn, event });
                 }
-                Output::Mcp(_) => {}
+                // Replica mode is refused for this runtime at start.
+                Output::Mcp(_) | Output::Forward(_) => {}
                 Output::Sandbox(cmd) => {
                     if let Some((op, reply)) = cmd.unsupported(SANDBOX_UNSUPPORTED) {
                         self.input(Input::Sandbox { op, reply });
@@ -234,6 +235,7 @@ impl Threads {
         let (conn, msg) = match d {
             Delivery::Send { conn, bytes } => (conn, Some(bytes)),
             Delivery::Close { conn } => (conn, None),
+            Delivery::Forward(_) => return,
             Delivery::Call(call) => {
                 self.inflight += 1;
                 let tx = self.tx.clone();

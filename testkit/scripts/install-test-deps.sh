@@ -18,6 +18,10 @@
 #   - Debian `postgresql` (server binaries under /usr/lib/postgresql/N/bin,
 #     and the unprivileged `postgres` user initdb runs as when we are
 #     root), via apt-get, without its default cluster
+# the load balancer the replica tests put in front of three servers
+# (testkit/src/nginx.rs, io-smol/tests/replicas_nginx.rs):
+#   - Debian `nginx`, via apt-get (the tests run it in the foreground on a
+#     loopback port with a config of their own; no service is needed)
 # and the browser the admin console's end-to-end test drives
 # (io-smol/tests/admin_ui.rs, testkit/ui/console.spec.mjs):
 #   - Debian `chromium` (headless), via apt-get
@@ -48,6 +52,17 @@ else
   "${as_root[@]}" apt-get update -q
   DEBIAN_FRONTEND=noninteractive "${as_root[@]}" apt-get install -y -q postgresql
   pg_ok || { echo "install-test-deps: postgresql installed but initdb or the postgres user is missing" >&2; exit 1; }
+fi
+
+nginx_ok() { [ -x /usr/sbin/nginx ] || command -v nginx >/dev/null 2>&1; }
+if nginx_ok; then
+  echo "install-test-deps: nginx already installed"
+else
+  echo "install-test-deps: apt-get installing nginx"
+  if [ "$(id -u)" -eq 0 ]; then as_root=(); else as_root=(sudo); fi
+  "${as_root[@]}" apt-get update -q
+  DEBIAN_FRONTEND=noninteractive "${as_root[@]}" apt-get install -y -q nginx
+  nginx_ok || { echo "install-test-deps: nginx installed but its binary is missing" >&2; exit 1; }
 fi
 
 MCP_PY_VERSION=2.3.0

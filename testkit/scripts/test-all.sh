@@ -24,6 +24,10 @@ args=()
 for t in "${threads_suites[@]}"; do args+=(--test "$t"); done
 BAE_TEST_RUNTIME=threads cargo test -p io-smol "${args[@]}" "$@"
 
+# (The suites that start PostgreSQL clusters of their own, store_postgres,
+# store_equivalence and replicas_nginx (three replicas behind nginx), ran in
+# the workspace pass above.)
+
 # The PostgreSQL store (docs/scaling.md) against the end-to-end suites that
 # need no MCP server or container engine and do not inspect the SQLite file:
 # one throwaway cluster, a database of its own for every test server.

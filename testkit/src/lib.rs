@@ -13,6 +13,7 @@ pub mod http;
 pub mod mcp;
 pub mod mock_provider;
 pub mod ndjson;
+pub mod nginx;
 pub mod pg;
 pub mod server;
 pub mod tempdir;

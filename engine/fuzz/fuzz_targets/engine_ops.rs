@@ -280,6 +280,7 @@ impl World {
                 }
                 Output::Mcp(McpCommand::Close { conn, .. }) => self.mcp.retain(|c| *c != conn),
                 Output::Sandbox(cmd) => self.sandbox.push(cmd),
+                Output::Forward(_) => {}
             }
         }
     }

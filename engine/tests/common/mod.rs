@@ -46,6 +46,12 @@ pub struct Harness {
     pub sandbox: VecDeque<engine::sandbox::SandboxCommand>,
     /// Store reads this matches are answered with an error.
     pub fail_read: Option<fn(&engine::StoreRead) -> bool>,
+    /// Replica mode: leases held by other replicas (session id → address).
+    pub leased_elsewhere: HashMap<String, String>,
+    /// Requests forwarded to other replicas.
+    pub forwards: Vec<engine::replicas::Forward>,
+    /// Every store read the engine asked for, in order.
+    pub reads_seen: Vec<engine::StoreRead>,
     next_conn: ConnId,
 }
 
@@ -86,6 +92,9 @@ impl Harness {
             mcp: VecDeque::new(),
             sandbox: VecDeque::new(),
             fail_read: None,
+            leased_elsewhere: HashMap::new(),
+            forwards: Vec::new(),
+            reads_seen: Vec::new(),
             next_conn: ConnId(1),
         }
     }
@@ -135,16 +144,33 @@ impl Harness {
                         self.sent.entry(conn).or_default().extend(bytes.iter())
                     }
                     Output::Close { conn } => self.closed.push(conn),
-                    Output::Read { id, read } => reads.push((id, read)),
+                    Output::Read { id, read } => {
+                        self.reads_seen.push(read.clone());
+                        reads.push((id, read))
+                    }
                     Output::CallProvider(c) => self.calls.push_back(c),
                     Output::Mcp(c) => self.mcp.push_back(c),
                     Output::Sandbox(c) => self.sandbox.push_back(c),
+                    Output::Forward(f) => self.forwards.push(f),
                 }
             }
             for (id, read) in reads {
+                let elsewhere = match &read {
+                    engine::StoreRead::ClaimLease { session_id } => {
+                        self.leased_elsewhere.get(session_id).cloned()
+                    }
+                    _ => None,
+                };
                 let result = match self.fail_read {
                     Some(fail) if fail(&read) => Err("injected read failure".to_string()),
-                    _ => Ok(self.store.read(&read)),
+                    _ => match elsewhere {
+                        Some(addr) => {
+                            Ok(engine::ReadResult::Lease(engine::store::Lease::Elsewhere {
+                                addr,
+                            }))
+                        }
+                        None => Ok(self.store.read(&read)),
+                    },
                 };
                 self.engine
                     .handle_input(self.now, Input::ReadDone { id, result });

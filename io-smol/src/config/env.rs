@@ -68,6 +68,9 @@ pub struct Env {
     /// Extension `BAE_DATABASE_URL` (+ `BAE_DATABASE_POOL_SIZE`): the
     /// PostgreSQL store instead of the SQLite file (docs/scaling.md).
     pub database: super::Database,
+    /// Extension `BAE_REPLICA_ADVERTISE` (+ `BAE_REPLICA_ID`,
+    /// `BAE_LEASE_MS`): replica mode on the PostgreSQL store.
+    pub replica: Option<super::ReplicaEnv>,
     /// `BAE_LOG`, default `info`: stderr log filter directive (not validated
     /// here; an unparsable value falls back to `info` at logging init).
     pub log: String,
@@ -269,6 +272,8 @@ pub fn parse_env(get: impl Fn(&str) -> Option<String>) -> Result<Env, ConfigErro
     }
     let db_path = PathBuf::from(get("BAE_DB_PATH").unwrap_or_else(|| DEFAULT_DB_PATH.into()));
     let database = super::database::parse_database(&get)?;
+    let postgres = database != super::Database::Sqlite;
+    let replica = super::replica::parse_replica(&get, postgres)?;
     let log = get("BAE_LOG").unwrap_or_else(|| "info".into());
     let otel_log = get("BAE_OTEL_LOG").unwrap_or_else(|| "info".into());
     let shutdown_timeout = seconds("BAE_SHUTDOWN_TIMEOUT", get("BAE_SHUTDOWN_TIMEOUT"), 30)?;
@@ -392,6 +397,7 @@ pub fn parse_env(get: impl Fn(&str) -> Option<String>) -> Result<Env, ConfigErro
         admin_addr,
         db_path,
         database,
+        replica,
         log,
         otel_log,
         shutdown_timeout,

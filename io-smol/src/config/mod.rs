@@ -23,6 +23,7 @@ mod database;
 mod env;
 mod file;
 mod redact;
+mod replica;
 mod subst;
 
 use std::fmt;
@@ -41,6 +42,7 @@ pub use file::{
     DEFAULT_SERVICE_NAME, METRIC_NAMES,
 };
 pub use redact::{mcp_servers_json, providers_json, redacted_config_json, REDACTED};
+pub use replica::{ReplicaEnv, DEFAULT_LEASE_MS};
 pub use subst::{substitute, SubstError};
 
 /// Exit code for every usage or configuration error (spec 04 §4).

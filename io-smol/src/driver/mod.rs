@@ -21,6 +21,7 @@
 //! failed batch is released, so nothing unacknowledged was ever revealed and
 //! a restart rebuilds the state from the database.
 
+mod forward;
 pub mod mcp;
 pub mod provider;
 mod sandbox;
@@ -157,6 +158,8 @@ enum Event {
     Sandbox(engine::sandbox::OpId, engine::sandbox::SandboxReply),
     Committed(u64),
     ReadDone(ReadId, Result<ReadResult, String>),
+    /// Replica mode: catalogue rows other replicas committed.
+    Catalog(Box<engine::store::CatalogUpdate>),
     Signal,
 }
 
@@ -167,6 +170,9 @@ enum WriterMsg {
 
 struct Conn {
     writer: Sender<WriterMsg>,
+    /// Replica mode: the connection was handed to its session's owner;
+    /// dropping this ends the relay.
+    forwarding: Option<Sender<()>>,
 }
 
 /// Everything a runtime is started with: the engine restored from the
@@ -179,6 +185,8 @@ pub struct Boot {
     pub settings: DriverSettings,
     /// The OpenTelemetry exporter, when `[telemetry]` is enabled.
     pub telemetry: Option<crate::otel::Exporter>,
+    /// Replica mode: the database whose catalogue notices to follow.
+    pub replica_notices: Option<crate::config::DatabaseUrl>,
 }
 
 /// Runs the server on smol until a graceful shutdown completes. Blocks the
@@ -191,8 +199,15 @@ pub fn run(boot: Boot) -> io::Result<()> {
         listeners,
         settings,
         telemetry,
+        replica_notices,
     } = boot;
     let (events_tx, events_rx) = channel::bounded(EVENT_CAPACITY);
+    if let Some(url) = replica_notices {
+        let tx = events_tx.clone();
+        let deliver = move |u| tx.send_blocking(Event::Catalog(Box::new(u))).is_ok();
+        crate::store::pg::replica::start_listener(url, deliver)
+            .map_err(|e| io::Error::other(e.to_string()))?;
+    }
     let (jobs_tx, jobs_rx) = channel::unbounded();
     let store_events = events_tx.clone();
     let store_thread = std::thread::Builder::new()
@@ -389,7 +404,9 @@ impl Driver {
                     if self.conns.remove(&conn).is_none() {
                         return;
                     }
-                } else if !self.conns.contains_key(&conn) {
+                } else if self.conns.get(&conn).is_none_or(|c| c.forwarding.is_some()) {
+                    // Stale, or relayed to another replica: the engine has
+                    // forgotten the connection.
                     return;
                 }
                 self.input(input);
@@ -399,6 +416,7 @@ impl Driver {
                 self.input(Input::ProviderDone { call, reply });
             }
             Event::Mcp(conn, event) => self.input(Input::Mcp { conn, event }),
+            Event::Catalog(update) => self.input(Input::Catalog(update)),
             Event::Sandbox(op, reply) => {
                 self.sandboxes.finished(op);
                 self.input(Input::Sandbox { op, reply });
@@ -442,7 +460,11 @@ impl Driver {
             tracing::debug!(conn = conn.0, error = %e, "TCP_NODELAY failed");
         }
         let (writer_tx, writer_rx) = channel::unbounded();
-        self.conns.insert(conn, Conn { writer: writer_tx });
+        let c = Conn {
+            writer: writer_tx,
+            forwarding: None,
+        };
+        self.conns.insert(conn, c);
         self.input(Input::Accepted { conn, listener });
         smol::spawn(read_loop(conn, stream.clone(), self.events_tx.clone())).detach();
         smol::spawn(write_loop(conn, stream, writer_rx, self.events_tx.clone())).detach();
@@ -471,6 +493,11 @@ impl Driver {
                 }
                 Output::Mcp(cmd) => self.mcp.perform(cmd),
                 Output::Sandbox(cmd) => self.sandboxes.perform(cmd),
+                Output::Forward(f) => {
+                    if let Some(d) = self.pipe.deliver(Delivery::Forward(f)) {
+                        self.dispatch(d);
+                    }
+                }
             }
         }
         // Span facts leave with the outputs of the same input.
@@ -484,6 +511,7 @@ impl Driver {
             Delivery::Send { conn, bytes } => (conn, WriterMsg::Data(bytes)),
             Delivery::Close { conn } => (conn, WriterMsg::Close),
             Delivery::Call(call) => return self.call_provider(call),
+            Delivery::Forward(f) => return self.forward(f),
         };
         if let Some(c) = self.conns.get(&conn) {
             // Unbounded: never fails while the writer task is alive; a dead

@@ -478,6 +478,8 @@ queries! {
     InsertKey = "INSERT INTO keys (id, name, key_hash, key_prefix, role, profile_id, client_id, \
         created_at, last_used_at, deleted_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)";
     RevokeKey = "UPDATE keys SET deleted_at = ?2 WHERE id = ?1";
+    RevokeSessionKeysOf = "UPDATE keys SET deleted_at = ?2 WHERE role = 'session' \
+        AND client_id = ?1 AND deleted_at IS NULL";
     SetKeyHash = "UPDATE keys SET key_hash = ?2 WHERE id = ?1";
     TouchKey = "UPDATE keys SET last_used_at = ?2 WHERE id = ?1";
     InsertSession = "INSERT INTO sessions (id, client_key_id, profile_id, state, client_version, \
@@ -613,6 +615,11 @@ impl<'c> StoreConn<'c> {
                 finish(st)
             }
             StoreWrite::RevokeKey { id, at } => self.two_text(Q::RevokeKey, id, at),
+            StoreWrite::RevokeSessionKeysOf { client_id, at } => {
+                self.two_text(Q::RevokeSessionKeysOf, client_id, at)
+            }
+            // Replica mode runs on PostgreSQL only.
+            StoreWrite::LeaseNewSession { .. } => Ok(()),
             StoreWrite::SetKeyHash { id, key_hash } => self.two_text(Q::SetKeyHash, id, key_hash),
             StoreWrite::TouchKey { id, at } => self.two_text(Q::TouchKey, id, at),
             StoreWrite::InsertSession(s) => {

@@ -33,6 +33,9 @@ impl<'c> StoreConn<'c> {
                 }
             }
             StoreRead::Runtime => Ok(ReadResult::Runtime(Default::default())),
+            StoreRead::ClaimLease { .. } => Err(StoreError::Sqlite(
+                "session leases need the PostgreSQL store (replica mode)".into(),
+            )),
             StoreRead::Events {
                 session_id,
                 after_seq,

@@ -349,7 +349,7 @@ pub fn execute(s: &Server, sql: &str) {
 /// The newest schema version of the server's store (SQLite: spec 08's 9).
 pub fn latest_schema_version(s: &Server) -> &'static str {
     match s.database_url() {
-        Some(_) => "3",
+        Some(_) => "4",
         None => "9",
     }
 }

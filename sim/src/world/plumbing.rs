@@ -89,6 +89,8 @@ impl World {
                 self.io.pipe.read(id, read);
             }
             Output::CallProvider(call) => self.deliver(Delivery::Call(call)),
+            // The simulator runs one server: replica mode is never on.
+            Output::Forward(f) => self.t(format!("out forward conn={} (ignored)", f.conn)),
             Output::Sandbox(cmd) => {
                 self.t(format!("out sandbox {cmd:?}"));
                 let now = self.now_ms;
@@ -198,6 +200,7 @@ impl World {
                 }
             }
             Delivery::Call(call) => self.call_provider(call),
+            Delivery::Forward(_) => {}
         }
     }
 

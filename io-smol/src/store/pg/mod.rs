@@ -13,6 +13,7 @@
 
 mod ops;
 pub(crate) mod pool;
+pub mod replica;
 pub mod schema;
 
 use std::fmt;
@@ -52,6 +53,8 @@ pub struct PgStore {
     stmts: Option<ops::Prepared>,
     /// Extra connections that answer runs of reads (`pool.rs`).
     readers: Option<pool::Readers>,
+    /// Replica mode: lease claims, fenced and notifying commits.
+    replica: Option<replica::ReplicaIdentity>,
 }
 
 impl fmt::Debug for PgStore {
@@ -144,6 +147,7 @@ impl PgStore {
             url: url.clone(),
             stmts: None,
             readers: None,
+            replica: None,
         })
     }
 
@@ -318,8 +322,12 @@ impl PgStore {
         &mut self,
         reads: Vec<engine::store::StoreRead>,
     ) -> Vec<Result<engine::store::ReadResult>> {
+        // Lease claims run on this connection, which knows the replica.
+        let claims = reads
+            .iter()
+            .any(|r| matches!(r, engine::store::StoreRead::ClaimLease { .. }));
         match &mut self.readers {
-            Some(readers) if reads.len() > 1 => readers.run(reads),
+            Some(readers) if reads.len() > 1 && !claims => readers.run(reads),
             _ => reads.iter().map(|r| self.read(r)).collect(),
         }
     }

@@ -40,6 +40,8 @@ pg_queries! {
     InsertKey = "INSERT INTO keys (id, name, key_hash, key_prefix, role, profile_id, client_id, \
         created_at, last_used_at, deleted_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)";
     RevokeKey = "UPDATE keys SET deleted_at = $2 WHERE id = $1";
+    RevokeSessionKeysOf = "UPDATE keys SET deleted_at = $2 WHERE role = 'session' \
+        AND client_id = $1 AND deleted_at IS NULL";
     SetKeyHash = "UPDATE keys SET key_hash = $2 WHERE id = $1";
     TouchKey = "UPDATE keys SET last_used_at = $2 WHERE id = $1";
     InsertSession = "INSERT INTO sessions (id, client_key_id, profile_id, state, client_version, \
@@ -164,6 +166,8 @@ impl PgStore {
         }
         self.prepared()?;
         let stmts = self.stmts.take().expect("prepared");
+        let replica = self.replica.clone();
+        let mut fenced = None;
         let r = (|| {
             let mut tx = self.client.transaction()?;
             let mut rest = batch;
@@ -180,15 +184,30 @@ impl PgStore {
                     rest = &rest[1..];
                 }
             }
+            if let Some(me) = &replica {
+                fenced = super::replica::fence_and_notify(&mut tx, me, batch)?;
+                if fenced.is_some() {
+                    // Dropped uncommitted: rolled back.
+                    return Ok(());
+                }
+            }
             tx.commit()
         })();
         self.stmts = Some(stmts);
+        if let Some(session) = fenced {
+            return Err(StoreError::Postgres(format!(
+                "another replica holds the lease of session {session}; the batch was rolled back"
+            )));
+        }
         // Dropping an unfinished transaction rolls it back.
         r.map_err(|e| self.err(e))
     }
 
     /// Answers one engine query.
     pub fn read(&mut self, read: &StoreRead) -> Result<ReadResult> {
+        if let StoreRead::ClaimLease { session_id } = read {
+            return self.claim_lease(session_id);
+        }
         self.prepared()?;
         let stmts = self.stmts.take().expect("prepared");
         let r = read_with(&mut self.client, &stmts, read);
@@ -310,6 +329,11 @@ fn apply(
             ],
         ),
         StoreWrite::RevokeKey { id, at } => exec(tx, Pq::RevokeKey, &[id, at]),
+        StoreWrite::RevokeSessionKeysOf { client_id, at } => {
+            exec(tx, Pq::RevokeSessionKeysOf, &[client_id, at])
+        }
+        // Written with the replica's identity (`replica::fence_and_notify`).
+        StoreWrite::LeaseNewSession { .. } => Ok(()),
         StoreWrite::SetKeyHash { id, key_hash } => exec(tx, Pq::SetKeyHash, &[id, key_hash]),
         StoreWrite::TouchKey { id, at } => exec(tx, Pq::TouchKey, &[id, at]),
         StoreWrite::InsertSession(s) => {
@@ -446,6 +470,12 @@ pub(crate) fn read_with(
             engine::store::render_rows(read, &rows).unwrap_or(ReadResult::Events(rows))
         }
         StoreRead::Runtime => ReadResult::Runtime(Default::default()),
+        // Answered by `PgStore::claim_lease` on the writer connection.
+        StoreRead::ClaimLease { .. } => {
+            return Err(ReadError::Store(StoreError::Postgres(
+                "lease claims run on the writer connection".into(),
+            )))
+        }
         StoreRead::Events {
             session_id,
             after_seq,

@@ -23,7 +23,7 @@ pub struct PgMigration {
 }
 
 /// Highest migration version this binary knows.
-pub const PG_LATEST_VERSION: i64 = 3;
+pub const PG_LATEST_VERSION: i64 = 4;
 
 /// Oldest PostgreSQL server accepted (`server_version_num`).
 pub const PG_MIN_SERVER_VERSION: i32 = 130000;
@@ -37,6 +37,8 @@ pub const PG_TABLES: &[&str] = &[
     "sessions",
     "session_events",
     "bae_idempotency_keys",
+    "session_leases",
+    "replica_lanes",
 ];
 
 pub const PG_MIGRATIONS: &[PgMigration] = &[
@@ -119,5 +121,24 @@ pub const PG_MIGRATIONS: &[PgMigration] = &[
                   PRIMARY KEY (session_id, client_key_id, key)
               );
               CREATE INDEX bae_idx_idempotency_created ON bae_idempotency_keys(created_ms);",
+    },
+    // Replica mode (docs/scaling.md): which replica serves each session
+    // and which seq lane each running replica writes in. Expiry uses the
+    // database's clock; a lone server never writes these tables.
+    PgMigration {
+        version: 4,
+        name: "replica_leases",
+        sql: "CREATE TABLE session_leases (
+                  session_id TEXT PRIMARY KEY,
+                  owner      TEXT NOT NULL,
+                  addr       TEXT NOT NULL,
+                  expires_at TIMESTAMPTZ NOT NULL
+              );
+              CREATE INDEX bae_idx_session_leases_owner ON session_leases(owner);
+              CREATE TABLE replica_lanes (
+                  lane       INTEGER PRIMARY KEY,
+                  owner      TEXT NOT NULL,
+                  expires_at TIMESTAMPTZ NOT NULL
+              );",
     },
 ];
