@@ -44,6 +44,11 @@ enum Op {
     Mcp { pick: u8, event: MEvent },
     Sandbox { pick: u8, ok: bool },
     Shutdown,
+    /// Replica mode: a pending lease claim answered "another replica holds
+    /// it" (the request is then forwarded).
+    LeaseElsewhere { pick: u8 },
+    /// Replica mode: catalogue rows another replica committed.
+    Catalog { revoke_client: bool, close_session: bool, full: bool },
 }
 
 #[derive(Arbitrary, Debug)]
@@ -164,7 +169,7 @@ struct World {
 }
 
 impl World {
-    fn new() -> World {
+    fn new(replica: bool) -> World {
         let tokens = [
             make_secret(SecretKind::Client, [1; 24]),
             make_secret(SecretKind::Session, [2; 24]),
@@ -232,6 +237,7 @@ impl World {
             subscriber_lag_limit: 4,
             subscriber_window_bytes: 512,
             max_queued_per_session: 4,
+            replica: replica.then_some(engine::replicas::ReplicaSettings { slot: 1, lanes: 4 }),
             ..Config::default()
         };
         let now = Now {
@@ -447,6 +453,53 @@ impl World {
                 }
             }
             Op::Shutdown => self.input(Input::Shutdown),
+            Op::LeaseElsewhere { pick } => {
+                let claims: Vec<usize> = (0..self.reads.len())
+                    .filter(|i| matches!(self.reads[*i].1, StoreRead::ClaimLease { .. }))
+                    .collect();
+                if claims.is_empty() {
+                    return;
+                }
+                let (id, _) = self.reads.remove(claims[pick as usize % claims.len()]);
+                self.pipe.read_done();
+                let lease = engine::store::Lease::Elsewhere {
+                    addr: "127.0.0.1:9".into(),
+                };
+                let result = Ok(engine::store::ReadResult::Lease(lease));
+                self.input(Input::ReadDone { id, result });
+            }
+            Op::Catalog {
+                revoke_client,
+                close_session,
+                full,
+            } => {
+                let snapshot = self.store.snapshot();
+                let mut update = engine::store::CatalogUpdate {
+                    profiles: snapshot.profiles.clone(),
+                    keys: snapshot.keys.clone(),
+                    revoked: Vec::new(),
+                    sessions: snapshot.sessions.clone(),
+                    full,
+                };
+                if revoke_client {
+                    let at = "2026-01-02T00:00:00.000Z".to_string();
+                    let (revoked, kept) = update
+                        .keys
+                        .drain(..)
+                        .partition(|k| k.role == KeyRole::Client);
+                    update.keys = kept;
+                    update.revoked = revoked;
+                    for k in &mut update.revoked {
+                        k.deleted_at = Some(at.clone());
+                    }
+                }
+                if close_session {
+                    for s in &mut update.sessions {
+                        s.state = SessionState::Closed;
+                    }
+                }
+                self.input(Input::Catalog(Box::new(update)));
+            }
         }
     }
 
@@ -604,8 +657,9 @@ fn provider_reply(r: PReply) -> ProviderReply {
     }
 }
 
-fuzz_target!(|ops: Vec<Op>| {
-    let mut w = World::new();
+fuzz_target!(|input: (bool, Vec<Op>)| {
+    let (replica, ops) = input;
+    let mut w = World::new(replica);
     for op in ops.into_iter().take(256) {
         w.step(op);
     }
