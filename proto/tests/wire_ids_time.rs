@@ -132,6 +132,11 @@ fn created_at_known_instants() {
         format_sqlite_datetime(951_782_400_000),
         "2000-02-29 00:00:00"
     );
+    // Past year 9999 the year keeps all its digits (the general path).
+    assert_eq!(
+        format_created_at(253_402_300_800_000),
+        "10000-01-01T00:00:00.000Z"
+    );
     // Far future does not panic.
     let _ = format_created_at(u64::MAX);
 }

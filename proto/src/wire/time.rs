@@ -65,10 +65,36 @@ fn split(unix_ms: u64) -> Parts {
 /// epoch. Years past 9999 print with more digits.
 pub fn format_created_at(unix_ms: u64) -> String {
     let p = split(unix_ms);
-    format!(
-        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z",
-        p.year, p.month, p.day, p.hour, p.minute, p.second, p.millis
-    )
+    if p.year > 9999 {
+        return format!(
+            "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z",
+            p.year, p.month, p.day, p.hour, p.minute, p.second, p.millis
+        );
+    }
+    // Every event carries one: digits are written directly rather than
+    // through `format!`'s padding machinery (several times cheaper).
+    fn digits(out: &mut String, v: u64, width: u32) {
+        for i in (0..width).rev() {
+            let d = (v / 10u64.pow(i)) % 10;
+            out.push(char::from(b'0' + d as u8));
+        }
+    }
+    let mut out = String::with_capacity(24);
+    digits(&mut out, p.year, 4);
+    out.push('-');
+    digits(&mut out, u64::from(p.month), 2);
+    out.push('-');
+    digits(&mut out, u64::from(p.day), 2);
+    out.push('T');
+    digits(&mut out, p.hour, 2);
+    out.push(':');
+    digits(&mut out, p.minute, 2);
+    out.push(':');
+    digits(&mut out, p.second, 2);
+    out.push('.');
+    digits(&mut out, p.millis, 3);
+    out.push('Z');
+    out
 }
 
 /// `YYYY-MM-DD HH:MM:SS` (UTC), SQLite's `datetime('now')` shape.
