@@ -32,23 +32,56 @@ const CLIENT_ID: &str = "key_00000000000000000000000000000001";
 
 #[derive(Arbitrary, Debug)]
 enum Op {
-    Connect { admin: bool },
-    Request { conn: u8, req: Req },
-    Raw { conn: u8, bytes: Vec<u8> },
-    Close { conn: u8 },
-    Flush { conn: u8, bytes: u16 },
-    Advance { ms: u16 },
+    Connect {
+        admin: bool,
+    },
+    Request {
+        conn: u8,
+        req: Req,
+    },
+    Raw {
+        conn: u8,
+        bytes: Vec<u8>,
+    },
+    Close {
+        conn: u8,
+    },
+    Flush {
+        conn: u8,
+        bytes: u16,
+    },
+    Advance {
+        ms: u16,
+    },
     Commit,
-    AnswerRead { pick: u8, fail: bool },
-    Provider { pick: u8, reply: PReply },
-    Mcp { pick: u8, event: MEvent },
-    Sandbox { pick: u8, ok: bool },
+    AnswerRead {
+        pick: u8,
+        fail: bool,
+    },
+    Provider {
+        pick: u8,
+        reply: PReply,
+    },
+    Mcp {
+        pick: u8,
+        event: MEvent,
+    },
+    Sandbox {
+        pick: u8,
+        ok: bool,
+    },
     Shutdown,
     /// Replica mode: a pending lease claim answered "another replica holds
     /// it" (the request is then forwarded).
-    LeaseElsewhere { pick: u8 },
+    LeaseElsewhere {
+        pick: u8,
+    },
     /// Replica mode: catalogue rows another replica committed.
-    Catalog { revoke_client: bool, close_session: bool, full: bool },
+    Catalog {
+        revoke_client: bool,
+        close_session: bool,
+        full: bool,
+    },
 }
 
 #[derive(Arbitrary, Debug)]
