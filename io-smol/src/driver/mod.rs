@@ -25,6 +25,9 @@ mod forward;
 pub mod mcp;
 pub mod provider;
 mod sandbox;
+mod store_jobs;
+
+pub use store_jobs::{serve_store_jobs, StoreDone};
 
 use std::collections::HashMap;
 use std::io;
@@ -34,7 +37,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use crate::heap_trim::HeapTrim;
 use engine::bytes::Bytes;
 use engine::metrics::EngineSteps;
-use engine::store::{ReadId, ReadResult, StoreRead, StoreWrite};
+use engine::store::{ReadId, ReadResult};
 use engine::{
     CallId, ConnId, Engine, Entropy, Input, Listener, MonoMs, Now, Output, ProviderReply, UnixMs,
 };
@@ -677,12 +680,6 @@ async fn write_loop(
     let _ = stream.shutdown(Shutdown::Both);
 }
 
-/// What the store thread reports back.
-pub enum StoreDone {
-    Committed(u64),
-    Read(ReadId, Result<ReadResult, String>),
-}
-
 fn store_worker(store: Backend, jobs: Receiver<Vec<Job>>, events: Sender<Event>) {
     serve_store_jobs(
         store,
@@ -695,107 +692,4 @@ fn store_worker(store: Backend, jobs: Receiver<Vec<Job>>, events: Sender<Event>)
             events.send_blocking(ev).is_ok()
         },
     )
-}
-
-/// The store thread of every runtime: the database connection (SQLite:
-/// with cached statements), jobs in FIFO order, until `next` has no more
-/// or `done` reports that nobody listens. A failed commit, or a lost
-/// database connection, exits the process (crash-only).
-pub fn serve_store_jobs(
-    mut store: Backend,
-    mut next: impl FnMut() -> Option<Vec<Job>>,
-    mut done: impl FnMut(StoreDone) -> bool,
-) {
-    let mut conn = store.worker();
-    let mut stats = engine::metrics::RuntimeStats::default();
-    while let Some(batch) = next() {
-        let mut jobs = batch.into_iter().peekable();
-        while let Some(job) = jobs.next() {
-            match job {
-                Job::Commit { batch, writes } => {
-                    let started = Instant::now();
-                    let result = conn.commit(&writes);
-                    stats.committed(writes.len(), started.elapsed().as_micros() as u64);
-                    if let Err(e) = result {
-                        tracing::error!(
-                            error = %e,
-                            writes = writes.len(),
-                            "store commit failed; exiting (crash-only: nothing of this batch \
-                             was revealed, restart rebuilds state from the database)"
-                        );
-                        std::process::exit(1);
-                    }
-                    if tracing::enabled!(tracing::Level::TRACE) {
-                        trace_events(&writes);
-                    }
-                    if !done(StoreDone::Committed(batch)) {
-                        return;
-                    }
-                }
-                Job::Activity => match conn.activity() {
-                    Ok(a) => a.log(),
-                    Err(e) => tracing::warn!(error = %e, "activity summary query failed"),
-                },
-                Job::Read {
-                    id,
-                    read: StoreRead::Runtime,
-                } => {
-                    let figures = crate::proc_stats::read();
-                    stats.rss_bytes = figures.rss_bytes;
-                    stats.open_fds = figures.open_fds;
-                    if !done(StoreDone::Read(id, Ok(ReadResult::Runtime(stats.clone())))) {
-                        return;
-                    }
-                }
-                Job::Read { id, read } => {
-                    // This read and the plain reads right after it: no write
-                    // lies between them, so they may be answered together.
-                    let mut run = vec![(id, read)];
-                    while let Some(Job::Read { read, .. }) = jobs.peek() {
-                        if *read == StoreRead::Runtime {
-                            break;
-                        }
-                        match jobs.next() {
-                            Some(Job::Read { id, read }) => run.push((id, read)),
-                            _ => unreachable!("peeked a read"),
-                        }
-                    }
-                    let (ids, reads): (Vec<ReadId>, Vec<StoreRead>) = run.into_iter().unzip();
-                    for (id, result) in ids.into_iter().zip(conn.read_many(reads)) {
-                        let result = result.map_err(|e| {
-                            if e.is_fatal() {
-                                tracing::error!(
-                                    error = %e,
-                                    "store read failed; exiting (crash-only: restart \
-                                     rebuilds state from the database)"
-                                );
-                                std::process::exit(1);
-                            }
-                            tracing::warn!(error = %e, "store read failed");
-                            e.to_string()
-                        });
-                        if !done(StoreDone::Read(id, result)) {
-                            return;
-                        }
-                    }
-                }
-            }
-        }
-    }
-}
-
-/// Spec 04 §6: every persisted event with its full payload at trace level.
-fn trace_events(writes: &[StoreWrite]) {
-    for w in writes {
-        if let StoreWrite::InsertEvent(e) = w {
-            tracing::trace!(
-                seq = e.seq,
-                id = %e.id,
-                session = %e.session_id,
-                event_type = %e.event_type,
-                payload = %e.payload,
-                "event persisted"
-            );
-        }
-    }
 }
