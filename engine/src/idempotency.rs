@@ -315,8 +315,11 @@ impl Engine {
     ) {
         match result {
             Ok(ReadResult::Events(rows)) => {
-                let events: Vec<String> = rows.iter().map(crate::respond::event_json).collect();
-                self.terminal_result(conn, &crate::respond::turn_result(&message, &events));
+                let events: Vec<std::sync::Arc<str>> = (rows.iter())
+                    .map(|r| crate::respond::escaped(crate::respond::event_json(r)))
+                    .collect();
+                let parts = crate::respond::turn_result_parts(&message, &events);
+                self.terminal_result_parts(conn, &parts);
             }
             _ => self.terminal_error(conn, codes::INTERNAL_ERROR, "Internal error"),
         }

@@ -62,11 +62,7 @@ impl Engine {
             created_at: self.timestamp(),
         };
         tracing::trace!(session_id, event_type = event_type.as_str(), payload = %row.payload, "event");
-        let json = crate::respond::event_json(&row);
-        let json = match proto::jsonrpc::escape_line_separators(&json) {
-            std::borrow::Cow::Borrowed(_) => json.into(),
-            std::borrow::Cow::Owned(escaped) => escaped.into(),
-        };
+        let json = crate::respond::escaped(crate::respond::event_json(&row));
         let appended = Appended { seq, id, json };
         if self.faults.deliver_before_commit() {
             self.publish(session_id, &appended);

@@ -88,18 +88,17 @@ pub(crate) fn event_json(r: &EventRow) -> String {
     r.view_json()
 }
 
-/// `{"message": …, "events": [...]}`: the result of a chat turn.
-pub(crate) fn turn_result(message: &serde_json::Value, events: &[String]) -> String {
-    let mut result = String::with_capacity(256 + events.iter().map(String::len).sum::<usize>());
-    result.push_str("{\"message\":");
-    result.push_str(&message.to_string());
-    result.push_str(",\"events\":[");
-    result.push_str(&events.join(","));
-    result.push_str("]}");
-    result
+/// `json` with NDJSON line separators escaped, shared: the form an
+/// event's rendering is kept in (every use of it goes into a frame).
+pub(crate) fn escaped(json: String) -> Arc<str> {
+    match proto::jsonrpc::escape_line_separators(&json) {
+        std::borrow::Cow::Borrowed(_) => json.into(),
+        std::borrow::Cow::Owned(escaped) => escaped.into(),
+    }
 }
 
-/// [`turn_result`] as the parts of a frame, line separators escaped: a
+/// `{"message": …, "events": [...]}`, the result of a chat turn, as the
+/// parts of a frame, line separators escaped (`events` already are): a
 /// large event (a `provider.request` carrying the history) is the shared
 /// rendering its live frames use, not a copy, so the engine's work for a
 /// turn's answer does not grow with the size of its history.
@@ -134,7 +133,15 @@ pub(crate) fn turn_result_parts(message: &serde_json::Value, events: &[Arc<str>]
 mod tests {
     use super::*;
 
-    /// The parts join to the frame text [`turn_result`] gives, escaped.
+    /// The whole result as one text, the way it was built before parts.
+    fn turn_result(message: &serde_json::Value, events: &[String]) -> String {
+        format!(
+            "{{\"message\":{message},\"events\":[{}]}}",
+            events.join(",")
+        )
+    }
+
+    /// The parts join to the whole result text, escaped.
     #[test]
     fn turn_result_parts_join_to_the_whole_result() {
         let big = format!("{{\"payload\":\"{}\"}}", "x".repeat(5000));

@@ -186,20 +186,17 @@ impl Engine {
         if live.history.is_none() && fresh {
             live.history = Some(Vec::new());
         }
-        if live.history.is_some() {
-            let arrival = live.gate.arrive(now, limits, waiter);
-            if live.gate.has_waiters() {
-                self.note_waiting(session_id);
-            }
-            return self.route_arrival(conn, session_id, arrival);
-        }
-        let start = live.gate.begin_recovery();
-        let arrival = live.gate.enqueue(limits, waiter);
+        let (arrival, recover) = if live.history.is_some() {
+            (live.gate.arrive(now, limits, waiter), false)
+        } else {
+            let start = live.gate.begin_recovery();
+            (live.gate.enqueue(limits, waiter), start)
+        };
         if live.gate.has_waiters() {
             self.note_waiting(session_id);
         }
         self.route_arrival(conn, session_id, arrival);
-        if start {
+        if recover {
             let (loader, read) = HistoryLoader::start(session_id);
             self.read(read, PendingRead::Recover { loader });
         }
