@@ -367,6 +367,7 @@ fn serve(cli: &Cli, runtime: Runtime, exports_telemetry: bool) -> i32 {
         run_label.clone(),
     );
     let clock = Clock::new();
+    crate::driver::provider::configure(env.provider_idle_connections);
     let mut engine_cfg = engine_config(&env, &file, &run_label);
     // Spans are recorded only when an exporter takes them.
     engine_cfg.telemetry = telemetry.is_some() && file.telemetry.traces_enabled;

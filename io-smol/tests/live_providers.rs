@@ -619,3 +619,69 @@ fn dispatch_and_caller_are_stripped_from_recorded_client_content() {
     let wire = &mock.requests()[0];
     assert_eq!(wire.body["messages"], req["messages"]);
 }
+
+/// Provider calls reuse keep-alive connections (`BAE_PROVIDER_IDLE_CONNECTIONS`,
+/// default 64 per host): concurrent calls each get a pooled connection back
+/// for the next round, instead of one new TCP (and, for `https`, TLS)
+/// handshake per call.
+#[test]
+fn provider_connections_are_reused_across_turns_and_concurrent_calls() {
+    let (mock, server) = anthropic_server(&[]);
+    let fixtures: Vec<_> = (0..4)
+        .map(|_| open_registered(&server, "main", &[], &[], json!({})))
+        .collect();
+    // Sequential turns of one session: one connection.
+    for _ in 0..3 {
+        let (_, t) = send(
+            &server,
+            &fixtures[0].session_id,
+            &fixtures[0].a,
+            json!("hi"),
+        );
+        assert!(t.get("result").is_some(), "{t}");
+    }
+    let conns = |reqs: &[testkit::RecordedRequest]| {
+        let mut c: Vec<u64> = reqs.iter().map(|r| r.connection).collect();
+        c.sort_unstable();
+        c.dedup();
+        c
+    };
+    assert_eq!(
+        conns(&mock.requests()).len(),
+        1,
+        "{:?}",
+        conns(&mock.requests())
+    );
+    // Two rounds of 4 concurrent calls (held open together by a delay):
+    // the second round runs on the first round's connections.
+    mock.set_default(Reply::text("slow").delayed(std::time::Duration::from_millis(300)));
+    for _round in 0..2 {
+        std::thread::scope(|s| {
+            for f in &fixtures {
+                let server = &server;
+                s.spawn(move || {
+                    let (_, t) = send(server, &f.session_id, &f.a, json!("go"));
+                    assert!(t.get("result").is_some(), "{t}");
+                });
+            }
+        });
+    }
+    let reqs = mock.requests();
+    assert_eq!(reqs.len(), 11);
+    assert!(conns(&reqs).len() <= 4, "connections {:?}", conns(&reqs));
+}
+
+/// `BAE_PROVIDER_IDLE_CONNECTIONS=0` keeps nothing: every call opens its own
+/// connection.
+#[test]
+fn provider_idle_connections_zero_opens_a_connection_per_call() {
+    let (mock, server) = anthropic_server(&[("BAE_PROVIDER_IDLE_CONNECTIONS", "0")]);
+    let f = open_registered(&server, "main", &[], &[], json!({}));
+    for _ in 0..3 {
+        let (_, t) = send(&server, &f.session_id, &f.a, json!("hi"));
+        assert!(t.get("result").is_some(), "{t}");
+    }
+    let mut c: Vec<u64> = mock.requests().iter().map(|r| r.connection).collect();
+    c.dedup();
+    assert_eq!(c, vec![1, 2, 3]);
+}

@@ -290,6 +290,9 @@ pub struct RecordedRequest {
     /// The body parsed as JSON (`Value::Null` if it is not JSON).
     pub body: Value,
     pub raw_body: Vec<u8>,
+    /// Which TCP connection it came on: 1 for the first one accepted, and
+    /// so on (shows whether a client reused its connections).
+    pub connection: u64,
 }
 
 impl RecordedRequest {
@@ -313,6 +316,8 @@ struct State {
     default: Option<Reply>,
     requests: Vec<RecordedRequest>,
     conns: Vec<TcpStream>,
+    /// Connections accepted so far.
+    accepted: u64,
     shutdown: bool,
     seq: u64,
 }
@@ -375,6 +380,7 @@ impl MockProvider {
                 default: None,
                 requests: Vec::new(),
                 conns: Vec::new(),
+                accepted: 0,
                 shutdown: false,
                 seq: 0,
             }),
@@ -472,17 +478,19 @@ fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
         }
         let Ok(conn) = conn else { continue };
         let _ = conn.set_nodelay(true);
-        {
+        let ordinal = {
             let mut st = shared.lock();
             if let Ok(clone) = conn.try_clone() {
                 st.conns.push(clone);
             }
-        }
+            st.accepted += 1;
+            st.accepted
+        };
         let sh = shared.clone();
         let _ = thread::Builder::new()
             .name("mock-provider-conn".into())
             .spawn(move || {
-                let _ = serve_conn(conn, &sh);
+                let _ = serve_conn(conn, ordinal, &sh);
             });
     }
 }
@@ -530,7 +538,7 @@ fn read_request(conn: &mut TcpStream, input: &mut Vec<u8>) -> io::Result<Option<
     Ok(Some(Incoming { head, body }))
 }
 
-fn serve_conn(mut conn: TcpStream, shared: &Shared) -> io::Result<()> {
+fn serve_conn(mut conn: TcpStream, ordinal: u64, shared: &Shared) -> io::Result<()> {
     let mut input = Vec::new();
     loop {
         let Some(req) = read_request(&mut conn, &mut input)? else {
@@ -549,6 +557,7 @@ fn serve_conn(mut conn: TcpStream, shared: &Shared) -> io::Result<()> {
                 headers: req.head.headers.clone(),
                 body: serde_json::from_slice(&req.body).unwrap_or(Value::Null),
                 raw_body: req.body,
+                connection: ordinal,
             });
             let reply = if endpoint == Endpoint::Unknown {
                 Reply::Json {

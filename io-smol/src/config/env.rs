@@ -110,6 +110,10 @@ pub struct Env {
     /// of one provider HTTP attempt (≥ 1 s). A timeout is an ordinary
     /// transport failure (`status: null`).
     pub provider_timeout: Duration,
+    /// Extension `BAE_PROVIDER_IDLE_CONNECTIONS`, default 64 (≥ 0): idle
+    /// keep-alive connections kept per provider host for the next calls
+    /// (0 = a new connection per call).
+    pub provider_idle_connections: usize,
     /// Extension `BAE_SQLITE_SYNCHRONOUS`, `normal` (default) or `full`,
     /// case-insensitive, trimmed.
     pub sqlite_synchronous: Synchronous,
@@ -321,6 +325,19 @@ pub fn parse_env(get: impl Fn(&str) -> Option<String>) -> Result<Env, ConfigErro
             }
         },
     };
+    let provider_idle_connections = match get("BAE_PROVIDER_IDLE_CONNECTIONS") {
+        None => 64,
+        Some(v) => match parse_whole(&v).and_then(|n| usize::try_from(n).ok()) {
+            Some(n) => n,
+            None => {
+                return Err(ConfigError::InvalidValue {
+                    var: "BAE_PROVIDER_IDLE_CONNECTIONS",
+                    value: v,
+                    expected: "a whole number (0 = no connection reuse)",
+                })
+            }
+        },
+    };
     let request_timeout = positive_seconds("BAE_REQUEST_TIMEOUT", get("BAE_REQUEST_TIMEOUT"), 30)?;
     let idle_timeout = positive_seconds("BAE_IDLE_TIMEOUT", get("BAE_IDLE_TIMEOUT"), 75)?;
     let max_connections =
@@ -413,6 +430,7 @@ pub fn parse_env(get: impl Fn(&str) -> Option<String>) -> Result<Env, ConfigErro
         max_headers,
         max_body_bytes,
         provider_timeout,
+        provider_idle_connections,
         sqlite_synchronous,
         request_timeout,
         idle_timeout,
@@ -591,6 +609,22 @@ mod tests {
         assert_eq!(e.max_body_bytes, 1_048_576);
         assert_eq!(e.provider_timeout, Duration::from_secs(300));
         assert_eq!(e.sqlite_synchronous, Synchronous::Normal);
+        assert_eq!(e.provider_idle_connections, 64);
+    }
+
+    #[test]
+    fn provider_idle_connections() {
+        let n = |v: &str| env_of(&[("BAE_PROVIDER_IDLE_CONNECTIONS", v)]);
+        assert_eq!(n("0").unwrap().provider_idle_connections, 0);
+        assert_eq!(n(" 8 ").unwrap().provider_idle_connections, 8);
+        for bad in ["-1", "x", "", "1.5"] {
+            let err = n(bad).unwrap_err();
+            assert_eq!(err.exit_code(), 2, "{bad:?}");
+            assert!(
+                err.to_string().contains("BAE_PROVIDER_IDLE_CONNECTIONS"),
+                "{err}"
+            );
+        }
     }
 
     #[test]

@@ -15,15 +15,33 @@ use crate::config::{process_env, substitute};
 /// Largest provider response body read into memory.
 pub const MAX_RESPONSE_BYTES: u64 = 64 * 1024 * 1024;
 
+static AGENT: OnceLock<ureq::Agent> = OnceLock::new();
+
+/// Keep-alive connections kept idle per provider host when
+/// [`configure`] was not called (tests, tools).
+pub const DEFAULT_IDLE_PER_HOST: usize = 64;
+
+/// Sets the provider connection pool once, before the first call:
+/// `idle_per_host` idle keep-alive connections are kept per provider host
+/// (ureq's own default of one made every concurrent call but one open a
+/// new TCP connection). Later calls keep the first setting.
+pub fn configure(idle_per_host: usize) {
+    let _ = AGENT.set(build_agent(idle_per_host));
+}
+
+fn build_agent(idle_per_host: usize) -> ureq::Agent {
+    ureq::AgentBuilder::new()
+        // A provider endpoint never legitimately redirects a POST; do not
+        // follow (and do not forward credentials) anywhere else.
+        .redirects(0)
+        .max_idle_connections_per_host(idle_per_host)
+        // Room for every configured host's share (fallback chains).
+        .max_idle_connections(idle_per_host.saturating_mul(4).max(100))
+        .build()
+}
+
 fn agent() -> &'static ureq::Agent {
-    static AGENT: OnceLock<ureq::Agent> = OnceLock::new();
-    AGENT.get_or_init(|| {
-        ureq::AgentBuilder::new()
-            // A provider endpoint never legitimately redirects a POST; do
-            // not follow (and do not forward credentials) anywhere else.
-            .redirects(0)
-            .build()
-    })
+    AGENT.get_or_init(|| build_agent(DEFAULT_IDLE_PER_HOST))
 }
 
 /// Performs `call`, mapping every outcome onto a [`ProviderReply`].
