@@ -368,6 +368,7 @@ impl Engine {
                 session_id: session_id.to_string(),
                 after_seq: after.unwrap_or(0),
                 limit,
+                max_bytes: self.config.max_page_bytes,
             },
             PendingRead::EventsPage { conn },
         );

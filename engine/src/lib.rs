@@ -278,6 +278,10 @@ pub struct Config {
     /// may have before it stops taking live events and later catches up
     /// from the store: its per-subscriber memory bound.
     pub subscriber_window_bytes: usize,
+    /// Payload bytes after which an events page or a replay page takes no
+    /// further event (at least one is always taken): one answer's memory
+    /// bound, whatever the session's history weighs.
+    pub max_page_bytes: usize,
     /// How long a `sendMessage` idempotency key is remembered (wall clock,
     /// from its first use; extension `send.idempotent`).
     pub idempotency_retention_ms: u64,
@@ -296,6 +300,9 @@ pub struct Config {
     #[cfg(feature = "planted-bugs")]
     pub planted: Option<planted::Bug>,
 }
+
+/// [`Config::max_page_bytes`] unless configured: 8 MiB.
+pub const DEFAULT_MAX_PAGE_BYTES: usize = 8 * 1024 * 1024;
 
 impl Default for Config {
     fn default() -> Self {
@@ -326,6 +333,7 @@ impl Default for Config {
             request_timeout_ms: 30_000,
             idle_timeout_ms: 75_000,
             subscriber_lag_limit: 256,
+            max_page_bytes: DEFAULT_MAX_PAGE_BYTES,
             subscriber_window_bytes: 32 * 1024,
             idempotency_retention_ms: 24 * 3600 * 1000,
             metrics_disabled: Vec::new(),

@@ -197,7 +197,7 @@ impl MemStore {
                     Some(ReadResult::Events(rows)) => rows,
                     _ => Vec::new(),
                 };
-                crate::store::render_rows(read, &rows).unwrap_or(ReadResult::Events(Vec::new()))
+                crate::store::render_from_rows(read, rows).unwrap_or(ReadResult::Events(Vec::new()))
             }
             StoreRead::Runtime => ReadResult::Runtime(Default::default()),
             // One store, one server: every session is this one's.

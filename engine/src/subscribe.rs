@@ -120,11 +120,13 @@ impl Engine {
         sub.phase = Phase::Reading { overflow: false };
         sub.buffered.clear();
         let after_seq = sub.delivered;
+        let max_bytes = self.config.max_page_bytes;
         self.read(
             StoreRead::ReplayPage {
                 session_id,
                 after_seq,
                 limit: REPLAY_PAGE,
+                max_bytes,
             },
             PendingRead::ReplayPage { conn },
         );
@@ -137,14 +139,13 @@ impl Engine {
 
     pub(crate) fn on_replay_page(&mut self, conn: ConnId, result: Result<ReadResult, String>) {
         // Rendered by the store: this loop only moves bytes.
-        let rows: Vec<RenderedEvent> = match result {
-            Ok(ReadResult::Frames(rows)) => rows,
+        let (rows, full): (Vec<RenderedEvent>, bool) = match result {
+            Ok(ReadResult::Frames { frames, more }) => (frames, more),
             _ => return self.replay_failed(conn),
         };
         if self.sub_mut(conn).is_none() {
             return;
         }
-        let full = rows.len() == REPLAY_PAGE;
         for row in rows {
             if self.over_window(conn) {
                 // The rest is re-read once the consumer drains.

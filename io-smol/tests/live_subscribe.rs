@@ -429,3 +429,70 @@ fn big_turns_needed() -> usize {
     let rmem_default = field("/proc/sys/net/ipv4/tcp_rmem", 1, 128 << 10);
     ((wmem_max + rmem_default + (1 << 20)).div_ceil(1 << 20) + 2).min(40)
 }
+
+/// `BAE_MAX_PAGE_BYTES` bounds what one answer holds: an events page of
+/// large events stops early and names a cursor, and a subscribe replay
+/// reads its pages the same way; paging and replay still deliver every
+/// event once, in log order (C-127), byte-identical.
+#[test]
+fn byte_bounded_pages_and_replays_lose_nothing() {
+    let (_mock, server) = anthropic_server(&[("BAE_MAX_PAGE_BYTES", "20000")]);
+    let f = open_registered(&server, "main", &[], &[], json!({}));
+    for i in 0..6 {
+        let (_, t) = send(
+            &server,
+            &f.session_id,
+            &f.a,
+            json!(format!("{i} {}", "x".repeat(6000))),
+        );
+        assert!(t.get("result").is_some(), "{t}");
+    }
+    let client = server.client().bearer(&f.a.session_key);
+    let page = |limit: usize, cursor: &str| {
+        let resp = client.get(&format!(
+            "/api/v1/sessions/{}/events?limit={limit}&cursor={cursor}",
+            f.session_id
+        ));
+        resp.assert_status(200);
+        resp.json()
+    };
+    // The oracle: one event per page is never cut.
+    let mut all = Vec::new();
+    let mut cursor = String::new();
+    loop {
+        let p = page(1, &cursor);
+        all.extend(p["items"].as_array().cloned().unwrap());
+        match p["next_cursor"].as_str() {
+            Some(c) => cursor = c.to_string(),
+            None => break,
+        }
+    }
+    assert!(all.len() > 20, "{}", all.len());
+    // A page of 200 stops near the bound, with a cursor.
+    let first = page(200, "");
+    let items = first["items"].as_array().unwrap();
+    assert!(
+        !items.is_empty() && items.len() < all.len(),
+        "{}",
+        items.len()
+    );
+    assert!(first["next_cursor"].is_string(), "{first}");
+    let before_last: usize = items[..items.len() - 1]
+        .iter()
+        .map(|e| e["payload"].to_string().len())
+        .sum();
+    assert!(before_last < 20_000, "{before_last}");
+    // Following the cursors gives every event once, as stored.
+    let paged = events(&server, &f.session_id, &f.a.session_key);
+    assert_eq!(paged, all);
+    // A replay from the first event reads the rest in bounded pages.
+    let mut s = subscribe(
+        &server,
+        &f.session_id,
+        &f.a.session_key,
+        json!({"since_event_id": all[0]["id"]}),
+    );
+    let got = read_events(&mut s, all.len() - 1);
+    assert_eq!(got, all[1..]);
+    assert_idle(&mut s, Duration::from_millis(150));
+}

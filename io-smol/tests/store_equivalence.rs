@@ -452,11 +452,21 @@ fn store_matches_mem_store(mut open: impl FnMut(u64) -> Backend, after: impl Fn(
                         session_id: s.into(),
                         after_seq: rng.below(seq + 1),
                         limit: 1 + rng.below(20) as usize,
+                        // Byte bounds that cut pages of these events.
+                        max_bytes: match rng.below(3) {
+                            0 => usize::MAX,
+                            _ => rng.below(4000) as usize,
+                        },
                     },
                     StoreRead::ReplayPage {
                         session_id: s.into(),
                         after_seq: rng.below(seq + 1),
                         limit: 1 + rng.below(20) as usize,
+                        // Byte bounds that cut pages of these events.
+                        max_bytes: match rng.below(3) {
+                            0 => usize::MAX,
+                            _ => rng.below(4000) as usize,
+                        },
                     },
                     StoreRead::EventSeq {
                         session_id: s.into(),

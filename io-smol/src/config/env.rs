@@ -151,6 +151,9 @@ pub struct Env {
     /// unflushed bytes of a gapless subscriber before it reads from the
     /// store instead (extension `subscribe.gapless`).
     pub subscriber_window_bytes: usize,
+    /// Extension `BAE_MAX_PAGE_BYTES`, default 8 MiB (≥ 1): payload bytes
+    /// after which an events page or a replay page takes no further event.
+    pub max_page_bytes: usize,
     /// Extension `BAE_IDEMPOTENCY_RETENTION`, default 86400 s (≥ 1): how
     /// long a `sendMessage` idempotency key is remembered.
     pub idempotency_retention: Duration,
@@ -350,6 +353,11 @@ pub fn parse_env(get: impl Fn(&str) -> Option<String>) -> Result<Env, ConfigErro
         get("BAE_SUBSCRIBER_LAG_LIMIT"),
         256,
     )?;
+    let max_page_bytes = positive_usize(
+        "BAE_MAX_PAGE_BYTES",
+        get("BAE_MAX_PAGE_BYTES"),
+        engine::DEFAULT_MAX_PAGE_BYTES,
+    )?;
     let subscriber_window_bytes = positive_usize(
         "BAE_SUBSCRIBER_WINDOW_BYTES",
         get("BAE_SUBSCRIBER_WINDOW_BYTES"),
@@ -447,6 +455,7 @@ pub fn parse_env(get: impl Fn(&str) -> Option<String>) -> Result<Env, ConfigErro
         shared_history,
         subscriber_lag_limit,
         subscriber_window_bytes,
+        max_page_bytes,
         idempotency_retention,
     })
 }
@@ -610,6 +619,8 @@ mod tests {
         assert_eq!(e.provider_timeout, Duration::from_secs(300));
         assert_eq!(e.sqlite_synchronous, Synchronous::Normal);
         assert_eq!(e.provider_idle_connections, 64);
+        assert_eq!(e.max_page_bytes, 8 * 1024 * 1024);
+        assert!(env_of(&[("BAE_MAX_PAGE_BYTES", "0")]).is_err());
     }
 
     #[test]

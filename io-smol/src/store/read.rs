@@ -3,21 +3,47 @@
 //! original text before they leave the store (`history_db.rs`).
 
 use super::*;
+use engine::store::page::{collect_page, PageBounds};
+use engine::store::{page_rows_read, render_page};
 
 impl<'c> StoreConn<'c> {
     /// Answers one engine query, with every payload as the engine wrote it.
     pub fn read(&mut self, read: &StoreRead) -> Result<ReadResult> {
+        // Pages leave the store rendered (the engine only sends them).
+        if let Some(bounds) = PageBounds::of(read) {
+            let (mut rows, mut more) = self.page_rows(read, bounds)?;
+            // Rows stored in shared-history form are weighed again once
+            // expanded (a no-op for whole payloads).
+            self.expand_rows(&mut rows)?;
+            more |= engine::store::page::trim_page(&mut rows, bounds);
+            return Ok(render_page(read, &rows, more).unwrap_or(ReadResult::Events(rows)));
+        }
         let mut result = self.read_stored(read)?;
         if let ReadResult::Events(rows) = &mut result {
             self.expand_rows(rows)?;
         }
-        // Pages leave the store rendered (the engine only sends them).
-        if let ReadResult::Events(rows) = &result {
-            if let Some(rendered) = engine::store::render_rows(read, rows) {
-                return Ok(rendered);
-            }
-        }
         Ok(result)
+    }
+
+    /// A page's rows as stored, read no further than its bounds.
+    fn page_rows(&mut self, read: &StoreRead, bounds: PageBounds) -> Result<(Vec<EventRow>, bool)> {
+        let Some(StoreRead::Events {
+            session_id,
+            after_seq,
+            limit,
+        }) = page_rows_read(read)
+        else {
+            return Ok((Vec::new(), false));
+        };
+        let after = seq_to_i64(after_seq)?;
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let st = self.stmt(Q::SelectEvents)?;
+        st.bind((1, session_id.as_str()))?;
+        st.bind((2, after))?;
+        st.bind((3, limit))?;
+        let r = collect_page(&mut Cursor(st), bounds);
+        let _ = st.reset();
+        r
     }
 
     /// Answers one engine query with the rows as stored.
@@ -25,12 +51,13 @@ impl<'c> StoreConn<'c> {
         match read {
             // Answered by the store thread (`serve_store_jobs`), which
             // times commits; a direct read has no figures.
-            // The rows of the page as stored (`read` renders them).
             StoreRead::EventsPage { .. } | StoreRead::ReplayPage { .. } => {
-                match engine::store::page_rows_read(read) {
-                    Some(rows) => self.read_stored(&rows),
-                    None => Ok(ReadResult::Events(Vec::new())),
-                }
+                let bounds = PageBounds::of(read).unwrap_or(PageBounds {
+                    limit: 0,
+                    max_bytes: 0,
+                });
+                let (rows, _) = self.page_rows(read, bounds)?;
+                Ok(ReadResult::Events(rows))
             }
             StoreRead::Runtime => Ok(ReadResult::Runtime(Default::default())),
             StoreRead::ClaimLease { .. } => Err(StoreError::Sqlite(
@@ -244,6 +271,20 @@ impl<'c> StoreConn<'c> {
 
 /// Runs a bound event query to completion, collecting its rows, and resets
 /// it.
+/// A page read's SQLite statement as a row cursor: a row's columns are
+/// read only when the page takes it.
+struct Cursor<'s, 'c>(&'s mut Statement<'c>);
+
+impl engine::store::page::RowCursor for Cursor<'_, '_> {
+    type Error = StoreError;
+    fn advance(&mut self) -> Result<bool> {
+        Ok(self.0.next()? == State::Row)
+    }
+    fn row(&mut self) -> Result<EventRow> {
+        read_event(self.0)
+    }
+}
+
 fn collect_events(st: &mut Statement<'_>) -> Result<Vec<EventRow>> {
     let mut rows = Vec::new();
     let r = (|| {

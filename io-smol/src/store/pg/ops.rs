@@ -15,6 +15,7 @@ use crate::store::rows::{
     json_text, read_event, read_key, read_profile, read_session, seq_to_i64, Cols,
 };
 use crate::store::{Activity, Result};
+use engine::store::page::PageBounds;
 
 /// The statements, by [`Pq`].
 macro_rules! pg_queries {
@@ -64,6 +65,18 @@ pg_queries! {
     ExpireIdempotency = "DELETE FROM bae_idempotency_keys WHERE created_ms < $1";
     SelectEvents = "SELECT seq, id, session_id, client_key_id, event_type, payload, created_at \
         FROM session_events WHERE session_id = $1 AND seq > $2 ORDER BY seq LIMIT $3";
+    // A page's rows (at most $3), none after the first once the ones
+    // before it weigh $4 bytes (`engine::store::page::row_bytes`): a page
+    // of large events is cut in the database, not after transferring it.
+    // `total` counts the rows before that cut.
+    PageEvents = "SELECT seq, id, session_id, client_key_id, event_type, payload, created_at, \
+        total FROM (SELECT p.*, COALESCE(SUM(octet_length(p.payload) + octet_length(p.id) \
+        + octet_length(p.session_id) + octet_length(p.event_type) + 96) OVER (ORDER BY p.seq \
+        ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS before, \
+        ROW_NUMBER() OVER (ORDER BY p.seq) AS rn, COUNT(*) OVER () AS total \
+        FROM (SELECT seq, id, session_id, client_key_id, event_type, payload, created_at \
+        FROM session_events WHERE session_id = $1 AND seq > $2 ORDER BY seq LIMIT $3) p) w \
+        WHERE rn = 1 OR before < $4 ORDER BY seq";
     SelectEventSeq = "SELECT seq FROM session_events WHERE id = $1 AND session_id = $2";
     LatestOfType = "SELECT seq, id, session_id, client_key_id, event_type, payload, created_at \
         FROM session_events WHERE session_id = $1 AND event_type = $2 AND seq <= $3 \
@@ -460,14 +473,31 @@ pub(crate) fn read_with(
     let result = match read {
         // Pages leave the store rendered (the engine only sends them).
         StoreRead::EventsPage { .. } | StoreRead::ReplayPage { .. } => {
-            let rows = match engine::store::page_rows_read(read) {
-                Some(r) => read_with(c, stmts, &r)?,
-                None => ReadResult::Events(Vec::new()),
+            let (
+                Some(bounds),
+                Some(StoreRead::Events {
+                    session_id,
+                    after_seq,
+                    limit: n,
+                }),
+            ) = (PageBounds::of(read), engine::store::page_rows_read(read))
+            else {
+                return Ok(ReadResult::Events(Vec::new()));
             };
-            let ReadResult::Events(rows) = rows else {
-                return Ok(rows);
+            let after = seq_to_i64(after_seq)?;
+            let max_bytes = limit(bounds.max_bytes);
+            let rows = c.query(
+                stmts.get(Pq::PageEvents),
+                &[&session_id, &after, &limit(n), &max_bytes],
+            )?;
+            let total = match rows.first() {
+                Some(r) => r.int(7)?,
+                None => 0,
             };
-            engine::store::render_rows(read, &rows).unwrap_or(ReadResult::Events(rows))
+            let mut rows = events(rows)?;
+            let mut more = limit(rows.len()) < total;
+            more |= engine::store::page::trim_page(&mut rows, bounds);
+            engine::store::render_page(read, &rows, more).unwrap_or(ReadResult::Events(rows))
         }
         StoreRead::Runtime => ReadResult::Runtime(Default::default()),
         // Answered by `PgStore::claim_lease` on the writer connection.

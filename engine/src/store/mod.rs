@@ -199,6 +199,11 @@ impl StoreWrite {
 /// Correlates a [`StoreRead`] with its [`ReadResult`].
 pub use crate::ids::ReadId;
 
+pub mod page;
+pub use page::{
+    page_rows_read, render_event_frames, render_events_page, render_from_rows, render_page,
+};
+
 /// A query the engine needs answered.
 #[derive(Debug, Clone, PartialEq)]
 pub enum StoreRead {
@@ -237,13 +242,15 @@ pub enum StoreRead {
     /// are skipped).
     EventsAt { session_id: String, seqs: Vec<u64> },
     /// One `GET …/events` page, rendered by the store: up to `limit` events
-    /// with `seq > after_seq` as the page body (see [`render_events_page`]).
+    /// with `seq > after_seq`, and no more once `max_bytes` of them are
+    /// taken (see [`page`]), as the page body ([`render_events_page`]).
     /// Rendering on the store's thread keeps a large page's bytes off the
     /// engine's.
     EventsPage {
         session_id: String,
         after_seq: u64,
         limit: usize,
+        max_bytes: usize,
     },
     /// One `session.subscribe` replay page, rendered by the store: up to
     /// `limit` events with `seq > after_seq`, each as the chunk-encoded
@@ -253,6 +260,7 @@ pub enum StoreRead {
         session_id: String,
         after_seq: u64,
         limit: usize,
+        max_bytes: usize,
     },
     /// Process and store figures for `GET /metrics` (answered by the
     /// runtime's store thread, which commits and can read `/proc`).
@@ -290,8 +298,12 @@ pub enum ReadResult {
     Runtime(crate::metrics::RuntimeStats),
     /// The body of an events page (`{"items":[…],"next_cursor":…}`).
     Page(Vec<u8>),
-    /// A replay page's events as ready-to-send frames, ascending.
-    Frames(Vec<RenderedEvent>),
+    /// A replay page's events as ready-to-send frames, ascending, and
+    /// whether more events follow them.
+    Frames {
+        frames: Vec<RenderedEvent>,
+        more: bool,
+    },
     /// The answer to [`StoreRead::ClaimLease`].
     Lease(Lease),
 }
@@ -370,82 +382,6 @@ pub fn encode_event_frame(escaped_view: &str) -> Vec<u8> {
     bytes
 }
 
-/// The `session.event` frames of `rows` (payloads copied in as stored).
-pub fn render_event_frames(rows: &[EventRow]) -> Vec<RenderedEvent> {
-    rows.iter()
-        .map(|r| RenderedEvent {
-            seq: r.seq,
-            id: r.id.clone(),
-            frame: encode_frame(&proto::jsonrpc::event_frame(&r.view_json())),
-        })
-        .collect()
-}
-
-/// What a rendered read ([`StoreRead::EventsPage`],
-/// [`StoreRead::ReplayPage`]) answers, from the rows of its
-/// [`page_rows_read`]; `None` for any other read.
-pub fn render_rows(read: &StoreRead, rows: &[EventRow]) -> Option<ReadResult> {
-    match read {
-        StoreRead::EventsPage { limit, .. } => {
-            Some(ReadResult::Page(render_events_page(rows, *limit)))
-        }
-        StoreRead::ReplayPage { .. } => Some(ReadResult::Frames(render_event_frames(rows))),
-        _ => None,
-    }
-}
-
-/// The body of an events page from the first `limit + 1` rows after the
-/// cursor (the extra row only says that more exist): `{"items":[EventView…],
-/// "next_cursor":…}`, each payload copied in as stored, never re-parsed.
-pub fn render_events_page(rows: &[EventRow], limit: usize) -> Vec<u8> {
-    let shown = rows.get(..limit).unwrap_or(rows);
-    let items: Vec<String> = shown.iter().map(EventRow::view_json).collect();
-    let cursor = (rows.len() > limit)
-        .then(|| shown.last().map(|r| r.seq.to_string()))
-        .flatten();
-    proto::wire::page::page_json(&items, cursor.as_deref()).into_bytes()
-}
-
-impl EventRow {
-    /// The EventView JSON of the row (its payload copied in as stored).
-    pub fn view_json(&self) -> String {
-        proto::wire::event_view_json(
-            &self.id,
-            &self.session_id,
-            self.client_key_id.as_deref(),
-            &self.event_type,
-            &self.payload,
-            &self.created_at,
-        )
-    }
-}
-
-/// A rendered read as the plain rows it is made of (an events page reads
-/// `limit + 1`: the extra row only says that more exist).
-pub fn page_rows_read(read: &StoreRead) -> Option<StoreRead> {
-    match read {
-        StoreRead::EventsPage {
-            session_id,
-            after_seq,
-            limit,
-        } => Some(StoreRead::Events {
-            session_id: session_id.clone(),
-            after_seq: *after_seq,
-            limit: limit.saturating_add(1),
-        }),
-        StoreRead::ReplayPage {
-            session_id,
-            after_seq,
-            limit,
-        } => Some(StoreRead::Events {
-            session_id: session_id.clone(),
-            after_seq: *after_seq,
-            limit: *limit,
-        }),
-        _ => None,
-    }
-}
-
 /// What the engine is restored from at start: everything but events.
 #[derive(Debug, Clone, Default)]
 pub struct Snapshot {
@@ -466,91 +402,6 @@ pub struct Snapshot {
     pub event_counts: Vec<(String, u64)>,
     /// Every stored idempotency key (the engine drops expired ones).
     pub idempotency: Vec<IdempotencyRow>,
-}
-
-#[cfg(test)]
-mod page_tests {
-    use super::*;
-
-    fn row(seq: u64) -> EventRow {
-        EventRow {
-            seq,
-            id: format!("evt_{seq:032x}"),
-            session_id: "ses_1".into(),
-            client_key_id: None,
-            event_type: "session.join".into(),
-            payload: format!("{{\"n\":{seq}}}"),
-            created_at: "2026-12-01T00:00:00.000Z".into(),
-        }
-    }
-
-    #[test]
-    fn a_full_page_names_its_last_row_as_the_cursor() {
-        let rows: Vec<EventRow> = (1..=3).map(row).collect();
-        let body = String::from_utf8(render_events_page(&rows, 2)).unwrap();
-        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
-        assert_eq!(v["items"].as_array().unwrap().len(), 2);
-        assert_eq!(v["items"][1]["payload"], serde_json::json!({"n": 2}));
-        assert_eq!(v["next_cursor"], "2");
-        assert!(body.starts_with("{\"items\":["), "{body}");
-    }
-
-    #[test]
-    fn the_last_page_has_a_null_cursor_and_payloads_are_copied_as_stored() {
-        let mut r = row(7);
-        r.payload = "{\"b\":1,   \"a\":2}".into();
-        let body = String::from_utf8(render_events_page(&[r.clone()], 5)).unwrap();
-        assert!(body.ends_with("],\"next_cursor\":null}"), "{body}");
-        assert!(body.contains(&r.view_json()), "{body}");
-        assert!(
-            body.contains("{\"b\":1,   \"a\":2}"),
-            "not re-serialised: {body}"
-        );
-        assert_eq!(
-            render_events_page(&[], 5),
-            b"{\"items\":[],\"next_cursor\":null}"
-        );
-    }
-    /// A replay page leaves the store as the exact chunks a live stream
-    /// sends for the same events: one `session.event` line per row, line
-    /// separators escaped (spec 01 §6.3), payload bytes untouched.
-    #[test]
-    fn replay_pages_render_the_frames_a_stream_sends() {
-        let mut r = row(3);
-        r.payload = "{\"text\":\"a\u{2028}b\",  \"k\":1}".into();
-        let read = StoreRead::ReplayPage {
-            session_id: "ses_1".into(),
-            after_seq: 2,
-            limit: 200,
-        };
-        assert_eq!(
-            page_rows_read(&read),
-            Some(StoreRead::Events {
-                session_id: "ses_1".into(),
-                after_seq: 2,
-                limit: 200
-            })
-        );
-        let Some(ReadResult::Frames(frames)) = render_rows(&read, &[r.clone(), row(4)]) else {
-            panic!("not frames");
-        };
-        assert_eq!(frames.len(), 2);
-        assert_eq!((frames[0].seq, frames[0].id.as_str()), (3, r.id.as_str()));
-        let line = proto::jsonrpc::event_frame(&r.view_json());
-        assert_eq!(frames[0].frame, encode_frame(&line));
-        let text = String::from_utf8(frames[0].frame.clone()).unwrap();
-        assert!(
-            text.contains("\\u2028") && !text.contains('\u{2028}'),
-            "{text}"
-        );
-        assert!(
-            text.contains(",  \"k\":1}"),
-            "payload re-serialised: {text}"
-        );
-        let (size, body) = text.split_once("\r\n").unwrap();
-        assert_eq!(usize::from_str_radix(size, 16).unwrap() + 2, body.len());
-        assert!(body.ends_with("}\n\r\n"), "{body:?}");
-    }
 }
 
 #[cfg(test)]
