@@ -16,7 +16,12 @@
 //! ```text
 //! cargo build --release -p io-smol -p testkit
 //! BAESRV_BIN=$PWD/target/release/baesrv target/release/bench_history [--turns 1000] [--at 250,1000] [--storage shared|whole]
+//!     [--page-limit 100] [--max-page-bytes N]
 //! ```
+//!
+//! Each row also gives the largest page body and the server's peak RSS
+//! (`VmHWM`) after paging: with large messages, what one page answer
+//! holds in memory (`--max-page-bytes` sets `BAE_MAX_PAGE_BYTES`).
 
 use std::time::{Duration, Instant};
 
@@ -32,6 +37,8 @@ struct Args {
     reply: usize,
     /// `--storage shared` (default, `BAE_SHARED_HISTORY=1`) or `whole`.
     shared: bool,
+    page_limit: usize,
+    max_page_bytes: Option<usize>,
 }
 
 fn args() -> Args {
@@ -41,6 +48,8 @@ fn args() -> Args {
         text: 100,
         reply: 200,
         shared: true,
+        page_limit: 100,
+        max_page_bytes: None,
     };
     let argv: Vec<String> = std::env::args().skip(1).collect();
     for pair in argv.chunks(2) {
@@ -62,6 +71,8 @@ fn args() -> Args {
             "--text" => a.text = num(),
             "--reply" => a.reply = num(),
             "--storage" => a.shared = val == "shared",
+            "--page-limit" => a.page_limit = num(),
+            "--max-page-bytes" => a.max_page_bytes = Some(num()),
             other => panic!("unknown argument {other}"),
         }
     }
@@ -91,25 +102,27 @@ struct Paging {
     slowest: Duration,
     p50: Duration,
     middle: Duration,
+    largest: usize,
 }
 
 /// Walks every page of the session's events (`limit=100`), then fetches
 /// the page that starts at the middle of the log once more.
-fn page_all(server: &Server, sid: &str, skey: &str) -> Paging {
+fn page_all(server: &Server, sid: &str, skey: &str, limit: usize) -> Paging {
     let client = server.client().bearer(skey);
     let mut cursor = String::new();
     let mut cursors = Vec::new();
     let mut times = Vec::new();
-    let (mut events, mut bytes) = (0, 0);
+    let (mut events, mut bytes, mut largest) = (0, 0, 0);
     let start = Instant::now();
     loop {
         let t = Instant::now();
         let resp = client.get(&format!(
-            "/api/v1/sessions/{sid}/events?limit=100&cursor={cursor}"
+            "/api/v1/sessions/{sid}/events?limit={limit}&cursor={cursor}"
         ));
         times.push(t.elapsed());
         resp.assert_status(200);
         bytes += resp.body.len();
+        largest = largest.max(resp.body.len());
         let page: Value = resp.json();
         events += page["items"].as_array().map_or(0, Vec::len);
         cursors.push(cursor.clone());
@@ -123,7 +136,7 @@ fn page_all(server: &Server, sid: &str, skey: &str) -> Paging {
     let t = Instant::now();
     client
         .get(&format!(
-            "/api/v1/sessions/{sid}/events?limit=100&cursor={mid}"
+            "/api/v1/sessions/{sid}/events?limit={limit}&cursor={mid}"
         ))
         .assert_status(200);
     let middle = t.elapsed();
@@ -137,7 +150,21 @@ fn page_all(server: &Server, sid: &str, skey: &str) -> Paging {
         slowest: *times.last().unwrap_or(&Duration::ZERO),
         p50: percentile(&times, 0.5),
         middle,
+        largest,
     }
+}
+
+/// The server's peak RSS so far (`VmHWM`), in MB.
+fn peak_rss_mb(server: &Server) -> f64 {
+    let status = server
+        .pid()
+        .and_then(|pid| std::fs::read_to_string(format!("/proc/{pid}/status")).ok())
+        .unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .map_or(0.0, |kb| kb / 1024.0)
 }
 
 fn file_len(path: &std::path::Path) -> u64 {
@@ -156,6 +183,12 @@ fn main() {
     if a.shared {
         opts = opts.env("BAE_SHARED_HISTORY", "1");
     }
+    // Large user messages need a larger request body limit.
+    let body_limit = (a.text * 2 + 65536).max(1_048_576);
+    opts = opts.env("BAE_MAX_BODY_BYTES", body_limit.to_string());
+    if let Some(n) = a.max_page_bytes {
+        opts = opts.env("BAE_MAX_PAGE_BYTES", n.to_string());
+    }
     let mut server = Server::start(opts);
     let profile = fixtures::create_profile(&server, &unique_name("hist"), "main", &[], &[]);
     let (_, key) = fixtures::create_key(&server, &profile);
@@ -169,9 +202,10 @@ fn main() {
     );
     println!(
         "| turns | events | db file | wal | db bytes/turn since last | turn p50 / p99 (last 50) | \
-         page all (limit=100) | page p50 / max | middle page | page bytes |"
+         page all (limit={}) | page p50 / max | middle page | page bytes | largest page | peak RSS |",
+        a.page_limit
     );
-    println!("|---:|---:|---:|---:|---:|---|---|---|---|---:|");
+    println!("|---:|---:|---:|---:|---:|---|---|---|---|---:|---:|---:|");
     let mut turn_times: Vec<Duration> = Vec::new();
     let (mut last_turns, mut last_db) = (0usize, 0u64);
     for turn in 1..=a.turns {
@@ -186,7 +220,8 @@ fn main() {
         }
         let mut recent: Vec<Duration> = turn_times[turn_times.len().saturating_sub(50)..].to_vec();
         recent.sort_unstable();
-        let p = page_all(&server, &sid, &skey);
+        let p = page_all(&server, &sid, &skey, a.page_limit);
+        let peak = peak_rss_mb(&server);
         server.stop();
         let db = server.db_path();
         let mut wal = db.clone().into_os_string();
@@ -194,7 +229,7 @@ fn main() {
         let (db_len, wal_len) = (file_len(&db), file_len(std::path::Path::new(&wal)));
         let per_turn = (db_len.saturating_sub(last_db)) / (turn - last_turns) as u64;
         println!(
-            "| {turn} | {} | {:.2} MB | {} B | {per_turn} B | {} / {} | {} ({} pages) | {} / {} | {} | {:.2} MB |",
+            "| {turn} | {} | {:.2} MB | {} B | {per_turn} B | {} / {} | {} ({} pages) | {} / {} | {} | {:.2} MB | {:.2} MB | {peak:.1} MB |",
             p.events,
             db_len as f64 / 1e6,
             wal_len,
@@ -206,6 +241,7 @@ fn main() {
             ms(p.slowest),
             ms(p.middle),
             p.bytes as f64 / 1e6,
+            p.largest as f64 / 1e6,
         );
         (last_turns, last_db) = (turn, db_len);
         server.restart();
