@@ -55,6 +55,11 @@ impl Replicas {
     }
 
     fn start_with(n: usize, extra_mocks: usize) -> Replicas {
+        Replicas::start_env(n, extra_mocks, &[])
+    }
+
+    /// [`Replicas::start_with`], each replica with `env` as well.
+    fn start_env(n: usize, extra_mocks: usize, env: &[(&str, &str)]) -> Replicas {
         let pg = PgCluster::start();
         let db = pg.create_database();
         let url = pg.app_url(&db);
@@ -75,9 +80,12 @@ impl Replicas {
         let mut servers = Vec::new();
         for _ in 0..n {
             let addr = free_addr().to_string();
+            let mut o = opts();
+            for (k, v) in env {
+                o = o.env(*k, *v);
+            }
             let s = Server::start(
-                opts()
-                    .config(config.clone())
+                o.config(config.clone())
                     .env("BAE_DATABASE_URL", &url)
                     .env("BAE_ADDR", &addr)
                     .env("BAE_REPLICA_ADVERTISE", &addr)
@@ -625,6 +633,48 @@ fn ndjson_streams_pass_frame_by_frame_through_a_forwarding_replica() {
     assert!(r.servers[other]
         .stderr_log()
         .contains("forwarded to the session's owner"));
+}
+
+/// A client that reads nothing of a forwarded stream backs up into the
+/// owner, which drops it with the reference's `lagged` error as it would a
+/// direct consumer (C-132): the forwarding replica reads only a few chunks
+/// ahead of its client instead of buffering the owner's stream for it.
+#[test]
+fn a_slow_client_of_a_forwarded_stream_is_lagged_by_the_owner() {
+    let r = Replicas::start_env(2, 0, &[("BAE_SUBSCRIBER_LAG_LIMIT", "16")]);
+    let (_, _, key) = profile_and_key(&r, 1);
+    let lb = r.lb();
+    let (sid, skey) = open(&lb, &key);
+    let reg = rpc(&lb, &sid, &skey, "session.registerDriver", json!({}));
+    assert_eq!(reg["result"]["registered"], true, "{reg}");
+    let owner = r.owner(&sid).expect("registerDriver took the lease");
+    let other = (owner + 1) % r.servers.len();
+    let sub = json!({"jsonrpc": "2.0", "id": 1, "method": "session.subscribe", "params": {}});
+    let mut stream = r.servers[other].client().rpc_stream(&sid, &skey, &sub);
+    assert_eq!(stream.status(), 200);
+    // Turns with 100 KB replies on the owner while the subscriber reads
+    // nothing: each `provider.request` repeats the growing history, tens
+    // of MB in all, far more than the sockets on the way hold.
+    let direct = r.servers[owner].client();
+    let turns = 25;
+    for _ in 0..turns {
+        r.mock.push(Reply::anthropic_text("y".repeat(100_000)));
+        let t = send(&direct, &sid, &skey, json!("more"));
+        assert!(t.get("result").is_some(), "{t}");
+    }
+    // Reading now: some live frames, then the owner's lagged error.
+    let mut frames = Vec::new();
+    while let Some(f) = stream.next_frame(Duration::from_secs(10)) {
+        frames.push(f);
+    }
+    let last = frames.last().expect("frames");
+    assert_eq!(
+        last,
+        &json!({"jsonrpc": "2.0", "error": {"code": -32000, "message": "lagged; reconnect with since_event_id"}}),
+        "after {} frames",
+        frames.len()
+    );
+    assert!(frames.len() < turns * 4, "{} frames", frames.len());
 }
 
 #[test]

@@ -3,8 +3,9 @@
 //!
 //! The engine re-encoded the request with `Connection: close`, so the
 //! owner's response ends when it closes: its bytes are copied to the client
-//! as they arrive (NDJSON frames leave at once, nothing is parsed or
-//! buffered beyond one read), then the client connection is closed. Nothing
+//! as they arrive (NDJSON frames leave at once, nothing is parsed), at most
+//! [`MAX_QUEUED_CHUNKS`] reads ahead of the client, then the client
+//! connection is closed. Nothing
 //! here looks inside the bytes.
 
 use std::time::Duration;
@@ -19,6 +20,17 @@ use super::{Driver, WriterMsg, READ_CHUNK};
 
 /// How long connecting to the owner may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Response chunks the relay lets wait on the client's writer before it
+/// stops reading from the owner. The writer's queue is unbounded (the
+/// engine's sends must never block), so this is the relay's own bound: a
+/// slow client then backs up into the owner's socket, and the owner's
+/// flow accounting (`lagged`, the gapless window) sees it as it would a
+/// direct client, instead of this replica buffering the stream.
+const MAX_QUEUED_CHUNKS: usize = 8;
+
+/// How often a relay held back by a slow client looks at its queue again.
+const DRAIN_POLL: Duration = Duration::from_millis(2);
 
 impl Driver {
     /// Hands the connection to the relay; later reports of its reader are
@@ -69,6 +81,9 @@ async fn copy(f: &Forward, writer: &Sender<WriterMsg>) -> bool {
     let mut any = false;
     let mut buf = vec![0u8; READ_CHUNK];
     loop {
+        while writer.len() >= MAX_QUEUED_CHUNKS && !writer.is_closed() {
+            Timer::after(DRAIN_POLL).await;
+        }
         match upstream.read(&mut buf).await {
             Ok(0) | Err(_) => break,
             Ok(n) => {
