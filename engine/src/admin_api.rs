@@ -46,8 +46,8 @@ fn route(path: &str) -> Option<Route<'_>> {
 
 /// A page of an append-only ordering: the cursor is the position after the
 /// last item returned, so later inserts and removals never shift it.
-fn page_of<T>(
-    order: &[crate::model::SharedId],
+fn page_of<T, Id: std::ops::Deref<Target = str>>(
+    order: &[Id],
     after: usize,
     limit: usize,
     mut item: impl FnMut(&str) -> Option<T>,

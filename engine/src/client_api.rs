@@ -7,7 +7,8 @@ use proto::wire::ids::{IdKind, SecretKind};
 use proto::wire::problem::ProblemType;
 use serde_json::{json, Map, Value};
 
-use crate::model::{Key, KeyScope, Session, SharedId, StoredHash};
+use crate::ids::SessionId;
+use crate::model::{Key, KeyScope, Session, StoredHash};
 use crate::store::{KeyRole, KeyRow, SessionRow, SessionState, StoreRead, StoreWrite};
 use crate::time::Stamp;
 use crate::{auth, conn::PendingRead, ConnId, Engine};
@@ -198,9 +199,9 @@ impl Engine {
         // 9. Session row, session key and `session.open`, atomically.
         let session_id = self.new_id(IdKind::Session);
         let mut session = Session {
-            id: SharedId::from(session_id.as_str()),
+            id: SessionId::new(&session_id),
             creator: key.id.clone(),
-            profile_id: self.catalog.shared(&profile_id),
+            profile_id: self.catalog.profile_id(&profile_id),
             state: SessionState::Open,
             client_version: body.client_version.as_deref().map(Box::from),
             client_tools: Default::default(),

@@ -42,3 +42,113 @@ handle! {
     /// One turn (chat or compaction) holding a session's gate.
     TurnId;
 }
+
+macro_rules! shared_id {
+    ($($(#[$doc:meta])* $name:ident;)*) => {
+        $(
+            $(#[$doc])*
+            ///
+            /// The id text is shared: cloning never allocates, and every
+            /// index of the catalogue holding the id holds one allocation.
+            /// It dereferences to `str` and looks up maps keyed by it.
+            #[derive(Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+            pub struct $name(std::sync::Arc<str>);
+
+            impl serde::Serialize for $name {
+                fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                    s.serialize_str(&self.0)
+                }
+            }
+
+            impl $name {
+                pub fn new(id: &str) -> Self {
+                    $name(std::sync::Arc::from(id))
+                }
+
+                /// An id whose text is already held elsewhere.
+                pub fn from_shared(id: std::sync::Arc<str>) -> Self {
+                    $name(id)
+                }
+
+                /// The id's text, shared.
+                pub fn shared(&self) -> std::sync::Arc<str> {
+                    self.0.clone()
+                }
+
+                pub fn as_str(&self) -> &str {
+                    &self.0
+                }
+            }
+
+            impl std::ops::Deref for $name {
+                type Target = str;
+                fn deref(&self) -> &str {
+                    &self.0
+                }
+            }
+
+            impl std::borrow::Borrow<str> for $name {
+                fn borrow(&self) -> &str {
+                    &self.0
+                }
+            }
+
+            impl AsRef<str> for $name {
+                fn as_ref(&self) -> &str {
+                    &self.0
+                }
+            }
+
+            impl std::fmt::Display for $name {
+                fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                    f.write_str(&self.0)
+                }
+            }
+
+            impl std::fmt::Debug for $name {
+                fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                    std::fmt::Debug::fmt(&*self.0, f)
+                }
+            }
+
+            impl From<&str> for $name {
+                fn from(id: &str) -> Self {
+                    $name::new(id)
+                }
+            }
+
+            impl From<&String> for $name {
+                fn from(id: &String) -> Self {
+                    $name::new(id)
+                }
+            }
+
+            impl From<String> for $name {
+                fn from(id: String) -> Self {
+                    $name(std::sync::Arc::from(id))
+                }
+            }
+
+            impl PartialEq<str> for $name {
+                fn eq(&self, other: &str) -> bool {
+                    &*self.0 == other
+                }
+            }
+
+            impl PartialEq<&str> for $name {
+                fn eq(&self, other: &&str) -> bool {
+                    &*self.0 == *other
+                }
+            }
+        )*
+    };
+}
+
+shared_id! {
+    /// A session's id (`ses_…`).
+    SessionId;
+    /// A key row's id (`key_…`): a client, session or admin key.
+    KeyId;
+    /// A profile's id (`pro_…`).
+    ProfileId;
+}

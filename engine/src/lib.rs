@@ -362,12 +362,12 @@ pub struct Engine {
     next_read: ReadId,
     pending_reads: HashMap<ReadId, conn::PendingRead>,
     /// Runtime state of open sessions (gate, waiters, history cache).
-    live: BTreeMap<String, turn::Live>,
+    live: BTreeMap<ids::SessionId, turn::Live>,
     /// Sessions whose gate may have queued waiters: a superset, pruned
     /// when a gate is seen without any. The gate timer, and a closing
     /// connection's queue exit, look only here instead of at every live
     /// session (a long-running server keeps many).
-    waiting: BTreeSet<String>,
+    waiting: BTreeSet<ids::SessionId>,
     /// Connections with an open NDJSON stream, per session (fan-out index).
     streams: streams::Hub,
     turns: BTreeMap<turn::TurnId, turn::Turn>,
@@ -384,7 +384,7 @@ pub struct Engine {
     /// Extensions each driver opted into at registration, by (session, key).
     driver_ext: BTreeMap<(String, String), proto::jsonrpc::Extensions>,
     /// Turns waiting for their session's MCP servers to be restored.
-    mcp_restoring: BTreeMap<String, turn::TurnId>,
+    mcp_restoring: BTreeMap<ids::SessionId, turn::TurnId>,
     /// MCP calls in flight, by the turn that made them.
     mcp_calls: HashMap<mcp::CallToken, turn::TurnId>,
     next_mcp_call: mcp::CallToken,

@@ -15,6 +15,7 @@ use serde_json::{Map, Value};
 use proto::wire::CompactionConfig;
 
 use crate::auth;
+use crate::ids::{KeyId, ProfileId, SessionId};
 use crate::store::{KeyRole, KeyRow, ProfileRow, SessionRow, SessionState, Snapshot};
 use crate::time::Stamp;
 
@@ -53,14 +54,14 @@ pub enum StoredHash {
 
 #[derive(Debug, Clone)]
 pub struct Key {
-    pub id: SharedId,
+    pub id: KeyId,
     /// A session key's name is its session's id (shared with it).
     pub name: SharedId,
     pub hash: StoredHash,
     pub prefix: SharedId,
     pub role: KeyRole,
-    pub profile_id: Option<SharedId>,
-    pub client_id: Option<SharedId>,
+    pub profile_id: Option<ProfileId>,
+    pub client_id: Option<KeyId>,
     pub created_at: Stamp,
     pub last_used_at: Option<Stamp>,
 }
@@ -76,13 +77,13 @@ impl Key {
             None => StoredHash::Other,
         };
         Key {
-            id: ids.shared(&row.id),
+            id: ids.key_id(&row.id),
             name: ids.shared(&row.name),
             hash,
             prefix: ids.shared_prefix(&row.key_prefix),
             role: row.role,
-            profile_id: row.profile_id.as_deref().map(|p| ids.shared(p)),
-            client_id: row.client_id.as_deref().map(|c| ids.shared(c)),
+            profile_id: row.profile_id.as_deref().map(|p| ids.profile_id(p)),
+            client_id: row.client_id.as_deref().map(|c| ids.key_id(c)),
             created_at: Stamp::from_text(&row.created_at),
             last_used_at: row.last_used_at.as_deref().map(Stamp::from_text),
         }
@@ -98,9 +99,9 @@ impl Key {
 
 #[derive(Debug, Clone)]
 pub struct Session {
-    pub id: SharedId,
-    pub creator: SharedId,
-    pub profile_id: SharedId,
+    pub id: SessionId,
+    pub creator: KeyId,
+    pub profile_id: ProfileId,
     pub state: SessionState,
     pub client_version: Option<Box<str>>,
     /// Per-client declarations, keyed by client key id.
@@ -119,9 +120,9 @@ impl Session {
     /// The session of `row`, its ids taken from `ids` where already held.
     pub fn from_row(row: &SessionRow, ids: &Catalog) -> Self {
         Session {
-            id: ids.shared(&row.id),
-            creator: ids.shared(&row.client_key_id),
-            profile_id: ids.shared(&row.profile_id),
+            id: ids.session_id(&row.id),
+            creator: ids.key_id(&row.client_key_id),
+            profile_id: ids.profile_id(&row.profile_id),
             state: row.state,
             client_version: row.client_version.as_deref().map(Box::from),
             client_tools: ToolMap::from_value(&row.client_tools),
@@ -209,30 +210,30 @@ pub enum KeyScope<'a> {
 /// Profiles, keys and sessions with the indexes authentication needs.
 #[derive(Debug, Default)]
 pub struct Catalog {
-    pub profiles: HashMap<SharedId, Profile>,
+    pub profiles: HashMap<ProfileId, Profile>,
     /// Profile ids in creation order (admin listing).
-    pub profile_order: Vec<SharedId>,
+    pub profile_order: Vec<ProfileId>,
     /// Every profile name ever used, deleted ones included.
     pub profile_names: HashSet<String>,
 
     /// Active keys by id.
-    pub keys: HashMap<SharedId, Box<Key>>,
+    pub keys: HashMap<KeyId, Box<Key>>,
     /// Active client key ids in creation order (admin listing).
-    pub client_key_order: Vec<SharedId>,
+    pub client_key_order: Vec<KeyId>,
     /// Active client keys by display prefix (first 8 characters).
-    pub client_by_prefix: HashMap<SharedId, Vec<SharedId>>,
+    pub client_by_prefix: HashMap<SharedId, Vec<KeyId>>,
     /// Active session keys by the session they are bound to.
-    pub session_keys: HashMap<SharedId, Vec<SharedId>>,
+    pub session_keys: HashMap<SessionId, Vec<KeyId>>,
     /// Active admin keys.
-    pub admin_keys: Vec<SharedId>,
+    pub admin_keys: Vec<KeyId>,
     /// Display prefixes in use (every session key shares `bae_ses_`).
     prefixes: HashSet<SharedId>,
 
-    pub sessions: HashMap<SharedId, Box<Session>>,
+    pub sessions: HashMap<SessionId, Box<Session>>,
     /// Session ids in creation order (admin listing; cursor = position).
-    pub session_order: Vec<SharedId>,
+    pub session_order: Vec<SessionId>,
     /// Registered drivers per session (durable: rebuilt from the log).
-    pub drivers: HashMap<SharedId, BTreeSet<SharedId>>,
+    pub drivers: HashMap<SessionId, BTreeSet<KeyId>>,
 }
 
 impl Catalog {
@@ -258,7 +259,7 @@ impl Catalog {
         }
         for (sid, kid) in snapshot.drivers.iter().filter(|_| durable_drivers) {
             if c.sessions.get(sid.as_str()).map(|s| s.state) == Some(SessionState::Open) {
-                let (sid, kid) = (c.shared(sid), c.shared(kid));
+                let (sid, kid) = (c.session_id(sid), c.key_id(kid));
                 c.drivers.entry(sid).or_default().insert(kid);
             }
         }
@@ -268,13 +269,25 @@ impl Catalog {
     /// `id` as an already-held shared id (a session, key or profile of
     /// this catalogue), else a new one.
     pub fn shared(&self, id: &str) -> SharedId {
-        let held = (self.sessions.get_key_value(id).map(|(k, _)| k))
-            .or_else(|| self.keys.get_key_value(id).map(|(k, _)| k))
-            .or_else(|| self.profiles.get_key_value(id).map(|(k, _)| k));
-        match held {
-            Some(k) => k.clone(),
-            None => SharedId::from(id),
-        }
+        let held = (self.sessions.get_key_value(id).map(|(k, _)| k.shared()))
+            .or_else(|| self.keys.get_key_value(id).map(|(k, _)| k.shared()))
+            .or_else(|| self.profiles.get_key_value(id).map(|(k, _)| k.shared()));
+        held.unwrap_or_else(|| SharedId::from(id))
+    }
+
+    /// [`Catalog::shared`] as a session id.
+    pub fn session_id(&self, id: &str) -> SessionId {
+        SessionId::from_shared(self.shared(id))
+    }
+
+    /// [`Catalog::shared`] as a key id.
+    pub fn key_id(&self, id: &str) -> KeyId {
+        KeyId::from_shared(self.shared(id))
+    }
+
+    /// [`Catalog::shared`] as a profile id.
+    pub fn profile_id(&self, id: &str) -> ProfileId {
+        ProfileId::from_shared(self.shared(id))
     }
 
     fn shared_prefix(&self, prefix: &str) -> SharedId {
@@ -285,7 +298,7 @@ impl Catalog {
     }
 
     pub fn insert_profile(&mut self, row: ProfileRow) {
-        let id = SharedId::from(row.id.as_str());
+        let id = ProfileId::new(&row.id);
         self.profile_names.insert(row.name.clone());
         self.profile_order.push(id.clone());
         self.profiles.insert(id, Profile { row });
@@ -307,7 +320,7 @@ impl Catalog {
             }
             KeyRole::Session => {
                 self.session_keys
-                    .entry(key.name.clone())
+                    .entry(SessionId::from_shared(key.name.clone()))
                     .or_default()
                     .push(key.id.clone());
             }
@@ -331,10 +344,10 @@ impl Catalog {
                 }
             }
             KeyRole::Session => {
-                if let Some(v) = self.session_keys.get_mut(&key.name) {
+                if let Some(v) = self.session_keys.get_mut(&*key.name) {
                     v.retain(|k| &**k != id);
                     if v.is_empty() {
-                        self.session_keys.remove(&key.name);
+                        self.session_keys.remove(&*key.name);
                     }
                 }
             }
@@ -350,7 +363,7 @@ impl Catalog {
 
     /// The candidate keys of a scope for `token` (borrowed: authentication
     /// allocates nothing on the hot path).
-    pub fn candidates(&self, scope: KeyScope<'_>, token: &str) -> &[SharedId] {
+    pub fn candidates(&self, scope: KeyScope<'_>, token: &str) -> &[KeyId] {
         match scope {
             KeyScope::Client => self.client_candidates(token),
             KeyScope::Session(id) => self.session_candidates(id),
@@ -359,7 +372,7 @@ impl Catalog {
     }
 
     /// Candidate client keys for `token`: selected by display prefix.
-    pub fn client_candidates(&self, token: &str) -> &[SharedId] {
+    pub fn client_candidates(&self, token: &str) -> &[KeyId] {
         if !token.starts_with("bae_") || token.starts_with("bae_ses_") {
             return &[];
         }
@@ -371,7 +384,7 @@ impl Catalog {
     }
 
     /// Candidate session keys: those bound to `session_id`.
-    pub fn session_candidates(&self, session_id: &str) -> &[SharedId] {
+    pub fn session_candidates(&self, session_id: &str) -> &[KeyId] {
         self.session_keys
             .get(session_id)
             .map(Vec::as_slice)
@@ -379,7 +392,7 @@ impl Catalog {
     }
 
     /// The key among `candidates` whose SHA-256 digest matches `token`.
-    pub fn match_digest(&self, candidates: &[SharedId], token: &str) -> Option<&Key> {
+    pub fn match_digest(&self, candidates: &[KeyId], token: &str) -> Option<&Key> {
         let d = auth::digest(token);
         candidates
             .iter()
@@ -390,11 +403,7 @@ impl Catalog {
 
     /// Legacy Argon2id rows among `candidates` that `token` could belong to
     /// (the row's display prefix is a prefix of the token).
-    pub fn legacy_candidates(
-        &self,
-        candidates: &[SharedId],
-        token: &str,
-    ) -> Vec<(String, Box<str>)> {
+    pub fn legacy_candidates(&self, candidates: &[KeyId], token: &str) -> Vec<(String, Box<str>)> {
         candidates
             .iter()
             .filter_map(|id| self.keys.get(id))

@@ -155,7 +155,10 @@ impl Engine {
             Ok(a) => a,
             Err(msg) => return self.terminal_error(conn, codes::INVALID_PARAMS, &msg),
         };
-        let (sid, kid) = (self.catalog.shared(session_id), self.catalog.shared(key_id));
+        let (sid, kid) = (
+            self.catalog.session_id(session_id),
+            self.catalog.key_id(key_id),
+        );
         let newly = self.catalog.drivers.entry(sid).or_default().insert(kid);
         if newly {
             self.append_event(

@@ -159,9 +159,9 @@ impl Gate {
     /// Cancels the parked pause if `owner` holds it (any owner when
     /// `None`): it expires now and no arrival resumes it. Returns the
     /// pause's owner, whose abandonment the caller logs.
-    pub fn cancel_pause(&mut self, owner: Option<&str>) -> Option<String> {
+    pub fn cancel_pause(&mut self, owner: Option<&str>) -> Option<crate::ids::KeyId> {
         match &mut self.holder {
-            Holder::Paused(p) if owner.is_none_or(|o| o == p.owner) && !p.cancelled => {
+            Holder::Paused(p) if owner.is_none_or(|o| p.owner == o) && !p.cancelled => {
                 p.cancelled = true;
                 p.deadline = MonoMs(0);
                 Some(p.owner.clone())

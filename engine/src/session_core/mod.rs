@@ -30,7 +30,7 @@ pub enum Holder {
 /// A parked paused turn: the gate stays taken for its owner.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Pause {
-    pub owner: String,
+    pub owner: crate::ids::KeyId,
     /// Monotonic ms after which another arrival may retire the turn.
     pub deadline: MonoMs,
     /// `tool_use` ids of the paused assistant message, in order.
@@ -60,17 +60,17 @@ pub enum Takeover {
 #[derive(Debug)]
 pub struct Waiter {
     pub conn: ConnId,
-    pub key_id: String,
+    pub key_id: crate::ids::KeyId,
     pub op: Op,
     /// The last queue position told to it (extension `turn.queue`).
     pub told: usize,
 }
 
 impl Waiter {
-    pub fn new(conn: ConnId, key_id: &str, op: Op) -> Self {
+    pub fn new(conn: ConnId, key_id: crate::ids::KeyId, op: Op) -> Self {
         Waiter {
             conn,
-            key_id: key_id.to_string(),
+            key_id,
             op,
             told: 0,
         }

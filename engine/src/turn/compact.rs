@@ -352,7 +352,7 @@ impl Engine {
             });
         let Some(count) = self.auto_crossing(turn_id) else {
             tracing::debug!(
-                session_id,
+                session_id = %session_id,
                 "no usable usage or below threshold; no auto compaction"
             );
             return false;

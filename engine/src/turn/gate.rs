@@ -28,7 +28,11 @@ impl Engine {
     /// Records that `session_id`'s gate may now have waiters.
     pub(crate) fn note_waiting(&mut self, session_id: &str) {
         if !self.waiting.contains(session_id) {
-            self.waiting.insert(session_id.to_string());
+            let id = match self.live.get_key_value(session_id) {
+                Some((id, _)) => id.clone(),
+                None => self.catalog.session_id(session_id),
+            };
+            self.waiting.insert(id);
         }
     }
 
@@ -46,7 +50,7 @@ impl Engine {
         let live = &self.live;
         self.waiting
             .retain(|id| live.get(id).is_some_and(|l| l.gate.has_waiters()));
-        let due: Vec<String> = (self.waiting.iter())
+        let due: Vec<crate::ids::SessionId> = (self.waiting.iter())
             .filter(|id| {
                 let deadline = live.get(id.as_str()).and_then(|l| l.gate.deadline());
                 deadline.is_some_and(|d| d <= now)
@@ -57,7 +61,7 @@ impl Engine {
             let conns = &self.conns;
             let start = self
                 .live
-                .get_mut(&session_id)
+                .get_mut(session_id.as_str())
                 .and_then(|l| l.gate.tick(now, |c| conns.contains_key(&c)));
             if let Some(start) = start {
                 self.start_admitted(&session_id, start);

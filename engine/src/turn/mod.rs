@@ -32,6 +32,7 @@ pub const MAX_ITERATIONS: u32 = 8;
 pub const UNAVAILABLE_TEXT: &str = "The provider is currently unavailable.";
 
 pub use crate::ids::TurnId;
+use crate::ids::{KeyId, SessionId};
 
 pub use crate::session_core::{Holder, Op, Pause, Takeover, UserMessage, Waiter};
 
@@ -62,8 +63,8 @@ pub struct PendingSteer {
 
 /// A turn in flight.
 pub struct Turn {
-    pub session_id: String,
-    pub key_id: String,
+    pub session_id: SessionId,
+    pub key_id: KeyId,
     /// The request's stream (`None` once the consumer is gone).
     pub conn: Option<ConnId>,
     /// EventView JSON of every event this request appended (`result.events`),
@@ -120,13 +121,15 @@ pub(crate) enum Outcome {
 
 impl Engine {
     pub(crate) fn live_mut(&mut self, session_id: &str) -> &mut Live {
+        let id = match self.live.get_key_value(session_id) {
+            Some((id, _)) => id.clone(),
+            None => self.catalog.session_id(session_id),
+        };
         let faults = self.faults;
-        self.live
-            .entry(session_id.to_string())
-            .or_insert_with(|| Live {
-                gate: crate::session_core::Gate::new(faults),
-                ..Live::default()
-            })
+        self.live.entry(id).or_insert_with(|| Live {
+            gate: crate::session_core::Gate::new(faults),
+            ..Live::default()
+        })
     }
 
     /// `session.sendMessage`: pre-gate checks, then the arrival rules.
@@ -181,7 +184,7 @@ impl Engine {
             .get(session_id)
             .is_some_and(|s| s.fresh);
         let (now, limits) = (self.now.mono, self.gate_limits());
-        let waiter = Waiter::new(conn, key_id, op);
+        let waiter = Waiter::new(conn, self.catalog.key_id(key_id), op);
         let live = self.live_mut(session_id);
         if live.history.is_none() && fresh {
             live.history = Some(Vec::new());
@@ -298,8 +301,8 @@ impl Engine {
         self.turns.insert(
             turn_id,
             Turn {
-                session_id: session_id.to_string(),
-                key_id: key_id.to_string(),
+                session_id: self.catalog.session_id(session_id),
+                key_id: self.catalog.key_id(key_id),
                 conn: conn_alive.then_some(conn),
                 events: Vec::new(),
                 tail: Vec::new(),

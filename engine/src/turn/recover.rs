@@ -120,7 +120,9 @@ impl Engine {
             r.event_type == "session.error" && r.payload.contains("\"driver_turn_abandoned\"")
         });
         let pause = Pause {
-            owner: paused.client_key_id.clone().unwrap_or_default(),
+            owner: self
+                .catalog
+                .key_id(paused.client_key_id.as_deref().unwrap_or_default()),
             deadline: if cancelled {
                 crate::MonoMs(0)
             } else {

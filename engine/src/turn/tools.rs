@@ -589,7 +589,7 @@ impl Engine {
             command,
             stdin: (!arg_mode).then(|| prompt.into_bytes()),
             timeout_ms: entry.timeout_secs.map(|s| s.saturating_mul(1000)),
-            key_id,
+            key_id: key_id.to_string(),
         };
         let common = json!({"dispatch": "remote", "subagent_id": id, "harness": harness, "model": model, "detail": null});
         self.turn_event(turn_id, EventType::SessionSubagentStart, common.clone());

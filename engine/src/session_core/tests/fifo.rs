@@ -193,7 +193,7 @@ fn queued_idem_matches_key_and_owner_only() {
 fn waiter_streams_include_attached_retries() {
     let mut w = Waiter::new(
         ConnId(7),
-        "k",
+        "k".into(),
         Op::Send(message(Some(Idem {
             key: "x".into(),
             watchers: vec![ConnId(8), ConnId(9)],

@@ -107,7 +107,7 @@ impl Harness {
 
     fn arrive(&mut self, key: &str, op: Op) -> ConnId {
         let conn = self.conn();
-        self.arrive_waiter(Waiter::new(conn, key, op));
+        self.arrive_waiter(Waiter::new(conn, key.into(), op));
         conn
     }
 
@@ -139,7 +139,7 @@ impl Harness {
             Takeover::Resume(p) => (How::Resume, Some(p)),
             Takeover::Retire(p) => {
                 if !p.cancelled {
-                    self.seen.push(Seen::Abandoned(p.owner.clone()));
+                    self.seen.push(Seen::Abandoned(p.owner.to_string()));
                 }
                 (How::Retire, Some(p))
             }
@@ -147,7 +147,7 @@ impl Harness {
         self.seen.push(Seen::Started(s.waiter.conn, how));
         self.running = Some(Running {
             conn: s.waiter.conn,
-            key: s.waiter.key_id,
+            key: s.waiter.key_id.to_string(),
             compaction: matches!(s.waiter.op, Op::Compact(_)),
             took,
         });
@@ -194,7 +194,7 @@ impl Harness {
         self.loaded = true;
         for w in self.gate.recovered(pause) {
             if !self.closed.contains(&w.conn) {
-                self.arrive_waiter(Waiter::new(w.conn, &w.key_id, w.op));
+                self.arrive_waiter(Waiter::new(w.conn, w.key_id, w.op));
             }
         }
     }
