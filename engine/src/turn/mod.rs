@@ -11,7 +11,9 @@ mod gate;
 pub mod merge;
 mod provider_walk;
 mod recover;
+pub mod round;
 pub mod tools;
+pub mod walk;
 
 use proto::provider;
 use serde_json::{json, Value};
@@ -84,7 +86,7 @@ pub struct Turn {
     /// Auto-compaction trigger carried from a resumed or retired pause.
     pub carried_trigger: Option<u64>,
     /// The tool round in progress (server tools may be asynchronous).
-    pub round: Option<Box<tools::Round>>,
+    pub round: Option<Box<round::Round>>,
     /// Steers waiting for the next provider call (extension `turn.steer`).
     pub steers: Vec<PendingSteer>,
     /// Applied steers at the end of the session's cached history: this

@@ -1,13 +1,15 @@
 //! One provider round trip of a turn or compaction: the `provider.request`
-//! event and the call (spec 05 §5), then the reply: a parsed assistant
-//! message goes on to the tool round, a failure walks the fallback chain
-//! (`provider_call_failed` on the primary, `all_providers_failed` at the end).
+//! event and the call (spec 05 §5), then the reply, whose meaning
+//! ([`super::walk`]) is routed here: a parsed assistant message goes on to
+//! the tool round, a failure to the next entry of the chain or to the end of
+//! the turn.
 
 use proto::jsonrpc::codes;
 use proto::provider;
 use proto::wire::EventType;
 use serde_json::{json, Value};
 
+use super::walk::{self, Next};
 use super::{compact, Mode, Outcome, TurnId};
 use crate::store::SessionState;
 use crate::{AuthPlacement, CallId, Engine, Output, ProviderCall, ProviderReply};
@@ -98,6 +100,8 @@ impl Engine {
         }));
     }
 
+    /// A provider reply: [`walk::on_reply`] says what it means; this logs
+    /// its events and takes the step it names.
     pub(crate) fn on_provider_done(&mut self, call: CallId, reply: ProviderReply) {
         let Some(turn_id) = self.calls.remove(&call) else {
             return;
@@ -106,101 +110,53 @@ impl Engine {
             return self.telemetry.attempt_end(call, false);
         };
         t.call = None;
-        let Some(entry) = t.chain.get(t.attempt).cloned() else {
+        let Some(kind) = t.chain.get(t.attempt).map(|e| e.kind) else {
             return self.fail_turn(turn_id, codes::INTERNAL_ERROR, "Internal error");
         };
-        let attempt = t.attempt;
-        let kind = entry.kind;
+        let attempt = walk::Attempt {
+            index: t.attempt,
+            chain_len: t.chain.len(),
+            kind,
+            compaction: matches!(t.mode, Mode::Compaction(_)),
+        };
         let latency_ms = self.now.mono - t.call_started;
-        let attempt_kind = if attempt == 0 { "primary" } else { "fallback" };
-        let compaction = matches!(t.mode, Mode::Compaction(_));
-        let failure = match reply {
-            ProviderReply::Credential(msg) | ProviderReply::Transport(msg) => {
-                (Value::Null, msg, Value::Null)
+        let walked = walk::on_reply(attempt, reply);
+        self.metrics.provider_returned(kind, walked.ok, latency_ms);
+        self.telemetry.attempt_end(call, walked.ok);
+        for (event_type, payload) in walked.events {
+            self.turn_event(turn_id, event_type, payload);
+        }
+        if walked.session_error {
+            if let Some(session_id) = self.turns.get(&turn_id).map(|t| t.session_id.clone()) {
+                self.set_state(&session_id, SessionState::Error);
             }
-            ProviderReply::Http { status, body } if !(200..300).contains(&status) => (
-                json!(status),
-                provider::http_error_text(status),
-                Value::String(String::from_utf8_lossy(&body).into_owned()),
-            ),
-            ProviderReply::Http { body, .. } => match provider::parse_response(kind, &body) {
-                Ok(resp) => {
-                    let mut payload = json!({
-                        "attempt": attempt,
-                        "kind": attempt_kind,
-                        "provider": kind.as_str(),
-                        "ok": true,
-                        "status": 200,
-                        "body": resp.raw,
-                        "usage": resp.usage.as_ref().map(|u| u.to_json()),
-                    });
-                    self.metrics.provider_returned(kind, true, latency_ms);
-                    self.telemetry.attempt_end(call, true);
-                    let usage = resp
-                        .usage
-                        .as_ref()
-                        .map(|u| (u.input_tokens, u.output_tokens));
-                    if compaction {
-                        mark_compaction(&mut payload);
-                        self.turn_event(turn_id, EventType::ProviderResponse, payload);
-                        return self.on_summary(turn_id, resp, usage);
-                    }
-                    self.turn_event(turn_id, EventType::ProviderResponse, payload);
-                    let session_id = (self.turns.get(&turn_id))
-                        .map(|t| t.session_id.clone())
-                        .unwrap_or_default();
-                    self.live_mut(&session_id).newest_usage = usage;
-                    if let Some(t) = self.turns.get_mut(&turn_id) {
-                        t.last_usage = usage;
-                    }
-                    return self.on_assistant(turn_id, resp.content);
+        }
+        match walked.next {
+            Next::Answer(resp) => {
+                let usage = (resp.usage.as_ref()).map(|u| (u.input_tokens, u.output_tokens));
+                if attempt.compaction {
+                    return self.on_summary(turn_id, resp, usage);
                 }
-                Err(e) => (Value::Null, e.to_string(), Value::Null),
-            },
-        };
-        self.metrics.provider_returned(kind, false, latency_ms);
-        self.telemetry.attempt_end(call, false);
-        let (status, error, body) = failure;
-        let mut payload = json!({
-            "attempt": attempt,
-            "kind": attempt_kind,
-            "provider": kind.as_str(),
-            "ok": false,
-            "status": status,
-            "error": error,
-            "body": body,
-        });
-        if compaction {
-            mark_compaction(&mut payload);
+                let Some(t) = self.turns.get_mut(&turn_id) else {
+                    return;
+                };
+                t.last_usage = usage;
+                let session_id = t.session_id.clone();
+                self.live_mut(&session_id).newest_usage = usage;
+                self.on_assistant(turn_id, resp.content)
+            }
+            Next::Fallback => {
+                if let Some(t) = self.turns.get_mut(&turn_id) {
+                    t.attempt += 1;
+                }
+                self.send_attempt(turn_id)
+            }
+            Next::Exhausted if attempt.compaction => {
+                let why = format!("all {} providers failed", attempt.chain_len);
+                self.compaction_failed(turn_id, &why)
+            }
+            Next::Exhausted => self.end_turn(turn_id, Outcome::ProvidersFailed),
         }
-        self.turn_event(turn_id, EventType::ProviderResponse, payload);
-        if attempt == 0 && !compaction {
-            let payload = json!({"reason": "provider_call_failed", "provider": kind.as_str(), "detail": error});
-            self.turn_event(turn_id, EventType::SessionError, payload);
-        }
-        let Some(t) = self.turns.get_mut(&turn_id) else {
-            return;
-        };
-        if t.attempt + 1 < t.chain.len() {
-            t.attempt += 1;
-            return self.send_attempt(turn_id);
-        }
-        let attempts = t.chain.len();
-        let session_id = t.session_id.clone();
-        if compaction {
-            return self.compaction_failed(turn_id, &format!("all {attempts} providers failed"));
-        }
-        let payload = json!({"reason": "all_providers_failed", "attempts": attempts});
-        self.turn_event(turn_id, EventType::SessionError, payload);
-        self.set_state(&session_id, SessionState::Error);
-        self.end_turn(turn_id, Outcome::ProvidersFailed)
-    }
-}
-
-/// `"purpose": "compaction"` on a provider event payload (an object).
-fn mark_compaction(payload: &mut Value) {
-    if let Some(o) = payload.as_object_mut() {
-        o.insert("purpose".into(), json!("compaction"));
     }
 }
 

@@ -11,47 +11,12 @@ use std::collections::BTreeSet;
 use proto::mcp::{self, CallOutcome};
 use serde_json::{json, Value};
 
+use super::round::{Round, RoundEnd, Waiting};
 use super::{Outcome, Pause, TurnId};
 use crate::Engine;
 use proto::wire::EventType;
 
 pub use proto::wire::content::Dispatch;
-
-/// A tool round in progress.
-pub struct Round {
-    /// The assistant content of this round trip.
-    content: Vec<Value>,
-    uses: Vec<Value>,
-    dispatches: Vec<Dispatch>,
-    /// Next block to look at.
-    next: usize,
-    /// Server `tool_result` blocks so far, in block order.
-    results: Vec<Value>,
-    /// The asynchronous tool this round waits on.
-    waiting: Option<Waiting>,
-    /// When the server-side block in progress started (tool latency).
-    block_started: crate::MonoMs,
-}
-
-impl Round {
-    /// The `id` of the `tool_use` at `index` (`""` when absent).
-    fn tool_use_id(&self, index: usize) -> String {
-        self.uses
-            .get(index)
-            .and_then(|u| u.get("id"))
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_string()
-    }
-}
-
-/// A server-side tool in flight.
-enum Waiting {
-    /// An MCP `tools/call`: `(token, tool_use index, server)`.
-    Mcp(crate::mcp::CallToken, usize, String),
-    /// A sandbox exec for the `tool_use` at this index.
-    Sandbox(usize),
-}
 
 impl Engine {
     /// A successful round trip: finish, or start a tool round.
@@ -99,16 +64,9 @@ impl Engine {
                 (self.telemetry).dispatch_begin(turn_id, id, tool_name(u), *d, input_bytes);
             }
         }
+        let now = self.now.mono;
         if let Some(t) = self.turns.get_mut(&turn_id) {
-            t.round = Some(Box::new(Round {
-                content,
-                uses,
-                dispatches,
-                next: 0,
-                results: Vec::new(),
-                waiting: None,
-                block_started: self.now.mono,
-            }));
+            t.round = Some(Box::new(Round::new(content, uses, dispatches, now)));
         }
         self.run_server_tools(turn_id);
     }
@@ -124,16 +82,8 @@ impl Engine {
             let Some(round) = t.round.as_mut() else {
                 return;
             };
-            let Some(i) = (round.next..round.uses.len())
-                .find(|&i| round.dispatches.get(i) != Some(&Dispatch::Client))
-            else {
+            let Some((i, dispatch, tool_use)) = round.next_server_block(self.now.mono) else {
                 return self.finish_round(turn_id);
-            };
-            round.next = i + 1;
-            round.block_started = self.now.mono;
-            let dispatch = round.dispatches.get(i).copied().unwrap_or(Dispatch::Mcp);
-            let Some(tool_use) = round.uses.get(i).cloned() else {
-                return;
             };
             if dispatch == Dispatch::Mcp {
                 let name = tool_name(&tool_use);
@@ -169,7 +119,7 @@ impl Engine {
             }
             let block = self.dispatch_sync_tool(turn_id, &tool_use, dispatch);
             if let Some(round) = self.turns.get_mut(&turn_id).and_then(|t| t.round.as_mut()) {
-                round.results.push(block);
+                round.push_result(block);
             }
         }
     }
@@ -207,7 +157,7 @@ impl Engine {
             is_error,
         );
         if let Some(round) = self.turns.get_mut(&turn_id).and_then(|t| t.round.as_mut()) {
-            round.results.push(block);
+            round.push_result(block);
         }
         self.run_server_tools(turn_id);
     }
@@ -311,7 +261,7 @@ impl Engine {
         let block =
             self.record_tool_result(turn_id, &id, Dispatch::Sandbox, None, content, is_error);
         if let Some(round) = self.turns.get_mut(&turn_id).and_then(|t| t.round.as_mut()) {
-            round.results.push(block);
+            round.push_result(block);
         }
         self.run_server_tools(turn_id);
     }
@@ -325,54 +275,34 @@ impl Engine {
             return;
         };
         let key_id = t.key_id.clone();
-        let Round {
-            content,
-            uses,
-            dispatches,
-            results,
-            ..
-        } = *round;
-        if dispatches.contains(&Dispatch::Client) {
-            let mut annotated = content;
-            let mut tags = dispatches.iter();
-            for block in annotated.iter_mut() {
-                if block.get("type").and_then(Value::as_str) == Some("tool_use")
-                    && block.get("name").is_some_and(Value::is_string)
-                {
-                    if let Some(d) = tags.next() {
-                        block["dispatch"] = json!(d.as_str());
-                    }
-                }
-            }
-            let message = json!({"role": "assistant", "content": annotated});
-            self.turn_event(turn_id, EventType::ServerMessageSend, message.clone());
-            let expected = uses
-                .iter()
-                .map(|u| {
-                    u.get("id")
-                        .and_then(Value::as_str)
-                        .unwrap_or("")
-                        .to_string()
-                })
-                .collect();
-            let auto_trigger = self.auto_crossing(turn_id);
-            let pause = Pause {
-                owner: key_id,
-                deadline: (self.faults).pause_deadline(self.now.mono + self.config.turn_timeout_ms),
+        match round.finish() {
+            RoundEnd::Pause {
+                message,
                 expected,
-                server_results: results,
-                auto_trigger,
-                cancelled: false,
-            };
-            return self.end_turn(turn_id, Outcome::Paused(message, pause));
+                server_results,
+            } => {
+                self.turn_event(turn_id, EventType::ServerMessageSend, message.clone());
+                let auto_trigger = self.auto_crossing(turn_id);
+                let deadline = self.now.mono + self.config.turn_timeout_ms;
+                let pause = Pause {
+                    owner: key_id,
+                    deadline: self.faults.pause_deadline(deadline),
+                    expected,
+                    server_results,
+                    auto_trigger,
+                    cancelled: false,
+                };
+                self.end_turn(turn_id, Outcome::Paused(message, pause))
+            }
+            // All-server round: extend the in-memory history only.
+            RoundEnd::Continue { assistant, user } => {
+                if let Some(t) = self.turns.get_mut(&turn_id) {
+                    t.tail.push(assistant);
+                    t.tail.push(user);
+                }
+                self.next_round(turn_id)
+            }
         }
-        // All-server round: extend the in-memory history only.
-        if let Some(t) = self.turns.get_mut(&turn_id) {
-            t.tail
-                .push(json!({"role": "assistant", "content": content}));
-            t.tail.push(json!({"role": "user", "content": results}));
-        }
-        self.next_round(turn_id);
     }
 
     /// `client` | `sandbox` | `subagent` | `mcp` for a tool name (spec 06 §2).

@@ -1,0 +1,129 @@
+//! The provider attempt walk's decisions (spec 05 §5), transport-free: what
+//! one provider reply means for the turn, as the events it logs and the
+//! step that follows. It knows nothing of the engine, streams or the store;
+//! [`super::provider_walk`] feeds it replies and routes its answer.
+
+use proto::provider;
+use proto::wire::EventType;
+use serde_json::{json, Value};
+
+use crate::ProviderReply;
+
+/// The attempt a reply answers.
+#[derive(Debug, Clone, Copy)]
+pub struct Attempt {
+    /// Position in the provider chain (0 = the primary).
+    pub index: usize,
+    /// Entries in the chain.
+    pub chain_len: usize,
+    pub kind: provider::Kind,
+    /// A compaction's summary call (spec 07 §4): its events are marked
+    /// `"purpose": "compaction"` and it logs no session errors of its own.
+    pub compaction: bool,
+}
+
+/// What follows a reply.
+#[derive(Debug)]
+pub enum Next {
+    /// A parsed assistant message: the turn goes on with it.
+    Answer(provider::ProviderResponse),
+    /// The attempt failed and the chain has another entry.
+    Fallback,
+    /// The attempt failed and it was the last one.
+    Exhausted,
+}
+
+/// A reply's meaning: the events to log, in order, then the next step.
+#[derive(Debug)]
+pub struct Walked {
+    pub events: Vec<(EventType, Value)>,
+    /// Whether the attempt succeeded (metrics, spans).
+    pub ok: bool,
+    pub next: Next,
+    /// A chat turn whose chain is exhausted puts its session in `error`.
+    pub session_error: bool,
+}
+
+/// The meaning of `reply` to `attempt`.
+pub fn on_reply(attempt: Attempt, reply: ProviderReply) -> Walked {
+    let kind_label = if attempt.index == 0 {
+        "primary"
+    } else {
+        "fallback"
+    };
+    let (status, error, body) = match reply {
+        ProviderReply::Credential(msg) | ProviderReply::Transport(msg) => {
+            (Value::Null, msg, Value::Null)
+        }
+        ProviderReply::Http { status, body } if !(200..300).contains(&status) => (
+            json!(status),
+            provider::http_error_text(status),
+            Value::String(String::from_utf8_lossy(&body).into_owned()),
+        ),
+        ProviderReply::Http { body, .. } => match provider::parse_response(attempt.kind, &body) {
+            Ok(resp) => {
+                let mut payload = json!({
+                    "attempt": attempt.index,
+                    "kind": kind_label,
+                    "provider": attempt.kind.as_str(),
+                    "ok": true,
+                    "status": 200,
+                    "body": resp.raw,
+                    "usage": resp.usage.as_ref().map(|u| u.to_json()),
+                });
+                if attempt.compaction {
+                    mark_compaction(&mut payload);
+                }
+                return Walked {
+                    events: vec![(EventType::ProviderResponse, payload)],
+                    ok: true,
+                    next: Next::Answer(resp),
+                    session_error: false,
+                };
+            }
+            Err(e) => (Value::Null, e.to_string(), Value::Null),
+        },
+    };
+    let mut payload = json!({
+        "attempt": attempt.index,
+        "kind": kind_label,
+        "provider": attempt.kind.as_str(),
+        "ok": false,
+        "status": status,
+        "error": error,
+        "body": body,
+    });
+    if attempt.compaction {
+        mark_compaction(&mut payload);
+    }
+    let mut events = vec![(EventType::ProviderResponse, payload)];
+    if attempt.index == 0 && !attempt.compaction {
+        events.push((
+            EventType::SessionError,
+            json!({"reason": "provider_call_failed", "provider": attempt.kind.as_str(), "detail": error}),
+        ));
+    }
+    let last = attempt.index + 1 >= attempt.chain_len;
+    if last && !attempt.compaction {
+        events.push((
+            EventType::SessionError,
+            json!({"reason": "all_providers_failed", "attempts": attempt.chain_len}),
+        ));
+    }
+    Walked {
+        events,
+        ok: false,
+        next: if last { Next::Exhausted } else { Next::Fallback },
+        session_error: last && !attempt.compaction,
+    }
+}
+
+/// `"purpose": "compaction"` on a provider event payload (an object).
+pub fn mark_compaction(payload: &mut Value) {
+    if let Some(o) = payload.as_object_mut() {
+        o.insert("purpose".into(), json!("compaction"));
+    }
+}
+
+#[cfg(test)]
+mod tests;
