@@ -7,7 +7,7 @@
 use proto::jsonrpc::codes;
 use proto::provider;
 use proto::wire::EventType;
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use super::walk::{self, Next};
 use super::{compact, Mode, Outcome, TurnId};
@@ -220,6 +220,7 @@ impl RequestPayload<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     /// The text rendering equals the `Value` object it replaced, byte for
     /// byte, over the members' variants (spec 05 §5.1 payload).

@@ -51,7 +51,12 @@ pub enum RoundEnd {
 
 impl Round {
     /// A round over `content`'s `uses`, each with its dispatch.
-    pub fn new(content: Vec<Value>, uses: Vec<Value>, dispatches: Vec<Dispatch>, now: MonoMs) -> Self {
+    pub fn new(
+        content: Vec<Value>,
+        uses: Vec<Value>,
+        dispatches: Vec<Dispatch>,
+        now: MonoMs,
+    ) -> Self {
         Round {
             content,
             uses,
@@ -76,8 +81,11 @@ impl Round {
     /// The next server-side block in block order, `(index, dispatch,
     /// tool_use)`, marked as started at `now`; `None` once all ran.
     pub fn next_server_block(&mut self, now: MonoMs) -> Option<(usize, Dispatch, Value)> {
-        let i = (self.next..self.uses.len())
-            .find(|&i| self.dispatches.get(i).is_some_and(|d| *d != Dispatch::Client))?;
+        let i = (self.next..self.uses.len()).find(|&i| {
+            self.dispatches
+                .get(i)
+                .is_some_and(|d| *d != Dispatch::Client)
+        })?;
         self.next = i + 1;
         self.block_started = now;
         let dispatch = *self.dispatches.get(i)?;
@@ -117,7 +125,12 @@ impl Round {
         }
         let expected = uses
             .iter()
-            .map(|u| u.get("id").and_then(Value::as_str).unwrap_or("").to_string())
+            .map(|u| {
+                u.get("id")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_string()
+            })
             .collect();
         RoundEnd::Pause {
             message: json!({"role": "assistant", "content": annotated}),
@@ -193,7 +206,10 @@ mod tests {
         };
         assert_eq!(expected, ["tu_0", "tu_1"]);
         assert_eq!(server_results.len(), 1);
-        assert_eq!(message["content"][0], json!({"type": "text", "text": "calling"}));
+        assert_eq!(
+            message["content"][0],
+            json!({"type": "text", "text": "calling"})
+        );
         assert_eq!(message["content"][1]["dispatch"], "client");
         assert_eq!(message["content"][2]["dispatch"], "mcp");
     }

@@ -113,7 +113,11 @@ pub fn on_reply(attempt: Attempt, reply: ProviderReply) -> Walked {
     Walked {
         events,
         ok: false,
-        next: if last { Next::Exhausted } else { Next::Fallback },
+        next: if last {
+            Next::Exhausted
+        } else {
+            Next::Fallback
+        },
         session_error: last && !attempt.compaction,
     }
 }

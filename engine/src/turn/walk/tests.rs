@@ -54,7 +54,11 @@ fn a_failed_primary_falls_back_with_a_session_error() {
     assert_eq!(types(&w), ["provider.response", "session.error"]);
     let (resp, err) = (&w.events[0].1, &w.events[1].1);
     assert_eq!(
-        (resp["ok"].clone(), resp["status"].clone(), resp["body"].clone()),
+        (
+            resp["ok"].clone(),
+            resp["status"].clone(),
+            resp["body"].clone()
+        ),
         (json!(false), json!(500), json!("boom"))
     );
     assert_eq!(resp["error"], "provider returned HTTP 500");
@@ -81,8 +85,14 @@ fn the_last_failure_exhausts_the_chain() {
         json!({"reason": "all_providers_failed", "attempts": 2})
     );
     // A one-entry chain logs both errors, in that order.
-    let w = on_reply(attempt(0, 1, false), ProviderReply::Credential("unset".into()));
-    assert_eq!(types(&w), ["provider.response", "session.error", "session.error"]);
+    let w = on_reply(
+        attempt(0, 1, false),
+        ProviderReply::Credential("unset".into()),
+    );
+    assert_eq!(
+        types(&w),
+        ["provider.response", "session.error", "session.error"]
+    );
     assert_eq!(w.events[1].1["reason"], "provider_call_failed");
     assert_eq!(w.events[2].1["reason"], "all_providers_failed");
 }
