@@ -141,6 +141,79 @@ pub fn merge_abandonment(
     })
 }
 
+/// Why a request's message cannot become its turn's user message.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Refused {
+    /// `tool_result`s with no paused turn to answer (it may have timed
+    /// out and been retired): the request fails, nothing is logged.
+    NoPausedTurn,
+    /// The continuation does not fit the paused turn: logged as the
+    /// session's `tool_result_merge_invalid` error.
+    Invalid(String),
+}
+
+/// The single user message a request records when it takes the gate in
+/// `takeover` (spec 01 §8.4): its own content on a fresh turn, else the
+/// continuation (the paused turn's owner answering its tool uses) or the
+/// abandonment (a replacement message, or a retired pause) merged with the
+/// paused turn.
+pub fn user_turn(
+    takeover: &crate::session_core::Takeover,
+    role: &str,
+    content: &Value,
+) -> Result<Merged, Refused> {
+    use crate::session_core::Takeover;
+    match takeover {
+        Takeover::Fresh if has_tool_result(content) => Err(Refused::NoPausedTurn),
+        Takeover::Fresh => Ok(Merged {
+            content: content.clone(),
+            server_ids: Vec::new(),
+        }),
+        Takeover::Resume(p) | Takeover::Retire(p) => {
+            let retiring = matches!(takeover, Takeover::Retire(_));
+            let paused = PausedTurn {
+                expected: &p.expected,
+                server_results: &p.server_results,
+            };
+            if role != "user" {
+                Err(format!(
+                    "paused tool continuation must have role \"user\", got \"{role}\""
+                ))
+            } else if !retiring && !is_replacement(content) {
+                merge_continuation(&paused, content)
+            } else {
+                merge_abandonment(&paused, Some(content), retiring)
+            }
+            .map_err(Refused::Invalid)
+        }
+    }
+}
+
+/// The `tool.result` payloads of a merged message's client results (the
+/// server's were logged when they ran), in block order.
+pub fn client_tool_results(merged: &Merged) -> Vec<Value> {
+    let Value::Array(blocks) = &merged.content else {
+        return Vec::new();
+    };
+    blocks
+        .iter()
+        .filter(|b| is_tool_result(b))
+        .filter_map(|b| {
+            let id = result_id(b).unwrap_or("");
+            if merged.server_ids.iter().any(|s| s == id) {
+                return None;
+            }
+            Some(json!({
+                "tool_use_id": id,
+                "dispatch": "client",
+                "server_name": null,
+                "is_error": b.get("is_error").and_then(Value::as_bool).unwrap_or(false),
+                "content": b.get("content").cloned().unwrap_or(Value::Null),
+            }))
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -234,5 +307,62 @@ mod tests {
         assert!(merge_abandonment(&p, Some(&with_result), true).is_err());
         assert!(merge_abandonment(&p, Some(&json!(7)), true).is_err());
         assert!(merge_abandonment(&p, None, true).is_ok());
+    }
+
+    fn pause(expected: &[&str], server: Vec<Value>) -> crate::session_core::Pause {
+        crate::session_core::Pause {
+            owner: "key_a".into(),
+            deadline: crate::MonoMs(10),
+            expected: expected.iter().map(|s| s.to_string()).collect(),
+            server_results: server,
+            auto_trigger: None,
+            cancelled: false,
+        }
+    }
+
+    fn result(id: &str, text: &str) -> Value {
+        json!({"type": "tool_result", "tool_use_id": id, "content": text})
+    }
+
+    /// C-121: `tool_result`s on a fresh turn are refused without a merge.
+    #[test]
+    fn a_fresh_turn_takes_its_content_or_refuses_results() {
+        use crate::session_core::Takeover;
+        let m = user_turn(&Takeover::Fresh, "user", &json!("hi")).unwrap();
+        assert_eq!((m.content, m.server_ids.len()), (json!("hi"), 0));
+        let err = user_turn(&Takeover::Fresh, "user", &json!([result("tu_1", "x")]));
+        assert_eq!(err, Err(Refused::NoPausedTurn));
+    }
+
+    /// The owner's results continue the paused turn; the server's result
+    /// is merged in and not re-logged; a non-user role is invalid.
+    #[test]
+    fn the_owner_continues_and_only_client_results_are_logged() {
+        use crate::session_core::Takeover;
+        let server = result("tu_2", "from server");
+        let p = pause(&["tu_1", "tu_2"], vec![server]);
+        let take = Takeover::Resume(p.clone());
+        let m = user_turn(&take, "user", &json!([result("tu_1", "from client")])).unwrap();
+        assert_eq!(m.server_ids, ["tu_2"]);
+        let logged = client_tool_results(&m);
+        assert_eq!(logged.len(), 1);
+        assert_eq!(logged[0]["tool_use_id"], "tu_1");
+        assert_eq!(logged[0]["dispatch"], "client");
+        assert_eq!(logged[0]["is_error"], false);
+        let bad = user_turn(&Takeover::Resume(p), "assistant", &json!([]));
+        assert!(matches!(bad, Err(Refused::Invalid(m)) if m.contains("role")));
+    }
+
+    /// A retired pause is abandoned: every unanswered id gets the
+    /// synthetic error result, logged as a client result (C-122).
+    #[test]
+    fn a_retired_pause_is_abandoned() {
+        use crate::session_core::Takeover;
+        let take = Takeover::Retire(pause(&["tu_1"], Vec::new()));
+        let m = user_turn(&take, "user", &json!("new question")).unwrap();
+        let logged = client_tool_results(&m);
+        assert_eq!(logged.len(), 1);
+        assert_eq!(logged[0]["is_error"], true);
+        assert_eq!(logged[0]["content"], ABANDONED_TEXT);
     }
 }

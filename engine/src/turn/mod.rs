@@ -362,38 +362,17 @@ impl Engine {
         if let Some(msg) = self.open_state_error(session_id) {
             return self.fail_turn(turn_id, codes::APPLICATION_ERROR, &msg);
         }
-        // Build the single user message that follows the paused turn.
-        let merged = match &takeover {
-            Takeover::Fresh => {
-                if merge::has_tool_result(&message.content) {
-                    return self.fail_turn(
-                        turn_id,
-                        codes::APPLICATION_ERROR,
-                        "tool result merge invalid: no paused turn is awaiting tool results (it may have timed out and been retired)",
-                    );
-                }
-                Ok(merge::Merged {
-                    content: message.content.clone(),
-                    server_ids: Vec::new(),
-                })
+        // The single user message that follows the paused turn.
+        let merged = match merge::user_turn(&takeover, &message.role, &message.content) {
+            Ok(m) => Ok(m),
+            Err(merge::Refused::NoPausedTurn) => {
+                return self.fail_turn(
+                    turn_id,
+                    codes::APPLICATION_ERROR,
+                    "tool result merge invalid: no paused turn is awaiting tool results (it may have timed out and been retired)",
+                );
             }
-            Takeover::Resume(p) | Takeover::Retire(p) => {
-                let retiring = matches!(takeover, Takeover::Retire(_));
-                let paused = merge::PausedTurn {
-                    expected: &p.expected,
-                    server_results: &p.server_results,
-                };
-                if message.role != "user" {
-                    Err(format!(
-                        "paused tool continuation must have role \"user\", got \"{}\"",
-                        message.role
-                    ))
-                } else if !retiring && !merge::is_replacement(&message.content) {
-                    merge::merge_continuation(&paused, &message.content)
-                } else {
-                    merge::merge_abandonment(&paused, Some(&message.content), retiring)
-                }
-            }
+            Err(merge::Refused::Invalid(reason)) => Err(reason),
         };
         let merged = merged.map(|mut m| {
             self.faults.merged_content(&mut m.content, &m.server_ids);
@@ -421,24 +400,8 @@ impl Engine {
             .unwrap_or_default();
         let payload = json!({"role": message.role, "content": merged.content});
         self.turn_event(turn_id, EventType::ClientMessageSend, payload);
-        if let Value::Array(blocks) = &merged.content {
-            for b in blocks {
-                if b.get("type").and_then(Value::as_str) != Some("tool_result") {
-                    continue;
-                }
-                let id = b.get("tool_use_id").and_then(Value::as_str).unwrap_or("");
-                if merged.server_ids.iter().any(|s| s == id) {
-                    continue;
-                }
-                let payload = json!({
-                    "tool_use_id": id,
-                    "dispatch": "client",
-                    "server_name": null,
-                    "is_error": b.get("is_error").and_then(Value::as_bool).unwrap_or(false),
-                    "content": b.get("content").cloned().unwrap_or(Value::Null),
-                });
-                self.turn_event(turn_id, EventType::ToolResult, payload);
-            }
+        for payload in merge::client_tool_results(&merged) {
+            self.turn_event(turn_id, EventType::ToolResult, payload);
         }
         self.quiet.clear();
         // The profile and the provider chain are re-read every turn.
