@@ -350,19 +350,15 @@ impl Engine {
                 b.completed_turns_since += 1;
                 *b
             });
-        let Some(count) = self.auto_crossing(turn_id) else {
+        let crossing = self.auto_crossing(turn_id);
+        if crossing.is_none() {
             tracing::debug!(
                 session_id = %session_id,
                 "no usable usage or below threshold; no auto compaction"
             );
+        }
+        let Some((count, reason)) = auto_trigger(crossing, backoff) else {
             return false;
-        };
-        let reason = match backoff {
-            Some(b) if b.completed_turns_since >= 1 && count > b.token_count => {
-                "retry_after_failure"
-            }
-            Some(_) => return false,
-            None => "token_threshold",
         };
         let steers = match self.turns.get_mut(&turn_id) {
             Some(t) => std::mem::take(&mut t.steers),
@@ -379,6 +375,25 @@ impl Engine {
         let trigger = json!({"trigger": "auto", "reason": reason, "token_count": count, "threshold_tokens": size});
         self.begin_compaction(turn_id, trigger);
         true
+    }
+}
+
+/// Whether a Completed turn starts an automatic compaction (spec 07 §3):
+/// the count that crossed the threshold (`None`: no crossing), checked
+/// against a backoff a failed attempt left, gives the count and the
+/// trigger's `reason`.
+pub fn auto_trigger(
+    crossing: Option<u64>,
+    backoff: Option<Backoff>,
+) -> Option<(u64, &'static str)> {
+    let count = crossing?;
+    match backoff {
+        None => Some((count, "token_threshold")),
+        // Only once a later turn completed with a higher count (§3.3).
+        Some(b) if b.completed_turns_since >= 1 && count > b.token_count => {
+            Some((count, "retry_after_failure"))
+        }
+        Some(_) => None,
     }
 }
 
@@ -401,4 +416,41 @@ fn with_instruction(mut history: Vec<Value>, instruction: &str) -> Vec<Value> {
         _ => history.push(json!({"role": "user", "content": instruction})),
     }
     history
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Spec 07 §3.1/§3.3: a crossing triggers; after a failure only a
+    /// later completed turn with a higher count retries.
+    #[test]
+    fn the_auto_trigger_and_its_backoff() {
+        assert_eq!(auto_trigger(None, None), None);
+        assert_eq!(
+            auto_trigger(Some(900), None),
+            Some((900, "token_threshold"))
+        );
+        let failed = |since| Backoff {
+            token_count: 900,
+            completed_turns_since: since,
+        };
+        assert_eq!(auto_trigger(Some(950), Some(failed(0))), None);
+        assert_eq!(auto_trigger(Some(900), Some(failed(1))), None);
+        assert_eq!(
+            auto_trigger(Some(950), Some(failed(1))),
+            Some((950, "retry_after_failure"))
+        );
+        assert_eq!(auto_trigger(None, Some(failed(3))), None);
+    }
+
+    /// The instruction joins a trailing user message, else is its own.
+    #[test]
+    fn the_instruction_joins_a_trailing_user_message() {
+        let h = with_instruction(vec![json!({"role": "user", "content": "q"})], "sum");
+        assert_eq!(h.len(), 1);
+        assert_eq!(h[0]["content"][1], json!({"type": "text", "text": "sum"}));
+        let h = with_instruction(vec![json!({"role": "assistant", "content": "a"})], "sum");
+        assert_eq!(h[1], json!({"role": "user", "content": "sum"}));
+    }
 }
