@@ -5,8 +5,8 @@
 //! the duration of the call; it is never logged.
 
 use std::io::Read;
-use std::sync::OnceLock;
-use std::time::Duration;
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 use engine::{AuthPlacement, ProviderCall, ProviderReply};
 
@@ -15,18 +15,57 @@ use crate::config::{process_env, substitute};
 /// Largest provider response body read into memory.
 pub const MAX_RESPONSE_BYTES: u64 = 64 * 1024 * 1024;
 
-static AGENT: OnceLock<ureq::Agent> = OnceLock::new();
-
 /// Keep-alive connections kept idle per provider host when
 /// [`configure`] was not called (tests, tools).
 pub const DEFAULT_IDLE_PER_HOST: usize = 64;
+
+/// How long one connection pool serves new calls before a fresh one
+/// replaces it. ureq 2 reuses an idle connection whatever its age and only
+/// notices a close the provider already sent; a connection silently
+/// dropped on the way (a NAT or load balancer idle timeout, typically a
+/// minute or more) would take a call down to its timeout. Bounding the
+/// pool's age bounds every pooled connection's idle time, for one new
+/// handshake per connection and period.
+pub const POOL_MAX_AGE: Duration = Duration::from_secs(30);
+
+static IDLE_PER_HOST: OnceLock<usize> = OnceLock::new();
+static POOL: Mutex<Option<Pool>> = Mutex::new(None);
 
 /// Sets the provider connection pool once, before the first call:
 /// `idle_per_host` idle keep-alive connections are kept per provider host
 /// (ureq's own default of one made every concurrent call but one open a
 /// new TCP connection). Later calls keep the first setting.
 pub fn configure(idle_per_host: usize) {
-    let _ = AGENT.set(build_agent(idle_per_host));
+    let _ = IDLE_PER_HOST.set(idle_per_host);
+}
+
+/// The agent (and so the connection pool) new calls use.
+struct Pool {
+    agent: ureq::Agent,
+    born: Instant,
+}
+
+impl Pool {
+    /// The agent for a call at `now`: this pool's, or a fresh pool's once
+    /// this one is [`POOL_MAX_AGE`] old (calls still running on the old
+    /// agent keep it; its connections close with its last call).
+    fn agent_at(
+        slot: &mut Option<Pool>,
+        now: Instant,
+        build: impl FnOnce() -> ureq::Agent,
+    ) -> ureq::Agent {
+        match slot {
+            Some(p) if now.saturating_duration_since(p.born) < POOL_MAX_AGE => p.agent.clone(),
+            _ => {
+                let agent = build();
+                *slot = Some(Pool {
+                    agent: agent.clone(),
+                    born: now,
+                });
+                agent
+            }
+        }
+    }
 }
 
 fn build_agent(idle_per_host: usize) -> ureq::Agent {
@@ -40,8 +79,10 @@ fn build_agent(idle_per_host: usize) -> ureq::Agent {
         .build()
 }
 
-fn agent() -> &'static ureq::Agent {
-    AGENT.get_or_init(|| build_agent(DEFAULT_IDLE_PER_HOST))
+fn agent() -> ureq::Agent {
+    let idle = *IDLE_PER_HOST.get().unwrap_or(&DEFAULT_IDLE_PER_HOST);
+    let mut slot = POOL.lock().unwrap_or_else(|p| p.into_inner());
+    Pool::agent_at(&mut slot, Instant::now(), || build_agent(idle))
 }
 
 /// Performs `call`, mapping every outcome onto a [`ProviderReply`].
@@ -162,6 +203,28 @@ fn find_url_start(s: &str) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A pool serves new calls for `POOL_MAX_AGE`, then a fresh one does.
+    #[test]
+    fn the_pool_is_replaced_once_it_is_old() {
+        let mut slot = None;
+        let built = std::cell::Cell::new(0);
+        let t0 = Instant::now();
+        let at = |slot: &mut Option<Pool>, t| {
+            Pool::agent_at(slot, t, || {
+                built.set(built.get() + 1);
+                build_agent(4)
+            });
+        };
+        at(&mut slot, t0);
+        at(&mut slot, t0 + Duration::from_secs(1));
+        at(&mut slot, t0 + POOL_MAX_AGE - Duration::from_millis(1));
+        assert_eq!(built.get(), 1);
+        at(&mut slot, t0 + POOL_MAX_AGE);
+        assert_eq!(built.get(), 2);
+        at(&mut slot, t0 + POOL_MAX_AGE + Duration::from_secs(1));
+        assert_eq!(built.get(), 2);
+    }
 
     #[test]
     fn urls_are_removed() {
