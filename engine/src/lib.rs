@@ -419,7 +419,7 @@ impl Engine {
         if faults.seq_reuse_after_restart() {
             snapshot.max_event_seq = snapshot.max_event_seq.saturating_sub(1);
         }
-        let catalog = Catalog::restore(&snapshot, config.durable_drivers);
+        let catalog = Catalog::restore(&mut snapshot, config.durable_drivers);
         let mcp = mcp::McpHub::new(mcp::McpSettings {
             server_version: config.version.clone(),
             timeout_ms: config.mcp_timeout_ms,

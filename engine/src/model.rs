@@ -237,27 +237,38 @@ pub struct Catalog {
 }
 
 impl Catalog {
-    pub fn restore(snapshot: &Snapshot, durable_drivers: bool) -> Self {
+    /// The catalogue of `snapshot`, whose profiles, keys, sessions and
+    /// drivers it takes: each row is dropped once its record is built, so
+    /// a restart never holds a large catalogue twice.
+    pub fn restore(snapshot: &mut Snapshot, durable_drivers: bool) -> Self {
         let mut c = Catalog::default();
-        for p in &snapshot.profiles {
-            c.insert_profile(p.clone());
+        for p in std::mem::take(&mut snapshot.profiles) {
+            c.insert_profile(p);
         }
         // Client and admin keys before sessions, session keys after them, so
         // each id is allocated once and shared by everything naming it.
-        let live = || snapshot.keys.iter().filter(|k| k.deleted_at.is_none());
-        for k in live().filter(|k| k.role != KeyRole::Session) {
-            let key = Key::from_row(k, &c);
-            c.insert_key(key);
+        let mut session_keys = Vec::new();
+        for k in std::mem::take(&mut snapshot.keys) {
+            if k.deleted_at.is_some() {
+                continue;
+            }
+            if k.role == KeyRole::Session {
+                session_keys.push(k);
+            } else {
+                let key = Key::from_row(&k, &c);
+                c.insert_key(key);
+            }
         }
-        for s in &snapshot.sessions {
-            let session = Session::from_row(s, &c);
+        for s in std::mem::take(&mut snapshot.sessions) {
+            let session = Session::from_row(&s, &c);
             c.insert_session(session);
         }
-        for k in live().filter(|k| k.role == KeyRole::Session) {
-            let key = Key::from_row(k, &c);
+        for k in session_keys {
+            let key = Key::from_row(&k, &c);
             c.insert_key(key);
         }
-        for (sid, kid) in snapshot.drivers.iter().filter(|_| durable_drivers) {
+        let drivers = std::mem::take(&mut snapshot.drivers);
+        for (sid, kid) in drivers.iter().filter(|_| durable_drivers) {
             if c.sessions.get(sid.as_str()).map(|s| s.state) == Some(SessionState::Open) {
                 let (sid, kid) = (c.session_id(sid), c.key_id(kid));
                 c.drivers.entry(sid).or_default().insert(kid);
