@@ -160,6 +160,11 @@ struct Model {
     shown: Vec<(String, Vec<Value>)>,
     /// Event ids listed by the previous verification, per session.
     prev_listing: HashMap<String, Vec<String>>,
+    /// Sessions a text turn was refused on as not registered (`-32001`):
+    /// only a close racing the turn may do that (it clears registrations,
+    /// spec 01 §4.3, and registration is checked first, §6.5), so the next
+    /// verification finds each of them no longer open.
+    refused_unregistered: Vec<String>,
     /// Counters for the summary line.
     turns: usize,
     joins: usize,
@@ -525,8 +530,13 @@ impl Ctx {
         if out.result().is_some() {
             m.turns += 1;
         } else if let Some(t) = &out.terminal {
-            // The only acceptable errors: the session was closed meanwhile.
-            assert_eq!(t["error"]["code"], -32000, "text turn: {t}");
+            // The only acceptable errors: the session was closed meanwhile,
+            // seen as not open, or as not registered (checked later).
+            if t["error"]["code"] == -32001 {
+                m.refused_unregistered.push(sid.clone());
+            } else {
+                assert_eq!(t["error"]["code"], -32000, "text turn: {t}");
+            }
         }
     }
 
@@ -922,6 +932,13 @@ impl Verifier<'_> {
             .map(|k| k["id"].as_str().unwrap().to_string())
             .collect();
         self.resolve_uncertainty(&states, &listed_keys);
+        for sid in std::mem::take(&mut lock(self.model).refused_unregistered) {
+            assert_ne!(
+                states.get(&sid).map(String::as_str),
+                Some("open"),
+                "{sid}: a text turn was refused as not registered on an open session"
+            );
+        }
 
         let m = lock(self.model);
         // Profiles: every 201 is still there with its name.
