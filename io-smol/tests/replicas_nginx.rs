@@ -79,13 +79,18 @@ impl Replicas {
         let keys = TestDir::new("baesrv-replica-keys").expect("key dir");
         let mut servers = Vec::new();
         for _ in 0..n {
-            let addr = free_addr().to_string();
-            let mut o = opts();
-            for (k, v) in env {
-                o = o.env(*k, *v);
-            }
-            let s = Server::start(
-                o.config(config.clone())
+            // The probed port may be taken by another process before the
+            // replica binds it: probe again then.
+            let mut attempt = 0;
+            let s = loop {
+                attempt += 1;
+                let addr = free_addr().to_string();
+                let mut o = opts();
+                for (k, v) in env {
+                    o = o.env(*k, *v);
+                }
+                let o = o
+                    .config(config.clone())
                     .env("BAE_DATABASE_URL", &url)
                     .env("BAE_ADDR", &addr)
                     .env("BAE_REPLICA_ADVERTISE", &addr)
@@ -98,8 +103,14 @@ impl Replicas {
                     .env(
                         "BAE_ADMIN_KEY_HASH_FILE",
                         keys.path().join("admin-key-hash.pem").display().to_string(),
-                    ),
-            );
+                    );
+                match Server::try_start(o) {
+                    Ok(s) => break s,
+                    Err(e)
+                        if attempt < 5 && format!("{e:?}").contains("Address already in use") => {}
+                    Err(e) => panic!("replica failed to start: {e:?}"),
+                }
+            };
             servers.push(s);
         }
         let upstreams: Vec<SocketAddr> = servers.iter().map(client_addr).collect();
