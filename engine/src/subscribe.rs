@@ -139,7 +139,7 @@ impl Engine {
 
     pub(crate) fn on_replay_page(&mut self, conn: ConnId, result: Result<ReadResult, String>) {
         // Rendered by the store: this loop only moves bytes.
-        let (rows, full): (Vec<RenderedEvent>, bool) = match result {
+        let (rows, more): (Vec<RenderedEvent>, bool) = match result {
             Ok(ReadResult::Frames { frames, more }) => (frames, more),
             _ => return self.replay_failed(conn),
         };
@@ -171,7 +171,7 @@ impl Engine {
             self.sub_mut(conn).map(|s| s.phase),
             Some(Phase::Reading { overflow: true })
         );
-        if full || overflow {
+        if more || overflow {
             return self.read_page(conn);
         }
         // Caught up: deliver what arrived meanwhile, skipping duplicates.

@@ -47,8 +47,7 @@ pub fn run(boot: Boot) -> io::Result<()> {
         thread::spawn(move || accept_loop(l, which, tx));
     }
     let signal_tx = tx.clone();
-    let mut signals =
-        async_signal::Signals::new([async_signal::Signal::Term, async_signal::Signal::Int])?;
+    let mut signals = boot.listeners.signals;
     thread::spawn(move || {
         use futures_lite::StreamExt;
         while futures_lite::future::block_on(signals.next()).is_some() {

@@ -318,6 +318,21 @@ const DRIVEN: &[&str] = &[
     "server.message.send",
 ];
 
+/// A session opened and registered through the balancer: its id and key,
+/// the replica that took its lease, and another replica.
+fn registered_on_the_balancer(
+    r: &Replicas,
+    lb: &HttpClient,
+    client_key: &str,
+) -> (String, String, usize, usize) {
+    let (sid, skey) = open(lb, client_key);
+    let reg = rpc(lb, &sid, &skey, "session.registerDriver", json!({}));
+    assert_eq!(reg["result"]["registered"], true, "{reg}");
+    let owner = r.owner(&sid).expect("registerDriver took the lease");
+    let other = (owner + 1) % r.servers.len();
+    (sid, skey, owner, other)
+}
+
 /// Drives one session through the balancer; returns its events.
 fn drive(r: &Replicas, client_key: &str, n: usize) -> (String, String) {
     let lb = r.lb();
@@ -602,11 +617,7 @@ fn ndjson_streams_pass_frame_by_frame_through_a_forwarding_replica() {
     let r = Replicas::start(3);
     let (_, _, key) = profile_and_key(&r, 1);
     let lb = r.lb();
-    let (sid, skey) = open(&lb, &key);
-    let reg = rpc(&lb, &sid, &skey, "session.registerDriver", json!({}));
-    assert_eq!(reg["result"]["registered"], true, "{reg}");
-    let owner = r.owner(&sid).expect("registerDriver took the lease");
-    let other = (owner + 1) % r.servers.len();
+    let (sid, skey, _, other) = registered_on_the_balancer(&r, &lb, &key);
     // A subscription opened on a replica that does not own the session.
     // Replaying after the first event: nothing of the turn can be missed
     // however fast it runs.
@@ -655,11 +666,7 @@ fn a_slow_client_of_a_forwarded_stream_is_lagged_by_the_owner() {
     let r = Replicas::start_env(2, 0, &[("BAE_SUBSCRIBER_LAG_LIMIT", "16")]);
     let (_, _, key) = profile_and_key(&r, 1);
     let lb = r.lb();
-    let (sid, skey) = open(&lb, &key);
-    let reg = rpc(&lb, &sid, &skey, "session.registerDriver", json!({}));
-    assert_eq!(reg["result"]["registered"], true, "{reg}");
-    let owner = r.owner(&sid).expect("registerDriver took the lease");
-    let other = (owner + 1) % r.servers.len();
+    let (sid, skey, owner, other) = registered_on_the_balancer(&r, &lb, &key);
     let sub = json!({"jsonrpc": "2.0", "id": 1, "method": "session.subscribe", "params": {}});
     let mut stream = r.servers[other].client().rpc_stream(&sid, &skey, &sub);
     assert_eq!(stream.status(), 200);

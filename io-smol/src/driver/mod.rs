@@ -110,19 +110,31 @@ impl Clock {
     }
 }
 
-/// Bound listeners, in the order they were bound (client, then admin).
+/// Bound listeners, in the order they were bound (client, then admin), and
+/// the shutdown signals.
 pub struct Listeners {
     pub client: std::net::TcpListener,
     pub admin: std::net::TcpListener,
+    /// SIGTERM and SIGINT, caught from before the first socket is bound: a
+    /// signal sent as soon as the server accepts connections starts the
+    /// graceful shutdown instead of killing the process.
+    pub signals: async_signal::Signals,
 }
 
-/// Binds the client listener, then the admin listener (spec 04 §5 step 13).
-/// The error names the listener and address.
+/// Catches the shutdown signals, then binds the client listener and the
+/// admin listener (spec 04 §5 step 13). The error names what failed.
 pub fn bind_listeners(client: SocketAddr, admin: SocketAddr) -> Result<Listeners, String> {
+    use async_signal::{Signal, Signals};
+    let signals = Signals::new([Signal::Term, Signal::Int])
+        .map_err(|e| format!("cannot catch SIGTERM/SIGINT: {e}"))?;
     let client =
         listen(client).map_err(|e| format!("cannot bind client listener on {client}: {e}"))?;
     let admin = listen(admin).map_err(|e| format!("cannot bind admin listener on {admin}: {e}"))?;
-    Ok(Listeners { client, admin })
+    Ok(Listeners {
+        client,
+        admin,
+        signals,
+    })
 }
 
 /// Accept-queue length. std's default of 128 makes connection bursts
@@ -278,8 +290,7 @@ impl Driver {
             )),
             smol::spawn(accept_loop(admin, Listener::Admin, self.events_tx.clone())),
         ];
-        let mut signals =
-            async_signal::Signals::new([async_signal::Signal::Term, async_signal::Signal::Int])?;
+        let mut signals = listeners.signals;
         let signal_tx = self.events_tx.clone();
         smol::spawn(async move {
             while signals.next().await.is_some() {

@@ -52,11 +52,10 @@ impl<'c> StoreConn<'c> {
             // Answered by the store thread (`serve_store_jobs`), which
             // times commits; a direct read has no figures.
             StoreRead::EventsPage { .. } | StoreRead::ReplayPage { .. } => {
-                let bounds = PageBounds::of(read).unwrap_or(PageBounds {
-                    limit: 0,
-                    max_bytes: 0,
-                });
-                let (rows, _) = self.page_rows(read, bounds)?;
+                let rows = match PageBounds::of(read) {
+                    Some(bounds) => self.page_rows(read, bounds)?.0,
+                    None => Vec::new(),
+                };
                 Ok(ReadResult::Events(rows))
             }
             StoreRead::Runtime => Ok(ReadResult::Runtime(Default::default())),
@@ -269,8 +268,6 @@ impl<'c> StoreConn<'c> {
     }
 }
 
-/// Runs a bound event query to completion, collecting its rows, and resets
-/// it.
 /// A page read's SQLite statement as a row cursor: a row's columns are
 /// read only when the page takes it.
 struct Cursor<'s, 'c>(&'s mut Statement<'c>);
@@ -285,6 +282,8 @@ impl engine::store::page::RowCursor for Cursor<'_, '_> {
     }
 }
 
+/// Runs a bound event query to completion, collecting its rows, and resets
+/// it.
 fn collect_events(st: &mut Statement<'_>) -> Result<Vec<EventRow>> {
     let mut rows = Vec::new();
     let r = (|| {
