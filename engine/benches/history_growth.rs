@@ -174,7 +174,7 @@ impl Driver {
 
             for o in rest {
                 match o {
-                    Output::Send { conn, bytes } => {
+                    Output::Send { conn, bytes } | Output::SendUngated { conn, bytes } => {
                         inputs.push_back(Input::Flushed {
                             conn,
                             bytes: bytes.len(),

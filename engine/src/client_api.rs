@@ -90,11 +90,12 @@ impl Engine {
         match r {
             Route::Health => {
                 tracing::debug!("GET /healthz");
-                self.respond(conn, 200, None, b"");
+                self.respond_ungated(conn, 200, None, b"");
             }
             Route::Meta => {
                 let body = json!({"version": self.config.version, "api_versions": ["v1"]});
-                self.respond_value(conn, 200, &body);
+                let body = body.to_string();
+                self.respond_ungated(conn, 200, Some("application/json"), body.as_bytes());
             }
             Route::Sessions => self.create_session(conn, &req),
             Route::Join(id) => self.join_session(conn, &req, id),

@@ -147,6 +147,15 @@ impl Engine {
         }
     }
 
+    /// [`Engine::send`] for bytes that reveal no stored state
+    /// ([`Output::SendUngated`]).
+    pub(crate) fn send_ungated(&mut self, conn: ConnId, bytes: Vec<u8>) {
+        if self.conns.sending(conn, bytes.len()) {
+            let bytes = bytes.into();
+            self.outputs.push_back(Output::SendUngated { conn, bytes });
+        }
+    }
+
     pub(crate) fn close_conn(&mut self, conn: ConnId) {
         if self.conns.close(conn) {
             self.outputs.push_back(Output::Close { conn });

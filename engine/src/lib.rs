@@ -185,6 +185,10 @@ impl Input {
 pub enum Output {
     /// Write bytes to a connection (after committing earlier writes).
     Send { conn: ConnId, bytes: bytes::Bytes },
+    /// Write bytes that reveal no stored state (`/healthz`,
+    /// `/api/v1/meta`): after earlier output to the same connection, but
+    /// never held behind a commit ([`pipeline::Pipeline::deliver_ungated`]).
+    SendUngated { conn: ConnId, bytes: bytes::Bytes },
     /// Close a connection once everything sent before has been written.
     Close { conn: ConnId },
     /// Persist a change (see the durability rule).

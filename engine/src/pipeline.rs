@@ -17,12 +17,16 @@
 //! * a provider call is a delivery too: its `provider.request` event (and,
 //!   for an idempotent send, the key) is committed before the call leaves,
 //!   so a crash can never have called a provider for a turn the log and the
-//!   key table do not know about.
+//!   key table do not know about;
+//! * a send that reveals no stored state (`/healthz`, `/api/v1/meta`:
+//!   [`Pipeline::deliver_ungated`]) waits only for held output to its own
+//!   connection, so a liveness probe never waits behind other clients'
+//!   commits.
 
 use std::collections::VecDeque;
 
 use crate::store::{ReadId, StoreRead, StoreWrite};
-use crate::ConnId;
+use crate::{ConnId, Output};
 
 /// Bytes or a close for one connection, or a provider call to perform.
 #[derive(Debug, Clone, PartialEq)]
@@ -37,6 +41,18 @@ pub enum Delivery {
     Call(crate::ProviderCall),
     /// Replica mode: a request relayed to its session's owner.
     Forward(crate::replicas::Forward),
+}
+
+/// What a driver still has to do with an [`Output`] after
+/// [`Pipeline::route`] took its part.
+#[derive(Debug)]
+pub enum Routed {
+    /// Dispatch now (write to the socket, start the provider call, relay).
+    Dispatch(Delivery),
+    /// Perform an MCP transport command.
+    Mcp(crate::mcp::McpCommand),
+    /// Run a container engine command.
+    Sandbox(crate::sandbox::SandboxCommand),
 }
 
 /// A unit of work for the store worker, processed in FIFO order.
@@ -78,6 +94,34 @@ impl Pipeline {
         }
     }
 
+    /// Takes one engine output: writes and reads are queued, deliveries
+    /// held or released, and what remains for the driver is returned. Every
+    /// runtime routes outputs through here, so none can reorder them.
+    pub fn route(&mut self, out: Output) -> Option<Routed> {
+        let d = match out {
+            Output::Write(w) => {
+                self.write(w);
+                return None;
+            }
+            Output::Read { id, read } => {
+                self.read(id, read);
+                return None;
+            }
+            Output::Mcp(cmd) => return Some(Routed::Mcp(cmd)),
+            Output::Sandbox(cmd) => return Some(Routed::Sandbox(cmd)),
+            Output::SendUngated { conn, bytes } => {
+                return self
+                    .deliver_ungated(Delivery::Send { conn, bytes })
+                    .map(Routed::Dispatch)
+            }
+            Output::Send { conn, bytes } => Delivery::Send { conn, bytes },
+            Output::Close { conn } => Delivery::Close { conn },
+            Output::CallProvider(call) => Delivery::Call(call),
+            Output::Forward(f) => Delivery::Forward(f),
+        };
+        self.deliver(d).map(Routed::Dispatch)
+    }
+
     /// Appends a write to the pending batch.
     pub fn write(&mut self, w: StoreWrite) {
         if w.gates_output() {
@@ -99,6 +143,28 @@ impl Pipeline {
             self.held.push_back((self.last_gating, d));
             None
         }
+    }
+
+    /// A send revealing nothing stored: held only while an earlier delivery
+    /// to the same connection is held (bytes on one connection stay in
+    /// order), dispatched now otherwise.
+    pub fn deliver_ungated(&mut self, d: Delivery) -> Option<Delivery> {
+        let conn = match &d {
+            Delivery::Send { conn, .. } | Delivery::Close { conn } => Some(*conn),
+            Delivery::Call(_) | Delivery::Forward(_) => None,
+        };
+        let behind = self.held.iter().any(|(_, h)| match h {
+            Delivery::Send { conn: c, .. } | Delivery::Close { conn: c } => Some(*c) == conn,
+            Delivery::Forward(f) => Some(f.conn) == conn,
+            Delivery::Call(_) => false,
+        });
+        if !behind || conn.is_none() {
+            return Some(d);
+        }
+        // Behind the newest entry, so the queue stays ordered by batch.
+        let need = self.held.back().map_or(0, |(n, _)| *n);
+        self.held.push_back((need, d));
+        None
     }
 
     /// Queues a read after every write emitted so far.
@@ -227,6 +293,24 @@ mod tests {
         assert_eq!(p.committed(1), vec![call(7), send(ConnId(1), "frame")]);
         // With nothing uncommitted before it, a call leaves at once.
         assert_eq!(p.deliver(call(8)), Some(call(8)));
+    }
+
+    #[test]
+    fn an_ungated_send_passes_other_connections_held_output_but_not_its_own() {
+        let mut p = Pipeline::new();
+        p.write(revoke("a"));
+        assert_eq!(p.deliver(send(ConnId(1), "x")), None);
+        // A probe on another connection is not held behind the commit.
+        let probe = send(ConnId(2), "ok");
+        assert_eq!(p.deliver_ungated(probe.clone()), Some(probe));
+        // One pipelined behind held output on its own connection waits.
+        assert_eq!(p.deliver_ungated(send(ConnId(1), "ok")), None);
+        p.take_submission().unwrap();
+        assert_eq!(
+            p.committed(1),
+            vec![send(ConnId(1), "x"), send(ConnId(1), "ok")]
+        );
+        assert!(p.is_quiet());
     }
 
     #[test]

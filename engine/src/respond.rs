@@ -20,6 +20,22 @@ impl Engine {
         self.respond_with(conn, status, content_type, &[], body);
     }
 
+    /// A complete response that reveals no stored state (`/healthz`,
+    /// `/api/v1/meta`): never held behind other clients' commits.
+    pub(crate) fn respond_ungated(
+        &mut self,
+        conn: ConnId,
+        status: u16,
+        content_type: Option<&str>,
+        body: &[u8],
+    ) {
+        let close = self.closes_after(conn);
+        self.log_request(conn, status);
+        let bytes = proto::http::encode_response(status, content_type, &[], body, close);
+        self.send_ungated(conn, bytes);
+        self.finish_request(conn);
+    }
+
     /// [`Engine::respond`] with `extra` headers after `Content-Type`.
     pub(crate) fn respond_with(
         &mut self,

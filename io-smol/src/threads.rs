@@ -11,8 +11,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use engine::mcp::McpEvent;
-use engine::pipeline::{Delivery, Job, Pipeline};
-use engine::{ConnId, Engine, Input, Listener, Output};
+use engine::pipeline::{Delivery, Job, Pipeline, Routed};
+use engine::{ConnId, Engine, Input, Listener};
 
 use crate::driver::{provider, serve_store_jobs, Boot, Clock, DriverSettings, StoreDone};
 
@@ -161,11 +161,11 @@ impl Threads {
 
     fn store_done(&mut self, done: StoreDone) {
         match done {
-            StoreDone::Committed(batch) => {
-                for d in self.pipe.committed(batch) {
-                    self.dispatch(d);
-                }
-            }
+            StoreDone::Committed(batch) => self
+                .pipe
+                .committed(batch)
+                .into_iter()
+                .for_each(|d| self.dispatch(d)),
             StoreDone::Read(id, result) => {
                 self.pipe.read_done();
                 self.input(Input::ReadDone { id, result });
@@ -186,9 +186,8 @@ impl Threads {
         let (wtx, wrx) = mpsc::channel();
         self.conns.insert(conn, wtx);
         self.input(Input::Accepted { conn, listener });
-        let tx = self.tx.clone();
-        thread::spawn(move || read_loop(conn, reader, tx));
-        let tx = self.tx.clone();
+        let (rtx, tx) = (self.tx.clone(), self.tx.clone());
+        thread::spawn(move || read_loop(conn, reader, rtx));
         thread::spawn(move || write_loop(conn, writer, wrx, tx));
     }
 
@@ -196,23 +195,18 @@ impl Threads {
     /// cause here (unsupported MCP / sandbox commands) loop back in.
     fn drain(&mut self) {
         while let Some(out) = self.engine.poll_output() {
-            match out {
-                Output::Write(w) => self.pipe.write(w),
-                Output::Read { id, read } => self.pipe.read(id, read),
-                Output::Send { conn, bytes } => self.deliver(Delivery::Send { conn, bytes }),
-                Output::Close { conn } => self.deliver(Delivery::Close { conn }),
-                Output::CallProvider(call) => self.deliver(Delivery::Call(call)),
-                Output::Mcp(engine::mcp::McpCommand::Open { conn, .. }) => {
+            match self.pipe.route(out) {
+                Some(Routed::Dispatch(d)) => self.dispatch(d),
+                Some(Routed::Mcp(engine::mcp::McpCommand::Open { conn, .. })) => {
                     let event = McpEvent::OpenFailed(MCP_UNSUPPORTED.into());
                     self.input(Input::Mcp { conn, event });
                 }
-                // Replica mode is refused for this runtime at start.
-                Output::Mcp(_) | Output::Forward(_) => {}
-                Output::Sandbox(cmd) => {
+                Some(Routed::Sandbox(cmd)) => {
                     if let Some((op, reply)) = cmd.unsupported(SANDBOX_UNSUPPORTED) {
                         self.input(Input::Sandbox { op, reply });
                     }
                 }
+                Some(Routed::Mcp(_)) | None => {}
             }
         }
         if let Some(jobs) = self.pipe.take_submission() {
@@ -220,13 +214,6 @@ impl Threads {
                 tracing::error!("store worker unavailable; exiting");
                 std::process::exit(1);
             }
-        }
-    }
-
-    /// Through the pipeline: now, or once what it reveals is committed.
-    fn deliver(&mut self, d: Delivery) {
-        if let Some(d) = self.pipe.deliver(d) {
-            self.dispatch(d);
         }
     }
 

@@ -307,6 +307,9 @@ impl World {
                 Output::Send { conn, bytes } => {
                     drop(self.pipe.deliver(Delivery::Send { conn, bytes }))
                 }
+                Output::SendUngated { conn, bytes } => {
+                    drop(self.pipe.deliver_ungated(Delivery::Send { conn, bytes }))
+                }
                 Output::Close { conn } => {
                     if self.pipe.deliver(Delivery::Close { conn }).is_some() {
                         self.conns.retain(|c| *c != conn);

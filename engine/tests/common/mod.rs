@@ -137,7 +137,7 @@ impl Harness {
                 progressed = true;
                 match o {
                     Output::Write(w) => self.store.apply(&w),
-                    Output::Send { conn, bytes } => {
+                    Output::Send { conn, bytes } | Output::SendUngated { conn, bytes } => {
                         if matches!(bytes, engine::bytes::Bytes::Shared(_)) {
                             self.shared_sends += 1;
                         }

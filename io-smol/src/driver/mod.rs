@@ -39,7 +39,7 @@ use engine::bytes::Bytes;
 use engine::metrics::EngineSteps;
 use engine::store::{ReadId, ReadResult};
 use engine::{
-    CallId, ConnId, Engine, Entropy, Input, Listener, MonoMs, Now, Output, ProviderReply, UnixMs,
+    CallId, ConnId, Engine, Entropy, Input, Listener, MonoMs, Now, ProviderReply, UnixMs,
 };
 use futures_lite::{future, AsyncReadExt, AsyncWriteExt, StreamExt};
 use smol::channel::{self, Receiver, Sender};
@@ -47,7 +47,7 @@ use smol::net::{TcpListener, TcpStream};
 use smol::Timer;
 
 use crate::store::Backend;
-use engine::pipeline::{Delivery, Job, Pipeline};
+use engine::pipeline::{Delivery, Job, Pipeline, Routed};
 
 /// Capacity of the event channel: readers wait (back-pressure) when the
 /// engine falls this far behind.
@@ -487,31 +487,11 @@ impl Driver {
     /// Drains every engine output and dispatches it.
     fn drain_outputs(&mut self) {
         while let Some(out) = self.engine.poll_output() {
-            match out {
-                Output::Write(w) => self.pipe.write(w),
-                Output::Send { conn, bytes } => {
-                    if let Some(d) = self.pipe.deliver(Delivery::Send { conn, bytes }) {
-                        self.dispatch(d);
-                    }
-                }
-                Output::Close { conn } => {
-                    if let Some(d) = self.pipe.deliver(Delivery::Close { conn }) {
-                        self.dispatch(d);
-                    }
-                }
-                Output::Read { id, read } => self.pipe.read(id, read),
-                Output::CallProvider(call) => {
-                    if let Some(d) = self.pipe.deliver(Delivery::Call(call)) {
-                        self.dispatch(d);
-                    }
-                }
-                Output::Mcp(cmd) => self.mcp.perform(cmd),
-                Output::Sandbox(cmd) => self.sandboxes.perform(cmd),
-                Output::Forward(f) => {
-                    if let Some(d) = self.pipe.deliver(Delivery::Forward(f)) {
-                        self.dispatch(d);
-                    }
-                }
+            match self.pipe.route(out) {
+                Some(Routed::Dispatch(d)) => self.dispatch(d),
+                Some(Routed::Mcp(cmd)) => self.mcp.perform(cmd),
+                Some(Routed::Sandbox(cmd)) => self.sandboxes.perform(cmd),
+                None => {}
             }
         }
         // Span facts leave with the outputs of the same input.

@@ -79,6 +79,14 @@ impl World {
                 self.track_response_ends(conn, &bytes);
                 self.deliver(Delivery::Send { conn, bytes });
             }
+            Output::SendUngated { conn, bytes } => {
+                self.trace.hash.write_field(&bytes);
+                self.t(format!("out send-ungated conn={conn} len={}", bytes.len()));
+                self.track_response_ends(conn, &bytes);
+                if let Some(d) = self.io.pipe.deliver_ungated(Delivery::Send { conn, bytes }) {
+                    self.release(d);
+                }
+            }
             Output::Close { conn } => {
                 self.t(format!("out close conn={conn}"));
                 self.stream_end_emitted(conn, true);

@@ -1,6 +1,96 @@
 //! Measuring helpers shared by the bench binaries (`testkit/src/bin/`).
 
+use std::net::SocketAddr;
 use std::time::Duration;
+
+use serde_json::json;
+
+pub mod boot;
+pub mod client;
+pub mod llm;
+pub mod probe;
+pub mod turns;
+
+pub use client::{err, Conn, Res, Resp};
+pub use probe::{HealthProbe, Meter, PageScan, ProbeResult, Usage};
+
+/// An open, registered session.
+pub struct Session {
+    pub id: String,
+    pub key: String,
+}
+
+/// Creates a profile on `provider` allowing `get_time`, and one client key
+/// of it; returns the key's plaintext.
+pub fn client_key(admin_addr: SocketAddr, admin_key: &str, provider: &str) -> Res<String> {
+    let mut admin = Conn::open(admin_addr)?;
+    let bearer = Some(admin_key);
+    let p = admin.json(
+        "POST",
+        "/admin/v1/profiles",
+        bearer,
+        &json!({"name": format!("bench-{}-{provider}", std::process::id()),
+                "primary_provider": provider, "allowed_tools": ["get_time"]}),
+    )?;
+    let k = admin.json(
+        "POST",
+        "/admin/v1/keys",
+        bearer,
+        &json!({"name": "bench", "profile_id": p["id"]}),
+    )?;
+    k["key"]
+        .as_str()
+        .map(str::to_string)
+        .ok_or_else(|| format!("POST /admin/v1/keys answered no key: {k}"))
+}
+
+/// Opens a session (advertising the client tool `get_time` when `tools`)
+/// and registers as its driver, over an existing connection.
+pub fn open_session_on(c: &mut Conn, key: &str, tools: bool) -> Res<Session> {
+    let body = if tools {
+        json!({"tools": [{"name": "get_time", "input_schema": {"type": "object"}}]})
+    } else {
+        json!({})
+    };
+    let v = c.json("POST", "/api/v1/sessions", Some(key), &body)?;
+    let s = Session {
+        id: v["session_id"].as_str().unwrap_or_default().to_string(),
+        key: v["session_key"].as_str().unwrap_or_default().to_string(),
+    };
+    c.rpc(
+        &s.id,
+        &s.key,
+        "session.registerDriver",
+        serde_json::json!({}),
+    )?;
+    Ok(s)
+}
+
+/// Walks a session's whole event log (pages of `limit`, with its session
+/// key) without building the items; returns `(events, pages, body bytes)`.
+pub fn walk_events(c: &mut Conn, s: &Session, limit: usize) -> Res<(usize, usize, usize)> {
+    let (mut events, mut pages, mut bytes) = (0, 0, 0);
+    let mut cursor = String::new();
+    loop {
+        let mut path = format!("/api/v1/sessions/{}/events?limit={limit}", s.id);
+        if !cursor.is_empty() {
+            path.push_str("&cursor=");
+            path.push_str(&cursor);
+        }
+        let r = c.request("GET", &path, Some(&s.key), b"")?;
+        if r.status != 200 {
+            return Err(format!("GET {path}: {}", r.status));
+        }
+        let page = PageScan::parse(&r.body)?;
+        events += page.items;
+        pages += 1;
+        bytes += r.body.len();
+        match page.next_cursor {
+            Some(next) if page.items > 0 => cursor = next,
+            _ => return Ok((events, pages, bytes)),
+        }
+    }
+}
 
 /// The `p` quantile (0..=1, nearest rank) of ascending `sorted`; zero when
 /// empty.
