@@ -225,6 +225,25 @@ fn every_write_variant_round_trips() {
     assert_eq!(st.read::<Option<String>, _>(0).unwrap(), None);
 }
 
+/// Texts are read back by length: a name with an embedded NUL (JSON's
+/// `\u0000`, which a client may send) and non-ASCII text survive whole.
+#[test]
+fn texts_with_nul_and_non_ascii_round_trip_whole() {
+    let (store, path) = open("nul-text");
+    let mut key = client_key();
+    key.name = "lap\u{0}top ✓".into();
+    let mut p = profile();
+    p.name = "pro\u{0}file".into();
+    store
+        .commit(&[StoreWrite::InsertProfile(p), StoreWrite::InsertKey(key)])
+        .unwrap();
+    drop(store);
+    let store = Store::open(&path, Synchronous::Normal).unwrap();
+    let snap = store.load_snapshot().unwrap();
+    assert_eq!(snap.keys[0].name, "lap\u{0}top ✓");
+    assert_eq!(snap.profiles[0].name, "pro\u{0}file");
+}
+
 #[test]
 fn events_and_event_seq_reads() {
     let (store, _path) = open("reads");

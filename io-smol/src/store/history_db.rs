@@ -118,7 +118,7 @@ impl<'c> StoreConn<'c> {
             st.bind((3, r.end))?;
             let res = (|| -> Result<()> {
                 while st.next()? == State::Row {
-                    out.insert(st.read::<i64, _>(0)?, st.read::<String, _>(1)?);
+                    out.insert(st.read::<i64, _>(0)?, st.text(1)?);
                 }
                 Ok(())
             })();

@@ -228,27 +228,25 @@ impl<'c> StoreConn<'c> {
         })?;
         let mut seen = HashSet::new();
         self.each_row(Q::Drivers, |st| {
-            let pair = (st.read::<String, _>(0)?, st.read::<String, _>(1)?);
+            let pair = (st.text(0)?, st.text(1)?);
             if seen.insert(pair.clone()) {
                 snap.drivers.push(pair);
             }
             Ok(())
         })?;
         self.each_row(Q::EventCounts, |st| {
-            snap.event_counts.push((
-                st.read::<String, _>(0)?,
-                st.read::<i64, _>(1)?.max(0) as u64,
-            ));
+            snap.event_counts
+                .push((st.text(0)?, st.read::<i64, _>(1)?.max(0) as u64));
             Ok(())
         })?;
         self.each_row(Q::AllIdempotency, |st| {
             snap.idempotency.push(engine::store::IdempotencyRow {
-                session_id: st.read::<String, _>(0)?,
-                client_key_id: st.read::<String, _>(1)?,
-                key: st.read::<String, _>(2)?,
-                digest: st.read::<String, _>(3)?,
+                session_id: st.text(0)?,
+                client_key_id: st.text(1)?,
+                key: st.text(2)?,
+                digest: st.text(3)?,
                 created_ms: st.read::<i64, _>(4)?.max(0) as u64,
-                outcome: st.read::<Option<String>, _>(5)?,
+                outcome: st.opt_text(5)?,
             });
             Ok(())
         })?;

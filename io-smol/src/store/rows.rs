@@ -12,11 +12,20 @@ pub(crate) trait Cols {
 }
 
 impl Cols for Statement<'_> {
+    /// By pointer and length, not as a C string: the binding's `String`
+    /// read runs `strlen` and a lossy UTF-8 pass over every payload (a
+    /// quarter of the store thread's time when paging large histories), and
+    /// would cut a text at an embedded NUL.
     fn text(&self, i: usize) -> Result<String> {
-        Ok(self.read::<String, _>(i)?)
+        let bytes = self.read::<Vec<u8>, _>(i)?;
+        Ok(String::from_utf8(bytes)
+            .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()))
     }
     fn opt_text(&self, i: usize) -> Result<Option<String>> {
-        Ok(self.read::<Option<String>, _>(i)?)
+        if self.column_type(i)? == sqlite::Type::Null {
+            return Ok(None);
+        }
+        self.text(i).map(Some)
     }
     fn int(&self, i: usize) -> Result<i64> {
         Ok(self.read::<i64, _>(i)?)

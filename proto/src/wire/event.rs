@@ -147,18 +147,40 @@ pub fn event_view_json(
     let mut out = String::with_capacity(
         120 + id.len() + session_id.len() + event_type.len() + payload_json.len(),
     );
+    push_event_view(
+        &mut out,
+        id,
+        session_id,
+        client_key_id,
+        event_type,
+        payload_json,
+        created_at,
+    );
+    out
+}
+
+/// [`event_view_json`] appended to `out` (a page renders all its items
+/// into one buffer).
+pub fn push_event_view(
+    out: &mut String,
+    id: &str,
+    session_id: &str,
+    client_key_id: Option<&str>,
+    event_type: &str,
+    payload_json: &str,
+    created_at: &str,
+) {
     out.push_str("{\"id\":");
-    push_str(&mut out, id);
+    push_str(out, id);
     out.push_str(",\"session_id\":");
-    push_str(&mut out, session_id);
+    push_str(out, session_id);
     out.push_str(",\"client_key_id\":");
-    push_opt_str(&mut out, client_key_id);
+    push_opt_str(out, client_key_id);
     out.push_str(",\"event_type\":");
-    push_str(&mut out, event_type);
+    push_str(out, event_type);
     out.push_str(",\"payload\":");
     out.push_str(payload_json);
     out.push_str(",\"created_at\":");
-    push_str(&mut out, created_at);
+    push_str(out, created_at);
     out.push('}');
-    out
 }

@@ -27,7 +27,7 @@ pub mod session;
 pub mod time;
 
 pub use compaction::CompactionConfig;
-pub use event::{event_view_json, EventType, EventView};
+pub use event::{event_view_json, push_event_view, EventType, EventView};
 pub use ids::{is_id, is_secret, make_id, make_secret, IdKind, SecretKind};
 pub use page::{parse_page_query, Page};
 pub use problem::{Problem, ProblemType};

@@ -92,6 +92,68 @@ pub fn walk_events(c: &mut Conn, s: &Session, limit: usize) -> Res<(usize, usize
     }
 }
 
+/// Walks a session's whole event log like [`walk_events`] but finds each
+/// page's `next_cursor` by a byte search near either end of the body instead
+/// of parsing it: a pager costing the generator next to nothing, for
+/// measuring the server's side. Returns `(pages, body bytes)`.
+pub fn walk_events_scan(c: &mut Conn, s: &Session, limit: usize) -> Res<(usize, usize)> {
+    let (mut pages, mut bytes) = (0, 0);
+    let mut cursor: Option<String> = None;
+    loop {
+        let mut path = format!("/api/v1/sessions/{}/events?limit={limit}", s.id);
+        if let Some(c) = &cursor {
+            path.push_str("&cursor=");
+            path.push_str(c);
+        }
+        let r = c.request("GET", &path, Some(&s.key), b"")?;
+        if r.status != 200 {
+            return Err(format!("GET {path}: {}", r.status));
+        }
+        pages += 1;
+        bytes += r.body.len();
+        match scan_cursor(&r.body)? {
+            Some(next) if cursor.as_deref() != Some(next.as_str()) => cursor = Some(next),
+            _ => return Ok((pages, bytes)),
+        }
+    }
+}
+
+/// The `next_cursor` of a page body, looked for in its last and first
+/// 256 bytes (wherever a server puts the key, it is outside the items only
+/// there); `Err` when neither holds it.
+pub fn scan_cursor(body: &[u8]) -> Res<Option<String>> {
+    const KEY: &[u8] = b"\"next_cursor\"";
+    let tail = body.len().saturating_sub(256);
+    let at = [tail, 0].into_iter().find_map(|from| {
+        let end = (from + 256).min(body.len());
+        let window = &body[from..end];
+        window
+            .windows(KEY.len())
+            .rposition(|w| w == KEY)
+            .map(|p| from + p + KEY.len())
+    });
+    let Some(at) = at else {
+        return Err("no next_cursor near either end of the page".into());
+    };
+    let rest = &body[at..];
+    let rest = rest
+        .trim_ascii_start()
+        .strip_prefix(b":")
+        .unwrap_or(rest)
+        .trim_ascii_start();
+    if rest.starts_with(b"null") {
+        return Ok(None);
+    }
+    let Some(rest) = rest.strip_prefix(b"\"") else {
+        return Err("next_cursor is neither a string nor null".into());
+    };
+    let len = rest
+        .iter()
+        .position(|&b| b == b'"')
+        .ok_or("unterminated next_cursor")?;
+    Ok(Some(String::from_utf8_lossy(&rest[..len]).into_owned()))
+}
+
 /// The `p` quantile (0..=1, nearest rank) of ascending `sorted`; zero when
 /// empty.
 pub fn percentile(sorted: &[Duration], p: f64) -> Duration {
@@ -181,6 +243,24 @@ pub fn engine_steps_summary(metrics: &str) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn scan_cursor_finds_the_cursor_at_either_end() {
+        let items = format!("[{}]", "{\"x\":1},".repeat(100) + "{}");
+        let last = format!("{{\"items\":{items},\"next_cursor\":\"42\"}}");
+        assert_eq!(
+            super::scan_cursor(last.as_bytes()).unwrap(),
+            Some("42".into())
+        );
+        let first = format!("{{\"next_cursor\": null, \"items\": {items}}}");
+        assert_eq!(super::scan_cursor(first.as_bytes()).unwrap(), None);
+        let spaced = format!("{{\"items\": {items}, \"next_cursor\": \"7\"}}");
+        assert_eq!(
+            super::scan_cursor(spaced.as_bytes()).unwrap(),
+            Some("7".into())
+        );
+        assert!(super::scan_cursor(items.as_bytes()).is_err());
+    }
+
     #[test]
     fn engine_steps_summary_reads_the_histogram() {
         let text = "bae_engine_step_microseconds_bucket{le=\"10\"} 50\n\

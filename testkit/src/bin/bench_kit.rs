@@ -6,7 +6,7 @@
 //! cargo build --release -p io-smol -p testkit
 //! target/release/bench_kit [--secs 3] [--clients 64] [--sessions 10000]
 //!     [--history-turns 250] [--page-limit 100] [--observer-turns 100]
-//!     [--bin PATH]
+//!     [--only opens|turns|paging|observers] [--pager scan|parse] [--bin PATH]
 //! target/release/bench_kit --url http://127.0.0.1:8080 --admin-url http://127.0.0.1:8081 \
 //!     --admin-key KEY [--pid PID] --mock-addr 127.0.0.1:9999 [--provider mock]
 //! ```
@@ -18,6 +18,11 @@
 //! through the admin API. Without `--pid` the server's CPU and RSS are not
 //! read, and only rates and latencies are printed. "Fresh server" rows (idle
 //! RSS, RSS after the opens) are only meaningful on a server just started.
+//!
+//! Pagers find each page's `next_cursor` by a byte search (`--pager scan`,
+//! the default), so the generator costs little next to the server;
+//! `--pager parse` skips every item through a JSON parser instead, as a
+//! client that does not build them would.
 //!
 //! Each scenario also prints the CPU the server and this process (clients
 //! and mock) used, and says when the generator, not the server, was the
@@ -52,10 +57,12 @@ struct Opts {
     pid: Option<u32>,
     mock_addr: Option<String>,
     provider: String,
+    only: Option<String>,
+    pager_scan: bool,
 }
 
 const USAGE: &str = "usage: bench_kit [--secs S] [--clients C] [--sessions N] \
-[--history-turns T] [--page-limit L] [--observer-turns T] \
+[--history-turns T] [--page-limit L] [--observer-turns T] [--only opens|turns|paging|observers] [--pager scan|parse] \
 [--bin PATH | --url URL --admin-url URL --admin-key KEY --mock-addr IP:PORT [--pid PID] [--provider NAME]]";
 
 /// `http://host:port[/]` (or a bare `host:port`) as a socket address.
@@ -89,6 +96,8 @@ fn parse_opts() -> Res<Opts> {
         pid: None,
         mock_addr: None,
         provider: "mock".into(),
+        only: None,
+        pager_scan: true,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -111,6 +120,22 @@ fn parse_opts() -> Res<Opts> {
             "--pid" => o.pid = Some(val()?.parse().map_err(err("--pid"))?),
             "--mock-addr" => o.mock_addr = Some(val()?),
             "--provider" => o.provider = val()?,
+            "--pager" => {
+                o.pager_scan = match val()?.as_str() {
+                    "scan" => true,
+                    "parse" => false,
+                    other => return Err(format!("--pager: scan or parse, not {other:?}")),
+                }
+            }
+            "--only" => {
+                let v = val()?;
+                if !["opens", "turns", "paging", "observers"].contains(&v.as_str()) {
+                    return Err(format!(
+                        "--only: one of opens, turns, paging, observers, not {v:?}"
+                    ));
+                }
+                o.only = Some(v);
+            }
             "-h" | "--help" => {
                 println!("{USAGE}");
                 std::process::exit(0);
@@ -213,7 +238,19 @@ struct Paging {
     usage: Usage,
 }
 
-fn paging(t: &Target, s: &Session, clients: usize, limit: usize, secs: f64) -> Res<Paging> {
+/// `scan`: pagers find each `next_cursor` by a byte search and count a
+/// whole walk as the `events_per_walk` the validated first walk found;
+/// `parse` skips every item through a JSON parser, as a client that does
+/// not build them would (costlier for the generator than for the server).
+fn paging(
+    t: &Target,
+    s: &Session,
+    clients: usize,
+    limit: usize,
+    secs: f64,
+    scan: bool,
+    events_per_walk: usize,
+) -> Res<Paging> {
     let stop = Arc::new(AtomicBool::new(false));
     let meter = Meter::start(t.pid);
     let t0 = Instant::now();
@@ -228,7 +265,12 @@ fn paging(t: &Target, s: &Session, clients: usize, limit: usize, secs: f64) -> R
             let mut c = Conn::open(addr)?;
             let (mut e, mut p, mut b) = (0, 0, 0);
             while !stop.load(Ordering::Relaxed) {
-                let (de, dp, db) = bench::walk_events(&mut c, &s, limit)?;
+                let (de, dp, db) = if scan {
+                    let (dp, db) = bench::walk_events_scan(&mut c, &s, limit)?;
+                    (events_per_walk, dp, db)
+                } else {
+                    bench::walk_events(&mut c, &s, limit)?
+                };
                 (e, p, b) = (e + de, p + dp, b + db);
             }
             Ok((e, p, b))
@@ -289,37 +331,62 @@ fn run(o: Opts) -> Res<()> {
         thread::available_parallelism().map_or(1, |n| n.get())
     );
 
+    let want = |name: &str| o.only.as_deref().is_none_or(|only| only == name);
+    let mbs = |v: Option<f64>| v.map_or("n/a".into(), |v| format!("{v:.1} MB"));
+    let row = |figure, value, target| Row {
+        figure,
+        value,
+        target,
+    };
+
     // 1. Idle.
     thread::sleep(Duration::from_secs(1));
     println!("RSS idle: {}", t.rss());
     let idle = t.rss_mb();
+    let key = bench::client_key(t.admin_addr, &t.admin_key, &o.provider)?;
 
     // 2. Session opens on the fresh server.
-    let key = bench::client_key(t.admin_addr, &t.admin_key, &o.provider)?;
-    let (rate, lat, usage) = opens(&t, &key, c, o.sessions)?;
-    let per_open = usage.server_per(lat.len());
-    println!(
-        "session opens @{c}: {rate:.0}/s ({} opens), p50 {} p99 {}, server CPU/open {}; {usage}",
-        lat.len(),
-        ms(percentile(&lat, 0.5)),
-        ms(percentile(&lat, 0.99)),
-        cpu_ms(per_open),
-    );
-    println!("RSS after {} opens: {}", lat.len(), t.rss());
-    let after_opens = t.rss_mb();
+    if want("opens") {
+        let (rate, lat, usage) = opens(&t, &key, c, o.sessions)?;
+        let per_open = usage.server_per(lat.len());
+        println!(
+            "session opens @{c}: {rate:.0}/s ({} opens), p50 {} p99 {}, server CPU/open {}; {usage}",
+            lat.len(),
+            ms(percentile(&lat, 0.5)),
+            ms(percentile(&lat, 0.99)),
+            cpu_ms(per_open),
+        );
+        println!("RSS after {} opens: {}", lat.len(), t.rss());
+        rows.push(row(
+            "server CPU per session open",
+            cpu_ms(per_open),
+            "≤ 0.05 ms",
+        ));
+        rows.push(row(
+            "RSS after the session opens on a fresh server",
+            mbs(t.rss_mb()),
+            "≤ 10 MB",
+        ));
+    }
 
     // 3–4. Turn units, each opening its own session, with a /healthz probe.
-    let mut unit_rows = Vec::new();
-    for (kind, name) in [
+    for (kind, name, cpu_target, rate_target) in [
         (
             Kind::Text,
-            "text turns (open + registerDriver + sendMessage)",
+            "text turn (open + registerDriver + sendMessage)",
+            "≤ 0.15 ms",
+            "≥ 5,000",
         ),
         (
             Kind::ToolRoundTrip,
-            "client-tool round trips (open + register + two sends)",
+            "client-tool round trip (open + register + two sends)",
+            "≤ 0.3 ms",
+            "≥ 2,500",
         ),
     ] {
+        if !want("turns") {
+            break;
+        }
         let probe = HealthProbe::start(t.addr);
         let r = turns::load(t.addr, t.pid, &key, kind, c, o.secs, 1)?;
         let health = probe.finish()?;
@@ -332,131 +399,107 @@ fn run(o: Opts) -> Res<()> {
             cpu_ms(r.cpu_per_unit()),
             r.usage
         );
-        unit_rows.push((r, health));
+        rows.push(row(
+            if kind == Kind::Text {
+                "server CPU per text turn (open + registerDriver + sendMessage)"
+            } else {
+                "server CPU per client-tool round trip (open + register + two sends)"
+            },
+            cpu_ms(r.cpu_per_unit()),
+            cpu_target,
+        ));
+        rows.push(row(
+            if kind == Kind::Text {
+                "text turns/s"
+            } else {
+                "tool round trips/s"
+            },
+            format!("{:.0}", r.per_sec),
+            rate_target,
+        ));
+        rows.push(row(
+            if kind == Kind::Text {
+                "`GET /healthz` p99 during text turns"
+            } else {
+                "`GET /healthz` p99 during tool round trips"
+            },
+            ms(health.p99),
+            "≤ 5 ms",
+        ));
     }
 
     // 5–6. One long session with a growing history, paged by `clients`.
-    let mut driver = Conn::open(t.addr)?;
-    let long = open_session_on(&mut driver, &key, false)?;
-    let t0 = Instant::now();
-    for i in 0..o.history_turns {
-        turns::unit(&mut driver, &long, Kind::Text, i as u64)?;
+    if want("paging") {
+        let mut driver = Conn::open(t.addr)?;
+        let long = open_session_on(&mut driver, &key, false)?;
+        let t0 = Instant::now();
+        for i in 0..o.history_turns {
+            turns::unit(&mut driver, &long, Kind::Text, i as u64)?;
+        }
+        let (events, pages, bytes) = bench::walk_events(&mut driver, &long, o.page_limit)?;
+        println!(
+            "history: {} turns in {:.1} s; {events} events in {pages} pages of {}, {:.0} KB per page",
+            o.history_turns,
+            t0.elapsed().as_secs_f64(),
+            o.page_limit,
+            bytes as f64 / pages.max(1) as f64 / 1e3
+        );
+        let probe = HealthProbe::start(t.addr);
+        let p = paging(&t, &long, c, o.page_limit, o.secs, o.pager_scan, events)?;
+        let health = probe.finish()?;
+        let secs = p.elapsed.as_secs_f64();
+        let per_page = p.usage.server_per(p.pages);
+        println!(
+            "paging @{c} ({} pager): {:.0} events/s, {:.0} pages/s, {:.0} MB/s of page bytes, server CPU/page {}; {health}; {}",
+            if o.pager_scan { "scanning" } else { "parsing" },
+            p.events as f64 / secs,
+            p.pages as f64 / secs,
+            p.bytes as f64 / secs / 1e6,
+            cpu_ms(per_page),
+            p.usage
+        );
+        rows.push(row(
+            "server CPU per events page of the long session",
+            cpu_ms(per_page),
+            "≤ 0.25 ms",
+        ));
+        rows.push(row(
+            "events paged/s, same session",
+            format!("{:.0}", p.events as f64 / secs),
+            "≥ 400,000",
+        ));
+        rows.push(row(
+            "`GET /healthz` p99 while the clients page that session",
+            ms(health.p99),
+            "≤ 5 ms",
+        ));
     }
-    let (events, pages, bytes) = bench::walk_events(&mut driver, &long, o.page_limit)?;
-    println!(
-        "history: {} turns in {:.1} s; {events} events in {pages} pages of {}, {:.0} KB per page",
-        o.history_turns,
-        t0.elapsed().as_secs_f64(),
-        o.page_limit,
-        bytes as f64 / pages.max(1) as f64 / 1e3
-    );
-    let probe = HealthProbe::start(t.addr);
-    let p = paging(&t, &long, c, o.page_limit, o.secs)?;
-    let paging_health = probe.finish()?;
-    let secs = p.elapsed.as_secs_f64();
-    let per_page = p.usage.server_per(p.pages);
-    println!(
-        "paging @{c}: {:.0} events/s, {:.0} pages/s, {:.0} MB/s of page bytes, server CPU/page {}; {paging_health}; {}",
-        p.events as f64 / secs,
-        p.pages as f64 / secs,
-        p.bytes as f64 / secs / 1e6,
-        cpu_ms(per_page),
-        p.usage
-    );
 
     // 7. Observers of one session.
-    let addr = t.addr;
-    let count = |s: &Session| Ok(bench::walk_events(&mut Conn::open(addr)?, s, 200)?.0);
-    let f = turns::fanout(t.addr, t.pid, &key, c, o.observer_turns, &count)?;
-    println!(
-        "{c} observers, {} turns: {:.0} events/s delivered, lag p50 {} p99 {}, lost {}; {}",
-        o.observer_turns,
-        f.events_per_sec,
-        ms(f.lag_p50),
-        ms(f.lag_p99),
-        f.lost,
-        f.usage
-    );
+    if want("observers") {
+        let addr = t.addr;
+        let count = |s: &Session| Ok(bench::walk_events(&mut Conn::open(addr)?, s, 200)?.0);
+        let f = turns::fanout(t.addr, t.pid, &key, c, o.observer_turns, &count)?;
+        println!(
+            "{c} observers, {} turns: {:.0} events/s delivered, lag p50 {} p99 {}, lost {}; {}",
+            o.observer_turns,
+            f.events_per_sec,
+            ms(f.lag_p50),
+            ms(f.lag_p99),
+            f.lost,
+            f.usage
+        );
+        rows.push(row(
+            "observers of one session, delivery lag p99",
+            format!("{} ({} lost)", ms(f.lag_p99), f.lost),
+            "≤ 2 ms, nothing lost",
+        ));
+    }
 
     // 8. After everything.
     println!("RSS after the run: {}", t.rss());
-    let after_run = t.rss_mb();
-
-    let mbs = |v: Option<f64>| v.map_or("n/a".into(), |v| format!("{v:.1} MB"));
-    let (text, text_health) = &unit_rows[0];
-    let (tool, tool_health) = &unit_rows[1];
-    rows.extend([
-        Row {
-            figure: "server CPU per text turn (open + registerDriver + sendMessage)",
-            value: cpu_ms(text.cpu_per_unit()),
-            target: "≤ 0.15 ms",
-        },
-        Row {
-            figure: "server CPU per client-tool round trip (open + register + two sends)",
-            value: cpu_ms(tool.cpu_per_unit()),
-            target: "≤ 0.3 ms",
-        },
-        Row {
-            figure: "server CPU per session open",
-            value: cpu_ms(per_open),
-            target: "≤ 0.05 ms",
-        },
-        Row {
-            figure: "server CPU per events page of the long session",
-            value: cpu_ms(per_page),
-            target: "≤ 0.25 ms",
-        },
-        Row {
-            figure: "events paged/s, same session (items skipped, not built)",
-            value: format!("{:.0}", p.events as f64 / secs),
-            target: "≥ 400,000",
-        },
-        Row {
-            figure: "`GET /healthz` p99 while the clients page that session",
-            value: ms(paging_health.p99),
-            target: "≤ 5 ms",
-        },
-        Row {
-            figure: "`GET /healthz` p99 during tool round trips",
-            value: ms(tool_health.p99),
-            target: "≤ 5 ms",
-        },
-        Row {
-            figure: "`GET /healthz` p99 during text turns",
-            value: ms(text_health.p99),
-            target: "≤ 5 ms",
-        },
-        Row {
-            figure: "observers of one session, delivery lag p99",
-            value: format!("{} ({} lost)", ms(f.lag_p99), f.lost),
-            target: "≤ 2 ms, nothing lost",
-        },
-        Row {
-            figure: "text turns/s",
-            value: format!("{:.0}", text.per_sec),
-            target: "≥ 5,000",
-        },
-        Row {
-            figure: "tool round trips/s",
-            value: format!("{:.0}", tool.per_sec),
-            target: "≥ 2,500",
-        },
-        Row {
-            figure: "RSS after the session opens on a fresh server",
-            value: mbs(after_opens),
-            target: "≤ 10 MB",
-        },
-        Row {
-            figure: "RSS after the whole run",
-            value: mbs(after_run),
-            target: "≤ 15 MB",
-        },
-        Row {
-            figure: "RSS idle",
-            value: mbs(idle),
-            target: "≤ 4 MB",
-        },
-    ]);
+    rows.push(row("RSS after the whole run", mbs(t.rss_mb()), "≤ 15 MB"));
+    rows.push(row("RSS idle", mbs(idle), "≤ 4 MB"));
     println!();
     println!("| figure, {c} clients | measured | target |");
     println!("|---|---|---|");

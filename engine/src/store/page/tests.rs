@@ -186,3 +186,24 @@ fn replay_pages_render_the_frames_a_stream_sends() {
     assert_eq!(usize::from_str_radix(size, 16).unwrap() + 2, body.len());
     assert!(body.ends_with("}\n\r\n"), "{body:?}");
 }
+
+#[test]
+fn a_page_rendered_in_one_buffer_is_byte_identical_to_joined_items() {
+    let mut rows: Vec<EventRow> = (1..=5).map(row).collect();
+    rows[1].client_key_id = Some("key_1".into());
+    rows[2].payload = "{\"text\":\"a \\\"quoted\\\" \\u2028 line\"}".into();
+    rows[3].event_type = "odd\"type\n".into();
+    for more in [false, true] {
+        let items: Vec<String> = rows.iter().map(EventRow::view_json).collect();
+        let cursor = more.then(|| "5".to_string());
+        let want = proto::wire::page::page_json(&items, cursor.as_deref());
+        assert_eq!(
+            String::from_utf8(render_events_page(&rows, more)).unwrap(),
+            want
+        );
+    }
+    assert_eq!(
+        render_events_page(&[], false),
+        proto::wire::page::page_json::<String>(&[], None).into_bytes()
+    );
+}
