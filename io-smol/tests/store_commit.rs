@@ -544,3 +544,33 @@ fn group_commit_throughput() {
     let secs = start.elapsed().as_secs_f64();
     eprintln!("{:.0} events/s", (seq - 2) as f64 / secs);
 }
+
+/// The server's store connection leaves WAL checkpoints to a thread of its
+/// own: commits far below the automatic threshold it keeps as a backstop
+/// still reach the database file soon after, without any commit running a
+/// checkpoint itself.
+#[test]
+fn a_background_thread_checkpoints_the_wal_after_commits() {
+    let (store, path) = open("checkpoint");
+    store.commit(&base_batch()).unwrap();
+    let db_len = || std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+    let mut backend = io_smol::store::Backend::Sqlite(store);
+    let mut worker = backend.worker();
+    let before = db_len();
+    // About 2 MB of events: some 500 pages, far below the 10,000-page
+    // backstop, so only the checkpoint thread can copy them.
+    let text = "x".repeat(20_000);
+    for seq in 2..100u64 {
+        let e = event(seq, "ses_1", "client.message.send", json!({"t": text}));
+        worker.commit(&[StoreWrite::InsertEvent(e)]).unwrap();
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while db_len() < before + 1_500_000 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(
+        db_len() >= before + 1_500_000,
+        "database file {} bytes (was {before}): the WAL was not checkpointed",
+        db_len()
+    );
+}

@@ -44,7 +44,10 @@ impl Backend {
     /// The store thread's handle (SQLite: with its statement cache).
     pub fn worker(&mut self) -> Worker<'_> {
         match self {
-            Backend::Sqlite(s) => Worker::Sqlite(s.conn()),
+            Backend::Sqlite(s) => {
+                let checkpoints = s.background_checkpoints();
+                Worker::Sqlite(s.conn(), checkpoints)
+            }
             Backend::Postgres(p) => Worker::Postgres(p),
         }
     }
@@ -52,7 +55,8 @@ impl Backend {
 
 /// The store thread's view of a [`Backend`].
 pub enum Worker<'a> {
-    Sqlite(StoreConn<'a>),
+    /// With the checkpoint thread, when it could be started.
+    Sqlite(StoreConn<'a>, Option<super::checkpoint::Checkpointer>),
     Postgres(&'a mut PgStore),
 }
 
@@ -60,14 +64,20 @@ impl Worker<'_> {
     /// One batch, atomically.
     pub fn commit(&mut self, batch: &[StoreWrite]) -> Result<()> {
         match self {
-            Worker::Sqlite(c) => c.commit(batch),
+            Worker::Sqlite(c, checkpoints) => {
+                c.commit(batch)?;
+                if let Some(ckpt) = checkpoints {
+                    ckpt.committed();
+                }
+                Ok(())
+            }
             Worker::Postgres(p) => p.commit(batch),
         }
     }
 
     pub fn read(&mut self, read: &StoreRead) -> Result<ReadResult> {
         match self {
-            Worker::Sqlite(c) => c.read(read),
+            Worker::Sqlite(c, _) => c.read(read),
             Worker::Postgres(p) => p.read(read),
         }
     }
@@ -76,21 +86,21 @@ impl Worker<'_> {
     /// PostgreSQL store may run them in parallel on its readers.
     pub fn read_many(&mut self, reads: Vec<StoreRead>) -> Vec<Result<ReadResult>> {
         match self {
-            Worker::Sqlite(c) => reads.iter().map(|r| c.read(r)).collect(),
+            Worker::Sqlite(c, _) => reads.iter().map(|r| c.read(r)).collect(),
             Worker::Postgres(p) => p.read_many(reads),
         }
     }
 
     pub fn load_snapshot(&mut self) -> Result<Snapshot> {
         match self {
-            Worker::Sqlite(c) => c.load_snapshot(),
+            Worker::Sqlite(c, _) => c.load_snapshot(),
             Worker::Postgres(p) => p.load_snapshot(),
         }
     }
 
     pub fn activity(&mut self) -> Result<Activity> {
         match self {
-            Worker::Sqlite(c) => c.activity(),
+            Worker::Sqlite(c, _) => c.activity(),
             Worker::Postgres(p) => p.activity(),
         }
     }

@@ -18,6 +18,7 @@
 
 mod backend;
 mod bootstrap;
+mod checkpoint;
 mod history;
 mod history_db;
 mod json_scan;
@@ -275,6 +276,18 @@ impl Store {
             path,
             shared_history: true,
         })
+    }
+
+    /// Moves WAL checkpoints off this connection's commits onto a thread
+    /// of their own (see `checkpoint.rs`); `None` keeps the automatic ones.
+    pub fn background_checkpoints(&self) -> Option<checkpoint::Checkpointer> {
+        let ckpt = checkpoint::Checkpointer::start(&self.path)?;
+        let backstop = format!("PRAGMA wal_autocheckpoint = {}", checkpoint::BACKSTOP_PAGES);
+        if let Err(e) = self.conn.execute(backstop) {
+            tracing::warn!(error = %sqlite_text(&e), "cannot raise the automatic checkpoint threshold");
+            return None;
+        }
+        Some(ckpt)
     }
 
     /// The database file path.
