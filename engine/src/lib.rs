@@ -28,6 +28,7 @@ mod admin_api;
 mod admin_ui;
 mod auth;
 mod auth_legacy;
+pub mod burst;
 pub mod bytes;
 mod client_api;
 mod conn;

@@ -178,6 +178,18 @@ enum Event {
     Signal,
 }
 
+impl Event {
+    /// What [`engine::burst::probes_first`] needs to know.
+    fn seen(&self) -> engine::burst::Seen<'_> {
+        use engine::burst::Seen;
+        match self {
+            Event::Net(Input::Received { conn, bytes }) => Seen::Received(*conn, bytes),
+            Event::Net(input) => input.conn().map_or(Seen::Other, Seen::Conn),
+            _ => Seen::Other,
+        }
+    }
+}
+
 enum WriterMsg {
     Data(Bytes),
     Close,
@@ -326,12 +338,17 @@ impl Driver {
             .await;
             if let Some(ev) = first {
                 self.heap_trim.activity(Instant::now());
-                self.handle_event(ev, &mut acceptors);
-                for _ in 1..BURST {
+                let mut burst = vec![ev];
+                while burst.len() < BURST {
                     match events.try_recv() {
-                        Ok(ev) => self.handle_event(ev, &mut acceptors),
+                        Ok(ev) => burst.push(ev),
                         Err(_) => break,
                     }
+                }
+                // A liveness probe is not answered behind the whole burst.
+                engine::burst::probes_first(&mut burst, Event::seen);
+                for ev in burst {
+                    self.handle_event(ev, &mut acceptors);
                 }
             }
             self.fire_timers();
