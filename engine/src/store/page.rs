@@ -46,6 +46,10 @@ impl PageBounds {
     }
 }
 
+/// What an EventView adds to [`row_bytes`] (its `created_at` and
+/// `client_key_id` texts), so a rendering is sized without a regrowth.
+const VIEW_SLACK: usize = 64;
+
 /// What one row counts against a page's byte bound: its payload and the
 /// EventView members around it.
 pub fn row_bytes(row: &EventRow) -> usize {
@@ -145,7 +149,7 @@ pub fn render_events_page(rows: &[EventRow], more: bool) -> Vec<u8> {
         .flatten();
     // One buffer sized up front: each payload is copied once, straight
     // from its row (the same bytes `page_json` of the items would give).
-    let cap = rows.iter().map(row_bytes).sum::<usize>() + 64;
+    let cap = rows.iter().map(|r| row_bytes(r) + VIEW_SLACK).sum::<usize>() + 64;
     let mut out = String::with_capacity(cap);
     out.push_str("{\"items\":[");
     for (i, r) in rows.iter().enumerate() {
@@ -174,14 +178,9 @@ pub fn render_event_frames(rows: &[EventRow]) -> Vec<RenderedEvent> {
 impl EventRow {
     /// The EventView JSON of the row (its payload copied in as stored).
     pub fn view_json(&self) -> String {
-        proto::wire::event_view_json(
-            &self.id,
-            &self.session_id,
-            self.client_key_id.as_deref(),
-            &self.event_type,
-            &self.payload,
-            &self.created_at,
-        )
+        let mut out = String::with_capacity(row_bytes(self) + VIEW_SLACK);
+        self.push_view_json(&mut out);
+        out
     }
 
     /// [`EventRow::view_json`] appended to `out`.
