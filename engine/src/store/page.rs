@@ -149,7 +149,11 @@ pub fn render_events_page(rows: &[EventRow], more: bool) -> Vec<u8> {
         .flatten();
     // One buffer sized up front: each payload is copied once, straight
     // from its row (the same bytes `page_json` of the items would give).
-    let cap = rows.iter().map(|r| row_bytes(r) + VIEW_SLACK).sum::<usize>() + 64;
+    let cap = rows
+        .iter()
+        .map(|r| row_bytes(r) + VIEW_SLACK)
+        .sum::<usize>()
+        + 64;
     let mut out = String::with_capacity(cap);
     out.push_str("{\"items\":[");
     for (i, r) in rows.iter().enumerate() {
