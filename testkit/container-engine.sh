@@ -171,6 +171,13 @@ our_pid() { # prints the pid of the service this script started, if alive
 }
 up=0
 answers && up=1
+# Ours but started from a directory since deleted (a removed checkout or
+# worktree): it still answers `version`, but conmon cannot use its working
+# directory and every container start hangs. Restart it.
+if [ "$up" = 1 ] && pid=$(our_pid) && readlink "/proc/$pid/cwd" | grep -q ' (deleted)$'; then
+  say "podman service (pid $pid) runs in a deleted directory; restarting it"
+  RESTART=1
+fi
 if [ "$up" = 1 ]; then
   if [ "$RESTART" = 1 ]; then
     pid=$(our_pid) || die "--restart: the service on $SOCK was not started by this script; stop it yourself"
@@ -192,7 +199,8 @@ fi
 if [ "$up" = 0 ]; then
   rm -f "$SOCK"
   say "starting podman system service on $SOCK (log: $LOG)"
-  setsid nohup podman system service --time=0 "unix://$SOCK" </dev/null >>"$LOG" 2>&1 &
+  # From /, so that no checkout's directory outlives it (see above).
+  (cd / && exec setsid nohup podman system service --time=0 "unix://$SOCK" </dev/null >>"$LOG" 2>&1) &
   echo $! >"$PIDFILE"
   conf_sha >"$CONF_SHA"
   STARTED=1
