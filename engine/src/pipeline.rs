@@ -43,6 +43,18 @@ pub enum Delivery {
     Forward(crate::replicas::Forward),
 }
 
+impl Delivery {
+    /// The connection it goes to (a relay's client connection); `None` for
+    /// a provider call.
+    pub fn conn(&self) -> Option<ConnId> {
+        match self {
+            Delivery::Send { conn, .. } | Delivery::Close { conn } => Some(*conn),
+            Delivery::Forward(f) => Some(f.conn),
+            Delivery::Call(_) => None,
+        }
+    }
+}
+
 /// What a driver still has to do with an [`Output`] after
 /// [`Pipeline::route`] took its part.
 #[derive(Debug)]
@@ -110,9 +122,7 @@ impl Pipeline {
             Output::Mcp(cmd) => return Some(Routed::Mcp(cmd)),
             Output::Sandbox(cmd) => return Some(Routed::Sandbox(cmd)),
             Output::SendUngated { conn, bytes } => {
-                return self
-                    .deliver_ungated(Delivery::Send { conn, bytes })
-                    .map(Routed::Dispatch)
+                return self.deliver_ungated(conn, bytes).map(Routed::Dispatch)
             }
             Output::Send { conn, bytes } => Delivery::Send { conn, bytes },
             Output::Close { conn } => Delivery::Close { conn },
@@ -148,17 +158,13 @@ impl Pipeline {
     /// A send revealing nothing stored: held only while an earlier delivery
     /// to the same connection is held (bytes on one connection stay in
     /// order), dispatched now otherwise.
-    pub fn deliver_ungated(&mut self, d: Delivery) -> Option<Delivery> {
-        let conn = match &d {
-            Delivery::Send { conn, .. } | Delivery::Close { conn } => Some(*conn),
-            Delivery::Call(_) | Delivery::Forward(_) => None,
-        };
-        let behind = self.held.iter().any(|(_, h)| match h {
-            Delivery::Send { conn: c, .. } | Delivery::Close { conn: c } => Some(*c) == conn,
-            Delivery::Forward(f) => Some(f.conn) == conn,
-            Delivery::Call(_) => false,
-        });
-        if !behind || conn.is_none() {
+    pub fn deliver_ungated(
+        &mut self,
+        conn: ConnId,
+        bytes: crate::bytes::Bytes,
+    ) -> Option<Delivery> {
+        let d = Delivery::Send { conn, bytes };
+        if !self.held.iter().any(|(_, h)| h.conn() == Some(conn)) {
             return Some(d);
         }
         // Behind the newest entry, so the queue stays ordered by batch.
@@ -301,10 +307,12 @@ mod tests {
         p.write(revoke("a"));
         assert_eq!(p.deliver(send(ConnId(1), "x")), None);
         // A probe on another connection is not held behind the commit.
-        let probe = send(ConnId(2), "ok");
-        assert_eq!(p.deliver_ungated(probe.clone()), Some(probe));
+        assert_eq!(
+            p.deliver_ungated(ConnId(2), b"ok".to_vec().into()),
+            Some(send(ConnId(2), "ok"))
+        );
         // One pipelined behind held output on its own connection waits.
-        assert_eq!(p.deliver_ungated(send(ConnId(1), "ok")), None);
+        assert_eq!(p.deliver_ungated(ConnId(1), b"ok".to_vec().into()), None);
         p.take_submission().unwrap();
         assert_eq!(
             p.committed(1),

@@ -29,11 +29,7 @@ impl Engine {
         content_type: Option<&str>,
         body: &[u8],
     ) {
-        let close = self.closes_after(conn);
-        self.log_request(conn, status);
-        let bytes = proto::http::encode_response(status, content_type, &[], body, close);
-        self.send_ungated(conn, bytes);
-        self.finish_request(conn);
+        self.respond_gated(conn, status, content_type, &[], body, false);
     }
 
     /// [`Engine::respond`] with `extra` headers after `Content-Type`.
@@ -45,10 +41,27 @@ impl Engine {
         extra: &[(&str, &str)],
         body: &[u8],
     ) {
+        self.respond_gated(conn, status, content_type, extra, body, true);
+    }
+
+    /// One complete response; `gated`: held until earlier writes commit.
+    fn respond_gated(
+        &mut self,
+        conn: ConnId,
+        status: u16,
+        content_type: Option<&str>,
+        extra: &[(&str, &str)],
+        body: &[u8],
+        gated: bool,
+    ) {
         let close = self.closes_after(conn);
         self.log_request(conn, status);
         let bytes = proto::http::encode_response(status, content_type, extra, body, close);
-        self.send(conn, bytes);
+        if gated {
+            self.send(conn, bytes);
+        } else {
+            self.send_ungated(conn, bytes);
+        }
         self.finish_request(conn);
     }
 

@@ -221,7 +221,7 @@ impl Threads {
         let (conn, msg) = match d {
             Delivery::Send { conn, bytes } => (conn, Some(bytes)),
             Delivery::Close { conn } => (conn, None),
-            Delivery::Forward(_) => return,
+            Delivery::Forward(_) => return, // replica mode is refused at start
             Delivery::Call(call) => {
                 self.inflight += 1;
                 let tx = self.tx.clone();

@@ -308,7 +308,7 @@ impl World {
                     drop(self.pipe.deliver(Delivery::Send { conn, bytes }))
                 }
                 Output::SendUngated { conn, bytes } => {
-                    drop(self.pipe.deliver_ungated(Delivery::Send { conn, bytes }))
+                    drop(self.pipe.deliver_ungated(conn, bytes))
                 }
                 Output::Close { conn } => {
                     if self.pipe.deliver(Delivery::Close { conn }).is_some() {

@@ -155,16 +155,12 @@ pub fn render_events_page(rows: &[EventRow], more: bool) -> Vec<u8> {
         .sum::<usize>()
         + 64;
     let mut out = String::with_capacity(cap);
-    out.push_str("{\"items\":[");
-    for (i, r) in rows.iter().enumerate() {
-        if i > 0 {
-            out.push(',');
-        }
-        r.push_view_json(&mut out);
-    }
-    out.push_str("],\"next_cursor\":");
-    proto::wire::json::push_opt_str(&mut out, cursor.as_deref());
-    out.push('}');
+    proto::wire::page::push_page(
+        &mut out,
+        rows,
+        |o, r| r.push_view_json(o),
+        cursor.as_deref(),
+    );
     out.into_bytes()
 }
 

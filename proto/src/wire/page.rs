@@ -91,15 +91,31 @@ pub fn page_json<S: AsRef<str>>(items_json: &[S], next_cursor: Option<&str>) -> 
         .sum::<usize>()
         + 40;
     let mut out = String::with_capacity(cap);
+    push_page(
+        &mut out,
+        items_json,
+        |o, s| o.push_str(s.as_ref()),
+        next_cursor,
+    );
+    out
+}
+
+/// A page body appended to `out`, each item written by `push_item` (so a
+/// caller can render items straight into the page's buffer).
+pub fn push_page<T>(
+    out: &mut String,
+    items: &[T],
+    mut push_item: impl FnMut(&mut String, &T),
+    next_cursor: Option<&str>,
+) {
     out.push_str("{\"items\":[");
-    for (i, item) in items_json.iter().enumerate() {
+    for (i, item) in items.iter().enumerate() {
         if i > 0 {
             out.push(',');
         }
-        out.push_str(item.as_ref());
+        push_item(out, item);
     }
     out.push_str("],\"next_cursor\":");
-    super::json::push_opt_str(&mut out, next_cursor);
+    super::json::push_opt_str(out, next_cursor);
     out.push('}');
-    out
 }

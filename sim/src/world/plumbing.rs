@@ -70,23 +70,23 @@ impl World {
         }
     }
 
+    fn on_send(&mut self, conn: ConnId, bytes: engine::bytes::Bytes, gated: bool) {
+        self.trace.hash.write_field(&bytes);
+        let kind = if gated { "send" } else { "send-ungated" };
+        self.t(format!("out {kind} conn={conn} len={}", bytes.len()));
+        self.track_response_ends(conn, &bytes);
+        if gated {
+            self.deliver(Delivery::Send { conn, bytes });
+        } else if let Some(d) = self.io.pipe.deliver_ungated(conn, bytes) {
+            self.release(d);
+        }
+    }
+
     fn on_output(&mut self, o: Output) {
         match o {
             Output::Write(w) => self.on_write(w),
-            Output::Send { conn, bytes } => {
-                self.trace.hash.write_field(&bytes);
-                self.t(format!("out send conn={conn} len={}", bytes.len()));
-                self.track_response_ends(conn, &bytes);
-                self.deliver(Delivery::Send { conn, bytes });
-            }
-            Output::SendUngated { conn, bytes } => {
-                self.trace.hash.write_field(&bytes);
-                self.t(format!("out send-ungated conn={conn} len={}", bytes.len()));
-                self.track_response_ends(conn, &bytes);
-                if let Some(d) = self.io.pipe.deliver_ungated(Delivery::Send { conn, bytes }) {
-                    self.release(d);
-                }
-            }
+            Output::Send { conn, bytes } => self.on_send(conn, bytes, true),
+            Output::SendUngated { conn, bytes } => self.on_send(conn, bytes, false),
             Output::Close { conn } => {
                 self.t(format!("out close conn={conn}"));
                 self.stream_end_emitted(conn, true);

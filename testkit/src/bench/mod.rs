@@ -66,38 +66,34 @@ pub fn open_session_on(c: &mut Conn, key: &str, tools: bool) -> Res<Session> {
     Ok(s)
 }
 
-/// Walks a session's whole event log (pages of `limit`, with its session
-/// key) without building the items; returns `(events, pages, body bytes)`.
-pub fn walk_events(c: &mut Conn, s: &Session, limit: usize) -> Res<(usize, usize, usize)> {
-    let (mut events, mut pages, mut bytes) = (0, 0, 0);
-    let mut cursor = String::new();
-    loop {
-        let mut path = format!("/api/v1/sessions/{}/events?limit={limit}", s.id);
-        if !cursor.is_empty() {
-            path.push_str("&cursor=");
-            path.push_str(&cursor);
-        }
-        let r = c.request("GET", &path, Some(&s.key), b"")?;
-        if r.status != 200 {
-            return Err(format!("GET {path}: {}", r.status));
-        }
-        let page = PageScan::parse(&r.body)?;
-        events += page.items;
-        pages += 1;
-        bytes += r.body.len();
-        match page.next_cursor {
-            Some(next) if page.items > 0 => cursor = next,
-            _ => return Ok((events, pages, bytes)),
-        }
-    }
+/// How a pager reads each events page.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Pager {
+    /// Through a JSON parser that skips every item without building it, as
+    /// a client that does not need them would.
+    Parse,
+    /// `next_cursor` found by a byte search ([`scan_cursor`]): costs the
+    /// generator next to nothing, for measuring the server's side; items
+    /// are not counted.
+    Scan,
 }
 
-/// Walks a session's whole event log like [`walk_events`] but finds each
-/// page's `next_cursor` by a byte search near either end of the body instead
-/// of parsing it: a pager costing the generator next to nothing, for
-/// measuring the server's side. Returns `(pages, body bytes)`.
-pub fn walk_events_scan(c: &mut Conn, s: &Session, limit: usize) -> Res<(usize, usize)> {
-    let (mut pages, mut bytes) = (0, 0);
+/// One walk over a session's whole event log.
+pub struct Walk {
+    /// Items seen (`None` for [`Pager::Scan`]).
+    pub events: Option<usize>,
+    pub pages: usize,
+    pub bytes: usize,
+}
+
+/// Walks a session's whole event log in pages of `limit`, with its session
+/// key, until a page names no cursor (or repeats the one it was asked for).
+pub fn walk_events(c: &mut Conn, s: &Session, limit: usize, pager: Pager) -> Res<Walk> {
+    let mut walk = Walk {
+        events: (pager == Pager::Parse).then_some(0),
+        pages: 0,
+        bytes: 0,
+    };
     let mut cursor: Option<String> = None;
     loop {
         let mut path = format!("/api/v1/sessions/{}/events?limit={limit}", s.id);
@@ -109,13 +105,27 @@ pub fn walk_events_scan(c: &mut Conn, s: &Session, limit: usize) -> Res<(usize, 
         if r.status != 200 {
             return Err(format!("GET {path}: {}", r.status));
         }
-        pages += 1;
-        bytes += r.body.len();
-        match scan_cursor(&r.body)? {
+        walk.pages += 1;
+        walk.bytes += r.body.len();
+        let next = match pager {
+            Pager::Scan => scan_cursor(&r.body)?,
+            Pager::Parse => {
+                let page = PageScan::parse(&r.body)?;
+                walk.events = walk.events.map(|n| n + page.items);
+                page.next_cursor.filter(|_| page.items > 0)
+            }
+        };
+        match next {
             Some(next) if cursor.as_deref() != Some(next.as_str()) => cursor = Some(next),
-            _ => return Ok((pages, bytes)),
+            _ => return Ok(walk),
         }
     }
+}
+
+/// How many events a session has logged (a parsing walk).
+pub fn count_events(addr: SocketAddr, s: &Session) -> Res<usize> {
+    let walk = walk_events(&mut Conn::open(addr)?, s, 200, Pager::Parse)?;
+    Ok(walk.events.unwrap_or(0))
 }
 
 /// The `next_cursor` of a page body, looked for in its last and first

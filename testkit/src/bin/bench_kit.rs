@@ -39,7 +39,7 @@ use serde_json::json;
 use testkit::bench::boot::Baesrv;
 use testkit::bench::turns::{self, Kind};
 use testkit::bench::{
-    self, err, llm, ms, open_session_on, percentile, rss_kib, Conn, HealthProbe, Meter, Res,
+    self, err, llm, ms, open_session_on, percentile, rss_kib, Conn, HealthProbe, Meter, Pager, Res,
     Session, Usage,
 };
 
@@ -58,7 +58,7 @@ struct Opts {
     mock_addr: Option<String>,
     provider: String,
     only: Option<String>,
-    pager_scan: bool,
+    pager: Pager,
 }
 
 const USAGE: &str = "usage: bench_kit [--secs S] [--clients C] [--sessions N] \
@@ -97,7 +97,7 @@ fn parse_opts() -> Res<Opts> {
         mock_addr: None,
         provider: "mock".into(),
         only: None,
-        pager_scan: true,
+        pager: Pager::Scan,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -121,9 +121,9 @@ fn parse_opts() -> Res<Opts> {
             "--mock-addr" => o.mock_addr = Some(val()?),
             "--provider" => o.provider = val()?,
             "--pager" => {
-                o.pager_scan = match val()?.as_str() {
-                    "scan" => true,
-                    "parse" => false,
+                o.pager = match val()?.as_str() {
+                    "scan" => Pager::Scan,
+                    "parse" => Pager::Parse,
                     other => return Err(format!("--pager: scan or parse, not {other:?}")),
                 }
             }
@@ -238,17 +238,16 @@ struct Paging {
     usage: Usage,
 }
 
-/// `scan`: pagers find each `next_cursor` by a byte search and count a
-/// whole walk as the `events_per_walk` the validated first walk found;
-/// `parse` skips every item through a JSON parser, as a client that does
-/// not build them would (costlier for the generator than for the server).
+/// `clients` pagers walk `s` for `secs`; a walk that counts no items
+/// ([`Pager::Scan`]) counts as the `events_per_walk` the parsed first walk
+/// found (the session does not change meanwhile).
 fn paging(
     t: &Target,
     s: &Session,
     clients: usize,
     limit: usize,
     secs: f64,
-    scan: bool,
+    pager: Pager,
     events_per_walk: usize,
 ) -> Res<Paging> {
     let stop = Arc::new(AtomicBool::new(false));
@@ -265,13 +264,9 @@ fn paging(
             let mut c = Conn::open(addr)?;
             let (mut e, mut p, mut b) = (0, 0, 0);
             while !stop.load(Ordering::Relaxed) {
-                let (de, dp, db) = if scan {
-                    let (dp, db) = bench::walk_events_scan(&mut c, &s, limit)?;
-                    (events_per_walk, dp, db)
-                } else {
-                    bench::walk_events(&mut c, &s, limit)?
-                };
-                (e, p, b) = (e + de, p + dp, b + db);
+                let w = bench::walk_events(&mut c, &s, limit, pager)?;
+                let de = w.events.unwrap_or(events_per_walk);
+                (e, p, b) = (e + de, p + w.pages, b + w.bytes);
             }
             Ok((e, p, b))
         }));
@@ -436,7 +431,8 @@ fn run(o: Opts) -> Res<()> {
         for i in 0..o.history_turns {
             turns::unit(&mut driver, &long, Kind::Text, i as u64)?;
         }
-        let (events, pages, bytes) = bench::walk_events(&mut driver, &long, o.page_limit)?;
+        let first = bench::walk_events(&mut driver, &long, o.page_limit, Pager::Parse)?;
+        let (events, pages, bytes) = (first.events.unwrap_or(0), first.pages, first.bytes);
         println!(
             "history: {} turns in {:.1} s; {events} events in {pages} pages of {}, {:.0} KB per page",
             o.history_turns,
@@ -445,13 +441,13 @@ fn run(o: Opts) -> Res<()> {
             bytes as f64 / pages.max(1) as f64 / 1e3
         );
         let probe = HealthProbe::start(t.addr);
-        let p = paging(&t, &long, c, o.page_limit, o.secs, o.pager_scan, events)?;
+        let p = paging(&t, &long, c, o.page_limit, o.secs, o.pager, events)?;
         let health = probe.finish()?;
         let secs = p.elapsed.as_secs_f64();
         let per_page = p.usage.server_per(p.pages);
         println!(
             "paging @{c} ({} pager): {:.0} events/s, {:.0} pages/s, {:.0} MB/s of page bytes, server CPU/page {}; {health}; {}",
-            if o.pager_scan { "scanning" } else { "parsing" },
+            if o.pager == Pager::Scan { "scanning" } else { "parsing" },
             p.events as f64 / secs,
             p.pages as f64 / secs,
             p.bytes as f64 / secs / 1e6,
@@ -478,7 +474,7 @@ fn run(o: Opts) -> Res<()> {
     // 7. Observers of one session.
     if want("observers") {
         let addr = t.addr;
-        let count = |s: &Session| Ok(bench::walk_events(&mut Conn::open(addr)?, s, 200)?.0);
+        let count = |s: &Session| bench::count_events(addr, s);
         let f = turns::fanout(t.addr, t.pid, &key, c, o.observer_turns, &count)?;
         println!(
             "{c} observers, {} turns: {:.0} events/s delivered, lag p50 {} p99 {}, lost {}; {}",

@@ -78,7 +78,7 @@ fn load(
 
 fn fanout(srv: &Baesrv, key: &str, observers: usize, turns: usize) -> Res<FanoutResult> {
     let addr = srv.addr;
-    let count = |s: &Session| Ok(bench::walk_events(&mut Conn::open(addr)?, s, 200)?.0);
+    let count = |s: &Session| bench::count_events(addr, s);
     turns::fanout(addr, Some(srv.child.id()), key, observers, turns, &count)
 }
 
