@@ -35,6 +35,7 @@ mod conn;
 mod connections;
 mod extensions;
 pub mod faults;
+pub mod history_cache;
 pub mod history_load;
 mod idempotency;
 pub mod ids;
@@ -287,6 +288,9 @@ pub struct Config {
     /// further event (at least one is always taken): one answer's memory
     /// bound, whatever the session's history weighs.
     pub max_page_bytes: usize,
+    /// When idle sessions' cached provider-facing histories are dropped
+    /// (`BAE_HISTORY_CACHE_BYTES`, `BAE_HISTORY_IDLE`).
+    pub history_cache: history_cache::Limits,
     /// How long a `sendMessage` idempotency key is remembered (wall clock,
     /// from its first use; extension `send.idempotent`).
     pub idempotency_retention_ms: u64,
@@ -339,6 +343,7 @@ impl Default for Config {
             idle_timeout_ms: 75_000,
             subscriber_lag_limit: 256,
             max_page_bytes: DEFAULT_MAX_PAGE_BYTES,
+            history_cache: history_cache::Limits::default(),
             subscriber_window_bytes: 32 * 1024,
             idempotency_retention_ms: 24 * 3600 * 1000,
             metrics_disabled: Vec::new(),
@@ -368,6 +373,8 @@ pub struct Engine {
     pending_reads: HashMap<ReadId, conn::PendingRead>,
     /// Runtime state of open sessions (gate, waiters, history cache).
     live: BTreeMap<ids::SessionId, turn::Live>,
+    /// Which of `live`'s history caches to drop when idle.
+    history_cache: history_cache::HistoryCache,
     /// Sessions whose gate may have queued waiters: a superset, pruned
     /// when a gate is seen without any. The gate timer, and a closing
     /// connection's queue exit, look only here instead of at every live
@@ -453,6 +460,7 @@ impl Engine {
             None => snapshot.max_event_seq + 1,
         };
         let telemetry = telemetry::Telemetry::new(config.telemetry);
+        let histories = history_cache::HistoryCache::new(config.history_cache);
         let mut engine = Engine {
             sandbox,
             mcp,
@@ -471,6 +479,7 @@ impl Engine {
             next_read: ReadId(1),
             pending_reads: HashMap::new(),
             live: BTreeMap::new(),
+            history_cache: histories,
             waiting: BTreeSet::new(),
             streams: streams::Hub::default(),
             turns: BTreeMap::new(),
@@ -524,6 +533,7 @@ impl Engine {
     pub fn handle_timeout(&mut self, now: Now) {
         self.now = now;
         self.fire_gate_deadlines();
+        self.drop_idle_histories();
         self.send_keepalives();
         self.expire_reads();
         self.mcp.handle_timeout(now.mono);
@@ -544,6 +554,7 @@ impl Engine {
             .filter(|_| !self.faults.mcp_timer_not_armed());
         [
             self.next_gate_deadline(),
+            self.history_cache.next_deadline(),
             self.next_keepalive(),
             self.conns.next_deadline(),
             mcp,

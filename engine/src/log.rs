@@ -28,10 +28,10 @@ impl Engine {
                 .get_mut(session_id)
                 .and_then(|l| l.history.as_mut())
             {
-                h.push(proto::provider::history_message(
-                    event_type.as_str(),
-                    &payload,
-                ));
+                let message = proto::provider::history_message(event_type.as_str(), &payload);
+                self.history_cache
+                    .grew(session_id, crate::history_cache::weight(&message));
+                h.push(message);
             }
         }
         self.append_event_text(session_id, client_key_id, event_type, payload.to_string())

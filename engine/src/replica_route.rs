@@ -173,6 +173,7 @@ impl Engine {
         }
         if self.live.get(id).is_some_and(|l| l.history.is_some()) {
             self.live.remove(id);
+            self.history_cache.forget(id);
         }
         // Registrations live with the owner (restored at start only with
         // `BAE_DURABLE_DRIVERS`): drivers register again after a move.

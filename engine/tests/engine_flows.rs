@@ -865,7 +865,14 @@ fn observers_share_one_rendering_of_each_live_event() {
 /// have queued waiters).
 #[test]
 fn gate_timer_admits_a_waiter_among_many_live_sessions_c183() {
-    let mut h = Harness::new(config());
+    // Idle histories kept for good: no cache timer besides the gate's.
+    let mut h = Harness::new(engine::Config {
+        history_cache: engine::history_cache::Limits {
+            budget_bytes: usize::MAX,
+            idle_ms: u64::MAX,
+        },
+        ..config()
+    });
     let (_key, sid, skey) = h.open_session(&["t"], json!({"tools": [{"name": "t"}]}));
     // A second client (another key on the same profile) joins: it is not
     // the pause's owner, so it waits for the pause to time out.

@@ -536,6 +536,10 @@ pub fn engine_config(env: &Env, file: &FileConfig, run_label: &str) -> engine::C
         ndjson_keepalive_ms: duration_ms(env.ndjson_keepalive),
         subscriber_lag_limit: env.subscriber_lag_limit,
         max_page_bytes: env.max_page_bytes,
+        history_cache: engine::history_cache::Limits {
+            budget_bytes: env.history_cache_bytes,
+            idle_ms: duration_ms(env.history_idle),
+        },
         subscriber_window_bytes: env.subscriber_window_bytes,
         idempotency_retention_ms: duration_ms(env.idempotency_retention),
         request_timeout_ms: duration_ms(env.request_timeout),

@@ -70,6 +70,9 @@ pub struct Swarm {
     pub lag_limit: usize,
     /// NDJSON keepalive interval (0 = off).
     pub keepalive_ms: u64,
+    /// `(budget_bytes, idle_ms)` of the history cache: idle sessions' cached
+    /// histories dropped and rebuilt from the log (0 = at once).
+    pub history_cache: (usize, u64),
 
     // Operator.
     /// Per admin action: revoke a random participant's client key.
@@ -517,11 +520,16 @@ impl Swarm {
             mcp: McpSwarm::default(),
             sandbox: SandboxSwarm::default(),
             ext: ExtSwarm::default(),
+            history_cache: (usize::MAX, u64::MAX),
         };
         // Drawn last so the options above stay what they were per seed.
         sw.mcp = McpSwarm::draw(rng);
         sw.sandbox = SandboxSwarm::draw(rng);
         sw.ext = ExtSwarm::draw(rng);
+        sw.history_cache = (
+            *rng.pick(&[0, 4_096, usize::MAX]),
+            *rng.pick(&[0, 50, 1_000, 10_000, u64::MAX]),
+        );
         sw
     }
 
@@ -565,7 +573,7 @@ impl fmt::Display for Swarm {
              clients[malformed_body={} disc_stream={} disc_queued={} never_return={} think={}..{}ms \
              answer(missing={} dup={} wrong_id={} plain={} late={}) compact={} update_tools={} auto_compaction={} slow_reader={} unsubscribe={} since_bogus={} events_page={}] \
              net[split={} keep_alive={} pipeline={} idle_timeout={}ms delay={}..{}ms flush_delay={}..{}ms sockbuf={}] store[commit={}..{}ms read={}..{}ms read_error={}] \
-             engine[turn_timeout={}ms lag_limit={} keepalive={}ms request_timeout={}ms] admin[revoke={} break_profile={}] crash={} shutdown={} {} {} {}",
+             engine[turn_timeout={}ms lag_limit={} keepalive={}ms request_timeout={}ms] admin[revoke={} break_profile={}] crash={} shutdown={} {} {} {} history_cache={}/{}ms",
             self.sessions,
             self.drivers,
             self.observers,
@@ -623,6 +631,8 @@ impl fmt::Display for Swarm {
             self.mcp,
             self.sandbox,
             self.ext,
+            self.history_cache.0,
+            self.history_cache.1,
         )
     }
 }

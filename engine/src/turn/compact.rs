@@ -255,6 +255,7 @@ impl Engine {
                 proto::provider::history_message("server.message.send", &summary),
             ]);
             live.backoff = None;
+            self.history_built(&session_id);
         }
         self.finish_compaction(turn_id, done.map(|e| e.json));
     }

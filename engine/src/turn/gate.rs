@@ -20,8 +20,9 @@ impl Engine {
         if !live.gate.has_waiters() {
             self.waiting.remove(session_id);
         }
-        if let Some(start) = start {
-            self.start_admitted(session_id, start);
+        match start {
+            Some(start) => self.start_admitted(session_id, start),
+            None => self.note_gate_idle(session_id),
         }
     }
 
@@ -125,6 +126,7 @@ impl Engine {
             }
         }
         self.waiting.remove(session_id);
+        self.history_cache.forget(session_id);
         let Some(mut live) = self.live.remove(session_id) else {
             return;
         };

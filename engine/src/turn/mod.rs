@@ -6,6 +6,7 @@
 //! waits for a history read or a provider reply, never for a socket. It runs
 //! to completion even if its consumer disconnects (only frames are lost).
 
+mod cache;
 pub mod compact;
 mod gate;
 pub mod merge;
@@ -187,8 +188,10 @@ impl Engine {
             .is_some_and(|s| s.fresh);
         let (now, limits) = (self.now.mono, self.gate_limits());
         let waiter = Waiter::new(conn, self.catalog.key_id(key_id), op);
+        self.history_cache.busy(session_id);
         let live = self.live_mut(session_id);
-        if live.history.is_none() && fresh {
+        let empty = live.history.is_none() && fresh;
+        if empty {
             live.history = Some(Vec::new());
         }
         let (arrival, recover) = if live.history.is_some() {
@@ -200,11 +203,15 @@ impl Engine {
         if live.gate.has_waiters() {
             self.note_waiting(session_id);
         }
+        if empty {
+            self.history_built(session_id);
+        }
         self.route_arrival(conn, session_id, arrival);
         if recover {
             let (loader, read) = HistoryLoader::start(session_id);
             self.read(read, PendingRead::Recover { loader });
         }
+        self.note_gate_idle(session_id);
     }
 
     fn gate_limits(&self) -> Limits {
@@ -513,6 +520,7 @@ impl Engine {
                 let live = self.live_mut(&session_id);
                 live.history = Some(history);
                 live.newest_usage = load.newest_usage.flatten();
+                self.history_built(&session_id);
                 self.history_ready(turn_id);
             }
             Err(e) => {

@@ -154,6 +154,13 @@ pub struct Env {
     /// Extension `BAE_MAX_PAGE_BYTES`, default 8 MiB (≥ 1): payload bytes
     /// after which an events page or a replay page takes no further event.
     pub max_page_bytes: usize,
+    /// Extension `BAE_HISTORY_CACHE_BYTES`, default 8388608 (8 MiB, 0 =
+    /// none): estimated heap bytes of cached provider-facing histories
+    /// beyond which idle sessions' histories are dropped, oldest idle first.
+    pub history_cache_bytes: usize,
+    /// Extension `BAE_HISTORY_IDLE`, default 30 s (0 = at once): how long an
+    /// idle session keeps its cached history.
+    pub history_idle: Duration,
     /// Extension `BAE_IDEMPOTENCY_RETENTION`, default 86400 s (≥ 1): how
     /// long a `sendMessage` idempotency key is remembered.
     pub idempotency_retention: Duration,
@@ -328,19 +335,23 @@ pub fn parse_env(get: impl Fn(&str) -> Option<String>) -> Result<Env, ConfigErro
             }
         },
     };
-    let provider_idle_connections = match get("BAE_PROVIDER_IDLE_CONNECTIONS") {
-        None => 64,
-        Some(v) => match parse_whole(&v).and_then(|n| usize::try_from(n).ok()) {
-            Some(n) => n,
-            None => {
-                return Err(ConfigError::InvalidValue {
-                    var: "BAE_PROVIDER_IDLE_CONNECTIONS",
-                    value: v,
-                    expected: "a whole number (0 = no connection reuse)",
-                })
-            }
-        },
-    };
+    let provider_idle_connections = whole_usize(
+        "BAE_PROVIDER_IDLE_CONNECTIONS",
+        get("BAE_PROVIDER_IDLE_CONNECTIONS"),
+        64,
+        "a whole number (0 = no connection reuse)",
+    )?;
+    let history_cache_bytes = whole_usize(
+        "BAE_HISTORY_CACHE_BYTES",
+        get("BAE_HISTORY_CACHE_BYTES"),
+        engine::history_cache::DEFAULT_BUDGET_BYTES,
+        "a whole number of bytes (0 = keep no idle history)",
+    )?;
+    let history_idle = seconds(
+        "BAE_HISTORY_IDLE",
+        get("BAE_HISTORY_IDLE"),
+        engine::history_cache::DEFAULT_IDLE_MS / 1000,
+    )?;
     let request_timeout = positive_seconds("BAE_REQUEST_TIMEOUT", get("BAE_REQUEST_TIMEOUT"), 30)?;
     let idle_timeout = positive_seconds("BAE_IDLE_TIMEOUT", get("BAE_IDLE_TIMEOUT"), 75)?;
     let max_connections =
@@ -456,6 +467,8 @@ pub fn parse_env(get: impl Fn(&str) -> Option<String>) -> Result<Env, ConfigErro
         subscriber_lag_limit,
         subscriber_window_bytes,
         max_page_bytes,
+        history_cache_bytes,
+        history_idle,
         idempotency_retention,
     })
 }
@@ -553,6 +566,25 @@ fn seconds(
     whole(var, value, default).map(Duration::from_secs)
 }
 
+fn whole_usize(
+    var: &'static str,
+    value: Option<String>,
+    default: usize,
+    expected: &'static str,
+) -> Result<usize, ConfigError> {
+    match value {
+        None => Ok(default),
+        Some(v) => match parse_whole(&v).and_then(|n| usize::try_from(n).ok()) {
+            Some(n) => Ok(n),
+            None => Err(ConfigError::InvalidValue {
+                var,
+                value: v,
+                expected,
+            }),
+        },
+    }
+}
+
 fn positive_usize(
     var: &'static str,
     value: Option<String>,
@@ -621,6 +653,23 @@ mod tests {
         assert_eq!(e.provider_idle_connections, 64);
         assert_eq!(e.max_page_bytes, 8 * 1024 * 1024);
         assert!(env_of(&[("BAE_MAX_PAGE_BYTES", "0")]).is_err());
+        assert_eq!(e.history_cache_bytes, 8 * 1024 * 1024);
+        assert_eq!(e.history_idle, Duration::from_secs(30));
+    }
+
+    #[test]
+    fn history_cache_limits_take_zero_and_refuse_junk() {
+        let e = env_of(&[("BAE_HISTORY_CACHE_BYTES", "0"), ("BAE_HISTORY_IDLE", "0")]).unwrap();
+        assert_eq!(e.history_cache_bytes, 0);
+        assert_eq!(e.history_idle, Duration::ZERO);
+        for (var, bad) in [
+            ("BAE_HISTORY_CACHE_BYTES", "-1"),
+            ("BAE_HISTORY_IDLE", "1.5"),
+        ] {
+            let err = env_of(&[(var, bad)]).unwrap_err();
+            assert_eq!(err.exit_code(), 2, "{var}={bad:?}");
+            assert!(err.to_string().contains(var), "{err}");
+        }
     }
 
     #[test]

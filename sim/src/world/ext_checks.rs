@@ -192,11 +192,14 @@ impl World {
                 // Some other message of the key was seen first (this
                 // incarnation), or its turn is in the log.
                 let mine = self.reqs[rid].arrival.unwrap_or(u64::MAX);
+                // The incarnation that answered: a restart may come between
+                // the answer and this check (found by seed 803).
+                let epoch = self.reqs[rid].epoch;
                 let earlier = g.is_some_and(|g| {
                     g.members.iter().any(|m| {
                         let r = &self.reqs[m.rid];
                         m.nonce != i.nonce
-                            && r.epoch == self.epoch
+                            && r.epoch == epoch
                             && r.arrival.is_some_and(|x| x < mine)
                     })
                 });

@@ -456,6 +456,10 @@ impl World {
             sandbox_exec_timeout_ms: swarm.sandbox.exec_timeout_ms,
             subagent_timeout_ms: swarm.sandbox.subagent_timeout_ms,
             max_subagents_per_session: swarm.sandbox.max_subagents,
+            history_cache: engine::history_cache::Limits {
+                budget_bytes: swarm.history_cache.0,
+                idle_ms: swarm.history_cache.1,
+            },
             ..Config::default()
         };
         if swarm.ext.window_bytes > 0 {

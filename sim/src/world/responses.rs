@@ -247,9 +247,13 @@ impl World {
             .store
             .events
             .range(first..=last)
-            .filter(|(_, e)| {
+            .filter(|(s, e)| {
                 e.session_id == session
                     && e.client_key_id.as_deref() == Some(key.as_str())
+                    // A sandbox error is the turn's own when an Auto tool
+                    // failed to start one, else the outcome of the key's
+                    // concurrent `startRemoteSandbox` (found by seed 983).
+                    && (e.event_type != "session.sandbox.error" || seqs.contains(s))
                     && !matches!(
                         e.event_type.as_str(),
                         "session.driver.register"

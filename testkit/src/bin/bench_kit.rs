@@ -495,6 +495,15 @@ fn run(o: Opts) -> Res<()> {
     // 8. After everything.
     println!("RSS after the run: {}", t.rss());
     rows.push(row("RSS after the whole run", mbs(t.rss_mb()), "≤ 15 MB"));
+    // A server may hand memory back once quiet (baesrv trims its heap after
+    // an idle second): the same figure a little later says whether it does.
+    thread::sleep(Duration::from_secs(3));
+    println!("RSS 3 s after the run: {}", t.rss());
+    rows.push(row(
+        "RSS 3 s after the whole run",
+        mbs(t.rss_mb()),
+        "≤ 15 MB",
+    ));
     rows.push(row("RSS idle", mbs(idle), "≤ 4 MB"));
     println!();
     println!("| figure, {c} clients | measured | target |");
