@@ -212,6 +212,7 @@ impl Engine {
             created_at: Stamp::At(self.now.unix),
             closed_at: None,
             fresh: true,
+            mcp_checked: true,
         };
         set_declarations(
             &mut session,

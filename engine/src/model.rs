@@ -114,6 +114,10 @@ pub struct Session {
     /// Created by this process: its history is known to be empty, so the
     /// first turn needs no store read (not persisted).
     pub fresh: bool,
+    /// Its `reconnect = true` MCP servers were looked at since this process
+    /// started (sessions from before a restart get them back lazily, on
+    /// their first turn; a fresh session connected them at open).
+    pub mcp_checked: bool,
 }
 
 impl Session {
@@ -134,6 +138,7 @@ impl Session {
             created_at: Stamp::from_text(&row.created_at),
             closed_at: row.closed_at.as_deref().map(Stamp::from_text),
             fresh: false,
+            mcp_checked: false,
         }
     }
 

@@ -90,13 +90,13 @@ impl Engine {
         let Some(session) = self.catalog.sessions.get(session_id.as_str()) else {
             return false;
         };
-        let fresh = session.fresh;
-        let profile_id = session.profile_id.clone();
-        let live = self.live_mut(&session_id);
-        if fresh || live.mcp_checked {
+        if session.fresh || session.mcp_checked {
             return false;
         }
-        live.mcp_checked = true;
+        let profile_id = session.profile_id.clone();
+        if let Some(s) = self.catalog.sessions.get_mut(session_id.as_str()) {
+            s.mcp_checked = true;
+        }
         let names = self
             .catalog
             .live_profile(&profile_id)

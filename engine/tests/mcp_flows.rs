@@ -224,3 +224,52 @@ fn closing_the_session_mid_call_drops_the_turn_and_closes_the_server() {
     assert_eq!(h.store.events.len(), before);
     assert!(h.calls.is_empty());
 }
+
+/// A session created by this process connected its MCP servers at open; a
+/// later turn does not connect them again, also after its idle history was
+/// dropped and read back (the reconnect-after-restart path is only for
+/// sessions from before a start).
+#[test]
+fn a_dropped_history_does_not_reconnect_a_fresh_sessions_servers() {
+    let mut config = mcp_config();
+    for s in &mut config.mcp_servers {
+        s.reconnect = true;
+    }
+    config.history_cache = engine::history_cache::Limits {
+        budget_bytes: 0,
+        idle_ms: 0,
+    };
+    let mut h = Harness::new(config);
+    let conn = start_create(&mut h, &["a"]);
+    mcp(
+        &mut h,
+        McpConnId(1),
+        McpEvent::OpenFailed("spawn failed".into()),
+    );
+    let (sid, skey) = created(&mut h, conn);
+    h.mcp.clear();
+    let register = json!({"jsonrpc": "2.0", "id": 1, "method": "session.registerDriver"});
+    h.rpc(&sid, &skey, &register);
+    for (i, text) in ["one", "two"].into_iter().enumerate() {
+        h.replies.push_back(anthropic_text(&format!("answer {i}")));
+        let send = json!({"jsonrpc": "2.0", "id": 2, "method": "session.sendMessage", "params": {"message": {"content": text}}});
+        let frames = h.rpc(&sid, &skey, &send);
+        let last = frames.last().cloned().unwrap_or(Value::Null);
+        assert_eq!(
+            last["result"]["message"]["content"][0]["text"],
+            format!("answer {i}")
+        );
+    }
+    let opens = h
+        .mcp
+        .iter()
+        .filter(|c| matches!(c, McpCommand::Open { .. }))
+        .count();
+    assert_eq!(opens, 0, "{:?}", h.mcp);
+    let loads = h
+        .reads_seen
+        .iter()
+        .filter(|r| matches!(r, engine::StoreRead::LatestOfType { .. }))
+        .count();
+    assert!(loads >= 1, "the second turn read its history back");
+}

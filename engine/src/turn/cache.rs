@@ -49,14 +49,15 @@ impl Engine {
             }
             live.history = None;
             live.newest_usage = None;
+            // Nothing else of the entry is needed unless a compaction
+            // backoff is armed: drop it too (its gate is free and empty).
+            if live.backoff.is_none() {
+                self.live.remove(&id);
+            }
             // The next arrival must read the log: the session is no longer
-            // known to be empty. A fresh session connected its MCP servers
-            // at open, so the reconnect-after-restart path must not run.
+            // known to be empty.
             if let Some(s) = self.catalog.sessions.get_mut(&id) {
-                if s.fresh {
-                    s.fresh = false;
-                    live.mcp_checked = true;
-                }
+                s.fresh = false;
             }
         }
     }

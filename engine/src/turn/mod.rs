@@ -51,10 +51,6 @@ pub struct Live {
     pub newest_usage: Option<(u64, u64)>,
     /// Backoff armed by a failed automatic compaction (spec 07 §3.3).
     pub backoff: Option<compact::Backoff>,
-    /// The session's `reconnect = true` MCP servers were looked at since
-    /// this process started (sessions from before a restart get them back
-    /// lazily, on their first turn).
-    pub mcp_checked: bool,
 }
 
 /// An accepted steer waiting for its turn's next provider call.
