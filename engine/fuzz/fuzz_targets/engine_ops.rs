@@ -202,7 +202,7 @@ struct World {
 }
 
 impl World {
-    fn new(replica: bool) -> World {
+    fn new(replica: bool, drop_histories: bool) -> World {
         let tokens = [
             make_secret(SecretKind::Client, [1; 24]),
             make_secret(SecretKind::Session, [2; 24]),
@@ -271,6 +271,15 @@ impl World {
             subscriber_window_bytes: 512,
             max_queued_per_session: 4,
             replica: replica.then_some(engine::replicas::ReplicaSettings { slot: 1, lanes: 4 }),
+            // Either every idle history is dropped at once (rebuilt from the
+            // store by the next arrival) or the defaults apply.
+            history_cache: match drop_histories {
+                true => engine::history_cache::Limits {
+                    budget_bytes: 0,
+                    idle_ms: 0,
+                },
+                false => engine::history_cache::Limits::default(),
+            },
             ..Config::default()
         };
         let now = Now {
@@ -307,9 +316,7 @@ impl World {
                 Output::Send { conn, bytes } => {
                     drop(self.pipe.deliver(Delivery::Send { conn, bytes }))
                 }
-                Output::SendUngated { conn, bytes } => {
-                    drop(self.pipe.deliver_ungated(conn, bytes))
-                }
+                Output::SendUngated { conn, bytes } => drop(self.pipe.deliver_ungated(conn, bytes)),
                 Output::Close { conn } => {
                     if self.pipe.deliver(Delivery::Close { conn }).is_some() {
                         self.conns.retain(|c| *c != conn);
@@ -693,9 +700,9 @@ fn provider_reply(r: PReply) -> ProviderReply {
     }
 }
 
-fuzz_target!(|input: (bool, Vec<Op>)| {
-    let (replica, ops) = input;
-    let mut w = World::new(replica);
+fuzz_target!(|input: (bool, bool, Vec<Op>)| {
+    let (replica, drop_histories, ops) = input;
+    let mut w = World::new(replica, drop_histories);
     for op in ops.into_iter().take(256) {
         w.step(op);
     }
