@@ -53,7 +53,13 @@ const VIEW_SLACK: usize = 64;
 /// What one row counts against a page's byte bound: its payload and the
 /// EventView members around it.
 pub fn row_bytes(row: &EventRow) -> usize {
-    row.payload.len() + row.id.len() + row.session_id.len() + row.event_type.len() + 96
+    weigh(&row.id, &row.session_id, &row.event_type, &row.payload)
+}
+
+/// [`row_bytes`] of a row's columns (for a store that renders a page
+/// straight from its columns and must cut it at the same row).
+pub fn weigh(id: &str, session_id: &str, event_type: &str, payload: &str) -> usize {
+    payload.len() + id.len() + session_id.len() + event_type.len() + 96
 }
 
 /// Takes a page's rows from `cursor`: at most `limit`, and no further row

@@ -11,6 +11,11 @@ impl<'c> StoreConn<'c> {
     pub fn read(&mut self, read: &StoreRead) -> Result<ReadResult> {
         // Pages leave the store rendered (the engine only sends them).
         if let Some(bounds) = PageBounds::of(read) {
+            if let StoreRead::EventsPage { .. } = read {
+                if let Some(body) = self.render_page_direct(read, bounds)? {
+                    return Ok(ReadResult::Page(body));
+                }
+            }
             let (mut rows, mut more) = self.page_rows(read, bounds)?;
             // Rows stored in shared-history form are weighed again once
             // expanded (a no-op for whole payloads).
@@ -23,6 +28,35 @@ impl<'c> StoreConn<'c> {
             self.expand_rows(rows)?;
         }
         Ok(result)
+    }
+
+    /// An events page rendered straight from the statement's columns into
+    /// its body: each payload is copied once, and no row is built. `None`
+    /// when a row needs more than a copy (a `provider.request` kept in
+    /// shared-history form, or text that is not UTF-8): the caller then
+    /// renders the page from rows, cut at the same row.
+    fn render_page_direct(
+        &mut self,
+        read: &StoreRead,
+        bounds: PageBounds,
+    ) -> Result<Option<Vec<u8>>> {
+        let Some(StoreRead::Events {
+            session_id,
+            after_seq,
+            limit,
+        }) = page_rows_read(read)
+        else {
+            return Ok(None);
+        };
+        let after = seq_to_i64(after_seq)?;
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let st = self.stmt(Q::SelectEvents)?;
+        st.bind((1, session_id.as_str()))?;
+        st.bind((2, after))?;
+        st.bind((3, limit))?;
+        let r = render_rows(st, bounds);
+        let _ = st.reset();
+        r
     }
 
     /// A page's rows as stored, read no further than its bounds.
@@ -278,6 +312,61 @@ impl engine::store::page::RowCursor for Cursor<'_, '_> {
     fn row(&mut self) -> Result<EventRow> {
         read_event(self.0)
     }
+}
+
+/// The body of an events page from a bound `SelectEvents` statement, cut as
+/// [`collect_page`] cuts (see [`StoreConn::render_page_direct`]).
+fn render_rows(st: &mut Statement<'_>, bounds: PageBounds) -> Result<Option<Vec<u8>>> {
+    use engine::store::page::weigh;
+    use proto::wire::page::{push_page_close, PAGE_OPEN};
+    if st.column_count() < 7 {
+        return Ok(None);
+    }
+    let mut out = String::with_capacity(bounds.max_bytes.min(64 * 1024));
+    out.push_str(PAGE_OPEN);
+    let (mut taken, mut bytes, mut last_seq, mut more) = (0usize, 0usize, 0i64, false);
+    while st.next()? == State::Row {
+        if taken >= bounds.limit || (taken > 0 && bytes >= bounds.max_bytes) {
+            more = true;
+            break;
+        }
+        let seq = st.read::<i64, _>(0)?;
+        let st = &*st;
+        let text = |i| column_text(st, i).and_then(|b| std::str::from_utf8(b).ok());
+        let (Some(id), Some(session_id), Some(event_type), Some(payload), Some(created_at)) =
+            (text(1), text(2), text(4), text(5), text(6))
+        else {
+            return Ok(None);
+        };
+        let client_key_id = match column_text(st, 3) {
+            None => None,
+            Some(b) => match std::str::from_utf8(b) {
+                Ok(k) => Some(k),
+                Err(_) => return Ok(None),
+            },
+        };
+        if event_type == history::EVENT_TYPE && payload.starts_with(history::HEADER) {
+            return Ok(None);
+        }
+        if taken > 0 {
+            out.push(',');
+        }
+        proto::wire::push_event_view(
+            &mut out,
+            id,
+            session_id,
+            client_key_id,
+            event_type,
+            payload,
+            created_at,
+        );
+        bytes = bytes.saturating_add(weigh(id, session_id, event_type, payload));
+        taken += 1;
+        last_seq = seq;
+    }
+    let cursor = more.then(|| last_seq.to_string());
+    push_page_close(&mut out, cursor.as_deref());
+    Ok(Some(out.into_bytes()))
 }
 
 /// Runs a bound event query to completion, collecting its rows, and resets

@@ -32,6 +32,29 @@ impl Cols for Statement<'_> {
     }
 }
 
+/// Column `i` of `st`'s current row as the bytes SQLite holds, borrowed
+/// (`None` for NULL): what a page renderer copies once, into the page.
+/// Call only while `st` is on a row and `i` is one of its columns.
+pub(crate) fn column_text<'s>(st: &'s Statement<'_>, i: usize) -> Option<&'s [u8]> {
+    let i = std::os::raw::c_int::try_from(i).ok()?;
+    let raw = st.as_raw();
+    // SAFETY: `raw` is the live statement `st` wraps. The text pointer is
+    // owned by SQLite and stays valid until the statement steps, resets or
+    // is finalized, or the column is read as another type; stepping and
+    // resetting take `&mut Statement` and finalizing drops it, so the
+    // shared borrow of `st` the slice carries rules all of them out while
+    // it lives. `sqlite3_column_bytes` after `sqlite3_column_text` is the
+    // byte length of that same text.
+    unsafe {
+        let p = sqlite::ffi::sqlite3_column_text(raw, i);
+        if p.is_null() {
+            return None;
+        }
+        let n = usize::try_from(sqlite::ffi::sqlite3_column_bytes(raw, i)).unwrap_or(0);
+        Some(std::slice::from_raw_parts(p, n))
+    }
+}
+
 pub(crate) fn seq_to_i64(seq: u64) -> Result<i64> {
     i64::try_from(seq).map_err(|_| StoreError::Corrupt(format!("event seq {seq} out of range")))
 }

@@ -108,13 +108,23 @@ pub fn push_page<T>(
     mut push_item: impl FnMut(&mut String, &T),
     next_cursor: Option<&str>,
 ) {
-    out.push_str("{\"items\":[");
+    out.push_str(PAGE_OPEN);
     for (i, item) in items.iter().enumerate() {
         if i > 0 {
             out.push(',');
         }
         push_item(out, item);
     }
+    push_page_close(out, next_cursor);
+}
+
+/// What a page body starts with; items follow, separated by commas, then
+/// [`push_page_close`] (for a writer that learns its cursor only after the
+/// last item).
+pub const PAGE_OPEN: &str = "{\"items\":[";
+
+/// The end of a page body begun with [`PAGE_OPEN`].
+pub fn push_page_close(out: &mut String, next_cursor: Option<&str>) {
     out.push_str("],\"next_cursor\":");
     super::json::push_opt_str(out, next_cursor);
     out.push('}');
