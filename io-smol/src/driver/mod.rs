@@ -54,8 +54,10 @@ use engine::pipeline::{Delivery, Job, Pipeline, Routed};
 const EVENT_CAPACITY: usize = 4096;
 /// Read buffer per connection.
 const READ_CHUNK: usize = 16 * 1024;
-/// Largest coalesced write.
+/// Bytes after which a writer stops gathering queued buffers into one write.
 const MAX_WRITE: usize = 256 * 1024;
+/// Most buffers in one vectored write (well under `IOV_MAX`).
+const MAX_SLICES: usize = 64;
 /// Events handled per wake-up before the store gets a chance to commit.
 const BURST: usize = 512;
 /// Period of the activity summary log line (spec 04 §5 step 12).
@@ -648,22 +650,22 @@ async fn write_loop(
     tx: Sender<Event>,
 ) {
     'outer: while let Ok(msg) = rx.recv().await {
-        let mut first = match msg {
+        let first = match msg {
             WriterMsg::Data(bytes) => bytes,
             WriterMsg::Close => break,
         };
-        // Coalesce whatever else is already queued into one write. A lone
-        // frame (e.g. a live event shared by many streams) is written as
-        // it is, without a copy.
+        // Whatever else is already queued goes out in the same (vectored)
+        // write, none of it copied: a page's head and its body, a burst of
+        // frames, a live event shared by many streams.
         let mut close_after = false;
-        let mut joined: Option<Vec<u8>> = None;
-        while joined.as_ref().map_or(first.len(), Vec::len) < MAX_WRITE {
+        let mut total = first.len();
+        let mut batch = vec![first];
+        while total < MAX_WRITE && batch.len() < MAX_SLICES {
             match rx.try_recv() {
-                Ok(WriterMsg::Data(more)) => joined
-                    .get_or_insert_with(|| {
-                        std::mem::replace(&mut first, Bytes::Owned(Vec::new())).into_vec()
-                    })
-                    .extend_from_slice(&more),
+                Ok(WriterMsg::Data(more)) => {
+                    total += more.len();
+                    batch.push(more);
+                }
                 Ok(WriterMsg::Close) => {
                     close_after = true;
                     break;
@@ -671,14 +673,10 @@ async fn write_loop(
                 Err(_) => break,
             }
         }
-        let buf: &[u8] = joined.as_deref().unwrap_or(&first);
-        if stream.write_all(buf).await.is_err() {
+        if write_all_vectored(&mut stream, &batch).await.is_err() {
             break 'outer;
         }
-        let flushed = Input::Flushed {
-            conn,
-            bytes: buf.len(),
-        };
+        let flushed = Input::Flushed { conn, bytes: total };
         if tx.send(Event::Net(flushed)).await.is_err() || close_after {
             break;
         }
@@ -686,6 +684,21 @@ async fn write_loop(
     let _ = stream.flush().await;
     // Also wakes the reader, which then reports `Closed`.
     let _ = stream.shutdown(Shutdown::Both);
+}
+
+/// Writes every buffer of `bufs`, in order, with as few `writev` calls as
+/// the socket takes.
+async fn write_all_vectored(stream: &mut TcpStream, bufs: &[Bytes]) -> io::Result<()> {
+    let mut slices: Vec<io::IoSlice<'_>> = bufs.iter().map(|b| io::IoSlice::new(b)).collect();
+    let mut rest = &mut slices[..];
+    while !rest.is_empty() {
+        let n = stream.write_vectored(rest).await?;
+        if n == 0 {
+            return Err(io::ErrorKind::WriteZero.into());
+        }
+        io::IoSlice::advance_slices(&mut rest, n);
+    }
+    Ok(())
 }
 
 fn store_worker(store: Backend, jobs: Receiver<Vec<Job>>, events: Sender<Event>) {
