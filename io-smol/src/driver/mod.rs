@@ -6,9 +6,12 @@
 //!   the only loop that ever touches it: wait for the next [`Event`], feed
 //!   it as an [`Input`] (or fire due timers), drain [`Engine::poll_output`]
 //!   completely and dispatch every output;
-//! * smol's executor runs the per-connection reader/writer tasks, the
-//!   acceptors and the signal listener; they only move bytes and report
-//!   back through one bounded channel;
+//! * the driver thread's own executor (`LOCAL`) also runs the
+//!   per-connection reader and writer tasks and the provider-call tasks:
+//!   bytes and replies reach the engine, and its answers reach the
+//!   sockets, without waking another thread. They only move bytes and
+//!   report back through one bounded channel. smol's global executor runs
+//!   the acceptors, the signal listener and the MCP and sandbox tasks;
 //! * one dedicated **store thread** owns the SQLite connection and runs
 //!   store jobs FIFO (group commit, see [`pipeline`]);
 //! * provider HTTP calls run on the `blocking` thread pool.
@@ -265,7 +268,7 @@ pub fn run(boot: Boot) -> io::Result<()> {
         settings,
         otel: telemetry,
     };
-    let result = smol::block_on(driver.run(events_rx, listeners));
+    let result = LOCAL.with(|ex| future::block_on(ex.run(driver.run(events_rx, listeners))));
     // The store thread ends once the job channel is dropped (with the
     // driver) and every submitted job has finished.
     let _ = store_thread.join();
@@ -499,8 +502,8 @@ impl Driver {
         };
         self.conns.insert(conn, c);
         self.input(Input::Accepted { conn, listener });
-        smol::spawn(read_loop(conn, stream.clone(), self.events_tx.clone())).detach();
-        smol::spawn(write_loop(conn, stream, writer_rx, self.events_tx.clone())).detach();
+        spawn_local(read_loop(conn, stream.clone(), self.events_tx.clone()));
+        spawn_local(write_loop(conn, stream, writer_rx, self.events_tx.clone()));
     }
 
     /// Drains every engine output and dispatches it.
@@ -537,7 +540,7 @@ impl Driver {
         self.provider_inflight += 1;
         let tx = self.events_tx.clone();
         tracing::debug!(call = call.id.0, "provider call started");
-        smol::spawn(async move {
+        spawn_local(async move {
             let id = call.id;
             let reply = blocking::unblock(move || provider::perform(&call)).await;
             match &reply {
@@ -557,8 +560,7 @@ impl Driver {
                 }
             }
             let _ = tx.send(Event::Provider(id, reply)).await;
-        })
-        .detach();
+        });
     }
 
     /// Hands queued store work to the worker when it is idle.
@@ -699,6 +701,18 @@ async fn write_all_vectored(stream: &mut TcpStream, bufs: &[Bytes]) -> io::Resul
         io::IoSlice::advance_slices(&mut rest, n);
     }
     Ok(())
+}
+
+thread_local! {
+    /// The driver thread's own executor: connection readers and writers and
+    /// provider-call tasks run here, on the thread that owns the engine, so
+    /// that handing bytes between them and the engine wakes no other thread.
+    static LOCAL: smol::LocalExecutor<'static> = const { smol::LocalExecutor::new() };
+}
+
+/// Runs `task` on the driver thread's executor (call from that thread).
+fn spawn_local(task: impl std::future::Future<Output = ()> + 'static) {
+    LOCAL.with(|ex| ex.spawn(task).detach());
 }
 
 fn store_worker(store: Backend, jobs: Receiver<Vec<Job>>, events: Sender<Event>) {
