@@ -4,6 +4,10 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use super::env_values::{
+    is_truthy, parse_addr, parse_whole, positive_seconds, positive_usize, seconds, whole,
+    whole_usize,
+};
 use super::{Cli, ConfigError};
 
 /// Host-wide container engine for remote sandboxes (`BAE_SANDBOX_DRIVER`).
@@ -473,25 +477,6 @@ pub fn parse_env(get: impl Fn(&str) -> Option<String>) -> Result<Env, ConfigErro
     })
 }
 
-/// Whole seconds, at least 1.
-fn positive_seconds(
-    var: &'static str,
-    value: Option<String>,
-    default: u64,
-) -> Result<Duration, ConfigError> {
-    match value {
-        None => Ok(Duration::from_secs(default)),
-        Some(v) => match parse_whole(&v) {
-            Some(n) if n > 0 => Ok(Duration::from_secs(n)),
-            _ => Err(ConfigError::InvalidValue {
-                var,
-                value: v,
-                expected: "a whole number of seconds, at least 1",
-            }),
-        },
-    }
-}
-
 /// Applies flag > environment precedence: `--config`, `--admin-key-file`,
 /// `--admin-key-hash-file` replace the environment values when given, and
 /// `--dangerously-disable-admin-auth` forces `disable_admin_auth`.
@@ -519,87 +504,6 @@ pub fn check_rotate_with_disabled_auth(cli: &Cli, env: &Env) -> Result<(), Confi
         Err(ConfigError::RotateWithDisabledAuth)
     } else {
         Ok(())
-    }
-}
-
-fn is_truthy(v: &str) -> bool {
-    let t = v.trim();
-    t == "1" || t.eq_ignore_ascii_case("true")
-}
-
-fn parse_addr(
-    var: &'static str,
-    value: Option<String>,
-    default: &str,
-) -> Result<SocketAddr, ConfigError> {
-    let value = value.unwrap_or_else(|| default.to_string());
-    value
-        .parse::<SocketAddr>()
-        .map_err(|e| ConfigError::InvalidAddress {
-            var,
-            value: value.clone(),
-            detail: e.to_string(),
-        })
-}
-
-/// Trimmed, non-empty, ASCII digits only, fits in u64.
-fn parse_whole(v: &str) -> Option<u64> {
-    let t = v.trim();
-    if t.is_empty() || !t.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    t.parse().ok()
-}
-
-fn whole(var: &'static str, value: Option<String>, default: u64) -> Result<u64, ConfigError> {
-    match value {
-        None => Ok(default),
-        Some(v) => parse_whole(&v).ok_or(ConfigError::NotWholeSeconds { var, value: v }),
-    }
-}
-
-fn seconds(
-    var: &'static str,
-    value: Option<String>,
-    default: u64,
-) -> Result<Duration, ConfigError> {
-    whole(var, value, default).map(Duration::from_secs)
-}
-
-fn whole_usize(
-    var: &'static str,
-    value: Option<String>,
-    default: usize,
-    expected: &'static str,
-) -> Result<usize, ConfigError> {
-    match value {
-        None => Ok(default),
-        Some(v) => match parse_whole(&v).and_then(|n| usize::try_from(n).ok()) {
-            Some(n) => Ok(n),
-            None => Err(ConfigError::InvalidValue {
-                var,
-                value: v,
-                expected,
-            }),
-        },
-    }
-}
-
-fn positive_usize(
-    var: &'static str,
-    value: Option<String>,
-    default: usize,
-) -> Result<usize, ConfigError> {
-    match value {
-        None => Ok(default),
-        Some(v) => match parse_whole(&v).and_then(|n| usize::try_from(n).ok()) {
-            Some(n) if n > 0 => Ok(n),
-            _ => Err(ConfigError::InvalidValue {
-                var,
-                value: v,
-                expected: "a positive whole number",
-            }),
-        },
     }
 }
 

@@ -21,6 +21,7 @@
 mod cli;
 mod database;
 mod env;
+mod env_values;
 mod file;
 mod redact;
 mod replica;
