@@ -115,8 +115,9 @@ pub struct Session {
     /// first turn needs no store read (not persisted).
     pub fresh: bool,
     /// Its `reconnect = true` MCP servers were looked at since this process
-    /// started (sessions from before a restart get them back lazily, on
-    /// their first turn; a fresh session connected them at open).
+    /// started: set at create (the servers were connected at open), and by
+    /// the first turn of a session from before a restart, which gets them
+    /// back lazily.
     pub mcp_checked: bool,
 }
 

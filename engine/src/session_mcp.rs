@@ -90,7 +90,8 @@ impl Engine {
         let Some(session) = self.catalog.sessions.get(session_id.as_str()) else {
             return false;
         };
-        if session.fresh || session.mcp_checked {
+        // A session created by this process connected them at open.
+        if session.mcp_checked {
             return false;
         }
         let profile_id = session.profile_id.clone();

@@ -306,15 +306,6 @@ fn all_providers_failed_c084_c085() {
     assert_eq!(again[0]["error"]["message"], "session is error, not open");
 }
 
-fn register(h: &mut Harness, sid: &str, key: &str) {
-    let f = h.rpc(
-        sid,
-        key,
-        &json!({"jsonrpc": "2.0", "id": 1, "method": "session.registerDriver"}),
-    );
-    assert_eq!(f[0]["result"]["registered"], true);
-}
-
 fn send(h: &mut Harness, sid: &str, key: &str, content: Value) -> Vec<Value> {
     h.rpc(sid, key, &json!({"jsonrpc": "2.0", "id": 5, "method": "session.sendMessage", "params": {"message": {"content": content}}}))
 }
@@ -326,7 +317,7 @@ fn manual_compaction_rewrites_provider_history_c169_c171() {
         &[],
         json!({"compaction": {"mode": "client", "prompt": "keep TODOs"}}),
     );
-    register(&mut h, &sid, &skey);
+    h.register_driver(&sid, &skey);
     h.replies.push_back(anthropic_text("first answer"));
     send(&mut h, &sid, &skey, json!("first"));
     h.replies.push_back(anthropic_text("the summary"));
@@ -378,7 +369,7 @@ fn manual_compaction_rewrites_provider_history_c169_c171() {
     assert_eq!(msgs.as_array().unwrap().len(), 3);
     // Same after a restart (history rebuilt from the log).
     h.restart(config());
-    register(&mut h, &sid, &skey);
+    h.register_driver(&sid, &skey);
     h.replies.push_back(anthropic_text("again"));
     let frames = send(&mut h, &sid, &skey, json!("more"));
     let ev = frames.last().unwrap()["result"]["events"]
@@ -399,7 +390,7 @@ fn history_reload_after_restart_fails_cleanly_then_recovers() {
         &[],
         json!({"compaction": {"mode": "client", "prompt": "keep TODOs"}}),
     );
-    register(&mut h, &sid, &skey);
+    h.register_driver(&sid, &skey);
     let body = json!({
         "id": "msg_1", "type": "message", "role": "assistant", "model": "m",
         "content": [{"type": "text", "text": "first answer"}],
@@ -416,7 +407,7 @@ fn history_reload_after_restart_fails_cleanly_then_recovers() {
     assert_eq!(frames[0]["params"]["payload"]["token_count"], 120);
 
     h.restart(config());
-    register(&mut h, &sid, &skey);
+    h.register_driver(&sid, &skey);
     let failing: [fn(&engine::StoreRead) -> bool; 3] = [
         |r| matches!(r, engine::StoreRead::LatestOfType { .. }),
         |r| matches!(r, engine::StoreRead::EventById { .. }),
@@ -452,7 +443,7 @@ fn history_reload_after_restart_fails_cleanly_then_recovers() {
 fn compact_during_live_pause_is_turn_in_progress_c168() {
     let mut h = Harness::new(config());
     let (_key, sid, skey) = h.open_session(&["t"], json!({"tools": [{"name": "t"}]}));
-    register(&mut h, &sid, &skey);
+    h.register_driver(&sid, &skey);
     h.replies.push_back(anthropic_tool_use(
         json!([{"type": "tool_use", "id": "tu_1", "name": "t", "input": {}}]),
     ));
@@ -504,7 +495,7 @@ fn auto_compaction_strictly_above_threshold_c179_c180() {
     let mut h = Harness::new(config());
     let (_key, sid, skey) =
         h.open_session(&[], json!({"compaction": {"mode": "auto", "size": 1000}}));
-    register(&mut h, &sid, &skey);
+    h.register_driver(&sid, &skey);
     let reply = |i: u64, o: u64| {
         engine::ProviderReply::Http {
         status: 200,
@@ -538,7 +529,7 @@ fn auto_compaction_strictly_above_threshold_c179_c180() {
 fn paused_turn_survives_restart_and_owner_resumes() {
     let mut h = Harness::new(config());
     let (_key, sid, skey) = h.open_session(&["t"], json!({"tools": [{"name": "t"}]}));
-    register(&mut h, &sid, &skey);
+    h.register_driver(&sid, &skey);
     h.replies.push_back(anthropic_tool_use(json!([
         {"type": "tool_use", "id": "tu_1", "name": "t", "input": {}},
         {"type": "tool_use", "id": "tu_2", "name": "srv", "input": {}}
@@ -553,7 +544,7 @@ fn paused_turn_survives_restart_and_owner_resumes() {
         None,
     );
     assert_eq!(parts["drivers"], json!([]));
-    register(&mut h, &sid, &skey);
+    h.register_driver(&sid, &skey);
     h.replies.push_back(anthropic_text("done"));
     let f = send(
         &mut h,
@@ -582,8 +573,8 @@ fn waiter_retires_expired_pause_by_timer_c121() {
         Some(&json!({})),
     );
     let skey2 = j["session_key"].as_str().unwrap().to_string();
-    register(&mut h, &sid, &skey);
-    register(&mut h, &sid, &skey2);
+    h.register_driver(&sid, &skey);
+    h.register_driver(&sid, &skey2);
     h.replies.push_back(anthropic_tool_use(
         json!([{"type": "tool_use", "id": "tu_1", "name": "t", "input": {}}]),
     ));
@@ -650,7 +641,7 @@ fn opt_in_keepalive_writes_blank_lines_only_when_enabled() {
 fn subscriber_replay_then_live_without_duplicates_c127() {
     let mut h = Harness::new(config());
     let (_key, sid, skey) = h.open_session(&[], json!({}));
-    register(&mut h, &sid, &skey);
+    h.register_driver(&sid, &skey);
     h.replies.push_back(anthropic_text("one"));
     send(&mut h, &sid, &skey, json!("a"));
     let (_, page) = h.client(
@@ -714,7 +705,7 @@ fn slowloris_head_gets_408_and_idle_connections_close() {
 fn close_cancels_the_in_flight_turn_c047() {
     let mut h = Harness::new(config());
     let (_key, sid, skey) = h.open_session(&[], json!({}));
-    register(&mut h, &sid, &skey);
+    h.register_driver(&sid, &skey);
     let a = h.rpc_start(&sid, &skey, &json!({"jsonrpc": "2.0", "id": 1, "method": "session.sendMessage", "params": {"message": {"content": "x"}}}));
     assert_eq!(h.calls.len(), 1);
     let (s, _) = h.client("DELETE", &format!("/api/v1/sessions/{sid}"), &skey, None);
@@ -745,7 +736,7 @@ fn durable_driver_registrations_are_opt_in() {
     cfg.durable_drivers = true;
     let mut h = Harness::new(cfg.clone());
     let (_key, sid, skey) = h.open_session(&[], json!({}));
-    register(&mut h, &sid, &skey);
+    h.register_driver(&sid, &skey);
     h.restart(cfg);
     let (_, parts) = h.client(
         "GET",
@@ -827,7 +818,7 @@ fn legacy_argon2id_admin_hash_verifies_once_then_upgrades_c236() {
 fn observers_share_one_rendering_of_each_live_event() {
     let mut h = Harness::new(config());
     let (_key, sid, skey) = h.open_session(&[], json!({}));
-    register(&mut h, &sid, &skey);
+    h.register_driver(&sid, &skey);
     let subscribe = json!({"jsonrpc": "2.0", "method": "session.subscribe"});
     let subs: Vec<engine::ConnId> = (0..3)
         .map(|_| h.rpc_start(&sid, &skey, &subscribe))
@@ -847,7 +838,7 @@ fn observers_share_one_rendering_of_each_live_event() {
     // A lone subscriber gets the same frames.
     let mut lone = Harness::new(config());
     let (_key, sid, skey) = lone.open_session(&[], json!({}));
-    register(&mut lone, &sid, &skey);
+    lone.register_driver(&sid, &skey);
     let sub = lone.rpc_start(&sid, &skey, &subscribe);
     lone.replies.push_back(anthropic_text("hello"));
     send(&mut lone, &sid, &skey, json!("hi"));
@@ -892,12 +883,12 @@ fn gate_timer_admits_a_waiter_among_many_live_sessions_c183() {
         Some(&json!({})),
     );
     let skey2 = j["session_key"].as_str().expect("joined").to_string();
-    register(&mut h, &sid, &skey);
-    register(&mut h, &sid, &skey2);
+    h.register_driver(&sid, &skey);
+    h.register_driver(&sid, &skey2);
     // Other sessions with finished turns stay live (cached history).
     for i in 0..40 {
         let (_, other, okey) = h.open_session(&[], json!({}));
-        register(&mut h, &other, &okey);
+        h.register_driver(&other, &okey);
         h.replies.push_back(anthropic_text(&format!("answer {i}")));
         send(&mut h, &other, &okey, json!("hi"));
     }

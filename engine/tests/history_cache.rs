@@ -44,15 +44,6 @@ fn history_loads(h: &Harness) -> usize {
         .count()
 }
 
-fn register(h: &mut Harness, sid: &str, key: &str) {
-    let f = h.rpc(
-        sid,
-        key,
-        &json!({"jsonrpc": "2.0", "id": 1, "method": "session.registerDriver"}),
-    );
-    assert_eq!(f[0]["result"]["registered"], true);
-}
-
 fn send(h: &mut Harness, sid: &str, key: &str, content: Value) -> Value {
     let call = json!({"jsonrpc": "2.0", "id": 5, "method": "session.sendMessage", "params": {"message": {"content": content}}});
     let frames = h.rpc(sid, key, &call);
@@ -72,7 +63,7 @@ fn requests(result: &Value) -> Vec<Value> {
 fn three_turns(config: Config, gap_ms: u64) -> (Vec<Value>, usize) {
     let mut h = Harness::new(config);
     let (_key, sid, skey) = h.open_session(&[], json!({}));
-    register(&mut h, &sid, &skey);
+    h.register_driver(&sid, &skey);
     let mut sent = Vec::new();
     for (i, text) in ["first", "second", "third"].into_iter().enumerate() {
         if i > 0 {
@@ -122,7 +113,7 @@ fn a_paused_turn_keeps_its_history_however_long_it_waits() {
         &["get_time"],
         json!({"tools": [{"name": "get_time", "input_schema": {"type": "object"}}]}),
     );
-    register(&mut h, &sid, &skey);
+    h.register_driver(&sid, &skey);
     h.replies.push_back(anthropic_tool_use(json!([
         {"type": "tool_use", "id": "tu_1", "name": "get_time", "input": {}}
     ])));
@@ -164,7 +155,7 @@ fn compaction_bound_and_newest_usage_survive_a_dropped_cache() {
             &[],
             json!({"compaction": {"mode": "client", "prompt": "keep"}}),
         );
-        register(&mut h, &sid, &skey);
+        h.register_driver(&sid, &skey);
         h.replies.push_back(anthropic_text("first answer"));
         send(&mut h, &sid, &skey, json!("first"));
         h.advance(20_000);
@@ -193,7 +184,7 @@ fn compaction_bound_and_newest_usage_survive_a_dropped_cache() {
 fn a_closed_session_leaves_nothing_cached() {
     let mut h = Harness::new(with_cache(usize::MAX, 10_000));
     let (_key, sid, skey) = h.open_session(&[], json!({}));
-    register(&mut h, &sid, &skey);
+    h.register_driver(&sid, &skey);
     h.replies.push_back(anthropic_text("hi"));
     send(&mut h, &sid, &skey, json!("hello"));
     let (status, _) = h.client("DELETE", &format!("/api/v1/sessions/{sid}"), &skey, None);

@@ -248,8 +248,7 @@ fn a_dropped_history_does_not_reconnect_a_fresh_sessions_servers() {
     );
     let (sid, skey) = created(&mut h, conn);
     h.mcp.clear();
-    let register = json!({"jsonrpc": "2.0", "id": 1, "method": "session.registerDriver"});
-    h.rpc(&sid, &skey, &register);
+    h.register_driver(&sid, &skey);
     for (i, text) in ["one", "two"].into_iter().enumerate() {
         h.replies.push_back(anthropic_text(&format!("answer {i}")));
         let send = json!({"jsonrpc": "2.0", "id": 2, "method": "session.sendMessage", "params": {"message": {"content": text}}});

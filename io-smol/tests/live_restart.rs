@@ -339,3 +339,62 @@ fn durable_owner_resumes_a_restored_pause_without_registering() {
         json!([mcp_result(), tool_result("tu_c", "12:00")])
     );
 }
+
+/// An idle session's cached history dropped at once
+/// (`BAE_HISTORY_CACHE_BYTES=0`, `BAE_HISTORY_IDLE=0`) is read back from the
+/// log by the next turn, over the real binary: the provider gets the whole
+/// history in order, across a client-tool pause (which keeps its history)
+/// and plain turns (each of which reads it back).
+#[test]
+fn a_dropped_idle_history_is_read_back_whole_by_the_next_turn() {
+    let (mock, server) =
+        anthropic_server(&[("BAE_HISTORY_CACHE_BYTES", "0"), ("BAE_HISTORY_IDLE", "0")]);
+    let f = open_registered(
+        &server,
+        "main",
+        &[],
+        &["get_time"],
+        json!({"tools": [tool("get_time")]}),
+    );
+    mock.push(Reply::text("first answer"));
+    send(&server, &f.session_id, &f.a, json!("first"));
+    mock.push(Reply::anthropic_tool_use(vec![
+        json!({"type": "tool_use", "id": "tu_c", "name": "get_time", "input": {}}),
+    ]));
+    let (_, t) = send(&server, &f.session_id, &f.a, json!("what time?"));
+    assert_eq!(t["result"]["message"]["content"][0]["dispatch"], "client");
+    mock.push(Reply::text("It is noon."));
+    send(
+        &server,
+        &f.session_id,
+        &f.a,
+        json!([tool_result("tu_c", "12:00")]),
+    );
+    mock.push(Reply::text("bye"));
+    let (_, t) = send(&server, &f.session_id, &f.a, json!("thanks"));
+    assert_eq!(t["result"]["message"]["content"][0]["text"], "bye");
+    let requests = mock.requests();
+    assert_eq!(requests.len(), 4);
+    let texts = |r: &testkit::RecordedRequest| -> Vec<String> {
+        (r.messages().as_array().into_iter().flatten())
+            .map(|m| format!("{}:{}", m["role"].as_str().unwrap_or(""), m["content"]))
+            .collect()
+    };
+    let last = texts(&requests[3]);
+    assert_eq!(last.len(), 7, "{last:#?}");
+    assert!(
+        last[0].starts_with("user:") && last[0].contains("first"),
+        "{last:#?}"
+    );
+    assert!(last[1].contains("first answer"), "{last:#?}");
+    assert!(last[2].contains("what time?"), "{last:#?}");
+    assert!(last[3].contains("tu_c"), "{last:#?}");
+    assert!(last[4].contains("12:00"), "{last:#?}");
+    assert!(last[5].contains("It is noon."), "{last:#?}");
+    assert!(last[6].contains("thanks"), "{last:#?}");
+    // Each request repeats the one before it, then adds to it.
+    for w in requests.windows(2) {
+        let (a, b) = (texts(&w[0]), texts(&w[1]));
+        assert_eq!(b[..a.len()], a[..], "history grows by appending");
+    }
+}

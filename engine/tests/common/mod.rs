@@ -271,6 +271,14 @@ impl Harness {
     }
 
     /// Profile + client key + open session; returns (client key, session id, session key).
+    /// `session.registerDriver` for `key`, which must succeed.
+    pub fn register_driver(&mut self, session_id: &str, key: &str) {
+        let call =
+            serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "session.registerDriver"});
+        let f = self.rpc(session_id, key, &call);
+        assert_eq!(f[0]["result"]["registered"], true, "{f:?}");
+    }
+
     pub fn open_session(
         &mut self,
         allowed_tools: &[&str],

@@ -40,6 +40,25 @@ impl<'c> StoreConn<'c> {
         read: &StoreRead,
         bounds: PageBounds,
     ) -> Result<Option<Vec<u8>>> {
+        Ok(self
+            .with_page_events(read, |st| render_rows(st, bounds))?
+            .flatten())
+    }
+
+    /// A page's rows as stored, read no further than its bounds.
+    fn page_rows(&mut self, read: &StoreRead, bounds: PageBounds) -> Result<(Vec<EventRow>, bool)> {
+        Ok(self
+            .with_page_events(read, |st| collect_page(&mut Cursor(st), bounds))?
+            .unwrap_or_default())
+    }
+
+    /// [`StoreConn::with_events`] over the plain read of a page read
+    /// (`None` for any other read).
+    fn with_page_events<T>(
+        &mut self,
+        read: &StoreRead,
+        f: impl FnOnce(&mut Statement<'_>) -> Result<T>,
+    ) -> Result<Option<T>> {
         let Some(StoreRead::Events {
             session_id,
             after_seq,
@@ -48,34 +67,25 @@ impl<'c> StoreConn<'c> {
         else {
             return Ok(None);
         };
-        let after = seq_to_i64(after_seq)?;
-        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        let st = self.stmt(Q::SelectEvents)?;
-        st.bind((1, session_id.as_str()))?;
-        st.bind((2, after))?;
-        st.bind((3, limit))?;
-        let r = render_rows(st, bounds);
-        let _ = st.reset();
-        r
+        self.with_events(&session_id, after_seq, limit, f).map(Some)
     }
 
-    /// A page's rows as stored, read no further than its bounds.
-    fn page_rows(&mut self, read: &StoreRead, bounds: PageBounds) -> Result<(Vec<EventRow>, bool)> {
-        let Some(StoreRead::Events {
-            session_id,
-            after_seq,
-            limit,
-        }) = page_rows_read(read)
-        else {
-            return Ok((Vec::new(), false));
-        };
+    /// Runs `f` over `SelectEvents` bound to a session, a seq to read after
+    /// and a row limit, then resets the statement.
+    fn with_events<T>(
+        &mut self,
+        session_id: &str,
+        after_seq: u64,
+        limit: usize,
+        f: impl FnOnce(&mut Statement<'_>) -> Result<T>,
+    ) -> Result<T> {
         let after = seq_to_i64(after_seq)?;
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         let st = self.stmt(Q::SelectEvents)?;
-        st.bind((1, session_id.as_str()))?;
+        st.bind((1, session_id))?;
         st.bind((2, after))?;
         st.bind((3, limit))?;
-        let r = collect_page(&mut Cursor(st), bounds);
+        let r = f(st);
         let _ = st.reset();
         r
     }
@@ -100,15 +110,9 @@ impl<'c> StoreConn<'c> {
                 session_id,
                 after_seq,
                 limit,
-            } => {
-                let after = seq_to_i64(*after_seq)?;
-                let limit = i64::try_from(*limit).unwrap_or(i64::MAX);
-                let st = self.stmt(Q::SelectEvents)?;
-                st.bind((1, session_id.as_str()))?;
-                st.bind((2, after))?;
-                st.bind((3, limit))?;
-                collect_events(st).map(ReadResult::Events)
-            }
+            } => self
+                .with_events(session_id, *after_seq, *limit, collect_events)
+                .map(ReadResult::Events),
             StoreRead::EventSeq {
                 session_id,
                 event_id,
