@@ -266,6 +266,9 @@ pub struct Config {
     /// `session.driver.register` events). Off by default: the contract
     /// says the registry is in memory and empty after a restart.
     pub durable_drivers: bool,
+    /// How generated ids are made (`BAE_ID_ORDER`): time-ordered (the
+    /// default: B-tree inserts append) or all random.
+    pub id_order: proto::wire::ids::IdOrder,
     /// Gated requests that may wait on one session's turn gate; beyond it a
     /// request is refused with `-32000` instead of queueing without bound.
     pub max_queued_per_session: usize,
@@ -337,6 +340,7 @@ impl Default for Config {
             sandbox_labels: Vec::new(),
             max_subagents_per_session: 8,
             durable_drivers: false,
+            id_order: proto::wire::ids::IdOrder::Time,
             max_queued_per_session: 256,
             ndjson_keepalive_ms: 0,
             request_timeout_ms: 30_000,
@@ -582,9 +586,10 @@ impl Engine {
         b
     }
 
-    /// A fresh `<prefix>` + 32-hex id.
+    /// A fresh `<prefix>` + 32-hex id (time-ordered unless configured).
     fn new_id(&mut self, kind: proto::wire::ids::IdKind) -> String {
-        let bytes = self.random_bytes::<16>();
+        let random = self.random_bytes::<16>();
+        let bytes = self.config.id_order.bytes(self.now.unix.0, random);
         proto::wire::ids::make_id(kind, bytes)
     }
 

@@ -322,7 +322,7 @@ fn serve(cli: &Cli, runtime: Runtime, exports_telemetry: bool) -> i32 {
         key_file: env.admin_key_file.clone(),
         hash_file: env.admin_key_hash_file.clone(),
     };
-    let mut os_rng = OsEntropy;
+    let mut os_rng = OsEntropy::new();
     let mut entropy = |buf: &mut [u8]| os_rng.fill(buf);
     let outcome = match bootstrap_admin_key(&mut store, &settings, &mut entropy) {
         Ok(o) => o,
@@ -377,7 +377,12 @@ fn serve(cli: &Cli, runtime: Runtime, exports_telemetry: bool) -> i32 {
             slot: *lane,
             lanes: crate::store::pg::replica::LANES,
         });
-    let engine = Engine::new(engine_cfg, Box::new(OsEntropy), snapshot, clock.now());
+    let engine = Engine::new(
+        engine_cfg,
+        Box::new(OsEntropy::new()),
+        snapshot,
+        clock.now(),
+    );
     // Step 13.
     let listeners = match driver::bind_listeners(env.addr, env.admin_addr) {
         Ok(l) => l,
@@ -527,6 +532,7 @@ pub fn engine_config(env: &Env, file: &FileConfig, run_label: &str) -> engine::C
         max_subagents_per_session: env.max_subagents_per_session,
         max_queued_per_session: env.max_queued_turns,
         durable_drivers: env.durable_drivers,
+        id_order: env.id_order,
         metrics_no_auth: env.metrics_no_auth,
         // Spec 04 §3.3: nothing under `[telemetry]` is used unless enabled.
         metrics_disabled: match file.telemetry.enabled {

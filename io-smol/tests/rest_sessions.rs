@@ -77,6 +77,62 @@ fn c015_create_returns_201_with_id_and_key_formats() {
     assert_ne!(v2["session_key"], v["session_key"]);
 }
 
+/// Unix ms held by the first 12 hex digits of a generated id.
+fn id_millis(id: &str) -> u64 {
+    let hex = id.split_once('_').map_or("", |(_, h)| h);
+    u64::from_str_radix(&hex[..12], 16).unwrap()
+}
+
+fn unix_ms_now() -> u64 {
+    let d = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+    d.unwrap().as_millis() as u64
+}
+
+/// C-015 with `BAE_ID_ORDER` unset: session, session-key row and event ids
+/// keep the format and start with their creation time (storage.md,
+/// "Generated ids"); `BAE_ID_ORDER=random` makes them wholly random.
+#[test]
+fn c015_generated_ids_are_time_ordered_unless_random_is_configured() {
+    for random in [false, true] {
+        let mut o = opts().config(provider_config(DEAD_URL));
+        if random {
+            o = o.env("BAE_ID_ORDER", "random");
+        }
+        let s = Server::start(o);
+        let p = profile(&s, &[]);
+        let (_, ck) = key(&s, &p);
+        let before = unix_ms_now();
+        let mut ids = Vec::new();
+        for _ in 0..8 {
+            let v = create(&s, &ck, json!({})).json();
+            let sid = v["session_id"].as_str().unwrap().to_string();
+            let skey = v["session_key"].as_str().unwrap();
+            for e in events(&s, &sid, skey) {
+                let eid = e["id"].as_str().unwrap().to_string();
+                assert!(is_prefixed_hex(&eid, "evt_", 32), "{eid}");
+                ids.push(eid);
+            }
+            assert!(is_prefixed_hex(&sid, "ses_", 32), "{sid}");
+            ids.push(sid);
+        }
+        let after = unix_ms_now();
+        let timed = ids
+            .iter()
+            .filter(|id| (before..=after).contains(&id_millis(id)))
+            .count();
+        if random {
+            assert_eq!(timed, 0, "random ids carry no clock: {ids:?}");
+        } else {
+            assert_eq!(timed, ids.len(), "{before}..={after}: {ids:?}");
+            let sids: Vec<&String> = ids.iter().filter(|i| i.starts_with("ses_")).collect();
+            let ms: Vec<u64> = sids.iter().map(|i| id_millis(i)).collect();
+            assert!(ms.windows(2).all(|w| w[0] <= w[1]), "{sids:?}");
+        }
+        let distinct: std::collections::HashSet<&String> = ids.iter().collect();
+        assert_eq!(distinct.len(), ids.len());
+    }
+}
+
 #[test]
 fn c016_create_response_profile_is_sanitized() {
     let s = start();

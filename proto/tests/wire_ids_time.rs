@@ -57,6 +57,28 @@ fn c015_c234_id_formats() {
     assert!(!is_id(IdKind::Session, "ses_…"));
 }
 
+/// C-015: a time-ordered id keeps the format; its first 12 hex digits are
+/// the creation time in ms and the other 20 come from the random bytes, so
+/// ids made later sort after earlier ones. `Random` keeps all 16 bytes.
+#[test]
+fn c015_time_ordered_ids_keep_the_format_and_sort_by_creation() {
+    let random = [0xabu8; 16];
+    let at = 0x0193_8a2b_4c5d_u64; // 2024-12, as Unix ms
+    let id = make_id(IdKind::Event, IdOrder::Time.bytes(at, random));
+    assert_eq!(id, format!("evt_01938a2b4c5d{}", "ab".repeat(10)));
+    assert!(is_id(IdKind::Event, &id));
+    assert_eq!(IdOrder::Random.bytes(at, random), random);
+    assert_eq!(IdOrder::default(), IdOrder::Time);
+    // Later creations sort after earlier ones whatever their random bytes.
+    let early = make_id(IdKind::Session, IdOrder::Time.bytes(at, [0xff; 16]));
+    let later = make_id(IdKind::Session, IdOrder::Time.bytes(at + 1, [0; 16]));
+    assert!(early < later, "{early} < {later}");
+    // Only the low 48 bits of the clock are used (valid until year 10889).
+    let wrapped = IdOrder::Time.bytes(u64::MAX, [0; 16]);
+    assert_eq!(&wrapped[..6], &[0xff; 6]);
+    assert_eq!(&wrapped[6..], &[0; 10]);
+}
+
 #[test]
 fn c015_c195_c208_secret_formats() {
     let b: [u8; 24] = core::array::from_fn(|i| i as u8 * 11);

@@ -121,6 +121,9 @@ pub struct Env {
     /// Extension `BAE_SQLITE_SYNCHRONOUS`, `normal` (default) or `full`,
     /// case-insensitive, trimmed.
     pub sqlite_synchronous: Synchronous,
+    /// `BAE_ID_ORDER`, `time` (default) or `random`, case-insensitive,
+    /// trimmed: how generated ids are made (`proto::wire::ids::IdOrder`).
+    pub id_order: proto::wire::ids::IdOrder,
     /// Extension `BAE_REQUEST_TIMEOUT`, default 30 s (≥ 1): a request's head
     /// and body must arrive within this time of its first byte (else 408).
     pub request_timeout: Duration,
@@ -431,6 +434,20 @@ pub fn parse_env(get: impl Fn(&str) -> Option<String>) -> Result<Env, ConfigErro
             }
         }
     };
+    let id_order = match get("BAE_ID_ORDER") {
+        None => proto::wire::ids::IdOrder::Time,
+        Some(v) => match v.trim().to_ascii_lowercase().as_str() {
+            "time" => proto::wire::ids::IdOrder::Time,
+            "random" => proto::wire::ids::IdOrder::Random,
+            _ => {
+                return Err(ConfigError::InvalidValue {
+                    var: "BAE_ID_ORDER",
+                    value: v,
+                    expected: "\"time\" or \"random\"",
+                })
+            }
+        },
+    };
 
     Ok(Env {
         addr,
@@ -455,6 +472,7 @@ pub fn parse_env(get: impl Fn(&str) -> Option<String>) -> Result<Env, ConfigErro
         provider_timeout,
         provider_idle_connections,
         sqlite_synchronous,
+        id_order,
         request_timeout,
         idle_timeout,
         max_connections,
@@ -559,6 +577,20 @@ mod tests {
         assert!(env_of(&[("BAE_MAX_PAGE_BYTES", "0")]).is_err());
         assert_eq!(e.history_cache_bytes, 8 * 1024 * 1024);
         assert_eq!(e.history_idle, Duration::from_secs(30));
+    }
+
+    #[test]
+    fn id_order_is_time_unless_random_is_asked_for() {
+        use proto::wire::ids::IdOrder;
+        assert_eq!(env_of(&[]).unwrap().id_order, IdOrder::Time);
+        let order = |v: &str| env_of(&[("BAE_ID_ORDER", v)]).map(|e| e.id_order);
+        assert_eq!(order(" Random ").unwrap(), IdOrder::Random);
+        assert_eq!(order("TIME").unwrap(), IdOrder::Time);
+        for bad in ["", "sequential", "1"] {
+            let err = order(bad).unwrap_err();
+            assert_eq!(err.exit_code(), 2, "{bad:?}");
+            assert!(err.to_string().contains("BAE_ID_ORDER"), "{err}");
+        }
     }
 
     #[test]

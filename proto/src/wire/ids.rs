@@ -1,8 +1,17 @@
 //! Identifier and secret-key formats (spec 02 §2).
 //!
-//! Ids are `<prefix>` + 32 lowercase hex characters built from 16 bytes the
-//! caller draws from its CSPRNG; secrets are `<prefix>` + 48 lowercase hex
-//! characters built from 24 bytes.
+//! Ids are `<prefix>` + 32 lowercase hex characters built from 16 bytes;
+//! secrets are `<prefix>` + 48 lowercase hex characters built from 24 bytes
+//! the caller draws from its CSPRNG.
+//!
+//! An id's 16 bytes are either all drawn from the CSPRNG
+//! ([`IdOrder::Random`], spec 02 §2 as written) or begin with the creation
+//! time ([`IdOrder::Time`], the default): 6 bytes of Unix milliseconds,
+//! big-endian, then 10 bytes (80 bits) from the CSPRNG, the layout of a
+//! UUIDv7. The format is the same either way. Time-ordered ids land at the
+//! right edge of every B-tree that indexes them (the events' and sessions'
+//! primary keys, the per-session event indexes, the session-key lookup), so
+//! a commit dirties a few index pages instead of one random page per row.
 
 const HEX: &[u8; 16] = b"0123456789abcdef";
 
@@ -97,6 +106,30 @@ fn push_hex(out: &mut String, bytes: &[u8]) {
 
 fn is_lower_hex(s: &str, len: usize) -> bool {
     s.len() == len && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
+/// How the 16 bytes of a generated id are made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum IdOrder {
+    /// 6 bytes of Unix milliseconds (big-endian), then 10 random bytes.
+    #[default]
+    Time,
+    /// 16 random bytes.
+    Random,
+}
+
+impl IdOrder {
+    /// The id bytes for a creation at `unix_ms` from 16 CSPRNG bytes
+    /// (`Time` keeps the last 10 of them).
+    pub fn bytes(self, unix_ms: u64, mut random: [u8; 16]) -> [u8; 16] {
+        if self == IdOrder::Time {
+            let t = unix_ms.to_be_bytes();
+            for (dst, src) in random.iter_mut().zip(t.iter().skip(2)) {
+                *dst = *src;
+            }
+        }
+        random
+    }
 }
 
 /// `<prefix>` + 32 lowercase hex of `bytes`.
