@@ -18,12 +18,17 @@
 //!   for an idempotent send, the key) is committed before the call leaves,
 //!   so a crash can never have called a provider for a turn the log and the
 //!   key table do not know about;
+//! * a key's `last_used_at` stamp ([`StoreWrite::TouchKey`]) written again
+//!   while the batch is still pending replaces the earlier stamp in place
+//!   instead of adding a statement: every authentication stamps its key, and
+//!   concurrent clients share keys. The committed state is the same, since
+//!   nothing else reads or writes that column;
 //! * a send that reveals no stored state (`/healthz`, `/api/v1/meta`:
 //!   [`Pipeline::deliver_ungated`]) waits only for held output to its own
 //!   connection, so a liveness probe never waits behind other clients'
 //!   commits.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 
 use crate::store::{ReadId, StoreRead, StoreWrite};
 use crate::{ConnId, Output};
@@ -84,6 +89,8 @@ pub enum Job {
 #[derive(Debug, Default)]
 pub struct Pipeline {
     pending: Vec<StoreWrite>,
+    /// Where in `pending` each key's `TouchKey` is.
+    touches: HashMap<String, usize>,
     /// Batch id of the newest gating write (0 = none yet).
     last_gating: u64,
     /// Id the pending batch will get when sealed.
@@ -137,6 +144,16 @@ impl Pipeline {
         if w.gates_output() {
             self.last_gating = self.next_batch;
         }
+        if let StoreWrite::TouchKey { id, at } = w {
+            let earlier = self.touches.get(&id).and_then(|&i| self.pending.get_mut(i));
+            if let Some(StoreWrite::TouchKey { at: stamp, .. }) = earlier {
+                *stamp = at;
+                return;
+            }
+            self.touches.insert(id.clone(), self.pending.len());
+            self.pending.push(StoreWrite::TouchKey { id, at });
+            return;
+        }
         self.pending.push(w);
     }
 
@@ -180,6 +197,7 @@ impl Pipeline {
     }
 
     fn seal(&mut self) {
+        self.touches.clear();
         if !self.pending.is_empty() {
             let batch = self.next_batch;
             self.next_batch += 1;
@@ -372,6 +390,62 @@ mod tests {
         );
         assert_eq!(p.committed(2), vec![send(ConnId(3), "z")]);
         assert!(p.is_quiet());
+    }
+
+    fn touch_of(id: &str, at: &str) -> StoreWrite {
+        StoreWrite::TouchKey {
+            id: id.into(),
+            at: at.into(),
+        }
+    }
+
+    /// Repeated stamps of one key in a pending batch become one statement
+    /// carrying the newest stamp, at the first one's place; a sealed batch
+    /// is never changed.
+    #[test]
+    fn touches_of_one_key_in_a_pending_batch_collapse_to_the_newest() {
+        let mut p = Pipeline::new();
+        p.write(touch_of("k1", "t1"));
+        p.write(revoke("k1"));
+        p.write(touch_of("k2", "t2"));
+        p.write(touch_of("k1", "t3"));
+        p.write(touch_of("k2", "t4"));
+        let jobs = p.take_submission().unwrap();
+        let want = vec![touch_of("k1", "t3"), revoke("k1"), touch_of("k2", "t4")];
+        assert_eq!(
+            jobs,
+            vec![Job::Commit {
+                batch: 1,
+                writes: want
+            }]
+        );
+        // The next batch starts afresh while the first is committing.
+        p.write(touch_of("k1", "t5"));
+        p.read(
+            ReadId(1),
+            StoreRead::EventById {
+                session_id: "s".into(),
+                event_id: "e".into(),
+            },
+        );
+        p.write(touch_of("k1", "t6"));
+        p.committed(1);
+        let jobs = p.take_submission().unwrap();
+        assert_eq!(jobs.len(), 3, "{jobs:?}");
+        assert_eq!(
+            jobs[0],
+            Job::Commit {
+                batch: 2,
+                writes: vec![touch_of("k1", "t5")]
+            }
+        );
+        assert_eq!(
+            jobs[2],
+            Job::Commit {
+                batch: 3,
+                writes: vec![touch_of("k1", "t6")]
+            }
+        );
     }
 
     #[test]
