@@ -203,7 +203,7 @@ impl Engine {
             PendingRead::IdemReplay { conn, message } => self.on_idem_replay(conn, message, result),
             PendingRead::TurnHistory { turn, loader } => {
                 // A turn that ended meanwhile needs no more reads.
-                if !self.turns.contains_key(&turn) {
+                if !self.running.contains_key(&turn) {
                     return;
                 }
                 let again = |loader| PendingRead::TurnHistory { turn, loader };

@@ -5,7 +5,7 @@
 use proto::jsonrpc::{self, Extension};
 use serde_json::json;
 
-use crate::turn::{Holder, Mode};
+use crate::turn::Holder;
 use crate::{ConnId, Engine};
 use proto::jsonrpc::codes;
 
@@ -52,15 +52,13 @@ impl Engine {
     pub(crate) fn cancel_gate(&mut self, session_id: &str, owner: Option<&str>) -> Cancelled {
         let mine = |k: &str| owner.is_none() || owner == Some(k);
         if let Some(Holder::Running) = self.live.get(session_id).map(|l| l.gate.holder()) {
-            let running = self
-                .turns
-                .iter()
-                .find(|(_, t)| t.session_id == session_id)
-                .map(|(id, t)| (*id, t.key_id.clone(), matches!(t.mode, Mode::Compaction(_))));
+            let running = (self.live.get(session_id))
+                .and_then(|c| c.turn())
+                .map(|t| (t.key_id.clone(), t.is_compaction()));
             match running {
-                Some((_, _, true)) => return Cancelled::Compaction,
-                Some((turn_id, key, false)) if mine(&key) => {
-                    self.cancel_running(turn_id);
+                Some((_, true)) => return Cancelled::Compaction,
+                Some((key, false)) if mine(&key) => {
+                    self.cancel_running(session_id);
                     return Cancelled::Running;
                 }
                 _ => {}
@@ -104,32 +102,33 @@ impl Engine {
     /// (a late reply is dropped), its request ends with [`CANCELLED`], the
     /// gate passes on. Nothing of the turn's in-memory tool rounds reaches
     /// the history, so no `tool_use` is left without a result.
-    fn cancel_running(&mut self, turn_id: crate::turn::TurnId) {
-        let Some(mut t) = self.turns.remove(&turn_id) else {
+    fn cancel_running(&mut self, session_id: &str) {
+        let Some(mut t) = self.take_turn(session_id) else {
             return;
         };
-        self.calls.retain(|_, turn| *turn != turn_id);
+        self.calls.retain(|_, s| s.as_str() != session_id);
         let tokens: Vec<_> = self
             .mcp_calls
             .iter()
-            .filter(|(_, turn)| **turn == turn_id)
+            .filter(|(_, (_, turn))| *turn == t.id)
             .map(|(token, _)| *token)
             .collect();
         for token in tokens {
             self.mcp_calls.remove(&token);
             self.mcp.abandon(token);
         }
-        tracing::info!(session = %t.session_id, "turn cancelled");
+        tracing::info!(session = %session_id, "turn cancelled");
         self.retire_steers(std::mem::take(&mut t.steers), "the turn was cancelled");
         let msg = "turn_cancelled: the turn was cancelled";
         self.idem_finished(
+            session_id,
             &t,
             serde_json::json!({"error": {"code": CANCELLED, "message": msg}}),
         );
         for conn in t.streams() {
             self.terminal_error(conn, CANCELLED, msg);
         }
-        self.release_gate(&t.session_id);
+        self.release_gate(session_id);
     }
 
     /// Extension `turn.queue`: every opted-in waiter whose position changed

@@ -18,8 +18,8 @@ use sha2::{Digest, Sha256};
 
 use crate::conn::PendingRead;
 use crate::rpc::StreamKind;
+use crate::session_core::{TurnLoop, UserMessage};
 use crate::store::{IdempotencyRow, ReadResult, StoreRead, StoreWrite};
-use crate::turn::{Turn, UserMessage};
 use crate::{ConnId, Engine};
 use proto::jsonrpc::codes;
 
@@ -251,12 +251,12 @@ impl Engine {
 
     /// A retry of a request still waiting or running joins its stream.
     fn attach_retry(&mut self, conn: ConnId, session_id: &str, key_id: &str, key: &str) -> bool {
-        let mine = |t: &Turn| {
-            t.session_id == session_id
-                && t.key_id == key_id
-                && t.idem.as_ref().is_some_and(|i| i.key == key)
-        };
-        if let Some(t) = self.turns.values_mut().find(|t| mine(t)) {
+        let mine =
+            |t: &TurnLoop| &*t.key_id == key_id && t.idem.as_ref().is_some_and(|i| i.key == key);
+        let running = (self.live.get_mut(session_id))
+            .and_then(|c| c.turn_mut())
+            .filter(|t| mine(t));
+        if let Some(t) = running {
             if let Some(i) = t.idem.as_mut() {
                 i.watchers.push(conn);
             }
@@ -331,14 +331,12 @@ impl Engine {
     }
 
     /// The key's request answered: `outcome` is what a retry gets.
-    pub(crate) fn idem_finished(&mut self, t: &Turn, outcome: Value) {
+    pub(crate) fn idem_finished(&mut self, session_id: &str, t: &TurnLoop, outcome: Value) {
         let Some(idem) = &t.idem else {
             return;
         };
         let text = outcome.to_string();
-        self.put_idem(&t.session_id, &t.key_id, &idem.key, |e| {
-            e.outcome = Some(text)
-        });
+        self.put_idem(session_id, &t.key_id, &idem.key, |e| e.outcome = Some(text));
     }
 
     fn put_idem(&mut self, session_id: &str, key_id: &str, key: &str, f: impl FnOnce(&mut Entry)) {

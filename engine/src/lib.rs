@@ -376,7 +376,7 @@ pub struct Engine {
     next_read: ReadId,
     pending_reads: HashMap<ReadId, conn::PendingRead>,
     /// Runtime state of open sessions (gate, waiters, history cache).
-    live: BTreeMap<ids::SessionId, turn::Live>,
+    live: BTreeMap<ids::SessionId, session_core::SessionCore>,
     /// Which of `live`'s history caches to drop when idle.
     history_cache: history_cache::HistoryCache,
     /// Sessions whose gate may have queued waiters: a superset, pruned
@@ -386,10 +386,12 @@ pub struct Engine {
     waiting: BTreeSet<ids::SessionId>,
     /// Connections with an open NDJSON stream, per session (fan-out index).
     streams: streams::Hub,
-    turns: BTreeMap<turn::TurnId, turn::Turn>,
+    /// The session each running turn (or compaction) belongs to; the turn
+    /// itself lives in the session's core.
+    running: BTreeMap<turn::TurnId, ids::SessionId>,
     next_turn: turn::TurnId,
-    /// Provider calls in flight, by the turn that made them.
-    calls: HashMap<CallId, turn::TurnId>,
+    /// Provider calls in flight, by the session whose turn made them.
+    calls: HashMap<CallId, ids::SessionId>,
     next_call: CallId,
     /// Every session's MCP connection set.
     mcp: mcp::McpHub,
@@ -401,8 +403,8 @@ pub struct Engine {
     driver_ext: BTreeMap<(String, String), proto::jsonrpc::Extensions>,
     /// Turns waiting for their session's MCP servers to be restored.
     mcp_restoring: BTreeMap<ids::SessionId, turn::TurnId>,
-    /// MCP calls in flight, by the turn that made them.
-    mcp_calls: HashMap<mcp::CallToken, turn::TurnId>,
+    /// MCP calls in flight, by the session and turn that made them.
+    mcp_calls: HashMap<mcp::CallToken, (ids::SessionId, turn::TurnId)>,
     next_mcp_call: mcp::CallToken,
     /// When the last legacy Argon2id verification failed (rate limit).
     last_legacy_failure: Option<MonoMs>,
@@ -486,7 +488,7 @@ impl Engine {
             history_cache: histories,
             waiting: BTreeSet::new(),
             streams: streams::Hub::default(),
-            turns: BTreeMap::new(),
+            running: BTreeMap::new(),
             next_turn: turn::TurnId(1),
             calls: HashMap::new(),
             next_call: CallId(1),

@@ -11,7 +11,9 @@ use crate::Engine;
 pub use crate::streams::Appended;
 
 impl Engine {
-    /// Appends one event to `session_id`'s log and publishes it.
+    /// Appends one event to `session_id`'s log and publishes it. (Message
+    /// events come only from session cores, which extend their cached
+    /// history themselves.)
     pub(crate) fn append_event(
         &mut self,
         session_id: &str,
@@ -19,28 +21,12 @@ impl Engine {
         event_type: EventType,
         payload: Value,
     ) -> Appended {
-        if matches!(
-            event_type,
-            EventType::ClientMessageSend | EventType::ServerMessageSend
-        ) {
-            if let Some(h) = self
-                .live
-                .get_mut(session_id)
-                .and_then(|l| l.history.as_mut())
-            {
-                let message = proto::provider::history_message(event_type.as_str(), &payload);
-                self.history_cache
-                    .grew(session_id, crate::history_cache::weight(&message));
-                h.push(message);
-            }
-        }
         self.append_event_text(session_id, client_key_id, event_type, payload.to_string())
     }
 
     /// [`Engine::append_event`] for a payload already rendered as compact
     /// JSON text (a large `provider.request` is built as text so that its
-    /// history is never copied as a value tree). Message events must go
-    /// through `append_event`: they also extend the cached history.
+    /// history is never copied as a value tree).
     pub(crate) fn append_event_text(
         &mut self,
         session_id: &str,

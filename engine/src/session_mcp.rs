@@ -71,22 +71,18 @@ impl Engine {
             }
         }
         if let Some(turn_id) = self.mcp_restoring.remove(session_id) {
-            self.start_loop(turn_id);
+            if self.running_turn_id(session_id) == Some(turn_id) {
+                self.with_core(session_id, |core, world, _| core.mcp_ready(world));
+            }
         }
     }
 
     /// Extension (`reconnect = true` servers): a session that existed
     /// before this process started has no MCP connections; its first chat
     /// turn connects the profile's reconnecting servers before the first
-    /// provider call. Returns whether the turn now waits for them.
-    pub(crate) fn restore_mcp(&mut self, turn_id: crate::turn::TurnId) -> bool {
-        let Some(t) = self.turns.get(&turn_id) else {
-            return false;
-        };
-        if !matches!(t.mode, crate::turn::Mode::Chat) {
-            return false;
-        }
-        let session_id = t.session_id.clone();
+    /// provider call. Returns whether turn `turn_id` now waits for them.
+    pub(crate) fn restore_mcp(&mut self, session_id: &str, turn_id: crate::turn::TurnId) -> bool {
+        let session_id = self.catalog.session_id(session_id);
         let Some(session) = self.catalog.sessions.get(session_id.as_str()) else {
             return false;
         };

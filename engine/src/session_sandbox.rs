@@ -316,7 +316,8 @@ impl Engine {
         match result {
             Ok(out) => {
                 if self.conns.contains_key(&conn) {
-                    let (stdout, stderr) = self.marked_streams(&out);
+                    let (stdout, stderr) =
+                        crate::session_core::marked_streams(&out, self.config.sandbox_max_output);
                     let body =
                         json!({"stdout": stdout, "stderr": stderr, "exit_code": out.exit_code});
                     self.terminal_result(conn, &body.to_string());
@@ -335,22 +336,6 @@ impl Engine {
                 }
             }
         }
-    }
-
-    /// stdout/stderr with a marker where the driver cut them.
-    pub(crate) fn marked_streams(&self, out: &ExecOutput) -> (String, String) {
-        let max = self.config.sandbox_max_output;
-        let mark = |s: &str, cut: bool| {
-            if cut {
-                format!("{s}\n[output truncated at {max} bytes]")
-            } else {
-                s.to_string()
-            }
-        };
-        (
-            mark(&out.stdout, out.stdout_truncated),
-            mark(&out.stderr, out.stderr_truncated),
-        )
     }
 
     /// `session.cancelSubagent` (spec 06 §6.5).

@@ -1,17 +1,34 @@
-//! The transport-free core of one session's live loop: the FIFO turn gate
-//! with its waiters and parked pauses (spec 01 §8), as a state machine that
-//! owns its data and speaks typed commands and answers. It knows nothing of
-//! connections' bytes, streams or the store: the engine routes its answers
-//! (start a turn, refuse a request, rebuild history) to the layers that
-//! act on them. Time arrives as a monotonic millisecond argument.
+//! The transport-free core of one session's live loop ([`SessionCore`]):
+//! the FIFO turn gate with its waiters and parked pauses (spec 01 §8), the
+//! cached provider-facing history, and the turn holding the gate with its
+//! provider attempt walk (spec 05 §5), tool rounds (spec 06 §2), pauses,
+//! steering and compaction (spec 07). It owns its data, takes typed inputs
+//! and queues typed [`Effect`]s; it knows nothing of connections' bytes,
+//! streams or the store, and reads what only the engine knows through the
+//! read-only [`World`]. Time arrives as a monotonic millisecond argument.
 //!
 //! Its tests (`tests/`) drive it in-process with virtual time.
 
+pub mod compaction;
+mod effect;
 mod gate;
+pub mod merge;
+mod request;
+pub mod round;
+mod session;
+mod steer;
 #[cfg(test)]
 mod tests;
+mod tools;
+mod turn;
+pub mod walk;
 
+pub use effect::{Call, ChainError, Effect, Ending, Fact, Log, Payload, SubagentAnswer, World};
 pub use gate::{Arrival, Gate, Limits, Refusal, Start};
+pub use session::SessionCore;
+pub use steer::SteerRefusal;
+pub use tools::marked_streams;
+pub use turn::{Mode, Steer, TurnLoop};
 
 use crate::{ConnId, MonoMs};
 use serde_json::Value;

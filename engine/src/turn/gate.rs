@@ -3,7 +3,7 @@
 //! the abandonment timer, forgets departed waiters, and drops it all when a
 //! session closes. The gate's rules live in `session_core`.
 
-use super::{TurnId, Waiter};
+use super::Waiter;
 use crate::rpc::StreamKind;
 use crate::{ConnId, Engine};
 use proto::jsonrpc::codes;
@@ -93,12 +93,10 @@ impl Engine {
         for id in moved {
             self.tell_queue_positions(&id);
         }
-        for t in self.turns.values_mut() {
-            if t.conn == Some(conn) {
-                t.conn = None;
-            }
-            if let Some(idem) = t.idem.as_mut() {
-                idem.watchers.retain(|w| *w != conn);
+        let Engine { running, live, .. } = self;
+        for session_id in running.values() {
+            if let Some(t) = live.get_mut(session_id).and_then(|c| c.turn_mut()) {
+                t.forget_stream(conn);
             }
         }
     }
@@ -109,20 +107,12 @@ impl Engine {
         // A closed session is terminal: its in-flight turn stops here (a
         // late provider reply is ignored) and its stream ends without a
         // terminal frame, like every other stream of the session.
-        let cancelled: Vec<TurnId> = self
-            .turns
-            .iter()
-            .filter(|(_, t)| t.session_id == session_id)
-            .map(|(id, _)| *id)
-            .collect();
-        for id in cancelled {
-            if let Some(mut t) = self.turns.remove(&id) {
-                self.retire_steers(std::mem::take(&mut t.steers), "the session closed");
-                self.calls.retain(|_, turn| *turn != id);
-                self.mcp_calls.retain(|_, turn| *turn != id);
-                for conn in t.streams() {
-                    self.end_stream(conn);
-                }
+        if let Some(mut t) = self.take_turn(session_id) {
+            self.retire_steers(std::mem::take(&mut t.steers), "the session closed");
+            self.calls.retain(|_, s| **s != *session_id);
+            self.mcp_calls.retain(|_, (s, _)| **s != *session_id);
+            for conn in t.streams() {
+                self.end_stream(conn);
             }
         }
         self.waiting.remove(session_id);

@@ -1,134 +1,46 @@
-//! The live session loop: the FIFO turn gate with paused turns (spec 01 §8),
-//! `session.sendMessage`, the provider attempt walk (spec 05 §5), tool
-//! dispatch (spec 06 §2) and the 8-iteration turn loop (spec 05 §9).
-//!
-//! A turn is a state machine parked in [`Engine::turns`] between inputs: it
-//! waits for a history read or a provider reply, never for a socket. It runs
-//! to completion even if its consumer disconnects (only frames are lost).
+//! The engine's side of the live session loop: a request's way to the FIFO
+//! turn gate (spec 01 §8) and, once admitted, to its session's
+//! [`SessionCore`], which runs the turn (spec 05 §5, §9; spec 06 §2;
+//! spec 07). This layer only routes: it builds the [`World`] the core reads
+//! (`world.rs`), feeds it inputs, and performs the effects it asks for
+//! (`exec.rs`).
 
 mod cache;
 pub mod compact;
+mod exec;
 mod gate;
-pub mod merge;
-mod provider_walk;
 mod recover;
-pub mod round;
-pub mod tools;
-pub mod walk;
+mod tools;
+mod world;
 
-use proto::provider;
 use serde_json::{json, Value};
 
 use crate::conn::PendingRead;
 use crate::history_load::{HistoryLoad, HistoryLoader, Progress};
 use crate::rpc::StreamKind;
-use crate::session_core::{Arrival, Limits, Refusal, Start};
+use crate::session_core::{Arrival, Limits, Refusal, SessionCore, Start, TurnLoop, World};
 use crate::store::{ReadResult, SessionState, StoreWrite};
-use crate::telemetry::TurnEnd;
-use crate::{CallId, ConnId, Engine, ProviderEntry};
+use crate::{ConnId, Engine};
 use proto::jsonrpc::codes;
 use proto::wire::EventType;
 
-/// Round trips per turn before `loop_limit` (spec 05 §9).
-pub const MAX_ITERATIONS: u32 = 8;
 /// The assistant text of a turn that ended `ProvidersFailed`.
 pub const UNAVAILABLE_TEXT: &str = "The provider is currently unavailable.";
 
 pub use crate::ids::TurnId;
-use crate::ids::{KeyId, SessionId};
 
-pub use crate::session_core::{Holder, Op, Pause, Takeover, UserMessage, Waiter};
-
-/// In-memory runtime state of an open session.
-#[derive(Default)]
-pub struct Live {
-    /// The FIFO turn gate: holder and waiters.
-    pub gate: crate::session_core::Gate,
-    /// Provider-facing history as rebuilt from the log (`None` = not loaded).
-    pub history: Option<Vec<Value>>,
-    /// Usage of the newest successful non-compaction provider call (valid
-    /// once `history` is loaded): the manual compaction `token_count`.
-    pub newest_usage: Option<(u64, u64)>,
-    /// Backoff armed by a failed automatic compaction (spec 07 §3.3).
-    pub backoff: Option<compact::Backoff>,
-}
-
-/// An accepted steer waiting for its turn's next provider call.
-pub struct PendingSteer {
-    /// The `session.steerTurn` stream, answered when the steer is applied.
-    pub conn: ConnId,
-    pub content: Value,
-}
-
-/// A turn in flight.
-pub struct Turn {
-    pub session_id: SessionId,
-    pub key_id: KeyId,
-    /// The request's stream (`None` once the consumer is gone).
-    pub conn: Option<ConnId>,
-    /// EventView JSON of every event this request appended (`result.events`),
-    /// shared with the event's live frames.
-    pub events: Vec<std::sync::Arc<str>>,
-    /// All-server tool rounds of this turn, kept in memory after the
-    /// session's cached provider-facing history (never copied per turn).
-    pub tail: Vec<Value>,
-    pub tools: Vec<Value>,
-    pub chain: Vec<ProviderEntry>,
-    pub attempt: usize,
-    pub iteration: u32,
-    pub call: Option<CallId>,
-    pub mode: Mode,
-    /// `(input, output)` usage of this request's newest successful call.
-    pub last_usage: Option<(u64, u64)>,
-    /// Auto-compaction trigger carried from a resumed or retired pause.
-    pub carried_trigger: Option<u64>,
-    /// The tool round in progress (server tools may be asynchronous).
-    pub round: Option<Box<round::Round>>,
-    /// Steers waiting for the next provider call (extension `turn.steer`).
-    pub steers: Vec<PendingSteer>,
-    /// Applied steers at the end of the session's cached history: this
-    /// turn's requests send them from `tail` instead (see `steer`).
-    pub steers_in_cache: usize,
-    /// The request's idempotency key and the retries attached to it.
-    pub idem: Option<crate::session_core::Idem>,
-    /// When the provider call in flight was sent (attempt latency).
-    pub call_started: crate::MonoMs,
-    /// Seqs of `events` (what an idempotent retry replays).
-    pub event_seqs: Vec<u64>,
-}
-
-impl Turn {
-    /// Every stream waiting for this turn's answer: the request's own and
-    /// those of attached idempotent retries.
-    pub fn streams(&self) -> Vec<ConnId> {
-        let watchers = self.idem.iter().flat_map(|i| i.watchers.iter().copied());
-        self.conn.into_iter().chain(watchers).collect()
-    }
-}
-
-/// What the provider calls of a [`Turn`] are for.
-pub enum Mode {
-    Chat,
-    Compaction(Box<compact::Run>),
-}
-
-pub(crate) enum Outcome {
-    Completed(Value),
-    Paused(Value, Pause),
-    ProvidersFailed,
-}
+pub use crate::session_core::{Holder, Mode, Op, Pause, Takeover, UserMessage, Waiter};
 
 impl Engine {
-    pub(crate) fn live_mut(&mut self, session_id: &str) -> &mut Live {
+    pub(crate) fn live_mut(&mut self, session_id: &str) -> &mut SessionCore {
         let id = match self.live.get_key_value(session_id) {
             Some((id, _)) => id.clone(),
             None => self.catalog.session_id(session_id),
         };
         let faults = self.faults;
-        self.live.entry(id).or_insert_with(|| Live {
-            gate: crate::session_core::Gate::new(faults),
-            ..Live::default()
-        })
+        self.live
+            .entry(id)
+            .or_insert_with(|| SessionCore::new(faults))
     }
 
     /// `session.sendMessage`: pre-gate checks, then the arrival rules.
@@ -286,16 +198,9 @@ impl Engine {
         self.append_event(session_id, Some(owner), EventType::SessionError, payload);
     }
 
-    /// The request now holds the gate: re-check, record the user turn and
-    /// start the loop.
-    /// Makes `conn`'s request the gate holder and returns its turn id.
-    pub(crate) fn hold_gate(
-        &mut self,
-        conn: ConnId,
-        session_id: &str,
-        key_id: &str,
-        mode: Mode,
-    ) -> TurnId {
+    /// Makes `conn`'s request the gate holder of `session_id` with a fresh
+    /// turn in `mode`, and returns the turn's id.
+    fn hold_gate(&mut self, conn: ConnId, session_id: &str, key_id: &str, mode: Mode) -> TurnId {
         let turn_id = self.next_turn;
         self.next_turn += 1;
         self.tell_queue_positions(session_id);
@@ -303,33 +208,16 @@ impl Engine {
         if let Some(s) = self.stream_mut(conn) {
             s.kind = StreamKind::Turn;
         }
-        self.turns.insert(
-            turn_id,
-            Turn {
-                session_id: self.catalog.session_id(session_id),
-                key_id: self.catalog.key_id(key_id),
-                conn: conn_alive.then_some(conn),
-                events: Vec::new(),
-                tail: Vec::new(),
-                tools: Vec::new(),
-                chain: Vec::new(),
-                attempt: 0,
-                iteration: 0,
-                call: None,
-                mode,
-                last_usage: None,
-                carried_trigger: None,
-                round: None,
-                steers: Vec::new(),
-                steers_in_cache: 0,
-                idem: None,
-                event_seqs: Vec::new(),
-                call_started: crate::MonoMs(0),
-            },
-        );
+        let key_id = self.catalog.key_id(key_id);
+        let turn = TurnLoop::new(turn_id, key_id, conn_alive.then_some(conn), mode);
+        self.live_mut(session_id).begin(turn);
+        self.running
+            .insert(turn_id, self.catalog.session_id(session_id));
         turn_id
     }
 
+    /// A `sendMessage` holds the gate: its idempotency key is recorded and
+    /// the session core runs the turn.
     fn acquire(
         &mut self,
         conn: ConnId,
@@ -341,7 +229,7 @@ impl Engine {
         let turn_id = self.hold_gate(conn, session_id, key_id, Mode::Chat);
         if self.telemetry.enabled() {
             let profile_id = self.profile_of(session_id);
-            let conn = self.turns.get(&turn_id).and_then(|t| t.conn);
+            let conn = self.live_mut(session_id).turn().and_then(|t| t.conn);
             let resumed = matches!(takeover, Takeover::Resume(_));
             let session = (session_id, profile_id.as_str(), key_id);
             (self.telemetry).turn_begin(turn_id, conn, session, resumed);
@@ -353,127 +241,77 @@ impl Engine {
                 }
             }
             self.idem_started(session_id, key_id, &idem.key);
-            if let Some(t) = self.turns.get_mut(&turn_id) {
+            if let Some(t) = self.live_mut(session_id).turn_mut() {
                 t.idem = Some(idem);
             }
         }
-        if let Takeover::Resume(p) | Takeover::Retire(p) = &takeover {
-            if let Some(t) = self.turns.get_mut(&turn_id) {
-                t.carried_trigger = p.auto_trigger;
-            }
-        }
-        if let Some(msg) = self.open_state_error(session_id) {
-            return self.fail_turn(turn_id, codes::APPLICATION_ERROR, &msg);
-        }
-        // The single user message that follows the paused turn.
-        let merged = match merge::user_turn(&takeover, &message.role, &message.content) {
-            Ok(m) => Ok(m),
-            Err(merge::Refused::NoPausedTurn) => {
-                return self.fail_turn(
-                    turn_id,
-                    codes::APPLICATION_ERROR,
-                    "tool result merge invalid: no paused turn is awaiting tool results (it may have timed out and been retired)",
-                );
-            }
-            Err(merge::Refused::Invalid(reason)) => Err(reason),
-        };
-        let merged = merged.map(|mut m| {
-            self.faults.merged_content(&mut m.content, &m.server_ids);
-            m
+        self.with_core(session_id, |core, world, _| {
+            core.start_chat(&message, &takeover, world)
         });
-        let merged = match merged {
-            Ok(m) => m,
-            Err(reason) => {
-                let payload = json!({"reason": "tool_result_merge_invalid", "detail": reason});
-                self.turn_event(turn_id, EventType::SessionError, payload);
-                self.set_state(session_id, SessionState::Error);
-                return self.fail_turn(
-                    turn_id,
-                    codes::APPLICATION_ERROR,
-                    &format!("tool result merge invalid: {reason}"),
-                );
-            }
-        };
-        // The request's own input is never echoed on its own stream (nor on
-        // those of its attached retries).
-        self.quiet = self
-            .turns
-            .get(&turn_id)
-            .map(Turn::streams)
-            .unwrap_or_default();
-        let payload = json!({"role": message.role, "content": merged.content});
-        self.turn_event(turn_id, EventType::ClientMessageSend, payload);
-        for payload in merge::client_tool_results(&merged) {
-            self.turn_event(turn_id, EventType::ToolResult, payload);
-        }
-        self.quiet.clear();
-        // The profile and the provider chain are re-read every turn.
-        let profile_id = self.profile_of(session_id);
-        let Some(profile) = self
-            .catalog
-            .live_profile(&profile_id)
-            .map(|p| p.row.clone())
-        else {
-            let payload = json!({"reason": "profile_unavailable", "profile_id": profile_id});
-            self.turn_event(turn_id, EventType::SessionError, payload);
-            self.set_state(session_id, SessionState::Error);
-            return self.fail_turn(
-                turn_id,
-                codes::APPLICATION_ERROR,
-                "profile_unavailable: the profile bound to this session is no longer available",
-            );
-        };
-        let Some(primary) = self.provider(&profile.primary_provider).cloned() else {
-            let detail = format!(
-                "primary provider \"{}\" is not configured in bae-config.toml",
-                profile.primary_provider
-            );
-            self.turn_event(
-                turn_id,
-                EventType::SessionError,
-                json!({"reason": "provider_config", "detail": detail}),
-            );
-            self.set_state(session_id, SessionState::Error);
-            return self.end_turn(turn_id, Outcome::ProvidersFailed);
-        };
-        let mut chain = vec![primary];
-        for name in &profile.fallback_providers {
-            match self.provider(name) {
-                Some(p) => chain.push(p.clone()),
-                None => {
-                    tracing::error!(provider = %name, "fallback provider is not configured; skipped")
-                }
-            }
-        }
-        if let Some(t) = self.turns.get_mut(&turn_id) {
-            t.chain = chain;
-        }
-        // History: the cache already holds the just-recorded message.
-        self.once_history_loaded(turn_id);
     }
 
-    /// Continues a turn or compaction once the session's provider-facing
-    /// history is cached (normally already true: arrivals recover it first).
-    pub(crate) fn once_history_loaded(&mut self, turn_id: TurnId) {
-        let Some(t) = self.turns.get(&turn_id) else {
-            return;
-        };
-        let session_id = t.session_id.clone();
-        if self
-            .live
-            .get(&session_id)
-            .is_some_and(|l| l.history.is_some())
-        {
-            return self.history_ready(turn_id);
+    /// A `session.compact` holds the gate (spec 07 §4.2 steps 5–8),
+    /// optionally retiring an expired pause first.
+    fn acquire_compaction(
+        &mut self,
+        conn: ConnId,
+        session_id: &str,
+        key_id: &str,
+        prompt: Option<String>,
+        reclaimed: Option<Pause>,
+    ) {
+        let mode = Mode::Compaction(Box::default());
+        self.hold_gate(conn, session_id, key_id, mode);
+        if let Some(p) = &reclaimed {
+            // Logged after the caller attached: it is streamed to it. A
+            // cancelled pause logged its abandonment at the cancel (found
+            // by sim seed 514: a compaction logged a second one).
+            if !p.cancelled {
+                self.log_abandoned(session_id, &p.owner);
+            }
         }
-        let (loader, read) = HistoryLoader::start(&session_id);
-        self.read(
-            read,
-            PendingRead::TurnHistory {
-                turn: turn_id,
-                loader,
-            },
-        );
+        self.with_core(session_id, |core, world, _| {
+            core.start_compaction(prompt, reclaimed.as_ref(), world)
+        });
+    }
+
+    /// Calls into `session_id`'s core with the world it reads, then
+    /// performs every effect it queued. `None` when the session has no core.
+    pub(crate) fn with_core<R>(
+        &mut self,
+        session_id: &str,
+        f: impl FnOnce(&mut SessionCore, &dyn World, crate::MonoMs) -> R,
+    ) -> Option<R> {
+        let r = self.core_step(session_id, f)?;
+        self.run_effects(session_id);
+        Some(r)
+    }
+
+    /// [`Engine::with_core`] without performing the effects: for answers
+    /// given while they are being performed (the caller's loop goes on).
+    pub(crate) fn core_step<R>(
+        &mut self,
+        session_id: &str,
+        f: impl FnOnce(&mut SessionCore, &dyn World, crate::MonoMs) -> R,
+    ) -> Option<R> {
+        let now = self.now.mono;
+        let Engine {
+            live,
+            catalog,
+            config,
+            mcp,
+            sandbox,
+            ..
+        } = self;
+        let core = live.get_mut(session_id)?;
+        let world = world::EngineWorld {
+            session_id,
+            catalog,
+            config,
+            mcp,
+            sandbox,
+        };
+        Some(f(core, &world, now))
     }
 
     /// Feeds a history load the answer to its last read: asks for the next
@@ -494,115 +332,76 @@ impl Engine {
         }
     }
 
-    fn history_ready(&mut self, turn_id: TurnId) {
-        match self.turns.get(&turn_id).map(|t| &t.mode) {
-            Some(Mode::Compaction(_)) => self.compaction_history_ready(turn_id),
-            Some(Mode::Chat) => self.start_loop(turn_id),
-            None => {}
-        }
-    }
-
+    /// The history a turn's [`crate::session_core::Effect::LoadHistory`]
+    /// asked for was read.
     pub(crate) fn on_turn_history(&mut self, turn_id: TurnId, result: Result<HistoryLoad, String>) {
-        let Some(session_id) = self.turns.get(&turn_id).map(|t| t.session_id.clone()) else {
+        let Some(session_id) = self.running.get(&turn_id).cloned() else {
             return;
         };
-        match result {
-            Ok(load) => {
-                let history: Vec<Value> = load
-                    .messages
-                    .iter()
-                    .map(|(_, et, payload)| provider::history_message(et, payload))
-                    .collect();
-                let live = self.live_mut(&session_id);
-                live.history = Some(history);
-                live.newest_usage = load.newest_usage.flatten();
-                self.history_built(&session_id);
-                self.history_ready(turn_id);
-            }
-            Err(e) => {
-                tracing::error!(error = %e, "history read failed");
-                self.fail_turn(turn_id, codes::APPLICATION_ERROR, "session loop failed");
-            }
-        }
+        let loaded = result.map(|load| {
+            let history: Vec<Value> = load
+                .messages
+                .iter()
+                .map(|(_, et, payload)| proto::provider::history_message(et, payload))
+                .collect();
+            (history, load.newest_usage.flatten())
+        });
+        self.with_core(&session_id, |core, world, _| {
+            core.history_loaded(loaded, world)
+        });
     }
 
-    pub(crate) fn start_loop(&mut self, turn_id: TurnId) {
-        if self.restore_mcp(turn_id) {
-            return;
-        }
-        if let Some(t) = self.turns.get_mut(&turn_id) {
-            t.tail.clear();
-            t.iteration = 0;
-        }
-        self.next_round(turn_id);
-    }
-
-    /// One provider round trip: attempt 0 of the chain.
-    fn next_round(&mut self, turn_id: TurnId) {
-        let Some(t) = self.turns.get_mut(&turn_id) else {
+    /// A provider reply, for the turn that made the call.
+    pub(crate) fn on_provider_done(&mut self, call: crate::CallId, reply: crate::ProviderReply) {
+        let Some(session_id) = self.calls.remove(&call) else {
             return;
         };
-        if t.iteration >= MAX_ITERATIONS {
-            let session_id = t.session_id.clone();
-            let payload = json!({"reason": "loop_limit", "max_iterations": MAX_ITERATIONS});
-            self.turn_event(turn_id, EventType::SessionError, payload);
-            self.set_state(&session_id, SessionState::Error);
-            return self.end_turn(turn_id, Outcome::ProvidersFailed);
+        let taken = self.with_core(&session_id, |core, world, now| {
+            core.on_reply(call, reply, world, now)
+        });
+        if taken != Some(true) {
+            self.telemetry.attempt_end(call, false);
         }
-        t.iteration += 1;
-        t.attempt = 0;
-        self.apply_steers(turn_id);
-        let Some(t) = self.turns.get_mut(&turn_id) else {
+    }
+
+    /// An MCP call finished: the turn that made it goes on.
+    pub(crate) fn on_mcp_call_done(
+        &mut self,
+        token: crate::mcp::CallToken,
+        outcome: proto::mcp::CallOutcome,
+    ) {
+        let Some((session_id, turn)) = self.mcp_calls.remove(&token) else {
             return;
         };
-        // The tool list is recomputed for every round trip (spec 05 §9 3a):
-        // an `updateClientTools` applies to the next provider call, never to
-        // one already sent.
-        let (session_id, key_id) = (t.session_id.clone(), t.key_id.clone());
-        let tools = self.advertised_tools(&session_id, &key_id);
-        if let Some(t) = self.turns.get_mut(&turn_id) {
-            t.tools = tools;
+        if self.running_turn_id(&session_id) != Some(turn) {
+            return;
         }
-        self.send_attempt(turn_id);
+        self.with_core(&session_id, |core, world, now| {
+            core.on_mcp_done(outcome, world, now)
+        });
     }
 
-    /// Appends an event on behalf of a turn (and into its `result.events`).
-    pub(crate) fn turn_event(
+    /// A turn's sandbox exec finished: the turn goes on.
+    pub(crate) fn on_sandbox_tool_done(
         &mut self,
-        turn_id: TurnId,
-        event_type: EventType,
-        payload: Value,
-    ) -> Option<crate::log::Appended> {
-        self.turn_event_with(turn_id, |e, session_id, key_id| {
-            e.append_event(session_id, Some(key_id), event_type, payload)
-        })
-    }
-
-    /// [`Engine::turn_event`] with a payload already rendered as JSON text.
-    pub(crate) fn turn_event_text(
-        &mut self,
-        turn_id: TurnId,
-        event_type: EventType,
-        payload: String,
-    ) -> Option<crate::log::Appended> {
-        self.turn_event_with(turn_id, |e, session_id, key_id| {
-            e.append_event_text(session_id, Some(key_id), event_type, payload)
-        })
-    }
-
-    fn turn_event_with(
-        &mut self,
-        turn_id: TurnId,
-        append: impl FnOnce(&mut Self, &str, &str) -> crate::log::Appended,
-    ) -> Option<crate::log::Appended> {
-        let t = self.turns.get(&turn_id)?;
-        let (session_id, key_id) = (t.session_id.clone(), t.key_id.clone());
-        let ev = append(self, &session_id, &key_id);
-        if let Some(t) = self.turns.get_mut(&turn_id) {
-            t.events.push(ev.json.clone());
-            t.event_seqs.push(ev.seq);
+        turn: TurnId,
+        index: usize,
+        session_id: &str,
+        handle: &crate::sandbox::Handle,
+        result: Result<crate::sandbox::ExecOutput, String>,
+    ) {
+        if self.running_turn_id(session_id) != Some(turn) {
+            return;
         }
-        Some(ev)
+        let sandbox = (handle.image.as_str(), handle.container.as_str());
+        self.with_core(session_id, |core, world, now| {
+            core.on_exec_done(index, sandbox, result, world, now)
+        });
+    }
+
+    /// The id of the turn holding `session_id`'s gate.
+    pub(crate) fn running_turn_id(&self, session_id: &str) -> Option<TurnId> {
+        Some(self.live.get(session_id)?.turn()?.id)
     }
 
     pub(crate) fn set_state(&mut self, session_id: &str, state: SessionState) {
@@ -627,78 +426,5 @@ impl Engine {
             self.mcp.close_session(session_id);
             self.telemetry.session_end(session_id, true);
         }
-    }
-
-    /// Terminal result for the turn's request, then gate bookkeeping.
-    pub(crate) fn end_turn(&mut self, turn_id: TurnId, outcome: Outcome) {
-        let Some(mut t) = self.turns.remove(&turn_id) else {
-            return;
-        };
-        let why = match &outcome {
-            Outcome::Paused(..) => "the turn paused for client tools before its next provider call",
-            _ => "the turn ended before its next provider call",
-        };
-        if matches!(t.mode, Mode::Chat) {
-            self.metrics.turn_ended(match &outcome {
-                Outcome::Completed(_) => crate::metrics::TurnOutcome::Completed,
-                Outcome::Paused(..) => crate::metrics::TurnOutcome::Paused,
-                Outcome::ProvidersFailed => crate::metrics::TurnOutcome::ProvidersFailed,
-            });
-            let end = match &outcome {
-                Outcome::Completed(_) => TurnEnd::Completed,
-                Outcome::Paused(..) => TurnEnd::Paused,
-                Outcome::ProvidersFailed => TurnEnd::ProvidersFailed,
-            };
-            self.telemetry.turn_end(turn_id, &t.session_id, end);
-        }
-        self.retire_steers(std::mem::take(&mut t.steers), why);
-        let message = match &outcome {
-            Outcome::Completed(m) | Outcome::Paused(m, _) => m.clone(),
-            Outcome::ProvidersFailed => json!({
-                "role": "assistant",
-                "content": [{"type": "text", "text": UNAVAILABLE_TEXT}],
-            }),
-        };
-        self.idem_finished(
-            &t,
-            json!({"result": {"message": message, "event_seqs": t.event_seqs}}),
-        );
-        let streams = t.streams();
-        if !streams.is_empty() {
-            let result = crate::respond::turn_result_parts(&message, &t.events);
-            for conn in streams {
-                self.terminal_result_parts(conn, &result);
-            }
-        }
-        match outcome {
-            Outcome::Paused(_, pause) => {
-                if self.faults.release_gate_on_pause() {
-                    return self.release_gate(&t.session_id);
-                }
-                // A compaction never waits on a pause (spec 07 §4.2 step 4).
-                let refused = match self.live.get_mut(&t.session_id) {
-                    Some(live) => live.gate.park(pause),
-                    None => Vec::new(),
-                };
-                for w in refused {
-                    self.refuse(w, Refusal::TurnInProgress);
-                }
-            }
-            _ => self.release_gate(&t.session_id),
-        }
-    }
-
-    /// Error terminal for a request holding the gate (nothing else recorded).
-    pub(crate) fn fail_turn(&mut self, turn_id: TurnId, code: i64, message: &str) {
-        let Some(mut t) = self.turns.remove(&turn_id) else {
-            return;
-        };
-        self.retire_steers(std::mem::take(&mut t.steers), "the turn failed");
-        (self.telemetry).turn_end(turn_id, &t.session_id, TurnEnd::Failed);
-        self.idem_finished(&t, json!({"error": {"code": code, "message": message}}));
-        for conn in t.streams() {
-            self.terminal_error(conn, code, message);
-        }
-        self.release_gate(&t.session_id);
     }
 }

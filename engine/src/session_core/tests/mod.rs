@@ -8,6 +8,7 @@ mod compaction;
 mod fifo;
 mod pause;
 mod recovery;
+mod turn_loop;
 
 use std::collections::BTreeSet;
 

@@ -1,12 +1,12 @@
 //! One tool round's bookkeeping (spec 06 §2), transport-free: which
 //! server-side block runs next, the results so far, and how the round ends
 //! (a pause for the client's blocks, or one more provider round trip).
-//! The engine ([`super::tools`]) runs the blocks and routes the ending.
+//! [`super::tools`] runs the blocks and acts on the ending.
 
 use serde_json::{json, Value};
 
-use super::tools::Dispatch;
 use crate::MonoMs;
+use proto::wire::content::Dispatch;
 
 /// A tool round in progress.
 pub struct Round {
@@ -27,10 +27,12 @@ pub struct Round {
 /// A server-side tool in flight.
 #[derive(Debug, PartialEq)]
 pub enum Waiting {
-    /// An MCP `tools/call`: `(token, tool_use index, server)`.
-    Mcp(crate::mcp::CallToken, usize, String),
+    /// An MCP `tools/call`: `(tool_use index, server)`.
+    Mcp(usize, String),
     /// A sandbox exec for the `tool_use` at this index.
     Sandbox(usize),
+    /// The engine's check and launch of a subagent tool at this index.
+    Subagent(usize),
 }
 
 /// How a round ends once every server-side block ran.

@@ -1,0 +1,436 @@
+//! The chat turn loop (spec 05 §5, §9): the user message a request records
+//! when it takes the gate, the provider attempt walk, and up to
+//! [`MAX_ITERATIONS`] round trips, each ending in an answer, a tool round
+//! (`tools.rs`) or a failure. A turn runs to completion even when its
+//! consumer disconnects (only frames are lost).
+
+use proto::jsonrpc::codes;
+use proto::provider;
+use proto::wire::EventType;
+use serde_json::{json, Value};
+
+use super::compaction::{self, Run};
+use super::effect::{Call, ChainError, Effect, Ending, Fact, LogTag, World};
+use super::request::RequestPayload;
+use super::round::Round;
+use super::walk::{self, Next};
+use super::{merge, Idem, SessionCore, Takeover, UserMessage};
+use crate::ids::{KeyId, TurnId};
+use crate::{CallId, ConnId, MonoMs, ProviderEntry, ProviderReply};
+
+/// A rebuilt provider-facing history and the usage of its newest
+/// successful call (`Err`: the log could not be read).
+pub type Loaded = Result<(Vec<Value>, Option<(u64, u64)>), String>;
+
+/// Round trips per turn before `loop_limit` (spec 05 §9).
+pub const MAX_ITERATIONS: u32 = 8;
+
+/// What the provider calls of a [`TurnLoop`] are for.
+pub enum Mode {
+    Chat,
+    Compaction(Box<Run>),
+}
+
+/// A steer waiting for its turn's next provider call (extension
+/// `turn.steer`).
+pub struct Steer {
+    /// The `session.steerTurn` stream, answered when the steer is applied.
+    pub conn: ConnId,
+    pub content: Value,
+}
+
+/// The turn (or compaction) that holds a session's gate.
+pub struct TurnLoop {
+    pub id: TurnId,
+    pub key_id: KeyId,
+    /// The request's stream (`None` once the consumer is gone).
+    pub conn: Option<ConnId>,
+    /// The request's idempotency key and the retries attached to it.
+    pub idem: Option<Idem>,
+    /// EventView JSON of every event this request appended
+    /// (`result.events`), shared with the events' live frames.
+    pub events: Vec<std::sync::Arc<str>>,
+    /// Seqs of `events` (what an idempotent retry replays).
+    pub event_seqs: Vec<u64>,
+    pub mode: Mode,
+    /// Steers waiting for the next provider call.
+    pub steers: Vec<Steer>,
+    /// Applied steers at the end of the session's cached history: this
+    /// turn's requests send them from `tail` instead (see `steer.rs`).
+    pub(super) steers_in_cache: usize,
+    /// All-server tool rounds of this turn, kept after the session's cached
+    /// history (never copied per turn).
+    pub(super) tail: Vec<Value>,
+    pub(super) tools: Vec<Value>,
+    pub(super) chain: Vec<ProviderEntry>,
+    pub(super) attempt: usize,
+    pub(super) iteration: u32,
+    /// The provider call in flight and when it left.
+    pub(super) call: Option<(CallId, MonoMs)>,
+    /// The call's attempt was sent; its id is not known yet.
+    pub(super) calling: bool,
+    /// `(input, output)` usage of this request's newest successful call.
+    pub(super) last_usage: Option<(u64, u64)>,
+    /// Auto-compaction trigger carried from a resumed or retired pause.
+    pub(super) carried_trigger: Option<u64>,
+    /// The tool round in progress (server tools may be asynchronous).
+    pub(super) round: Option<Box<Round>>,
+    /// Ids of the compaction preamble and summary, once logged.
+    pub(super) compaction_ids: Vec<String>,
+    /// Waiting for the session's MCP servers to be reconnected.
+    pub(super) restoring_mcp: bool,
+}
+
+impl TurnLoop {
+    pub fn new(id: TurnId, key_id: KeyId, conn: Option<ConnId>, mode: Mode) -> Self {
+        TurnLoop {
+            id,
+            key_id,
+            conn,
+            idem: None,
+            events: Vec::new(),
+            event_seqs: Vec::new(),
+            mode,
+            steers: Vec::new(),
+            steers_in_cache: 0,
+            tail: Vec::new(),
+            tools: Vec::new(),
+            chain: Vec::new(),
+            attempt: 0,
+            iteration: 0,
+            call: None,
+            calling: false,
+            last_usage: None,
+            carried_trigger: None,
+            round: None,
+            compaction_ids: Vec::new(),
+            restoring_mcp: false,
+        }
+    }
+
+    /// Every stream waiting for this turn's answer: the request's own and
+    /// those of attached idempotent retries.
+    pub fn streams(&self) -> Vec<ConnId> {
+        let watchers = self.idem.iter().flat_map(|i| i.watchers.iter().copied());
+        self.conn.into_iter().chain(watchers).collect()
+    }
+
+    /// `conn` went away: the turn runs on without it.
+    pub fn forget_stream(&mut self, conn: ConnId) {
+        if self.conn == Some(conn) {
+            self.conn = None;
+        }
+        if let Some(idem) = self.idem.as_mut() {
+            idem.watchers.retain(|w| *w != conn);
+        }
+    }
+
+    pub fn is_compaction(&self) -> bool {
+        matches!(self.mode, Mode::Compaction(_))
+    }
+}
+
+impl SessionCore {
+    /// A `sendMessage` took the gate (after `takeover`): check the session,
+    /// record the single user message (spec 01 §8.4) and its client
+    /// results, resolve the provider chain, and start the loop.
+    pub fn start_chat(&mut self, message: &UserMessage, takeover: &Takeover, world: &dyn World) {
+        self.step(|c| c.start_chat_inner(message, takeover, world));
+    }
+
+    fn start_chat_inner(&mut self, message: &UserMessage, takeover: &Takeover, world: &dyn World) {
+        if let (Takeover::Resume(p) | Takeover::Retire(p), Some(t)) = (takeover, self.turn_mut()) {
+            t.carried_trigger = p.auto_trigger;
+        }
+        if let Some(msg) = world.open_error() {
+            return self.fail(codes::APPLICATION_ERROR, msg);
+        }
+        let merged = match merge::user_turn(takeover, &message.role, &message.content) {
+            Ok(mut m) => {
+                self.faults().merged_content(&mut m.content, &m.server_ids);
+                m
+            }
+            Err(merge::Refused::NoPausedTurn) => {
+                return self.fail(
+                    codes::APPLICATION_ERROR,
+                    "tool result merge invalid: no paused turn is awaiting tool results (it may have timed out and been retired)",
+                );
+            }
+            Err(merge::Refused::Invalid(reason)) => {
+                let payload = json!({"reason": "tool_result_merge_invalid", "detail": reason});
+                self.log(EventType::SessionError, payload);
+                self.emit(Effect::SessionError);
+                return self.fail(
+                    codes::APPLICATION_ERROR,
+                    format!("tool result merge invalid: {reason}"),
+                );
+            }
+        };
+        // The request's own input is never echoed on its own stream (nor on
+        // those of its attached retries).
+        let payload = json!({"role": message.role, "content": merged.content});
+        self.log_tagged(EventType::ClientMessageSend, payload, LogTag::Plain, true);
+        for payload in merge::client_tool_results(&merged) {
+            self.log_tagged(EventType::ToolResult, payload, LogTag::Plain, true);
+        }
+        // The profile and the provider chain are re-read every turn.
+        let chain = match world.chain() {
+            Ok(chain) => chain,
+            Err(ChainError::ProfileUnavailable { profile_id }) => {
+                let payload = json!({"reason": "profile_unavailable", "profile_id": profile_id});
+                self.log(EventType::SessionError, payload);
+                self.emit(Effect::SessionError);
+                return self.fail(
+                    codes::APPLICATION_ERROR,
+                    "profile_unavailable: the profile bound to this session is no longer available",
+                );
+            }
+            Err(ChainError::PrimaryMissing { name }) => {
+                let detail =
+                    format!("primary provider \"{name}\" is not configured in bae-config.toml");
+                self.log(
+                    EventType::SessionError,
+                    json!({"reason": "provider_config", "detail": detail}),
+                );
+                self.emit(Effect::SessionError);
+                return self.end(Ending::ProvidersFailed);
+            }
+        };
+        if let Some(t) = self.turn_mut() {
+            t.chain = chain;
+        }
+        self.once_history_loaded(world);
+    }
+
+    /// Goes on once the provider-facing history is cached (normally it is:
+    /// arrivals rebuild it first).
+    pub(super) fn once_history_loaded(&mut self, world: &dyn World) {
+        if self.history.is_none() {
+            return self.emit(Effect::LoadHistory);
+        }
+        self.history_ready(world);
+    }
+
+    /// The engine rebuilt the history an [`Effect::LoadHistory`] asked for
+    /// (`Err`: the read failed).
+    pub fn history_loaded(
+        &mut self,
+        loaded: Loaded,
+        world: &dyn World,
+    ) {
+        self.step(|c| match loaded {
+            Ok((history, usage)) => {
+                c.history = Some(history);
+                c.newest_usage = usage;
+                c.emit(Effect::HistoryRebuilt);
+                c.history_ready(world);
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "history read failed");
+                c.fail(codes::APPLICATION_ERROR, "session loop failed");
+            }
+        });
+    }
+
+    fn history_ready(&mut self, world: &dyn World) {
+        match self.turn().map(|t| t.is_compaction()) {
+            Some(true) => self.compaction_history_ready(world),
+            Some(false) => {
+                if let Some(t) = self.turn_mut() {
+                    t.restoring_mcp = true;
+                }
+                self.emit(Effect::RestoreMcp);
+            }
+            None => {}
+        }
+    }
+
+    /// The session's MCP servers are as connected as they will be: the
+    /// loop starts.
+    pub fn mcp_ready(&mut self, world: &dyn World) {
+        self.step(|c| {
+            let Some(t) = c.turn_mut().filter(|t| t.restoring_mcp) else {
+                return;
+            };
+            t.restoring_mcp = false;
+            t.tail.clear();
+            t.iteration = 0;
+            c.next_round(world);
+        });
+    }
+
+    /// One provider round trip: attempt 0 of the chain.
+    pub(super) fn next_round(&mut self, world: &dyn World) {
+        let Some(t) = self.turn_mut() else {
+            return;
+        };
+        if t.iteration >= MAX_ITERATIONS {
+            let payload = json!({"reason": "loop_limit", "max_iterations": MAX_ITERATIONS});
+            self.log(EventType::SessionError, payload);
+            self.emit(Effect::SessionError);
+            return self.end(Ending::ProvidersFailed);
+        }
+        t.iteration += 1;
+        t.attempt = 0;
+        self.apply_steers();
+        // The tool list is recomputed for every round trip (spec 05 §9 3a):
+        // an `updateClientTools` applies to the next provider call, never to
+        // one already sent.
+        let Some(t) = self.turn_mut() else {
+            return;
+        };
+        t.tools = world.tools(&t.key_id);
+        self.send_attempt();
+    }
+
+    /// Logs `provider.request` for the current attempt and asks for the
+    /// call.
+    pub(super) fn send_attempt(&mut self) {
+        let Some(t) = self.turn() else {
+            return;
+        };
+        let Some(entry) = t.chain.get(t.attempt).cloned() else {
+            return self.fail(codes::INTERNAL_ERROR, "Internal error");
+        };
+        let compaction = t.is_compaction();
+        // Compaction never advertises tools and gets at least 4096 tokens.
+        // A chat round sends the session's cached history plus this turn's
+        // in-memory tool rounds, borrowed rather than copied.
+        let cached: &[Value] = match &t.mode {
+            Mode::Chat => self
+                .history
+                .as_deref()
+                .map(|h| {
+                    h.get(..h.len().saturating_sub(t.steers_in_cache))
+                        .unwrap_or(h)
+                })
+                .unwrap_or(&[]),
+            Mode::Compaction(run) => &run.messages,
+        };
+        let tail: &[Value] = match &t.mode {
+            Mode::Chat => &t.tail,
+            Mode::Compaction(_) => &[],
+        };
+        let (tools, max_tokens) = match &t.mode {
+            Mode::Chat => (t.tools.clone(), entry.max_tokens),
+            Mode::Compaction(_) => (Vec::new(), entry.max_tokens.max(compaction::MIN_MAX_TOKENS)),
+        };
+        let prepared = provider::prepare_request(
+            entry.kind,
+            &entry.base_url,
+            &entry.model,
+            max_tokens,
+            cached.iter().chain(tail),
+            &tools,
+        );
+        let attempt = t.attempt;
+        let payload = RequestPayload {
+            attempt,
+            kind: entry.kind,
+            base_url: &entry.base_url,
+            model: &entry.model,
+            max_tokens,
+            messages_json: &prepared.logged_messages_json,
+            tools: &tools,
+            normalized: prepared.normalized.as_ref(),
+            compaction,
+        }
+        .render();
+        self.log_text(EventType::ProviderRequest, payload);
+        if let Some(t) = self.turn_mut() {
+            t.calling = true;
+        }
+        let auth = match prepared.auth {
+            provider::AuthHeader::XApiKey => crate::AuthPlacement::XApiKey,
+            provider::AuthHeader::Bearer => crate::AuthPlacement::Bearer,
+        };
+        self.emit(Effect::Call(Box::new(Call {
+            entry,
+            attempt,
+            url: prepared.url,
+            headers: prepared.headers,
+            auth,
+            body: prepared.body,
+        })));
+    }
+
+    /// The engine sent the call of an [`Effect::Call`] as `call` at `now`.
+    pub fn call_sent(&mut self, call: CallId, now: MonoMs) {
+        if let Some(t) = self.turn_mut().filter(|t| t.calling) {
+            t.calling = false;
+            t.call = Some((call, now));
+        }
+    }
+
+    /// A provider reply. `false`: no turn waits for `call` (it ended or was
+    /// cancelled), and nothing happened.
+    pub fn on_reply(
+        &mut self,
+        call: CallId,
+        reply: ProviderReply,
+        world: &dyn World,
+        now: MonoMs,
+    ) -> bool {
+        let waiting = self.turn().and_then(|t| t.call).map(|(c, _)| c);
+        if waiting != Some(call) {
+            return false;
+        }
+        self.step(|c| c.on_reply_inner(reply, world, now));
+        true
+    }
+
+    fn on_reply_inner(&mut self, reply: ProviderReply, world: &dyn World, now: MonoMs) {
+        let Some(t) = self.turn_mut() else {
+            return;
+        };
+        let Some((call, started)) = t.call.take() else {
+            return;
+        };
+        let Some(kind) = t.chain.get(t.attempt).map(|e| e.kind) else {
+            return self.fail(codes::INTERNAL_ERROR, "Internal error");
+        };
+        let attempt = walk::Attempt {
+            index: t.attempt,
+            chain_len: t.chain.len(),
+            kind,
+            compaction: t.is_compaction(),
+        };
+        let walked = walk::on_reply(attempt, reply);
+        self.fact(Fact::ProviderReturned {
+            call,
+            kind,
+            ok: walked.ok,
+            latency_ms: now - started,
+        });
+        for (event, payload) in walked.events {
+            self.log(event, payload);
+        }
+        if walked.session_error {
+            self.emit(Effect::SessionError);
+        }
+        match walked.next {
+            Next::Answer(resp) => {
+                let usage = (resp.usage.as_ref()).map(|u| (u.input_tokens, u.output_tokens));
+                if attempt.compaction {
+                    return self.on_summary(resp, usage);
+                }
+                if let Some(t) = self.turn_mut() {
+                    t.last_usage = usage;
+                }
+                self.newest_usage = usage;
+                self.on_assistant(resp.content, world, now)
+            }
+            Next::Fallback => {
+                if let Some(t) = self.turn_mut() {
+                    t.attempt += 1;
+                }
+                self.send_attempt()
+            }
+            Next::Exhausted if attempt.compaction => {
+                let why = format!("all {} providers failed", attempt.chain_len);
+                self.compaction_failed(&why)
+            }
+            Next::Exhausted => self.end(Ending::ProvidersFailed),
+        }
+    }
+}

@@ -1,0 +1,333 @@
+//! Performing what a session core asks ([`Effect`]), in order: events
+//! appended and published, provider, MCP and sandbox calls sent, answers
+//! given to the core, streams answered, the gate parked or passed on.
+
+use proto::jsonrpc::codes;
+use serde_json::json;
+
+use super::{Mode, TurnId, UNAVAILABLE_TEXT};
+use crate::conn::PendingRead;
+use crate::history_load::HistoryLoader;
+use crate::session_core::{Effect, Ending, Fact, Log, Payload, Refusal, TurnLoop};
+use crate::store::SessionState;
+use crate::telemetry::{ToolChild, TurnEnd};
+use crate::{Engine, Output, ProviderCall};
+
+impl Engine {
+    /// Performs `session_id`'s queued effects until none is left (an
+    /// effect's answer may queue more, which come first).
+    pub(crate) fn run_effects(&mut self, session_id: &str) {
+        while let Some(effect) = self.live.get_mut(session_id).and_then(|c| c.poll_effect()) {
+            self.perform(session_id, effect);
+        }
+    }
+
+    /// The running turn's id and driver.
+    fn running_turn(&self, session_id: &str) -> Option<(TurnId, crate::ids::KeyId)> {
+        let t = self.live.get(session_id)?.turn()?;
+        Some((t.id, t.key_id.clone()))
+    }
+
+    fn perform(&mut self, session_id: &str, effect: Effect) {
+        match effect {
+            Effect::Log(log) => self.perform_log(session_id, log),
+            Effect::SessionError => self.set_state(session_id, SessionState::Error),
+            Effect::LoadHistory => {
+                let Some((turn, _)) = self.running_turn(session_id) else {
+                    return;
+                };
+                let (loader, read) = HistoryLoader::start(session_id);
+                self.read(read, PendingRead::TurnHistory { turn, loader });
+            }
+            Effect::RestoreMcp => {
+                let Some((turn, _)) = self.running_turn(session_id) else {
+                    return;
+                };
+                if !self.restore_mcp(session_id, turn) {
+                    self.core_step(session_id, |c, w, _| c.mcp_ready(w));
+                }
+            }
+            Effect::Call(call) => self.perform_call(session_id, *call),
+            Effect::CallMcp {
+                tool_use_id,
+                tool,
+                input,
+            } => {
+                let Some(turn) = self.running_turn(session_id) else {
+                    return;
+                };
+                let token = self.next_mcp_call;
+                self.next_mcp_call += 1;
+                self.mcp_calls
+                    .insert(token, (self.catalog.session_id(session_id), turn.0));
+                let now = self.now.mono;
+                self.mcp.call(session_id, &tool, &input, token, now);
+                if self.telemetry.enabled() {
+                    let server = self.mcp.route(session_id, &tool).unwrap_or("");
+                    let child = ToolChild::Mcp { server };
+                    self.telemetry.tool_child_begin(turn.0, &tool_use_id, child);
+                }
+            }
+            Effect::Exec {
+                index,
+                tool_use_id,
+                command,
+            } => {
+                let Some((turn, _)) = self.running_turn(session_id) else {
+                    return;
+                };
+                let requester = crate::sandbox::Requester::Turn { turn, index };
+                let now = self.now.mono;
+                self.sandbox.exec(session_id, &command, requester, now);
+                self.telemetry
+                    .tool_child_begin(turn, &tool_use_id, ToolChild::Sandbox);
+            }
+            Effect::Subagent {
+                tool_use_id,
+                name,
+                input,
+            } => {
+                let Some((turn, key_id)) = self.running_turn(session_id) else {
+                    return;
+                };
+                let answer =
+                    self.subagent_tool(session_id, (turn, &key_id), &tool_use_id, &name, &input);
+                self.core_step(session_id, |c, w, now| c.subagent_answered(answer, w, now));
+            }
+            Effect::SteerApplied { conn, event_id } => {
+                let body = json!({"steered": true, "event_id": event_id});
+                self.terminal_result(conn, &body.to_string());
+            }
+            Effect::SteerRetired { conn, why } => {
+                let msg = format!("steer_rejected: not applied: {why}");
+                self.terminal_error(conn, codes::STEER_REJECTED, &msg);
+            }
+            Effect::HistoryRebuilt => self.history_built(session_id),
+            Effect::Fact(fact) => self.perform_fact(session_id, fact),
+            Effect::End(ending) => self.end_turn(session_id, ending),
+        }
+    }
+
+    /// Appends the event for the turn's driver, its own input unechoed on
+    /// its streams, and tells the core.
+    fn perform_log(&mut self, session_id: &str, log: Log) {
+        let Some(t) = self.live.get(session_id).and_then(|c| c.turn()) else {
+            return;
+        };
+        let key_id = t.key_id.clone();
+        if log.quiet {
+            self.quiet = t.streams();
+        }
+        if let Some(bytes) = log.grew {
+            self.history_cache.grew(session_id, bytes);
+        }
+        let payload = match log.payload {
+            Payload::Value(v) => v.to_string(),
+            Payload::Text(text) => text,
+        };
+        let ev = self.append_event_text(session_id, Some(&key_id), log.event, payload);
+        self.quiet.clear();
+        if let Some(core) = self.live.get_mut(session_id) {
+            core.logged(log.tag, &ev);
+        }
+    }
+
+    fn perform_call(&mut self, session_id: &str, call: crate::session_core::Call) {
+        let Some(t) = self.live.get(session_id).and_then(|c| c.turn()) else {
+            return;
+        };
+        let (turn, conn) = (t.id, t.conn);
+        let id = self.next_call;
+        self.next_call += 1;
+        self.calls.insert(id, self.catalog.session_id(session_id));
+        let now = self.now.mono;
+        if let Some(core) = self.live.get_mut(session_id) {
+            core.call_sent(id, now);
+        }
+        if self.telemetry.enabled() {
+            (self.telemetry).attempt_begin(id, turn, conn, &call.entry, call.attempt);
+        }
+        self.outputs.push_back(Output::CallProvider(ProviderCall {
+            id,
+            url: call.url,
+            headers: call.headers,
+            auth_template: call.entry.auth_template,
+            auth: call.auth,
+            body: call.body,
+            timeout_ms: self.config.provider_timeout_ms,
+        }));
+    }
+
+    fn perform_fact(&mut self, session_id: &str, fact: Fact) {
+        let turn = self.running_turn(session_id).map(|(t, _)| t);
+        match fact {
+            Fact::ProviderReturned {
+                call,
+                kind,
+                ok,
+                latency_ms,
+            } => {
+                self.metrics.provider_returned(kind, ok, latency_ms);
+                self.telemetry.attempt_end(call, ok);
+            }
+            Fact::ToolCalled {
+                tool_use_id,
+                name,
+                dispatch,
+                input_bytes,
+            } => {
+                self.metrics.tool_called(dispatch);
+                if let Some(turn) = turn.filter(|_| self.telemetry.enabled()) {
+                    (self.telemetry).dispatch_begin(
+                        turn,
+                        &tool_use_id,
+                        &name,
+                        dispatch,
+                        input_bytes,
+                    );
+                }
+            }
+            Fact::ToolDone {
+                tool_use_id,
+                dispatch,
+                is_error,
+                output_bytes,
+                latency_ms,
+            } => {
+                if let Some(turn) = turn.filter(|_| self.telemetry.enabled()) {
+                    let result = Some((is_error, output_bytes));
+                    (self.telemetry).dispatch_end(turn, &tool_use_id, result);
+                }
+                if let Some(latency_ms) = latency_ms {
+                    self.metrics.tool_finished(dispatch, latency_ms);
+                }
+            }
+            Fact::ToolChildEnded {
+                tool_use_id,
+                ok,
+                exit_code,
+            } => {
+                if let Some(turn) = turn {
+                    (self.telemetry).tool_child_end(turn, &tool_use_id, ok, exit_code);
+                }
+            }
+        }
+    }
+
+    /// Takes `session_id`'s turn out of its core.
+    pub(crate) fn take_turn(&mut self, session_id: &str) -> Option<Box<TurnLoop>> {
+        let t = self.live.get_mut(session_id)?.take_turn()?;
+        self.running.remove(&t.id);
+        Some(t)
+    }
+
+    /// The turn is over: its answer goes to its streams (and its
+    /// idempotency key), then the gate is parked on a pause or passed on.
+    fn end_turn(&mut self, session_id: &str, ending: Ending) {
+        let Some(mut t) = self.take_turn(session_id) else {
+            return;
+        };
+        let outcome = match ending {
+            Ending::Completed(m) => Outcome::Completed(m),
+            Ending::Paused(m, pause) => Outcome::Paused(m, pause),
+            Ending::ProvidersFailed => Outcome::ProvidersFailed,
+            Ending::Failed { code, message } => {
+                return self.fail_turn(session_id, t, code, &message);
+            }
+            Ending::Compacted(completed) => {
+                if let Some(conn) = t.conn {
+                    match completed {
+                        Some(json) => self.terminal_result(conn, &json),
+                        None => {
+                            self.terminal_error(conn, codes::APPLICATION_ERROR, "compaction failed")
+                        }
+                    }
+                }
+                return self.release_gate(session_id);
+            }
+        };
+        let why = match &outcome {
+            Outcome::Paused(..) => "the turn paused for client tools before its next provider call",
+            _ => "the turn ended before its next provider call",
+        };
+        if matches!(t.mode, Mode::Chat) {
+            self.metrics.turn_ended(match &outcome {
+                Outcome::Completed(_) => crate::metrics::TurnOutcome::Completed,
+                Outcome::Paused(..) => crate::metrics::TurnOutcome::Paused,
+                Outcome::ProvidersFailed => crate::metrics::TurnOutcome::ProvidersFailed,
+            });
+            let end = match &outcome {
+                Outcome::Completed(_) => TurnEnd::Completed,
+                Outcome::Paused(..) => TurnEnd::Paused,
+                Outcome::ProvidersFailed => TurnEnd::ProvidersFailed,
+            };
+            self.telemetry.turn_end(t.id, session_id, end);
+        }
+        self.retire_steers(std::mem::take(&mut t.steers), why);
+        let message = match &outcome {
+            Outcome::Completed(m) | Outcome::Paused(m, _) => m.clone(),
+            Outcome::ProvidersFailed => json!({
+                "role": "assistant",
+                "content": [{"type": "text", "text": UNAVAILABLE_TEXT}],
+            }),
+        };
+        self.idem_finished(
+            session_id,
+            &t,
+            json!({"result": {"message": message, "event_seqs": t.event_seqs}}),
+        );
+        let streams = t.streams();
+        if !streams.is_empty() {
+            let result = crate::respond::turn_result_parts(&message, &t.events);
+            for conn in streams {
+                self.terminal_result_parts(conn, &result);
+            }
+        }
+        match outcome {
+            Outcome::Paused(_, pause) => {
+                if self.faults.release_gate_on_pause() {
+                    return self.release_gate(session_id);
+                }
+                // A compaction never waits on a pause (spec 07 §4.2 step 4).
+                let refused = match self.live.get_mut(session_id) {
+                    Some(core) => core.gate.park(pause),
+                    None => Vec::new(),
+                };
+                for w in refused {
+                    self.refuse(w, Refusal::TurnInProgress);
+                }
+            }
+            _ => self.release_gate(session_id),
+        }
+    }
+
+    /// Error terminal for a request holding the gate (nothing else recorded).
+    fn fail_turn(&mut self, session_id: &str, mut t: Box<TurnLoop>, code: i64, message: &str) {
+        self.retire_steers(std::mem::take(&mut t.steers), "the turn failed");
+        (self.telemetry).turn_end(t.id, session_id, TurnEnd::Failed);
+        self.idem_finished(
+            session_id,
+            &t,
+            json!({"error": {"code": code, "message": message}}),
+        );
+        for conn in t.streams() {
+            self.terminal_error(conn, code, message);
+        }
+        self.release_gate(session_id);
+    }
+
+    /// Waiting steers that will never be applied are answered.
+    pub(crate) fn retire_steers(&mut self, steers: Vec<crate::session_core::Steer>, why: &str) {
+        for steer in steers {
+            let msg = format!("steer_rejected: not applied: {why}");
+            self.terminal_error(steer.conn, codes::STEER_REJECTED, &msg);
+        }
+    }
+}
+
+/// How a chat turn ended, for its answer.
+enum Outcome {
+    Completed(serde_json::Value),
+    Paused(serde_json::Value, crate::session_core::Pause),
+    ProvidersFailed,
+}

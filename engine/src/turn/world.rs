@@ -1,0 +1,159 @@
+//! The [`World`] a session core reads while it decides: one session's view
+//! of the catalogue (state, profile, tool declarations), the provider
+//! registry and settings, the MCP hub's routes and the sandbox hub's
+//! handle. Borrowed field by field from the engine, so the core can be
+//! borrowed mutably beside it.
+
+use std::collections::BTreeSet;
+
+use proto::wire::content::Dispatch;
+use serde_json::{json, Value};
+
+use crate::mcp::McpHub;
+use crate::model::Catalog;
+use crate::sandbox::SandboxHub;
+use crate::session_core::{ChainError, World};
+use crate::store::SessionState;
+use crate::{Config, ProviderEntry};
+
+pub(crate) struct EngineWorld<'a> {
+    pub session_id: &'a str,
+    pub catalog: &'a Catalog,
+    pub config: &'a Config,
+    pub mcp: &'a McpHub,
+    pub sandbox: &'a SandboxHub,
+}
+
+impl EngineWorld<'_> {
+    fn provider(&self, name: &str) -> Option<&ProviderEntry> {
+        self.config.providers.iter().find(|p| p.name == name)
+    }
+
+    fn profile_id(&self) -> &str {
+        (self.catalog.sessions.get(self.session_id)).map_or("", |s| &*s.profile_id)
+    }
+}
+
+impl World for EngineWorld<'_> {
+    fn open_error(&self) -> Option<String> {
+        match self.catalog.sessions.get(self.session_id).map(|s| s.state) {
+            Some(SessionState::Open) => None,
+            Some(state) => Some(format!("session is {}, not open", state.as_str())),
+            None => Some("session no longer exists".to_string()),
+        }
+    }
+
+    fn chain(&self) -> Result<Vec<ProviderEntry>, ChainError> {
+        let profile_id = self.profile_id();
+        let Some(profile) = self.catalog.live_profile(profile_id) else {
+            return Err(ChainError::ProfileUnavailable {
+                profile_id: profile_id.to_string(),
+            });
+        };
+        let row = &profile.row;
+        let Some(primary) = self.provider(&row.primary_provider) else {
+            return Err(ChainError::PrimaryMissing {
+                name: row.primary_provider.clone(),
+            });
+        };
+        let mut chain = vec![primary.clone()];
+        for name in &row.fallback_providers {
+            match self.provider(name) {
+                Some(p) => chain.push(p.clone()),
+                None => {
+                    tracing::error!(provider = %name, "fallback provider is not configured; skipped")
+                }
+            }
+        }
+        Ok(chain)
+    }
+
+    fn profile_live(&self) -> bool {
+        self.catalog.live_profile(self.profile_id()).is_some()
+    }
+
+    /// The acting driver's client, sandbox and subagent tools, then the
+    /// session's MCP tools (spec 06 §1). An MCP tool whose name one of the
+    /// driver's own tools already has is left out: that name never
+    /// dispatches to MCP, and providers reject duplicate names (spec 05
+    /// §10 note 2).
+    fn tools(&self, key_id: &str) -> Vec<Value> {
+        let mut out = Vec::new();
+        let Some(s) = self.catalog.sessions.get(self.session_id) else {
+            return out;
+        };
+        let mut own: BTreeSet<String> = BTreeSet::new();
+        for map in [&s.client_tools, &s.sandbox_tools, &s.subagent_tools] {
+            for t in map.get(key_id) {
+                if let Some(n) = t.get("name").and_then(Value::as_str) {
+                    own.insert(n.to_string());
+                }
+                out.push(json!({
+                    "name": t.get("name").cloned().unwrap_or(Value::Null),
+                    "description": t.get("description").cloned().unwrap_or(Value::Null),
+                    "input_schema": t.get("input_schema").cloned().unwrap_or_else(|| json!({})),
+                }));
+            }
+        }
+        for t in self.mcp.tools(self.session_id) {
+            let name = t.get("name").and_then(Value::as_str).unwrap_or("");
+            if !own.contains(name) && name != proto::wire::session::REMOTE_SUBAGENT_STATUS {
+                out.push(t.clone());
+            }
+        }
+        if self.sandbox.tracks_subagents(self.session_id) {
+            out.push(super::tools::status_tool());
+        }
+        out
+    }
+
+    /// `client` | `sandbox` | `subagent` | `mcp` (spec 06 §2).
+    fn classify(&self, key_id: &str, tool: &str) -> Dispatch {
+        let Some(s) = self.catalog.sessions.get(self.session_id) else {
+            return Dispatch::Mcp;
+        };
+        let has = |map: &crate::model::ToolMap| {
+            map.get(key_id)
+                .iter()
+                .any(|t| t.get("name").and_then(Value::as_str) == Some(tool))
+        };
+        if has(&s.client_tools) {
+            Dispatch::Client
+        } else if has(&s.sandbox_tools) {
+            Dispatch::Sandbox
+        } else if has(&s.subagent_tools) || tool == proto::wire::session::REMOTE_SUBAGENT_STATUS {
+            Dispatch::Subagent
+        } else {
+            Dispatch::Mcp
+        }
+    }
+
+    fn mcp_server(&self, tool: &str) -> Option<String> {
+        self.mcp.route(self.session_id, tool).map(str::to_string)
+    }
+
+    fn sandbox(&self) -> Option<(String, String)> {
+        (self.sandbox.handle(self.session_id)).map(|h| (h.image.clone(), h.container.clone()))
+    }
+
+    fn auto_compaction_size(&self) -> Option<u64> {
+        (self.catalog.sessions.get(self.session_id))?
+            .compaction
+            .auto_size()
+    }
+
+    fn compaction_prompt(&self) -> Option<String> {
+        (self.catalog.sessions.get(self.session_id))?
+            .compaction
+            .client_prompt()
+            .map(str::to_string)
+    }
+
+    fn turn_timeout_ms(&self) -> u64 {
+        self.config.turn_timeout_ms
+    }
+
+    fn max_output(&self) -> usize {
+        self.config.sandbox_max_output
+    }
+}
