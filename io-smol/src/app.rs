@@ -42,6 +42,7 @@ pub fn main_with_runtime(args: &[String], runtime: Runtime) -> i32 {
 }
 
 fn main_inner(args: &[String], runtime: Runtime, exports_telemetry: bool) -> i32 {
+    crate::heap_trim::tune();
     // §5 step 1: flags (rotate+disable flags are rejected by the parser).
     let cli = match config::parse_cli(args) {
         Ok(cli) => cli,

@@ -213,11 +213,7 @@ impl SessionCore {
 
     /// The engine rebuilt the history an [`Effect::LoadHistory`] asked for
     /// (`Err`: the read failed).
-    pub fn history_loaded(
-        &mut self,
-        loaded: Loaded,
-        world: &dyn World,
-    ) {
+    pub fn history_loaded(&mut self, loaded: Loaded, world: &dyn World) {
         self.step(|c| match loaded {
             Ok((history, usage)) => {
                 c.history = Some(history);
