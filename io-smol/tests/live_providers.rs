@@ -685,3 +685,115 @@ fn provider_idle_connections_zero_opens_a_connection_per_call() {
     c.dedup();
     assert_eq!(c, vec![1, 2, 3]);
 }
+
+/// `BAE_PROVIDER_TIMEOUT` bounds an attempt as a whole: a provider that
+/// never answers fails the attempt as a transport failure (no status, no
+/// URL in the text) and the fallback answers.
+#[test]
+fn a_hung_provider_times_out_and_the_fallback_answers() {
+    let mock = MockProvider::start();
+    let config = provider_toml(&[
+        ("main", "anthropic", &mock.base_url, "mock-model", "k"),
+        ("backup", "openai", &mock.base_url, "gpt-mock", "k"),
+    ]);
+    let server = Server::start(opts(&config).env("BAE_PROVIDER_TIMEOUT", "1"));
+    let f = open_registered(&server, "main", &["backup"], &[], json!({}));
+    mock.push_all([Reply::Hang, Reply::openai_text("from backup")]);
+    let started = std::time::Instant::now();
+    let (_, t) = send(&server, &f.session_id, &f.a, json!("hi"));
+    assert!(started.elapsed() < std::time::Duration::from_secs(10));
+    let failed = &payloads(&result_events(&t), "provider.response")[0];
+    assert_eq!(failed["ok"], false, "{failed}");
+    assert_eq!(failed["status"], Value::Null);
+    let err = failed["error"].as_str().unwrap();
+    assert!(!err.contains("http://"), "no URL in error text: {err}");
+    assert_eq!(text_of(&t["result"]["message"]), "from backup");
+}
+
+/// A provider that closes the connection without answering fails the
+/// attempt, and the request is not sent again: a provider call is not
+/// idempotent, so the primary saw it exactly once.
+#[test]
+fn a_provider_closing_without_an_answer_fails_the_attempt_without_a_resend() {
+    let mock = MockProvider::start();
+    let config = provider_toml(&[
+        ("main", "anthropic", &mock.base_url, "mock-model", "k"),
+        ("backup", "openai", &mock.base_url, "gpt-mock", "k"),
+    ]);
+    let server = Server::start(opts(&config));
+    let f = open_registered(&server, "main", &["backup"], &[], json!({}));
+    // A first turn leaves a pooled connection behind.
+    mock.push(Reply::text("warm"));
+    let (_, t) = send(&server, &f.session_id, &f.a, json!("one"));
+    assert_eq!(text_of(&t["result"]["message"]), "warm");
+    mock.push_all([Reply::Close, Reply::openai_text("from backup")]);
+    let (_, t) = send(&server, &f.session_id, &f.a, json!("two"));
+    let failed = &payloads(&result_events(&t), "provider.response")[0];
+    assert_eq!(failed["ok"], false, "{failed}");
+    assert_eq!(failed["status"], Value::Null);
+    assert_eq!(text_of(&t["result"]["message"]), "from backup");
+    let paths: Vec<String> = mock.requests().iter().map(|r| r.path.clone()).collect();
+    assert_eq!(
+        paths,
+        ["/v1/messages", "/v1/messages", "/v1/chat/completions"],
+        "the closed attempt was sent once"
+    );
+}
+
+/// A kept-alive connection the provider closed while it sat idle is not
+/// used again: each turn still gets its answer. The provider here answers
+/// one request per connection with `connection: keep-alive`, then closes.
+#[test]
+fn connections_the_provider_closed_while_idle_are_not_reused() {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let base_url = format!("http://{}", listener.local_addr().unwrap());
+    let accepted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = accepted.clone();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { return };
+            counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let mut got = Vec::new();
+            let mut buf = [0u8; 4096];
+            // Read the head and a body of the length it declares.
+            while let Ok(n) = conn.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                got.extend_from_slice(&buf[..n]);
+                let text = String::from_utf8_lossy(&got).to_string();
+                if let Some(end) = text.find("\r\n\r\n") {
+                    let len = text[..end]
+                        .lines()
+                        .find_map(|l| l.strip_prefix("content-length: "))
+                        .and_then(|v| v.trim().parse::<usize>().ok())
+                        .unwrap_or(0);
+                    if got.len() >= end + 4 + len {
+                        break;
+                    }
+                }
+            }
+            let body = json!({"id": "m", "type": "message", "role": "assistant", "model": "m",
+                "content": [{"type": "text", "text": "fresh"}], "stop_reason": "end_turn",
+                "usage": {"input_tokens": 1, "output_tokens": 1}})
+            .to_string();
+            let reply = format!(
+                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: keep-alive\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = conn.write_all(reply.as_bytes());
+            let _ = conn.shutdown(std::net::Shutdown::Both);
+        }
+    });
+    let config = provider_toml(&[("main", "anthropic", &base_url, "mock-model", "k")]);
+    let server = Server::start(opts(&config));
+    let f = open_registered(&server, "main", &[], &[], json!({}));
+    for i in 0..3 {
+        // Give the provider's close time to arrive before the next call.
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let (_, t) = send(&server, &f.session_id, &f.a, json!(format!("turn {i}")));
+        assert_eq!(text_of(&t["result"]["message"]), "fresh", "turn {i}: {t}");
+    }
+    assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 3);
+}

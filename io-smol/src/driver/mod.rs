@@ -14,7 +14,9 @@
 //!   the acceptors, the signal listener and the MCP and sandbox tasks;
 //! * one dedicated **store thread** owns the SQLite connection and runs
 //!   store jobs FIFO (group commit, see [`pipeline`]);
-//! * provider HTTP calls run on the `blocking` thread pool.
+//! * provider calls to plain-HTTP endpoints run as tasks on the driver
+//!   thread (`provider_http`); HTTPS ones run on the `blocking` thread pool
+//!   (ureq, `provider`).
 //!
 //! The driver contains no protocol logic: it never looks inside bytes,
 //! writes or reads.
@@ -27,6 +29,7 @@
 mod forward;
 pub mod mcp;
 pub mod provider;
+pub mod provider_http;
 mod sandbox;
 mod store_jobs;
 
@@ -318,6 +321,7 @@ pub fn run(boot: Boot) -> io::Result<()> {
         conns: HashMap::new(),
         next_conn: ConnId(1),
         provider_inflight: 0,
+        http_providers: std::rc::Rc::new(provider_http::Pool::new(provider::idle_per_host())),
         events_tx,
         jobs_tx,
         shutdown_deadline: None,
@@ -343,6 +347,8 @@ struct Driver {
     conns: HashMap<ConnId, Conn>,
     next_conn: ConnId,
     provider_inflight: usize,
+    /// Keep-alive connections of plain-HTTP provider calls.
+    http_providers: std::rc::Rc<provider_http::Pool>,
     events_tx: Sender<Event>,
     jobs_tx: Sender<Vec<Job>>,
     shutdown_deadline: Option<Instant>,
@@ -598,10 +604,14 @@ impl Driver {
     fn call_provider(&mut self, call: engine::ProviderCall) {
         self.provider_inflight += 1;
         let tx = self.events_tx.clone();
+        let pool = self.http_providers.clone();
         tracing::debug!(call = call.id.0, "provider call started");
         spawn_local(async move {
             let id = call.id;
-            let reply = blocking::unblock(move || provider::perform(&call)).await;
+            let reply = match provider_http::HttpTarget::parse(&call.url) {
+                Some(target) => provider_http::perform(&pool, &call, &target).await,
+                None => blocking::unblock(move || provider::perform(&call)).await,
+            };
             match &reply {
                 ProviderReply::Http { status, body } => {
                     tracing::debug!(

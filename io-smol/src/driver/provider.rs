@@ -1,4 +1,6 @@
-//! Provider HTTP calls (blocking, run on the `blocking` thread pool).
+//! Provider HTTP calls made with ureq (blocking, run on the `blocking`
+//! thread pool): every call of `baesrv-threads`, and `baesrv`'s calls to
+//! HTTPS endpoints (plain-HTTP ones are `provider_http`'s).
 //!
 //! The credential template is resolved against the real environment
 //! immediately before each call and exists only on this thread's stack for
@@ -79,8 +81,14 @@ fn build_agent(idle_per_host: usize) -> ureq::Agent {
         .build()
 }
 
+/// Idle keep-alive connections kept per provider host
+/// (`BAE_PROVIDER_IDLE_CONNECTIONS`).
+pub fn idle_per_host() -> usize {
+    *IDLE_PER_HOST.get().unwrap_or(&DEFAULT_IDLE_PER_HOST)
+}
+
 fn agent() -> ureq::Agent {
-    let idle = *IDLE_PER_HOST.get().unwrap_or(&DEFAULT_IDLE_PER_HOST);
+    let idle = idle_per_host();
     let mut slot = POOL.lock().unwrap_or_else(|p| p.into_inner());
     Pool::agent_at(&mut slot, Instant::now(), || build_agent(idle))
 }
