@@ -686,18 +686,29 @@ fn provider_idle_connections_zero_opens_a_connection_per_call() {
     assert_eq!(c, vec![1, 2, 3]);
 }
 
-/// `BAE_PROVIDER_TIMEOUT` bounds an attempt as a whole: a provider that
-/// never answers fails the attempt as a transport failure (no status, no
-/// URL in the text) and the fallback answers.
-#[test]
-fn a_hung_provider_times_out_and_the_fallback_answers() {
+/// A mock behind two entries, `main` (Anthropic) and `backup` (OpenAI), a
+/// server with `env`, and a session on `main` falling back to `backup`.
+fn main_with_backup(env: &[(&str, &str)]) -> (MockProvider, Server, Fixture) {
     let mock = MockProvider::start();
     let config = provider_toml(&[
         ("main", "anthropic", &mock.base_url, "mock-model", "k"),
         ("backup", "openai", &mock.base_url, "gpt-mock", "k"),
     ]);
-    let server = Server::start(opts(&config).env("BAE_PROVIDER_TIMEOUT", "1"));
+    let mut o = opts(&config);
+    for (k, v) in env {
+        o = o.env(*k, *v);
+    }
+    let server = Server::start(o);
     let f = open_registered(&server, "main", &["backup"], &[], json!({}));
+    (mock, server, f)
+}
+
+/// `BAE_PROVIDER_TIMEOUT` bounds an attempt as a whole: a provider that
+/// never answers fails the attempt as a transport failure (no status, no
+/// URL in the text) and the fallback answers.
+#[test]
+fn a_hung_provider_times_out_and_the_fallback_answers() {
+    let (mock, server, f) = main_with_backup(&[("BAE_PROVIDER_TIMEOUT", "1")]);
     mock.push_all([Reply::Hang, Reply::openai_text("from backup")]);
     let started = std::time::Instant::now();
     let (_, t) = send(&server, &f.session_id, &f.a, json!("hi"));
@@ -715,13 +726,7 @@ fn a_hung_provider_times_out_and_the_fallback_answers() {
 /// idempotent, so the primary saw it exactly once.
 #[test]
 fn a_provider_closing_without_an_answer_fails_the_attempt_without_a_resend() {
-    let mock = MockProvider::start();
-    let config = provider_toml(&[
-        ("main", "anthropic", &mock.base_url, "mock-model", "k"),
-        ("backup", "openai", &mock.base_url, "gpt-mock", "k"),
-    ]);
-    let server = Server::start(opts(&config));
-    let f = open_registered(&server, "main", &["backup"], &[], json!({}));
+    let (mock, server, f) = main_with_backup(&[]);
     // A first turn leaves a pooled connection behind.
     mock.push(Reply::text("warm"));
     let (_, t) = send(&server, &f.session_id, &f.a, json!("one"));
