@@ -527,7 +527,7 @@ impl Engine {
     }
 
     pub(crate) fn provider(&self, name: &str) -> Option<&crate::ProviderEntry> {
-        self.config.providers.iter().find(|p| p.name == name)
+        self.config.provider(name)
     }
 
     /// The client-facing profile: no tokens, no env names, no base URL.

@@ -316,6 +316,13 @@ pub struct Config {
 /// [`Config::max_page_bytes`] unless configured: 8 MiB.
 pub const DEFAULT_MAX_PAGE_BYTES: usize = 8 * 1024 * 1024;
 
+impl Config {
+    /// The registry entry named `name`.
+    pub fn provider(&self, name: &str) -> Option<&ProviderEntry> {
+        self.providers.iter().find(|p| p.name == name)
+    }
+}
+
 impl Default for Config {
     fn default() -> Self {
         Config {

@@ -321,6 +321,15 @@ impl Catalog {
         self.profiles.insert(id, Profile { row });
     }
 
+    /// `"session is <state>, not open"` unless the session is open.
+    pub fn open_error(&self, session_id: &str) -> Option<String> {
+        match self.sessions.get(session_id).map(|s| s.state) {
+            Some(SessionState::Open) => None,
+            Some(state) => Some(format!("session is {}, not open", state.as_str())),
+            None => Some("session no longer exists".to_string()),
+        }
+    }
+
     pub fn live_profile(&self, id: &str) -> Option<&Profile> {
         self.profiles.get(id).filter(|p| p.is_live())
     }

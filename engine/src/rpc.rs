@@ -7,7 +7,6 @@ use proto::jsonrpc::{self, Call, Extension, Extensions};
 use serde_json::{json, Value};
 
 use crate::conn::PendingRead;
-use crate::store::SessionState;
 use crate::{ConnId, Engine};
 use proto::jsonrpc::codes;
 use proto::wire::EventType;
@@ -138,11 +137,7 @@ impl Engine {
 
     /// `"session is <state>, not open"` unless the session is open.
     pub(crate) fn open_state_error(&self, session_id: &str) -> Option<String> {
-        match self.catalog.sessions.get(session_id).map(|s| s.state) {
-            Some(SessionState::Open) => None,
-            Some(state) => Some(format!("session is {}, not open", state.as_str())),
-            None => Some("session no longer exists".to_string()),
-        }
+        self.catalog.open_error(session_id)
     }
 
     fn register_driver(&mut self, conn: ConnId, session_id: &str, key_id: &str, params: &Value) {

@@ -100,6 +100,15 @@ fn c218_unknown_sandbox_driver_exits_2() {
     assert_starts(opts().env("BAE_SANDBOX_DRIVER", " docker "));
 }
 
+/// Extension `BAE_ID_ORDER` (docs/configuration.md): `time` or `random`
+/// in any case; anything else is refused at start with exit 2.
+#[test]
+fn unknown_id_order_exits_2() {
+    let out = run(opts().env("BAE_ID_ORDER", "sequential"));
+    assert_exit(&out, 2, "BAE_ID_ORDER");
+    assert_starts(opts().env("BAE_ID_ORDER", " Random "));
+}
+
 #[test]
 fn c219_missing_config_file_starts_with_empty_registries() {
     let s = assert_starts(opts().arg("--config").arg("/nonexistent/bae-config.toml"));

@@ -67,8 +67,6 @@ pub struct TurnLoop {
     pub(super) iteration: u32,
     /// The provider call in flight and when it left.
     pub(super) call: Option<(CallId, MonoMs)>,
-    /// The call's attempt was sent; its id is not known yet.
-    pub(super) calling: bool,
     /// `(input, output)` usage of this request's newest successful call.
     pub(super) last_usage: Option<(u64, u64)>,
     /// Auto-compaction trigger carried from a resumed or retired pause.
@@ -99,7 +97,6 @@ impl TurnLoop {
             attempt: 0,
             iteration: 0,
             call: None,
-            calling: false,
             last_usage: None,
             carried_trigger: None,
             round: None,
@@ -333,9 +330,6 @@ impl SessionCore {
         }
         .render();
         self.log_text(EventType::ProviderRequest, payload);
-        if let Some(t) = self.turn_mut() {
-            t.calling = true;
-        }
         let auth = match prepared.auth {
             provider::AuthHeader::XApiKey => crate::AuthPlacement::XApiKey,
             provider::AuthHeader::Bearer => crate::AuthPlacement::Bearer,
@@ -352,8 +346,7 @@ impl SessionCore {
 
     /// The engine sent the call of an [`Effect::Call`] as `call` at `now`.
     pub fn call_sent(&mut self, call: CallId, now: MonoMs) {
-        if let Some(t) = self.turn_mut().filter(|t| t.calling) {
-            t.calling = false;
+        if let Some(t) = self.turn_mut() {
             t.call = Some((call, now));
         }
     }

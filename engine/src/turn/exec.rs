@@ -33,14 +33,14 @@ impl Engine {
             Effect::Log(log) => self.perform_log(session_id, log),
             Effect::SessionError => self.set_state(session_id, SessionState::Error),
             Effect::LoadHistory => {
-                let Some((turn, _)) = self.running_turn(session_id) else {
+                let Some(turn) = self.running_turn_id(session_id) else {
                     return;
                 };
                 let (loader, read) = HistoryLoader::start(session_id);
                 self.read(read, PendingRead::TurnHistory { turn, loader });
             }
             Effect::RestoreMcp => {
-                let Some((turn, _)) = self.running_turn(session_id) else {
+                let Some(turn) = self.running_turn_id(session_id) else {
                     return;
                 };
                 if !self.restore_mcp(session_id, turn) {
@@ -53,19 +53,19 @@ impl Engine {
                 tool,
                 input,
             } => {
-                let Some(turn) = self.running_turn(session_id) else {
+                let Some(turn) = self.running_turn_id(session_id) else {
                     return;
                 };
                 let token = self.next_mcp_call;
                 self.next_mcp_call += 1;
                 self.mcp_calls
-                    .insert(token, (self.catalog.session_id(session_id), turn.0));
+                    .insert(token, (self.catalog.session_id(session_id), turn));
                 let now = self.now.mono;
                 self.mcp.call(session_id, &tool, &input, token, now);
                 if self.telemetry.enabled() {
                     let server = self.mcp.route(session_id, &tool).unwrap_or("");
                     let child = ToolChild::Mcp { server };
-                    self.telemetry.tool_child_begin(turn.0, &tool_use_id, child);
+                    self.telemetry.tool_child_begin(turn, &tool_use_id, child);
                 }
             }
             Effect::Exec {
@@ -73,7 +73,7 @@ impl Engine {
                 tool_use_id,
                 command,
             } => {
-                let Some((turn, _)) = self.running_turn(session_id) else {
+                let Some(turn) = self.running_turn_id(session_id) else {
                     return;
                 };
                 let requester = crate::sandbox::Requester::Turn { turn, index };
@@ -159,7 +159,7 @@ impl Engine {
     }
 
     fn perform_fact(&mut self, session_id: &str, fact: Fact) {
-        let turn = self.running_turn(session_id).map(|(t, _)| t);
+        let turn = self.running_turn_id(session_id);
         match fact {
             Fact::ProviderReturned {
                 call,
@@ -227,10 +227,22 @@ impl Engine {
         let Some(mut t) = self.take_turn(session_id) else {
             return;
         };
-        let outcome = match ending {
-            Ending::Completed(m) => Outcome::Completed(m),
-            Ending::Paused(m, pause) => Outcome::Paused(m, pause),
-            Ending::ProvidersFailed => Outcome::ProvidersFailed,
+        use crate::metrics::TurnOutcome;
+        let (message, pause, outcome, end) = match ending {
+            Ending::Completed(m) => (m, None, TurnOutcome::Completed, TurnEnd::Completed),
+            Ending::Paused(m, p) => (m, Some(p), TurnOutcome::Paused, TurnEnd::Paused),
+            Ending::ProvidersFailed => {
+                let m = json!({
+                    "role": "assistant",
+                    "content": [{"type": "text", "text": UNAVAILABLE_TEXT}],
+                });
+                (
+                    m,
+                    None,
+                    TurnOutcome::ProvidersFailed,
+                    TurnEnd::ProvidersFailed,
+                )
+            }
             Ending::Failed { code, message } => {
                 return self.fail_turn(session_id, t, code, &message);
             }
@@ -246,31 +258,15 @@ impl Engine {
                 return self.release_gate(session_id);
             }
         };
-        let why = match &outcome {
-            Outcome::Paused(..) => "the turn paused for client tools before its next provider call",
-            _ => "the turn ended before its next provider call",
-        };
         if matches!(t.mode, Mode::Chat) {
-            self.metrics.turn_ended(match &outcome {
-                Outcome::Completed(_) => crate::metrics::TurnOutcome::Completed,
-                Outcome::Paused(..) => crate::metrics::TurnOutcome::Paused,
-                Outcome::ProvidersFailed => crate::metrics::TurnOutcome::ProvidersFailed,
-            });
-            let end = match &outcome {
-                Outcome::Completed(_) => TurnEnd::Completed,
-                Outcome::Paused(..) => TurnEnd::Paused,
-                Outcome::ProvidersFailed => TurnEnd::ProvidersFailed,
-            };
+            self.metrics.turn_ended(outcome);
             self.telemetry.turn_end(t.id, session_id, end);
         }
-        self.retire_steers(std::mem::take(&mut t.steers), why);
-        let message = match &outcome {
-            Outcome::Completed(m) | Outcome::Paused(m, _) => m.clone(),
-            Outcome::ProvidersFailed => json!({
-                "role": "assistant",
-                "content": [{"type": "text", "text": UNAVAILABLE_TEXT}],
-            }),
+        let why = match pause {
+            Some(_) => "the turn paused for client tools before its next provider call",
+            None => "the turn ended before its next provider call",
         };
+        self.retire_steers(std::mem::take(&mut t.steers), why);
         self.idem_finished(
             session_id,
             &t,
@@ -283,21 +279,19 @@ impl Engine {
                 self.terminal_result_parts(conn, &result);
             }
         }
-        match outcome {
-            Outcome::Paused(_, pause) => {
-                if self.faults.release_gate_on_pause() {
-                    return self.release_gate(session_id);
-                }
-                // A compaction never waits on a pause (spec 07 §4.2 step 4).
-                let refused = match self.live.get_mut(session_id) {
-                    Some(core) => core.gate.park(pause),
-                    None => Vec::new(),
-                };
-                for w in refused {
-                    self.refuse(w, Refusal::TurnInProgress);
-                }
-            }
-            _ => self.release_gate(session_id),
+        let Some(pause) = pause else {
+            return self.release_gate(session_id);
+        };
+        if self.faults.release_gate_on_pause() {
+            return self.release_gate(session_id);
+        }
+        // A compaction never waits on a pause (spec 07 §4.2 step 4).
+        let refused = match self.live.get_mut(session_id) {
+            Some(core) => core.gate.park(pause),
+            None => Vec::new(),
+        };
+        for w in refused {
+            self.refuse(w, Refusal::TurnInProgress);
         }
     }
 
@@ -323,11 +317,4 @@ impl Engine {
             self.terminal_error(steer.conn, codes::STEER_REJECTED, &msg);
         }
     }
-}
-
-/// How a chat turn ended, for its answer.
-enum Outcome {
-    Completed(serde_json::Value),
-    Paused(serde_json::Value, crate::session_core::Pause),
-    ProvidersFailed,
 }

@@ -13,7 +13,6 @@ use crate::mcp::McpHub;
 use crate::model::Catalog;
 use crate::sandbox::SandboxHub;
 use crate::session_core::{ChainError, World};
-use crate::store::SessionState;
 use crate::{Config, ProviderEntry};
 
 pub(crate) struct EngineWorld<'a> {
@@ -25,10 +24,6 @@ pub(crate) struct EngineWorld<'a> {
 }
 
 impl EngineWorld<'_> {
-    fn provider(&self, name: &str) -> Option<&ProviderEntry> {
-        self.config.providers.iter().find(|p| p.name == name)
-    }
-
     fn profile_id(&self) -> &str {
         (self.catalog.sessions.get(self.session_id)).map_or("", |s| &*s.profile_id)
     }
@@ -36,11 +31,7 @@ impl EngineWorld<'_> {
 
 impl World for EngineWorld<'_> {
     fn open_error(&self) -> Option<String> {
-        match self.catalog.sessions.get(self.session_id).map(|s| s.state) {
-            Some(SessionState::Open) => None,
-            Some(state) => Some(format!("session is {}, not open", state.as_str())),
-            None => Some("session no longer exists".to_string()),
-        }
+        self.catalog.open_error(self.session_id)
     }
 
     fn chain(&self) -> Result<Vec<ProviderEntry>, ChainError> {
@@ -51,14 +42,14 @@ impl World for EngineWorld<'_> {
             });
         };
         let row = &profile.row;
-        let Some(primary) = self.provider(&row.primary_provider) else {
+        let Some(primary) = self.config.provider(&row.primary_provider) else {
             return Err(ChainError::PrimaryMissing {
                 name: row.primary_provider.clone(),
             });
         };
         let mut chain = vec![primary.clone()];
         for name in &row.fallback_providers {
-            match self.provider(name) {
+            match self.config.provider(name) {
                 Some(p) => chain.push(p.clone()),
                 None => {
                     tracing::error!(provider = %name, "fallback provider is not configured; skipped")
