@@ -7,7 +7,10 @@
 //! - **text**: `session.sendMessage` → final answer, on a session rotated
 //!   every 20 units (open + `registerDriver` outside the unit);
 //! - **tool**: `sendMessage` → paused `tool_use` → `sendMessage` with the
-//!   `tool_result` → final answer.
+//!   `tool_result` → final answer;
+//! - **kit-text** and **kit-tool**: the same units as `bench_kit` runs
+//!   them, each on a fresh session it opens and registers as driver of
+//!   (`POST /api/v1/sessions` and `registerDriver` inside the unit).
 //!
 //! ```text
 //! cargo bench -p engine --bench turn_cost --no-run
@@ -46,6 +49,37 @@ fn main() {
         run(&mut h, units, true);
         report("client-tool round trip", units, t0);
     }
+    if let Some(tools) = match phase.as_str() {
+        "kit-text" => Some(false),
+        "kit-tool" => Some(true),
+        _ => None,
+    } {
+        let t0 = Instant::now();
+        run_kit(&mut h, units, tools);
+        report("kit unit", units, t0);
+    }
+}
+
+/// `units` kit units on one client key: each opens a session, registers
+/// as its driver and runs one text turn or client-tool round trip.
+fn run_kit(h: &mut Harness, units: usize, tools: bool) {
+    let body = if tools {
+        json!({"tools": [{"name": "get_time", "input_schema": {"type": "object"}}]})
+    } else {
+        json!({})
+    };
+    // The profile and client key are made once, outside every unit.
+    let (key, _, _) = h.open_session(&["get_time"], body.clone());
+    for i in 0..units {
+        let (s, o) = h.client("POST", "/api/v1/sessions", &key, Some(&body));
+        assert_eq!(s, 201, "{o}");
+        let sid = o["session_id"].as_str().unwrap().to_string();
+        let skey = o["session_key"].as_str().unwrap().to_string();
+        let reg = json!({"jsonrpc": "2.0", "id": 1, "method": "session.registerDriver"});
+        let f = h.rpc(&sid, &skey, &reg);
+        assert_eq!(f[0]["result"]["registered"], true);
+        unit(h, &sid, &skey, i, tools);
+    }
 }
 
 fn report(what: &str, units: usize, t0: Instant) {
@@ -73,27 +107,32 @@ fn run(h: &mut Harness, units: usize, tools: bool) {
         .collect();
     for i in 0..units {
         let (sid, skey) = &opened[i / UNITS_PER_SESSION];
-        let send = |content: serde_json::Value| {
-            json!({"jsonrpc": "2.0", "id": 2, "method": "session.sendMessage",
-                   "params": {"message": {"role": "user", "content": content}}})
-        };
-        if !tools {
-            h.replies.push_back(anthropic_text("the answer"));
-            let f = h.rpc(sid, skey, &send(json!(format!("hello {i}"))));
-            assert_eq!(f.last().unwrap()["result"]["message"]["role"], "assistant");
-            continue;
-        }
-        let id = format!("tu_{i}");
-        h.replies.push_back(anthropic_tool_use(json!([
-            {"type": "tool_use", "id": id, "name": "get_time", "input": {}}
-        ])));
-        let f = h.rpc(sid, skey, &send(json!(format!("time {i}?"))));
-        let blocks = &f.last().unwrap()["result"]["message"]["content"];
-        assert_eq!(blocks[0]["type"], "tool_use", "the turn pauses");
-        h.replies.push_back(anthropic_text("it is noon"));
-        let result = json!([{"type": "tool_result", "tool_use_id": id, "content": "12:00"}]);
-        let f = h.rpc(sid, skey, &send(result));
-        let text = &f.last().unwrap()["result"]["message"]["content"][0]["type"];
-        assert_eq!(text, "text", "the resume completes");
+        unit(h, sid, skey, i, tools);
     }
+}
+
+/// One text turn, or one client-tool round trip, on an open session.
+fn unit(h: &mut Harness, sid: &str, skey: &str, i: usize, tools: bool) {
+    let send = |content: serde_json::Value| {
+        json!({"jsonrpc": "2.0", "id": 2, "method": "session.sendMessage",
+               "params": {"message": {"role": "user", "content": content}}})
+    };
+    if !tools {
+        h.replies.push_back(anthropic_text("the answer"));
+        let f = h.rpc(sid, skey, &send(json!(format!("hello {i}"))));
+        assert_eq!(f.last().unwrap()["result"]["message"]["role"], "assistant");
+        return;
+    }
+    let id = format!("tu_{i}");
+    h.replies.push_back(anthropic_tool_use(json!([
+        {"type": "tool_use", "id": id, "name": "get_time", "input": {}}
+    ])));
+    let f = h.rpc(sid, skey, &send(json!(format!("time {i}?"))));
+    let blocks = &f.last().unwrap()["result"]["message"]["content"];
+    assert_eq!(blocks[0]["type"], "tool_use", "the turn pauses");
+    h.replies.push_back(anthropic_text("it is noon"));
+    let result = json!([{"type": "tool_result", "tool_use_id": id, "content": "12:00"}]);
+    let f = h.rpc(sid, skey, &send(result));
+    let text = &f.last().unwrap()["result"]["message"]["content"][0]["type"];
+    assert_eq!(text, "text", "the resume completes");
 }
