@@ -8,7 +8,7 @@ use proto::wire::problem::ProblemType;
 use serde_json::{json, Map, Value};
 
 use crate::ids::SessionId;
-use crate::model::{Key, KeyScope, Session, StoredHash};
+use crate::model::{DeclPool, Key, KeyScope, Session, StoredHash};
 use crate::store::{KeyRole, KeyRow, SessionRow, SessionState, StoreRead, StoreWrite};
 use crate::time::Stamp;
 use crate::{auth, conn::PendingRead, ConnId, Engine};
@@ -102,7 +102,7 @@ impl Engine {
             Route::Participants(id) => self.participants(conn, &req, id),
             Route::Events(id) => self.session_events(conn, &req, id),
             Route::Session(id) => self.close_session_rest(conn, &req, id),
-            Route::Rpc(id) => self.rpc_request(conn, req.clone(), id),
+            Route::Rpc(id) => self.rpc_request(conn, req, id),
         }
     }
 
@@ -216,6 +216,7 @@ impl Engine {
         };
         set_declarations(
             &mut session,
+            &mut self.catalog.decls,
             &key.id,
             &body.tools,
             &body.sandbox_tools,
@@ -304,11 +305,13 @@ impl Engine {
             return self.problem(conn, kind, &detail);
         }
         // 10. Replace the joiner's entries, mint its key, log the join.
-        let Some(session) = self.catalog.sessions.get_mut(session_id) else {
+        let catalog = &mut self.catalog;
+        let Some(session) = catalog.sessions.get_mut(session_id) else {
             return self.problem(conn, ProblemType::Internal, "internal error");
         };
         set_declarations(
             session,
+            &mut catalog.decls,
             &key.id,
             &body.tools,
             &body.sandbox_tools,
@@ -494,26 +497,27 @@ impl Engine {
         primary: Option<&str>,
     ) {
         let id = self.new_id(IdKind::Session);
-        let mut client_tools = Map::new();
         let named: Vec<Value> = tools.iter().map(|n| json!({ "name": n })).collect();
-        client_tools.insert(key_id.to_string(), Value::Array(named));
-        let mut empty = Map::new();
-        empty.insert(key_id.to_string(), json!([]));
+        let per_key = |list: Value| {
+            let mut m = Map::new();
+            m.insert(key_id.to_string(), list);
+            Value::Object(m).to_string()
+        };
         let row = SessionRow {
             id: id.clone(),
             client_key_id: key_id.to_string(),
             profile_id: profile_id.to_string(),
             state: SessionState::Error,
             client_version: None,
-            client_tools: Value::Object(client_tools),
-            sandbox_tools: Value::Object(empty.clone()),
-            subagent_tools: Value::Object(empty),
+            client_tools: per_key(Value::Array(named)),
+            sandbox_tools: per_key(json!([])),
+            subagent_tools: per_key(json!([])),
             compaction: None,
             created_at: self.timestamp(),
             closed_at: None,
         };
         self.write(StoreWrite::InsertSession(row.clone()));
-        let session = Session::from_row(&row, &self.catalog);
+        let session = self.catalog.session_from_row(&row);
         self.catalog.insert_session(session);
         let payload = match primary {
             None => json!({"reason": "profile_unavailable", "profile_id": profile_id}),
@@ -595,19 +599,24 @@ fn check_declarations(
 /// Writes one client's declarations into the session's per-client maps.
 fn set_declarations(
     session: &mut Session,
+    pool: &mut DeclPool,
     key_id: &str,
     tools: &[proto::wire::ClientToolDef],
     sandbox_tools: &[proto::wire::ClientToolDef],
     subagent_tools: &[proto::wire::SubagentToolDef],
 ) {
-    let stored = |ts: &[proto::wire::ClientToolDef]| ts.iter().map(|t| t.to_value()).collect();
-    session.client_tools.set(key_id, stored(tools));
-    session.sandbox_tools.set(key_id, stored(sandbox_tools));
-    let subs = subagent_tools
+    let stored = |ts: &[proto::wire::ClientToolDef]| -> Vec<Value> {
+        ts.iter().map(|t| t.to_value()).collect()
+    };
+    session.client_tools.set(pool, key_id, &stored(tools));
+    session
+        .sandbox_tools
+        .set(pool, key_id, &stored(sandbox_tools));
+    let subs: Vec<Value> = subagent_tools
         .iter()
         .filter_map(|t| serde_json::to_value(t).ok())
         .collect();
-    session.subagent_tools.set(key_id, subs);
+    session.subagent_tools.set(pool, key_id, &subs);
 }
 
 /// `session.open` / `session.join` payload: names only, declaration order.

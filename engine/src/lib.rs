@@ -33,6 +33,7 @@ pub mod bytes;
 mod client_api;
 mod conn;
 mod connections;
+mod decls;
 mod extensions;
 pub mod faults;
 pub mod history_cache;

@@ -10,11 +10,10 @@
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
-use serde_json::{Map, Value};
-
 use proto::wire::CompactionConfig;
 
 use crate::auth;
+pub use crate::decls::{DeclPool, ToolMap};
 use crate::ids::{KeyId, ProfileId, SessionId};
 use crate::store::{KeyRole, KeyRow, ProfileRow, SessionRow, SessionState, Snapshot};
 use crate::time::Stamp;
@@ -122,27 +121,6 @@ pub struct Session {
 }
 
 impl Session {
-    /// The session of `row`, its ids taken from `ids` where already held.
-    pub fn from_row(row: &SessionRow, ids: &Catalog) -> Self {
-        Session {
-            id: ids.session_id(&row.id),
-            creator: ids.key_id(&row.client_key_id),
-            profile_id: ids.profile_id(&row.profile_id),
-            state: row.state,
-            client_version: row.client_version.as_deref().map(Box::from),
-            client_tools: ToolMap::from_value(&row.client_tools),
-            sandbox_tools: ToolMap::from_value(&row.sandbox_tools),
-            subagent_tools: ToolMap::from_value(&row.subagent_tools),
-            compaction: CompactionConfig::from_stored(
-                row.compaction.as_ref().map(|c| c.to_string()).as_deref(),
-            ),
-            created_at: Stamp::from_text(&row.created_at),
-            closed_at: row.closed_at.as_deref().map(Stamp::from_text),
-            fresh: false,
-            mcp_checked: false,
-        }
-    }
-
     pub fn to_row(&self) -> SessionRow {
         SessionRow {
             id: self.id.to_string(),
@@ -150,57 +128,13 @@ impl Session {
             profile_id: self.profile_id.to_string(),
             state: self.state,
             client_version: self.client_version.as_deref().map(String::from),
-            client_tools: self.client_tools.to_value(),
-            sandbox_tools: self.sandbox_tools.to_value(),
-            subagent_tools: self.subagent_tools.to_value(),
-            compaction: serde_json::from_str(&self.compaction.to_json()).ok(),
+            client_tools: self.client_tools.text().to_string(),
+            sandbox_tools: self.sandbox_tools.text().to_string(),
+            subagent_tools: self.subagent_tools.text().to_string(),
+            compaction: Some(self.compaction.to_json()),
             created_at: self.created_at.text(),
             closed_at: self.closed_at.as_ref().map(Stamp::text),
         }
-    }
-}
-
-/// One kind of per-client tool declarations (`{"<client key id>": [tool…]}`),
-/// held as its compact JSON text: a few dozen bytes per session instead of
-/// a map per session, parsed only when a turn, join or update needs it.
-/// `None` is `{}` (most sessions declare no sandbox or subagent tools).
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct ToolMap(Option<Box<str>>);
-
-impl ToolMap {
-    /// A legacy non-object column reads as empty; the next write replaces it.
-    pub fn from_value(v: &Value) -> Self {
-        match v {
-            Value::Object(m) if m.is_empty() => ToolMap(None),
-            Value::Object(_) => ToolMap(Some(v.to_string().into_boxed_str())),
-            _ => ToolMap::default(),
-        }
-    }
-
-    fn parse(&self) -> Map<String, Value> {
-        match self.0.as_deref().map(serde_json::from_str) {
-            Some(Ok(Value::Object(m))) => m,
-            _ => Map::new(),
-        }
-    }
-
-    pub fn to_value(&self) -> Value {
-        Value::Object(self.parse())
-    }
-
-    /// The declarations of one client (empty when it declared none).
-    pub fn get(&self, key_id: &str) -> Vec<Value> {
-        match self.parse().remove(key_id) {
-            Some(Value::Array(tools)) => tools,
-            _ => Vec::new(),
-        }
-    }
-
-    /// Replaces one client's declarations; other clients' stay untouched.
-    pub fn set(&mut self, key_id: &str, tools: Vec<Value>) {
-        let mut m = self.parse();
-        m.insert(key_id.to_string(), Value::Array(tools));
-        self.0 = Some(Value::Object(m).to_string().into_boxed_str());
     }
 }
 
@@ -234,6 +168,8 @@ pub struct Catalog {
     pub admin_keys: Vec<KeyId>,
     /// Display prefixes in use (every session key shares `bae_ses_`).
     prefixes: HashSet<SharedId>,
+    /// The sessions' tool declarations, one copy per distinct text.
+    pub decls: DeclPool,
 
     pub sessions: HashMap<SessionId, Box<Session>>,
     /// Session ids in creation order (admin listing; cursor = position).
@@ -266,7 +202,7 @@ impl Catalog {
             }
         }
         for s in std::mem::take(&mut snapshot.sessions) {
-            let session = Session::from_row(&s, &c);
+            let session = c.session_from_row(&s);
             c.insert_session(session);
         }
         for k in session_keys {
@@ -281,6 +217,26 @@ impl Catalog {
             }
         }
         c
+    }
+
+    /// The session of `row`, its ids taken from the catalogue where
+    /// already held and its declarations interned.
+    pub fn session_from_row(&mut self, row: &SessionRow) -> Session {
+        Session {
+            id: self.session_id(&row.id),
+            creator: self.key_id(&row.client_key_id),
+            profile_id: self.profile_id(&row.profile_id),
+            state: row.state,
+            client_version: row.client_version.as_deref().map(Box::from),
+            client_tools: ToolMap::from_text(&mut self.decls, &row.client_tools),
+            sandbox_tools: ToolMap::from_text(&mut self.decls, &row.sandbox_tools),
+            subagent_tools: ToolMap::from_text(&mut self.decls, &row.subagent_tools),
+            compaction: CompactionConfig::from_stored(row.compaction.as_deref()),
+            created_at: Stamp::from_text(&row.created_at),
+            closed_at: row.closed_at.as_deref().map(Stamp::from_text),
+            fresh: false,
+            mcp_checked: false,
+        }
     }
 
     /// `id` as an already-held shared id (a session, key or profile of

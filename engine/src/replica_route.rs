@@ -7,7 +7,7 @@
 use proto::http::Request;
 
 use crate::conn::PendingRead;
-use crate::model::{Key, Session};
+use crate::model::Key;
 use crate::replicas::{self, ClaimFor, Forward, FORWARDED_HEADER};
 use crate::store::{CatalogUpdate, Claimed, KeyRole, Lease, ReadResult, SessionState, StoreRead};
 use crate::{ConnId, Engine, Output};
@@ -153,7 +153,7 @@ impl Engine {
         r.adopt(id);
         self.next_seq = r.align(self.next_seq.max(c.max_seq.saturating_add(1)));
         let known = self.catalog.sessions.contains_key(id);
-        let session = Session::from_row(&c.session, &self.catalog);
+        let session = self.catalog.session_from_row(&c.session);
         if known {
             if let Some(s) = self.catalog.sessions.get_mut(id) {
                 **s = session;
@@ -223,7 +223,7 @@ impl Engine {
                 continue;
             }
             let ended = s.state != SessionState::Open;
-            let session = Session::from_row(&s, &self.catalog);
+            let session = self.catalog.session_from_row(&s);
             match self.catalog.sessions.get_mut(id) {
                 Some(held) => **held = session,
                 None => self.catalog.insert_session(session),

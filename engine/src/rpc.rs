@@ -111,11 +111,12 @@ impl Engine {
         if let Err(e) = parsed.check_allowed(&allowed) {
             return self.terminal_error(conn, e.code, &e.message);
         }
-        let Some(session) = self.catalog.sessions.get_mut(session_id) else {
+        let catalog = &mut self.catalog;
+        let Some(session) = catalog.sessions.get_mut(session_id) else {
             return self.terminal_error(conn, codes::INTERNAL_ERROR, "Internal error");
         };
         let tools: Vec<Value> = parsed.tools.iter().map(|t| t.to_value()).collect();
-        session.client_tools.set(key_id, tools);
+        session.client_tools.set(&mut catalog.decls, key_id, &tools);
         let row = session.to_row();
         self.write(crate::store::StoreWrite::SetSessionTools {
             id: row.id,

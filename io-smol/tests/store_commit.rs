@@ -85,10 +85,11 @@ fn session(id: &str) -> SessionRow {
         profile_id: "pro_1".into(),
         state: SessionState::Open,
         client_version: Some("bae-py/1.0".into()),
-        client_tools: json!({"key_c": [{"name": "t", "description": "d", "input_schema": {}}]}),
-        sandbox_tools: json!({}),
-        subagent_tools: json!({"key_c": []}),
-        compaction: Some(json!({"mode": "auto", "size": 128000})),
+        client_tools: json!({"key_c": [{"name": "t", "description": "d", "input_schema": {}}]})
+            .to_string(),
+        sandbox_tools: json!({}).to_string(),
+        subagent_tools: json!({"key_c": []}).to_string(),
+        compaction: Some(r#"{"mode":"auto","size":128000}"#.to_string()),
         created_at: T.into(),
         closed_at: None,
     }
@@ -154,9 +155,9 @@ fn every_write_variant_round_trips() {
             },
             StoreWrite::SetSessionTools {
                 id: "ses_1".into(),
-                client_tools: json!({"key_c": [], "key_d": [{"name": "u"}]}),
-                sandbox_tools: json!({"key_c": [{"image": "python"}]}),
-                subagent_tools: json!({}),
+                client_tools: json!({"key_c": [], "key_d": [{"name": "u"}]}).to_string(),
+                sandbox_tools: json!({"key_c": [{"image": "python"}]}).to_string(),
+                subagent_tools: json!({}).to_string(),
             },
             StoreWrite::InsertEvent(event(2, "ses_1", "session.driver.register", json!({}))),
             StoreWrite::InsertEvent(event(3, "ses_2", "session.driver.register", json!({}))),
@@ -180,13 +181,20 @@ fn every_write_variant_round_trips() {
 
     assert_eq!(snap.sessions.len(), 2);
     let s1 = &snap.sessions[0];
+    let parsed = |t: &str| serde_json::from_str::<serde_json::Value>(t).unwrap();
     assert_eq!(
-        s1.client_tools,
+        parsed(&s1.client_tools),
         json!({"key_c": [], "key_d": [{"name": "u"}]})
     );
-    assert_eq!(s1.sandbox_tools, json!({"key_c": [{"image": "python"}]}));
-    assert_eq!(s1.subagent_tools, json!({}));
-    assert_eq!(s1.compaction, Some(json!({"mode": "auto", "size": 128000})));
+    assert_eq!(
+        parsed(&s1.sandbox_tools),
+        json!({"key_c": [{"image": "python"}]})
+    );
+    assert_eq!(parsed(&s1.subagent_tools), json!({}));
+    assert_eq!(
+        s1.compaction.as_deref(),
+        Some(r#"{"mode":"auto","size":128000}"#)
+    );
     let mut want2 = s2;
     want2.state = SessionState::Closed;
     want2.closed_at = Some("2026-01-05T00:00:00.000Z".into());

@@ -82,8 +82,9 @@ pub struct KeyRow {
     pub deleted_at: Option<String>,
 }
 
-/// One `sessions` row. The three tool maps are JSON objects keyed by client
-/// key id (`{"key_…": [tool, …]}`).
+/// One `sessions` row. The three tool maps are the stored JSON text of
+/// objects keyed by client key id (`{"key_…": [tool, …]}`; `{}` for a
+/// NULL column), kept as text so that no layer parses them to move them.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SessionRow {
     pub id: String,
@@ -91,11 +92,12 @@ pub struct SessionRow {
     pub profile_id: String,
     pub state: SessionState,
     pub client_version: Option<String>,
-    pub client_tools: Value,
-    pub sandbox_tools: Value,
-    pub subagent_tools: Value,
-    /// Normalised compaction config; `None` = client mode without prompt.
-    pub compaction: Option<Value>,
+    pub client_tools: String,
+    pub sandbox_tools: String,
+    pub subagent_tools: String,
+    /// Normalised compaction config as JSON text; `None` = client mode
+    /// without prompt.
+    pub compaction: Option<String>,
     pub created_at: String,
     pub closed_at: Option<String>,
 }
@@ -171,9 +173,9 @@ pub enum StoreWrite {
     /// Replaces the three per-client tool columns of a session.
     SetSessionTools {
         id: String,
-        client_tools: Value,
-        sandbox_tools: Value,
-        subagent_tools: Value,
+        client_tools: String,
+        sandbox_tools: String,
+        subagent_tools: String,
     },
     InsertEvent(EventRow),
     /// Replica mode: this replica takes the lease of the session it just

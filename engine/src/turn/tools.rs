@@ -3,6 +3,7 @@
 //! launch itself on the sandbox hub, and the synthesized status tool. The
 //! session core logs what comes of it.
 
+use serde::Deserialize;
 use serde_json::{json, Value};
 
 use crate::session_core::SubagentAnswer;
@@ -53,10 +54,10 @@ impl Engine {
             .and_then(|s| {
                 s.subagent_tools
                     .get(key_id)
-                    .into_iter()
+                    .iter()
                     .find(|d| d.get("name").and_then(Value::as_str) == Some(name))
             })
-            .and_then(|d| serde_json::from_value::<proto::wire::session::SubagentToolDef>(d).ok());
+            .and_then(|d| proto::wire::session::SubagentToolDef::deserialize(d).ok());
         let Some((decl, entry)) = declaration.and_then(|d| {
             let e = d.subagents.iter().find(|e| e.harness == harness).cloned()?;
             Some((d, e))

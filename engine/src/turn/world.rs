@@ -103,11 +103,7 @@ impl World for EngineWorld<'_> {
         let Some(s) = self.catalog.sessions.get(self.session_id) else {
             return Dispatch::Mcp;
         };
-        let has = |map: &crate::model::ToolMap| {
-            map.get(key_id)
-                .iter()
-                .any(|t| t.get("name").and_then(Value::as_str) == Some(tool))
-        };
+        let has = |map: &crate::model::ToolMap| map.declares(key_id, tool);
         if has(&s.client_tools) {
             Dispatch::Client
         } else if has(&s.sandbox_tools) {

@@ -636,22 +636,18 @@ impl<'c> StoreConn<'c> {
             StoreWrite::SetKeyHash { id, key_hash } => self.two_text(Q::SetKeyHash, id, key_hash),
             StoreWrite::TouchKey { id, at } => self.two_text(Q::TouchKey, id, at),
             StoreWrite::InsertSession(s) => {
-                let client_tools = json_text(&s.client_tools);
-                let sandbox_tools = json_text(&s.sandbox_tools);
-                let subagent_tools = json_text(&s.subagent_tools);
-                let compaction = s.compaction.as_ref().map(json_text);
                 let st = self.stmt(Q::InsertSession)?;
                 st.bind((1, s.id.as_str()))?;
                 st.bind((2, s.client_key_id.as_str()))?;
                 st.bind((3, s.profile_id.as_str()))?;
                 st.bind((4, s.state.as_str()))?;
                 st.bind((5, s.client_version.as_deref()))?;
-                st.bind((6, client_tools.as_str()))?;
+                st.bind((6, s.client_tools.as_str()))?;
                 st.bind((7, s.created_at.as_str()))?;
                 st.bind((8, s.closed_at.as_deref()))?;
-                st.bind((9, sandbox_tools.as_str()))?;
-                st.bind((10, subagent_tools.as_str()))?;
-                st.bind((11, compaction.as_deref()))?;
+                st.bind((9, s.sandbox_tools.as_str()))?;
+                st.bind((10, s.subagent_tools.as_str()))?;
+                st.bind((11, s.compaction.as_deref()))?;
                 finish(st)
             }
             StoreWrite::SetSessionState {
@@ -675,16 +671,11 @@ impl<'c> StoreConn<'c> {
                 sandbox_tools,
                 subagent_tools,
             } => {
-                let (c, s, a) = (
-                    json_text(client_tools),
-                    json_text(sandbox_tools),
-                    json_text(subagent_tools),
-                );
                 let st = self.stmt(Q::SetSessionTools)?;
                 st.bind((1, id.as_str()))?;
-                st.bind((2, c.as_str()))?;
-                st.bind((3, s.as_str()))?;
-                st.bind((4, a.as_str()))?;
+                st.bind((2, client_tools.as_str()))?;
+                st.bind((3, sandbox_tools.as_str()))?;
+                st.bind((4, subagent_tools.as_str()))?;
                 finish(st)
             }
             StoreWrite::InsertEvent(e) => {

@@ -160,21 +160,18 @@ pub(crate) fn read_key(st: &impl Cols) -> Result<KeyRow> {
     })
 }
 
-pub(crate) fn tool_map(raw: Option<String>) -> Value {
-    match json_column(raw) {
-        Some(Value::Null) | None => Value::Object(Default::default()),
-        Some(v) => v,
-    }
+/// A tool-map column as stored; `{}` for NULL (the engine reads any
+/// other non-object text as empty).
+pub(crate) fn tool_map(raw: Option<String>) -> String {
+    raw.unwrap_or_else(|| "{}".to_string())
 }
 
 pub(crate) fn read_session(st: &impl Cols) -> Result<SessionRow> {
     let state_text = st.text(3)?;
     let state = SessionState::parse(&state_text)
         .ok_or_else(|| StoreError::Corrupt(format!("unknown session state \"{state_text}\"")))?;
-    let compaction = match json_column(st.opt_text(8)?) {
-        Some(Value::Null) | None => None,
-        Some(v) => Some(v),
-    };
+    // `null` text reads as NULL; anything else is parsed by the engine.
+    let compaction = st.opt_text(8)?.filter(|c| c != "null");
     Ok(SessionRow {
         id: st.text(0)?,
         client_key_id: st.text(1)?,

@@ -11,9 +11,7 @@ use postgres::types::{ToSql, Type};
 use postgres::{GenericClient, IsolationLevel, Row, Statement};
 
 use super::{PgStore, StoreError};
-use crate::store::rows::{
-    json_text, read_event, read_key, read_profile, read_session, seq_to_i64, Cols,
-};
+use crate::store::rows::{read_event, read_key, read_profile, read_session, seq_to_i64, Cols};
 use crate::store::{Activity, Result};
 use engine::store::page::PageBounds;
 
@@ -349,26 +347,23 @@ fn apply(
         StoreWrite::LeaseNewSession { .. } => Ok(()),
         StoreWrite::SetKeyHash { id, key_hash } => exec(tx, Pq::SetKeyHash, &[id, key_hash]),
         StoreWrite::TouchKey { id, at } => exec(tx, Pq::TouchKey, &[id, at]),
-        StoreWrite::InsertSession(s) => {
-            let compaction = s.compaction.as_ref().map(json_text);
-            exec(
-                tx,
-                Pq::InsertSession,
-                &[
-                    &s.id,
-                    &s.client_key_id,
-                    &s.profile_id,
-                    &s.state.as_str(),
-                    &s.client_version.as_deref().map(str::as_bytes),
-                    &json_text(&s.client_tools),
-                    &s.created_at,
-                    &s.closed_at,
-                    &json_text(&s.sandbox_tools),
-                    &json_text(&s.subagent_tools),
-                    &compaction,
-                ],
-            )
-        }
+        StoreWrite::InsertSession(s) => exec(
+            tx,
+            Pq::InsertSession,
+            &[
+                &s.id,
+                &s.client_key_id,
+                &s.profile_id,
+                &s.state.as_str(),
+                &s.client_version.as_deref().map(str::as_bytes),
+                &s.client_tools,
+                &s.created_at,
+                &s.closed_at,
+                &s.sandbox_tools,
+                &s.subagent_tools,
+                &s.compaction,
+            ],
+        ),
         StoreWrite::SetSessionState {
             id,
             state,
@@ -382,12 +377,7 @@ fn apply(
         } => exec(
             tx,
             Pq::SetSessionTools,
-            &[
-                id,
-                &json_text(client_tools),
-                &json_text(sandbox_tools),
-                &json_text(subagent_tools),
-            ],
+            &[id, client_tools, sandbox_tools, subagent_tools],
         ),
         StoreWrite::InsertEvent(e) => {
             // Out of range only for a seq no engine assigns; the insert
