@@ -4,11 +4,18 @@
 //! deadline, every buffer bounded, no panics on what the peer sends. It
 //! replaced tonic, tokio, hyper and h2 to keep the binary small.
 //!
-//! Layers: [`frame`] (bytes ↔ frames), [`hpack`] (header blocks ↔ fields).
+//! Layers: [`frame`] (bytes ↔ frames), [`hpack`] (header blocks ↔ fields),
+//! [`conn`] (the connection state machine over any [`conn::Io`]),
+//! [`net`] (TCP and TLS sockets), [`grpc`] (the unary call).
 
+pub mod conn;
 pub mod frame;
+pub mod grpc;
 pub mod hpack;
 mod huffman;
+pub mod net;
+
+pub use grpc::Client;
 
 use std::fmt;
 
