@@ -1,20 +1,15 @@
-//! OTLP transports. gRPC runs tonic on a current-thread tokio runtime that
-//! lives on the exporter thread only (the engine thread and the smol
-//! executor never see it); HTTP/protobuf is a blocking ureq POST. Each
+//! OTLP transports, both blocking on the exporter thread: gRPC is the
+//! small HTTP/2 client in [`super::h2`], HTTP/protobuf a ureq POST. Each
 //! export is bounded by a timeout, so a collector that accepts and never
 //! answers costs the exporter thread that long, and nothing else.
 
 use std::time::Duration;
 
-use opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_client::MetricsServiceClient;
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
-use opentelemetry_proto::tonic::collector::trace::v1::trace_service_client::TraceServiceClient;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use prost::Message;
-use tonic::metadata::{MetadataKey, MetadataMap, MetadataValue};
-use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 
-use super::Settings;
+use super::{h2, Settings};
 use crate::config::OtlpProtocol;
 
 pub enum Transport {
@@ -23,10 +18,7 @@ pub enum Transport {
 }
 
 pub struct Grpc {
-    rt: tokio::runtime::Runtime,
-    traces: TraceServiceClient<Channel>,
-    metrics: MetricsServiceClient<Channel>,
-    headers: MetadataMap,
+    client: h2::Client,
 }
 
 pub struct Http {
@@ -53,11 +45,7 @@ impl Transport {
         timeout: Duration,
     ) -> Result<(), String> {
         match self {
-            Transport::Grpc(g) => {
-                let mut client = g.traces.clone();
-                let r = g.request(req);
-                g.run(timeout, async move { client.export(r).await.map(|_| ()) })
-            }
+            Transport::Grpc(g) => g.export(h2::grpc::TRACES, req.encode_to_vec(), timeout),
             Transport::Http(h) => h.post(&h.traces_url, req.encode_to_vec(), timeout),
         }
     }
@@ -68,11 +56,7 @@ impl Transport {
         timeout: Duration,
     ) -> Result<(), String> {
         match self {
-            Transport::Grpc(g) => {
-                let mut client = g.metrics.clone();
-                let r = g.request(req);
-                g.run(timeout, async move { client.export(r).await.map(|_| ()) })
-            }
+            Transport::Grpc(g) => g.export(h2::grpc::METRICS, req.encode_to_vec(), timeout),
             Transport::Http(h) => h.post(&h.metrics_url, req.encode_to_vec(), timeout),
         }
     }
@@ -80,62 +64,15 @@ impl Transport {
 
 impl Grpc {
     fn new(s: &Settings) -> Result<Grpc, String> {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_io()
-            .enable_time()
-            .build()
-            .map_err(|e| format!("tokio runtime: {e}"))?;
-        let mut endpoint = Endpoint::from_shared(s.endpoint.clone())
-            .map_err(|e| format!("otlp_endpoint: {e}"))?
-            .connect_timeout(s.timeout)
-            .timeout(s.timeout);
-        if s.endpoint.to_ascii_lowercase().starts_with("https://") {
-            endpoint = endpoint
-                .tls_config(ClientTlsConfig::new().with_webpki_roots())
-                .map_err(|e| format!("TLS: {e}"))?;
-        }
-        let channel = {
-            let _guard = rt.enter();
-            endpoint.connect_lazy()
-        };
-        let mut headers = MetadataMap::new();
-        for (name, value) in &s.headers {
-            // gRPC metadata keys are lowercase; the value is never echoed.
-            let key =
-                MetadataKey::from_bytes(name.to_ascii_lowercase().as_bytes()).map_err(|_| {
-                    format!("otlp_headers \"{name}\" is not a valid gRPC metadata name")
-                })?;
-            let value = MetadataValue::try_from(value.as_str())
-                .map_err(|_| format!("otlp_headers \"{name}\" has a value gRPC cannot carry"))?;
-            headers.insert(key, value);
-        }
         Ok(Grpc {
-            rt,
-            traces: TraceServiceClient::new(channel.clone()),
-            metrics: MetricsServiceClient::new(channel),
-            headers,
+            client: h2::Client::new(&s.endpoint, &s.headers)?,
         })
     }
 
-    fn request<T>(&self, message: T) -> tonic::Request<T> {
-        let mut r = tonic::Request::new(message);
-        *r.metadata_mut() = self.headers.clone();
-        r
-    }
-
-    fn run<F>(&self, timeout: Duration, f: F) -> Result<(), String>
-    where
-        F: std::future::Future<Output = Result<(), tonic::Status>>,
-    {
-        self.rt.block_on(async move {
-            match tokio::time::timeout(timeout, f).await {
-                Ok(Ok(())) => Ok(()),
-                // The status message is the collector's or the transport's
-                // text about our request: no span data, no header values.
-                Ok(Err(status)) => Err(format!("gRPC {:?}: {}", status.code(), status.message())),
-                Err(_) => Err(format!("no answer within {} ms", timeout.as_millis())),
-            }
-        })
+    fn export(&mut self, path: &str, body: Vec<u8>, timeout: Duration) -> Result<(), String> {
+        // The response message (an optional partial-success report) is
+        // not needed: success is the gRPC status.
+        self.client.call(path, &body, timeout).map(|_| ())
     }
 }
 
