@@ -6,8 +6,9 @@ use proto::wire::ids::{IdKind, SecretKind};
 use proto::wire::problem::ProblemType;
 use serde_json::{json, Value};
 
+use crate::conn::{LoadFor, PendingRead};
 use crate::model::{Key, StoredHash};
-use crate::store::{KeyRole, KeyRow, ProfileRow, SessionState, StoreWrite};
+use crate::store::{KeyRole, KeyRow, ProfileRow, ReadResult, SessionState, StoreRead, StoreWrite};
 use crate::{auth, ConnId, Engine};
 
 enum Route<'a> {
@@ -68,6 +69,15 @@ fn page_of<T, Id: std::ops::Deref<Target = str>>(
 
 impl Engine {
     pub(crate) fn route_admin(&mut self, conn: ConnId, req: Request) {
+        self.route_admin_with(conn, req, false);
+    }
+
+    /// [`Engine::route_admin`] once the session it names was loaded.
+    pub(crate) fn route_admin_ready(&mut self, conn: ConnId, req: Request) {
+        self.route_admin_with(conn, req, true);
+    }
+
+    fn route_admin_with(&mut self, conn: ConnId, req: Request, ready: bool) {
         let path = req.path.clone();
         if path == "/metrics" {
             return self.metrics_request(conn, &req);
@@ -80,6 +90,11 @@ impl Engine {
         };
         if !self.auth_admin(conn, &req) {
             return;
+        }
+        if let Route::SessionEvents(id) | Route::CancelTurn(id) = r {
+            if !ready && self.load_first(conn, &req, id, LoadFor::Admin) {
+                return;
+            }
         }
         match (r, &req.method) {
             (Route::Profiles, Method::Post) => self.create_profile(conn, &req),
@@ -343,20 +358,61 @@ impl Engine {
         self.respond_value(conn, 200, &json!({"items": items, "next_cursor": next}));
     }
 
-    /// Revocation cascade (spec 03 §4.2), in one batch of writes.
+    /// Revocation cascade (spec 03 §4.2), in one batch of writes. When the
+    /// catalogue may not hold every session, the sessions the key's
+    /// session keys reach are read first (evictions wait meanwhile, so none
+    /// slips between the read and the cascade).
     fn revoke_key(&mut self, conn: ConnId, id: &str) {
-        let is_client = self
-            .catalog
-            .keys
-            .get(id)
-            .is_some_and(|k| k.role == KeyRole::Client);
-        if !is_client {
-            return self.problem(
-                conn,
-                ProblemType::NotFound,
-                &format!("no active client key {id}"),
-            );
+        if !self.is_client_key(id) {
+            return self.no_client_key(conn, id);
         }
+        if !self.residency.lazy() {
+            return self.revoke_now(conn, id);
+        }
+        self.residency.hold();
+        let read = StoreRead::SessionsOfClient {
+            client_id: id.to_string(),
+            drivers_since: self.drivers_since(),
+        };
+        let key_id = id.to_string();
+        self.read(read, PendingRead::Revoke { conn, key_id });
+    }
+
+    pub(crate) fn on_revoke_read(
+        &mut self,
+        conn: ConnId,
+        key_id: &str,
+        result: Result<ReadResult, String>,
+    ) {
+        self.residency.release();
+        let stored = match result {
+            Ok(ReadResult::Sessions(s)) => s,
+            other => {
+                let e = other.err().unwrap_or_else(|| "unexpected answer".into());
+                tracing::error!(error = %e, "revocation read failed");
+                return self.problem(conn, ProblemType::Internal, "internal error");
+            }
+        };
+        for s in stored {
+            self.insert_stored(s);
+        }
+        // Revoked meanwhile by another request: that one answered 204.
+        if !self.is_client_key(key_id) {
+            return self.no_client_key(conn, key_id);
+        }
+        self.revoke_now(conn, key_id);
+    }
+
+    fn is_client_key(&self, id: &str) -> bool {
+        (self.catalog.keys.get(id)).is_some_and(|k| k.role == KeyRole::Client)
+    }
+
+    fn no_client_key(&mut self, conn: ConnId, id: &str) {
+        let detail = format!("no active client key {id}");
+        self.problem(conn, ProblemType::NotFound, &detail);
+    }
+
+    fn revoke_now(&mut self, conn: ConnId, id: &str) {
         let at = self.timestamp();
         self.catalog.remove_key(id);
         self.write(StoreWrite::RevokeKey {
@@ -390,7 +446,10 @@ impl Engine {
                 touched.push(session_id);
             }
         }
-        touched.sort_by_key(|s| self.catalog.session_order.iter().position(|x| **x == **s));
+        // Closes in creation order.
+        let created =
+            |c: &crate::model::Catalog, s: &str| (c.sessions.get(s)).map(|s| s.created_at.text());
+        touched.sort_by_cached_key(|s| (created(&self.catalog, s), s.clone()));
         for session_id in touched {
             let open = self
                 .catalog
@@ -430,20 +489,37 @@ impl Engine {
         let Some((after, limit)) = self.page_params(conn, req) else {
             return;
         };
-        let (items, next) = page_of(&self.catalog.session_order, after, limit, |id| {
-            let s = self.catalog.sessions.get(id)?;
-            if filter.is_some_and(|f| f != s.state) {
-                return None;
+        // The store holds every session (the catalogue may not); the
+        // cursor is the last row's position there.
+        let read = StoreRead::SessionList {
+            after: after as u64,
+            limit,
+            state: filter,
+        };
+        self.read(read, PendingRead::SessionList { conn });
+    }
+
+    pub(crate) fn on_session_list(&mut self, conn: ConnId, result: Result<ReadResult, String>) {
+        let Ok(ReadResult::SessionList { rows, more }) = result else {
+            if let Err(e) = &result {
+                tracing::error!(error = %e, "session list read failed");
             }
-            Some(json!({
-                "id": s.id,
-                "profile_id": s.profile_id,
-                "state": s.state.as_str(),
-                "client_version": s.client_version,
-                "created_at": s.created_at,
-                "closed_at": s.closed_at,
-            }))
-        });
+            return self.problem(conn, ProblemType::Internal, "internal error");
+        };
+        let next = rows.last().filter(|_| more).map(|(pos, _)| pos.to_string());
+        let items: Vec<Value> = rows
+            .into_iter()
+            .map(|(_, s)| {
+                json!({
+                    "id": s.id,
+                    "profile_id": s.profile_id,
+                    "state": s.state.as_str(),
+                    "client_version": s.client_version,
+                    "created_at": s.created_at,
+                    "closed_at": s.closed_at,
+                })
+            })
+            .collect();
         self.respond_value(conn, 200, &json!({"items": items, "next_cursor": next}));
     }
 
@@ -504,13 +580,15 @@ impl Engine {
     /// The gauges, read from the engine's state.
     fn gauges(&self) -> crate::metrics::Gauges {
         let c = &self.catalog;
+        // Held sessions are counted here, the others as the store has them.
+        let stored = self.residency.stored;
         crate::metrics::Gauges {
-            sessions_open: c
-                .sessions
-                .values()
-                .filter(|s| s.state == crate::store::SessionState::Open)
-                .count() as u64,
-            sessions_total: c.sessions.len() as u64,
+            sessions_open: stored.open
+                + c.sessions
+                    .values()
+                    .filter(|s| s.state == crate::store::SessionState::Open)
+                    .count() as u64,
+            sessions_total: stored.total + c.sessions.len() as u64,
             events_total: self.events_total,
             profiles: c.profiles.values().filter(|p| p.is_live()).count() as u64,
             client_keys: c.client_key_order.len() as u64,
@@ -520,7 +598,8 @@ impl Engine {
                 .count() as u64,
             sandboxes_live: self.sandbox.live_sandboxes() as u64,
             subagents_active: self.sandbox.active_subagents() as u64,
-            drivers_registered: c.drivers.values().map(|d| d.len() as u64).sum(),
+            drivers_registered: stored.drivers
+                + c.drivers.values().map(|d| d.len() as u64).sum::<u64>(),
             connections: self.conns.len() as u64,
         }
     }

@@ -7,11 +7,12 @@ use proto::wire::ids::{IdKind, SecretKind};
 use proto::wire::problem::ProblemType;
 use serde_json::{json, Map, Value};
 
+use crate::conn::{LoadFor, PendingRead};
 use crate::ids::SessionId;
 use crate::model::{DeclPool, Key, KeyScope, Session, StoredHash};
 use crate::store::{KeyRole, KeyRow, SessionRow, SessionState, StoreRead, StoreWrite};
 use crate::time::Stamp;
-use crate::{auth, conn::PendingRead, ConnId, Engine};
+use crate::{auth, ConnId, Engine};
 use proto::wire::EventType;
 
 /// Client-port routes.
@@ -60,12 +61,13 @@ impl Engine {
         self.route_client_with(conn, req, false);
     }
 
-    /// [`Engine::route_client`] once a replica's lease claim is answered.
-    pub(crate) fn route_client_claimed(&mut self, conn: ConnId, req: Request) {
+    /// [`Engine::route_client`] once the session it names is here: a
+    /// replica's lease claim or a stored session's load was answered.
+    pub(crate) fn route_client_ready(&mut self, conn: ConnId, req: Request) {
         self.route_client_with(conn, req, true);
     }
 
-    fn route_client_with(&mut self, conn: ConnId, req: Request, claimed: bool) {
+    fn route_client_with(&mut self, conn: ConnId, req: Request, ready: bool) {
         let path = req.path.clone();
         let Some(r) = route(&path) else {
             return self.problem(conn, ProblemType::NotFound, "no such route");
@@ -82,8 +84,16 @@ impl Engine {
             Route::Events(id) => Some((id, false)),
             Route::Health | Route::Meta | Route::Sessions => None,
         };
-        if let Some((id, owner_only)) = scoped.filter(|_| !claimed && self.replica_mode()) {
-            if self.claim_first(conn, &req, id, owner_only) {
+        if let Some((id, owner_only)) = scoped.filter(|_| !ready) {
+            if self.replica_mode() {
+                if self.claim_first(conn, &req, id, owner_only) {
+                    return;
+                }
+            } else if auth::bearer(req.header("authorization")).is_ok()
+                && self.load_first(conn, &req, id, LoadFor::Client)
+            {
+                // (A request without a usable bearer gets its 401 without
+                // costing a store read.)
                 return;
             }
         }
@@ -213,6 +223,7 @@ impl Engine {
             closed_at: None,
             fresh: true,
             mcp_checked: true,
+            touched: 0,
         };
         set_declarations(
             &mut session,
@@ -223,7 +234,7 @@ impl Engine {
             &body.subagent_tools,
         );
         self.write(StoreWrite::InsertSession(session.to_row()));
-        self.catalog.insert_session(session);
+        self.admit_session(session);
         self.lease_new_session(&session_id);
         (self.telemetry).session_open(&session_id, &profile_id, &key.id);
 
@@ -518,7 +529,7 @@ impl Engine {
         };
         self.write(StoreWrite::InsertSession(row.clone()));
         let session = self.catalog.session_from_row(&row);
-        self.catalog.insert_session(session);
+        self.admit_session(session);
         let payload = match primary {
             None => json!({"reason": "profile_unavailable", "profile_id": profile_id}),
             Some(p) => json!({

@@ -38,6 +38,26 @@ pub enum PendingRead {
         session_id: String,
         then: crate::replicas::ClaimFor,
     },
+    /// A request naming a session the catalogue does not hold
+    /// (`session_load.rs`).
+    LoadSession {
+        session_id: String,
+        conn: ConnId,
+        req: Box<proto::http::Request>,
+        then: LoadFor,
+    },
+    /// A client key's revocation waiting for the stored sessions it
+    /// reaches (`admin_api.rs`).
+    Revoke { conn: ConnId, key_id: String },
+    /// `GET /admin/v1/sessions` waiting for its rows.
+    SessionList { conn: ConnId },
+}
+
+/// Which port a loaded session's request goes back to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LoadFor {
+    Client,
+    Admin,
 }
 
 impl Engine {
@@ -225,6 +245,14 @@ impl Engine {
             PendingRead::Claim { session_id, then } => {
                 self.on_claim_done(&session_id, then, result)
             }
+            PendingRead::LoadSession {
+                session_id,
+                conn,
+                req,
+                then,
+            } => self.on_session_loaded(&session_id, (conn, *req, then), result),
+            PendingRead::Revoke { conn, key_id } => self.on_revoke_read(conn, &key_id, result),
+            PendingRead::SessionList { conn } => self.on_session_list(conn, result),
             PendingRead::Metrics { conn } => {
                 let rt = match result {
                     Ok(ReadResult::Runtime(rt)) => rt,

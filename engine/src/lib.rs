@@ -50,11 +50,13 @@ pub mod pipeline;
 pub mod planted;
 mod replica_route;
 pub mod replicas;
+pub mod residency;
 mod respond;
 mod rpc;
 mod rpc_sandbox;
 pub mod sandbox;
 mod session_core;
+mod session_load;
 mod session_mcp;
 mod session_sandbox;
 mod steer;
@@ -295,6 +297,10 @@ pub struct Config {
     /// When idle sessions' cached provider-facing histories are dropped
     /// (`BAE_HISTORY_CACHE_BYTES`, `BAE_HISTORY_IDLE`).
     pub history_cache: history_cache::Limits,
+    /// Idle sessions the catalogue keeps beyond those in use
+    /// (`BAE_RESIDENT_SESSIONS`, [`residency`]); `None`: all of them, and
+    /// a start restores every session (always so in replica mode).
+    pub resident_sessions: Option<usize>,
     /// How long a `sendMessage` idempotency key is remembered (wall clock,
     /// from its first use; extension `send.idempotent`).
     pub idempotency_retention_ms: u64,
@@ -316,6 +322,9 @@ pub struct Config {
 
 /// [`Config::max_page_bytes`] unless configured: 8 MiB.
 pub const DEFAULT_MAX_PAGE_BYTES: usize = 8 * 1024 * 1024;
+
+/// [`Config::resident_sessions`] unless configured.
+pub const DEFAULT_RESIDENT_SESSIONS: usize = 1024;
 
 impl Config {
     /// The registry entry named `name`.
@@ -356,6 +365,7 @@ impl Default for Config {
             subscriber_lag_limit: 256,
             max_page_bytes: DEFAULT_MAX_PAGE_BYTES,
             history_cache: history_cache::Limits::default(),
+            resident_sessions: Some(DEFAULT_RESIDENT_SESSIONS),
             subscriber_window_bytes: 32 * 1024,
             idempotency_retention_ms: 24 * 3600 * 1000,
             metrics_disabled: Vec::new(),
@@ -431,6 +441,10 @@ pub struct Engine {
     events_total: u64,
     /// Replica mode: claimed sessions and the seq lane (`None`: alone).
     replicas: Option<replicas::Replicas>,
+    /// Which sessions the catalogue holds, and counts of the others.
+    residency: residency::Residency,
+    /// The first seq this process assigned: later registrations are its.
+    boot_seq: u64,
     shutting_down: bool,
 }
 
@@ -446,6 +460,12 @@ impl Engine {
             snapshot.max_event_seq = snapshot.max_event_seq.saturating_sub(1);
         }
         let catalog = Catalog::restore(&mut snapshot, config.durable_drivers);
+        // Replica mode holds every session it knows (leases move them).
+        let budget = config
+            .resident_sessions
+            .filter(|_| config.replica.is_none());
+        let mut residency = residency::Residency::new(budget);
+        residency.stored = catalog.unheld(snapshot.stored_sessions, config.durable_drivers);
         let mcp = mcp::McpHub::new(mcp::McpSettings {
             server_version: config.version.clone(),
             timeout_ms: config.mcp_timeout_ms,
@@ -506,8 +526,10 @@ impl Engine {
             faults,
             metrics,
             telemetry,
-            events_total: snapshot.event_counts.iter().map(|(_, n)| n).sum(),
+            events_total: snapshot.events_total,
             replicas,
+            residency,
+            boot_seq: next_seq,
             shutting_down: false,
         };
         // Spec 04 §5 step 11: re-provision every active profile's images.
@@ -541,6 +563,7 @@ impl Engine {
             Input::Catalog(update) => self.on_catalog(*update),
         }
         self.pump_mcp();
+        self.evict_idle_sessions();
     }
 
     /// Fires every timer due at `now`.
@@ -553,6 +576,7 @@ impl Engine {
         self.mcp.handle_timeout(now.mono);
         self.sandbox.handle_timeout(now.mono);
         self.pump_mcp();
+        self.evict_idle_sessions();
     }
 
     /// Next thing to do, in order. Drain it completely after every input.
@@ -573,6 +597,7 @@ impl Engine {
             self.conns.next_deadline(),
             mcp,
             self.sandbox.poll_timeout(),
+            self.residency.next_deadline(),
         ]
         .into_iter()
         .flatten()

@@ -4,8 +4,9 @@
 use std::collections::BTreeMap;
 
 use crate::store::{
-    Claimed, EventRow, IdempotencyRow, KeyRole, KeyRow, Lease, ProfileRow, ReadResult, SessionRow,
-    SessionState, Snapshot, StoreRead, StoreWrite,
+    Claimed, EventRow, IdempotencyRow, KeyRole, KeyRow, Lease, ProfileRow, ReadResult,
+    SessionCounts, SessionRow, SessionState, Snapshot, SnapshotScope, StoreRead, StoreWrite,
+    StoredSession,
 };
 
 #[derive(Debug, Clone, Default)]
@@ -202,6 +203,49 @@ impl MemStore {
             StoreRead::Runtime => ReadResult::Runtime(Default::default()),
             // One store, one server: every session is this one's.
             StoreRead::ClaimLease { session_id } => ReadResult::Lease(self.claim(session_id)),
+            StoreRead::LoadSession {
+                session_id,
+                drivers_since,
+            } => ReadResult::Session(
+                (self.sessions.iter())
+                    .find(|s| &s.id == session_id)
+                    .map(|s| Box::new(self.stored(s, *drivers_since))),
+            ),
+            StoreRead::SessionsOfClient {
+                client_id,
+                drivers_since,
+            } => {
+                let of_client = |s: &&SessionRow| {
+                    self.keys.iter().any(|k| {
+                        k.role == KeyRole::Session
+                            && k.name == s.id
+                            && k.deleted_at.is_none()
+                            && k.client_id.as_deref() == Some(client_id.as_str())
+                    })
+                };
+                ReadResult::Sessions(
+                    (self.sessions.iter())
+                        .filter(of_client)
+                        .map(|s| self.stored(s, *drivers_since))
+                        .collect(),
+                )
+            }
+            StoreRead::SessionList {
+                after,
+                limit,
+                state,
+            } => {
+                let mut rows: Vec<(u64, SessionRow)> = (self.sessions.iter())
+                    .enumerate()
+                    .map(|(i, s)| (i as u64 + 1, s))
+                    .filter(|(pos, s)| *pos > *after && state.is_none_or(|st| st == s.state))
+                    .take(limit + 1)
+                    .map(|(pos, s)| (pos, s.clone()))
+                    .collect();
+                let more = rows.len() > *limit;
+                rows.truncate(*limit);
+                ReadResult::SessionList { rows, more }
+            }
             StoreRead::EventsAt { session_id, seqs } => ReadResult::Events(
                 seqs.iter()
                     .filter_map(|seq| self.events.get(seq))
@@ -212,6 +256,47 @@ impl MemStore {
         }
     }
 
+    /// Distinct `(session, client key)` registrations on the `open` sessions.
+    fn open_registrations(&self, open: &std::collections::HashSet<&str>) -> u64 {
+        let pairs: std::collections::BTreeSet<(&str, &str)> = (self.events.values())
+            .filter(|e| e.event_type == "session.driver.register")
+            .filter(|e| open.contains(e.session_id.as_str()))
+            .filter_map(|e| Some((e.session_id.as_str(), e.client_key_id.as_deref()?)))
+            .collect();
+        pairs.len() as u64
+    }
+
+    /// `s` with its active session keys and its drivers since `since`.
+    fn stored(&self, s: &SessionRow, since: u64) -> StoredSession {
+        let mut drivers: Vec<String> = Vec::new();
+        if s.state == SessionState::Open {
+            for e in self.session_events(&s.id) {
+                let key = e.client_key_id.as_deref().unwrap_or_default();
+                let register = e.event_type == "session.driver.register";
+                if register
+                    && e.seq >= since
+                    && !key.is_empty()
+                    && !drivers.iter().any(|d| d == key)
+                {
+                    drivers.push(key.to_string());
+                }
+            }
+        }
+        StoredSession {
+            session: s.clone(),
+            keys: self.session_keys(&s.id),
+            drivers,
+        }
+    }
+
+    fn session_keys(&self, session_id: &str) -> Vec<KeyRow> {
+        (self.keys.iter())
+            .filter(|k| k.role == KeyRole::Session && k.name == session_id)
+            .filter(|k| k.deleted_at.is_none())
+            .cloned()
+            .collect()
+    }
+
     /// A lease answer for a lone server: the session as stored.
     pub fn claim(&self, session_id: &str) -> Lease {
         let Some(session) = self.sessions.iter().find(|s| s.id == session_id) else {
@@ -219,11 +304,7 @@ impl MemStore {
         };
         Lease::Mine(Box::new(Claimed {
             session: session.clone(),
-            keys: (self.keys.iter())
-                .filter(|k| k.role == KeyRole::Session && k.name == session_id)
-                .filter(|k| k.deleted_at.is_none())
-                .cloned()
-                .collect(),
+            keys: self.session_keys(session_id),
             max_seq: (self.by_session.get(session_id))
                 .and_then(|v| v.last().copied())
                 .unwrap_or(0),
@@ -236,6 +317,12 @@ impl MemStore {
 
     /// What a restart restores from (same rules as the SQLite store).
     pub fn snapshot(&self) -> Snapshot {
+        self.snapshot_of(SnapshotScope::Full)
+    }
+
+    /// [`MemStore::snapshot`] of one scope.
+    pub fn snapshot_of(&self, scope: SnapshotScope) -> Snapshot {
+        let lazy = scope == SnapshotScope::Lazy;
         let open: std::collections::HashSet<&str> = self
             .sessions
             .iter()
@@ -243,7 +330,7 @@ impl MemStore {
             .map(|s| s.id.as_str())
             .collect();
         let mut drivers: Vec<(String, String)> = Vec::new();
-        for e in self.events.values() {
+        for e in self.events.values().filter(|_| !lazy) {
             if e.event_type == "session.driver.register" && open.contains(e.session_id.as_str()) {
                 let pair = (
                     e.session_id.clone(),
@@ -260,16 +347,22 @@ impl MemStore {
                 .keys
                 .iter()
                 .filter(|k| k.deleted_at.is_none())
+                .filter(|k| !(lazy && k.role == KeyRole::Session))
                 .cloned()
                 .collect(),
-            sessions: self.sessions.clone(),
+            sessions: if lazy {
+                Vec::new()
+            } else {
+                self.sessions.clone()
+            },
+            stored_sessions: SessionCounts {
+                total: self.sessions.len() as u64,
+                open: open.len() as u64,
+                drivers: self.open_registrations(&open),
+            },
             max_event_seq: self.events.keys().next_back().copied().unwrap_or(0),
             drivers,
-            event_counts: self
-                .by_session
-                .iter()
-                .map(|(k, v)| (k.clone(), v.len() as u64))
-                .collect(),
+            events_total: self.events.len() as u64,
             idempotency: self.idempotency.values().cloned().collect(),
         }
     }

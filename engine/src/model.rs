@@ -15,7 +15,9 @@ use proto::wire::CompactionConfig;
 use crate::auth;
 pub use crate::decls::{DeclPool, ToolMap};
 use crate::ids::{KeyId, ProfileId, SessionId};
-use crate::store::{KeyRole, KeyRow, ProfileRow, SessionRow, SessionState, Snapshot};
+use crate::store::{
+    KeyRole, KeyRow, ProfileRow, SessionCounts, SessionRow, SessionState, Snapshot,
+};
 use crate::time::Stamp;
 
 /// Id text shared by every index that holds it.
@@ -118,6 +120,8 @@ pub struct Session {
     /// the first turn of a session from before a restart, which gets them
     /// back lazily.
     pub mcp_checked: bool,
+    /// Its latest touch (`crate::residency`; not persisted).
+    pub touched: u64,
 }
 
 impl Session {
@@ -171,9 +175,9 @@ pub struct Catalog {
     /// The sessions' tool declarations, one copy per distinct text.
     pub decls: DeclPool,
 
+    /// The sessions in use, and the most recently used idle ones
+    /// (`crate::residency`; the store holds them all).
     pub sessions: HashMap<SessionId, Box<Session>>,
-    /// Session ids in creation order (admin listing; cursor = position).
-    pub session_order: Vec<SessionId>,
     /// Registered drivers per session (durable: rebuilt from the log).
     pub drivers: HashMap<SessionId, BTreeSet<KeyId>>,
 }
@@ -219,6 +223,24 @@ impl Catalog {
         c
     }
 
+    /// The sessions of `stored` (the store's counts) this catalogue does
+    /// not hold: all of them after a lazy restore, none after a full one.
+    /// Registrations count only when they survive restarts.
+    pub fn unheld(&self, stored: SessionCounts, durable_drivers: bool) -> SessionCounts {
+        let open = (self.sessions.values())
+            .filter(|s| s.state == SessionState::Open)
+            .count() as u64;
+        let drivers = self.drivers.values().map(|d| d.len() as u64).sum::<u64>();
+        SessionCounts {
+            total: stored.total.saturating_sub(self.sessions.len() as u64),
+            open: stored.open.saturating_sub(open),
+            drivers: match durable_drivers {
+                true => stored.drivers.saturating_sub(drivers),
+                false => 0,
+            },
+        }
+    }
+
     /// The session of `row`, its ids taken from the catalogue where
     /// already held and its declarations interned.
     pub fn session_from_row(&mut self, row: &SessionRow) -> Session {
@@ -236,6 +258,7 @@ impl Catalog {
             closed_at: row.closed_at.as_deref().map(Stamp::from_text),
             fresh: false,
             mcp_checked: false,
+            touched: 0,
         }
     }
 
@@ -339,8 +362,18 @@ impl Catalog {
     }
 
     pub fn insert_session(&mut self, s: Session) {
-        self.session_order.push(s.id.clone());
         self.sessions.insert(s.id.clone(), Box::new(s));
+    }
+
+    /// Takes a session out with its session keys and driver registrations
+    /// (it stays in the store); returns it and how many drivers it had.
+    pub fn remove_session(&mut self, id: &str) -> Option<(Box<Session>, usize)> {
+        let session = self.sessions.remove(id)?;
+        for key in self.session_keys.remove(id).unwrap_or_default() {
+            self.keys.remove(&key);
+        }
+        let drivers = self.drivers.remove(id).map_or(0, |d| d.len());
+        Some((session, drivers))
     }
 
     /// The candidate keys of a scope for `token` (borrowed: authentication

@@ -92,7 +92,7 @@ impl Engine {
             return;
         }
         match lease {
-            Ok(Lease::Mine(_)) | Ok(Lease::NoSession) => self.route_client_claimed(conn, *req),
+            Ok(Lease::Mine(_)) | Ok(Lease::NoSession) => self.route_client_ready(conn, *req),
             Ok(Lease::Elsewhere { addr }) => self.forward(conn, &req, session_id, addr),
             Err(e) => {
                 tracing::error!(session = session_id, error = %e, "session lease claim failed");

@@ -175,6 +175,13 @@ impl Hub {
         self.streams.get(&conn).is_some_and(|s| s.ext.has(e))
     }
 
+    /// Whether any stream is open on `session_id`.
+    pub fn has_session(&self, session_id: &str) -> bool {
+        self.by_session
+            .get(session_id)
+            .is_some_and(|s| !s.is_empty())
+    }
+
     /// Streams open on `session_id`, in connection order.
     pub fn of_session(&self, session_id: &str) -> Vec<ConnId> {
         self.by_session

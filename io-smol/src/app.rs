@@ -338,7 +338,13 @@ fn serve(cli: &Cli, runtime: Runtime, exports_telemetry: bool) -> i32 {
         Ok(r) => r,
         Err(code) => return code,
     };
-    let snapshot = match store.load_snapshot() {
+    // Sessions are read when first used unless every one is kept in memory
+    // (always so in replica mode: leases move sessions between replicas).
+    let scope = match (env.resident_sessions, &replica) {
+        (Some(_), None) => engine::store::SnapshotScope::Lazy,
+        _ => engine::store::SnapshotScope::Full,
+    };
+    let snapshot = match store.load_snapshot(scope) {
         Ok(s) => s,
         Err(e) => {
             tracing::error!("{e}");
@@ -489,13 +495,9 @@ fn log_activity(s: &Snapshot) {
             .iter()
             .filter(|k| k.role == engine::store::KeyRole::Client)
             .count() as u64,
-        open_sessions: s
-            .sessions
-            .iter()
-            .filter(|x| x.state == engine::store::SessionState::Open)
-            .count() as u64,
-        total_sessions: s.sessions.len() as u64,
-        events: s.event_counts.iter().map(|(_, n)| n).sum(),
+        open_sessions: s.stored_sessions.open,
+        total_sessions: s.stored_sessions.total,
+        events: s.events_total,
     }
     .log();
 }
@@ -543,6 +545,7 @@ pub fn engine_config(env: &Env, file: &FileConfig, run_label: &str) -> engine::C
         ndjson_keepalive_ms: duration_ms(env.ndjson_keepalive),
         subscriber_lag_limit: env.subscriber_lag_limit,
         max_page_bytes: env.max_page_bytes,
+        resident_sessions: env.resident_sessions,
         history_cache: engine::history_cache::Limits {
             budget_bytes: env.history_cache_bytes,
             idle_ms: duration_ms(env.history_idle),

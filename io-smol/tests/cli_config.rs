@@ -109,6 +109,18 @@ fn unknown_id_order_exits_2() {
     assert_starts(opts().env("BAE_ID_ORDER", " Random "));
 }
 
+/// Extension `BAE_RESIDENT_SESSIONS` (docs/configuration.md): a whole
+/// number or `all`; anything else is refused at start with exit 2.
+#[test]
+fn resident_sessions_takes_a_count_or_all() {
+    for bad in ["-1", "many", "1.5"] {
+        let out = run(opts().env("BAE_RESIDENT_SESSIONS", bad));
+        assert_exit(&out, 2, "BAE_RESIDENT_SESSIONS");
+    }
+    assert_starts(opts().env("BAE_RESIDENT_SESSIONS", "0"));
+    assert_starts(opts().env("BAE_RESIDENT_SESSIONS", " ALL "));
+}
+
 #[test]
 fn c219_missing_config_file_starts_with_empty_registries() {
     let s = assert_starts(opts().arg("--config").arg("/nonexistent/bae-config.toml"));

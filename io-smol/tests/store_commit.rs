@@ -213,9 +213,20 @@ fn every_write_variant_round_trips() {
     );
     // Only the open session's registration, deduplicated, in log order.
     assert_eq!(snap.drivers, vec![("ses_1".into(), "key_c".into())]);
-    let mut counts = snap.event_counts.clone();
-    counts.sort();
-    assert_eq!(counts, vec![("ses_1".into(), 3), ("ses_2".into(), 1)]);
+    assert_eq!(snap.events_total, 4);
+    let counts = engine::store::SessionCounts {
+        total: 2,
+        open: 1,
+        drivers: 1,
+    };
+    assert_eq!(snap.stored_sessions, counts);
+    // A lazy snapshot leaves sessions and their keys in the store.
+    let lazy = store
+        .load_snapshot_of(engine::store::SnapshotScope::Lazy)
+        .unwrap();
+    assert!(lazy.sessions.is_empty() && lazy.drivers.is_empty());
+    assert!(lazy.keys.iter().all(|k| k.role != KeyRole::Session));
+    assert_eq!((lazy.stored_sessions, lazy.events_total), (counts, 4));
 
     // Raw column formats (reference compatibility).
     let conn = sqlite::open(&path).unwrap();

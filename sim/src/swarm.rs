@@ -73,6 +73,9 @@ pub struct Swarm {
     /// `(budget_bytes, idle_ms)` of the history cache: idle sessions' cached
     /// histories dropped and rebuilt from the log (0 = at once).
     pub history_cache: (usize, u64),
+    /// Idle sessions kept in memory (`None`: all): the rest are evicted and
+    /// loaded back from the store on use; restarts restore lazily then.
+    pub resident_sessions: Option<usize>,
 
     // Operator.
     /// Per admin action: revoke a random participant's client key.
@@ -521,6 +524,7 @@ impl Swarm {
             sandbox: SandboxSwarm::default(),
             ext: ExtSwarm::default(),
             history_cache: (usize::MAX, u64::MAX),
+            resident_sessions: None,
         };
         // Drawn last so the options above stay what they were per seed.
         sw.mcp = McpSwarm::draw(rng);
@@ -530,6 +534,7 @@ impl Swarm {
             *rng.pick(&[0, 4_096, usize::MAX]),
             *rng.pick(&[0, 50, 1_000, 10_000, u64::MAX]),
         );
+        sw.resident_sessions = *rng.pick(&[None, Some(0), Some(1), Some(3), Some(1024)]);
         sw
     }
 
@@ -573,7 +578,7 @@ impl fmt::Display for Swarm {
              clients[malformed_body={} disc_stream={} disc_queued={} never_return={} think={}..{}ms \
              answer(missing={} dup={} wrong_id={} plain={} late={}) compact={} update_tools={} auto_compaction={} slow_reader={} unsubscribe={} since_bogus={} events_page={}] \
              net[split={} keep_alive={} pipeline={} idle_timeout={}ms delay={}..{}ms flush_delay={}..{}ms sockbuf={}] store[commit={}..{}ms read={}..{}ms read_error={}] \
-             engine[turn_timeout={}ms lag_limit={} keepalive={}ms request_timeout={}ms] admin[revoke={} break_profile={}] crash={} shutdown={} {} {} {} history_cache={}/{}ms",
+             engine[turn_timeout={}ms lag_limit={} keepalive={}ms request_timeout={}ms] admin[revoke={} break_profile={}] crash={} shutdown={} {} {} {} history_cache={}/{}ms resident={:?}",
             self.sessions,
             self.drivers,
             self.observers,
@@ -633,6 +638,7 @@ impl fmt::Display for Swarm {
             self.ext,
             self.history_cache.0,
             self.history_cache.1,
+            self.resident_sessions,
         )
     }
 }

@@ -11,6 +11,19 @@ bash testkit/container-engine.sh
 export DOCKER_HOST=unix:///run/bae-podman/podman.sock
 cargo test --workspace "$@"
 
+# With no idle session kept in memory (BAE_RESIDENT_SESSIONS=0): every
+# request on an idle session loads it back from the store first, and
+# restarts restore lazily (docs/architecture.md, "State held in memory").
+resident_suites=(
+  admin_api admin_keys compaction_auto compaction_manual crash_kill9
+  ext_gapless ext_idempotent ext_steer ext_turn_control
+  live_gate live_restart live_session_basics live_subscribe live_tools mcp_stdio metrics_endpoint
+  rest_auth rest_sessions restart_persistence rpc_envelope sdk_wire_shapes
+)
+args=()
+for t in "${resident_suites[@]}"; do args+=(--test "$t"); done
+BAE_TEST_RESIDENT_SESSIONS=0 cargo test -p io-smol "${args[@]}" "$@"
+
 # The second runtime (std threads, docs/porting.md) against the end-to-end
 # suites that need no MCP server or container engine.
 threads_suites=(

@@ -354,6 +354,10 @@ impl Server {
         if let Some((_, _, url)) = &self.pg {
             env.push(("BAE_DATABASE_URL".to_string(), url.clone()));
         }
+        // The pass of test-all.sh that keeps no idle session in memory.
+        if let Ok(n) = std::env::var("BAE_TEST_RESIDENT_SESSIONS") {
+            env.push(("BAE_RESIDENT_SESSIONS".to_string(), n));
+        }
         if self.opts.config_toml.is_some() {
             env.push((
                 "BAE_CONFIG".to_string(),

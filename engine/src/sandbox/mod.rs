@@ -117,6 +117,12 @@ impl SandboxHub {
         id
     }
 
+    /// Whether the hub holds anything of the session (a sandbox starting,
+    /// running or stopping, subagents, their statuses).
+    pub fn tracks(&self, session_id: &str) -> bool {
+        self.boxes.contains_key(session_id)
+    }
+
     /// The session's running sandbox.
     pub fn handle(&self, session_id: &str) -> Option<&Handle> {
         self.boxes.get(session_id)?.running.as_ref()

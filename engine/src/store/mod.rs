@@ -273,13 +273,41 @@ pub enum StoreRead {
     /// `MemStore` answers [`Lease::Mine`] from its own rows, SQLite with an
     /// error (replica mode needs PostgreSQL).
     ClaimLease { session_id: String },
+    /// One session as stored, to bring it back into the catalogue
+    /// (`crate::residency`): its row, its active session keys, and the
+    /// client keys of its `session.driver.register` events with
+    /// `seq >= drivers_since` (an open session's registrations since this
+    /// process started, or all of them with durable drivers). Answered with
+    /// [`ReadResult::Session`].
+    LoadSession {
+        session_id: String,
+        drivers_since: u64,
+    },
+    /// Every session with an active session key minted for `client_id`, as
+    /// [`StoreRead::LoadSession`] reads one (the revocation cascade of a
+    /// client key, spec 03 §4.2). Answered with [`ReadResult::Sessions`].
+    SessionsOfClient {
+        client_id: String,
+        drivers_since: u64,
+    },
+    /// Up to `limit` session rows after the row whose position is
+    /// `after` (0: from the first), in creation order, of one state when
+    /// set (`GET /admin/v1/sessions`). Answered with
+    /// [`ReadResult::SessionList`].
+    SessionList {
+        after: u64,
+        limit: usize,
+        state: Option<SessionState>,
+    },
 }
 
 impl StoreRead {
     /// The session a read is scoped to (`""` for [`StoreRead::Runtime`]).
     pub fn session_id(&self) -> &str {
         match self {
-            StoreRead::Runtime => "",
+            StoreRead::Runtime
+            | StoreRead::SessionsOfClient { .. }
+            | StoreRead::SessionList { .. } => "",
             StoreRead::Events { session_id, .. }
             | StoreRead::EventsPage { session_id, .. }
             | StoreRead::ReplayPage { session_id, .. }
@@ -288,7 +316,8 @@ impl StoreRead {
             | StoreRead::EventById { session_id, .. }
             | StoreRead::OfTypesFrom { session_id, .. }
             | StoreRead::EventsAt { session_id, .. }
-            | StoreRead::ClaimLease { session_id } => session_id,
+            | StoreRead::ClaimLease { session_id }
+            | StoreRead::LoadSession { session_id, .. } => session_id,
         }
     }
 }
@@ -308,6 +337,28 @@ pub enum ReadResult {
     },
     /// The answer to [`StoreRead::ClaimLease`].
     Lease(Lease),
+    /// The answer to [`StoreRead::LoadSession`] (`None`: no such session).
+    Session(Option<Box<StoredSession>>),
+    /// The answer to [`StoreRead::SessionsOfClient`], in creation order.
+    Sessions(Vec<StoredSession>),
+    /// The answer to [`StoreRead::SessionList`]: `(position, row)` pairs
+    /// and whether more rows follow.
+    SessionList {
+        rows: Vec<(u64, SessionRow)>,
+        more: bool,
+    },
+}
+
+/// A session as stored, with what the catalogue holds of it
+/// ([`StoreRead::LoadSession`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredSession {
+    pub session: SessionRow,
+    /// Its active session keys.
+    pub keys: Vec<KeyRow>,
+    /// Distinct client key ids of its `session.driver.register` events
+    /// from the requested seq on, in log order (empty unless open).
+    pub drivers: Vec<String>,
 }
 
 /// Who serves a session (replica mode, [`StoreRead::ClaimLease`]).
@@ -384,26 +435,52 @@ pub fn encode_event_frame(escaped_view: &str) -> Vec<u8> {
     bytes
 }
 
+/// Whether a [`Snapshot`] carries every session, or leaves them in the
+/// store for the engine to load on first use (`crate::residency`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SnapshotScope {
+    /// Every session, its session keys and (open sessions') driver
+    /// registrations.
+    #[default]
+    Full,
+    /// Profiles, client and admin keys only; sessions are counted.
+    Lazy,
+}
+
 /// What the engine is restored from at start: everything but events.
 #[derive(Debug, Clone, Default)]
 pub struct Snapshot {
     /// All profiles, including soft-deleted ones (names stay unique).
     pub profiles: Vec<ProfileRow>,
-    /// Active (not revoked) keys of every role.
+    /// Active (not revoked) keys of every role (no session keys when
+    /// [`SnapshotScope::Lazy`]).
     pub keys: Vec<KeyRow>,
-    /// All sessions in creation (rowid) order.
+    /// All sessions in creation (rowid) order (none when lazy).
     pub sessions: Vec<SessionRow>,
+    /// Sessions in the store, and how many of them are open.
+    pub stored_sessions: SessionCounts,
     /// Largest event `seq` in the database (0 when empty).
     pub max_event_seq: u64,
     /// `(session_id, client_key_id)` of every `session.driver.register`
     /// event on an open session, in log order (used when durable driver
     /// registrations are enabled).
+    /// (None when lazy: each session's are read when it is loaded.)
     pub drivers: Vec<(String, String)>,
-    /// Event counts per session id (the driver's activity summary; the
-    /// engine orders events by the global `seq` alone).
-    pub event_counts: Vec<(String, u64)>,
+    /// Events in the log.
+    pub events_total: u64,
     /// Every stored idempotency key (the engine drops expired ones).
     pub idempotency: Vec<IdempotencyRow>,
+}
+
+/// Session counts of the store (`bae.sessions.total`, `…open`,
+/// `bae.drivers.registered`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SessionCounts {
+    pub total: u64,
+    pub open: u64,
+    /// Distinct `(session, client key)` pairs of `session.driver.register`
+    /// events on open sessions.
+    pub drivers: u64,
 }
 
 #[cfg(test)]

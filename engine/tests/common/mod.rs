@@ -101,10 +101,15 @@ impl Harness {
 
     /// Rebuilds the engine from the store, as a restart would.
     pub fn restart(&mut self, config: Config) {
+        self.restart_from(config, engine::store::SnapshotScope::Full);
+    }
+
+    /// [`Harness::restart`] from a snapshot of `scope`.
+    pub fn restart_from(&mut self, config: Config, scope: engine::store::SnapshotScope) {
         self.engine = Engine::new(
             config,
             Box::new(SeqEntropy(99)),
-            self.store.snapshot(),
+            self.store.snapshot_of(scope),
             self.now,
         );
         self.sent.clear();

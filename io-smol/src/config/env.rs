@@ -5,8 +5,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::env_values::{
-    is_truthy, parse_addr, parse_whole, positive_seconds, positive_usize, seconds, whole,
-    whole_usize,
+    is_truthy, parse_addr, parse_whole, positive_seconds, positive_usize, resident_sessions,
+    seconds, whole, whole_usize,
 };
 use super::{Cli, ConfigError};
 
@@ -168,6 +168,9 @@ pub struct Env {
     /// Extension `BAE_HISTORY_IDLE`, default 30 s (0 = at once): how long an
     /// idle session keeps its cached history.
     pub history_idle: Duration,
+    /// Extension `BAE_RESIDENT_SESSIONS`, default 1024 (`all` = `None`):
+    /// idle sessions kept in memory beyond those in use.
+    pub resident_sessions: Option<usize>,
     /// Extension `BAE_IDEMPOTENCY_RETENTION`, default 86400 s (≥ 1): how
     /// long a `sendMessage` idempotency key is remembered.
     pub idempotency_retention: Duration,
@@ -359,6 +362,7 @@ pub fn parse_env(get: impl Fn(&str) -> Option<String>) -> Result<Env, ConfigErro
         get("BAE_HISTORY_IDLE"),
         engine::history_cache::DEFAULT_IDLE_MS / 1000,
     )?;
+    let resident_sessions = resident_sessions(get("BAE_RESIDENT_SESSIONS"))?;
     let request_timeout = positive_seconds("BAE_REQUEST_TIMEOUT", get("BAE_REQUEST_TIMEOUT"), 30)?;
     let idle_timeout = positive_seconds("BAE_IDLE_TIMEOUT", get("BAE_IDLE_TIMEOUT"), 75)?;
     let max_connections =
@@ -490,6 +494,7 @@ pub fn parse_env(get: impl Fn(&str) -> Option<String>) -> Result<Env, ConfigErro
         subscriber_window_bytes,
         max_page_bytes,
         history_cache_bytes,
+        resident_sessions,
         history_idle,
         idempotency_retention,
     })

@@ -110,3 +110,21 @@ pub(super) fn positive_usize(
         },
     }
 }
+
+/// `BAE_RESIDENT_SESSIONS`: a whole number of idle sessions to keep in
+/// memory, or `all` (any case) to keep every session (`None`).
+pub(super) fn resident_sessions(value: Option<String>) -> Result<Option<usize>, ConfigError> {
+    let Some(v) = value else {
+        return Ok(Some(engine::DEFAULT_RESIDENT_SESSIONS));
+    };
+    if v.trim().eq_ignore_ascii_case("all") {
+        return Ok(None);
+    }
+    whole_usize(
+        "BAE_RESIDENT_SESSIONS",
+        Some(v),
+        0,
+        "a whole number of sessions, or \"all\"",
+    )
+    .map(Some)
+}

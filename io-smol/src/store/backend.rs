@@ -3,7 +3,7 @@
 //! read contract of [`engine::store`]; everything outside `store/` sees
 //! only [`Backend`] and, on the store thread, [`Worker`].
 
-use engine::store::{ReadResult, Snapshot, StoreRead, StoreWrite};
+use engine::store::{ReadResult, Snapshot, SnapshotScope, StoreRead, StoreWrite};
 
 use super::pg::PgStore;
 use super::{Activity, MigrateReport, Result, Store, StoreConn};
@@ -26,10 +26,10 @@ impl Backend {
     }
 
     /// What the store restores the engine from.
-    pub fn load_snapshot(&mut self) -> Result<Snapshot> {
+    pub fn load_snapshot(&mut self, scope: SnapshotScope) -> Result<Snapshot> {
         match self {
-            Backend::Sqlite(s) => s.load_snapshot(),
-            Backend::Postgres(p) => p.load_snapshot(),
+            Backend::Sqlite(s) => s.load_snapshot_of(scope),
+            Backend::Postgres(p) => p.load_snapshot_of(scope),
         }
     }
 
@@ -91,10 +91,10 @@ impl Worker<'_> {
         }
     }
 
-    pub fn load_snapshot(&mut self) -> Result<Snapshot> {
+    pub fn load_snapshot(&mut self, scope: SnapshotScope) -> Result<Snapshot> {
         match self {
-            Worker::Sqlite(c, _) => c.load_snapshot(),
-            Worker::Postgres(p) => p.load_snapshot(),
+            Worker::Sqlite(c, _) => c.load_snapshot_of(scope),
+            Worker::Postgres(p) => p.load_snapshot_of(scope),
         }
     }
 

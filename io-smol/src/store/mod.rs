@@ -23,10 +23,12 @@ mod history;
 mod history_db;
 mod json_scan;
 pub mod pg;
+mod queries;
 mod read;
 pub(crate) mod rows;
 mod schema;
 
+use queries::Q;
 use rows::*;
 
 use std::collections::HashSet;
@@ -35,7 +37,7 @@ use std::path::{Path, PathBuf};
 
 use engine::store::{
     EventRow, EventType, KeyRole, KeyRow, ProfileRow, ReadResult, SessionRow, SessionState,
-    Snapshot, StoreRead, StoreWrite,
+    Snapshot, SnapshotScope, StoreRead, StoreWrite, StoredSession,
 };
 use serde_json::Value;
 use sqlite::{Connection, State, Statement};
@@ -418,6 +420,11 @@ impl Store {
         self.conn().load_snapshot()
     }
 
+    /// See [`StoreConn::load_snapshot_of`].
+    pub fn load_snapshot_of(&self, scope: SnapshotScope) -> Result<Snapshot> {
+        self.conn().load_snapshot_of(scope)
+    }
+
     /// See [`StoreConn::commit`].
     pub fn commit(&self, batch: &[StoreWrite]) -> Result<()> {
         self.conn().commit(batch)
@@ -459,92 +466,6 @@ impl Store {
     pub(crate) fn raw(&self) -> &Connection {
         &self.conn
     }
-}
-
-/// The cached statements, indexed by [`Q`].
-macro_rules! queries {
-    ($($name:ident = $sql:expr;)*) => {
-        #[derive(Debug, Clone, Copy)]
-        #[allow(clippy::upper_case_acronyms)]
-        enum Q { $($name),* }
-        impl Q {
-            const ALL: &'static [Q] = &[$(Q::$name),*];
-            const COUNT: usize = Q::ALL.len();
-            fn sql(self) -> &'static str {
-                match self { $(Q::$name => $sql),* }
-            }
-        }
-    };
-}
-
-queries! {
-    Begin = "BEGIN IMMEDIATE";
-    BeginRead = "BEGIN DEFERRED";
-    Commit = "COMMIT";
-    Rollback = "ROLLBACK";
-    InsertProfile = "INSERT INTO profiles (id, name, provider_config, fallback_configs, \
-        mcp_servers, allowed_tools, available_sandboxes, created_at, updated_at, deleted_at) \
-        VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)";
-    UpdateProfile = "UPDATE profiles SET name = ?2, provider_config = ?3, fallback_configs = ?4, \
-        mcp_servers = ?5, allowed_tools = ?6, available_sandboxes = ?7, created_at = ?8, \
-        updated_at = ?9, deleted_at = ?10 WHERE id = ?1";
-    InsertKey = "INSERT INTO keys (id, name, key_hash, key_prefix, role, profile_id, client_id, \
-        created_at, last_used_at, deleted_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)";
-    RevokeKey = "UPDATE keys SET deleted_at = ?2 WHERE id = ?1";
-    RevokeSessionKeysOf = "UPDATE keys SET deleted_at = ?2 WHERE role = 'session' \
-        AND client_id = ?1 AND deleted_at IS NULL";
-    SetKeyHash = "UPDATE keys SET key_hash = ?2 WHERE id = ?1";
-    TouchKey = "UPDATE keys SET last_used_at = ?2 WHERE id = ?1";
-    InsertSession = "INSERT INTO sessions (id, client_key_id, profile_id, state, client_version, \
-        client_tools, created_at, closed_at, sandbox_tools, subagent_tools, compaction) \
-        VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)";
-    SetSessionState = "UPDATE sessions SET state = ?2, closed_at = ?3 WHERE id = ?1";
-    SetSessionTools = "UPDATE sessions SET client_tools = ?2, sandbox_tools = ?3, \
-        subagent_tools = ?4 WHERE id = ?1";
-    InsertEvent = "INSERT INTO session_events (rowid, id, session_id, client_key_id, event_type, \
-        payload, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)";
-    SelectEvents = "SELECT rowid, id, session_id, client_key_id, event_type, payload, created_at \
-        FROM session_events WHERE session_id = ?1 AND rowid > ?2 ORDER BY rowid LIMIT ?3";
-    SelectEventSeq = "SELECT rowid FROM session_events WHERE id = ?1 AND session_id = ?2";
-    LatestOfType = "SELECT rowid, id, session_id, client_key_id, event_type, payload, \
-        created_at FROM session_events WHERE session_id = ?1 AND event_type = ?2 AND rowid <= ?3 \
-        ORDER BY rowid DESC LIMIT ?4";
-    SelectEventById = "SELECT rowid, id, session_id, client_key_id, event_type, payload, \
-        created_at FROM session_events WHERE id = ?1 AND session_id = ?2";
-    OfTypeFrom = "SELECT rowid, id, session_id, client_key_id, event_type, payload, created_at \
-        FROM session_events WHERE session_id = ?1 AND event_type = ?2 AND rowid >= ?3 \
-        ORDER BY rowid";
-    AllProfiles = "SELECT id, name, provider_config, fallback_configs, mcp_servers, allowed_tools, \
-        available_sandboxes, created_at, updated_at, deleted_at FROM profiles ORDER BY rowid";
-    ActiveKeys = "SELECT id, name, key_hash, key_prefix, role, profile_id, client_id, created_at, \
-        last_used_at, deleted_at FROM keys WHERE deleted_at IS NULL ORDER BY rowid";
-    AllSessions = "SELECT id, client_key_id, profile_id, state, client_version, client_tools, \
-        sandbox_tools, subagent_tools, compaction, created_at, closed_at FROM sessions ORDER BY rowid";
-    MaxSeq = "SELECT COALESCE(MAX(rowid), 0) FROM session_events";
-    Drivers = "SELECT e.session_id, e.client_key_id FROM session_events e \
-        JOIN sessions s ON s.id = e.session_id \
-        WHERE s.state = 'open' AND e.event_type = 'session.driver.register' \
-        AND e.client_key_id IS NOT NULL ORDER BY e.rowid";
-    Activity = "SELECT \
-        (SELECT COUNT(*) FROM profiles WHERE deleted_at IS NULL), \
-        (SELECT COUNT(*) FROM keys WHERE role = 'client' AND deleted_at IS NULL), \
-        (SELECT COUNT(*) FROM sessions WHERE state = 'open'), \
-        (SELECT COUNT(*) FROM sessions), \
-        (SELECT COUNT(*) FROM session_events)";
-    EventCounts = "SELECT session_id, COUNT(*) FROM session_events GROUP BY session_id \
-        ORDER BY session_id";
-    SelectEventAt = "SELECT rowid, id, session_id, client_key_id, event_type, payload, created_at \
-        FROM session_events WHERE rowid = ?1 AND session_id = ?2";
-    PutIdempotency = "INSERT OR REPLACE INTO bae_idempotency_keys (session_id, client_key_id, \
-        key, digest, created_ms, outcome) VALUES (?1, ?2, ?3, ?4, ?5, ?6)";
-    ExpireIdempotency = "DELETE FROM bae_idempotency_keys WHERE created_ms < ?1";
-    AllIdempotency = "SELECT session_id, client_key_id, key, digest, created_ms, outcome \
-        FROM bae_idempotency_keys";
-    InsertChunk = "INSERT INTO bae_history_chunks (session_id, ord, body) VALUES (?1, ?2, ?3)";
-    SelectChunks = "SELECT ord, body FROM bae_history_chunks \
-        WHERE session_id = ?1 AND ord >= ?2 AND ord < ?3 ORDER BY ord";
-    LastChunkOrd = "SELECT ord FROM bae_history_chunks WHERE session_id = ?1 \
-        ORDER BY ord DESC LIMIT 1";
 }
 
 /// A borrowed connection with a per-connection prepared-statement cache.

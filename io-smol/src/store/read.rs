@@ -106,6 +106,23 @@ impl<'c> StoreConn<'c> {
             StoreRead::ClaimLease { .. } => Err(StoreError::Sqlite(
                 "session leases need the PostgreSQL store (replica mode)".into(),
             )),
+            StoreRead::LoadSession {
+                session_id,
+                drivers_since,
+            } => self
+                .in_read(|c| c.stored_session(session_id, *drivers_since))
+                .map(|s| ReadResult::Session(s.map(Box::new))),
+            StoreRead::SessionsOfClient {
+                client_id,
+                drivers_since,
+            } => self
+                .in_read(|c| c.sessions_of_client(client_id, *drivers_since))
+                .map(ReadResult::Sessions),
+            StoreRead::SessionList {
+                after,
+                limit,
+                state,
+            } => self.session_list(*after, *limit, *state),
             StoreRead::Events {
                 session_id,
                 after_seq,
@@ -181,6 +198,116 @@ impl<'c> StoreConn<'c> {
         }
     }
 
+    /// `f` inside one read transaction (its queries see one state).
+    fn in_read<T>(&mut self, f: impl FnOnce(&mut Self) -> Result<T>) -> Result<T> {
+        self.run(Q::BeginRead)?;
+        let r = f(self);
+        let _ = self.run(Q::Commit);
+        r
+    }
+
+    /// One session with its active session keys and (when open) the
+    /// client keys of its registrations from `drivers_since` on.
+    fn stored_session(&mut self, id: &str, drivers_since: u64) -> Result<Option<StoredSession>> {
+        let mut session = None;
+        self.each_bound_row(Q::SessionById, &[id], |st| {
+            session = Some(read_session(st)?);
+            Ok(())
+        })?;
+        let Some(session) = session else {
+            return Ok(None);
+        };
+        let mut keys = Vec::new();
+        self.each_bound_row(Q::KeysOfSession, &[id], |st| {
+            keys.push(read_key(st)?);
+            Ok(())
+        })?;
+        let mut drivers: Vec<String> = Vec::new();
+        if session.state == SessionState::Open {
+            let st = self.stmt(Q::DriversOfSession)?;
+            st.bind((1, id))?;
+            st.bind((2, seq_to_i64(drivers_since)?))?;
+            let r = (|| -> Result<()> {
+                while st.next()? == State::Row {
+                    let key = st.text(0)?;
+                    if !drivers.contains(&key) {
+                        drivers.push(key);
+                    }
+                }
+                Ok(())
+            })();
+            let _ = st.reset();
+            r?;
+        }
+        Ok(Some(StoredSession {
+            session,
+            keys,
+            drivers,
+        }))
+    }
+
+    fn sessions_of_client(&mut self, client_id: &str, since: u64) -> Result<Vec<StoredSession>> {
+        let mut ids = Vec::new();
+        self.each_bound_row(Q::SessionsOfClient, &[client_id], |st| {
+            ids.push(st.text(0)?);
+            Ok(())
+        })?;
+        let mut out = Vec::with_capacity(ids.len());
+        for id in ids {
+            out.extend(self.stored_session(&id, since)?);
+        }
+        Ok(out)
+    }
+
+    fn session_list(
+        &mut self,
+        after: u64,
+        limit: usize,
+        state: Option<SessionState>,
+    ) -> Result<ReadResult> {
+        let st = self.stmt(Q::SessionList)?;
+        st.bind((1, seq_to_i64(after)?))?;
+        st.bind((2, state.map(|s| s.as_str())))?;
+        st.bind((
+            3,
+            i64::try_from(limit).unwrap_or(i64::MAX).saturating_add(1),
+        ))?;
+        let mut rows = Vec::new();
+        let r = (|| -> Result<()> {
+            while st.next()? == State::Row {
+                let pos = st.read::<i64, _>(11)?.max(0) as u64;
+                rows.push((pos, read_session(st)?));
+            }
+            Ok(())
+        })();
+        let _ = st.reset();
+        r?;
+        let more = rows.len() > limit;
+        rows.truncate(limit);
+        Ok(ReadResult::SessionList { rows, more })
+    }
+
+    /// [`StoreConn::each_row`] of a query bound to text parameters.
+    fn each_bound_row(
+        &mut self,
+        q: Q,
+        params: &[&str],
+        mut f: impl FnMut(&Statement<'c>) -> Result<()>,
+    ) -> Result<()> {
+        let st = self.stmt(q)?;
+        let r = (|| {
+            for (i, p) in params.iter().enumerate() {
+                st.bind((i + 1, *p))?;
+            }
+            while st.next()? == State::Row {
+                f(st)?;
+            }
+            Ok(())
+        })();
+        let _ = st.reset();
+        r
+    }
+
     fn lookup_seq(&mut self, q: Q, event_id: &str, session_id: &str) -> Result<Option<u64>> {
         let st = self.stmt(q)?;
         st.bind((1, event_id))?;
@@ -240,24 +367,43 @@ impl<'c> StoreConn<'c> {
 
     /// Everything the engine restores from at start (see [`Snapshot`]).
     pub fn load_snapshot(&mut self) -> Result<Snapshot> {
-        self.run(Q::BeginRead)?;
-        let r = self.snapshot_inner();
-        let _ = self.run(Q::Commit);
-        r
+        self.load_snapshot_of(SnapshotScope::Full)
     }
 
-    fn snapshot_inner(&mut self) -> Result<Snapshot> {
+    /// [`StoreConn::load_snapshot`] of one scope.
+    pub fn load_snapshot_of(&mut self, scope: SnapshotScope) -> Result<Snapshot> {
+        self.in_read(|c| c.snapshot_inner(scope))
+    }
+
+    fn snapshot_inner(&mut self, scope: SnapshotScope) -> Result<Snapshot> {
+        let full = scope == SnapshotScope::Full;
         let mut snap = Snapshot::default();
         self.each_row(Q::AllProfiles, |st| {
             snap.profiles.push(read_profile(st)?);
             Ok(())
         })?;
-        self.each_row(Q::ActiveKeys, |st| {
+        let keys = if full {
+            Q::ActiveKeys
+        } else {
+            Q::ActiveUserKeys
+        };
+        self.each_row(keys, |st| {
             snap.keys.push(read_key(st)?);
             Ok(())
         })?;
-        self.each_row(Q::AllSessions, |st| {
-            snap.sessions.push(read_session(st)?);
+        if full {
+            self.each_row(Q::AllSessions, |st| {
+                snap.sessions.push(read_session(st)?);
+                Ok(())
+            })?;
+        }
+        self.each_row(Q::SessionCounts, |st| {
+            snap.stored_sessions.total = st.read::<i64, _>(0)?.max(0) as u64;
+            snap.stored_sessions.open = st.read::<i64, _>(1)?.max(0) as u64;
+            Ok(())
+        })?;
+        self.each_row(Q::OpenRegistrations, |st| {
+            snap.stored_sessions.drivers = st.read::<i64, _>(0)?.max(0) as u64;
             Ok(())
         })?;
         self.each_row(Q::MaxSeq, |st| {
@@ -265,16 +411,17 @@ impl<'c> StoreConn<'c> {
             Ok(())
         })?;
         let mut seen = HashSet::new();
-        self.each_row(Q::Drivers, |st| {
-            let pair = (st.text(0)?, st.text(1)?);
-            if seen.insert(pair.clone()) {
-                snap.drivers.push(pair);
-            }
-            Ok(())
-        })?;
-        self.each_row(Q::EventCounts, |st| {
-            snap.event_counts
-                .push((st.text(0)?, st.read::<i64, _>(1)?.max(0) as u64));
+        if full {
+            self.each_row(Q::Drivers, |st| {
+                let pair = (st.text(0)?, st.text(1)?);
+                if seen.insert(pair.clone()) {
+                    snap.drivers.push(pair);
+                }
+                Ok(())
+            })?;
+        }
+        self.each_row(Q::EventCount, |st| {
+            snap.events_total = st.read::<i64, _>(0)?.max(0) as u64;
             Ok(())
         })?;
         self.each_row(Q::AllIdempotency, |st| {

@@ -288,6 +288,9 @@ struct Req {
     notified: Vec<u64>,
     /// The engine emitted the end of this request's response.
     end_emitted: bool,
+    /// Its last byte came while the engine was still on an earlier request
+    /// of its connection (pipelined): it arrives when the engine gets to it.
+    arrive_later: bool,
     /// Opt-in extension state (`world/ext.rs`).
     ext: ext::ReqExt,
 }
@@ -391,6 +394,11 @@ pub struct World {
     ext: crate::ext::ExtOracle,
     /// The input being fed delivers this `session.cancelTurn` request.
     cancel_probe: Option<usize>,
+    /// The request whose last bytes the input being fed delivers.
+    feeding: Option<usize>,
+    /// Requests the engine set aside until their session is loaded (by the
+    /// read that loads it): the engine handles them when it is answered.
+    deferred: BTreeMap<engine::ReadId, usize>,
 }
 
 fn now_of(mono: u64, unix0: u64) -> Now {
@@ -460,6 +468,7 @@ impl World {
                 budget_bytes: swarm.history_cache.0,
                 idle_ms: swarm.history_cache.1,
             },
+            resident_sessions: swarm.resident_sessions,
             ..Config::default()
         };
         if swarm.ext.window_bytes > 0 {
@@ -504,7 +513,7 @@ impl World {
         let engine = Engine::new(
             config.clone(),
             Box::new(SimEntropy(entropy_rng)),
-            store.snapshot(),
+            store.snapshot_of(scope_of(&config)),
             now_of(now_ms, unix0),
         );
         let checker = Checker {
@@ -552,6 +561,8 @@ impl World {
             xrng,
             ext: crate::ext::ExtOracle::default(),
             cancel_probe: None,
+            feeding: None,
+            deferred: BTreeMap::new(),
         }
     }
 
@@ -640,4 +651,13 @@ fn write_name(w: &StoreWrite) -> String {
     let d = format!("{w:?}");
     let cut = d.char_indices().nth(90).map(|(i, _)| i).unwrap_or(d.len());
     d[..cut].to_string()
+}
+
+/// The snapshot a start restores from, as `baesrv` picks it: sessions are
+/// left in the store unless every one is kept in memory.
+pub(crate) fn scope_of(config: &Config) -> engine::store::SnapshotScope {
+    match config.resident_sessions {
+        Some(_) => engine::store::SnapshotScope::Lazy,
+        None => engine::store::SnapshotScope::Full,
+    }
 }

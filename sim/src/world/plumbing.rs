@@ -94,6 +94,9 @@ impl World {
             }
             Output::Read { id, read } => {
                 self.t(format!("out read id={id} {read:?}"));
+                if let (Some(rid), engine::StoreRead::LoadSession { .. }) = (self.feeding, &read) {
+                    self.deferred.insert(id, rid);
+                }
                 self.io.pipe.read(id, read);
             }
             Output::CallProvider(call) => self.deliver(Delivery::Call(call)),
@@ -258,7 +261,18 @@ impl World {
                     Ok(self.store.read(&read))
                 };
                 self.mcp.set_context(crate::mcp::read_session(&read));
+                // A request set aside for this load is handled now: what
+                // the checks take as its handling time moves here.
+                let deferred = self.deferred.remove(&id);
+                if let Some(rid) = deferred {
+                    match self.reqs[rid].kind {
+                        Kind::Cancel => self.cancel_probe = Some(rid),
+                        Kind::Subscribe { .. } => self.ext_before_subscribe(rid),
+                        _ => {}
+                    }
+                }
                 self.input(Input::ReadDone { id, result });
+                self.cancel_probe = None;
             }
         }
         if self.io.running.is_empty() {
@@ -354,6 +368,7 @@ impl World {
             started_ms: self.now_ms,
             notified: Vec::new(),
             end_emitted: false,
+            arrive_later: false,
             ext: Default::default(),
         });
         let calm = self.phase == Phase::Setup;
@@ -448,7 +463,10 @@ impl World {
             return;
         };
         let more = !c.to_send.is_empty();
-        if let Some(rid) = completes {
+        let behind = completes.is_some_and(|rid| c.all.get(c.engine_pos) != Some(&rid));
+        if let (true, Some(rid)) = (behind, completes) {
+            self.reqs[rid].arrive_later = true;
+        } else if let Some(rid) = completes {
             self.before_arrival(rid);
             match self.reqs[rid].kind {
                 Kind::Cancel => self.cancel_probe = Some(rid),
@@ -460,9 +478,11 @@ impl World {
             "in recv conn={conn} len={} completes={completes:?}",
             piece.len()
         ));
+        self.feeding = completes;
         self.input(Input::Received { conn, bytes: piece });
+        self.feeding = None;
         self.cancel_probe = None;
-        if let Some(rid) = completes {
+        if let Some(rid) = completes.filter(|_| !behind) {
             self.after_arrival(rid);
         }
         if more {
@@ -688,6 +708,14 @@ impl World {
         } else {
             let r = c.all.get(c.engine_pos).copied();
             c.engine_pos += 1;
+            // A pipelined request the engine gets to now arrives now.
+            if let Some(&next) = c.all.get(c.engine_pos) {
+                if std::mem::take(&mut self.reqs[next].arrive_later) {
+                    self.before_arrival(next);
+                    let r = &mut self.reqs[next];
+                    r.waiting |= r.arrival.is_some() && !r.admitted && !r.end_emitted;
+                }
+            }
             r.into_iter().collect()
         };
         for r in ended {

@@ -339,6 +339,7 @@ impl World {
         self.sandbox.on_restart();
         let config = self.config.clone();
         let now = self.now();
+        let snapshot = self.store.snapshot_of(super::scope_of(&config));
         match catch_unwind(AssertUnwindSafe(|| {
             Engine::new(config, Box::new(entropy), snapshot, now)
         })) {

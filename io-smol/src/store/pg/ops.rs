@@ -5,7 +5,8 @@
 use std::collections::HashSet;
 
 use engine::store::{
-    EventRow, EventType, IdempotencyRow, ReadResult, Snapshot, StoreRead, StoreWrite,
+    EventRow, EventType, IdempotencyRow, ReadResult, SessionState, Snapshot, SnapshotScope,
+    StoreRead, StoreWrite, StoredSession,
 };
 use postgres::types::{ToSql, Type};
 use postgres::{GenericClient, IsolationLevel, Row, Statement};
@@ -100,8 +101,29 @@ pg_queries! {
         JOIN sessions s ON s.id = e.session_id \
         WHERE s.state = 'open' AND e.event_type = 'session.driver.register' \
         AND e.client_key_id IS NOT NULL ORDER BY e.seq";
-    EventCounts = "SELECT session_id, COUNT(*) FROM session_events GROUP BY session_id \
-        ORDER BY session_id COLLATE \"C\"";
+    EventCount = "SELECT COUNT(*) FROM session_events";
+    SessionCounts = "SELECT COUNT(*), COUNT(*) FILTER (WHERE state = 'open') FROM sessions";
+    OpenRegistrations = "SELECT COUNT(*) FROM (SELECT DISTINCT e.session_id, e.client_key_id \
+        FROM session_events e JOIN sessions s ON s.id = e.session_id \
+        WHERE s.state = 'open' AND e.event_type = 'session.driver.register' \
+        AND e.client_key_id IS NOT NULL) r";
+    ActiveUserKeys = "SELECT id, name, key_hash, key_prefix, role, profile_id, client_id, \
+        created_at, last_used_at, deleted_at FROM keys WHERE deleted_at IS NULL \
+        AND role <> 'session' ORDER BY ord";
+    SessionById = "SELECT id, client_key_id, profile_id, state, client_version, client_tools, \
+        sandbox_tools, subagent_tools, compaction, created_at, closed_at FROM sessions \
+        WHERE id = $1";
+    KeysOfSession = "SELECT id, name, key_hash, key_prefix, role, profile_id, client_id, \
+        created_at, last_used_at, deleted_at FROM keys WHERE role = 'session' \
+        AND name = convert_to($1, 'UTF8') AND deleted_at IS NULL ORDER BY ord";
+    DriversOfSession = "SELECT client_key_id FROM session_events WHERE session_id = $1 \
+        AND event_type = 'session.driver.register' AND seq >= $2 \
+        AND client_key_id IS NOT NULL ORDER BY seq";
+    SessionsOfClient = "SELECT id FROM sessions WHERE convert_to(id, 'UTF8') IN (SELECT name \
+        FROM keys WHERE role = 'session' AND client_id = $1 AND deleted_at IS NULL) ORDER BY ord";
+    SessionList = "SELECT id, client_key_id, profile_id, state, client_version, client_tools, \
+        sandbox_tools, subagent_tools, compaction, created_at, closed_at, ord FROM sessions \
+        WHERE ord > $1 AND ($2::text IS NULL OR state = $2) ORDER BY ord LIMIT $3";
     AllIdempotency = "SELECT session_id, client_key_id, key, digest, created_ms, outcome \
         FROM bae_idempotency_keys";
     Activity = "SELECT \
@@ -232,6 +254,11 @@ impl PgStore {
     /// Everything the engine restores from at start, from one consistent
     /// (repeatable-read) view.
     pub fn load_snapshot(&mut self) -> Result<Snapshot> {
+        self.load_snapshot_of(SnapshotScope::Full)
+    }
+
+    /// [`PgStore::load_snapshot`] of one scope.
+    pub fn load_snapshot_of(&mut self, scope: SnapshotScope) -> Result<Snapshot> {
         self.prepared()?;
         let stmts = self.stmts.take().expect("prepared");
         let r = (|| -> std::result::Result<Snapshot, ReadError> {
@@ -241,7 +268,7 @@ impl PgStore {
                 .isolation_level(IsolationLevel::RepeatableRead)
                 .read_only(true)
                 .start()?;
-            let snap = snapshot(&mut tx, &stmts)?;
+            let snap = snapshot(&mut tx, &stmts, scope)?;
             tx.commit()?;
             Ok(snap)
         })();
@@ -554,36 +581,119 @@ pub(crate) fn read_with(
             let rows = c.query(stmts.get(Pq::EventsAt), &[&seqs, session_id])?;
             ReadResult::Events(events(rows)?)
         }
+        StoreRead::LoadSession {
+            session_id,
+            drivers_since,
+        } => {
+            let s = stored_session(c, stmts, session_id, *drivers_since)?;
+            ReadResult::Session(s.map(Box::new))
+        }
+        StoreRead::SessionsOfClient {
+            client_id,
+            drivers_since,
+        } => {
+            let mut out = Vec::new();
+            for r in c.query(stmts.get(Pq::SessionsOfClient), &[client_id])? {
+                let id = r.text(0)?;
+                out.extend(stored_session(c, stmts, &id, *drivers_since)?);
+            }
+            ReadResult::Sessions(out)
+        }
+        StoreRead::SessionList {
+            after,
+            limit: n,
+            state,
+        } => {
+            let after = seq_to_i64(*after)?;
+            let state = state.map(|s| s.as_str());
+            let rows = c.query(
+                stmts.get(Pq::SessionList),
+                &[&after, &state, &limit(n.saturating_add(1))],
+            )?;
+            let mut list = Vec::with_capacity(rows.len());
+            for r in &rows {
+                list.push((r.int(11)?.max(0) as u64, read_session(r)?));
+            }
+            let more = list.len() > *n;
+            list.truncate(*n);
+            ReadResult::SessionList { rows: list, more }
+        }
     };
     Ok(result)
+}
+
+/// One session with its active session keys and (when open) the client
+/// keys of its registrations from `since` on (see `StoreRead::LoadSession`).
+fn stored_session(
+    c: &mut impl GenericClient,
+    stmts: &Prepared,
+    id: &str,
+    since: u64,
+) -> std::result::Result<Option<StoredSession>, ReadError> {
+    let Some(row) = c.query_opt(stmts.get(Pq::SessionById), &[&id])? else {
+        return Ok(None);
+    };
+    let session = read_session(&row)?;
+    let mut keys = Vec::new();
+    for r in c.query(stmts.get(Pq::KeysOfSession), &[&id])? {
+        keys.push(read_key(&r)?);
+    }
+    let mut drivers: Vec<String> = Vec::new();
+    if session.state == SessionState::Open {
+        let since = seq_to_i64(since)?;
+        for r in c.query(stmts.get(Pq::DriversOfSession), &[&id, &since])? {
+            let key = r.text(0)?;
+            if !drivers.contains(&key) {
+                drivers.push(key);
+            }
+        }
+    }
+    Ok(Some(StoredSession {
+        session,
+        keys,
+        drivers,
+    }))
 }
 
 fn snapshot(
     c: &mut impl GenericClient,
     stmts: &Prepared,
+    scope: SnapshotScope,
 ) -> std::result::Result<Snapshot, ReadError> {
+    let full = scope == SnapshotScope::Full;
     let mut snap = Snapshot::default();
     for r in c.query(stmts.get(Pq::AllProfiles), &[])? {
         snap.profiles.push(read_profile(&r)?);
     }
-    for r in c.query(stmts.get(Pq::ActiveKeys), &[])? {
+    let keys = if full {
+        Pq::ActiveKeys
+    } else {
+        Pq::ActiveUserKeys
+    };
+    for r in c.query(stmts.get(keys), &[])? {
         snap.keys.push(read_key(&r)?);
     }
-    for r in c.query(stmts.get(Pq::AllSessions), &[])? {
-        snap.sessions.push(read_session(&r)?);
-    }
-    snap.max_event_seq = c.query_one(stmts.get(Pq::MaxSeq), &[])?.int(0)?.max(0) as u64;
-    let mut seen = HashSet::new();
-    for r in c.query(stmts.get(Pq::Drivers), &[])? {
-        let pair = (r.text(0)?, r.text(1)?);
-        if seen.insert(pair.clone()) {
-            snap.drivers.push(pair);
+    if full {
+        for r in c.query(stmts.get(Pq::AllSessions), &[])? {
+            snap.sessions.push(read_session(&r)?);
         }
     }
-    for r in c.query(stmts.get(Pq::EventCounts), &[])? {
-        snap.event_counts
-            .push((r.text(0)?, r.int(1)?.max(0) as u64));
+    let counts = c.query_one(stmts.get(Pq::SessionCounts), &[])?;
+    snap.stored_sessions.total = counts.int(0)?.max(0) as u64;
+    snap.stored_sessions.open = counts.int(1)?.max(0) as u64;
+    let regs = c.query_one(stmts.get(Pq::OpenRegistrations), &[])?;
+    snap.stored_sessions.drivers = regs.int(0)?.max(0) as u64;
+    snap.max_event_seq = c.query_one(stmts.get(Pq::MaxSeq), &[])?.int(0)?.max(0) as u64;
+    let mut seen = HashSet::new();
+    if full {
+        for r in c.query(stmts.get(Pq::Drivers), &[])? {
+            let pair = (r.text(0)?, r.text(1)?);
+            if seen.insert(pair.clone()) {
+                snap.drivers.push(pair);
+            }
+        }
     }
+    snap.events_total = c.query_one(stmts.get(Pq::EventCount), &[])?.int(0)?.max(0) as u64;
     for r in c.query(stmts.get(Pq::AllIdempotency), &[])? {
         snap.idempotency.push(IdempotencyRow {
             session_id: r.text(0)?,
