@@ -169,6 +169,29 @@ pub fn weight(v: &Value) -> usize {
     std::mem::size_of::<Value>() + heap(v)
 }
 
+/// [`weight`] of a history message plus its request text, which every
+/// provider call renders once and keeps (`proto::provider::Message`):
+/// about the length of its compact JSON.
+pub fn message_weight(v: &Value) -> usize {
+    weight(v) + chunk(text_len(v))
+}
+
+/// Roughly the compact JSON length of `v` (escapes not counted).
+fn text_len(v: &Value) -> usize {
+    match v {
+        Value::Null | Value::Bool(_) => 5,
+        Value::Number(_) => 8,
+        Value::String(s) => s.len() + 2,
+        Value::Array(a) => 2 + a.iter().map(|x| text_len(x) + 1).sum::<usize>(),
+        Value::Object(m) => {
+            2 + m
+                .iter()
+                .map(|(k, x)| k.len() + 4 + text_len(x))
+                .sum::<usize>()
+        }
+    }
+}
+
 /// A `malloc(n)` chunk: 8 bytes of header, 16-byte aligned, 32 at least.
 fn chunk(n: usize) -> usize {
     if n == 0 {

@@ -65,7 +65,7 @@ fn c097_trailing_slash_base_url_has_no_double_slash() {
         endpoint_url(Kind::Openai, "http://mock:8080/"),
         "http://mock:8080/v1/chat/completions"
     );
-    let req = prepare_request(Kind::Openai, "http://mock:8080/gw/", "m", 1, &[], &[]);
+    let req = prepare_request::<Value>(Kind::Openai, "http://mock:8080/gw/", "m", 1, &[], &[]);
     assert_eq!(req.url, "http://mock:8080/gw/v1/chat/completions");
     assert!(!req.url["http://".len()..].contains("//"));
 }

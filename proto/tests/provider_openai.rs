@@ -223,7 +223,7 @@ fn tools_translation_and_description_hygiene() {
         json!({"name": "bare"}),
         json!({"name": "described", "description": "does it"}),
     ];
-    let req = prepare_request(Kind::Openai, "http://h", "m", 1, &[], &tools);
+    let req = prepare_request::<Value>(Kind::Openai, "http://h", "m", 1, &[], &tools);
     let body: Value = serde_json::from_slice(&req.body).unwrap();
     assert_eq!(
         body["tools"],

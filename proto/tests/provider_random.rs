@@ -3,7 +3,8 @@
 //! reproducible without extra crates.
 
 use proto::provider::{
-    normalize_anthropic, parse_response, prepare_request, strip_internal, Kind, PREAMBLE_TEXT,
+    normalize_anthropic, parse_response, prepare_request, strip_internal, Kind, Message,
+    PreparedRequest, PREAMBLE_TEXT,
 };
 use serde_json::{json, Value};
 
@@ -181,6 +182,7 @@ fn c094_randomized_normalizer_alternates_and_preserves_blocks() {
         // No internal members survive, and the request body agrees with the
         // logged list.
         let req = prepare_request(Kind::Anthropic, "http://h/", "m", 9, &history, &[]);
+        same_from_messages(&req, Kind::Anthropic, &history, &[]);
         assert_eq!(req.logged_messages(), n.messages);
         assert_eq!(req.normalized, n.record);
         let body: Value = serde_json::from_slice(&req.body).unwrap();
@@ -216,6 +218,7 @@ fn c092_randomized_openai_translation_never_panics() {
         let t = &tools[..rng.below(tools.len() as u64 + 1) as usize];
         for kind in [Kind::Openai, Kind::Anthropic] {
             let req = prepare_request(kind, "http://h", "m", 1, &history, t);
+            same_from_messages(&req, kind, &history, t);
             let body: Value = serde_json::from_slice(&req.body).unwrap();
             let msgs = body["messages"].as_array().unwrap();
             if kind == Kind::Openai {
@@ -297,4 +300,38 @@ fn randomized_response_parsing_never_panics() {
             Err(e) => assert!(e.to_string().contains("has non-JSON function.arguments: ")),
         }
     }
+}
+
+/// A history of [`Message`]s (texts rendered on first use, then reused)
+/// prepares byte for byte the request its plain values prepare.
+fn same_from_messages(req: &PreparedRequest, kind: Kind, history: &[Value], tools: &[Value]) {
+    let msgs: Vec<Message> = history.iter().cloned().map(Message::new).collect();
+    for _ in 0..2 {
+        let again = prepare_request(kind, "http://h/", "m", 9, &msgs, tools);
+        assert_eq!(again.logged_messages_json, req.logged_messages_json);
+        assert_eq!(again.normalized, req.normalized);
+        let body = |b: &[u8]| serde_json::from_slice::<Value>(b).unwrap()["messages"].clone();
+        assert_eq!(body(&again.body), body(&req.body));
+    }
+}
+
+#[test]
+fn messages_render_their_text_once_for_every_request() {
+    let history: Vec<Message> = (0..6)
+        .map(|i| {
+            let role = if i % 2 == 0 { "user" } else { "assistant" };
+            let content = json!([{"type": "tool_use", "id": format!("t{i}"), "name": "x",
+                                  "input": {}, "dispatch": "client"}]);
+            Message::new(json!({"role": role, "content": content}))
+        })
+        .collect();
+    let first = prepare_request(Kind::Anthropic, "http://h/", "m", 9, &history, &[]);
+    let rendered: Vec<usize> = history.iter().map(Message::text_len).collect();
+    assert!(rendered.iter().all(|n| *n > 0), "{rendered:?}");
+    assert!(!first.logged_messages_json.contains("dispatch"));
+    let second = prepare_request(Kind::Anthropic, "http://h/", "m", 9, &history, &[]);
+    assert_eq!(second.body, first.body);
+    let plain: Vec<Value> = history.iter().map(|m| m.value().clone()).collect();
+    let from_values = prepare_request(Kind::Anthropic, "http://h/", "m", 9, &plain, &[]);
+    assert_eq!(from_values.body, first.body);
 }

@@ -4,7 +4,7 @@
 //! preamble, summary and `session.compaction.completed`.
 
 use proto::jsonrpc::codes;
-use proto::provider::ProviderResponse;
+use proto::provider::{Message, ProviderResponse};
 use proto::wire::EventType;
 use serde_json::{json, Value};
 
@@ -40,7 +40,7 @@ pub struct Run {
     /// Messages replayed into the summary request (`compacted_message_count`).
     pub count: usize,
     /// The request messages: history plus instruction.
-    pub messages: Vec<Value>,
+    pub messages: Vec<Message>,
     /// The summary's usage, kept for the completion event.
     usage: Option<(u64, u64)>,
     /// The preamble and summary messages, kept until the trio is logged.
@@ -228,10 +228,9 @@ impl SessionCore {
             _ => None,
         };
         if let Some((preamble, summary)) = trio {
-            self.history = Some(vec![
-                proto::provider::history_message("server.message.send", &preamble),
-                proto::provider::history_message("server.message.send", &summary),
-            ]);
+            let message =
+                |p| Message::new(proto::provider::history_message("server.message.send", p));
+            self.history = Some(vec![message(&preamble), message(&summary)]);
             self.backoff = None;
             self.emit(Effect::HistoryRebuilt);
         }
@@ -336,10 +335,13 @@ pub fn auto_trigger(
 
 /// History plus the instruction: appended to a trailing user message, else
 /// as a new user message (spec 07 §2 step 5).
-fn with_instruction(mut history: Vec<Value>, instruction: &str) -> Vec<Value> {
+fn with_instruction(mut history: Vec<Message>, instruction: &str) -> Vec<Message> {
     let text = json!({"type": "text", "text": instruction});
-    match history.last_mut() {
-        Some(last) if last.get("role").and_then(Value::as_str) == Some("user") => {
+    let trailing_user =
+        (history.last()).is_some_and(|m| m.get("role").and_then(Value::as_str) == Some("user"));
+    let last = if trailing_user { history.pop() } else { None };
+    match last.map(Message::into_value) {
+        Some(mut last) => {
             let content = match last.get_mut("content").map(Value::take) {
                 Some(Value::String(s)) => vec![json!({"type": "text", "text": s}), text],
                 Some(Value::Array(mut blocks)) => {
@@ -348,9 +350,14 @@ fn with_instruction(mut history: Vec<Value>, instruction: &str) -> Vec<Value> {
                 }
                 _ => vec![text],
             };
-            last["content"] = Value::Array(content);
+            if let Some(obj) = last.as_object_mut() {
+                obj.insert("content".into(), Value::Array(content));
+            }
+            history.push(Message::new(last));
         }
-        _ => history.push(json!({"role": "user", "content": instruction})),
+        None => history.push(Message::new(
+            json!({"role": "user", "content": instruction}),
+        )),
     }
     history
 }
@@ -384,10 +391,11 @@ mod tests {
     /// The instruction joins a trailing user message, else is its own.
     #[test]
     fn the_instruction_joins_a_trailing_user_message() {
-        let h = with_instruction(vec![json!({"role": "user", "content": "q"})], "sum");
+        let one = |v: Value| vec![Message::new(v)];
+        let h = with_instruction(one(json!({"role": "user", "content": "q"})), "sum");
         assert_eq!(h.len(), 1);
         assert_eq!(h[0]["content"][1], json!({"type": "text", "text": "sum"}));
-        let h = with_instruction(vec![json!({"role": "assistant", "content": "a"})], "sum");
-        assert_eq!(h[1], json!({"role": "user", "content": "sum"}));
+        let h = with_instruction(one(json!({"role": "assistant", "content": "a"})), "sum");
+        assert_eq!(*h[1], json!({"role": "user", "content": "sum"}));
     }
 }

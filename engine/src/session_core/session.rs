@@ -6,6 +6,7 @@
 
 use std::collections::VecDeque;
 
+use proto::provider::Message;
 use proto::wire::EventType;
 use serde_json::Value;
 
@@ -22,7 +23,7 @@ pub struct SessionCore {
     /// The FIFO turn gate: holder and waiters.
     pub gate: Gate,
     /// Provider-facing history as rebuilt from the log (`None`: not loaded).
-    pub history: Option<Vec<Value>>,
+    pub history: Option<Vec<Message>>,
     /// Usage of the newest successful non-compaction provider call (valid
     /// once `history` is loaded): the manual compaction `token_count`.
     pub newest_usage: Option<(u64, u64)>,
@@ -110,8 +111,8 @@ impl SessionCore {
         ) {
             if let Some(h) = self.history.as_mut() {
                 let message = proto::provider::history_message(event.as_str(), &payload);
-                grew = Some(crate::history_cache::weight(&message));
-                h.push(message);
+                grew = Some(crate::history_cache::message_weight(&message));
+                h.push(Message::new(message));
             }
         }
         self.emit(Effect::Log(Log {

@@ -87,7 +87,7 @@ impl SessionCore {
             let payload = json!({"role": "user", "content": steer.content});
             let message = proto::provider::history_message("client.message.send", &payload);
             if let Some(t) = self.turn_mut() {
-                t.tail.push(message);
+                t.tail.push(message.into());
                 t.steers_in_cache += 1;
             }
             self.log_tagged(

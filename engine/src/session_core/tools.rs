@@ -376,8 +376,8 @@ impl SessionCore {
             // All-server round: extend the in-memory history only.
             RoundEnd::Continue { assistant, user } => {
                 if let Some(t) = self.turn_mut() {
-                    t.tail.push(assistant);
-                    t.tail.push(user);
+                    t.tail.push(assistant.into());
+                    t.tail.push(user.into());
                 }
                 self.next_round(world)
             }

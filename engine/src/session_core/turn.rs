@@ -5,7 +5,7 @@
 //! consumer disconnects (only frames are lost).
 
 use proto::jsonrpc::codes;
-use proto::provider;
+use proto::provider::{self, Message};
 use proto::wire::EventType;
 use serde_json::{json, Value};
 
@@ -20,7 +20,7 @@ use crate::{CallId, ConnId, MonoMs, ProviderEntry, ProviderReply};
 
 /// A rebuilt provider-facing history and the usage of its newest
 /// successful call (`Err`: the log could not be read).
-pub type Loaded = Result<(Vec<Value>, Option<(u64, u64)>), String>;
+pub type Loaded = Result<(Vec<Message>, Option<(u64, u64)>), String>;
 
 /// Round trips per turn before `loop_limit` (spec 05 §9).
 pub const MAX_ITERATIONS: u32 = 8;
@@ -60,7 +60,7 @@ pub struct TurnLoop {
     pub(super) steers_in_cache: usize,
     /// All-server tool rounds of this turn, kept after the session's cached
     /// history (never copied per turn).
-    pub(super) tail: Vec<Value>,
+    pub(super) tail: Vec<Message>,
     pub(super) tools: Vec<Value>,
     pub(super) chain: Vec<ProviderEntry>,
     pub(super) attempt: usize,
@@ -289,7 +289,7 @@ impl SessionCore {
         // Compaction never advertises tools and gets at least 4096 tokens.
         // A chat round sends the session's cached history plus this turn's
         // in-memory tool rounds, borrowed rather than copied.
-        let cached: &[Value] = match &t.mode {
+        let cached: &[Message] = match &t.mode {
             Mode::Chat => self
                 .history
                 .as_deref()
@@ -300,7 +300,7 @@ impl SessionCore {
                 .unwrap_or(&[]),
             Mode::Compaction(run) => &run.messages,
         };
-        let tail: &[Value] = match &t.mode {
+        let tail: &[Message] = match &t.mode {
             Mode::Chat => &t.tail,
             Mode::Compaction(_) => &[],
         };

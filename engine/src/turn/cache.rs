@@ -5,7 +5,7 @@
 //! log by the session's next arrival (`recover`).
 
 use super::Holder;
-use crate::history_cache::weight;
+use crate::history_cache::message_weight;
 use crate::Engine;
 
 impl Engine {
@@ -16,7 +16,7 @@ impl Engine {
         };
         match live.history.as_deref() {
             Some(h) => {
-                let bytes = h.iter().map(weight).sum();
+                let bytes = h.iter().map(|m| message_weight(m)).sum();
                 self.history_cache.loaded(id, bytes);
             }
             None => self.history_cache.forget(session_id),

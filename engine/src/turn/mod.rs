@@ -339,10 +339,10 @@ impl Engine {
             return;
         };
         let loaded = result.map(|load| {
-            let history: Vec<Value> = load
+            let history: Vec<proto::provider::Message> = load
                 .messages
                 .iter()
-                .map(|(_, et, payload)| proto::provider::history_message(et, payload))
+                .map(|(_, et, payload)| proto::provider::history_message(et, payload).into())
                 .collect();
             (history, load.newest_usage.flatten())
         });

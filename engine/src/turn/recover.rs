@@ -40,7 +40,7 @@ impl Engine {
         let history = load
             .messages
             .iter()
-            .map(|(_, et, p)| proto::provider::history_message(et, p))
+            .map(|(_, et, p)| proto::provider::history_message(et, p).into())
             .collect();
         let live = self.live_mut(session_id);
         live.history = Some(history);

@@ -12,6 +12,7 @@
 //! per the §6.2 translation table).
 
 mod anthropic;
+mod message;
 mod normalize;
 mod openai;
 
@@ -20,6 +21,7 @@ use std::fmt;
 
 use serde_json::{json, Value};
 
+pub use message::{HistoryItem, Message};
 pub use normalize::{normalize_anthropic, Normalized};
 
 /// Default Anthropic base URL (§2).
@@ -174,26 +176,26 @@ pub fn strip_internal<'a>(messages: impl IntoIterator<Item = &'a Value>) -> Vec<
 /// [`strip_internal`] that copies only the messages it changes: most of a
 /// history carries no internal member and is borrowed as it is.
 fn strip_borrowed<'a>(messages: impl IntoIterator<Item = &'a Value>) -> Vec<Cow<'a, Value>> {
-    messages
-        .into_iter()
-        .map(|m| {
-            if !has_internal(m) {
-                return Cow::Borrowed(m);
-            }
-            let mut m = m.clone();
-            if let Some(Value::Array(blocks)) = m.get_mut("content") {
-                for b in blocks.iter_mut() {
-                    if let Value::Object(obj) = b {
-                        if obj.get("type").and_then(Value::as_str) == Some("tool_use") {
-                            obj.shift_remove("dispatch");
-                            obj.shift_remove("caller");
-                        }
-                    }
+    messages.into_iter().map(strip_one).collect()
+}
+
+/// One message of [`strip_borrowed`].
+fn strip_one(m: &Value) -> Cow<'_, Value> {
+    if !has_internal(m) {
+        return Cow::Borrowed(m);
+    }
+    let mut m = m.clone();
+    if let Some(Value::Array(blocks)) = m.get_mut("content") {
+        for b in blocks.iter_mut() {
+            if let Value::Object(obj) = b {
+                if obj.get("type").and_then(Value::as_str) == Some("tool_use") {
+                    obj.shift_remove("dispatch");
+                    obj.shift_remove("caller");
                 }
             }
-            Cow::Owned(m)
-        })
-        .collect()
+        }
+    }
+    Cow::Owned(m)
 }
 
 /// Whether a `tool_use` block of `m` carries `dispatch` or `caller`.
@@ -212,22 +214,22 @@ fn has_internal(m: &Value) -> bool {
 /// `base_url` is the effective base (see [`effective_base_url`]);
 /// `history` is the canonical message list (§8) and `tools` the canonical
 /// tool list (`{name, description, input_schema}`).
-pub fn prepare_request<'a>(
+pub fn prepare_request<'a, M: HistoryItem + ?Sized + 'a>(
     kind: Kind,
     base_url: &str,
     model: &str,
     max_tokens: u32,
-    history: impl IntoIterator<Item = &'a Value>,
+    history: impl IntoIterator<Item = &'a M>,
     tools: &[Value],
 ) -> PreparedRequest {
-    let stripped = strip_borrowed(history);
+    let items: Vec<&M> = history.into_iter().collect();
     let url = endpoint_url(kind, base_url);
     let mut headers = vec![("content-type".to_string(), "application/json".to_string())];
     match kind {
         Kind::Anthropic => {
             headers.push(("anthropic-version".into(), ANTHROPIC_VERSION.into()));
-            let (messages, record) = normalize::normalize_cow(stripped);
-            let logged = to_json_text(&messages);
+            // Messages that keep their text are not serialised again.
+            let (logged, record) = message::messages_text(&items, true);
             // §10.3: omitting an empty `tools` is safer than `[]`.
             let tools = (!tools.is_empty()).then(|| anthropic::wire_tools(tools));
             PreparedRequest {
@@ -240,6 +242,7 @@ pub fn prepare_request<'a>(
             }
         }
         Kind::Openai => {
+            let stripped = strip_borrowed(items.iter().map(|m| m.value()));
             let translated = to_json_text(&openai::translate_messages(&stripped));
             let tools = (!tools.is_empty()).then(|| openai::translate_tools(tools));
             PreparedRequest {
@@ -247,7 +250,7 @@ pub fn prepare_request<'a>(
                 headers,
                 auth: AuthHeader::Bearer,
                 body: body_bytes(model, max_tokens, &translated, tools.as_ref()),
-                logged_messages_json: to_json_text(&stripped),
+                logged_messages_json: message::messages_text(&items, false).0,
                 normalized: None,
             }
         }

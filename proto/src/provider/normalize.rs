@@ -40,69 +40,84 @@ pub fn normalize_anthropic(stripped: Vec<Value>) -> Normalized {
 /// only the members of a folded run are copied into the folded message.
 pub(super) fn normalize_cow(stripped: Vec<Cow<'_, Value>>) -> (Vec<Cow<'_, Value>>, Option<Value>) {
     let mut input = stripped;
-    let mut prepended = false;
-    if let Some(first) = input.first() {
-        if first.get("role").and_then(Value::as_str) != Some("user") {
-            input.insert(
-                0,
-                Cow::Owned(json!({"role": "user", "content": [text_block(PREAMBLE_TEXT)]})),
-            );
-            prepended = true;
-        }
+    let prepended = needs_preamble(input.first().map(|m| &**m));
+    if prepended {
+        input.insert(0, Cow::Owned(preamble()));
     }
-
-    // Runs of equal roles, decided before anything is moved.
-    let mut runs: Vec<usize> = Vec::new();
-    let mut i = 0;
-    while let Some(first) = input.get(i) {
-        let role = first.get("role");
-        let run = input
-            .iter()
-            .skip(i)
-            .take_while(|m| m.get("role") == role)
-            .count();
-        runs.push(run);
-        i += run;
-    }
-
+    let runs = role_runs(input.iter().map(|m| &**m));
     let mut messages: Vec<Cow<'_, Value>> = Vec::with_capacity(runs.len());
     let mut merged: Vec<Value> = Vec::new();
     let mut input = input.into_iter();
     let mut at = 0;
     for run in runs {
-        let Some(first) = input.next() else { break };
         if run == 1 {
-            messages.push(first);
+            messages.extend(input.next());
         } else {
-            let mut blocks = content_blocks(first.get("content"));
-            for m in input.by_ref().take(run - 1) {
-                blocks.extend(content_blocks(m.get("content")));
-            }
-            let folded = match first.into_owned() {
-                Value::Object(mut obj) => {
-                    obj.insert("content".into(), Value::Array(blocks));
-                    Value::Object(obj)
-                }
-                // Non-object messages have no role; keep the shape minimal.
-                _ => json!({"content": blocks}),
-            };
-            messages.push(Cow::Owned(folded));
+            messages.push(Cow::Owned(fold(input.by_ref().take(run).collect())));
             merged.push(Value::Array((at..at + run).map(Value::from).collect()));
         }
         at += run;
     }
+    (messages, record(prepended, merged))
+}
 
-    let record = if prepended || !merged.is_empty() {
-        let mut rec = serde_json::Map::new();
-        if prepended {
-            rec.insert("prepended_user".into(), Value::Bool(true));
+/// Whether a list starting with `first` gets the preamble user message.
+pub(super) fn needs_preamble(first: Option<&Value>) -> bool {
+    first.is_some_and(|m| m.get("role").and_then(Value::as_str) != Some("user"))
+}
+
+/// The user message step 2 prepends.
+pub(super) fn preamble() -> Value {
+    json!({"role": "user", "content": [text_block(PREAMBLE_TEXT)]})
+}
+
+/// The lengths of the runs of equal `role`, in order.
+pub(super) fn role_runs<'a>(messages: impl IntoIterator<Item = &'a Value>) -> Vec<usize> {
+    let mut runs: Vec<usize> = Vec::new();
+    let mut last: Option<Option<&Value>> = None;
+    for m in messages {
+        let role = m.get("role");
+        match (last, runs.last_mut()) {
+            (Some(r), Some(n)) if r == role => *n += 1,
+            _ => runs.push(1),
         }
-        if !merged.is_empty() {
-            rec.insert("merged".into(), Value::Array(merged));
-        }
-        Some(Value::Object(rec))
-    } else {
-        None
+        last = Some(role);
+    }
+    runs
+}
+
+/// One message for a run of two or more: the first member with the
+/// concatenated content blocks of all of them.
+pub(super) fn fold(members: Vec<Cow<'_, Value>>) -> Value {
+    let mut members = members.into_iter();
+    let Some(first) = members.next() else {
+        return json!({"content": []});
     };
-    (messages, record)
+    let mut blocks = content_blocks(first.get("content"));
+    for m in members {
+        blocks.extend(content_blocks(m.get("content")));
+    }
+    match first.into_owned() {
+        Value::Object(mut obj) => {
+            obj.insert("content".into(), Value::Array(blocks));
+            Value::Object(obj)
+        }
+        // Non-object messages have no role; keep the shape minimal.
+        _ => json!({"content": blocks}),
+    }
+}
+
+/// `provider.request.normalized`, when anything changed.
+pub(super) fn record(prepended: bool, merged: Vec<Value>) -> Option<Value> {
+    if !prepended && merged.is_empty() {
+        return None;
+    }
+    let mut rec = serde_json::Map::new();
+    if prepended {
+        rec.insert("prepended_user".into(), Value::Bool(true));
+    }
+    if !merged.is_empty() {
+        rec.insert("merged".into(), Value::Array(merged));
+    }
+    Some(Value::Object(rec))
 }

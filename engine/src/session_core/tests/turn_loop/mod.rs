@@ -249,7 +249,8 @@ impl Harness {
             Effect::SessionError => self.seen.push(Seen::SessionError),
             Effect::LoadHistory => {
                 self.seen.push(Seen::LoadHistory);
-                let loaded = self.stored_history.clone().map(|h| (h, Some((10, 5))));
+                let loaded = (self.stored_history.clone())
+                    .map(|h| (h.into_iter().map(Into::into).collect(), Some((10, 5))));
                 self.core.history_loaded(loaded, &self.world);
             }
             Effect::RestoreMcp => {
