@@ -10,10 +10,12 @@ use std::io::{IsTerminal, Write};
 
 use engine::store::Snapshot;
 use engine::{Engine, Entropy, ProviderEntry};
-use tracing_subscriber::EnvFilter;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
 
 use crate::config::{self, Cli, Command, ConfigError, Env, FileConfig};
 use crate::driver::{self, Clock, DriverSettings, OsEntropy};
+use crate::log_filter;
 use crate::store::pg::PgStore;
 use crate::store::{
     self, bootstrap_admin_key, Backend, BootstrapOutcome, BootstrapSettings, Store,
@@ -84,54 +86,16 @@ fn config_error(e: &ConfigError) -> i32 {
 /// Initialises the stderr logger from `BAE_LOG` (an unparsable filter falls
 /// back to `info`, with a warning).
 fn init_logging(directive: &str) {
-    let (filter, bad) = match EnvFilter::try_new(expand_log_directive(directive)) {
-        Ok(f) => (f, false),
-        Err(_) => (EnvFilter::new("info"), true),
-    };
-    // The HTTP client logs whole request heads (credential headers
-    // included) at debug level: provider tokens must never reach a log.
-    // The PostgreSQL client logs every statement's parameters (key hashes
-    // among them) at debug level.
-    let filter = [
-        "ureq=warn",
-        "rustls=warn",
-        "tokio_postgres=info",
-        "postgres=info",
-    ]
-    .into_iter()
-    .filter_map(|d| d.parse().ok())
-    .fold(filter, |f, d| f.add_directive(d));
+    let (filter, bad) = log_filter::stderr_filter(directive);
     let _ = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())
-        .with_env_filter(filter)
+        .finish()
+        .with(filter)
         .try_init();
     if bad {
         tracing::warn!(directive, "BAE_LOG is not a valid filter; using \"info\"");
     }
-}
-
-/// Crates whose log targets make up "baesrv".
-const LOG_CRATES: [&str; 3] = ["io_smol", "engine", "proto"];
-
-/// Operators write `BAE_LOG=baesrv=debug` (the binary's name, as for the
-/// reference); our events carry crate-path targets. Every directive whose
-/// target is `baesrv` (or `baesrv::…`) is kept and duplicated for each of
-/// our crates.
-pub fn expand_log_directive(directive: &str) -> String {
-    let mut out: Vec<String> = Vec::new();
-    for d in directive.split(',') {
-        out.push(d.to_string());
-        let t = d.trim_start();
-        let rest = match t.strip_prefix("baesrv") {
-            Some(r) if r.is_empty() || r.starts_with(['=', ':', '[']) => r,
-            _ => continue,
-        };
-        for c in LOG_CRATES {
-            out.push(format!("{c}{rest}"));
-        }
-    }
-    out.join(",")
 }
 
 fn sync_mode(env: &Env) -> store::Synchronous {
@@ -599,7 +563,7 @@ fn duration_ms(d: std::time::Duration) -> u64 {
 
 #[cfg(test)]
 mod tests {
-    use super::{expand_log_directive, first_boot_hint};
+    use super::first_boot_hint;
     use std::path::Path;
 
     #[test]
@@ -619,22 +583,5 @@ mod tests {
         assert!(!other.contains('\n'));
         let quote = first_boot_hint(Path::new("/a'b"), default_admin);
         assert!(quote.contains("'/a'\\''b'"), "{quote}");
-    }
-
-    #[test]
-    fn baesrv_target_covers_our_crates() {
-        assert_eq!(expand_log_directive("info"), "info");
-        assert_eq!(
-            expand_log_directive("baesrv=debug,tower=warn"),
-            "baesrv=debug,io_smol=debug,engine=debug,proto=debug,tower=warn"
-        );
-        assert_eq!(
-            expand_log_directive("warn,baesrv"),
-            "warn,baesrv,io_smol,engine,proto"
-        );
-        assert_eq!(expand_log_directive("baesrvx=debug"), "baesrvx=debug");
-        for d in ["baesrv=debug,tower=warn", "warn,baesrv", "baesrv::x=trace"] {
-            assert!(tracing_subscriber::EnvFilter::try_new(expand_log_directive(d)).is_ok());
-        }
     }
 }

@@ -5,6 +5,7 @@ pub mod config;
 pub mod ctl;
 pub mod driver;
 pub mod heap_trim;
+pub mod log_filter;
 #[cfg(feature = "otel")]
 pub mod otel;
 #[cfg(not(feature = "otel"))]
