@@ -174,6 +174,7 @@ fn open_store(env: &Env) -> Result<Backend, store::StoreError> {
     match &env.database {
         config::Database::Sqlite => {
             let mut store = Store::open(&env.db_path, sync_mode(env))?;
+            store.set_cache_kib(env.sqlite_cache_kib)?;
             store.set_shared_history(env.shared_history);
             store.migrate()?;
             Ok(Backend::Sqlite(store))

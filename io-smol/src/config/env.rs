@@ -121,6 +121,9 @@ pub struct Env {
     /// Extension `BAE_SQLITE_SYNCHRONOUS`, `normal` (default) or `full`,
     /// case-insensitive, trimmed.
     pub sqlite_synchronous: Synchronous,
+    /// Extension `BAE_SQLITE_CACHE_KIB`, default 512 (≥ 0): the SQLite
+    /// page cache of the store connection, in KiB.
+    pub sqlite_cache_kib: usize,
     /// `BAE_ID_ORDER`, `time` (default) or `random`, case-insensitive,
     /// trimmed: how generated ids are made (`proto::wire::ids::IdOrder`).
     pub id_order: proto::wire::ids::IdOrder,
@@ -421,6 +424,12 @@ pub fn parse_env(get: impl Fn(&str) -> Option<String>) -> Result<Env, ConfigErro
             var: "BAE_SHARED_HISTORY",
         });
     }
+    let sqlite_cache_kib = whole_usize(
+        "BAE_SQLITE_CACHE_KIB",
+        get("BAE_SQLITE_CACHE_KIB"),
+        crate::store::DEFAULT_CACHE_KIB,
+        "a whole number of KiB",
+    )?;
     let sqlite_synchronous = match get("BAE_SQLITE_SYNCHRONOUS") {
         None => Synchronous::Normal,
         Some(v) => {
@@ -476,6 +485,7 @@ pub fn parse_env(get: impl Fn(&str) -> Option<String>) -> Result<Env, ConfigErro
         provider_timeout,
         provider_idle_connections,
         sqlite_synchronous,
+        sqlite_cache_kib,
         id_order,
         request_timeout,
         idle_timeout,
@@ -577,11 +587,24 @@ mod tests {
         assert_eq!(e.max_body_bytes, 1_048_576);
         assert_eq!(e.provider_timeout, Duration::from_secs(300));
         assert_eq!(e.sqlite_synchronous, Synchronous::Normal);
+        assert_eq!(e.sqlite_cache_kib, 512);
         assert_eq!(e.provider_idle_connections, 64);
         assert_eq!(e.max_page_bytes, 8 * 1024 * 1024);
         assert!(env_of(&[("BAE_MAX_PAGE_BYTES", "0")]).is_err());
         assert_eq!(e.history_cache_bytes, 8 * 1024 * 1024);
         assert_eq!(e.history_idle, Duration::from_secs(30));
+    }
+
+    #[test]
+    fn sqlite_cache_kib() {
+        let kib = |v: &str| env_of(&[("BAE_SQLITE_CACHE_KIB", v)]).map(|e| e.sqlite_cache_kib);
+        assert_eq!(kib(" 4096 ").unwrap(), 4096);
+        assert_eq!(kib("0").unwrap(), 0);
+        for bad in ["", "-1", "1.5", "lots"] {
+            let err = kib(bad).unwrap_err();
+            assert_eq!(err.exit_code(), 2, "{bad:?}");
+            assert!(err.to_string().contains("BAE_SQLITE_CACHE_KIB"), "{err}");
+        }
     }
 
     #[test]

@@ -52,6 +52,10 @@ pub use schema::{EXTRA_INDEXES, EXTRA_TABLES, LATEST_VERSION, MIGRATIONS};
 /// Busy timeout of every connection (spec 08 §1).
 pub const BUSY_TIMEOUT_MS: usize = 10_000;
 
+/// Default page cache of the store connection, in KiB
+/// (`BAE_SQLITE_CACHE_KIB`).
+pub const DEFAULT_CACHE_KIB: usize = 512;
+
 /// `PRAGMA synchronous` setting (see the module docs for what each means).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Synchronous {
@@ -278,6 +282,15 @@ impl Store {
             path,
             shared_history: true,
         })
+    }
+
+    /// Sizes this connection's page cache (`PRAGMA cache_size`) to `kib`
+    /// KiB. SQLite's own default is 2000 KiB; the store's working set (the
+    /// tail of the events table and its indexes) fits in far less, and an
+    /// idle server's RSS counts (docs/performance.md, "SQLite page cache").
+    pub fn set_cache_kib(&self, kib: usize) -> Result<()> {
+        self.conn.execute(format!("PRAGMA cache_size = -{kib}"))?;
+        Ok(())
     }
 
     /// Moves WAL checkpoints off this connection's commits onto a thread
@@ -706,5 +719,15 @@ mod tests {
                 "{q:?}: {d}"
             );
         }
+    }
+
+    #[test]
+    fn the_page_cache_is_sized_in_kib() {
+        let store = Store::open(":memory:", Synchronous::Normal).unwrap();
+        store.set_cache_kib(DEFAULT_CACHE_KIB).unwrap();
+        let mut st = store.raw().prepare("PRAGMA cache_size").unwrap();
+        assert_eq!(st.next().unwrap(), State::Row);
+        // Negative: a size in KiB, not in pages.
+        assert_eq!(st.read::<i64, _>(0).unwrap(), -512);
     }
 }
