@@ -3,7 +3,7 @@
 //! A per-target filter (`info`, `baesrv=debug,ureq=warn`, …), the syntax of
 //! `tracing_subscriber::filter::Targets`. Span and field directives
 //! (`[span]`, `{field}`) are not supported: they need a regex engine that
-//! costs the binary a third of a megabyte for a feature operators of this
+//! costs the binary 0.37 MB for a feature operators of this
 //! server do not need (docs/performance.md, "Binary size").
 
 use tracing::Level;
@@ -54,7 +54,7 @@ fn plain_targets(directive: &str) -> bool {
 /// reference); our events carry crate-path targets. Every directive whose
 /// target is `baesrv` (or `baesrv::…`) is kept and duplicated for each of
 /// our crates.
-pub fn expand_log_directive(directive: &str) -> String {
+fn expand_log_directive(directive: &str) -> String {
     let mut out: Vec<String> = Vec::new();
     for d in directive.split(',') {
         out.push(d.to_string());

@@ -121,7 +121,7 @@ pub struct Env {
     /// Extension `BAE_SQLITE_SYNCHRONOUS`, `normal` (default) or `full`,
     /// case-insensitive, trimmed.
     pub sqlite_synchronous: Synchronous,
-    /// Extension `BAE_SQLITE_CACHE_KIB`, default 512 (≥ 0): the SQLite
+    /// Extension `BAE_SQLITE_CACHE_KIB`, default 512 (0 to 2^31 − 1): the SQLite
     /// page cache of the store connection, in KiB.
     pub sqlite_cache_kib: usize,
     /// `BAE_ID_ORDER`, `time` (default) or `random`, case-insensitive,
@@ -428,8 +428,15 @@ pub fn parse_env(get: impl Fn(&str) -> Option<String>) -> Result<Env, ConfigErro
         "BAE_SQLITE_CACHE_KIB",
         get("BAE_SQLITE_CACHE_KIB"),
         crate::store::DEFAULT_CACHE_KIB,
-        "a whole number of KiB",
+        "a whole number of KiB up to 2147483647",
     )?;
+    if sqlite_cache_kib > crate::store::MAX_CACHE_KIB {
+        return Err(ConfigError::InvalidValue {
+            var: "BAE_SQLITE_CACHE_KIB",
+            value: sqlite_cache_kib.to_string(),
+            expected: "a whole number of KiB up to 2147483647",
+        });
+    }
     let sqlite_synchronous = match get("BAE_SQLITE_SYNCHRONOUS") {
         None => Synchronous::Normal,
         Some(v) => {
@@ -600,7 +607,8 @@ mod tests {
         let kib = |v: &str| env_of(&[("BAE_SQLITE_CACHE_KIB", v)]).map(|e| e.sqlite_cache_kib);
         assert_eq!(kib(" 4096 ").unwrap(), 4096);
         assert_eq!(kib("0").unwrap(), 0);
-        for bad in ["", "-1", "1.5", "lots"] {
+        assert_eq!(kib("2147483647").unwrap(), 2_147_483_647);
+        for bad in ["", "-1", "1.5", "lots", "2147483648"] {
             let err = kib(bad).unwrap_err();
             assert_eq!(err.exit_code(), 2, "{bad:?}");
             assert!(err.to_string().contains("BAE_SQLITE_CACHE_KIB"), "{err}");

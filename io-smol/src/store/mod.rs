@@ -56,6 +56,10 @@ pub const BUSY_TIMEOUT_MS: usize = 10_000;
 /// (`BAE_SQLITE_CACHE_KIB`).
 pub const DEFAULT_CACHE_KIB: usize = 512;
 
+/// Largest page cache `PRAGMA cache_size` takes (SQLite reads it as a
+/// 32-bit int and would silently use its minimum for anything larger).
+pub const MAX_CACHE_KIB: usize = i32::MAX as usize;
+
 /// `PRAGMA synchronous` setting (see the module docs for what each means).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Synchronous {
@@ -287,7 +291,7 @@ impl Store {
     /// Sizes this connection's page cache (`PRAGMA cache_size`) to `kib`
     /// KiB. SQLite's own default is 2000 KiB; the store's working set (the
     /// tail of the events table and its indexes) fits in far less, and an
-    /// idle server's RSS counts (docs/performance.md, "SQLite page cache").
+    /// idle server's RSS counts (docs/performance.md, "The latest round's changes").
     pub fn set_cache_kib(&self, kib: usize) -> Result<()> {
         self.conn.execute(format!("PRAGMA cache_size = -{kib}"))?;
         Ok(())
