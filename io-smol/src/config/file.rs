@@ -604,6 +604,7 @@ fn validate_telemetry(tel: &Telemetry) -> Result<(), ConfigError> {
             "[telemetry] otlp_endpoint \"{endpoint}\" must be a valid http:// or https:// URL"
         )));
     }
+    check_ascii_host("[telemetry] otlp_endpoint".into(), endpoint)?;
     if tel.protocol().is_none() {
         return Err(ConfigError::Telemetry(format!(
             "[telemetry] otlp_protocol \"{}\" must be \"grpc\" or \"http/protobuf\"",
@@ -660,32 +661,54 @@ fn is_http_url(v: &str) -> bool {
         }
         _ => return false,
     };
+    match host_and_port(rest) {
+        Some((host, port)) => {
+            let port_ok = match port {
+                None => true,
+                Some(p) => {
+                    !p.is_empty()
+                        && p.bytes().all(|b| b.is_ascii_digit())
+                        && p.parse::<u16>().is_ok()
+                }
+            };
+            !host.is_empty() && port_ok
+        }
+        None => false,
+    }
+}
+
+/// The host and optional port of what follows `scheme://`; `None` when a
+/// bracketed IPv6 host is malformed.
+fn host_and_port(rest: &str) -> Option<(&str, Option<&str>)> {
     let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
     let host_port = authority.rsplit_once('@').map_or(authority, |(_, hp)| hp);
-    let (host, port) = if let Some(stripped) = host_port.strip_prefix('[') {
-        match stripped.split_once(']') {
-            Some((h, after)) => match after {
-                "" => (h, None),
-                p => match p.strip_prefix(':') {
-                    Some(p) => (h, Some(p)),
-                    None => return false,
-                },
-            },
-            None => return false,
+    if let Some(stripped) = host_port.strip_prefix('[') {
+        let (h, after) = stripped.split_once(']')?;
+        match after {
+            "" => Some((h, None)),
+            p => Some((h, Some(p.strip_prefix(':')?))),
         }
     } else {
-        match host_port.split_once(':') {
+        Some(match host_port.split_once(':') {
             Some((h, p)) => (h, Some(p)),
             None => (host_port, None),
-        }
-    };
-    let port_ok = match port {
-        None => true,
-        Some(p) => {
-            !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()) && p.parse::<u16>().is_ok()
-        }
-    };
-    !host.is_empty() && port_ok
+        })
+    }
+}
+
+/// Host names are resolved as written: the URL parser is built without
+/// Unicode tables (docs/performance.md, "Binary size"), so an
+/// internationalised name must be given in its ASCII (`xn--`) form. Checked
+/// at load so the mistake is one clear line, not an error on every call.
+fn check_ascii_host(at: String, url: &str) -> Result<(), ConfigError> {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    match host_and_port(rest) {
+        Some((host, _)) if !host.is_ascii() => Err(ConfigError::NonAsciiHost {
+            at,
+            url: url.to_string(),
+        }),
+        _ => Ok(()),
+    }
 }
 
 // ---------------------------------------------------------------------------
@@ -713,6 +736,9 @@ fn validate_registries(cfg: &FileConfig) -> Result<(), ConfigError> {
                 field,
             });
         }
+        if let (Transport::Sse | Transport::Http, Some(url)) = (s.transport, &s.url) {
+            check_ascii_host(format!("[[mcp.servers]] \"{}\" url", s.name), url)?;
+        }
     }
     let mut seen = std::collections::HashSet::new();
     for p in &cfg.providers {
@@ -723,6 +749,12 @@ fn validate_registries(cfg: &FileConfig) -> Result<(), ConfigError> {
             return Err(ConfigError::DuplicateProvider {
                 name: p.name.clone(),
             });
+        }
+        if let Some(url) = &p.base_url {
+            check_ascii_host(
+                format!("[[providers.entries]] \"{}\" base_url", p.name),
+                url,
+            )?;
         }
     }
     Ok(())

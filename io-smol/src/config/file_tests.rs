@@ -531,3 +531,62 @@ fn otlp_header_resolution() {
         "[telemetry] otlp_headers \"a\": unterminated ${...} token"
     );
 }
+
+/// The URL parser links no Unicode tables (idna_adapter 1.0), so a host
+/// name must be written in ASCII: a non-ASCII one is refused at load with
+/// the entry named, and its `xn--` form is accepted.
+#[test]
+fn non_ascii_host_names_are_refused_at_load() {
+    let cases = [
+        (
+            "[[providers.entries]]\nname = \"p\"\nprovider = \"anthropic\"\nmodel = \"m\"\nauth_token = \"t\"\nbase_url = \"https://bücher.example/v1\"\n",
+            "[[providers.entries]] \"p\" base_url \"https://bücher.example/v1\"",
+        ),
+        (
+            "[[mcp.servers]]\nname = \"m\"\ntransport = \"http\"\nurl = \"http://u@bücher.example:8080/mcp\"\n",
+            "[[mcp.servers]] \"m\" url \"http://u@bücher.example:8080/mcp\"",
+        ),
+        (
+            "[telemetry]\nenabled = true\notlp_endpoint = \"http://bücher.example:4317\"\n",
+            "[telemetry] otlp_endpoint \"http://bücher.example:4317\"",
+        ),
+    ];
+    for (text, at) in cases {
+        let err = parse(text).unwrap_err();
+        assert!(matches!(err, ConfigError::NonAsciiHost { .. }), "{err:?}");
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "{at} has a non-ASCII host name; write it in its ASCII form (xn--…, as `idn2` prints it)"
+            )
+        );
+        assert_eq!(err.exit_code(), 2);
+    }
+    // Non-ASCII outside the host (a path, a user name) is the parser's
+    // business, not a host name.
+    for url in [
+        "https://xn--bcher-kva.example/v1",
+        "https://api.example.com/bücher",
+        "http://[::1]:8080/",
+    ] {
+        parse(&format!(
+            "[[providers.entries]]\nname = \"p\"\nprovider = \"anthropic\"\nmodel = \"m\"\nauth_token = \"t\"\nbase_url = \"{url}\"\n"
+        ))
+        .unwrap_or_else(|e| panic!("{url}: {e}"));
+    }
+}
+
+/// What the load-time check stands for: ureq's URL parser takes the ASCII
+/// form of an internationalised name and refuses the Unicode one.
+#[test]
+fn the_url_parser_takes_ascii_host_names_only() {
+    let agent = ureq::AgentBuilder::new().build();
+    assert!(agent
+        .get("https://xn--bcher-kva.example/v1")
+        .request_url()
+        .is_ok());
+    assert!(agent
+        .get("https://bücher.example/v1")
+        .request_url()
+        .is_err());
+}
