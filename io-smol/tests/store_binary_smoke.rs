@@ -3,23 +3,16 @@
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
+use testkit::TestDir;
 
 const BIN: &str = env!("CARGO_BIN_EXE_baesrv");
 
-fn temp_dir(tag: &str) -> PathBuf {
-    static N: AtomicU32 = AtomicU32::new(0);
-    let dir = std::env::temp_dir().join(format!(
-        "baesrv-{tag}-{}-{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+/// Removed when the test is done (testkit::TestDir).
+fn temp_dir(tag: &str) -> TestDir {
+    TestDir::new(&format!("baesrv-{tag}")).unwrap()
 }
 
 /// A command with a clean `BAE_*` environment rooted in `dir`.

@@ -1,29 +1,23 @@
 //! Admin-key bootstrap decision table (spec 03 §5.1; C-208–C-215).
 
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::path::Path;
 
 use io_smol::store::{
     bootstrap_admin_key, BootstrapError, BootstrapOutcome, BootstrapSettings, Store, Synchronous,
 };
 use sha2::{Digest, Sha256};
+use testkit::TestDir;
 
-fn temp_dir(tag: &str) -> PathBuf {
-    static N: AtomicU32 = AtomicU32::new(0);
-    let dir = std::env::temp_dir().join(format!(
-        "baesrv-{tag}-{}-{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+/// Removed when the test is done (testkit::TestDir).
+fn temp_dir(tag: &str) -> TestDir {
+    TestDir::new(&format!("baesrv-{tag}")).unwrap()
 }
 
 struct Fixture {
-    dir: PathBuf,
+    // The store closes before its directory goes.
     store: Store,
+    dir: TestDir,
 }
 
 impl Fixture {
@@ -31,7 +25,7 @@ impl Fixture {
         let dir = temp_dir(tag);
         let store = Store::open(dir.join("bae.db"), Synchronous::Normal).unwrap();
         store.migrate().unwrap();
-        Fixture { dir, store }
+        Fixture { store, dir }
     }
 
     fn settings(&self) -> BootstrapSettings {

@@ -2,29 +2,20 @@
 //! variant round-trips through `load_snapshot`/`read`, batches are atomic,
 //! and History applies the compaction lower bound of spec 07 §6.
 
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicU32, Ordering};
-
 use engine::store::{
     EventRow, KeyRole, KeyRow, ProfileRow, ReadResult, SessionRow, SessionState, StoreRead,
     StoreWrite,
 };
 use io_smol::store::{Store, Synchronous};
 use serde_json::json;
+use testkit::TestPath;
 
-fn temp_db(tag: &str) -> PathBuf {
-    static N: AtomicU32 = AtomicU32::new(0);
-    let dir = std::env::temp_dir().join(format!(
-        "baesrv-{tag}-{}-{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir.join("bae.db")
+/// Its directory is removed when the test is done (testkit::TestPath).
+fn temp_db(tag: &str) -> TestPath {
+    TestPath::new(&format!("baesrv-{tag}"), "bae.db").unwrap()
 }
 
-fn open(tag: &str) -> (Store, PathBuf) {
+fn open(tag: &str) -> (Store, TestPath) {
     let path = temp_db(tag);
     let store = Store::open(&path, Synchronous::Normal).unwrap();
     store.migrate().unwrap();
@@ -449,8 +440,8 @@ fn eid(seq: u64) -> String {
 
 /// Session with messages at seq 2..=9 (alternating user/assistant), plus
 /// provider responses.
-fn history_fixture(tag: &str) -> Store {
-    let (store, _) = open(tag);
+fn history_fixture(tag: &str) -> (Store, TestPath) {
+    let (store, db) = open(tag);
     let mut b = base_batch();
     b.push(StoreWrite::InsertSession(session("ses_other")));
     for seq in 2..=9u64 {
@@ -473,7 +464,7 @@ fn history_fixture(tag: &str) -> Store {
         json!({"other": true}),
     )));
     store.commit(&b).unwrap();
-    store
+    (store, db)
 }
 
 fn seqs(h: &engine::history_load::HistoryLoad) -> Vec<u64> {
@@ -482,7 +473,7 @@ fn seqs(h: &engine::history_load::HistoryLoad) -> Vec<u64> {
 
 #[test]
 fn history_without_compaction_is_full() {
-    let store = history_fixture("hist-full");
+    let (store, _db) = history_fixture("hist-full");
     let h = history(&store, "ses_1");
     assert_eq!(seqs(&h), [2, 3, 4, 5, 6, 7, 8, 9]);
     assert_eq!(h.messages[0].1, "client.message.send");
@@ -492,7 +483,7 @@ fn history_without_compaction_is_full() {
 
 #[test]
 fn history_bound_from_preamble() {
-    let store = history_fixture("hist-pre");
+    let (store, _db) = history_fixture("hist-pre");
     store
         .commit(&[
             // An older completed compaction is superseded by the newest one.
@@ -517,7 +508,7 @@ fn history_bound_from_preamble() {
 
 #[test]
 fn history_bound_from_legacy_summary() {
-    let store = history_fixture("hist-sum");
+    let (store, _db) = history_fixture("hist-sum");
     store
         .commit(&[StoreWrite::InsertEvent(event(
             11,
@@ -542,7 +533,7 @@ fn history_bound_from_legacy_summary() {
 
 #[test]
 fn history_broken_reference_means_full_history() {
-    let store = history_fixture("hist-broken");
+    let (store, _db) = history_fixture("hist-broken");
     store
         .commit(&[StoreWrite::InsertEvent(event(
             11,
@@ -567,7 +558,7 @@ fn history_broken_reference_means_full_history() {
 
 #[test]
 fn history_newest_usage() {
-    let store = history_fixture("hist-usage");
+    let (store, _db) = history_fixture("hist-usage");
     let resp = |seq: u64, payload: serde_json::Value| {
         StoreWrite::InsertEvent(event(seq, "ses_1", "provider.response", payload))
     };
@@ -618,7 +609,7 @@ fn history_newest_usage() {
 #[test]
 #[ignore]
 fn group_commit_throughput() {
-    let (store, _) = open("throughput");
+    let (store, _db) = open("throughput");
     store.commit(&base_batch()).unwrap();
     let mut conn = store.conn();
     let payload =

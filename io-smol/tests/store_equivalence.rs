@@ -5,8 +5,6 @@
 //! The PostgreSQL run starts a throwaway cluster (`testkit::pg`); it fails
 //! loudly when the server binaries are missing.
 
-use std::path::PathBuf;
-
 use engine::history_load;
 use engine::mem_store::MemStore;
 use engine::store::{
@@ -33,21 +31,6 @@ impl Rng {
     fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
         &items[self.below(items.len() as u64) as usize]
     }
-}
-
-fn temp_db_path(seed: u64) -> PathBuf {
-    std::env::temp_dir()
-        .join(format!("baesrv-equiv-{}-{seed}", std::process::id()))
-        .join("bae.db")
-}
-
-/// A fresh directory for the seed's database file.
-fn temp_db(seed: u64) -> PathBuf {
-    let path = temp_db_path(seed);
-    let dir = path.parent().unwrap();
-    let _ = std::fs::remove_dir_all(dir);
-    std::fs::create_dir_all(dir).unwrap();
-    path
 }
 
 const T: &str = "2026-01-01T00:00:00.000Z";
@@ -348,15 +331,19 @@ const READ_TYPES: [EventType; 8] = [
 
 #[test]
 fn sqlite_store_matches_mem_store() {
+    // Each seed's database, in a directory removed when the test is done.
+    let dbs = std::cell::RefCell::new(std::collections::HashMap::new());
     store_matches_mem_store(
         |seed| {
-            let store = Store::open(temp_db(seed), Synchronous::Normal).unwrap();
+            let db = testkit::TestPath::new("baesrv-equiv", "bae.db").unwrap();
+            let store = Store::open(&db, Synchronous::Normal).unwrap();
             store.migrate().unwrap();
+            dbs.borrow_mut().insert(seed, db);
             Backend::Sqlite(store)
         },
         |seed, _| {
             // The requests were stored with their histories shared.
-            let raw = sqlite::open(temp_db_path(seed)).unwrap();
+            let raw = sqlite::open(&dbs.borrow()[&seed]).unwrap();
             let count = |sql: &str| {
                 let mut st = raw.prepare(sql).unwrap();
                 st.next().unwrap();

@@ -3,8 +3,7 @@
 //! engine wrote, byte for byte; a growing session stores each message once;
 //! old full rows, restarts, failed batches and odd payloads keep working.
 
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::path::Path;
 
 use engine::store::{
     EventRow, EventType, KeyRole, KeyRow, ProfileRow, ReadResult, SessionRow, SessionState,
@@ -12,17 +11,11 @@ use engine::store::{
 };
 use io_smol::store::{Store, StoreConn, Synchronous};
 use serde_json::{json, Value};
+use testkit::TestPath;
 
-fn temp_db(tag: &str) -> PathBuf {
-    static N: AtomicU32 = AtomicU32::new(0);
-    let dir = std::env::temp_dir().join(format!(
-        "baesrv-hist-{tag}-{}-{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir.join("bae.db")
+/// Its directory is removed when the test is done (testkit::TestPath).
+fn temp_db(tag: &str) -> TestPath {
+    TestPath::new(&format!("baesrv-hist-{tag}"), "bae.db").unwrap()
 }
 
 const T: &str = "2026-01-01T00:00:00.000Z";
@@ -420,7 +413,7 @@ fn rows_stored_whole_by_an_older_server_stay_as_they_are() {
 /// stores exactly what it stores without.
 #[test]
 fn a_restart_rebuilds_what_the_next_request_reuses() {
-    let run = |restarts: bool| -> (PathBuf, Vec<EventRow>) {
+    let run = |restarts: bool| -> (TestPath, Vec<EventRow>) {
         let path = temp_db("restart");
         let mut store = open(&path);
         let mut t = Turns::new(&["ses_a", "ses_b"]);

@@ -1,20 +1,11 @@
 //! Schema, migrations and connection setup (spec 08 §1–§3, C-228, C-233).
 
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicU32, Ordering};
-
 use io_smol::store::{Store, StoreError, Synchronous, LATEST_VERSION};
+use testkit::TestDir;
 
-fn temp_dir(tag: &str) -> PathBuf {
-    static N: AtomicU32 = AtomicU32::new(0);
-    let dir = std::env::temp_dir().join(format!(
-        "baesrv-{tag}-{}-{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+/// Removed when the test is done (testkit::TestDir).
+fn temp_dir(tag: &str) -> TestDir {
+    TestDir::new(&format!("baesrv-{tag}")).unwrap()
 }
 
 fn scalar(path: &std::path::Path, sql: &str) -> i64 {

@@ -21,4 +21,4 @@ pub mod tempdir;
 pub use http::{rpc_request, HttpClient, Response, RpcStream};
 pub use mock_provider::{Endpoint, MockProvider, RecordedRequest, Reply};
 pub use server::{RunOutput, Server, ServerOptions, StartError};
-pub use tempdir::TestDir;
+pub use tempdir::{TestDir, TestPath};

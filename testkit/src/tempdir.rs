@@ -63,6 +63,50 @@ impl TestDir {
     }
 }
 
+impl std::ops::Deref for TestDir {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl AsRef<Path> for TestDir {
+    fn as_ref(&self) -> &Path {
+        &self.path
+    }
+}
+
+/// A file's path in a fresh [`TestDir`] of its own (which it keeps alive):
+/// a database that goes, with its `-wal` and `-shm`, when the test is done.
+#[derive(Debug)]
+pub struct TestPath {
+    path: PathBuf,
+    _dir: TestDir,
+}
+
+impl TestPath {
+    pub fn new(prefix: &str, file_name: &str) -> io::Result<TestPath> {
+        let dir = TestDir::new(prefix)?;
+        Ok(TestPath {
+            path: dir.join(file_name),
+            _dir: dir,
+        })
+    }
+}
+
+impl std::ops::Deref for TestPath {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl AsRef<Path> for TestPath {
+    fn as_ref(&self) -> &Path {
+        &self.path
+    }
+}
+
 impl Drop for TestDir {
     fn drop(&mut self) {
         if self.remove && std::env::var_os("TESTKIT_KEEP_DIRS").is_none() {
