@@ -174,7 +174,10 @@ fn free_port() -> u16 {
     l.local_addr().expect("addr").port()
 }
 
-/// Live (non-zombie) and zombie children of `pid`, from `/proc`.
+/// Live (non-zombie) and zombie children of `pid`, from `/proc`, leaving
+/// out the container CLI that every server start runs in the background to
+/// stop a crashed run's sandboxes (`io-smol/src/sandbox_cleanup.rs`): it
+/// may still be running when a test counts MCP servers.
 pub fn children_of(pid: u32) -> (Vec<u32>, Vec<u32>) {
     let mut live = Vec::new();
     let mut zombies = Vec::new();
@@ -199,7 +202,7 @@ pub fn children_of(pid: u32) -> (Vec<u32>, Vec<u32>) {
         let mut fields = rest.split_whitespace();
         let state = fields.next().unwrap_or("");
         let ppid: u32 = fields.next().and_then(|p| p.parse().ok()).unwrap_or(0);
-        if ppid == pid {
+        if ppid == pid && !is_leftover_cleanup(child) {
             if state == "Z" {
                 zombies.push(child);
             } else {
@@ -208,6 +211,15 @@ pub fn children_of(pid: u32) -> (Vec<u32>, Vec<u32>) {
         }
     }
     (live, zombies)
+}
+
+/// The boot-time `docker ps`/`docker stop`, or its fork before `exec`
+/// (which still bears the forking thread's name).
+fn is_leftover_cleanup(pid: u32) -> bool {
+    let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+    let comm = comm.trim_end();
+    // The kernel keeps 15 bytes of a thread's name.
+    comm == "docker" || comm == "bae-sandbox-cle"
 }
 
 /// Processes whose command line contains `needle` (orphans included).
