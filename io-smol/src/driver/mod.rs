@@ -58,7 +58,10 @@ use engine::pipeline::{Delivery, Job, Pipeline, Routed};
 /// Capacity of the event channel: readers wait (back-pressure) when the
 /// engine falls this far behind.
 const EVENT_CAPACITY: usize = 4096;
-/// Read buffer per connection.
+/// A connection's first read buffer: most requests fit, and an idle
+/// keep-alive connection holds no more than this.
+const READ_FIRST: usize = 4 * 1024;
+/// The largest read buffer a connection grows to while reads fill it.
 const READ_CHUNK: usize = 16 * 1024;
 /// Bytes after which a writer stops gathering queued buffers into one write.
 const MAX_WRITE: usize = 256 * 1024;
@@ -694,7 +697,7 @@ async fn accept_loop(listener: TcpListener, which: Listener, tx: Sender<Event>) 
 }
 
 async fn read_loop(conn: ConnId, mut stream: TcpStream, tx: Sender<Event>) {
-    let mut buf = vec![0u8; READ_CHUNK];
+    let mut buf = vec![0u8; READ_FIRST];
     loop {
         match stream.read(&mut buf).await {
             Ok(0) => break,
@@ -703,6 +706,9 @@ async fn read_loop(conn: ConnId, mut stream: TcpStream, tx: Sender<Event>) {
                     conn,
                     bytes: buf[..n].to_vec(),
                 };
+                if n == buf.len() && buf.len() < READ_CHUNK {
+                    buf.resize(buf.len() * 2, 0);
+                }
                 if tx.send(Event::Net(input)).await.is_err() {
                     return;
                 }
