@@ -705,7 +705,7 @@ fn check_ascii_host(at: String, url: &str) -> Result<(), ConfigError> {
     match host_and_port(rest) {
         Some((host, _)) if !host.is_ascii() => Err(ConfigError::NonAsciiHost {
             at,
-            url: url.to_string(),
+            host: host.to_string(),
         }),
         _ => Ok(()),
     }

@@ -540,15 +540,15 @@ fn non_ascii_host_names_are_refused_at_load() {
     let cases = [
         (
             "[[providers.entries]]\nname = \"p\"\nprovider = \"anthropic\"\nmodel = \"m\"\nauth_token = \"t\"\nbase_url = \"https://bücher.example/v1\"\n",
-            "[[providers.entries]] \"p\" base_url \"https://bücher.example/v1\"",
+            "[[providers.entries]] \"p\" base_url",
         ),
         (
             "[[mcp.servers]]\nname = \"m\"\ntransport = \"http\"\nurl = \"http://u@bücher.example:8080/mcp\"\n",
-            "[[mcp.servers]] \"m\" url \"http://u@bücher.example:8080/mcp\"",
+            "[[mcp.servers]] \"m\" url",
         ),
         (
             "[telemetry]\nenabled = true\notlp_endpoint = \"http://bücher.example:4317\"\n",
-            "[telemetry] otlp_endpoint \"http://bücher.example:4317\"",
+            "[telemetry] otlp_endpoint",
         ),
     ];
     for (text, at) in cases {
@@ -557,7 +557,7 @@ fn non_ascii_host_names_are_refused_at_load() {
         assert_eq!(
             err.to_string(),
             format!(
-                "{at} has a non-ASCII host name; write it in its ASCII form (xn--…, as `idn2` prints it)"
+                "{at}: host \"bücher.example\" is not ASCII; write it in its ASCII form (xn--…, as idn2 prints it)"
             )
         );
         assert_eq!(err.exit_code(), 2);

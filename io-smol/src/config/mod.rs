@@ -139,8 +139,9 @@ pub enum ConfigError {
     DuplicateProvider { name: String },
     /// A `[[providers.entries]]` entry has a blank name.
     BlankProviderName,
-    /// A configured URL's host is not ASCII; `at` names the entry and field.
-    NonAsciiHost { at: String, url: String },
+    /// A configured URL's host is not ASCII; `at` names the entry and
+    /// field. Only the host is shown: the rest may hold credentials.
+    NonAsciiHost { at: String, host: String },
     /// `[telemetry]` validation or `otlp_headers` resolution failure; the
     /// payload is the complete message.
     Telemetry(String),
@@ -223,10 +224,10 @@ impl fmt::Display for ConfigError {
             ConfigError::BlankProviderName => {
                 f.write_str("provider name must not be blank in [providers.entries]")
             }
-            ConfigError::NonAsciiHost { at, url } => write!(
+            ConfigError::NonAsciiHost { at, host } => write!(
                 f,
-                "{at} \"{url}\" has a non-ASCII host name; \
-                 write it in its ASCII form (xn--…, as `idn2` prints it)"
+                "{at}: host \"{host}\" is not ASCII; \
+                 write it in its ASCII form (xn--…, as idn2 prints it)"
             ),
             ConfigError::Telemetry(msg) => f.write_str(msg),
         }
