@@ -14,7 +14,11 @@ pub fn push_str(out: &mut String, s: &str) {
     out.push('"');
     let bytes = s.as_bytes();
     let mut start = 0;
-    for (i, &b) in bytes.iter().enumerate() {
+    let mut i = 0;
+    while i < bytes.len() {
+        // Most text needs no escape: skip it a word at a time.
+        i += clean_prefix(bytes.get(i..).unwrap_or_default());
+        let Some(&b) = bytes.get(i) else { break };
         let esc: Option<&str> = match b {
             b'"' => Some("\\\""),
             b'\\' => Some("\\\\"),
@@ -23,8 +27,7 @@ pub fn push_str(out: &mut String, s: &str) {
             b'\t' => Some("\\t"),
             0x08 => Some("\\b"),
             0x0c => Some("\\f"),
-            0x00..=0x1f => None,
-            _ => continue,
+            _ => None,
         };
         // `i` is at an ASCII byte, hence on a char boundary.
         out.push_str(s.get(start..i).unwrap_or_default());
@@ -40,10 +43,43 @@ pub fn push_str(out: &mut String, s: &str) {
                 ));
             }
         }
-        start = i + 1;
+        i += 1;
+        start = i;
     }
-    out.push_str(&s[start..]);
+    out.push_str(s.get(start..).unwrap_or_default());
     out.push('"');
+}
+
+/// Whether `b` must be escaped in a JSON string: `"`, `\` or a control
+/// character below U+0020.
+fn needs_escape(b: u8) -> bool {
+    b < 0x20 || b == b'"' || b == b'\\'
+}
+
+/// Length of the longest prefix of `bytes` with no byte that
+/// [`needs_escape`], tested eight bytes at a time.
+fn clean_prefix(bytes: &[u8]) -> usize {
+    const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
+    const HIGHS: u64 = u64::from_ne_bytes([0x80; 8]);
+    // A byte of `x` is zero exactly where the word has the high bit set in
+    // `(x - ONES) & !x & HIGHS`; bytes >= 0x80 (UTF-8) are masked out by
+    // `!word`, so only ASCII bytes below 0x20 or equal to '"' or '\\' hit.
+    let has_zero = |x: u64| x.wrapping_sub(ONES) & !x & HIGHS;
+    let mut n = 0;
+    for chunk in bytes.chunks_exact(8) {
+        let mut word = [0u8; 8];
+        word.copy_from_slice(chunk);
+        let w = u64::from_ne_bytes(word);
+        let below_space = w.wrapping_sub(ONES * 0x20) & !w & HIGHS;
+        let quote = has_zero(w ^ (ONES * u64::from(b'"')));
+        let backslash = has_zero(w ^ (ONES * u64::from(b'\\')));
+        if below_space | quote | backslash != 0 {
+            break;
+        }
+        n += 8;
+    }
+    let rest = bytes.get(n..).unwrap_or_default();
+    n + rest.iter().take_while(|&&b| !needs_escape(b)).count()
 }
 
 /// `s` as a JSON string literal (with quotes).
@@ -104,6 +140,25 @@ mod tests {
                 serde_json::to_string(&s).unwrap(),
                 "char {c:#x}"
             );
+        }
+    }
+
+    #[test]
+    fn escaping_matches_serde_at_every_offset_of_long_text() {
+        // The word-at-a-time scan: an escape in any lane of any word, after
+        // multi-byte characters, and in the tail shorter than a word.
+        let specials = ['"', '\\', '\n', '\u{0}', '\u{1f}', '\u{7f}', ' ', 'é', '😀'];
+        for c in specials {
+            for at in 0..26 {
+                let mut s: String = "abcdefgh日本ijklmnop".chars().cycle().take(26).collect();
+                let byte = s.char_indices().nth(at).map(|(i, _)| i).unwrap();
+                s.insert(byte, c);
+                assert_eq!(
+                    string(&s),
+                    serde_json::to_string(&s).unwrap(),
+                    "{c:?} at {at}"
+                );
+            }
         }
     }
 
