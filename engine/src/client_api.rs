@@ -4,6 +4,7 @@
 
 use proto::http::{Method, Request};
 use proto::wire::ids::{IdKind, SecretKind};
+use proto::wire::json;
 use proto::wire::problem::ProblemType;
 use serde_json::{json, Map, Value};
 
@@ -104,7 +105,7 @@ impl Engine {
             }
             Route::Meta => {
                 let body = json!({"version": self.config.version, "api_versions": ["v1"]});
-                let body = body.to_string();
+                let body = json::text(&body);
                 self.respond_ungated(conn, 200, Some("application/json"), body.as_bytes());
             }
             Route::Sessions => self.create_session(conn, &req),
@@ -256,7 +257,7 @@ impl Engine {
             conn,
             &session_id,
             &profile.row.mcp_servers,
-            response.to_string().into_bytes(),
+            json::text(&response).into_bytes(),
         );
     }
 
@@ -512,7 +513,7 @@ impl Engine {
         let per_key = |list: Value| {
             let mut m = Map::new();
             m.insert(key_id.to_string(), list);
-            Value::Object(m).to_string()
+            json::text(&Value::Object(m))
         };
         let row = SessionRow {
             id: id.clone(),

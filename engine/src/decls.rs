@@ -9,6 +9,7 @@
 //! driver's tools without parsing, and a row write splices stored text.
 //! The [`DeclPool`] hands out one `Decls` per distinct text.
 
+use proto::wire::json;
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 
@@ -66,7 +67,7 @@ impl ToolMap {
     /// Replaces one client's declarations; other clients' stay untouched
     /// and keep their place (a new client goes last).
     pub fn set(&mut self, pool: &mut DeclPool, key_id: &str, tools: &[Value]) {
-        let list = Value::Array(tools.to_vec()).to_string();
+        let list = json::text(&Value::Array(tools.to_vec()));
         let mut text = String::with_capacity(self.text().len() + key_id.len() + list.len() + 4);
         text.push('{');
         let mut replaced = false;
@@ -81,7 +82,7 @@ impl ToolMap {
                 text.push_str(&list);
                 replaced = true;
             } else {
-                text.push_str(&Value::Array(v.clone()).to_string());
+                text.push_str(&json::text(&Value::Array(v.clone())));
             }
         }
         if !replaced {
@@ -121,7 +122,7 @@ impl DeclPool {
             Ok(Value::Object(m)) if !m.is_empty() => m,
             _ => return ToolMap::default(),
         };
-        let compact = Value::Object(map.clone()).to_string();
+        let compact = json::text(&Value::Object(map.clone()));
         if compact != text {
             return self.intern(compact);
         }

@@ -3,6 +3,7 @@
 //! client that named the extension at registration sees any of it.
 
 use proto::jsonrpc::{self, Extension};
+use proto::wire::json;
 use serde_json::json;
 
 use crate::turn::Holder;
@@ -44,7 +45,7 @@ impl Engine {
                 )
             }
         };
-        self.terminal_result(conn, &body.to_string());
+        self.terminal_result(conn, &json::text(&body));
     }
 
     /// Cancels what holds the session's gate (only if `owner` holds it,

@@ -2,6 +2,7 @@
 //! and publication to live streams (after the write, so the driver commits
 //! before any stream sees the event).
 
+use proto::wire::json;
 use proto::wire::EventType;
 use serde_json::Value;
 
@@ -21,7 +22,7 @@ impl Engine {
         event_type: EventType,
         payload: Value,
     ) -> Appended {
-        self.append_event_text(session_id, client_key_id, event_type, payload.to_string())
+        self.append_event_text(session_id, client_key_id, event_type, json::text(&payload))
     }
 
     /// [`Engine::append_event`] for a payload already rendered as compact

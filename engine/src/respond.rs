@@ -1,5 +1,6 @@
 //! Buffered REST responses: JSON bodies, RFC 7807 problems, event pages.
 
+use proto::wire::json;
 use proto::wire::problem::{Problem, ProblemType};
 
 use std::sync::Arc;
@@ -138,9 +139,9 @@ pub(crate) fn turn_result_parts(message: &serde_json::Value, events: &[Arc<str>]
     let mut parts = Vec::new();
     let mut buf = String::with_capacity(256);
     buf.push_str("{\"message\":");
-    buf.push_str(&proto::jsonrpc::escape_line_separators(
-        &message.to_string(),
-    ));
+    buf.push_str(&proto::jsonrpc::escape_line_separators(&json::text(
+        message,
+    )));
     buf.push_str(",\"events\":[");
     for (i, e) in events.iter().enumerate() {
         if i > 0 {

@@ -4,6 +4,7 @@
 
 use proto::http::Request;
 use proto::jsonrpc::{self, Call, Extension, Extensions};
+use proto::wire::json;
 use serde_json::{json, Value};
 
 use crate::conn::PendingRead;
@@ -185,7 +186,7 @@ impl Engine {
                 self.driver_ext
                     .insert((session_id.to_string(), key_id.to_string()), ext);
                 let body = json!({"registered": true, "extensions": ext.names()});
-                self.terminal_result(conn, &body.to_string());
+                self.terminal_result(conn, &json::text(&body));
             }
         }
     }

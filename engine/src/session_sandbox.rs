@@ -3,6 +3,7 @@
 //! notices, teardown at session close, and image provisioning.
 
 use proto::jsonrpc::{ExecRemoteSandboxParams, RpcError, StartRemoteSandboxParams};
+use proto::wire::json;
 use serde_json::{json, Value};
 
 use crate::sandbox::{
@@ -155,7 +156,7 @@ impl Engine {
                     let body = json!({
                         "sandbox_id": handle.container, "image": image, "started_at": started_at,
                     });
-                    self.terminal_result(conn, &body.to_string());
+                    self.terminal_result(conn, &json::text(&body));
                 }
             }
             Err(detail) => {
@@ -236,7 +237,7 @@ impl Engine {
                 );
                 if let Some((conn, _)) = self.rpc_alive(&requester) {
                     let body = json!({"stopped": true, "image": handle.image, "sandbox_id": handle.container});
-                    self.terminal_result(conn, &body.to_string());
+                    self.terminal_result(conn, &json::text(&body));
                 }
             }
             Err(detail) => {
@@ -320,7 +321,7 @@ impl Engine {
                         crate::session_core::marked_streams(&out, self.config.sandbox_max_output);
                     let body =
                         json!({"stdout": stdout, "stderr": stderr, "exit_code": out.exit_code});
-                    self.terminal_result(conn, &body.to_string());
+                    self.terminal_result(conn, &json::text(&body));
                 }
             }
             Err(detail) => {
@@ -364,11 +365,11 @@ impl Engine {
                     self.append_event(session_id, Some(key_id), kind, payload);
                 }
                 let body = json!({"cancelled": true, "subagent_id": id, "was_running": true});
-                self.terminal_result(conn, &body.to_string());
+                self.terminal_result(conn, &json::text(&body));
             }
             CancelOutcome::AlreadyTerminal => {
                 let body = json!({"cancelled": true, "subagent_id": id, "was_running": false});
-                self.terminal_result(conn, &body.to_string());
+                self.terminal_result(conn, &json::text(&body));
             }
         }
     }

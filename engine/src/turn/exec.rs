@@ -3,6 +3,7 @@
 //! given to the core, streams answered, the gate parked or passed on.
 
 use proto::jsonrpc::codes;
+use proto::wire::json;
 use serde_json::json;
 
 use super::{Mode, TurnId, UNAVAILABLE_TEXT};
@@ -96,7 +97,7 @@ impl Engine {
             }
             Effect::SteerApplied { conn, event_id } => {
                 let body = json!({"steered": true, "event_id": event_id});
-                self.terminal_result(conn, &body.to_string());
+                self.terminal_result(conn, &json::text(&body));
             }
             Effect::SteerRetired { conn, why } => {
                 let msg = format!("steer_rejected: not applied: {why}");
@@ -122,7 +123,7 @@ impl Engine {
             self.history_cache.grew(session_id, bytes);
         }
         let payload = match log.payload {
-            Payload::Value(v) => v.to_string(),
+            Payload::Value(v) => json::text(&v),
             Payload::Text(text) => text,
         };
         let ev = self.append_event_text(session_id, Some(&key_id), log.event, payload);
