@@ -3,6 +3,16 @@
 //! store read is meant. Drivers choose connection ids; the engine chooses
 //! the rest. None is ever reused within a process.
 
+/// A hash map keyed by what this server mints (ids, connection, call and
+/// read numbers). foldhash instead of std's SipHash: these maps are looked
+/// up several times per request, and their keys are not chosen by clients
+/// (maps keyed by client text, such as tool declarations, keep SipHash).
+/// Seeded per process like std's, so iteration order is never relied on.
+pub type IdMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
+
+/// The set form of [`IdMap`].
+pub type IdSet<K> = std::collections::HashSet<K, foldhash::fast::RandomState>;
+
 macro_rules! handle {
     ($($(#[$doc:meta])* $name:ident;)*) => {
         $(

@@ -67,7 +67,7 @@ pub mod telemetry;
 pub mod time;
 mod turn;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use model::Catalog;
 use proto::jsonrpc::codes;
@@ -392,7 +392,7 @@ pub struct Engine {
     /// Next event rowid (global, strictly increasing).
     next_seq: u64,
     next_read: ReadId,
-    pending_reads: HashMap<ReadId, conn::PendingRead>,
+    pending_reads: crate::ids::IdMap<ReadId, conn::PendingRead>,
     /// Runtime state of open sessions (gate, waiters, history cache).
     live: BTreeMap<ids::SessionId, session_core::SessionCore>,
     /// Which of `live`'s history caches to drop when idle.
@@ -409,7 +409,7 @@ pub struct Engine {
     running: BTreeMap<turn::TurnId, ids::SessionId>,
     next_turn: turn::TurnId,
     /// Provider calls in flight, by the session whose turn made them.
-    calls: HashMap<CallId, ids::SessionId>,
+    calls: crate::ids::IdMap<CallId, ids::SessionId>,
     next_call: CallId,
     /// Every session's MCP connection set.
     mcp: mcp::McpHub,
@@ -422,7 +422,7 @@ pub struct Engine {
     /// Turns waiting for their session's MCP servers to be restored.
     mcp_restoring: BTreeMap<ids::SessionId, turn::TurnId>,
     /// MCP calls in flight, by the session and turn that made them.
-    mcp_calls: HashMap<mcp::CallToken, (ids::SessionId, turn::TurnId)>,
+    mcp_calls: crate::ids::IdMap<mcp::CallToken, (ids::SessionId, turn::TurnId)>,
     next_mcp_call: mcp::CallToken,
     /// When the last legacy Argon2id verification failed (rate limit).
     last_legacy_failure: Option<MonoMs>,
@@ -501,7 +501,7 @@ impl Engine {
             pending_creates: BTreeMap::new(),
             mcp_restoring: BTreeMap::new(),
             driver_ext: BTreeMap::new(),
-            mcp_calls: HashMap::new(),
+            mcp_calls: Default::default(),
             next_mcp_call: mcp::CallToken(1),
             config,
             entropy,
@@ -511,14 +511,14 @@ impl Engine {
             conns,
             next_seq,
             next_read: ReadId(1),
-            pending_reads: HashMap::new(),
+            pending_reads: Default::default(),
             live: BTreeMap::new(),
             history_cache: histories,
             waiting: BTreeSet::new(),
             streams: streams::Hub::default(),
             running: BTreeMap::new(),
             next_turn: turn::TurnId(1),
-            calls: HashMap::new(),
+            calls: Default::default(),
             next_call: CallId(1),
             quiet: Vec::new(),
             idem: idempotency::Keys::restore(&snapshot.idempotency),

@@ -7,14 +7,14 @@
 //! it), stamps are 8-byte instants, empty tool maps allocate nothing, and
 //! map values are boxed so the tables' spare capacity stays small.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
 
 use proto::wire::CompactionConfig;
 
 use crate::auth;
 pub use crate::decls::{DeclPool, ToolMap};
-use crate::ids::{KeyId, ProfileId, SessionId};
+use crate::ids::{IdMap, IdSet, KeyId, ProfileId, SessionId};
 use crate::store::{
     KeyRole, KeyRow, ProfileRow, SessionCounts, SessionRow, SessionState, Snapshot,
 };
@@ -154,32 +154,32 @@ pub enum KeyScope<'a> {
 /// Profiles, keys and sessions with the indexes authentication needs.
 #[derive(Debug, Default)]
 pub struct Catalog {
-    pub profiles: HashMap<ProfileId, Profile>,
+    pub profiles: IdMap<ProfileId, Profile>,
     /// Profile ids in creation order (admin listing).
     pub profile_order: Vec<ProfileId>,
     /// Every profile name ever used, deleted ones included.
     pub profile_names: HashSet<String>,
 
     /// Active keys by id.
-    pub keys: HashMap<KeyId, Box<Key>>,
+    pub keys: IdMap<KeyId, Box<Key>>,
     /// Active client key ids in creation order (admin listing).
     pub client_key_order: Vec<KeyId>,
     /// Active client keys by display prefix (first 8 characters).
-    pub client_by_prefix: HashMap<SharedId, Vec<KeyId>>,
+    pub client_by_prefix: IdMap<SharedId, Vec<KeyId>>,
     /// Active session keys by the session they are bound to.
-    pub session_keys: HashMap<SessionId, Vec<KeyId>>,
+    pub session_keys: IdMap<SessionId, Vec<KeyId>>,
     /// Active admin keys.
     pub admin_keys: Vec<KeyId>,
     /// Display prefixes in use (every session key shares `bae_ses_`).
-    prefixes: HashSet<SharedId>,
+    prefixes: IdSet<SharedId>,
     /// The sessions' tool declarations, one copy per distinct text.
     pub decls: DeclPool,
 
     /// The sessions in use, and the most recently used idle ones
     /// (`crate::residency`; the store holds them all).
-    pub sessions: HashMap<SessionId, Box<Session>>,
+    pub sessions: IdMap<SessionId, Box<Session>>,
     /// Registered drivers per session (durable: rebuilt from the log).
-    pub drivers: HashMap<SessionId, BTreeSet<KeyId>>,
+    pub drivers: IdMap<SessionId, BTreeSet<KeyId>>,
 }
 
 impl Catalog {

@@ -10,7 +10,7 @@
 //! already has; a span's error status carries a `&'static str` only, so no
 //! provider, MCP or user text can reach it.
 
-use std::collections::HashMap;
+use crate::ids::IdMap;
 
 use proto::trace_context::TraceParent;
 use proto::wire::content::Dispatch;
@@ -234,19 +234,19 @@ pub struct Telemetry {
     next: u64,
     facts: Vec<Fact>,
     /// The request span of each connection's current request.
-    http: HashMap<ConnId, SpanKey>,
+    http: IdMap<ConnId, SpanKey>,
     /// `bae.session` anchors of open sessions.
-    sessions: HashMap<String, SpanKey>,
+    sessions: IdMap<String, SpanKey>,
     /// A session's paused turn (ended, kept for the resume link).
-    paused: HashMap<String, SpanKey>,
-    turns: HashMap<TurnId, SpanKey>,
-    attempts: HashMap<CallId, SpanKey>,
+    paused: IdMap<String, SpanKey>,
+    turns: IdMap<TurnId, SpanKey>,
+    attempts: IdMap<CallId, SpanKey>,
     /// `(turn, tool_use id)` → dispatch span.
-    dispatches: HashMap<(TurnId, String), SpanKey>,
+    dispatches: IdMap<(TurnId, String), SpanKey>,
     /// Children of a dispatch: MCP calls and sandbox execs.
-    tool_children: HashMap<(TurnId, String), SpanKey>,
+    tool_children: IdMap<(TurnId, String), SpanKey>,
     /// Running subagents by id.
-    subagents: HashMap<String, SpanKey>,
+    subagents: IdMap<String, SpanKey>,
 }
 
 impl Telemetry {
