@@ -78,7 +78,7 @@ impl Engine {
     }
 
     fn route_admin_with(&mut self, conn: ConnId, req: Request, ready: bool) {
-        let path = req.path.clone();
+        let path = req.path().to_owned();
         if path == "/metrics" {
             return self.metrics_request(conn, &req);
         }

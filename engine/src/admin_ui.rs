@@ -80,7 +80,7 @@ impl Engine {
     /// Answers a console path: the file, `404` for an unknown file under
     /// the prefix, `405` for any method but `GET`.
     pub(crate) fn serve_admin_ui(&mut self, conn: ConnId, req: &Request) {
-        let Some(file) = asset(&req.path) else {
+        let Some(file) = asset(req.path()) else {
             return self.problem(conn, ProblemType::NotFound, "no such route");
         };
         if req.method != Method::Get {

@@ -69,7 +69,7 @@ impl Engine {
     }
 
     fn route_client_with(&mut self, conn: ConnId, req: Request, ready: bool) {
-        let path = req.path.clone();
+        let path = req.path().to_owned();
         let Some(r) = route(&path) else {
             return self.problem(conn, ProblemType::NotFound, "no such route");
         };

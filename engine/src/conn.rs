@@ -109,7 +109,13 @@ impl Engine {
                     if self.telemetry.enabled() {
                         let method = req.method.as_str();
                         let traceparent = req.header("traceparent");
-                        (self.telemetry).http_begin(conn, listener, method, &req.path, traceparent);
+                        (self.telemetry).http_begin(
+                            conn,
+                            listener,
+                            method,
+                            req.path(),
+                            traceparent,
+                        );
                     }
                     match listener {
                         Listener::Client => self.route_client(conn, *req),

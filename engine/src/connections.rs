@@ -7,7 +7,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use proto::http::{Decoded, Rejection, Request, RequestDecoder};
+use proto::http::{Decoded, Method, Rejection, Request, RequestDecoder};
 
 use crate::{ConnId, Listener, MonoMs};
 
@@ -25,7 +25,7 @@ pub struct Conn {
     pub unflushed: usize,
     /// Method, path and start of the request being answered (logged once,
     /// with its status).
-    current: Option<(String, String, MonoMs)>,
+    current: Option<(Method, String, MonoMs)>,
     /// When the first bytes of a still-incomplete request arrived.
     partial_since: Option<MonoMs>,
     /// Armed while waiting for request bytes (indexed in the table).
@@ -138,7 +138,7 @@ impl Table {
                 c.busy = true;
                 c.partial_since = None;
                 c.keep_alive = req.keep_alive && keep_alive;
-                c.current = Some((req.method.as_str().to_string(), req.path.clone(), now));
+                c.current = Some((req.method.clone(), req.path().to_owned(), now));
                 if let Some(d) = c.read_deadline.take() {
                     self.deadlines.remove(&(d, conn));
                 }
@@ -248,7 +248,7 @@ impl Table {
     }
 
     /// Method, path and start of the request being answered, once.
-    pub fn take_current(&mut self, conn: ConnId) -> Option<(String, String, MonoMs, Listener)> {
+    pub fn take_current(&mut self, conn: ConnId) -> Option<(Method, String, MonoMs, Listener)> {
         let c = self.conns.get_mut(&conn)?;
         let (method, path, start) = c.current.take()?;
         Some((method, path, start, c.listener))

@@ -119,7 +119,7 @@ impl Engine {
         tracing::info!(
             target: "baesrv::client",
             method = %req.method.as_str(),
-            path = %req.path,
+            path = %req.path(),
             session = session_id,
             to = %addr,
             "forwarded to the session's owner"

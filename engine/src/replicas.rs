@@ -142,7 +142,7 @@ pub fn forward_request(req: &Request, via: &str) -> Vec<u8> {
     out.push(b' ');
     out.extend_from_slice(req.target.as_bytes());
     out.extend_from_slice(b" HTTP/1.1\r\n");
-    for (name, value) in &req.headers {
+    for (name, value) in req.headers.iter() {
         if hop_by_hop(name, &listed) {
             continue;
         }

@@ -155,16 +155,18 @@ fn gen_request(rng: &mut Rng) -> (Vec<u8>, Request) {
     raw.extend_from_slice(b"\r\n");
     raw.extend_from_slice(&framed_body);
 
-    let request = Request {
-        method: Method::from_token(method),
+    let headers = headers
+        .iter()
+        .map(|(n, v)| (n.as_str(), v.as_slice()))
+        .collect();
+    let request = Request::new(
+        Method::from_token(method),
         target,
-        path,
-        query,
-        minor_version: minor,
+        minor,
         headers,
         body,
         keep_alive,
-    };
+    );
     (raw, request)
 }
 

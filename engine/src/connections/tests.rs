@@ -22,7 +22,7 @@ const GET: &[u8] = b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n";
 
 fn path_of(p: Option<Polled>) -> String {
     match p {
-        Some(Polled::Request(req, _)) => req.path.clone(),
+        Some(Polled::Request(req, _)) => req.path().to_owned(),
         Some(Polled::Waiting) => "waiting".into(),
         Some(Polled::Continue) => "continue".into(),
         Some(Polled::Rejected(r)) => format!("rejected {}", r.status),

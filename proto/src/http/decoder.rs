@@ -14,6 +14,7 @@
 
 use std::mem;
 
+use super::request::Headers;
 use super::{Decoded, Limits, Method, Rejection, Request};
 
 /// Longest chunk-size line (size, extensions and CRLF) accepted.
@@ -317,10 +318,6 @@ impl RequestDecoder {
         };
         let has_body = !matches!(framing, Framing::Length(0));
 
-        let (path, query) = match target.split_once('?') {
-            Some((p, q)) => (p.to_owned(), Some(q.to_owned())),
-            None => (target.to_owned(), None),
-        };
         let keep_alive = if minor_version == 1 {
             !conn_close
         } else {
@@ -330,20 +327,18 @@ impl RequestDecoder {
             Framing::Length(n) => n.min(64 * 1024),
             Framing::Chunked(_) => 0,
         };
-        let request = Request {
-            method: Method::from_token(method),
-            target: target.to_owned(),
-            path,
-            query,
+        let mut headers = Headers::with_capacity(parsed.headers.len(), head_len);
+        for h in parsed.headers.iter() {
+            headers.push(h.name, h.value);
+        }
+        let request = Request::new(
+            Method::from_token(method),
+            target.to_owned(),
             minor_version,
-            headers: parsed
-                .headers
-                .iter()
-                .map(|h| (h.name.to_owned(), h.value.to_vec()))
-                .collect(),
-            body: Vec::with_capacity(body_capacity),
+            headers,
+            Vec::with_capacity(body_capacity),
             keep_alive,
-        };
+        );
 
         self.pos += head_len;
         self.head = HeadProgress::default();

@@ -23,7 +23,7 @@ pub use encoder::{
     encode_chunk, encode_chunk_head, encode_rejection, encode_response, encode_response_head,
     encode_stream_head, reason_phrase,
 };
-pub use request::{Method, Request};
+pub use request::{Headers, Method, Request};
 
 /// Size and count limits enforced by [`RequestDecoder`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
