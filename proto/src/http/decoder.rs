@@ -99,6 +99,10 @@ enum Framing {
     Chunked(Chunk),
 }
 
+/// Header slots [`RequestDecoder`] keeps on the stack: the default
+/// `max_headers`.
+const STACK_SLOTS: usize = 64;
+
 #[derive(Debug)]
 enum Chunk {
     /// Expecting a chunk-size line; `scanned` bytes are known to hold no LF.
@@ -230,6 +234,12 @@ impl RequestDecoder {
                     break;
                 }
                 self.head.lines = i + 1;
+                if i >= 2 && window.get(i - 2) == Some(&b'\n') {
+                    // The empty line: the head ends here, and what follows
+                    // is body or the next request, never scanned as head.
+                    i += 1;
+                    break;
+                }
             } else if after_cr || is_forbidden_in_head(b) {
                 stop = Some((head(window, i + 1), BAD_HEAD_BYTE));
                 break;
@@ -251,8 +261,18 @@ impl RequestDecoder {
         // Each header line takes at least 3 bytes, so more slots than this
         // can never be filled within the window.
         let slots = self.limits.max_headers.min(max / 3 + 1);
-        let mut slots = vec![httparse::EMPTY_HEADER; slots];
-        let mut parsed = httparse::Request::new(&mut slots);
+        // The default limit's slots fit on the stack; a 2 KiB zeroed
+        // allocation per request was the decoder's costliest step.
+        let mut on_stack = [httparse::EMPTY_HEADER; STACK_SLOTS];
+        let mut on_heap = Vec::new();
+        let slots = match on_stack.get_mut(..slots) {
+            Some(s) => s,
+            None => {
+                on_heap.resize(slots, httparse::EMPTY_HEADER);
+                &mut on_heap[..]
+            }
+        };
+        let mut parsed = httparse::Request::new(slots);
         let head_len = match parsed.parse(piece) {
             Ok(httparse::Status::Complete(n)) => n,
             Ok(httparse::Status::Partial) => {
