@@ -26,6 +26,7 @@
 //! failed batch is released, so nothing unacknowledged was ever revealed and
 //! a restart rebuilds the state from the database.
 
+mod deadlines;
 mod forward;
 pub mod mcp;
 pub mod provider;
@@ -325,6 +326,7 @@ pub fn run(boot: Boot) -> io::Result<()> {
         next_conn: ConnId(1),
         provider_inflight: 0,
         http_providers: std::rc::Rc::new(provider_http::Pool::new(provider::idle_per_host())),
+        deadlines: std::rc::Rc::default(),
         events_tx,
         jobs_tx,
         shutdown_deadline: None,
@@ -352,6 +354,8 @@ struct Driver {
     provider_inflight: usize,
     /// Keep-alive connections of plain-HTTP provider calls.
     http_providers: std::rc::Rc<provider_http::Pool>,
+    /// Timeouts of the driver thread's provider-call tasks.
+    deadlines: std::rc::Rc<deadlines::Deadlines>,
     events_tx: Sender<Event>,
     jobs_tx: Sender<Vec<Job>>,
     shutdown_deadline: Option<Instant>,
@@ -386,6 +390,8 @@ impl Driver {
         })
         .detach();
 
+        let mut timer = Timer::never();
+        let mut armed: Option<Instant> = None;
         loop {
             self.drain_outputs();
             self.submit_store();
@@ -404,8 +410,18 @@ impl Driver {
             }
 
             let wake = self.next_wake();
+            // One timer for the whole loop, moved only to an earlier instant
+            // (or once it has passed): async-io wakes its reactor thread for
+            // every timer set, and the next wake mostly moves later (each
+            // event pushes the heap trim back). Waking early costs one idle
+            // turn of the loop.
+            let now = Instant::now();
+            if armed.is_none_or(|a| wake < a || a <= now) {
+                timer.set_at(wake);
+                armed = Some(wake);
+            }
             let first = future::or(async { events.recv().await.ok() }, async {
-                Timer::at(wake).await;
+                (&mut timer).await;
                 None
             })
             .await;
@@ -445,6 +461,7 @@ impl Driver {
             self.shutdown_deadline,
             self.heap_trim.deadline(),
             otel,
+            self.deadlines.next(),
         ]
         .into_iter()
         .flatten()
@@ -452,6 +469,7 @@ impl Driver {
     }
 
     fn fire_timers(&mut self) {
+        self.deadlines.fire(Instant::now());
         self.heap_trim.fire(Instant::now());
         if Instant::now() >= self.next_activity {
             self.next_activity += ACTIVITY_PERIOD;
@@ -608,11 +626,15 @@ impl Driver {
         self.provider_inflight += 1;
         let tx = self.events_tx.clone();
         let pool = self.http_providers.clone();
+        let deadlines = self.deadlines.clone();
         tracing::debug!(call = call.id.0, "provider call started");
         spawn_local(async move {
             let id = call.id;
             let reply = match provider_http::HttpTarget::parse(&call.url) {
-                Some(target) => provider_http::perform(&pool, &call, &target).await,
+                Some(target) => {
+                    let expired = deadlines.after(Duration::from_millis(call.timeout_ms.max(1)));
+                    provider_http::perform(&pool, &call, &target, expired).await
+                }
                 None => blocking::unblock(move || provider::perform(&call)).await,
             };
             match &reply {

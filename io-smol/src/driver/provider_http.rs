@@ -22,14 +22,14 @@
 
 use std::cell::RefCell;
 use std::collections::HashMap;
+use std::future::Future;
 use std::io;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use engine::{AuthPlacement, ProviderCall, ProviderReply};
 use futures_lite::{future, AsyncReadExt, AsyncWriteExt};
 use proto::http::response::{Mode, ResponseDecoder, ResponseEvent};
 use smol::net::TcpStream;
-use smol::Timer;
 
 use super::provider::{self, strip_urls};
 use crate::config::{process_env, substitute};
@@ -108,17 +108,20 @@ impl Pool {
 
     /// The newest idle connection to `addr` that is still usable: not too
     /// old, and neither closed by the provider nor holding stray bytes.
-    async fn take(&self, addr: &str, now: Instant) -> Option<TcpStream> {
+    fn take(&self, addr: &str, now: Instant) -> Option<TcpStream> {
         loop {
             let c = self.idle.borrow_mut().get_mut(addr)?.pop()?;
             if now.saturating_duration_since(c.since) >= provider::POOL_MAX_AGE {
                 continue;
             }
-            let mut probe = [0u8; 1];
-            // Pending: open and quiet. Anything else (EOF, data, an error)
-            // means the connection cannot carry a new request.
-            if future::poll_once(c.stream.peek(&mut probe)).await.is_none() {
-                return Some(c.stream);
+            // Would block: open and quiet. Anything else (EOF, data, an
+            // error) means the connection cannot carry a new request. A
+            // plain non-blocking peek, not the async one: that would
+            // register read interest with the reactor only to drop it.
+            let mut probe = [std::mem::MaybeUninit::<u8>::uninit()];
+            match socket2::SockRef::from(&c.stream).peek(&mut probe) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Some(c.stream),
+                _ => continue,
             }
         }
     }
@@ -134,8 +137,17 @@ impl Pool {
 }
 
 /// Performs `call` (a plain-HTTP one: [`HttpTarget::parse`] took its URL).
-pub async fn perform(pool: &Pool, call: &ProviderCall, target: &HttpTarget) -> ProviderReply {
-    perform_with_env(pool, call, target, process_env).await
+/// `expired` resolves when the call's timeout (`call.timeout_ms`, from
+/// when the call was made) has passed: the driver's
+/// [`Deadlines`](super::deadlines::Deadlines), which cost no reactor
+/// wake-up per call.
+pub async fn perform(
+    pool: &Pool,
+    call: &ProviderCall,
+    target: &HttpTarget,
+    expired: impl Future<Output = ()>,
+) -> ProviderReply {
+    perform_with_env(pool, call, target, process_env, expired).await
 }
 
 /// [`perform`] with an injectable environment (tests).
@@ -144,6 +156,7 @@ pub async fn perform_with_env(
     call: &ProviderCall,
     target: &HttpTarget,
     get_env: impl Fn(&str) -> Option<String>,
+    expired: impl Future<Output = ()>,
 ) -> ProviderReply {
     let token = match substitute(&call.auth_template, get_env) {
         Ok(t) => t,
@@ -156,13 +169,12 @@ pub async fn perform_with_env(
     }
     let request = encode(call, target, &token);
     drop(token);
-    let timeout = Duration::from_millis(call.timeout_ms.max(1));
     let exchange = exchange(pool, target, &request);
     let timed_out = async {
-        Timer::after(timeout).await;
+        expired.await;
         Err(format!(
             "Network Error: timed out after {} ms",
-            timeout.as_millis()
+            call.timeout_ms.max(1)
         ))
     };
     match future::or(exchange, timed_out).await {
@@ -205,7 +217,7 @@ async fn exchange(
     target: &HttpTarget,
     request: &[u8],
 ) -> Result<(u16, Vec<u8>), String> {
-    if let Some(stream) = pool.take(&target.connect, Instant::now()).await {
+    if let Some(stream) = pool.take(&target.connect, Instant::now()) {
         match round_trip(stream, request).await {
             Ok((status, body, keep)) => {
                 if let Some(stream) = keep {
@@ -369,9 +381,14 @@ mod tests {
         };
         let target = HttpTarget::parse(&call.url).unwrap();
         let pool = Pool::new(4);
-        let reply = future::block_on(perform_with_env(&pool, &call, &target, |_| {
-            Some("a\r\nx-evil: 1".into())
-        }));
+        let expired = future::pending();
+        let reply = future::block_on(perform_with_env(
+            &pool,
+            &call,
+            &target,
+            |_| Some("a\r\nx-evil: 1".into()),
+            expired,
+        ));
         assert!(matches!(reply, ProviderReply::Credential(_)), "{reply:?}");
     }
 }
