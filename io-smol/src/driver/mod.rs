@@ -5,7 +5,9 @@
 //! * the **driver thread** (`smol::block_on`) owns the [`Engine`] and runs
 //!   the only loop that ever touches it: wait for the next [`Event`], feed
 //!   it as an [`Input`] (or fire due timers), drain [`Engine::poll_output`]
-//!   completely and dispatch every output;
+//!   completely and dispatch every output. While it has nothing to do it
+//!   waits in async-io's reactor itself (the `async-io` thread only takes
+//!   the reactor over while this one is busy);
 //! * the driver thread's own executor (`LOCAL`) also runs the
 //!   per-connection reader and writer tasks and the provider-call tasks:
 //!   bytes and replies reach the engine, and its answers reach the
@@ -336,7 +338,10 @@ pub fn run(boot: Boot) -> io::Result<()> {
         settings,
         otel: telemetry,
     };
-    let result = LOCAL.with(|ex| future::block_on(ex.run(driver.run(events_rx, listeners))));
+    // async-io's block_on: when the loop has nothing to do, this thread
+    // waits in the reactor itself, so a socket becoming ready wakes it
+    // directly instead of waking the reactor thread, which then wakes it.
+    let result = LOCAL.with(|ex| smol::block_on(ex.run(driver.run(events_rx, listeners))));
     // The store thread ends once the job channel is dropped (with the
     // driver) and every submitted job has finished.
     let _ = store_thread.join();
