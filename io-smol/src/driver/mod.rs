@@ -50,7 +50,7 @@ use engine::store::{ReadId, ReadResult};
 use engine::{
     CallId, ConnId, Engine, Entropy, Input, Listener, MonoMs, Now, ProviderReply, UnixMs,
 };
-use futures_lite::{future, AsyncReadExt, AsyncWriteExt, StreamExt};
+use futures_lite::{future, AsyncWriteExt, StreamExt};
 use smol::channel::{self, Receiver, Sender};
 use smol::net::{TcpListener, TcpStream};
 use smol::Timer;
@@ -723,12 +723,23 @@ async fn accept_loop(listener: TcpListener, which: Listener, tx: Sender<Event>) 
     }
 }
 
-async fn read_loop(conn: ConnId, mut stream: TcpStream, tx: Sender<Event>) {
+async fn read_loop(conn: ConnId, stream: TcpStream, tx: Sender<Event>) {
+    use std::io::Read;
+    // The socket itself, so the loop can wait for readiness without a read.
+    let socket: std::sync::Arc<async_io::Async<std::net::TcpStream>> = stream.into();
     let mut buf = vec![0u8; READ_FIRST];
+    // A read that did not fill the buffer emptied the kernel's queue: reading
+    // again at once would only return EAGAIN (a wasted system call per
+    // request of request/response traffic), so wait for the reactor first.
+    let mut drained = false;
     loop {
-        match stream.read(&mut buf).await {
+        if drained && socket.readable().await.is_err() {
+            break;
+        }
+        match socket.get_ref().read(&mut buf) {
             Ok(0) => break,
             Ok(n) => {
+                drained = n < buf.len();
                 let input = Input::Received {
                     conn,
                     bytes: buf[..n].to_vec(),
@@ -740,6 +751,7 @@ async fn read_loop(conn: ConnId, mut stream: TcpStream, tx: Sender<Event>) {
                     return;
                 }
             }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => drained = true,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(_) => break,
         }
