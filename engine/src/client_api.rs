@@ -247,17 +247,13 @@ impl Engine {
             &body.subagent_tools,
         );
         self.append_event(&session_id, Some(&key.id), EventType::SessionOpen, payload);
-        let response = json!({
-            "session_id": session_id,
-            "session_key": session_key,
-            "profile": self.sanitized_profile(&profile_id),
-        });
+        let response = self.open_answer(&session_id, &session_key, &profile_id);
         // 10. MCP servers connect before the 201 (spec 06 §4.1).
         self.connect_mcp_then_respond(
             conn,
             &session_id,
             &profile.row.mcp_servers,
-            json::text(&response).into_bytes(),
+            response.into_bytes(),
         );
     }
 
@@ -344,12 +340,8 @@ impl Engine {
             &body.subagent_tools,
         );
         self.append_event(session_id, Some(&key.id), EventType::SessionJoin, payload);
-        let response = json!({
-            "session_id": session_id,
-            "session_key": session_key,
-            "profile": self.sanitized_profile(&profile_id),
-        });
-        self.respond_value(conn, 201, &response);
+        let response = self.open_answer(session_id, &session_key, &profile_id);
+        self.respond_json(conn, 201, response.as_bytes());
     }
 
     fn participants(&mut self, conn: ConnId, req: &Request, session_id: &str) {
@@ -547,21 +539,58 @@ impl Engine {
     }
 
     /// The client-facing profile: no tokens, no env names, no base URL.
-    fn sanitized_profile(&self, profile_id: &str) -> Value {
+    /// The create and join answer, `{"session_id", "session_key",
+    /// "profile"}`, written as text: the bytes `serde_json` gives for the
+    /// same object, without building it (an open is a hot path).
+    pub(crate) fn open_answer(
+        &self,
+        session_id: &str,
+        session_key: &str,
+        profile_id: &str,
+    ) -> String {
+        let mut out = String::with_capacity(256);
+        out.push_str("{\"session_id\":");
+        json::push_str(&mut out, session_id);
+        out.push_str(",\"session_key\":");
+        json::push_str(&mut out, session_key);
+        out.push_str(",\"profile\":");
+        self.push_sanitized_profile(&mut out, profile_id);
+        out.push('}');
+        out
+    }
+
+    /// The profile as a client may see it: no fallbacks, and the primary
+    /// provider only as its kind and model.
+    fn push_sanitized_profile(&self, out: &mut String, profile_id: &str) {
         let Some(p) = self.catalog.profiles.get(profile_id) else {
-            return Value::Null;
+            return out.push_str("null");
         };
-        let provider = match self.provider(&p.row.primary_provider) {
-            Some(e) => json!({"provider": e.kind.as_str(), "model": e.model}),
-            None => json!({"provider": null, "model": null}),
-        };
-        json!({
-            "id": p.row.id,
-            "name": p.row.name,
-            "allowed_tools": p.row.allowed_tools,
-            "mcp_servers": p.row.mcp_servers,
-            "provider": provider,
-        })
+        out.push_str("{\"id\":");
+        json::push_str(out, &p.row.id);
+        out.push_str(",\"name\":");
+        json::push_str(out, &p.row.name);
+        out.push_str(",\"allowed_tools\":");
+        // Raw values of any type (the reference does not check them).
+        out.push_str(&serde_json::to_string(&p.row.allowed_tools).unwrap_or_default());
+        out.push_str(",\"mcp_servers\":[");
+        for (i, name) in p.row.mcp_servers.iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            json::push_str(out, name);
+        }
+        out.push_str("],\"provider\":");
+        match self.provider(&p.row.primary_provider) {
+            Some(e) => {
+                out.push_str("{\"provider\":");
+                json::push_str(out, e.kind.as_str());
+                out.push_str(",\"model\":");
+                json::push_str(out, &e.model);
+                out.push('}');
+            }
+            None => out.push_str("{\"provider\":null,\"model\":null}"),
+        }
+        out.push('}');
     }
 }
 

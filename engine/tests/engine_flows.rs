@@ -916,3 +916,57 @@ fn gate_timer_admits_a_waiter_among_many_live_sessions_c183() {
     assert_eq!(result["message"]["content"][0]["text"], "taken over");
     assert_eq!(h.engine.poll_timeout(), None, "disarmed once nobody waits");
 }
+
+/// C-016: the create and join answers are written as text; they must be the
+/// bytes `serde_json` gives for the same object (key order, escaping).
+#[test]
+fn open_and_join_answers_are_serde_json_bytes_c016() {
+    let mut h = Harness::new(config());
+    let name = "p \"q\" \\ \u{1} é\u{2028}";
+    let tools = json!(["get_time", "tab\tname", "q\"uote", "\u{7f}ü"]);
+    let (s, p) = h.admin(
+        "POST",
+        "/admin/v1/profiles",
+        Some(&json!({"name": name, "primary_provider": "main", "allowed_tools": tools})),
+    );
+    assert_eq!(s, 201, "{p}");
+    let (s, k) = h.admin(
+        "POST",
+        "/admin/v1/keys",
+        Some(&json!({"name": "k", "profile_id": p["id"]})),
+    );
+    assert_eq!(s, 201, "{k}");
+    let key = k["key"].as_str().unwrap().to_string();
+    let expected = |sid: &str, skey: &str| {
+        serde_json::to_string(&json!({
+            "session_id": sid,
+            "session_key": skey,
+            "profile": {
+                "id": p["id"],
+                "name": name,
+                "allowed_tools": tools,
+                "mcp_servers": [],
+                "provider": {"provider": "anthropic", "model": "claude-test"},
+            },
+        }))
+        .unwrap()
+    };
+    let answer = |h: &mut Harness, path: &str| {
+        let conn = h.connect(Listener::Client);
+        let req = build_request("POST", path, Some(&key), Some(&json!({})));
+        h.send_bytes(conn, &req);
+        let (status, body) = parse_response(&h.take(conn));
+        let body = String::from_utf8(body).unwrap();
+        assert_eq!(status, 201, "{body}");
+        let v: Value = serde_json::from_str(&body).unwrap();
+        let (sid, skey) = (
+            v["session_id"].as_str().unwrap(),
+            v["session_key"].as_str().unwrap(),
+        );
+        assert_eq!(body, expected(sid, skey));
+        sid.to_string()
+    };
+    let sid = answer(&mut h, "/api/v1/sessions");
+    let joined = answer(&mut h, &format!("/api/v1/sessions/{sid}/join"));
+    assert_eq!(joined, sid);
+}
