@@ -246,7 +246,7 @@ impl Engine {
             &body.sandbox_tools,
             &body.subagent_tools,
         );
-        self.append_event(&session_id, Some(&key.id), EventType::SessionOpen, payload);
+        self.append_event_text(&session_id, Some(&key.id), EventType::SessionOpen, payload);
         let response = self.open_answer(&session_id, &session_key, &profile_id);
         // 10. MCP servers connect before the 201 (spec 06 §4.1).
         self.connect_mcp_then_respond(
@@ -339,7 +339,7 @@ impl Engine {
             &body.sandbox_tools,
             &body.subagent_tools,
         );
-        self.append_event(session_id, Some(&key.id), EventType::SessionJoin, payload);
+        self.append_event_text(session_id, Some(&key.id), EventType::SessionJoin, payload);
         let response = self.open_answer(session_id, &session_key, &profile_id);
         self.respond_json(conn, 201, response.as_bytes());
     }
@@ -666,18 +666,31 @@ fn declaration_payload(
     tools: &[proto::wire::ClientToolDef],
     sandbox_tools: &[proto::wire::ClientToolDef],
     subagent_tools: &[proto::wire::SubagentToolDef],
-) -> Value {
-    let names = |it: Vec<&str>| {
-        Value::Array(
-            it.into_iter()
-                .map(|n| Value::String(n.to_string()))
-                .collect(),
-        )
-    };
-    json!({
-        "client_version": client_version,
-        "tools": names(tools.iter().map(|t| t.name.as_str()).collect()),
-        "sandbox_tools": names(sandbox_tools.iter().map(|t| t.name.as_str()).collect()),
-        "subagent_tools": names(subagent_tools.iter().map(|t| t.name.as_str()).collect()),
-    })
+) -> String {
+    // Written as text: the bytes serde_json gives for the same object.
+    fn names<'a>(out: &mut String, key: &str, names: impl Iterator<Item = &'a str>) {
+        out.push_str(key);
+        out.push('[');
+        for (i, name) in names.enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            json::push_str(out, name);
+        }
+        out.push(']');
+    }
+    let mut out = String::with_capacity(96);
+    out.push_str("{\"client_version\":");
+    json::push_opt_str(&mut out, client_version);
+    names(
+        &mut out,
+        ",\"tools\":",
+        tools.iter().map(|t| t.name.as_str()),
+    );
+    let sandbox = sandbox_tools.iter().map(|t| t.name.as_str());
+    names(&mut out, ",\"sandbox_tools\":", sandbox);
+    let subagent = subagent_tools.iter().map(|t| t.name.as_str());
+    names(&mut out, ",\"subagent_tools\":", subagent);
+    out.push('}');
+    out
 }

@@ -970,3 +970,35 @@ fn open_and_join_answers_are_serde_json_bytes_c016() {
     let joined = answer(&mut h, &format!("/api/v1/sessions/{sid}/join"));
     assert_eq!(joined, sid);
 }
+
+/// C-027: the `session.open` and `session.join` payloads are written as text;
+/// the stored bytes must be what `serde_json` gives for the same object.
+#[test]
+fn open_and_join_payloads_are_serde_json_bytes_c027() {
+    let mut h = Harness::new(config());
+    let version = "v\"1\\ é";
+    let (key, sid, skey) = h.open_session(
+        &["get_time"],
+        json!({"client_version": version, "tools": [{"name": "get_time"}]}),
+    );
+    let (s, j) = h.client(
+        "POST",
+        &format!("/api/v1/sessions/{sid}/join"),
+        &key,
+        Some(&json!({})),
+    );
+    assert_eq!(s, 201, "{j}");
+    let conn = h.connect(Listener::Client);
+    let path = format!("/api/v1/sessions/{sid}/events");
+    h.send_bytes(conn, &build_request("GET", &path, Some(&skey), None));
+    let (status, body) = parse_response(&h.take(conn));
+    let body = String::from_utf8(body).unwrap();
+    assert_eq!(status, 200, "{body}");
+    let open = json!({"client_version": version, "tools": ["get_time"], "sandbox_tools": [], "subagent_tools": []});
+    let join =
+        json!({"client_version": null, "tools": [], "sandbox_tools": [], "subagent_tools": []});
+    for payload in [open, join] {
+        let text = format!("\"payload\":{}", serde_json::to_string(&payload).unwrap());
+        assert!(body.contains(&text), "{text} not in {body}");
+    }
+}
