@@ -538,7 +538,6 @@ impl Engine {
         self.config.provider(name)
     }
 
-    /// The client-facing profile: no tokens, no env names, no base URL.
     /// The create and join answer, `{"session_id", "session_key",
     /// "profile"}`, written as text: the bytes `serde_json` gives for the
     /// same object, without building it (an open is a hot path).
@@ -559,8 +558,8 @@ impl Engine {
         out
     }
 
-    /// The profile as a client may see it: no fallbacks, and the primary
-    /// provider only as its kind and model.
+    /// The client-facing profile: no tokens, no env names, no base URL, no
+    /// fallbacks; the primary provider only as its kind and model.
     fn push_sanitized_profile(&self, out: &mut String, profile_id: &str) {
         let Some(p) = self.catalog.profiles.get(profile_id) else {
             return out.push_str("null");
@@ -572,14 +571,9 @@ impl Engine {
         out.push_str(",\"allowed_tools\":");
         // Raw values of any type (the reference does not check them).
         out.push_str(&serde_json::to_string(&p.row.allowed_tools).unwrap_or_default());
-        out.push_str(",\"mcp_servers\":[");
-        for (i, name) in p.row.mcp_servers.iter().enumerate() {
-            if i > 0 {
-                out.push(',');
-            }
-            json::push_str(out, name);
-        }
-        out.push_str("],\"provider\":");
+        out.push_str(",\"mcp_servers\":");
+        json::push_str_array(out, p.row.mcp_servers.iter().map(String::as_str));
+        out.push_str(",\"provider\":");
         match self.provider(&p.row.primary_provider) {
             Some(e) => {
                 out.push_str("{\"provider\":");
@@ -668,29 +662,15 @@ fn declaration_payload(
     subagent_tools: &[proto::wire::SubagentToolDef],
 ) -> String {
     // Written as text: the bytes serde_json gives for the same object.
-    fn names<'a>(out: &mut String, key: &str, names: impl Iterator<Item = &'a str>) {
-        out.push_str(key);
-        out.push('[');
-        for (i, name) in names.enumerate() {
-            if i > 0 {
-                out.push(',');
-            }
-            json::push_str(out, name);
-        }
-        out.push(']');
-    }
     let mut out = String::with_capacity(96);
     out.push_str("{\"client_version\":");
     json::push_opt_str(&mut out, client_version);
-    names(
-        &mut out,
-        ",\"tools\":",
-        tools.iter().map(|t| t.name.as_str()),
-    );
-    let sandbox = sandbox_tools.iter().map(|t| t.name.as_str());
-    names(&mut out, ",\"sandbox_tools\":", sandbox);
-    let subagent = subagent_tools.iter().map(|t| t.name.as_str());
-    names(&mut out, ",\"subagent_tools\":", subagent);
+    out.push_str(",\"tools\":");
+    json::push_str_array(&mut out, tools.iter().map(|t| t.name.as_str()));
+    out.push_str(",\"sandbox_tools\":");
+    json::push_str_array(&mut out, sandbox_tools.iter().map(|t| t.name.as_str()));
+    out.push_str(",\"subagent_tools\":");
+    json::push_str_array(&mut out, subagent_tools.iter().map(|t| t.name.as_str()));
     out.push('}');
     out
 }

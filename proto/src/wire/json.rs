@@ -106,6 +106,18 @@ pub fn push_opt_str(out: &mut String, s: Option<&str>) {
     }
 }
 
+/// Append the strings as a JSON array of string literals.
+pub fn push_str_array<'a>(out: &mut String, items: impl IntoIterator<Item = &'a str>) {
+    out.push('[');
+    for (i, s) in items.into_iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        push_str(out, s);
+    }
+    out.push(']');
+}
+
 /// serde's "unexpected value" description of `v` (`null`, `boolean \`true\``,
 /// `integer \`5\``, `floating point \`1.5\``, `string "x"`, `sequence`,
 /// `map`).
@@ -183,6 +195,15 @@ mod tests {
             "\u{7f}\u{80}",
         ] {
             assert_eq!(string(s), serde_json::to_string(s).unwrap());
+        }
+    }
+
+    #[test]
+    fn str_array_matches_serde_json() {
+        for items in [vec![], vec!["a"], vec!["a\"b", "\u{1}", "é"]] {
+            let mut out = String::new();
+            push_str_array(&mut out, items.iter().copied());
+            assert_eq!(out, serde_json::to_string(&items).unwrap());
         }
     }
 
