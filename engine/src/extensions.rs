@@ -121,11 +121,9 @@ impl Engine {
         tracing::info!(session = %session_id, "turn cancelled");
         self.retire_steers(std::mem::take(&mut t.steers), "the turn was cancelled");
         let msg = "turn_cancelled: the turn was cancelled";
-        self.idem_finished(
-            session_id,
-            &t,
-            serde_json::json!({"error": {"code": CANCELLED, "message": msg}}),
-        );
+        self.idem_finished(session_id, &t, || {
+            serde_json::json!({"error": {"code": CANCELLED, "message": msg}}).to_string()
+        });
         for conn in t.streams() {
             self.terminal_error(conn, CANCELLED, msg);
         }

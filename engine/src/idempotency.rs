@@ -11,6 +11,7 @@
 //! was queued, refused or cancelled) wrote nothing and may run on retry.
 
 use std::collections::{BTreeMap, VecDeque};
+use std::fmt::Write as _;
 
 use proto::jsonrpc::codes::{IDEMPOTENCY_KEY_REUSED, IDEMPOTENT_TURN_INTERRUPTED};
 use serde_json::{json, Value};
@@ -108,6 +109,23 @@ pub use crate::session_core::Idem;
 
 /// SHA-256 hex of `{"content","role"}` in canonical JSON (object keys
 /// sorted), so a retry matches whatever key order its client serialises.
+/// A chat turn's stored outcome, `{"result": {"message", "event_seqs"}}`,
+/// around the message's JSON as logged (the bytes `json!` would give).
+pub(crate) fn result_outcome(message_json: &str, event_seqs: &[u64]) -> String {
+    let mut out = String::with_capacity(message_json.len() + 40 + 8 * event_seqs.len());
+    out.push_str("{\"result\":{\"message\":");
+    out.push_str(message_json);
+    out.push_str(",\"event_seqs\":[");
+    for (i, seq) in event_seqs.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        let _ = write!(out, "{seq}");
+    }
+    out.push_str("]}}");
+    out
+}
+
 fn digest(message: &UserMessage) -> String {
     let mut text = String::new();
     canonical(
@@ -318,6 +336,7 @@ impl Engine {
                 let events: Vec<std::sync::Arc<str>> = (rows.iter())
                     .map(|r| crate::respond::escaped(crate::respond::event_json(r)))
                     .collect();
+                let message = proto::wire::json::text(&message);
                 let parts = crate::respond::turn_result_parts(&message, &events);
                 self.terminal_result_parts(conn, &parts);
             }
@@ -330,12 +349,18 @@ impl Engine {
         self.put_idem(session_id, key_id, key, |e| e.started = true);
     }
 
-    /// The key's request answered: `outcome` is what a retry gets.
-    pub(crate) fn idem_finished(&mut self, session_id: &str, t: &TurnLoop, outcome: Value) {
+    /// The key's request answered: `outcome` renders what a retry gets
+    /// (called only for a request that has a key).
+    pub(crate) fn idem_finished(
+        &mut self,
+        session_id: &str,
+        t: &TurnLoop,
+        outcome: impl FnOnce() -> String,
+    ) {
         let Some(idem) = &t.idem else {
             return;
         };
-        let text = outcome.to_string();
+        let text = outcome();
         self.put_idem(session_id, &t.key_id, &idem.key, |e| e.outcome = Some(text));
     }
 
@@ -372,6 +397,19 @@ impl Engine {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The outcome written around the logged text is the one `json!`
+    /// builds from the message value.
+    #[test]
+    fn result_outcome_is_the_json_of_the_result() {
+        let message =
+            json!({"role": "assistant", "content": [{"type": "text", "text": "a\"\u{2028}b"}]});
+        for seqs in [vec![], vec![7], vec![1, 2, u64::MAX]] {
+            let text = result_outcome(&proto::wire::json::text(&message), &seqs);
+            let want = json!({"result": {"message": message, "event_seqs": seqs}}).to_string();
+            assert_eq!(text, want);
+        }
+    }
 
     #[test]
     fn digest_ignores_key_order_but_not_content() {

@@ -1,6 +1,5 @@
 //! Buffered REST responses: JSON bodies, RFC 7807 problems, event pages.
 
-use proto::wire::json;
 use proto::wire::problem::{Problem, ProblemType};
 
 use std::sync::Arc;
@@ -132,16 +131,14 @@ pub(crate) fn escaped(json: String) -> Arc<str> {
 /// large event (a `provider.request` carrying the history) is the shared
 /// rendering its live frames use, not a copy, so the engine's work for a
 /// turn's answer does not grow with the size of its history.
-pub(crate) fn turn_result_parts(message: &serde_json::Value, events: &[Arc<str>]) -> Vec<Bytes> {
+pub(crate) fn turn_result_parts(message_json: &str, events: &[Arc<str>]) -> Vec<Bytes> {
     /// Smaller events are copied into the surrounding part: fewer, larger
     /// writes.
     const SHARE_FROM: usize = 4096;
     let mut parts = Vec::new();
     let mut buf = String::with_capacity(256);
     buf.push_str("{\"message\":");
-    buf.push_str(&proto::jsonrpc::escape_line_separators(&json::text(
-        message,
-    )));
+    buf.push_str(&proto::jsonrpc::escape_line_separators(message_json));
     buf.push_str(",\"events\":[");
     for (i, e) in events.iter().enumerate() {
         if i > 0 {
@@ -162,6 +159,7 @@ pub(crate) fn turn_result_parts(message: &serde_json::Value, events: &[Arc<str>]
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proto::wire::json;
 
     /// The whole result as one text, the way it was built before parts.
     fn turn_result(message: &serde_json::Value, events: &[String]) -> String {
@@ -178,7 +176,7 @@ mod tests {
         let events: Vec<String> = vec!["{\"a\":1}".into(), big, "{\"b\":\"\\u2028\"}".into()];
         let shared: Vec<Arc<str>> = events.iter().map(|e| Arc::from(e.as_str())).collect();
         let message = serde_json::json!({"role": "assistant", "content": "l\u{2028}s"});
-        let parts = turn_result_parts(&message, &shared);
+        let parts = turn_result_parts(&json::text(&message), &shared);
         assert!(
             parts.iter().any(|p| matches!(p, Bytes::Shared(_))),
             "the large event is shared"
@@ -187,7 +185,7 @@ mod tests {
         let whole = turn_result(&message, &events);
         let escaped = proto::jsonrpc::escape_line_separators(&whole);
         assert_eq!(String::from_utf8(joined).unwrap(), escaped);
-        let none = turn_result_parts(&message, &[]);
+        let none = turn_result_parts(&json::text(&message), &[]);
         assert_eq!(none.len(), 1);
     }
 }

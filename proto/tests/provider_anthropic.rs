@@ -2,9 +2,9 @@
 //! (`05-profiles-and-providers.md` §2, §5.2, §6.1, §7, §8).
 
 use proto::provider::{
-    effective_base_url, endpoint_url, history_message, http_error_text, normalize_anthropic,
-    parse_response, prepare_request, strip_internal, tool_uses, AuthHeader, Kind, ParseError,
-    Usage, DEFAULT_ANTHROPIC_BASE, DEFAULT_OPENAI_BASE, PREAMBLE_TEXT,
+    effective_base_url, endpoint_url, history_message, http_error_text, into_history_message,
+    normalize_anthropic, parse_response, prepare_request, strip_internal, tool_uses, AuthHeader,
+    Kind, ParseError, Usage, DEFAULT_ANTHROPIC_BASE, DEFAULT_OPENAI_BASE, PREAMBLE_TEXT,
 };
 use serde_json::{json, Value};
 
@@ -328,7 +328,8 @@ fn anthropic_response_is_canonical_as_is() {
         "usage": {"input_tokens": 10, "output_tokens": 5}
     });
     let r = parse_response(Kind::Anthropic, raw.to_string().as_bytes()).unwrap();
-    assert_eq!(r.raw, raw);
+    assert_eq!(serde_json::from_str::<Value>(&r.body_json).unwrap(), raw);
+    assert_eq!(r.body_json, raw.to_string());
     assert_eq!(r.content, raw["content"].as_array().unwrap().clone());
     assert_eq!(
         r.usage,
@@ -478,4 +479,25 @@ fn history_message_role_defaults_and_only_role_content() {
     );
     let keys: Vec<&String> = m.as_object().unwrap().keys().collect();
     assert_eq!(keys, ["role", "content"]);
+    // The owning form builds the same entry for every payload shape.
+    for (event, payload) in [
+        ("client.message.send", json!({"content": "hi"})),
+        (
+            "server.message.send",
+            json!({"content": [{"type": "text", "text": "yo"}]}),
+        ),
+        (
+            "server.message.send",
+            json!({"role": "user", "content": "x", "synthetic": "s"}),
+        ),
+        ("client.message.send", json!({"role": 7})),
+        ("server.message.send", json!("not an object")),
+        ("server.message.send", paused.clone()),
+    ] {
+        assert_eq!(
+            into_history_message(event, payload.clone()),
+            history_message(event, &payload),
+            "{payload}"
+        );
+    }
 }

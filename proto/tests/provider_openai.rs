@@ -260,7 +260,7 @@ fn c090_tool_calls_become_tool_use_blocks_raw_body_kept() {
         "usage": {"prompt_tokens": 11, "completion_tokens": 4, "total_tokens": 15}
     });
     let r = parse(raw.clone()).unwrap();
-    assert_eq!(r.raw, raw);
+    assert_eq!(r.body_json, raw.to_string());
     assert_eq!(
         r.content,
         vec![

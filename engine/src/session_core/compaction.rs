@@ -34,8 +34,8 @@ pub struct Backoff {
 #[derive(Debug, Default)]
 pub struct Run {
     /// Inline after a Completed turn: the turn's own answer, still to be
-    /// returned, and the count that triggered.
-    pub auto: Option<(Value, u64)>,
+    /// returned (its JSON), and the count that triggered.
+    pub auto: Option<(String, u64)>,
     pub instruction: String,
     /// Messages replayed into the summary request (`compacted_message_count`).
     pub count: usize,
@@ -285,7 +285,7 @@ impl SessionCore {
     /// At a Completed boundary (spec 07 §3.1): start an inline compaction
     /// when the threshold was crossed and the backoff allows. Returns
     /// whether the turn continues as a compaction.
-    pub(super) fn maybe_auto_compact(&mut self, message: &Value, world: &dyn World) -> bool {
+    pub(super) fn maybe_auto_compact(&mut self, message: &str, world: &dyn World) -> bool {
         let Some(size) = world.auto_compaction_size() else {
             return false;
         };
@@ -303,7 +303,7 @@ impl SessionCore {
         self.retire_steers("the turn ended before its next provider call");
         if let Some(t) = self.turn_mut() {
             t.mode = Mode::Compaction(Box::new(Run {
-                auto: Some((message.clone(), count)),
+                auto: Some((message.to_string(), count)),
                 instruction: DEFAULT_INSTRUCTION.to_string(),
                 ..Run::default()
             }));

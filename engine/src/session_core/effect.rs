@@ -15,14 +15,6 @@ use serde_json::Value;
 use super::Pause;
 use crate::{AuthPlacement, ConnId, ProviderEntry};
 
-/// An event payload: a value, or compact JSON text already rendered (a
-/// `provider.request` splices its history in as text).
-#[derive(Debug, Clone, PartialEq)]
-pub enum Payload {
-    Value(Value),
-    Text(String),
-}
-
 /// What the core does once the engine logged an event for it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LogTag {
@@ -40,7 +32,10 @@ pub enum LogTag {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Log {
     pub event: EventType,
-    pub payload: Payload,
+    /// Compact JSON, rendered by the core: a message's text is also its
+    /// turn's `result.message`, and a `provider.request` splices its
+    /// history in as text.
+    pub payload: String,
     /// The request's own input: not echoed on the turn's own streams
     /// (spec 01 §7).
     pub quiet: bool,
@@ -98,11 +93,12 @@ pub enum Fact {
 /// How a turn (or a compaction holding the gate) ended.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Ending {
-    /// The assistant's final message.
-    Completed(Value),
-    /// Paused for client tools: the tagged assistant message and the pause
-    /// to park on the gate.
-    Paused(Value, Pause),
+    /// The assistant's final message, as the compact JSON its
+    /// `server.message.send` event carries (serialised once for both).
+    Completed(String),
+    /// Paused for client tools: the tagged assistant message (its JSON, as
+    /// logged) and the pause to park on the gate.
+    Paused(String, Pause),
     /// Every provider failed (or the loop limit was hit).
     ProvidersFailed,
     /// An error answer; nothing more is recorded.

@@ -23,7 +23,7 @@ mod tools;
 mod turn;
 pub mod walk;
 
-pub use effect::{Call, ChainError, Effect, Ending, Fact, Log, Payload, SubagentAnswer, World};
+pub use effect::{Call, ChainError, Effect, Ending, Fact, Log, SubagentAnswer, World};
 pub use gate::{Arrival, Gate, Limits, Refusal, Start};
 pub use session::SessionCore;
 pub use steer::SteerRefusal;

@@ -7,11 +7,11 @@
 use std::collections::VecDeque;
 
 use proto::provider::Message;
-use proto::wire::EventType;
+use proto::wire::{json, EventType};
 use serde_json::Value;
 
 use super::compaction::Backoff;
-use super::effect::{Effect, Ending, Fact, Log, LogTag, Payload};
+use super::effect::{Effect, Ending, Fact, Log, LogTag};
 use super::turn::TurnLoop;
 use super::Gate;
 use crate::faults::Faults;
@@ -104,20 +104,44 @@ impl SessionCore {
         tag: LogTag,
         quiet: bool,
     ) {
+        let text = json::text(&payload);
+        self.log_rendered(event, payload, text, tag, quiet);
+    }
+
+    /// Logs the assistant's message as `server.message.send` and returns
+    /// its JSON: the same text is the turn's `result.message`, so the
+    /// message is serialised once for both.
+    pub(super) fn log_answer(&mut self, message: Value) -> String {
+        let text = json::text(&message);
+        let event = EventType::ServerMessageSend;
+        self.log_rendered(event, message, text.clone(), LogTag::Plain, false);
+        text
+    }
+
+    /// `payload` already rendered as `text`; a message event's payload
+    /// moves into the cached history.
+    fn log_rendered(
+        &mut self,
+        event: EventType,
+        payload: Value,
+        text: String,
+        tag: LogTag,
+        quiet: bool,
+    ) {
         let mut grew = None;
         if matches!(
             event,
             EventType::ClientMessageSend | EventType::ServerMessageSend
         ) {
             if let Some(h) = self.history.as_mut() {
-                let message = proto::provider::history_message(event.as_str(), &payload);
+                let message = proto::provider::into_history_message(event.as_str(), payload);
                 grew = Some(crate::history_cache::message_weight(&message));
                 h.push(Message::new(message));
             }
         }
         self.emit(Effect::Log(Log {
             event,
-            payload: Payload::Value(payload),
+            payload: text,
             quiet,
             tag,
             grew,
@@ -127,7 +151,7 @@ impl SessionCore {
     pub(super) fn log_text(&mut self, event: EventType, payload: String) {
         self.emit(Effect::Log(Log {
             event,
-            payload: Payload::Text(payload),
+            payload,
             quiet: false,
             tag: LogTag::Plain,
             grew: None,

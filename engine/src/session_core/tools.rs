@@ -29,8 +29,7 @@ impl SessionCore {
             .cloned()
             .collect();
         if uses.is_empty() {
-            let message = json!({"role": "assistant", "content": content});
-            self.log(EventType::ServerMessageSend, message.clone());
+            let message = self.log_answer(json!({"role": "assistant", "content": content}));
             if self.maybe_auto_compact(&message, world) {
                 return;
             }
@@ -360,7 +359,7 @@ impl SessionCore {
                 expected,
                 server_results,
             } => {
-                self.log(EventType::ServerMessageSend, message.clone());
+                let message = self.log_answer(message);
                 let auto_trigger = self.auto_crossing(world);
                 let deadline = now + world.turn_timeout_ms();
                 let pause = Pause {

@@ -392,7 +392,7 @@ impl SessionCore {
             latency_ms: now - started,
         });
         for (event, payload) in walked.events {
-            self.log(event, payload);
+            self.log_text(event, payload);
         }
         if walked.session_error {
             self.emit(Effect::SessionError);

@@ -3,8 +3,10 @@
 //! step that follows. It knows nothing of the engine, streams or the store;
 //! [`super::provider_walk`] feeds it replies and routes its answer.
 
+use std::fmt::Write as _;
+
 use proto::provider;
-use proto::wire::EventType;
+use proto::wire::{json, EventType};
 use serde_json::{json, Value};
 
 use crate::ProviderReply;
@@ -36,7 +38,8 @@ pub enum Next {
 /// A reply's meaning: the events to log, in order, then the next step.
 #[derive(Debug)]
 pub struct Walked {
-    pub events: Vec<(EventType, Value)>,
+    /// Each event with its payload as compact JSON.
+    pub events: Vec<(EventType, String)>,
     /// Whether the attempt succeeded (metrics, spans).
     pub ok: bool,
     pub next: Next,
@@ -62,18 +65,7 @@ pub fn on_reply(attempt: Attempt, reply: ProviderReply) -> Walked {
         ),
         ProviderReply::Http { body, .. } => match provider::parse_response(attempt.kind, &body) {
             Ok(resp) => {
-                let mut payload = json!({
-                    "attempt": attempt.index,
-                    "kind": kind_label,
-                    "provider": attempt.kind.as_str(),
-                    "ok": true,
-                    "status": 200,
-                    "body": resp.raw,
-                    "usage": resp.usage.as_ref().map(|u| u.to_json()),
-                });
-                if attempt.compaction {
-                    mark_compaction(&mut payload);
-                }
+                let payload = success_payload(attempt, kind_label, &resp);
                 return Walked {
                     events: vec![(EventType::ProviderResponse, payload)],
                     ok: true,
@@ -96,19 +88,15 @@ pub fn on_reply(attempt: Attempt, reply: ProviderReply) -> Walked {
     if attempt.compaction {
         mark_compaction(&mut payload);
     }
-    let mut events = vec![(EventType::ProviderResponse, payload)];
+    let mut events = vec![(EventType::ProviderResponse, json::text(&payload))];
     if attempt.index == 0 && !attempt.compaction {
-        events.push((
-            EventType::SessionError,
-            json!({"reason": "provider_call_failed", "provider": attempt.kind.as_str(), "detail": error}),
-        ));
+        let error = json!({"reason": "provider_call_failed", "provider": attempt.kind.as_str(), "detail": error});
+        events.push((EventType::SessionError, json::text(&error)));
     }
     let last = attempt.index + 1 >= attempt.chain_len;
     if last && !attempt.compaction {
-        events.push((
-            EventType::SessionError,
-            json!({"reason": "all_providers_failed", "attempts": attempt.chain_len}),
-        ));
+        let error = json!({"reason": "all_providers_failed", "attempts": attempt.chain_len});
+        events.push((EventType::SessionError, json::text(&error)));
     }
     Walked {
         events,
@@ -120,6 +108,32 @@ pub fn on_reply(attempt: Attempt, reply: ProviderReply) -> Walked {
         },
         session_error: last && !attempt.compaction,
     }
+}
+
+/// A usable reply's `provider.response` payload, written around the
+/// body's JSON: the bytes `json!` of `{attempt, kind, provider, ok,
+/// status, body, usage}` (then `purpose` for a compaction) would give.
+fn success_payload(
+    attempt: Attempt,
+    kind_label: &str,
+    resp: &provider::ProviderResponse,
+) -> String {
+    let usage = resp.usage.as_ref().map(|u| json::text(&u.to_json()));
+    let usage = usage.as_deref().unwrap_or("null");
+    let mut out = String::with_capacity(resp.body_json.len() + usage.len() + 128);
+    let _ = write!(out, "{{\"attempt\":{},\"kind\":", attempt.index);
+    json::push_str(&mut out, kind_label);
+    out.push_str(",\"provider\":");
+    json::push_str(&mut out, attempt.kind.as_str());
+    out.push_str(",\"ok\":true,\"status\":200,\"body\":");
+    out.push_str(&resp.body_json);
+    out.push_str(",\"usage\":");
+    out.push_str(usage);
+    if attempt.compaction {
+        out.push_str(",\"purpose\":\"compaction\"");
+    }
+    out.push('}');
+    out
 }
 
 /// `"purpose": "compaction"` on a provider event payload (an object).

@@ -9,7 +9,7 @@ use serde_json::json;
 use super::{Mode, TurnId, UNAVAILABLE_TEXT};
 use crate::conn::PendingRead;
 use crate::history_load::HistoryLoader;
-use crate::session_core::{Effect, Ending, Fact, Log, Payload, Refusal, TurnLoop};
+use crate::session_core::{Effect, Ending, Fact, Log, Refusal, TurnLoop};
 use crate::store::SessionState;
 use crate::telemetry::{ToolChild, TurnEnd};
 use crate::{Engine, Output, ProviderCall};
@@ -122,11 +122,7 @@ impl Engine {
         if let Some(bytes) = log.grew {
             self.history_cache.grew(session_id, bytes);
         }
-        let payload = match log.payload {
-            Payload::Value(v) => json::text(&v),
-            Payload::Text(text) => text,
-        };
-        let ev = self.append_event_text(session_id, Some(&key_id), log.event, payload);
+        let ev = self.append_event_text(session_id, Some(&key_id), log.event, log.payload);
         self.quiet.clear();
         if let Some(core) = self.live.get_mut(session_id) {
             core.logged(log.tag, &ev);
@@ -238,7 +234,7 @@ impl Engine {
                     "content": [{"type": "text", "text": UNAVAILABLE_TEXT}],
                 });
                 (
-                    m,
+                    json::text(&m),
                     None,
                     TurnOutcome::ProvidersFailed,
                     TurnEnd::ProvidersFailed,
@@ -268,11 +264,9 @@ impl Engine {
             None => "the turn ended before its next provider call",
         };
         self.retire_steers(std::mem::take(&mut t.steers), why);
-        self.idem_finished(
-            session_id,
-            &t,
-            json!({"result": {"message": message, "event_seqs": t.event_seqs}}),
-        );
+        self.idem_finished(session_id, &t, || {
+            crate::idempotency::result_outcome(&message, &t.event_seqs)
+        });
         let streams = t.streams();
         if !streams.is_empty() {
             let result = crate::respond::turn_result_parts(&message, &t.events);
@@ -300,11 +294,9 @@ impl Engine {
     fn fail_turn(&mut self, session_id: &str, mut t: Box<TurnLoop>, code: i64, message: &str) {
         self.retire_steers(std::mem::take(&mut t.steers), "the turn failed");
         (self.telemetry).turn_end(t.id, session_id, TurnEnd::Failed);
-        self.idem_finished(
-            session_id,
-            &t,
-            json!({"error": {"code": code, "message": message}}),
-        );
+        self.idem_finished(session_id, &t, || {
+            json!({"error": {"code": code, "message": message}}).to_string()
+        });
         for conn in t.streams() {
             self.terminal_error(conn, code, message);
         }

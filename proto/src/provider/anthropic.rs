@@ -2,7 +2,7 @@
 
 use serde_json::Value;
 
-use super::{ProviderResponse, Usage};
+use super::{to_json_text, ProviderResponse, Usage};
 
 /// Wire tool list: each canonical definition verbatim, except that a `null`
 /// `description` is omitted (§10.1). The logged list is not affected.
@@ -25,16 +25,18 @@ pub(super) fn wire_tools(tools: &[Value]) -> Value {
 
 /// The raw body is the canonical response as is; any 2xx JSON body is a
 /// success.
-pub(super) fn parse(raw: Value) -> ProviderResponse {
-    let content = match raw.get("content") {
-        Some(Value::Array(a)) => a.clone(),
-        _ => Vec::new(),
-    };
+pub(super) fn parse(mut raw: Value) -> ProviderResponse {
     let usage = raw.get("usage").and_then(usage);
     let truncated = (raw.get("stop_reason").and_then(Value::as_str) == Some("max_tokens"))
         .then_some("stop_reason max_tokens");
+    // The body is rendered before its content moves out: no copy of it.
+    let body_json = to_json_text(&raw);
+    let content = match raw.get_mut("content").map(Value::take) {
+        Some(Value::Array(a)) => a,
+        _ => Vec::new(),
+    };
     ProviderResponse {
-        raw,
+        body_json,
         content,
         usage,
         truncated,

@@ -341,8 +341,9 @@ impl Usage {
 /// A successful (2xx, usable) provider response.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ProviderResponse {
-    /// The raw body as received; logged as `provider.response.body`.
-    pub raw: Value,
+    /// Compact JSON of the body as received (parsed, then serialised once
+    /// before its content moved out); logged as `provider.response.body`.
+    pub body_json: String,
     /// Canonical content blocks (`[]` when the body has none).
     pub content: Vec<Value>,
     /// `None` is logged as `usage: null` (C-079).
@@ -387,13 +388,28 @@ pub fn tool_uses(content: &[Value]) -> Vec<&Value> {
 /// `content` is `payload.content` verbatim (`null` when absent). No other
 /// payload member is carried.
 pub fn history_message(event_type: &str, payload: &Value) -> Value {
-    let role = match payload.get("role").and_then(Value::as_str) {
-        Some(r) => r.to_string(),
-        None if event_type == "client.message.send" => "user".to_string(),
-        None => "assistant".to_string(),
-    };
+    let role = history_role(event_type, payload).to_string();
     let content = payload.get("content").cloned().unwrap_or(Value::Null);
     json!({"role": role, "content": content})
+}
+
+/// [`history_message`] of a payload the caller no longer needs: its
+/// content is moved, not copied.
+pub fn into_history_message(event_type: &str, mut payload: Value) -> Value {
+    let role = history_role(event_type, &payload).to_string();
+    let content = match payload.as_object_mut() {
+        Some(o) => o.shift_remove("content").unwrap_or(Value::Null),
+        None => Value::Null,
+    };
+    json!({"role": role, "content": content})
+}
+
+fn history_role<'a>(event_type: &str, payload: &'a Value) -> &'a str {
+    match payload.get("role").and_then(Value::as_str) {
+        Some(r) => r,
+        None if event_type == "client.message.send" => "user",
+        None => "assistant",
+    }
 }
 
 /// Content as a block array (§6.1 step 3): a string becomes one `text`

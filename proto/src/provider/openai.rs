@@ -3,7 +3,7 @@
 
 use serde_json::{json, Map, Value};
 
-use super::{joined_text, text_block, ParseError, ProviderResponse, Usage};
+use super::{joined_text, text_block, to_json_text, ParseError, ProviderResponse, Usage};
 
 /// Canonical messages → Chat Completions messages (§6.2 table).
 pub(super) fn translate_messages<M: std::borrow::Borrow<Value>>(messages: &[M]) -> Vec<Value> {
@@ -173,7 +173,7 @@ pub(super) fn parse(raw: Value) -> Result<ProviderResponse, ParseError> {
         })
     });
     Ok(ProviderResponse {
-        raw,
+        body_json: to_json_text(&raw),
         content,
         usage,
         truncated,

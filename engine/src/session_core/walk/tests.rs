@@ -18,6 +18,12 @@ fn ok(body: &str) -> ProviderReply {
     }
 }
 
+fn payloads(w: &Walked) -> Vec<Value> {
+    (w.events.iter())
+        .map(|(_, p)| serde_json::from_str(p).unwrap())
+        .collect()
+}
+
 fn types(w: &Walked) -> Vec<&str> {
     w.events.iter().map(|(t, _)| t.as_str()).collect()
 }
@@ -28,7 +34,7 @@ fn a_usable_reply_is_an_answer() {
     let w = on_reply(attempt(0, 2, false), ok(TEXT));
     assert!(w.ok && !w.session_error);
     assert_eq!(types(&w), ["provider.response"]);
-    let p = &w.events[0].1;
+    let p = &payloads(&w)[0];
     assert_eq!(
         (p["attempt"].clone(), p["kind"].clone(), p["status"].clone()),
         (json!(0), json!("primary"), json!(200))
@@ -52,7 +58,7 @@ fn a_failed_primary_falls_back_with_a_session_error() {
     assert!(!w.ok && !w.session_error);
     assert!(matches!(w.next, Next::Fallback));
     assert_eq!(types(&w), ["provider.response", "session.error"]);
-    let (resp, err) = (&w.events[0].1, &w.events[1].1);
+    let (resp, err) = (&payloads(&w)[0], &payloads(&w)[1]);
     assert_eq!(
         (
             resp["ok"].clone(),
@@ -78,10 +84,10 @@ fn the_last_failure_exhausts_the_chain() {
     );
     assert!(matches!(w.next, Next::Exhausted) && w.session_error);
     assert_eq!(types(&w), ["provider.response", "session.error"]);
-    assert_eq!(w.events[0].1["kind"], "fallback");
-    assert_eq!(w.events[0].1["status"], Value::Null);
+    assert_eq!(payloads(&w)[0]["kind"], "fallback");
+    assert_eq!(payloads(&w)[0]["status"], Value::Null);
     assert_eq!(
-        w.events[1].1,
+        payloads(&w)[1],
         json!({"reason": "all_providers_failed", "attempts": 2})
     );
     // A one-entry chain logs both errors, in that order.
@@ -93,8 +99,8 @@ fn the_last_failure_exhausts_the_chain() {
         types(&w),
         ["provider.response", "session.error", "session.error"]
     );
-    assert_eq!(w.events[1].1["reason"], "provider_call_failed");
-    assert_eq!(w.events[2].1["reason"], "all_providers_failed");
+    assert_eq!(payloads(&w)[1]["reason"], "provider_call_failed");
+    assert_eq!(payloads(&w)[2]["reason"], "all_providers_failed");
 }
 
 /// A 2xx body that is not a usable message fails the attempt (spec 05 §7).
@@ -102,8 +108,8 @@ fn the_last_failure_exhausts_the_chain() {
 fn an_unusable_body_fails_the_attempt() {
     let w = on_reply(attempt(0, 2, false), ok("not json"));
     assert!(!w.ok && matches!(w.next, Next::Fallback));
-    assert_eq!(w.events[0].1["status"], Value::Null);
-    assert!(w.events[0].1["error"].is_string());
+    assert_eq!(payloads(&w)[0]["status"], Value::Null);
+    assert!(payloads(&w)[0]["error"].is_string());
 }
 
 /// A compaction's calls are marked and log no session errors: the
@@ -111,9 +117,38 @@ fn an_unusable_body_fails_the_attempt() {
 #[test]
 fn compaction_calls_are_marked_and_log_no_session_errors() {
     let w = on_reply(attempt(0, 1, true), ok(TEXT));
-    assert_eq!(w.events[0].1["purpose"], "compaction");
+    assert_eq!(payloads(&w)[0]["purpose"], "compaction");
     let w = on_reply(attempt(0, 1, true), ProviderReply::Transport("x".into()));
     assert_eq!(types(&w), ["provider.response"]);
-    assert_eq!(w.events[0].1["purpose"], "compaction");
+    assert_eq!(payloads(&w)[0]["purpose"], "compaction");
     assert!(matches!(w.next, Next::Exhausted) && !w.session_error);
+}
+
+/// The usable reply's payload, written as text, is byte for byte the
+/// `json!` object it replaced (C-083), with and without usage and purpose.
+#[test]
+fn the_success_payload_is_the_json_of_its_object() {
+    let no_usage =
+        r#"{"content":[{"type":"text","text":"\u00e9\u2028"}],"usage":{"input_tokens":-1}}"#;
+    for body in [TEXT, no_usage] {
+        for (index, compaction) in [(0, false), (1, false), (0, true)] {
+            let w = on_reply(attempt(index, 2, compaction), ok(body));
+            let raw: Value = serde_json::from_str(body).unwrap();
+            let resp =
+                provider::parse_response(provider::Kind::Anthropic, body.as_bytes()).unwrap();
+            let mut want = json!({
+                "attempt": index,
+                "kind": if index == 0 { "primary" } else { "fallback" },
+                "provider": "anthropic",
+                "ok": true,
+                "status": 200,
+                "body": raw,
+                "usage": resp.usage.as_ref().map(|u| u.to_json()),
+            });
+            if compaction {
+                mark_compaction(&mut want);
+            }
+            assert_eq!(w.events[0].1, want.to_string());
+        }
+    }
 }

@@ -29,6 +29,9 @@ fn a_text_turn_records_its_events_and_completes() {
     let Some(Ending::Completed(message)) = h.ending() else {
         panic!("{:?}", h.ending());
     };
+    // The answer is the logged `server.message.send` payload, serialised once.
+    let message: Value = serde_json::from_str(message).unwrap();
+    assert_eq!(message, h.payloads(EventType::ServerMessageSend)[0]);
     assert_eq!(message["content"][0]["text"], "hi there");
     let t = h.ended.as_ref().unwrap();
     assert_eq!(t.event_seqs, [1, 2, 3, 4]);

@@ -132,6 +132,7 @@ fn a_completed_turn_over_the_threshold_compacts_inline() {
     let Some(Ending::Completed(message)) = h.ending() else {
         panic!("{:?}", h.ending());
     };
+    let message: Value = serde_json::from_str(message).unwrap();
     assert_eq!(message["content"][0]["text"], "the answer");
     // The compaction's events are the turn's too.
     let t = h.ended.as_ref().unwrap();

@@ -17,7 +17,7 @@ use proto::wire::EventType;
 use serde_json::{json, Value};
 
 use crate::session_core::{
-    ChainError, Effect, Ending, Fact, Holder, Idem, Payload, SessionCore, SubagentAnswer, Takeover,
+    ChainError, Effect, Ending, Fact, Holder, Idem, SessionCore, SubagentAnswer, Takeover,
     TurnLoop, UserMessage, World,
 };
 use crate::streams::Appended;
@@ -230,10 +230,7 @@ impl Harness {
     fn perform(&mut self, effect: Effect) {
         match effect {
             Effect::Log(log) => {
-                let payload = match log.payload {
-                    Payload::Value(v) => v,
-                    Payload::Text(t) => serde_json::from_str(&t).unwrap(),
-                };
+                let payload: Value = serde_json::from_str(&log.payload).unwrap();
                 let seq = self.next_seq;
                 self.next_seq += 1;
                 let id = format!("evt_{seq:032x}");

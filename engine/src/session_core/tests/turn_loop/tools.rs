@@ -30,6 +30,7 @@ fn a_client_tool_pauses_the_turn() {
     let Some(Ending::Paused(message, pause)) = h.ending() else {
         panic!("{:?}", h.ending());
     };
+    let message: Value = serde_json::from_str(message).unwrap();
     assert_eq!(message["content"][0]["dispatch"], "client");
     assert_eq!(pause.expected, ["tu_1"]);
     assert_eq!(&*pause.owner, "key_a");
@@ -279,6 +280,7 @@ fn server_blocks_run_in_order_and_their_results_wait_in_the_pause() {
     let Some(Ending::Paused(message, pause)) = h.ending() else {
         panic!("{:?}", h.ending());
     };
+    let message: Value = serde_json::from_str(message).unwrap();
     assert_eq!(pause.expected, ["tu_1", "tu_2", "tu_3"]);
     assert_eq!(pause.server_results.len(), 2);
     let tags: Vec<&Value> = (message["content"].as_array().unwrap())
