@@ -14,7 +14,8 @@ pub(super) struct RequestPayload<'a> {
     pub max_tokens: u32,
     /// The attempt's logged messages, already JSON text.
     pub messages_json: &'a str,
-    pub tools: &'a [Value],
+    /// Compact JSON of the canonical tool list.
+    pub tools_json: &'a str,
     pub normalized: Option<&'a Value>,
     pub compaction: bool,
 }
@@ -28,7 +29,7 @@ impl RequestPayload<'_> {
             // JSON values and strings always serialise.
             serde_json::to_string(v).unwrap_or_default()
         }
-        let tools = text(self.tools);
+        let tools = self.tools_json;
         let mut p = String::with_capacity(self.messages_json.len() + tools.len() + 256);
         p.push_str("{\"attempt\":");
         p.push_str(&self.attempt.to_string());
@@ -49,7 +50,7 @@ impl RequestPayload<'_> {
         p.push_str(",\"messages\":");
         p.push_str(self.messages_json);
         p.push_str(",\"tools\":");
-        p.push_str(&tools);
+        p.push_str(tools);
         if let Some(n) = self.normalized {
             p.push_str(",\"normalized\":");
             p.push_str(&text(n));
@@ -95,7 +96,7 @@ mod tests {
                 model: "m\u{7f}é",
                 max_tokens: 4096,
                 messages_json: &messages.to_string(),
-                tools,
+                tools_json: &serde_json::to_string(tools).unwrap(),
                 normalized: norm,
                 compaction,
             };

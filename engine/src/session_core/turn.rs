@@ -62,6 +62,9 @@ pub struct TurnLoop {
     /// history (never copied per turn).
     pub(super) tail: Vec<Message>,
     pub(super) tools: Vec<Value>,
+    /// `tools` as compact JSON, rendered once per round trip for the
+    /// logged request and the request body of every attempt.
+    pub(super) tools_json: String,
     pub(super) chain: Vec<ProviderEntry>,
     pub(super) attempt: usize,
     pub(super) iteration: u32,
@@ -93,6 +96,7 @@ impl TurnLoop {
             steers_in_cache: 0,
             tail: Vec::new(),
             tools: Vec::new(),
+            tools_json: "[]".to_string(),
             chain: Vec::new(),
             attempt: 0,
             iteration: 0,
@@ -273,6 +277,8 @@ impl SessionCore {
             return;
         };
         t.tools = world.tools(&t.key_id);
+        // A list of JSON values always serialises.
+        t.tools_json = serde_json::to_string(&t.tools).unwrap_or_default();
         self.send_attempt();
     }
 
@@ -288,7 +294,8 @@ impl SessionCore {
         let compaction = t.is_compaction();
         // Compaction never advertises tools and gets at least 4096 tokens.
         // A chat round sends the session's cached history plus this turn's
-        // in-memory tool rounds, borrowed rather than copied.
+        // in-memory tool rounds, and its tool list, borrowed rather than
+        // copied.
         let cached: &[Message] = match &t.mode {
             Mode::Chat => self
                 .history
@@ -304,17 +311,18 @@ impl SessionCore {
             Mode::Chat => &t.tail,
             Mode::Compaction(_) => &[],
         };
-        let (tools, max_tokens) = match &t.mode {
-            Mode::Chat => (t.tools.clone(), entry.max_tokens),
-            Mode::Compaction(_) => (Vec::new(), entry.max_tokens.max(compaction::MIN_MAX_TOKENS)),
+        let (tools, tools_json, max_tokens): (&[Value], &str, u32) = match &t.mode {
+            Mode::Chat => (&t.tools, &t.tools_json, entry.max_tokens),
+            Mode::Compaction(_) => (&[], "[]", entry.max_tokens.max(compaction::MIN_MAX_TOKENS)),
         };
-        let prepared = provider::prepare_request(
+        let prepared = provider::prepare_request_with(
             entry.kind,
             &entry.base_url,
             &entry.model,
             max_tokens,
             cached.iter().chain(tail),
-            &tools,
+            tools,
+            tools_json,
         );
         let attempt = t.attempt;
         let payload = RequestPayload {
@@ -324,7 +332,7 @@ impl SessionCore {
             model: &entry.model,
             max_tokens,
             messages_json: &prepared.logged_messages_json,
-            tools: &tools,
+            tools_json,
             normalized: prepared.normalized.as_ref(),
             compaction,
         }

@@ -1,8 +1,21 @@
 //! Anthropic Messages specifics (`05-profiles-and-providers.md` §6.1, §7).
 
+use std::borrow::Cow;
+
 use serde_json::Value;
 
 use super::{to_json_text, ProviderResponse, Usage};
+
+/// The wire tool list's JSON: `logged_json` (the text of `tools`) itself
+/// unless a definition has a `null` description, which the wire omits.
+pub(super) fn wire_tools_text<'a>(tools: &[Value], logged_json: &'a str) -> Cow<'a, str> {
+    let null_description = |t: &Value| t.get("description").is_some_and(Value::is_null);
+    if tools.iter().any(null_description) {
+        Cow::Owned(to_json_text(&wire_tools(tools)))
+    } else {
+        Cow::Borrowed(logged_json)
+    }
+}
 
 /// Wire tool list: each canonical definition verbatim, except that a `null`
 /// `description` is omitted (§10.1). The logged list is not affected.

@@ -222,6 +222,30 @@ pub fn prepare_request<'a, M: HistoryItem + ?Sized + 'a>(
     history: impl IntoIterator<Item = &'a M>,
     tools: &[Value],
 ) -> PreparedRequest {
+    let tools_json = to_json_text(tools);
+    prepare_request_with(
+        kind,
+        base_url,
+        model,
+        max_tokens,
+        history,
+        tools,
+        &tools_json,
+    )
+}
+
+/// [`prepare_request`] with the tool list's compact JSON already rendered
+/// (`tools_json`, the text of `tools`): a turn renders it once per round
+/// for its logged `provider.request` and its request body alike.
+pub fn prepare_request_with<'a, M: HistoryItem + ?Sized + 'a>(
+    kind: Kind,
+    base_url: &str,
+    model: &str,
+    max_tokens: u32,
+    history: impl IntoIterator<Item = &'a M>,
+    tools: &[Value],
+    tools_json: &str,
+) -> PreparedRequest {
     let items: Vec<&M> = history.into_iter().collect();
     let url = endpoint_url(kind, base_url);
     let mut headers = vec![("content-type".to_string(), "application/json".to_string())];
@@ -231,12 +255,12 @@ pub fn prepare_request<'a, M: HistoryItem + ?Sized + 'a>(
             // Messages that keep their text are not serialised again.
             let (logged, record) = message::messages_text(&items, true);
             // §10.3: omitting an empty `tools` is safer than `[]`.
-            let tools = (!tools.is_empty()).then(|| anthropic::wire_tools(tools));
+            let tools = (!tools.is_empty()).then(|| anthropic::wire_tools_text(tools, tools_json));
             PreparedRequest {
                 url,
                 headers,
                 auth: AuthHeader::XApiKey,
-                body: body_bytes(model, max_tokens, &logged, tools.as_ref()),
+                body: body_bytes(model, max_tokens, &logged, tools.as_deref()),
                 logged_messages_json: logged,
                 normalized: record,
             }
@@ -244,12 +268,12 @@ pub fn prepare_request<'a, M: HistoryItem + ?Sized + 'a>(
         Kind::Openai => {
             let stripped = strip_borrowed(items.iter().map(|m| m.value()));
             let translated = to_json_text(&openai::translate_messages(&stripped));
-            let tools = (!tools.is_empty()).then(|| openai::translate_tools(tools));
+            let tools = (!tools.is_empty()).then(|| to_json_text(&openai::translate_tools(tools)));
             PreparedRequest {
                 url,
                 headers,
                 auth: AuthHeader::Bearer,
-                body: body_bytes(model, max_tokens, &translated, tools.as_ref()),
+                body: body_bytes(model, max_tokens, &translated, tools.as_deref()),
                 logged_messages_json: message::messages_text(&items, false).0,
                 normalized: None,
             }
@@ -266,9 +290,8 @@ fn to_json_text<T: serde::Serialize + ?Sized>(v: &T) -> String {
 /// `{"model","max_tokens","messages","tools"?}` with the messages' JSON
 /// text spliced in: the history is serialised once for both the body and
 /// the logged event, never copied into a body value.
-fn body_bytes(model: &str, max_tokens: u32, messages: &str, tools: Option<&Value>) -> Vec<u8> {
-    let tools = tools.map(to_json_text);
-    let extra = tools.as_ref().map_or(0, |t| t.len() + 9);
+fn body_bytes(model: &str, max_tokens: u32, messages: &str, tools: Option<&str>) -> Vec<u8> {
+    let extra = tools.map_or(0, |t| t.len() + 9);
     let mut body = Vec::with_capacity(messages.len() + model.len() + extra + 64);
     body.extend_from_slice(b"{\"model\":");
     body.extend_from_slice(to_json_text(model).as_bytes());
