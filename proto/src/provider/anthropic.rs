@@ -58,7 +58,7 @@ pub(super) fn parse(mut raw: Value) -> ProviderResponse {
 
 /// §7.1: input includes both cache counters (C-080); both base numbers must
 /// be non-negative integers or the whole usage is `None` (C-079).
-fn usage(u: &Value) -> Option<Usage> {
+pub(super) fn usage(u: &Value) -> Option<Usage> {
     let input = u.get("input_tokens")?.as_u64()?;
     let output = u.get("output_tokens")?.as_u64()?;
     let cache = |k: &str| u.get(k).and_then(Value::as_u64).unwrap_or(0);

@@ -12,6 +12,7 @@
 //! per the §6.2 translation table).
 
 mod anthropic;
+mod anthropic_reply;
 mod message;
 mod normalize;
 mod openai;
@@ -379,6 +380,11 @@ pub struct ProviderResponse {
 
 /// Parses a 2xx response body of `kind` (§6.1/§6.2 responses, §7).
 pub fn parse_response(kind: Kind, body: &[u8]) -> Result<ProviderResponse, ParseError> {
+    if kind == Kind::Anthropic {
+        if let Some(resp) = anthropic_reply::parse(body) {
+            return Ok(resp);
+        }
+    }
     let raw: Value =
         serde_json::from_slice(body).map_err(|e| ParseError::NonJson(e.to_string()))?;
     match kind {

@@ -82,6 +82,44 @@ fn clean_prefix(bytes: &[u8]) -> usize {
     n + rest.iter().take_while(|&&b| !needs_escape(b)).count()
 }
 
+/// `text` (valid JSON) without the whitespace between its tokens, strings
+/// kept byte for byte: the compact form of a body parsed elsewhere.
+/// `None` when a number has an exponent, which `serde_json` reads as a
+/// float it may refuse as out of range: such text is not passed on as is.
+pub fn compact(text: &str) -> Option<String> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut in_string = false;
+    let mut escaped = false;
+    let mut in_number = false;
+    for &b in bytes {
+        if in_string {
+            out.push(b);
+            if escaped {
+                escaped = false;
+            } else if b == b'\\' {
+                escaped = true;
+            } else if b == b'"' {
+                in_string = false;
+            }
+            continue;
+        }
+        match b {
+            b' ' | b'\t' | b'\n' | b'\r' => {
+                in_number = false;
+                continue;
+            }
+            b'"' => in_string = true,
+            b'e' | b'E' if in_number => return None,
+            _ => {}
+        }
+        in_number = b.is_ascii_digit() || (in_number && matches!(b, b'.' | b'-' | b'+'));
+        out.push(b);
+    }
+    // Only ASCII whitespace was removed, at token boundaries.
+    String::from_utf8(out).ok()
+}
+
 /// `s` as a JSON string literal (with quotes).
 pub fn string(s: &str) -> String {
     let mut out = String::with_capacity(s.len() + 2);
@@ -150,6 +188,29 @@ pub fn invalid_type(v: &serde_json::Value, expected: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn compact_drops_token_whitespace_and_keeps_strings() {
+        let pretty =
+            "{\n  \"a\" : [1, -2.5, true,\tnull],\r\n \"s\": \" x \\\" \\\\ \\n\u{e9}\u{2028}\" }";
+        let compacted = compact(pretty).unwrap();
+        assert_eq!(
+            compacted,
+            "{\"a\":[1,-2.5,true,null],\"s\":\" x \\\" \\\\ \\n\u{e9}\u{2028}\"}"
+        );
+        let (a, b): (serde_json::Value, serde_json::Value) = (
+            serde_json::from_str(pretty).unwrap(),
+            serde_json::from_str(&compacted).unwrap(),
+        );
+        assert_eq!(a, b);
+        // Text already compact is unchanged; "e" in literals and strings is
+        // not an exponent.
+        let flat = r#"{"t":true,"f":false,"e":"1e5","n":[0,10.25]}"#;
+        assert_eq!(compact(flat).as_deref(), Some(flat));
+        for exponent in ["[1e5]", "[1E400]", "{\"x\":-2.5e-3}", "[0e0]"] {
+            assert_eq!(compact(exponent), None, "{exponent}");
+        }
+    }
 
     #[test]
     fn escaping_matches_serde_for_every_ascii_char() {
