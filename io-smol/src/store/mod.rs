@@ -47,7 +47,7 @@ pub use bootstrap::{
     bootstrap_admin_key, is_sha256_hex, is_valid_argon2id_phc, BootstrapError, BootstrapOutcome,
     BootstrapSettings, ADMIN_KEY_PREFIX, BOOTSTRAP_ADMIN_NAME, PROVISIONED_ADMIN_NAME,
 };
-pub use schema::{EXTRA_INDEXES, EXTRA_TABLES, LATEST_VERSION, MIGRATIONS};
+pub use schema::{EXTRA_INDEXES, EXTRA_TABLES, LATEST_VERSION, MIGRATIONS, RETIRED_INDEXES};
 
 /// Busy timeout of every connection (spec 08 §1).
 pub const BUSY_TIMEOUT_MS: usize = 10_000;
@@ -281,6 +281,15 @@ impl Store {
             .map_err(|e| open_err(sqlite_text(&e)))?;
         conn.execute("PRAGMA foreign_keys = ON")
             .map_err(|e| open_err(sqlite_text(&e)))?;
+        // The CHECK constraints of the schema (`keys.role`, `sessions.state`
+        // IN a list of three) are not evaluated on this connection: SQLite
+        // builds an ephemeral B-tree (its own pager and an 87 KB page-cache
+        // allocation) for the list on every insert or state update, about a
+        // third of a session row's cost, and every value this connection
+        // writes comes from a closed Rust enum (`KeyRole`, `SessionState`).
+        // The schema keeps them: other connections still enforce them.
+        conn.execute("PRAGMA ignore_check_constraints = ON")
+            .map_err(|e| open_err(sqlite_text(&e)))?;
         Ok(Store {
             conn,
             path,
@@ -358,7 +367,11 @@ impl Store {
                 tracing::info!(version, name, "applied database migration");
             }
         }
-        for sql in EXTRA_TABLES.iter().chain(EXTRA_INDEXES) {
+        for sql in EXTRA_TABLES
+            .iter()
+            .chain(EXTRA_INDEXES)
+            .chain(RETIRED_INDEXES)
+        {
             self.conn.execute(sql)?;
         }
         Ok(MigrateReport {
@@ -733,5 +746,79 @@ mod tests {
         assert_eq!(st.next().unwrap(), State::Row);
         // Negative: a size in KiB, not in pages.
         assert_eq!(st.read::<i64, _>(0).unwrap(), -512);
+    }
+
+    /// The opcodes of `sql` as this store's connection compiles it.
+    fn opcodes(store: &Store, sql: &str) -> Vec<String> {
+        let mut st = store.raw().prepare(format!("EXPLAIN {sql}")).unwrap();
+        let mut ops = Vec::new();
+        while st.next().unwrap() == State::Row {
+            ops.push(st.read::<String, _>(1).unwrap());
+        }
+        ops
+    }
+
+    /// The rows every session open writes build no ephemeral table: the
+    /// schema's `CHECK (… IN (three values))` lists are not evaluated on the
+    /// store's connection (docs/storage.md, "Connection setup").
+    #[test]
+    fn session_and_key_writes_build_no_ephemeral_table() {
+        let store = Store::open(":memory:", Synchronous::Normal).unwrap();
+        store.migrate().unwrap();
+        for q in [
+            Q::InsertSession,
+            Q::InsertKey,
+            Q::SetSessionState,
+            Q::InsertEvent,
+        ] {
+            let ops = opcodes(&store, q.sql());
+            assert!(
+                ops.iter().any(|o| o == "Insert" || o == "IdxInsert"),
+                "{q:?}: {ops:?}"
+            );
+            assert!(!ops.iter().any(|o| o == "OpenEphemeral"), "{q:?}: {ops:?}");
+        }
+    }
+
+    /// Another connection to the same file still enforces the schema's
+    /// CHECK constraints: only the store's own writes skip them.
+    #[test]
+    fn other_connections_still_enforce_the_check_constraints() {
+        let path = testkit::TestPath::new("baesrv-checks", "bae.db").unwrap();
+        let store = Store::open(&path, Synchronous::Normal).unwrap();
+        store.migrate().unwrap();
+        let other = Connection::open(&*path).unwrap();
+        let bad = other.execute(
+            "INSERT INTO keys (id, name, key_hash, key_prefix, role) \
+             VALUES ('key_x', 'x', 'h', 'p', 'root')",
+        );
+        assert!(bad.is_err(), "a role outside the CHECK list was stored");
+    }
+
+    /// A database written by an earlier version loses the retired index
+    /// at the next start; nothing else about it changes.
+    #[test]
+    fn retired_indexes_are_dropped_at_start() {
+        let store = Store::open(":memory:", Synchronous::Normal).unwrap();
+        store.migrate().unwrap();
+        store
+            .raw()
+            .execute("CREATE INDEX bae_idx_keys_role_prefix ON keys(role, key_prefix)")
+            .unwrap();
+        let count = |store: &Store| {
+            let mut st = store
+                .raw()
+                .prepare(
+                    "SELECT COUNT(*) FROM sqlite_master \
+                     WHERE type = 'index' AND name = 'bae_idx_keys_role_prefix'",
+                )
+                .unwrap();
+            assert_eq!(st.next().unwrap(), State::Row);
+            st.read::<i64, _>(0).unwrap()
+        };
+        assert_eq!(count(&store), 1);
+        store.migrate().unwrap();
+        assert_eq!(count(&store), 0);
+        assert_eq!(store.schema_version().unwrap(), LATEST_VERSION);
     }
 }

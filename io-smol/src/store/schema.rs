@@ -138,12 +138,20 @@ pub const MIGRATIONS: &[Migration] = &[
 pub const EXTRA_INDEXES: &[&str] = &[
     // Session-key auth: role='session' AND name=<session id>.
     "CREATE INDEX IF NOT EXISTS bae_idx_keys_role_name ON keys(role, name)",
-    // Client-key auth: role='client' AND key_prefix=<first 8 chars>.
-    "CREATE INDEX IF NOT EXISTS bae_idx_keys_role_prefix ON keys(role, key_prefix)",
     // Event paging and per-session counts: (session_id, rowid) order. The
     // (session_id, event_type) index cannot serve `rowid > ? ORDER BY rowid`
     // across event types without a sort.
     "CREATE INDEX IF NOT EXISTS bae_idx_session_events_session ON session_events(session_id)",
+];
+
+/// Extra indexes of earlier versions that no query uses any more, dropped
+/// at start: each still cost a B-tree insert on every write of its table.
+pub const RETIRED_INDEXES: &[&str] = &[
+    // On keys(role, key_prefix), for client-key auth by prefix; client keys
+    // are authenticated from memory, and no statement reads keys by
+    // prefix. Session-key prefixes are random, so every session open
+    // dirtied (and often read back from disk) a random leaf of it.
+    "DROP INDEX IF EXISTS bae_idx_keys_role_prefix",
 ];
 
 /// Tables only this server uses, created like [`EXTRA_INDEXES`] (outside
