@@ -164,7 +164,7 @@ pub struct Env {
     /// Extension `BAE_MAX_PAGE_BYTES`, default 8 MiB (≥ 1): payload bytes
     /// after which an events page or a replay page takes no further event.
     pub max_page_bytes: usize,
-    /// Extension `BAE_HISTORY_CACHE_BYTES`, default 8388608 (8 MiB, 0 =
+    /// Extension `BAE_HISTORY_CACHE_BYTES`, default 1048576 (1 MiB, 0 =
     /// none): estimated heap bytes of cached provider-facing histories
     /// beyond which idle sessions' histories are dropped, oldest idle first.
     pub history_cache_bytes: usize,

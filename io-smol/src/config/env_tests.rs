@@ -47,7 +47,7 @@ fn defaults() {
     assert_eq!(e.provider_idle_connections, 64);
     assert_eq!(e.max_page_bytes, 8 * 1024 * 1024);
     assert!(env_of(&[("BAE_MAX_PAGE_BYTES", "0")]).is_err());
-    assert_eq!(e.history_cache_bytes, 8 * 1024 * 1024);
+    assert_eq!(e.history_cache_bytes, 1024 * 1024);
     assert_eq!(e.history_idle, Duration::from_secs(30));
 }
 
