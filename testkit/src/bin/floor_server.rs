@@ -202,26 +202,38 @@ fn json_answer(status: &str, body: &str) -> Vec<u8> {
 
 impl Shared {
     /// One provider round trip to the mock on a kept-alive connection;
-    /// returns the reply body.
+    /// returns the reply body. A pooled connection the mock has closed (a
+    /// new kit run starts a new mock) is dropped and the call made on a
+    /// new one.
     async fn provider_call(&self, body: &str) -> std::io::Result<Vec<u8>> {
-        let pooled = self.idle.borrow_mut().pop();
-        let mut conn = match pooled {
-            Some(c) => c,
-            None => Conn::new(Async::<TcpStream>::connect(self.mock).await?.into_inner()?)?,
-        };
         let req = format!(
             "POST /v1/messages HTTP/1.1\r\nhost: {}\r\ncontent-type: application/json\r\n\
              anthropic-version: 2023-06-01\r\nx-api-key: t\r\ncontent-length: {}\r\n\r\n{body}",
             self.mock,
             body.len()
         );
-        conn.sock.write_all(req.as_bytes()).await?;
-        let (_, reply) = conn
-            .message()
-            .await?
-            .ok_or_else(|| std::io::Error::other("the mock closed the connection"))?;
-        self.idle.borrow_mut().push(conn);
-        Ok(reply)
+        loop {
+            let pooled = self.idle.borrow_mut().pop();
+            let fresh = pooled.is_none();
+            let mut conn = match pooled {
+                Some(c) => c,
+                None => Conn::new(Async::<TcpStream>::connect(self.mock).await?.into_inner()?)?,
+            };
+            let reply = match conn.sock.write_all(req.as_bytes()).await {
+                Ok(()) => conn.message().await,
+                Err(e) => Err(e),
+            };
+            match reply {
+                Ok(Some((_, reply))) => {
+                    self.idle.borrow_mut().push(conn);
+                    return Ok(reply);
+                }
+                Ok(None) if !fresh => continue,
+                Err(_) if !fresh => continue,
+                Ok(None) => return Err(std::io::Error::other("the mock closed the connection")),
+                Err(e) => return Err(e),
+            }
+        }
     }
 
     /// A `sendMessage` stream: the head and first frame in one write, the
