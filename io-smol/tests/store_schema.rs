@@ -78,13 +78,22 @@ fn reopening_is_idempotent() {
         assert_eq!(store.schema_version().unwrap(), 9);
     }
     assert_eq!(scalar(&db, "SELECT COUNT(*) FROM schema_version"), 9);
-    // The extra (unnumbered) indexes and tables exist exactly once.
+    // The extra (unnumbered) indexes and tables exist exactly once, and
+    // the retired one not at all.
     assert_eq!(
         scalar(
             &db,
             "SELECT COUNT(*) FROM sqlite_master WHERE type = 'index' AND name LIKE 'bae_idx_%'"
         ),
-        4
+        3,
+        "bae_idx_keys_role_name, bae_idx_session_events_session, bae_idx_idempotency_created"
+    );
+    assert_eq!(
+        scalar(
+            &db,
+            "SELECT COUNT(*) FROM sqlite_master WHERE name = 'bae_idx_keys_role_prefix'"
+        ),
+        0
     );
     assert_eq!(
         scalar(
