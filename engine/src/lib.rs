@@ -323,8 +323,10 @@ pub struct Config {
 /// [`Config::max_page_bytes`] unless configured: 8 MiB.
 pub const DEFAULT_MAX_PAGE_BYTES: usize = 8 * 1024 * 1024;
 
-/// [`Config::resident_sessions`] unless configured.
-pub const DEFAULT_RESIDENT_SESSIONS: usize = 1024;
+/// [`Config::resident_sessions`] unless configured. Each idle resident
+/// session holds about 1 KB; one beyond it costs a store read when it is
+/// used again (docs/performance.md, "This round's changes").
+pub const DEFAULT_RESIDENT_SESSIONS: usize = 512;
 
 impl Config {
     /// The registry entry named `name`.

@@ -171,7 +171,7 @@ pub struct Env {
     /// Extension `BAE_HISTORY_IDLE`, default 30 s (0 = at once): how long an
     /// idle session keeps its cached history.
     pub history_idle: Duration,
-    /// Extension `BAE_RESIDENT_SESSIONS`, default 1024 (`all` = `None`):
+    /// Extension `BAE_RESIDENT_SESSIONS`, default 512 (`all` = `None`):
     /// idle sessions kept in memory beyond those in use.
     pub resident_sessions: Option<usize>,
     /// Extension `BAE_IDEMPOTENCY_RETENTION`, default 86400 s (≥ 1): how
