@@ -702,17 +702,19 @@ fn finish(st: &mut Statement<'_>) -> Result<()> {
 mod tests {
     use super::*;
 
+    /// Column `col` of every row `sql` gives on the store's connection.
+    fn column(store: &Store, sql: &str, col: usize) -> Vec<String> {
+        let mut st = store.raw().prepare(sql).unwrap();
+        let mut out = Vec::new();
+        while st.next().unwrap() == State::Row {
+            out.push(st.read::<String, _>(col).unwrap());
+        }
+        out
+    }
+
     /// `EXPLAIN QUERY PLAN` details of `q` on a migrated database.
     fn plan(store: &Store, q: Q) -> Vec<String> {
-        let mut st = store
-            .raw()
-            .prepare(format!("EXPLAIN QUERY PLAN {}", q.sql()))
-            .unwrap();
-        let mut details = Vec::new();
-        while st.next().unwrap() == State::Row {
-            details.push(st.read::<String, _>(3).unwrap());
-        }
-        details
+        column(store, &format!("EXPLAIN QUERY PLAN {}", q.sql()), 3)
     }
 
     /// The history reads and the chunk reads of stored `provider.request`
@@ -750,12 +752,7 @@ mod tests {
 
     /// The opcodes of `sql` as this store's connection compiles it.
     fn opcodes(store: &Store, sql: &str) -> Vec<String> {
-        let mut st = store.raw().prepare(format!("EXPLAIN {sql}")).unwrap();
-        let mut ops = Vec::new();
-        while st.next().unwrap() == State::Row {
-            ops.push(st.read::<String, _>(1).unwrap());
-        }
-        ops
+        column(store, &format!("EXPLAIN {sql}"), 1)
     }
 
     /// The rows every session open writes build no ephemeral table: the
