@@ -24,10 +24,9 @@ use crate::MonoMs;
 /// turn in flight keep their histories whatever the budget; it bounds only
 /// what idle ones hold. Reading a dropped history back costs a few store
 /// reads (3.6 ms per turn on average over a 1,000-turn session when every
-/// turn must read it back), small beside the provider
-/// call of the turn that needs it, while every idle history kept is heap
-/// the server does not give back after load (docs/performance.md, "History
-/// cache budget").
+/// turn must read it back), small beside the provider call of the turn that
+/// needs it, while every idle history kept is heap the server does not give
+/// back after load (docs/performance.md, "This round's changes").
 pub const DEFAULT_BUDGET_BYTES: usize = 1024 * 1024;
 /// `BAE_HISTORY_IDLE` unless configured: 30 s.
 pub const DEFAULT_IDLE_MS: u64 = 30_000;

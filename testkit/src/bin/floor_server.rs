@@ -19,6 +19,8 @@
 //! under any server of the protocol on this box, on the runtime `baesrv`
 //! uses (smol, one thread, a reactor waiting in `block_on`).
 //!
+//! Requests are read with a bare scan for the head's end and its
+//! `content-length`, not proto's decoder, so the floor counts no parsing.
 //! Observers (`session.subscribe`) are not served: `--only opens|turns|paging`.
 
 use std::cell::{Cell, RefCell};
