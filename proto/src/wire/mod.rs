@@ -12,6 +12,7 @@
 //! - [`session`]: client-port session bodies (open/join/close/meta/...).
 //! - [`compaction`]: the session compaction config.
 //! - [`admin`]: admin-port bodies and views.
+//! - [`export`]: the session export document (extension).
 //! - [`page`]: pagination query parsing and page bodies.
 //! - [`json`]: small JSON text helpers (string escaping).
 
@@ -19,6 +20,7 @@ pub mod admin;
 pub mod compaction;
 pub mod content;
 pub mod event;
+pub mod export;
 pub mod ids;
 pub mod json;
 pub mod page;
