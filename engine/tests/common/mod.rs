@@ -52,6 +52,8 @@ pub struct Harness {
     pub forwards: Vec<engine::replicas::Forward>,
     /// Every store read the engine asked for, in order.
     pub reads_seen: Vec<engine::StoreRead>,
+    /// The body of every provider call, in order.
+    pub call_bodies: Vec<Vec<u8>>,
     next_conn: ConnId,
 }
 
@@ -95,6 +97,7 @@ impl Harness {
             leased_elsewhere: HashMap::new(),
             forwards: Vec::new(),
             reads_seen: Vec::new(),
+            call_bodies: Vec::new(),
             next_conn: ConnId(1),
         }
     }
@@ -153,7 +156,10 @@ impl Harness {
                         self.reads_seen.push(read.clone());
                         reads.push((id, read))
                     }
-                    Output::CallProvider(c) => self.calls.push_back(c),
+                    Output::CallProvider(c) => {
+                        self.call_bodies.push(c.body.clone());
+                        self.calls.push_back(c)
+                    }
                     Output::Mcp(c) => self.mcp.push_back(c),
                     Output::Sandbox(c) => self.sandbox.push_back(c),
                     Output::Forward(f) => self.forwards.push(f),

@@ -281,7 +281,10 @@ mod tests {
     #[test]
     fn header_round_trips_and_leads_with_its_kind() {
         let line = header().to_line();
-        assert!(line.starts_with("{\"kind\":\"header\",\"format\":"), "{line}");
+        assert!(
+            line.starts_with("{\"kind\":\"header\",\"format\":"),
+            "{line}"
+        );
         assert_eq!(parse_header(&line).unwrap(), header());
     }
 

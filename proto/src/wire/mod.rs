@@ -13,6 +13,7 @@
 //! - [`compaction`]: the session compaction config.
 //! - [`admin`]: admin-port bodies and views.
 //! - [`export`]: the session export document (extension).
+//! - [`fork`]: fork and rewind bodies (extension).
 //! - [`page`]: pagination query parsing and page bodies.
 //! - [`json`]: small JSON text helpers (string escaping).
 
@@ -21,6 +22,7 @@ pub mod compaction;
 pub mod content;
 pub mod event;
 pub mod export;
+pub mod fork;
 pub mod ids;
 pub mod json;
 pub mod page;
