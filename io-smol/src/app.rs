@@ -489,6 +489,7 @@ pub fn engine_config(env: &Env, file: &FileConfig, run_label: &str) -> engine::C
         max_head_bytes: env.max_head_bytes,
         max_headers: env.max_headers,
         max_body_bytes: env.max_body_bytes,
+        max_import_bytes: env.max_import_bytes,
         turn_timeout_ms: duration_ms(env.turn_timeout),
         provider_timeout_ms: duration_ms(env.provider_timeout),
         admin_auth_disabled: env.disable_admin_auth,

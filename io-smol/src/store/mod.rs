@@ -22,6 +22,7 @@ mod checkpoint;
 mod history;
 mod history_db;
 mod json_scan;
+pub(crate) mod lineage;
 pub mod pg;
 mod queries;
 mod read;
@@ -661,6 +662,7 @@ impl<'c> StoreConn<'c> {
                 st.bind((1, before))?;
                 finish(st)
             }
+            StoreWrite::InsertLineage(row) => self.insert_lineage(row),
         }
     }
 

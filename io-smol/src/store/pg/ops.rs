@@ -12,6 +12,7 @@ use postgres::types::{ToSql, Type};
 use postgres::{GenericClient, IsolationLevel, Row, Statement};
 
 use super::{PgStore, StoreError};
+use crate::store::lineage::lineage_row;
 use crate::store::rows::{read_event, read_key, read_profile, read_session, seq_to_i64, Cols};
 use crate::store::{Activity, Result};
 use engine::store::page::PageBounds;
@@ -126,6 +127,12 @@ pg_queries! {
         WHERE ord > $1 AND ($2::text IS NULL OR state = $2) ORDER BY ord LIMIT $3";
     AllIdempotency = "SELECT session_id, client_key_id, key, digest, created_ms, outcome \
         FROM bae_idempotency_keys";
+    InsertLineage = "INSERT INTO bae_session_lineage (session_id, kind, parent_id, \
+        parent_event_id, source_session_id, created_at) VALUES ($1, $2, $3, $4, $5, $6)";
+    LineageOf = "SELECT session_id, kind, parent_id, parent_event_id, source_session_id, \
+        created_at FROM bae_session_lineage WHERE session_id = $1";
+    LineageChildren = "SELECT session_id, kind, parent_id, parent_event_id, \
+        source_session_id, created_at FROM bae_session_lineage WHERE parent_id = $1 ORDER BY ord";
     Activity = "SELECT \
         (SELECT COUNT(*) FROM profiles WHERE deleted_at IS NULL), \
         (SELECT COUNT(*) FROM keys WHERE role = 'client' AND deleted_at IS NULL), \
@@ -443,6 +450,21 @@ fn apply(
             let before = i64::try_from(*before_ms).unwrap_or(i64::MAX);
             exec(tx, Pq::ExpireIdempotency, &[&before])
         }
+        StoreWrite::InsertLineage(row) => {
+            let c = crate::store::lineage::LineageCols::of(row);
+            exec(
+                tx,
+                Pq::InsertLineage,
+                &[
+                    &row.session_id,
+                    &c.kind,
+                    &c.parent_id,
+                    &c.parent_event_id,
+                    &c.source_session_id,
+                    &row.created_at,
+                ],
+            )
+        }
     }
 }
 
@@ -489,7 +511,9 @@ pub(crate) fn read_with(
 ) -> std::result::Result<ReadResult, ReadError> {
     let result = match read {
         // Pages leave the store rendered (the engine only sends them).
-        StoreRead::EventsPage { .. } | StoreRead::ReplayPage { .. } => {
+        StoreRead::EventsPage { .. }
+        | StoreRead::ReplayPage { .. }
+        | StoreRead::ExportPage { .. } => {
             let (
                 Some(bounds),
                 Some(StoreRead::Events {
@@ -517,6 +541,23 @@ pub(crate) fn read_with(
             engine::store::render_page(read, &rows, more).unwrap_or(ReadResult::Events(rows))
         }
         StoreRead::Runtime => ReadResult::Runtime(Default::default()),
+        StoreRead::Lineage {
+            session_id,
+            children,
+        } => {
+            let own = c.query_opt(stmts.get(Pq::LineageOf), &[session_id])?;
+            let own = own.map(|r| lineage_row(&r)).transpose()?;
+            let mut kids = Vec::new();
+            if *children {
+                for r in c.query(stmts.get(Pq::LineageChildren), &[session_id])? {
+                    kids.push(lineage_row(&r)?);
+                }
+            }
+            ReadResult::Lineage {
+                own,
+                children: kids,
+            }
+        }
         // Answered by `PgStore::claim_lease` on the writer connection.
         StoreRead::ClaimLease { .. } => {
             return Err(ReadError::Store(StoreError::Postgres(

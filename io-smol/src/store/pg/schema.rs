@@ -23,7 +23,7 @@ pub struct PgMigration {
 }
 
 /// Highest migration version this binary knows.
-pub const PG_LATEST_VERSION: i64 = 4;
+pub const PG_LATEST_VERSION: i64 = 5;
 
 /// Oldest PostgreSQL server accepted (`server_version_num`).
 pub const PG_MIN_SERVER_VERSION: i32 = 130000;
@@ -39,6 +39,7 @@ pub const PG_TABLES: &[&str] = &[
     "bae_idempotency_keys",
     "session_leases",
     "replica_lanes",
+    "bae_session_lineage",
 ];
 
 pub const PG_MIGRATIONS: &[PgMigration] = &[
@@ -140,5 +141,21 @@ pub const PG_MIGRATIONS: &[PgMigration] = &[
                   owner      TEXT NOT NULL,
                   expires_at TIMESTAMPTZ NOT NULL
               );",
+    },
+    // Where forked and imported sessions came from (extension; see the
+    // SQLite store's `bae_session_lineage`).
+    PgMigration {
+        version: 5,
+        name: "session_lineage",
+        sql: "CREATE TABLE bae_session_lineage (
+                  ord               BIGINT GENERATED ALWAYS AS IDENTITY UNIQUE,
+                  session_id        TEXT PRIMARY KEY,
+                  kind              TEXT NOT NULL CHECK (kind IN ('fork', 'import')),
+                  parent_id         TEXT,
+                  parent_event_id   TEXT,
+                  source_session_id TEXT,
+                  created_at        TEXT NOT NULL
+              );
+              CREATE INDEX bae_idx_session_lineage_parent ON bae_session_lineage(parent_id);",
     },
 ];
