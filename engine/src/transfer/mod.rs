@@ -105,7 +105,8 @@ impl Transfers {
         self.jobs.insert(conn, Job::Import(Box::new(plan)));
         vec![Out::Read(StoreRead::LoadSession {
             session_id: id,
-            drivers_since: u64::MAX,
+            // (Registrations are not wanted: none is at or after this seq.)
+            drivers_since: i64::MAX as u64,
         })]
     }
 
