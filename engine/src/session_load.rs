@@ -234,14 +234,14 @@ impl Engine {
             id: crate::ids::SessionId::new(&session_id),
             creator: key.id.clone(),
             profile_id: self.catalog.profile_id(&profile_id),
-            state: SessionState::Open,
+            state: plan.state,
             client_version: plan.client_version.as_deref().map(Box::from),
             client_tools: Default::default(),
             sandbox_tools: Default::default(),
             subagent_tools: Default::default(),
             compaction: plan.compaction.clone(),
             created_at: crate::time::Stamp::At(self.now.unix),
-            closed_at: None,
+            closed_at: plan.closed_at.as_deref().map(crate::time::Stamp::from_text),
             // Its history is in the copied log (read on first use), and its
             // MCP servers are connected below, as at a create.
             fresh: false,
@@ -254,9 +254,15 @@ impl Engine {
         session.sandbox_tools.set(pool, &key.id, &d.sandbox_tools);
         session.subagent_tools.set(pool, &key.id, &d.subagent_tools);
         self.write(crate::StoreWrite::InsertSession(session.to_row()));
+        // Before the events: a reader of the writes (the simulator's
+        // checker) knows them as copied when it meets them.
+        let lineage = plan.lineage(&session_id, &self.timestamp());
+        self.write(crate::StoreWrite::InsertLineage(lineage));
         self.admit_session(session);
         self.lease_new_session(&session_id);
-        (self.telemetry).session_open(&session_id, &profile_id, &key.id);
+        if plan.state == SessionState::Open {
+            (self.telemetry).session_open(&session_id, &profile_id, &key.id);
+        }
         let session_key = self.mint_session_key(&session_id, &key);
         let ids: Vec<String> = (0..plan.events.len())
             .map(|_| self.new_id(IdKind::Event))
@@ -278,13 +284,15 @@ impl Engine {
         for row in rows {
             self.write(crate::StoreWrite::InsertEvent(row));
         }
-        let lineage = plan.lineage(&session_id, &self.timestamp());
-        self.write(crate::StoreWrite::InsertLineage(lineage));
         // The client port answers as a create does, with the profile.
         let open = matches!(plan.answer, Answer::Fork { admin: false, .. })
             .then(|| self.open_answer(&session_id, &session_key, &profile_id));
         let body = plan.answer_json(&session_id, &session_key, events, open);
         let body = body.into_bytes();
+        if plan.state != SessionState::Open {
+            // An ended session (an import of one) takes no turn.
+            return self.respond_json(conn, 201, &body);
+        }
         self.connect_mcp_then_respond(conn, &session_id, &profile.row.mcp_servers, body);
     }
 }

@@ -269,6 +269,28 @@ fn a_kept_id_moves_a_session_to_another_server() {
     assert_eq!(answer["session_id"], f.session_id.as_str());
     let (s, p) = import(&b, &q, doc.as_bytes());
     assert_eq!((s, p["type"].as_str()), (409, Some("session_exists")));
+    assert_eq!(admin_state(&b, &f.session_id), "open");
+    // A closed session moves as a closed one.
+    let r = a
+        .client()
+        .bearer(&f.a.session_key)
+        .delete(&format!("/api/v1/sessions/{}", f.session_id));
+    r.assert_status(200);
+    let closed = export(&a, &f.session_id);
+    let (s, answer) = import(&b, &format!("client_key_id={key_id}"), closed.as_bytes());
+    assert_eq!(s, 201, "{answer}");
+    assert_eq!(
+        admin_state(&b, answer["session_id"].as_str().unwrap()),
+        "closed"
+    );
+    let (s, p) = admin_fork(&a, &f.session_id, "fork", json!({}));
+    assert_eq!(
+        (s, p["type"].as_str()),
+        (409, Some("fork_point_incomplete")),
+        "{p}"
+    );
+    let (s, _) = admin_fork(&a, &f.session_id, "rewind", json!({"after_turn": 1}));
+    assert_eq!(s, 201, "a closed session forks before its close");
 }
 
 /// `VmRSS` or `VmHWM` of a process, in KiB.

@@ -6,7 +6,7 @@ use proto::wire::json;
 use proto::wire::{ClientToolDef, CompactionConfig, EventType, SubagentToolDef};
 use serde_json::Value;
 
-use crate::store::{EventRow, LineageRow, Origin};
+use crate::store::{EventRow, LineageRow, Origin, SessionState};
 
 /// One event to copy: its source id (references to it are rewritten),
 /// type, attribution, payload as stored and original timestamp.
@@ -89,6 +89,10 @@ pub enum Answer {
 pub struct NewSession {
     /// The id to keep (an import asked for the source's id), else a new one.
     pub keep_id: Option<String>,
+    /// `open`, unless the copied log ended the session (an import of a
+    /// closed or failed session keeps that state, and when it began).
+    pub state: SessionState,
+    pub closed_at: Option<String>,
     /// The client key that will hold its session key.
     pub creator: String,
     pub profile_id: String,
@@ -237,6 +241,8 @@ mod tests {
     fn rows_get_new_ids_and_seqs_and_completions_follow_them() {
         let mut s = NewSession {
             keep_id: None,
+            state: SessionState::Open,
+            closed_at: None,
             creator: "key_1".into(),
             profile_id: "pro_1".into(),
             client_version: None,

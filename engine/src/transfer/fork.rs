@@ -160,7 +160,10 @@ impl Fork {
                 At::AfterTurn(n)
                     if self.walker.turns_ended > ended && self.walker.turns_ended == *n =>
                 {
-                    return Found::Here
+                    return match self.walker.point() {
+                        Point::Complete => Found::Here,
+                        point => incomplete(&id, point, &format!("turn {n} ends here")),
+                    };
                 }
                 _ => {}
             }
@@ -209,6 +212,8 @@ impl Fork {
         let s = &self.start;
         Out::Create(Box::new(NewSession {
             keep_id: None,
+            state: crate::store::SessionState::Open,
+            closed_at: None,
             creator: s.creator.clone(),
             profile_id: s.profile_id.clone(),
             client_version: s.client_version.clone(),
@@ -230,6 +235,7 @@ fn incomplete(event_id: &str, point: Point, why: &str) -> Found {
         Point::Running => "inside a running turn (or one cut short)",
         Point::Paused => "inside a turn paused for client tool results",
         Point::Committing => "inside a compaction's commit",
+        Point::Ended => "after the session ended (closed, or failed)",
         Point::Complete => "at a complete point",
     };
     let detail = match why {

@@ -14,7 +14,7 @@ use proto::wire::{json, CompactionConfig, EventType};
 use serde_json::Value;
 
 use super::copy::{Answer, CopiedEvent, Declarations, NewSession};
-use super::rules::{MessageFacts, MessageRules};
+use super::rules::{MessageFacts, MessageRules, Walker};
 
 /// Who gets the imported session.
 #[derive(Debug, Clone)]
@@ -65,6 +65,8 @@ pub fn read_document(body: &[u8], target: &ImportTarget) -> Result<NewSession, R
     let mut events: Vec<CopiedEvent> = Vec::new();
     let mut seen = std::collections::HashSet::new();
     let mut rules = MessageRules::default();
+    let mut walker = Walker::default();
+    let mut closed_at = None;
     let mut end = None;
     for (n, line) in lines {
         if end.is_some() {
@@ -127,6 +129,11 @@ pub fn read_document(body: &[u8], target: &ImportTarget) -> Result<NewSession, R
                 .message(n, &facts, event.client_key_id.as_deref())
                 .map_err(invalid)?;
         }
+        let ended = walker.ending.is_some();
+        walker.step(event_type, raw);
+        if !ended && walker.ending.is_some() {
+            closed_at = Some(event.created_at.clone());
+        }
         // Stored compact, as the engine writes payloads (the exporting
         // server's own text is compact already, and kept byte for byte).
         let payload = json::compact(raw).unwrap_or_else(|| {
@@ -168,6 +175,8 @@ pub fn read_document(body: &[u8], target: &ImportTarget) -> Result<NewSession, R
     (declarations.typed()).map_err(|e| invalid(format!("line 1: the creator's {e}")))?;
     Ok(NewSession {
         keep_id: target.keep_id.then(|| source.id.clone()),
+        state: walker.ending.unwrap_or(crate::store::SessionState::Open),
+        closed_at,
         creator: target.creator.clone(),
         profile_id: target.profile_id.clone(),
         client_version: source.client_version.clone(),

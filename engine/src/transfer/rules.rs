@@ -11,9 +11,11 @@
 //! Everything else (provider and tool records, joins, registrations,
 //! sandbox and subagent lifecycle, a compaction attempt before its commit)
 //! leaves it where it is: a compaction attempt changes no history until its
-//! three records commit together.
+//! three records commit together. `session.close` and the errors that move
+//! a session to `error` end the log's history: nothing after them is a
+//! point a new session can continue from.
 
-use proto::wire::EventType;
+use proto::wire::{EventType, SessionState};
 use serde_json::Value;
 
 /// Where the log stands after an event.
@@ -31,6 +33,9 @@ pub enum Point {
     /// Inside a compaction's commit: its preamble (and summary) without its
     /// completion.
     Committing,
+    /// The session ended here (`session.close`, or an error that moved it
+    /// to `error`).
+    Ended,
 }
 
 /// What a message payload says about the turn structure.
@@ -70,13 +75,14 @@ impl MessageFacts {
     }
 }
 
-/// `session.error` reasons that end the turn that logged them (spec 02
-/// §3: the session moves to `error`).
-const TURN_ENDING_ERRORS: [&str; 4] = [
+/// `session.error` reasons that move a live session to `error` (spec 02
+/// §3), ending the turn that logged them.
+const SESSION_ENDING_ERRORS: [&str; 5] = [
     "all_providers_failed",
     "loop_limit",
     "provider_config",
     "profile_unavailable",
+    "tool_result_merge_invalid",
 ];
 
 /// Walks a log event by event (see the module docs).
@@ -85,8 +91,10 @@ pub struct Walker {
     point: Point,
     /// Turns started from a complete history.
     pub turns_started: u64,
-    /// Times a turn's end made the history complete.
+    /// Times a turn ended (answered, retired, or failed).
     pub turns_ended: u64,
+    /// The state the log's end left the session in, once it ended.
+    pub ending: Option<SessionState>,
 }
 
 impl Default for Walker {
@@ -95,6 +103,7 @@ impl Default for Walker {
             point: Point::Complete,
             turns_started: 0,
             turns_ended: 0,
+            ending: None,
         }
     }
 }
@@ -108,6 +117,9 @@ impl Walker {
     /// Takes one event; `payload` is read only for message and error
     /// events (a large `provider.request` is never parsed).
     pub fn step(&mut self, event_type: EventType, payload: &str) {
+        if self.point == Point::Ended {
+            return;
+        }
         match event_type {
             EventType::ClientMessageSend => {
                 if self.point == Point::Complete {
@@ -120,11 +132,15 @@ impl Walker {
                 self.message(&facts);
             }
             EventType::SessionCompactionCompleted => self.point = Point::Complete,
-            EventType::SessionError if self.point == Point::Running => {
+            EventType::SessionClose => self.end(SessionState::Closed),
+            EventType::SessionError => {
                 let p = parse(payload);
                 let reason = p.get("reason").and_then(Value::as_str).unwrap_or("");
-                if TURN_ENDING_ERRORS.contains(&reason) {
-                    self.ended();
+                if SESSION_ENDING_ERRORS.contains(&reason) {
+                    if self.point == Point::Running {
+                        self.turns_ended += 1;
+                    }
+                    self.end(SessionState::Error);
                 }
             }
             _ => {}
@@ -150,6 +166,11 @@ impl Walker {
             self.turns_ended += 1;
         }
         self.point = Point::Complete;
+    }
+
+    fn end(&mut self, state: SessionState) {
+        self.point = Point::Ended;
+        self.ending = Some(state);
     }
 }
 
@@ -326,13 +347,20 @@ mod tests {
     }
 
     #[test]
-    fn turn_ending_errors_end_only_running_turns() {
+    fn a_failed_turn_or_a_close_ends_the_log() {
         let failed = (
             EventType::SessionError,
             json!({"reason": "all_providers_failed", "attempts": 1}),
         );
         let w = walk(&[user("a"), failed.clone()]);
-        assert_eq!((w.point(), w.turns_ended), (Point::Complete, 1));
+        assert_eq!((w.point(), w.turns_ended), (Point::Ended, 1));
+        assert_eq!(w.ending, Some(SessionState::Error));
+        let close = (EventType::SessionClose, json!({"reason": "client_close"}));
+        let w = walk(&[user("a"), answer(), close, user("late")]);
+        assert_eq!(
+            (w.point(), w.ending),
+            (Point::Ended, Some(SessionState::Closed))
+        );
         let step_error = (
             EventType::SessionError,
             json!({"reason": "provider_call_failed"}),

@@ -410,6 +410,32 @@ fn forks_stop_at_complete_points() {
     assert!(d.contains("does not start a turn"), "{d}");
 }
 
+/// No fork after the session ended; an import keeps the ended state.
+#[test]
+fn an_ended_session_is_forked_before_its_end_and_imported_as_ended() {
+    let close = (EventType::SessionClose, json!({"reason": "client_close"}));
+    let m = store(&log(&[close]));
+    let (k, d) = refused(fork(&m, At::Last));
+    assert_eq!(k, ProblemType::ForkPointIncomplete);
+    assert!(d.contains("ended"), "{d}");
+    let (ids, _, _) = forked(fork(&m, At::AfterTurn(1)));
+    assert_eq!(ids.len(), 5);
+    let plan = import::read_document(export(&m).as_bytes(), &target(false)).unwrap();
+    assert_eq!(plan.state, SessionState::Closed);
+    assert_eq!(plan.closed_at.as_deref(), Some("2026-01-01T00:00:00.000Z"));
+    let failed = (
+        EventType::SessionError,
+        json!({"reason": "all_providers_failed", "attempts": 1}),
+    );
+    let m = store(&log(&[user("b"), failed]));
+    assert_eq!(
+        refused(fork(&m, At::AfterTurn(2))).0,
+        ProblemType::ForkPointIncomplete
+    );
+    let plan = import::read_document(export(&m).as_bytes(), &target(false)).unwrap();
+    assert_eq!(plan.state, SessionState::Error);
+}
+
 /// A log longer than a page, and the copy limit.
 #[test]
 fn forks_read_every_page_and_keep_to_the_copy_limit() {
