@@ -133,10 +133,7 @@ fn digest(message: &UserMessage) -> String {
         &json!({"role": message.role, "content": message.content}),
         &mut text,
     );
-    Sha256::digest(text.as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    proto::wire::hex::encode(&Sha256::digest(text.as_bytes()))
 }
 
 fn canonical(v: &Value, out: &mut String) {

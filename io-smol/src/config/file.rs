@@ -14,6 +14,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
+use url::Url;
 
 use super::subst::{substitute, SubstError};
 use super::toml_de;
@@ -511,12 +512,12 @@ fn validate_telemetry(tel: &Telemetry) -> Result<(), ConfigError> {
             "[telemetry] enabled = true requires a non-empty otlp_endpoint".into(),
         ));
     }
+    check_ascii_host("[telemetry] otlp_endpoint".into(), endpoint)?;
     if !is_http_url(endpoint) {
         return Err(ConfigError::Telemetry(format!(
             "[telemetry] otlp_endpoint \"{endpoint}\" must be a valid http:// or https:// URL"
         )));
     }
-    check_ascii_host("[telemetry] otlp_endpoint".into(), endpoint)?;
     if tel.protocol().is_none() {
         return Err(ConfigError::Telemetry(format!(
             "[telemetry] otlp_protocol \"{}\" must be \"grpc\" or \"http/protobuf\"",
@@ -559,53 +560,17 @@ fn check_header_name(name: &str) -> Result<(), ConfigError> {
     }
 }
 
-/// `http://` or `https://` (scheme case-insensitive), no whitespace or
-/// control characters, non-empty host, optional numeric port.
+/// An `http://` or `https://` URL with a host, as the URL parser reads it
+/// (scheme case-insensitive, port a number that fits). Whitespace or a
+/// control character anywhere is refused too: the parser would trim or
+/// encode it, and the value is sent as written.
 fn is_http_url(v: &str) -> bool {
     if v.chars().any(|c| c.is_whitespace() || c.is_control()) {
         return false;
     }
-    let rest = match v.split_once("://") {
-        Some((scheme, rest))
-            if scheme.eq_ignore_ascii_case("http") || scheme.eq_ignore_ascii_case("https") =>
-        {
-            rest
-        }
-        _ => return false,
-    };
-    match host_and_port(rest) {
-        Some((host, port)) => {
-            let port_ok = match port {
-                None => true,
-                Some(p) => {
-                    !p.is_empty()
-                        && p.bytes().all(|b| b.is_ascii_digit())
-                        && p.parse::<u16>().is_ok()
-                }
-            };
-            !host.is_empty() && port_ok
-        }
-        None => false,
-    }
-}
-
-/// The host and optional port of what follows `scheme://`; `None` when a
-/// bracketed IPv6 host is malformed.
-fn host_and_port(rest: &str) -> Option<(&str, Option<&str>)> {
-    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
-    let host_port = authority.rsplit_once('@').map_or(authority, |(_, hp)| hp);
-    if let Some(stripped) = host_port.strip_prefix('[') {
-        let (h, after) = stripped.split_once(']')?;
-        match after {
-            "" => Some((h, None)),
-            p => Some((h, Some(p.strip_prefix(':')?))),
-        }
-    } else {
-        Some(match host_port.split_once(':') {
-            Some((h, p)) => (h, Some(p)),
-            None => (host_port, None),
-        })
-    }
+    Url::parse(v).is_ok_and(|u| {
+        matches!(u.scheme(), "http" | "https") && u.host_str().is_some_and(|h| !h.is_empty())
+    })
 }
 
 /// Host names are resolved as written: the URL parser is built without
@@ -613,14 +578,22 @@ fn host_and_port(rest: &str) -> Option<(&str, Option<&str>)> {
 /// internationalised name must be given in its ASCII (`xn--`) form. Checked
 /// at load so the mistake is one clear line, not an error on every call.
 fn check_ascii_host(at: String, url: &str) -> Result<(), ConfigError> {
-    let rest = url.split_once("://").map_or(url, |(_, r)| r);
-    match host_and_port(rest) {
-        Some((host, _)) if !host.is_ascii() => Err(ConfigError::NonAsciiHost {
-            at,
-            host: host.to_string(),
-        }),
-        _ => Ok(()),
+    match non_ascii_host(url) {
+        Some(host) => Err(ConfigError::NonAsciiHost { at, host }),
+        None => Ok(()),
     }
+}
+
+/// The host of `url` as written, when it is not ASCII. A URL of a scheme
+/// without special rules keeps its host as written (percent-encoded, no
+/// IDNA), so the parser reads it under such a scheme.
+fn non_ascii_host(url: &str) -> Option<String> {
+    let (_, rest) = url.split_once(':')?;
+    let opaque = Url::parse(&format!("opaque:{rest}")).ok()?;
+    let host = percent_encoding::percent_decode_str(opaque.host_str()?)
+        .decode_utf8()
+        .ok()?;
+    (!host.is_ascii()).then(|| host.into_owned())
 }
 
 // ---------------------------------------------------------------------------
