@@ -23,6 +23,7 @@ pub mod content;
 pub mod event;
 pub mod export;
 pub mod fork;
+pub mod hex;
 pub mod ids;
 pub mod json;
 pub mod page;
