@@ -302,7 +302,7 @@ fn vm(pid: u32, field: &str) -> u64 {
 
 /// The server's memory while it streams a 10,000-event export: its peak
 /// resident set grows by no more than 8 MB over what it held before. (A
-/// bound on memory, not on time; `bench_export` reports the figures.)
+/// bound on memory, not on time; the figures are printed on stderr.)
 #[test]
 fn a_10000_event_export_is_streamed_in_bounded_memory() {
     let mock = MockProvider::start();
