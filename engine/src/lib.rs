@@ -328,9 +328,9 @@ pub struct Config {
     /// with the `lagged` error (the reference's broadcast capacity).
     pub subscriber_lag_limit: usize,
     /// Unflushed bytes past which a stream that opted into `turn.deltas`
-    /// gets no delta frames: they are joined and held (at most as many
-    /// bytes again) until it drains, then dropped for the attempt with a
-    /// `lagged` marker (docs/extensions.md).
+    /// gets no delta frames: they are joined and held until it drains (a
+    /// subscription at most 16 windows of them, then dropped for the
+    /// attempt with a `lagged` marker; docs/extensions.md).
     pub delta_window_bytes: usize,
     /// Unflushed bytes a gapless subscriber (extension `subscribe.gapless`)
     /// may have before it stops taking live events and later catches up

@@ -6,10 +6,11 @@
 //! later never sees a suffix of it). Below the delta window (unflushed
 //! bytes) it gets every delta as it comes, the frame rendered once for all
 //! such streams. Past the window its deltas are joined per block and held,
-//! at most a window's worth, and sent once it has drained to half the
-//! window (or when the attempt completes: the reply is whole, the held text
-//! goes before the final events). Past that, it gets one
-//! `session.delta_discard` (`lagged`) and no more of the attempt. An
+//! and sent once it has drained to half the window (or when the attempt
+//! completes: the reply is whole, the held text goes before the final
+//! events). A subscription holding more than [`HOLD_WINDOWS`] windows gets
+//! one `session.delta_discard` (`lagged`) and no more of the attempt (a
+//! turn's own stream is never dropped). An
 //! attempt that fails or is cancelled ends with `session.delta_discard` on
 //! every stream still following it. Deltas are never logged.
 
@@ -55,6 +56,11 @@ pub struct DeltaCursor {
     attempt: usize,
     follow: Follow,
 }
+
+/// Windows of text a subscriber's held deltas may reach before they are
+/// dropped: a reader that keeps up but whose flush reports come late (a
+/// burst of chunks handled before its writer ran) is not dropped.
+pub const HOLD_WINDOWS: usize = 16;
 
 /// What a batch does on one stream.
 enum Act {
@@ -152,6 +158,7 @@ impl Hub {
                 });
             }
             let over = s.in_flight_bytes >= window;
+            let own = matches!(s.kind, StreamKind::Turn);
             let Some(cursor) = s.deltas.as_mut().filter(|c| c.request == batch.request) else {
                 continue;
             };
@@ -177,7 +184,10 @@ impl Hub {
                             _ => frags.push(f.clone()),
                         }
                     }
-                    if *bytes <= window {
+                    // A turn's own stream is what the turn serves: its text
+                    // is held whole (it gets the whole reply in its result
+                    // anyway); a subscriber up to the hold bound.
+                    if own || *bytes <= window.saturating_mul(HOLD_WINDOWS) {
                         continue;
                     }
                     *follow = Follow::Dropped;
@@ -222,6 +232,11 @@ impl Hub {
         let Some(cursor) = self.streams.get_mut(&conn).and_then(|s| s.deltas.as_mut()) else {
             return Vec::new();
         };
+        // Only a held stream goes live again: a dropped one stays dropped
+        // (it would see the attempt's text with a gap).
+        if !matches!(cursor.follow, Follow::Held { .. }) {
+            return Vec::new();
+        }
         let Follow::Held { frags, .. } = std::mem::replace(&mut cursor.follow, Follow::Live) else {
             return Vec::new();
         };

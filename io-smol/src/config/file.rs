@@ -133,6 +133,30 @@ pub struct ProviderEntry {
     pub auth_token: String,
     /// Default [`DEFAULT_MAX_TOKENS`].
     pub max_tokens: u32,
+    /// `stream = true` (extension): replies are streamed. `None`: off.
+    pub stream: Option<ProviderStream>,
+}
+
+/// The stream settings of a `[[providers.entries]]` entry with
+/// `stream = true` (docs/configuration.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProviderStream {
+    /// `stream_first_byte_timeout`, whole seconds (default 120).
+    pub first_byte_timeout_secs: u64,
+    /// `stream_idle_timeout`, whole seconds (default 60).
+    pub idle_timeout_secs: u64,
+    /// `stream_max_bytes` (default 64 MiB).
+    pub max_bytes: u64,
+}
+
+impl Default for ProviderStream {
+    fn default() -> Self {
+        ProviderStream {
+            first_byte_timeout_secs: 120,
+            idle_timeout_secs: 60,
+            max_bytes: 64 * 1024 * 1024,
+        }
+    }
 }
 
 impl ProviderEntry {
@@ -161,6 +185,7 @@ impl fmt::Debug for ProviderEntry {
             .field("model", &self.model)
             .field("auth_token", &super::REDACTED)
             .field("max_tokens", &self.max_tokens)
+            .field("stream", &self.stream)
             .finish()
     }
 }
@@ -438,7 +463,25 @@ fn parse_provider(t: &Table, at: &str) -> Result<ProviderEntry, String> {
         model: req_str(t, "model", at)?,
         auth_token: req_str(t, "auth_token", at)?,
         max_tokens,
+        stream: parse_stream(t, at)?,
     })
+}
+
+/// `stream` and its settings (extension); the settings apply only with
+/// `stream = true`, and are checked either way.
+fn parse_stream(t: &Table, at: &str) -> Result<Option<ProviderStream>, String> {
+    let positive = |key: &str, default: u64| match t.get(key) {
+        None => Ok(default),
+        Some(Value::Integer(n)) if *n >= 1 => Ok(*n as u64),
+        Some(v) => Err(type_error(at, key, "a positive integer", v)),
+    };
+    let d = ProviderStream::default();
+    let settings = ProviderStream {
+        first_byte_timeout_secs: positive("stream_first_byte_timeout", d.first_byte_timeout_secs)?,
+        idle_timeout_secs: positive("stream_idle_timeout", d.idle_timeout_secs)?,
+        max_bytes: positive("stream_max_bytes", d.max_bytes)?,
+    };
+    Ok(opt_bool(t, "stream", at)?.unwrap_or(false).then_some(settings))
 }
 
 fn parse_telemetry(t: &Table) -> Result<Telemetry, String> {

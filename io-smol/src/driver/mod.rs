@@ -33,6 +33,7 @@ mod forward;
 pub mod mcp;
 pub mod provider;
 pub mod provider_http;
+pub mod provider_stream;
 mod sandbox;
 mod store_jobs;
 
@@ -242,6 +243,8 @@ enum Event {
     /// `Received`, `Flushed` or `Closed` from a connection task.
     Net(Input),
     Provider(CallId, ProviderReply),
+    /// Body bytes of a streamed call's 2xx response.
+    ProviderChunk(CallId, Vec<u8>),
     Mcp(engine::mcp::McpConnId, engine::mcp::McpEvent),
     Sandbox(engine::sandbox::OpId, engine::sandbox::SandboxReply),
     Committed(u64),
@@ -327,6 +330,7 @@ pub fn run(boot: Boot) -> io::Result<()> {
         conns: HashMap::new(),
         next_conn: ConnId(1),
         provider_inflight: 0,
+        streaming: HashMap::new(),
         http_providers: std::rc::Rc::new(provider_http::Pool::new(provider::idle_per_host())),
         deadlines: std::rc::Rc::default(),
         events_tx,
@@ -357,6 +361,9 @@ struct Driver {
     conns: HashMap<ConnId, Conn>,
     next_conn: ConnId,
     provider_inflight: usize,
+    /// Streamed provider calls in flight, to close at once when the engine
+    /// gives up on them (a cancel, a stream fault).
+    streaming: HashMap<CallId, StreamingCall>,
     /// Keep-alive connections of plain-HTTP provider calls.
     http_providers: std::rc::Rc<provider_http::Pool>,
     /// Timeouts of the driver thread's provider-call tasks.
@@ -540,7 +547,15 @@ impl Driver {
             }
             Event::Provider(call, reply) => {
                 self.provider_inflight = self.provider_inflight.saturating_sub(1);
+                if self.streaming.remove(&call).is_some_and(|s| s.aborted) {
+                    return;
+                }
                 self.input(Input::ProviderDone { call, reply });
+            }
+            Event::ProviderChunk(call, bytes) => {
+                if self.streaming.get(&call).is_some_and(|s| !s.aborted) {
+                    self.input(Input::ProviderChunk { call, bytes });
+                }
             }
             Event::Mcp(conn, event) => self.input(Input::Mcp { conn, event }),
             Event::Catalog(update) => self.input(Input::Catalog(update)),
@@ -604,6 +619,7 @@ impl Driver {
                 Some(Routed::Dispatch(d)) => self.dispatch(d),
                 Some(Routed::Mcp(cmd)) => self.mcp.perform(cmd),
                 Some(Routed::Sandbox(cmd)) => self.sandboxes.perform(cmd),
+                Some(Routed::Abort(call)) => self.abort_provider(call),
                 None => {}
             }
         }
@@ -632,34 +648,90 @@ impl Driver {
         let tx = self.events_tx.clone();
         let pool = self.http_providers.clone();
         let deadlines = self.deadlines.clone();
-        tracing::debug!(call = call.id.0, "provider call started");
-        spawn_local(async move {
-            let id = call.id;
-            let reply = match provider_http::HttpTarget::parse(&call.url) {
-                Some(target) => {
+        let id = call.id;
+        tracing::debug!(call = id.0, stream = call.stream, "provider call started");
+        let target = provider_http::HttpTarget::parse(&call.url);
+        let (closer, abort) = match (call.stream, target) {
+            // Streamed over plain HTTP: on this thread; dropping the task
+            // closes its connection.
+            (true, Some(target)) => {
+                let chunks = provider_http::Chunks { tx: tx.clone(), call: id };
+                let (closer, closed) = channel::bounded::<()>(1);
+                spawn_local(async move {
                     let expired = deadlines.after(Duration::from_millis(call.timeout_ms.max(1)));
-                    provider_http::perform(&pool, &call, &target, expired).await
-                }
-                None => blocking::unblock(move || provider::perform(&call)).await,
-            };
-            match &reply {
-                ProviderReply::Http { status, body } => {
-                    tracing::debug!(
-                        call = id.0,
-                        status,
-                        bytes = body.len(),
-                        "provider call done"
-                    )
-                }
-                ProviderReply::Transport(e) => {
-                    tracing::debug!(call = id.0, error = %e, "provider call failed")
-                }
-                ProviderReply::Credential(e) => {
-                    tracing::debug!(call = id.0, error = %e, "provider credential unresolved")
-                }
+                    let call_done =
+                        provider_http::perform(&pool, &call, &target, expired, Some(chunks));
+                    // The closer dropped: the exchange (and its socket) is
+                    // dropped with the losing branch.
+                    let aborted = async {
+                        let _ = closed.recv().await;
+                        ProviderReply::Transport("Network Error: the call was abandoned".into())
+                    };
+                    let reply = future::or(call_done, aborted).await;
+                    log_reply(id, &reply);
+                    let _ = tx.send(Event::Provider(id, reply)).await;
+                });
+                (Some(closer), None)
             }
-            let _ = tx.send(Event::Provider(id, reply)).await;
-        });
+            // Streamed over HTTPS: a blocking thread that owns its socket.
+            (true, None) => {
+                let abort = provider_stream::Abort::default();
+                let a = abort.clone();
+                spawn_local(async move {
+                    let chunk_tx = tx.clone();
+                    let reply = blocking::unblock(move || {
+                        provider_stream::perform(&call, &a, |bytes| {
+                            let _ = chunk_tx.send_blocking(Event::ProviderChunk(id, bytes));
+                        })
+                    })
+                    .await;
+                    log_reply(id, &reply);
+                    let _ = tx.send(Event::Provider(id, reply)).await;
+                });
+                (None, Some(abort))
+            }
+            (false, target) => {
+                spawn_local(async move {
+                    let reply = match target {
+                        Some(target) => {
+                            let expired =
+                                deadlines.after(Duration::from_millis(call.timeout_ms.max(1)));
+                            provider_http::perform(&pool, &call, &target, expired, None).await
+                        }
+                        None => blocking::unblock(move || provider::perform(&call)).await,
+                    };
+                    log_reply(id, &reply);
+                    let _ = tx.send(Event::Provider(id, reply)).await;
+                });
+                return;
+            }
+        };
+        self.streaming.insert(
+            id,
+            StreamingCall {
+                closer,
+                abort,
+                aborted: false,
+            },
+        );
+    }
+
+    /// The engine closed a provider call (a cancel, a stream fault): a
+    /// streamed one's connection closes now. An unstreamed one is left to
+    /// finish, as before streaming existed (a close handle would cost every
+    /// call); the engine ignores its reply.
+    fn abort_provider(&mut self, call: CallId) {
+        tracing::debug!(call = call.0, "provider call aborted");
+        let Some(s) = self.streaming.get_mut(&call) else {
+            return;
+        };
+        s.aborted = true;
+        if let Some(a) = &s.abort {
+            a.abort();
+        }
+        // Dropping it ends the task's exchange, and so its socket: the
+        // provider sees the close. The task still reports (and is ignored).
+        drop(s.closer.take());
     }
 
     /// Hands queued store work to the worker when it is idle.
@@ -815,6 +887,31 @@ async fn write_all_vectored(stream: &mut TcpStream, bufs: &[Bytes]) -> io::Resul
         io::IoSlice::advance_slices(&mut rest, n);
     }
     Ok(())
+}
+
+/// A streamed provider call in flight.
+struct StreamingCall {
+    /// The plain-HTTP call's closer (dropped to close it).
+    closer: Option<Sender<()>>,
+    /// The HTTPS call's socket handle.
+    abort: Option<provider_stream::Abort>,
+    /// The engine gave up on it: nothing more of it reaches the engine.
+    aborted: bool,
+}
+
+fn log_reply(id: CallId, reply: &ProviderReply) {
+    match reply {
+        ProviderReply::Http { status, body } => {
+            tracing::debug!(call = id.0, status, bytes = body.len(), "provider call done")
+        }
+        ProviderReply::Transport(e) => {
+            tracing::debug!(call = id.0, error = %e, "provider call failed")
+        }
+        ProviderReply::Credential(e) => {
+            tracing::debug!(call = id.0, error = %e, "provider credential unresolved")
+        }
+        ProviderReply::Streamed => tracing::debug!(call = id.0, "provider stream done"),
+    }
 }
 
 thread_local! {

@@ -121,14 +121,19 @@ fn a_slow_reader_gets_joined_deltas_then_a_lagged_marker() {
         .collect();
     assert_eq!(text, ["abc"], "joined per block");
     assert!(h.deltas_drained(ConnId(2), LIMITS, MonoMs(4)).is_empty());
-    // Stream 2 holds more than a window: dropped with the marker.
-    let big = "y".repeat(500);
+    // Stream 2 holds more than its bound: dropped with the marker.
+    let big = "y".repeat(400 * super::HOLD_WINDOWS);
     let out = h.deltas("s", &batch("evt_r", false, &[big.as_str()]), LIMITS, MonoMs(5));
     let got = params(&out);
     let two: Vec<_> = got.iter().filter(|(c, _)| *c == 2).collect();
     assert_eq!(two.len(), 1);
     assert_eq!(two[0].1["reason"], "lagged");
     let out = h.deltas("s", &batch("evt_r", false, &["z"]), LIMITS, MonoMs(6));
+    assert!(out.iter().all(|(c, _)| c.0 != 2));
+    // Draining does not bring a dropped stream back (it would see a gap).
+    h.flushed(ConnId(2), 1 << 20);
+    assert!(h.deltas_drained(ConnId(2), LIMITS, MonoMs(6)).is_empty());
+    let out = h.deltas("s", &batch("evt_r", false, &["w"]), LIMITS, MonoMs(6));
     assert!(out.iter().all(|(c, _)| c.0 != 2));
     // Its failure discards only where deltas still stand.
     let out = h.deltas_ended("s", "evt_r", Some(DiscardReason::Failed), MonoMs(7));
