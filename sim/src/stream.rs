@@ -127,12 +127,15 @@ pub struct Plan {
 /// The simulation's streamed calls.
 pub struct StreamSim {
     rng: Rng,
-    calls: BTreeMap<CallId, Call>,
+    /// Engine incarnations so far (call ids start over at each).
+    epoch: u64,
+    calls: BTreeMap<(u64, CallId), Call>,
     /// The session and id of the last `provider.request` emitted.
     last_request: Option<(String, String)>,
-    /// `provider.request` event id → its call.
-    by_request: BTreeMap<String, CallId>,
-    /// Each session's newest call.
+    /// `provider.request` event id → its call (kept across restarts: a
+    /// client may read deltas an earlier incarnation wrote).
+    by_request: BTreeMap<String, (u64, CallId)>,
+    /// Each session's newest call (this incarnation).
     latest: BTreeMap<String, CallId>,
     /// Delta text received per (request, stream id, block, kind).
     seen: BTreeMap<(String, usize, u64, String), String>,
@@ -172,6 +175,7 @@ impl StreamSim {
     pub fn new(rng: Rng) -> Self {
         StreamSim {
             rng,
+            epoch: 0,
             calls: BTreeMap::new(),
             last_request: None,
             by_request: BTreeMap::new(),
@@ -197,7 +201,7 @@ impl StreamSim {
                 let Some(call) = self.latest.get(&row.session_id).copied() else {
                     return Ok(());
                 };
-                let Some(c) = self.calls.get_mut(&call).filter(|c| !c.over) else {
+                let Some(c) = (self.calls.get_mut(&(self.epoch, call))).filter(|c| !c.over) else {
                     return Ok(());
                 };
                 c.over = true;
@@ -227,10 +231,10 @@ impl StreamSim {
             return;
         };
         self.latest.insert(session.clone(), call.id);
-        self.by_request.insert(request, call.id);
+        self.by_request.insert(request, (self.epoch, call.id));
         if call.stream {
             self.calls.insert(
-                call.id,
+                (self.epoch, call.id),
                 Call {
                     session,
                     planned: None,
@@ -244,7 +248,7 @@ impl StreamSim {
 
     /// The engine closed `call`.
     pub fn abort(&mut self, call: CallId) {
-        if let Some(c) = self.calls.get_mut(&call) {
+        if let Some(c) = self.calls.get_mut(&(self.epoch, call)) {
             c.aborted = true;
             self.stats.aborts += 1;
         }
@@ -252,15 +256,20 @@ impl StreamSim {
 
     /// Whether the engine closed `call` (nothing more of it is delivered).
     pub fn aborted(&self, call: CallId) -> bool {
-        self.calls.get(&call).is_some_and(|c| c.aborted)
+        self.calls
+            .get(&(self.epoch, call))
+            .is_some_and(|c| c.aborted)
     }
 
     /// A restart: calls in flight are gone with their connections (their
     /// queued events vanish), and call ids start over.
     pub fn restart(&mut self) {
-        self.calls.clear();
+        for c in self.calls.values_mut() {
+            c.aborted = true;
+            c.over = true;
+        }
+        self.epoch += 1;
         self.latest.clear();
-        self.by_request.clear();
         self.last_request = None;
     }
 
@@ -298,7 +307,7 @@ impl StreamSim {
         };
         self.stats.streamed += 1;
         let events = encode::events(Kind::Anthropic, &body, 1 + rng.below(12) as usize);
-        let c = self.calls.get_mut(&call);
+        let c = self.calls.get_mut(&(self.epoch, call));
         let roll = rng.unit();
         let (text, expect, end) = if roll < sw.stall {
             let upto = rng.below(events.len() as u64) as usize;
@@ -324,7 +333,11 @@ impl StreamSim {
         } else if roll < sw.stall + sw.cut + sw.error {
             let upto = rng.below(events.len() as u64) as usize;
             let mut text = events[..upto].concat();
-            text.push_str(&encode::error(Kind::Anthropic, "overloaded_error", "Overloaded"));
+            text.push_str(&encode::error(
+                Kind::Anthropic,
+                "overloaded_error",
+                "Overloaded",
+            ));
             (text, Expect::Failed, Some(ProviderReply::Streamed))
         } else {
             let text = events.concat();
@@ -364,12 +377,17 @@ impl StreamSim {
     pub fn on_delta(&mut self, stream: usize, p: &Value) -> Result<(), String> {
         self.stats.deltas += 1;
         let request = p["request"].as_str().unwrap_or("").to_string();
-        let (index, kind) = (p["index"].as_u64().unwrap_or(u64::MAX), p["kind"].as_str().unwrap_or(""));
+        let (index, kind) = (
+            p["index"].as_u64().unwrap_or(u64::MAX),
+            p["kind"].as_str().unwrap_or(""),
+        );
         let planned = (self.by_request.get(&request))
             .and_then(|c| self.calls.get(c))
             .and_then(|c| c.planned.as_ref());
         let Some(planned) = planned else {
-            return Err(format!("a delta of {request}, which no streamed call of this run answered"));
+            return Err(format!(
+                "a delta of {request}, which no streamed call of this run answered"
+            ));
         };
         let block = &planned["content"][index as usize];
         let whole = match (kind, block["type"].as_str()) {
@@ -382,7 +400,9 @@ impl StreamSim {
         got.push_str(p["text"].as_str().unwrap_or(""));
         match whole.starts_with(got.as_str()) {
             true => Ok(()),
-            false => Err(format!("deltas {got:?} are no prefix of block {index}: {whole:?}")),
+            false => Err(format!(
+                "deltas {got:?} are no prefix of block {index}: {whole:?}"
+            )),
         }
     }
 
@@ -392,16 +412,21 @@ impl StreamSim {
         let Some(call) = self.latest.get(session) else {
             return Ok(());
         };
-        let Some(c) = self.calls.get(call).filter(|c| !c.over && !c.aborted) else {
+        let Some(c) = (self.calls.get(&(self.epoch, *call))).filter(|c| !c.over && !c.aborted)
+        else {
             return Ok(());
         };
-        let closed = outputs.iter().any(|o| matches!(o, Output::AbortProvider(x) if x == call));
+        let closed = outputs
+            .iter()
+            .any(|o| matches!(o, Output::AbortProvider(x) if x == call));
         match closed {
             true => Ok(()),
-            false => Err(format!("the streamed call {call} of {} was left open", c.session)),
+            false => Err(format!(
+                "the streamed call {call} of {} was left open",
+                c.session
+            )),
         }
     }
-
 }
 
 /// Random chunks of `bytes`, the first after `latency`, the rest after the
