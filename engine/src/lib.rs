@@ -371,7 +371,7 @@ pub const DEFAULT_MAX_PAGE_BYTES: usize = 8 * 1024 * 1024;
 
 /// [`Config::resident_sessions`] unless configured. Each idle resident
 /// session holds about 1 KB; one beyond it costs a store read when it is
-/// used again (docs/performance.md, "This round's changes").
+/// used again (docs/performance.md, "Defaults and store costs, measured").
 pub const DEFAULT_RESIDENT_SESSIONS: usize = 512;
 
 impl Config {
