@@ -179,8 +179,8 @@ impl Pipeline {
     /// (never dispatched, nothing to close); `Some` when the driver must
     /// close a dispatched one.
     pub fn abort(&mut self, call: crate::CallId) -> Option<crate::CallId> {
-        let held = (self.held.iter())
-            .position(|(_, d)| matches!(d, Delivery::Call(c) if c.id == call));
+        let held =
+            (self.held.iter()).position(|(_, d)| matches!(d, Delivery::Call(c) if c.id == call));
         match held {
             Some(i) => {
                 self.held.remove(i);

@@ -154,13 +154,21 @@ impl Threads {
             }
             Ev::Provider(call, reply) => {
                 self.inflight = self.inflight.saturating_sub(1);
-                if self.streaming.remove(&call).is_some_and(|(_, aborted)| aborted) {
+                if self
+                    .streaming
+                    .remove(&call)
+                    .is_some_and(|(_, aborted)| aborted)
+                {
                     return;
                 }
                 self.input(Input::ProviderDone { call, reply });
             }
             Ev::ProviderChunk(call, bytes) => {
-                if self.streaming.get(&call).is_some_and(|(_, aborted)| !aborted) {
+                if self
+                    .streaming
+                    .get(&call)
+                    .is_some_and(|(_, aborted)| !aborted)
+                {
                     self.input(Input::ProviderChunk { call, bytes });
                 }
             }

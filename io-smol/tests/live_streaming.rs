@@ -64,8 +64,17 @@ fn drain(s: &mut RpcStream) -> (Vec<Value>, Value) {
     let t0 = Instant::now();
     loop {
         let Some(f) = s.next_frame(WAIT) else {
-            let tail: Vec<String> = notes.iter().rev().take(3).map(|n| n.to_string().chars().take(200).collect()).collect();
-            panic!("stream ended without a terminal frame after {:?}, {} frames; last: {tail:?}", t0.elapsed(), notes.len());
+            let tail: Vec<String> = notes
+                .iter()
+                .rev()
+                .take(3)
+                .map(|n| n.to_string().chars().take(200).collect())
+                .collect();
+            panic!(
+                "stream ended without a terminal frame after {:?}, {} frames; last: {tail:?}",
+                t0.elapsed(),
+                notes.len()
+            );
         };
         if f.get("id").is_some() {
             return (notes, f);
@@ -147,14 +156,19 @@ fn same_log_streamed_or_not(kind: &str) {
         let (notes, t) = drain(&mut s);
         let message = &t["result"]["message"];
         let evs = result_events(&t);
-        let request = of_type(&evs, "provider.request")[0]["id"].as_str().unwrap().to_string();
+        let request = of_type(&evs, "provider.request")[0]["id"]
+            .as_str()
+            .unwrap()
+            .to_string();
         let d = deltas(&notes);
         if entry == "plain" {
             assert!(d.is_empty(), "no deltas from an unstreamed entry");
         } else {
             assert!(d.len() > 3, "{d:?}");
             assert_eq!(joined(&d, &request, 0, "text"), text_of(message));
-            assert!(d.iter().all(|x| x["turn"] == evs[0]["id"] && x["attempt"] == 0));
+            assert!(d
+                .iter()
+                .all(|x| x["turn"] == evs[0]["id"] && x["attempt"] == 0));
         }
 
         let mut s = send_stream(&server, &f.session_id, &f.a, json!("what time is it?"));
@@ -165,17 +179,31 @@ fn same_log_streamed_or_not(kind: &str) {
         if entry == "streamed" {
             let request = of_type(&result_events(&t), "provider.request")[0]["id"].clone();
             let d = deltas(&notes);
-            assert_eq!(joined(&d, request.as_str().unwrap(), 0, "text"), "Checking the clock.");
+            assert_eq!(
+                joined(&d, request.as_str().unwrap(), 0, "text"),
+                "Checking the clock."
+            );
             let args = joined(&d, request.as_str().unwrap(), 1, "input_json");
             assert_eq!(serde_json::from_str::<Value>(&args).unwrap(), input);
         }
         let results = json!([tool_result("toolu_1", "12:00")]);
         let (_, t) = send(&server, &f.session_id, &f.a, results);
         assert_eq!(text_of(&t["result"]["message"]), "It is noon.", "{t}");
-        logs.push(comparable(&events(&server, &f.session_id, &f.a.session_key)));
+        logs.push(comparable(&events(
+            &server,
+            &f.session_id,
+            &f.a.session_key,
+        )));
     }
-    assert_eq!(logs[0], logs[1], "the streamed session logged what the unstreamed one did");
-    let streamed = mock.requests().into_iter().filter(|r| r.body["stream"] == true).count();
+    assert_eq!(
+        logs[0], logs[1],
+        "the streamed session logged what the unstreamed one did"
+    );
+    let streamed = mock
+        .requests()
+        .into_iter()
+        .filter(|r| r.body["stream"] == true)
+        .count();
     assert_eq!(streamed, 3);
 }
 
@@ -202,14 +230,24 @@ fn fault_falls_back(kind: &str, extra: &str, reply: Reply, error: &str) -> (Vec<
     let started = Instant::now();
     let mut s = send_stream(&server, &f.session_id, &f.a, json!("hi"));
     let (notes, t) = drain(&mut s);
-    assert!(started.elapsed() < Duration::from_secs(8), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(8),
+        "{:?}",
+        started.elapsed()
+    );
     assert_eq!(text_of(&t["result"]["message"]), "from the fallback", "{t}");
     let events = result_events(&t);
     let failed = &of_type(&events, "provider.response")[0]["payload"];
     assert_eq!(failed["ok"], false, "{failed}");
     assert_eq!(failed["status"], Value::Null, "{failed}");
-    assert!(failed["error"].as_str().unwrap().starts_with(error), "{failed}");
-    assert_eq!(error_with_reason(&events, "provider_call_failed").unwrap()["payload"]["detail"], failed["error"]);
+    assert!(
+        failed["error"].as_str().unwrap().starts_with(error),
+        "{failed}"
+    );
+    assert_eq!(
+        error_with_reason(&events, "provider_call_failed").unwrap()["payload"]["detail"],
+        failed["error"]
+    );
     // Nothing of the partial reply was logged as a message.
     assert_eq!(of_type(&events, "server.message.send").len(), 1);
     let d = deltas(&notes);
@@ -231,8 +269,13 @@ fn fault_falls_back(kind: &str, extra: &str, reply: Reply, error: &str) -> (Vec<
 #[test]
 fn a_stream_cut_mid_reply_falls_back() {
     for kind in ["anthropic", "openai"] {
-        let reply = Reply::text("a long answer cut in the middle").faulty(StreamFault::Cut { after: 6 });
-        let end = if kind == "anthropic" { "message_stop" } else { "[DONE]" };
+        let reply =
+            Reply::text("a long answer cut in the middle").faulty(StreamFault::Cut { after: 6 });
+        let end = if kind == "anthropic" {
+            "message_stop"
+        } else {
+            "[DONE]"
+        };
         let (notes, failed) = fault_falls_back(kind, "", reply, "provider stream ended before");
         assert!(failed["error"].as_str().unwrap().ends_with(end), "{failed}");
         assert!(!deltas(&notes).is_empty());
@@ -261,9 +304,16 @@ fn an_error_event_mid_stream_falls_back_with_its_body() {
 fn a_stream_of_pings_only_times_out_and_falls_back() {
     for kind in ["anthropic", "openai"] {
         let reply = Reply::text("never finished").faulty(StreamFault::PingsForever { after: 3 });
-        let (_, failed) =
-            fault_falls_back(kind, "stream_idle_timeout = 1", reply, "provider stream timed out");
-        assert_eq!(failed["error"], "provider stream timed out: only pings for 1000 ms");
+        let (_, failed) = fault_falls_back(
+            kind,
+            "stream_idle_timeout = 1",
+            reply,
+            "provider stream timed out",
+        );
+        assert_eq!(
+            failed["error"],
+            "provider stream timed out: only pings for 1000 ms"
+        );
     }
 }
 
@@ -276,14 +326,21 @@ fn a_silent_provider_times_out_on_its_first_byte() {
         reply,
         "provider stream timed out",
     );
-    assert_eq!(failed["error"], "provider stream timed out: nothing received within 1000 ms");
+    assert_eq!(
+        failed["error"],
+        "provider stream timed out: nothing received within 1000 ms"
+    );
 }
 
 #[test]
 fn a_reply_over_the_size_limit_falls_back() {
     let reply = Reply::text("x".repeat(20_000));
-    let (_, failed) =
-        fault_falls_back("openai", "stream_max_bytes = 4096", reply, "provider stream larger");
+    let (_, failed) = fault_falls_back(
+        "openai",
+        "stream_max_bytes = 4096",
+        reply,
+        "provider stream larger",
+    );
     assert_eq!(failed["error"], "provider stream larger than 4096 bytes");
 }
 
@@ -302,8 +359,15 @@ fn cancel_mid_stream_closes_the_provider_connection() {
     let server = server(&mock, &[("main", "anthropic", STREAM)]);
     let f = session(&server, &["main"], &["turn.deltas", "turn.cancel"]);
     let observer = f.join(&server, json!({}));
-    let mut sub = subscribe(&server, &f.session_id, &observer.session_key, json!({"extensions": ["turn.deltas"]}));
-    mock.push(Reply::text("a very long answer that will never be read to its end"));
+    let mut sub = subscribe(
+        &server,
+        &f.session_id,
+        &observer.session_key,
+        json!({"extensions": ["turn.deltas"]}),
+    );
+    mock.push(Reply::text(
+        "a very long answer that will never be read to its end",
+    ));
     let mut s = send_stream(&server, &f.session_id, &f.a, json!("hi"));
     // Its provider.request event, then the first delta.
     loop {
@@ -314,7 +378,13 @@ fn cancel_mid_stream_closes_the_provider_connection() {
         assert_eq!(f["method"], "session.event", "{f}");
     }
     let cancelled_at = Instant::now();
-    let (_, t) = rpc(&server, &f.session_id, &f.a.session_key, "session.cancelTurn", json!({}));
+    let (_, t) = rpc(
+        &server,
+        &f.session_id,
+        &f.a.session_key,
+        "session.cancelTurn",
+        json!({}),
+    );
     assert_eq!(t["result"], json!({"cancelled": true, "state": "running"}));
     let (notes, t) = drain(&mut s);
     assert_rpc_error(&t, -32021, "turn_cancelled: the turn was cancelled");
@@ -322,7 +392,10 @@ fn cancel_mid_stream_closes_the_provider_connection() {
     let closes = mock.wait_stream_closes(1, WAIT);
     assert_eq!(closes.len(), 1, "the mock never saw the connection close");
     let took = closes[0].at.saturating_duration_since(cancelled_at);
-    assert!(took < Duration::from_millis(500), "closed {took:?} after the cancel");
+    assert!(
+        took < Duration::from_millis(500),
+        "closed {took:?} after the cancel"
+    );
     assert!(closes[0].events_sent < 20, "{closes:?}");
     // The observer saw the deltas, then the marker.
     let mut seen = Vec::new();
@@ -335,7 +408,11 @@ fn cancel_mid_stream_closes_the_provider_connection() {
     assert!(!deltas(&seen).is_empty());
     // Nothing of the cancelled reply was logged.
     let log = events(&server, &f.session_id, &f.a.session_key);
-    assert!(of_type(&log, "provider.response").is_empty(), "{:?}", types(&log));
+    assert!(
+        of_type(&log, "provider.response").is_empty(),
+        "{:?}",
+        types(&log)
+    );
 }
 
 /// Two opted-in drivers and a plain reference reader on one session: the
@@ -358,16 +435,26 @@ fn only_opted_in_streams_see_deltas() {
     let (b_notes, b_t) = drain(&mut send_stream(&server, &f.session_id, &b, json!("two")));
     for (notes, t) in [(&a_notes, &a_t), (&b_notes, &b_t)] {
         let request = of_type(&result_events(t), "provider.request")[0]["id"].clone();
-        assert_eq!(joined(&deltas(notes), request.as_str().unwrap(), 0, "text"), text_of(&t["result"]["message"]));
+        assert_eq!(
+            joined(&deltas(notes), request.as_str().unwrap(), 0, "text"),
+            text_of(&t["result"]["message"])
+        );
     }
     let mut plain_seen = Vec::new();
     while let Some(f) = plain_sub.next_frame(Duration::from_millis(500)) {
         plain_seen.push(f);
     }
-    assert!(plain_seen.iter().all(|n| n["method"] == "session.event"), "{plain_seen:?}");
+    assert!(
+        plain_seen.iter().all(|n| n["method"] == "session.event"),
+        "{plain_seen:?}"
+    );
     let log = events(&server, &f.session_id, &f.a.session_key);
     let tail: Vec<Value> = log[log.len() - plain_seen.len()..].to_vec();
-    assert_eq!(note_events(&plain_seen), tail, "the plain reader saw the log, nothing else");
+    assert_eq!(
+        note_events(&plain_seen),
+        tail,
+        "the plain reader saw the log, nothing else"
+    );
     // B's subscription (its key opted in at registration) saw both turns'
     // deltas, each turn's before its answer's event.
     let mut b_seen = Vec::new();
@@ -375,8 +462,10 @@ fn only_opted_in_streams_see_deltas() {
         b_seen.push(f);
     }
     let d = deltas(&b_seen);
-    let turns: std::collections::BTreeSet<String> =
-        d.iter().map(|x| x["turn"].as_str().unwrap().to_string()).collect();
+    let turns: std::collections::BTreeSet<String> = d
+        .iter()
+        .map(|x| x["turn"].as_str().unwrap().to_string())
+        .collect();
     assert_eq!(turns.len(), 2, "{d:?}");
 }
 
@@ -405,10 +494,17 @@ fn a_stalled_opted_in_observer_slows_nothing() {
     mock.push(Reply::text(big.clone()));
     let started = Instant::now();
     let (notes, t) = drain(&mut send_stream(&server, &f.session_id, &f.a, json!("hi")));
-    assert!(started.elapsed() < Duration::from_secs(20), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        started.elapsed()
+    );
     assert_eq!(text_of(&t["result"]["message"]).len(), big.len());
     let request = of_type(&result_events(&t), "provider.request")[0]["id"].clone();
-    assert_eq!(joined(&deltas(&notes), request.as_str().unwrap(), 0, "text").len(), big.len());
+    assert_eq!(
+        joined(&deltas(&notes), request.as_str().unwrap(), 0, "text").len(),
+        big.len()
+    );
     // Now the observer reads: a lagged marker instead of the rest of the
     // deltas, and the final events, whole.
     let mut seen = Vec::new();
@@ -424,7 +520,11 @@ fn a_stalled_opted_in_observer_slows_nothing() {
     assert_eq!(marks[0]["reason"], "lagged");
     // What it got of the deltas is a prefix of the answer, cut short.
     let got = joined(&deltas(&seen), request.as_str().unwrap(), 0, "text");
-    assert!(got.len() < big.len() && big.starts_with(&got), "{}", got.len());
+    assert!(
+        got.len() < big.len() && big.starts_with(&got),
+        "{}",
+        got.len()
+    );
     let answer = note_events(&seen)
         .into_iter()
         .find(|e| e["event_type"] == "server.message.send")

@@ -31,8 +31,20 @@ impl Rng {
     }
     fn text(&mut self) -> String {
         const PARTS: [&str; 14] = [
-            "", "a", "hello ", "wörld", "日本語", "🦀", "\"q\"", "\\", "\n", "\r\n", "\t", "\u{1}",
-            "data: x", "[DONE]",
+            "",
+            "a",
+            "hello ",
+            "wörld",
+            "日本語",
+            "🦀",
+            "\"q\"",
+            "\\",
+            "\n",
+            "\r\n",
+            "\t",
+            "\u{1}",
+            "data: x",
+            "[DONE]",
         ];
         let n = self.below(12);
         (0..n)
@@ -71,7 +83,11 @@ fn anthropic_body(rng: &mut Rng) -> Value {
                           "role": "assistant", "model": rng.text(), "content": content});
     let stop = ["end_turn", "tool_use", "max_tokens", "stop_sequence"][rng.below(4) as usize];
     body["stop_reason"] = json!(stop);
-    body["stop_sequence"] = if rng.chance(3) { json!(rng.text()) } else { Value::Null };
+    body["stop_sequence"] = if rng.chance(3) {
+        json!(rng.text())
+    } else {
+        Value::Null
+    };
     if !rng.chance(4) {
         let mut usage = json!({"input_tokens": rng.below(9999), "output_tokens": rng.below(9999)});
         if rng.chance(2) {
@@ -166,9 +182,15 @@ fn check_fragments(kind: Kind, body: &Value, frags: &[Fragment], case: &str) {
         Kind::Anthropic => {
             for (i, block) in body["content"].as_array().unwrap().iter().enumerate() {
                 match block["type"].as_str().unwrap() {
-                    "text" => assert_eq!(joined(frags, i, DeltaKind::Text), block["text"], "{case}"),
+                    "text" => {
+                        assert_eq!(joined(frags, i, DeltaKind::Text), block["text"], "{case}")
+                    }
                     "thinking" => {
-                        assert_eq!(joined(frags, i, DeltaKind::Thinking), block["thinking"], "{case}")
+                        assert_eq!(
+                            joined(frags, i, DeltaKind::Thinking),
+                            block["thinking"],
+                            "{case}"
+                        )
                     }
                     "tool_use" => {
                         let text = joined(frags, i, DeltaKind::InputJson);
@@ -187,7 +209,12 @@ fn check_fragments(kind: Kind, body: &Value, frags: &[Fragment], case: &str) {
             let text = message["content"].as_str().unwrap_or("");
             assert_eq!(joined(frags, 0, DeltaKind::Text), text, "{case}");
             let first_tool = usize::from(!text.is_empty());
-            for (k, call) in message["tool_calls"].as_array().into_iter().flatten().enumerate() {
+            for (k, call) in message["tool_calls"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .enumerate()
+            {
                 let args = joined(frags, first_tool + k, DeltaKind::InputJson);
                 assert_eq!(args, call["function"]["arguments"], "{case}");
             }
@@ -199,7 +226,11 @@ fn check_fragments(kind: Kind, body: &Value, frags: &[Fragment], case: &str) {
 fn random_replies_split_anywhere_assemble_to_the_unstreamed_reply() {
     for seed in 1..=3000u64 {
         let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
-        let kind = if seed % 2 == 0 { Kind::Anthropic } else { Kind::Openai };
+        let kind = if seed % 2 == 0 {
+            Kind::Anthropic
+        } else {
+            Kind::Openai
+        };
         let body = match kind {
             Kind::Anthropic => anthropic_body(&mut rng),
             Kind::Openai => openai_body(&mut rng),
@@ -226,7 +257,11 @@ fn random_replies_split_anywhere_assemble_to_the_unstreamed_reply() {
 fn random_replies_cut_anywhere_fail() {
     for seed in 1..=600u64 {
         let mut rng = Rng(seed.wrapping_mul(0xD1B5_4A32_D192_ED03) | 1);
-        let kind = if seed % 2 == 0 { Kind::Anthropic } else { Kind::Openai };
+        let kind = if seed % 2 == 0 {
+            Kind::Anthropic
+        } else {
+            Kind::Openai
+        };
         let body = match kind {
             Kind::Anthropic => anthropic_body(&mut rng),
             Kind::Openai => openai_body(&mut rng),
@@ -238,6 +273,9 @@ fn random_replies_cut_anywhere_fail() {
         let mut asm = Assembler::new(kind, StreamLimits::default());
         let mut frags = Vec::new();
         let fed = asm.feed(&text.as_bytes()[..cut], &mut frags);
-        assert!(fed.is_err() || asm.finish().is_err(), "seed {seed}: cut at {cut} of {text}");
+        assert!(
+            fed.is_err() || asm.finish().is_err(),
+            "seed {seed}: cut at {cut} of {text}"
+        );
     }
 }

@@ -38,14 +38,22 @@ fn the_official_sdks_read_the_mocks_streams_as_the_unstreamed_replies() {
         Reply::ToolUse {
             text: Some("Let me look.".into()),
             calls: vec![
-                ("toolu_1".into(), "get_weather".into(), json!({"city": "Paris", "days": [1, 2]})),
+                (
+                    "toolu_1".into(),
+                    "get_weather".into(),
+                    json!({"city": "Paris", "days": [1, 2]}),
+                ),
                 ("toolu_2".into(), "get_time".into(), json!({})),
             ],
             usage: Some((31, 17)),
         },
         Reply::ToolUse {
             text: None,
-            calls: vec![("call_1".into(), "lookup".into(), json!({"q": "a \"quoted\" term", "n": 3}))],
+            calls: vec![(
+                "call_1".into(),
+                "lookup".into(),
+                json!({"q": "a \"quoted\" term", "n": 3}),
+            )],
             usage: Some((12, 9)),
         },
         Reply::text("cut short").truncated(),
@@ -61,7 +69,10 @@ fn the_official_sdks_read_the_mocks_streams_as_the_unstreamed_replies() {
         mock.push(reply.clone());
     }
     let out = Command::new("python3")
-        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/sdk/stream_check.py"))
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/fixtures/sdk/stream_check.py"
+        ))
         .arg(&mock.base_url)
         .arg(cases.len().to_string())
         .output()
@@ -69,11 +80,22 @@ fn the_official_sdks_read_the_mocks_streams_as_the_unstreamed_replies() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "stdout:\n{stdout}\nstderr:\n{stderr}");
-    assert_eq!(stdout.lines().filter(|l| l.starts_with("ok case")).count(), cases.len(), "{stdout}");
+    assert_eq!(
+        stdout.lines().filter(|l| l.starts_with("ok case")).count(),
+        cases.len(),
+        "{stdout}"
+    );
     // The streamed requests really asked for a stream.
     let reqs = mock.requests();
     assert_eq!(reqs.len(), 2 * cases.len());
     for (i, r) in reqs.iter().enumerate() {
-        assert_eq!(r.body.get("stream").and_then(|v| v.as_bool()).unwrap_or(false), i % 2 == 1, "{i}");
+        assert_eq!(
+            r.body
+                .get("stream")
+                .and_then(|v| v.as_bool())
+                .unwrap_or(false),
+            i % 2 == 1,
+            "{i}"
+        );
     }
 }

@@ -179,7 +179,12 @@ impl SessionCore {
         // The request's own input is never echoed on its own stream (nor on
         // those of its attached retries).
         let payload = json!({"role": message.role, "content": merged.content});
-        self.log_tagged(EventType::ClientMessageSend, payload, LogTag::TurnInput, true);
+        self.log_tagged(
+            EventType::ClientMessageSend,
+            payload,
+            LogTag::TurnInput,
+            true,
+        );
         for payload in merge::client_tool_results(&merged) {
             self.log_tagged(EventType::ToolResult, payload, LogTag::Plain, true);
         }

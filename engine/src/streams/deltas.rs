@@ -125,7 +125,13 @@ impl Hub {
         }
     }
 
-    fn send_delta(&mut self, conn: ConnId, bytes: Bytes, now: MonoMs, out: &mut Vec<(ConnId, Bytes)>) {
+    fn send_delta(
+        &mut self,
+        conn: ConnId,
+        bytes: Bytes,
+        now: MonoMs,
+        out: &mut Vec<(ConnId, Bytes)>,
+    ) {
         self.sent_frame(conn, bytes.len(), true, now);
         out.push((conn, bytes));
     }

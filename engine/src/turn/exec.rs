@@ -151,7 +151,8 @@ impl Engine {
         self.next_call += 1;
         let now = self.now.mono;
         let check = (self.live.get_mut(session_id)).and_then(|core| core.call_sent(id, now));
-        self.calls.insert(id, self.catalog.session_id(session_id), check);
+        self.calls
+            .insert(id, self.catalog.session_id(session_id), check);
         if self.telemetry.enabled() {
             (self.telemetry).attempt_begin(id, turn, conn, &call.entry, call.attempt);
         }

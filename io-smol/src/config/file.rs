@@ -481,7 +481,9 @@ fn parse_stream(t: &Table, at: &str) -> Result<Option<ProviderStream>, String> {
         idle_timeout_secs: positive("stream_idle_timeout", d.idle_timeout_secs)?,
         max_bytes: positive("stream_max_bytes", d.max_bytes)?,
     };
-    Ok(opt_bool(t, "stream", at)?.unwrap_or(false).then_some(settings))
+    Ok(opt_bool(t, "stream", at)?
+        .unwrap_or(false)
+        .then_some(settings))
 }
 
 fn parse_telemetry(t: &Table) -> Result<Telemetry, String> {

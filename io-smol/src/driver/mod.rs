@@ -655,7 +655,10 @@ impl Driver {
             // Streamed over plain HTTP: on this thread; dropping the task
             // closes its connection.
             (true, Some(target)) => {
-                let chunks = provider_http::Chunks { tx: tx.clone(), call: id };
+                let chunks = provider_http::Chunks {
+                    tx: tx.clone(),
+                    call: id,
+                };
                 let (closer, closed) = channel::bounded::<()>(1);
                 spawn_local(async move {
                     let expired = deadlines.after(Duration::from_millis(call.timeout_ms.max(1)));
@@ -902,7 +905,12 @@ struct StreamingCall {
 fn log_reply(id: CallId, reply: &ProviderReply) {
     match reply {
         ProviderReply::Http { status, body } => {
-            tracing::debug!(call = id.0, status, bytes = body.len(), "provider call done")
+            tracing::debug!(
+                call = id.0,
+                status,
+                bytes = body.len(),
+                "provider call done"
+            )
         }
         ProviderReply::Transport(e) => {
             tracing::debug!(call = id.0, error = %e, "provider call failed")

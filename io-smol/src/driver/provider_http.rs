@@ -160,7 +160,10 @@ pub struct Chunks {
 
 impl Chunks {
     async fn put(&self, bytes: Vec<u8>) {
-        let _ = self.tx.send(super::Event::ProviderChunk(self.call, bytes)).await;
+        let _ = self
+            .tx
+            .send(super::Event::ProviderChunk(self.call, bytes))
+            .await;
     }
 }
 
@@ -299,7 +302,9 @@ async fn round_trip(
                     status = Some(head.status);
                 }
                 Ok(Some(ResponseEvent::Data(d))) => {
-                    if let Some(chunks) = chunks.filter(|_| status.is_some_and(|s| (200..300).contains(&s))) {
+                    if let Some(chunks) =
+                        chunks.filter(|_| status.is_some_and(|s| (200..300).contains(&s)))
+                    {
                         streamed = true;
                         chunks.put(d.to_vec()).await;
                         continue;

@@ -206,8 +206,11 @@ fn exchange(
         io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => timed_out(),
         _ => format!("Network Error: error {what}: {e}"),
     };
-    let _ = conn.socket().set_write_timeout(Some(left().max(Duration::from_millis(1))));
-    conn.write_all(request).map_err(|e| io("sending the request", e))?;
+    let _ = conn
+        .socket()
+        .set_write_timeout(Some(left().max(Duration::from_millis(1))));
+    conn.write_all(request)
+        .map_err(|e| io("sending the request", e))?;
     conn.flush().map_err(|e| io("sending the request", e))?;
     let mut decoder = ResponseDecoder::with_mode(Mode::Lenient);
     let mut buf = vec![0u8; 16 * 1024];
@@ -267,7 +270,10 @@ mod tests {
     fn https_urls_default_to_port_443() {
         let (t, tls) = target("https://api.anthropic.com/v1/messages").unwrap();
         assert!(tls);
-        assert_eq!((t.connect.as_str(), t.authority.as_str()), ("api.anthropic.com:443", "api.anthropic.com"));
+        assert_eq!(
+            (t.connect.as_str(), t.authority.as_str()),
+            ("api.anthropic.com:443", "api.anthropic.com")
+        );
         let (t, tls) = target("https://h:8443/v1/x").unwrap();
         assert_eq!((t.connect.as_str(), tls), ("h:8443", true));
         let (t, tls) = target("https://h:80/v1/x").unwrap();

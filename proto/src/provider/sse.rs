@@ -309,7 +309,10 @@ mod tests {
         let mut dec = SseDecoder::new(limits);
         dec.feed(b"data:123\ndata:123\ndata:123\ndata:123\n");
         let err = dec.poll().unwrap_err();
-        assert_eq!(err.to_string(), "provider stream event larger than 12 bytes");
+        assert_eq!(
+            err.to_string(),
+            "provider stream event larger than 12 bytes"
+        );
 
         // A complete but over-long line is refused as well.
         let mut dec = SseDecoder::new(limits);

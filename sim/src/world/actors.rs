@@ -394,7 +394,9 @@ impl World {
             };
             let mut params = since.as_ref().map(|s| json!({"since_event_id": s}));
             let (ext, gapless, marker) = self.ext_subscribe();
-            let deltas = ext.as_ref().is_some_and(|n| n.to_string().contains("turn.deltas"));
+            let deltas = ext
+                .as_ref()
+                .is_some_and(|n| n.to_string().contains("turn.deltas"));
             if let Some(names) = ext {
                 params.get_or_insert_with(|| json!({}))["extensions"] = names;
             }

@@ -322,7 +322,8 @@ impl World {
                 }
                 if method == "session.delta" {
                     if let Err(e) = self.stream.on_delta(rid, p) {
-                        self.checker.fail(check::INV_DELTAS, format!("req #{rid}: {e}"));
+                        self.checker
+                            .fail(check::INV_DELTAS, format!("req #{rid}: {e}"));
                     }
                 } else {
                     self.stream.stats.discards += 1;

@@ -322,10 +322,22 @@ impl World {
         let mut at = 0;
         for (delay, bytes) in plan.chunks {
             at += delay;
-            self.after(at, Ev::ProviderChunk { call: call.id, bytes });
+            self.after(
+                at,
+                Ev::ProviderChunk {
+                    call: call.id,
+                    bytes,
+                },
+            );
         }
         if let Some((delay, reply)) = plan.end {
-            self.after(at + delay, Ev::Provider { call: call.id, reply });
+            self.after(
+                at + delay,
+                Ev::Provider {
+                    call: call.id,
+                    reply,
+                },
+            );
         }
     }
 

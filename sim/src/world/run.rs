@@ -202,7 +202,9 @@ impl World {
             Ev::JobDone => self.job_done(),
             // What the engine closed reaches it no more.
             Ev::Provider { call, .. } if self.stream.aborted(call) => {
-                self.t(format!("provider reply call={call} after its close (dropped)"));
+                self.t(format!(
+                    "provider reply call={call} after its close (dropped)"
+                ));
             }
             Ev::Provider { call, reply } => {
                 self.t(format!("in provider reply call={call}"));
@@ -210,7 +212,10 @@ impl World {
             }
             Ev::ProviderChunk { call, .. } if self.stream.aborted(call) => {}
             Ev::ProviderChunk { call, bytes } => {
-                self.t(format!("in provider chunk call={call} {} bytes", bytes.len()));
+                self.t(format!(
+                    "in provider chunk call={call} {} bytes",
+                    bytes.len()
+                ));
                 self.input(Input::ProviderChunk { call, bytes });
             }
             Ev::Flush(c) => self.on_flush(c),

@@ -139,7 +139,12 @@ impl MockProvider {
     /// in arrival order) was written: `[0]` is `message_start` / the role
     /// chunk, content events follow (benches time deltas against them).
     pub fn stream_writes(&self, seq: u64) -> Vec<Instant> {
-        self.shared.lock().writes.get(&seq).cloned().unwrap_or_default()
+        self.shared
+            .lock()
+            .writes
+            .get(&seq)
+            .cloned()
+            .unwrap_or_default()
     }
 
     /// Every mid-stream close seen so far.
@@ -263,13 +268,23 @@ impl Writer<'_> {
     /// One event as one chunk; `false` once the client has gone.
     fn event(&mut self, ev: &str) -> io::Result<bool> {
         let chunk = format!("{:x}\r\n{ev}\r\n", ev.len());
-        if self.conn.write_all(chunk.as_bytes()).and_then(|_| self.conn.flush()).is_err() {
+        if self
+            .conn
+            .write_all(chunk.as_bytes())
+            .and_then(|_| self.conn.flush())
+            .is_err()
+        {
             self.closed();
             return Ok(false);
         }
         self.sent += 1;
         let now = Instant::now();
-        self.shared.lock().writes.entry(self.seq).or_default().push(now);
+        self.shared
+            .lock()
+            .writes
+            .entry(self.seq)
+            .or_default()
+            .push(now);
         Ok(true)
     }
 
@@ -317,7 +332,11 @@ impl Writer<'_> {
                 }
                 // A client sends nothing while it reads a response.
                 Ok(_) => {}
-                Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {}
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                    ) => {}
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(_) => {
                     self.closed();

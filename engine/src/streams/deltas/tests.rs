@@ -74,14 +74,24 @@ fn params(out: &[(ConnId, Bytes)]) -> Vec<(u64, Value)> {
 #[test]
 fn only_opted_in_turn_and_subscription_streams_get_deltas() {
     let mut h = hub();
-    let out = h.deltas("s", &batch("evt_r", true, &["Hel", "lo"]), LIMITS, MonoMs(1));
+    let out = h.deltas(
+        "s",
+        &batch("evt_r", true, &["Hel", "lo"]),
+        LIMITS,
+        MonoMs(1),
+    );
     let got = params(&out);
-    assert_eq!(got.iter().map(|(c, _)| *c).collect::<Vec<_>>(), [1, 1, 2, 2]);
+    assert_eq!(
+        got.iter().map(|(c, _)| *c).collect::<Vec<_>>(),
+        [1, 1, 2, 2]
+    );
     assert_eq!(got[0].1["text"], "Hel");
     assert_eq!(got[0].1["request"], "evt_r");
     assert_eq!(got[0].1["kind"], "text");
     // One rendering shared by every stream that takes it.
-    assert!(matches!((&out[0].1, &out[2].1), (Bytes::Shared(a), Bytes::Shared(b)) if Arc::ptr_eq(a, b)));
+    assert!(
+        matches!((&out[0].1, &out[2].1), (Bytes::Shared(a), Bytes::Shared(b)) if Arc::ptr_eq(a, b))
+    );
     // Delta frames never count toward the lag limit in frames.
     let s = h.get(ConnId(1)).unwrap();
     assert_eq!((s.in_flight.len(), s.deltas_in_flight), (2, 2));
@@ -97,7 +107,10 @@ fn a_stream_that_opens_mid_attempt_sees_none_of_it() {
     let out = h.deltas("s", &batch("evt_r", false, &["b"]), LIMITS, MonoMs(2));
     assert!(out.iter().all(|(c, _)| c.0 != 5));
     let out = h.deltas("s", &batch("evt_r2", true, &["c"]), LIMITS, MonoMs(3));
-    assert!(out.iter().any(|(c, _)| c.0 == 5), "the next attempt it follows");
+    assert!(
+        out.iter().any(|(c, _)| c.0 == 5),
+        "the next attempt it follows"
+    );
 }
 
 /// Over the window: held and joined, sent once drained; past the window
@@ -105,7 +118,12 @@ fn a_stream_that_opens_mid_attempt_sees_none_of_it() {
 #[test]
 fn a_slow_reader_gets_joined_deltas_then_a_lagged_marker() {
     let mut h = hub();
-    h.deltas("s", &batch("evt_r", true, &["x".repeat(450).as_str()]), LIMITS, MonoMs(1));
+    h.deltas(
+        "s",
+        &batch("evt_r", true, &["x".repeat(450).as_str()]),
+        LIMITS,
+        MonoMs(1),
+    );
     // Stream 1 is over its window now: held.
     let out = h.deltas("s", &batch("evt_r", false, &["a", "b"]), LIMITS, MonoMs(2));
     assert!(out.iter().all(|(c, _)| c.0 != 1 && c.0 != 2));
@@ -116,14 +134,31 @@ fn a_slow_reader_gets_joined_deltas_then_a_lagged_marker() {
     let sent = h.deltas_drained(ConnId(1), LIMITS, MonoMs(4));
     let text: Vec<String> = sent
         .iter()
-        .map(|b| std::str::from_utf8(b).unwrap().split("\r\n").nth(1).unwrap().to_string())
-        .map(|l| serde_json::from_str::<Value>(&l).unwrap()["params"]["text"].as_str().unwrap().to_string())
+        .map(|b| {
+            std::str::from_utf8(b)
+                .unwrap()
+                .split("\r\n")
+                .nth(1)
+                .unwrap()
+                .to_string()
+        })
+        .map(|l| {
+            serde_json::from_str::<Value>(&l).unwrap()["params"]["text"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
         .collect();
     assert_eq!(text, ["abc"], "joined per block");
     assert!(h.deltas_drained(ConnId(2), LIMITS, MonoMs(4)).is_empty());
     // Stream 2 holds more than its bound: dropped with the marker.
     let big = "y".repeat(400 * super::HOLD_WINDOWS);
-    let out = h.deltas("s", &batch("evt_r", false, &[big.as_str()]), LIMITS, MonoMs(5));
+    let out = h.deltas(
+        "s",
+        &batch("evt_r", false, &[big.as_str()]),
+        LIMITS,
+        MonoMs(5),
+    );
     let got = params(&out);
     let two: Vec<_> = got.iter().filter(|(c, _)| *c == 2).collect();
     assert_eq!(two.len(), 1);
@@ -139,7 +174,10 @@ fn a_slow_reader_gets_joined_deltas_then_a_lagged_marker() {
     let out = h.deltas_ended("s", "evt_r", Some(DiscardReason::Failed), MonoMs(7));
     let got = params(&out);
     assert_eq!(got.len(), 1);
-    assert_eq!((got[0].0, got[0].1["reason"].clone()), (1, Value::from("failed")));
+    assert_eq!(
+        (got[0].0, got[0].1["reason"].clone()),
+        (1, Value::from("failed"))
+    );
 }
 
 /// A completed attempt hands a held stream its text before the final
@@ -147,7 +185,12 @@ fn a_slow_reader_gets_joined_deltas_then_a_lagged_marker() {
 #[test]
 fn a_completed_attempt_flushes_held_text() {
     let mut h = hub();
-    h.deltas("s", &batch("evt_r", true, &["x".repeat(450).as_str()]), LIMITS, MonoMs(1));
+    h.deltas(
+        "s",
+        &batch("evt_r", true, &["x".repeat(450).as_str()]),
+        LIMITS,
+        MonoMs(1),
+    );
     h.deltas("s", &batch("evt_r", false, &["tail"]), LIMITS, MonoMs(2));
     let out = h.deltas_ended("s", "evt_r", None, MonoMs(3));
     let got = params(&out);

@@ -150,7 +150,9 @@ fn block_mut(
     match message.get_mut("content") {
         Some(Value::Array(content)) => match content.get_mut(index) {
             Some(Value::Object(b)) => Ok(b),
-            _ => Err(malformed(format!("content block {index} was never started"))),
+            _ => Err(malformed(format!(
+                "content block {index} was never started"
+            ))),
         },
         _ => Err(malformed("message_start without a content array")),
     }
@@ -166,7 +168,9 @@ fn append(block: &mut Map<String, Value>, key: &str, piece: &str) -> Result<(), 
             s.push_str(piece);
             Ok(())
         }
-        _ => Err(malformed(format!("a delta for a block whose {key} is not text"))),
+        _ => Err(malformed(format!(
+            "a delta for a block whose {key} is not text"
+        ))),
     }
 }
 
@@ -229,8 +233,11 @@ fn end_block(
     let Some(json) = json.filter(|j| !j.trim().is_empty()) else {
         return Ok(());
     };
-    let input: Value = serde_json::from_str(&json)
-        .map_err(|e| malformed(format!("the input of content block {index} is not JSON: {e}")))?;
+    let input: Value = serde_json::from_str(&json).map_err(|e| {
+        malformed(format!(
+            "the input of content block {index} is not JSON: {e}"
+        ))
+    })?;
     block.insert("input".into(), input);
     Ok(())
 }

@@ -73,11 +73,22 @@ fn an_openai_stream_assembles_to_the_unstreamed_reply() {
     let got = got.unwrap();
     assert_eq!(got, want);
     assert_eq!(got.body_json, body.to_string());
-    let text: String = frags.iter().filter(|f| f.index == 0).map(|f| &*f.text).collect();
+    let text: String = frags
+        .iter()
+        .filter(|f| f.index == 0)
+        .map(|f| &*f.text)
+        .collect();
     assert_eq!(text, "Let me check.");
-    let args: String = frags.iter().filter(|f| f.index == 1).map(|f| &*f.text).collect();
+    let args: String = frags
+        .iter()
+        .filter(|f| f.index == 1)
+        .map(|f| &*f.text)
+        .collect();
     assert_eq!(args, "{\"q\": 1}");
-    assert!(frags.iter().all(|f| f.index != 2), "empty arguments send nothing");
+    assert!(
+        frags.iter().all(|f| f.index != 2),
+        "empty arguments send nothing"
+    );
 }
 
 #[test]
@@ -86,7 +97,9 @@ fn openai_tool_calls_without_text_start_at_block_zero() {
     body["choices"][0]["message"]["content"] = Value::Null;
     let (got, frags) = run(Kind::Openai, &joined(&events(Kind::Openai, &body, 4)));
     assert_eq!(got.unwrap().content[0]["id"], "call_a");
-    assert!(frags.iter().all(|f| f.index == 0 && f.kind == DeltaKind::InputJson));
+    assert!(frags
+        .iter()
+        .all(|f| f.index == 0 && f.kind == DeltaKind::InputJson));
 }
 
 /// A server that repeats `id` and `type` in every fragment (some compatible
@@ -134,11 +147,15 @@ fn a_plain_json_body_is_read_whole() {
 fn pings_are_not_progress_and_comments_are_nothing() {
     let mut asm = Assembler::new(Kind::Anthropic, StreamLimits::default());
     let mut out = Vec::new();
-    assert!(!asm.feed(ping(Kind::Anthropic).as_bytes(), &mut out).unwrap());
+    assert!(!asm
+        .feed(ping(Kind::Anthropic).as_bytes(), &mut out)
+        .unwrap());
     assert!(!asm.feed(b": keep-alive\n\n", &mut out).unwrap());
     let events = events(Kind::Anthropic, &anthropic_body(), 50);
     assert!(asm.feed(events[0].as_bytes(), &mut out).unwrap());
-    assert!(!asm.feed(ping(Kind::Anthropic).as_bytes(), &mut out).unwrap());
+    assert!(!asm
+        .feed(ping(Kind::Anthropic).as_bytes(), &mut out)
+        .unwrap());
     assert!(!asm.is_complete());
 }
 
@@ -158,7 +175,10 @@ fn faults_have_documented_errors() {
         err(Kind::Openai, &cut_o),
         "provider stream ended before [DONE]"
     );
-    assert_eq!(err(Kind::Anthropic, ""), "provider returned non-JSON body: EOF while parsing a value at line 1 column 0");
+    assert_eq!(
+        err(Kind::Anthropic, ""),
+        "provider returned non-JSON body: EOF while parsing a value at line 1 column 0"
+    );
 
     let mid = format!(
         "{}{}{}",
@@ -178,7 +198,8 @@ fn faults_have_documented_errors() {
     assert_eq!(err(Kind::Openai, &mid), "provider stream error: boom");
 
     let bad = format!("{}event: content_block_delta\ndata: {{nope\n\n", a[0]);
-    assert!(err(Kind::Anthropic, &bad).starts_with("provider stream event is not valid: data is not JSON"));
+    assert!(err(Kind::Anthropic, &bad)
+        .starts_with("provider stream event is not valid: data is not JSON"));
     let early = "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{}}\n\n";
     assert_eq!(
         err(Kind::Anthropic, early),
@@ -198,8 +219,9 @@ fn faults_have_documented_errors() {
          event: content_block_stop\ndata: {{\"type\":\"content_block_stop\",\"index\":0}}\n\n",
         a[0]
     );
-    assert!(err(Kind::Anthropic, &bad_json)
-        .starts_with("provider stream event is not valid: the input of content block 0 is not JSON"));
+    assert!(err(Kind::Anthropic, &bad_json).starts_with(
+        "provider stream event is not valid: the input of content block 0 is not JSON"
+    ));
 
     let mut asm = Assembler::new(
         Kind::Anthropic,
@@ -208,7 +230,9 @@ fn faults_have_documented_errors() {
             ..StreamLimits::default()
         },
     );
-    let e = asm.feed(joined(&a).as_bytes(), &mut Vec::new()).unwrap_err();
+    let e = asm
+        .feed(joined(&a).as_bytes(), &mut Vec::new())
+        .unwrap_err();
     assert_eq!(e.to_string(), "provider stream larger than 100 bytes");
 
     // The assembled body is read by the unstreamed parser, errors included.

@@ -35,7 +35,9 @@ fn body_of(content: Value) -> Value {
 
 /// The stream of `body`, text cut into runs of 3 characters.
 fn stream_of(body: &Value) -> Vec<u8> {
-    encode::events(Kind::Anthropic, body, 3).concat().into_bytes()
+    encode::events(Kind::Anthropic, body, 3)
+        .concat()
+        .into_bytes()
 }
 
 impl Harness {
@@ -119,7 +121,11 @@ fn a_streamed_turn_logs_exactly_what_the_unstreamed_turn_logs() {
         for size in [1, 2, 7, 64, bytes.len()] {
             let mut h = Harness::streamed(vec![streaming("primary")]);
             h.send("k1", json!("hi"));
-            assert_eq!(h.last_body()["stream"], true, "the request asks for a stream");
+            assert_eq!(
+                h.last_body()["stream"],
+                true,
+                "the request asks for a stream"
+            );
             for piece in bytes.chunks(size) {
                 h.chunk(1, piece);
             }
@@ -135,7 +141,9 @@ fn a_streamed_turn_logs_exactly_what_the_unstreamed_turn_logs() {
             assert!(deltas[0].first && deltas.iter().skip(1).all(|d| !d.first));
             let turn = h.id_of(EventType::ClientMessageSend);
             let request = h.id_of(EventType::ProviderRequest);
-            assert!(deltas.iter().all(|d| d.turn == turn && d.request == request && d.attempt == 0));
+            assert!(deltas
+                .iter()
+                .all(|d| d.turn == turn && d.request == request && d.attempt == 0));
             let frags: Vec<_> = deltas.iter().flat_map(|d| d.fragments.clone()).collect();
             for (i, block) in content.as_array().unwrap().iter().enumerate() {
                 let of = |k| -> String {
@@ -175,14 +183,23 @@ fn assert_fell_back(h: &mut Harness, error: &str, body: Value, closed: bool) {
     assert_eq!(p["status"], Value::Null);
     assert_eq!(p["error"], error);
     assert_eq!(p["body"], body);
-    assert_eq!(h.count(|s| matches!(s, Seen::Abort(CallId(1)))), usize::from(closed));
+    assert_eq!(
+        h.count(|s| matches!(s, Seen::Abort(CallId(1)))),
+        usize::from(closed)
+    );
     let discarded = h.count(|s| matches!(s, Seen::DeltasEnded(_, Some(DiscardReason::Failed))));
     assert_eq!(discarded, usize::from(!h.deltas().is_empty()));
-    assert_eq!(h.payloads(EventType::SessionError)[0]["reason"], "provider_call_failed");
+    assert_eq!(
+        h.payloads(EventType::SessionError)[0]["reason"],
+        "provider_call_failed"
+    );
     // Nothing of the partial reply reached history or a message event.
     assert!(h.payloads(EventType::ServerMessageSend).is_empty());
     h.answer(text("from the fallback"));
-    assert_eq!(h.payloads(EventType::ProviderResponse)[1]["kind"], "fallback");
+    assert_eq!(
+        h.payloads(EventType::ProviderResponse)[1]["kind"],
+        "fallback"
+    );
     assert!(matches!(h.ending(), Some(Ending::Completed(m)) if m.contains("from the fallback")));
 }
 
@@ -216,11 +233,18 @@ fn an_error_event_mid_stream_fails_at_once_and_closes_the_call() {
     h.chunk(5, events[..4].concat().as_bytes());
     let error = encode::error(Kind::Anthropic, "overloaded_error", "Overloaded");
     h.chunk(5, error.as_bytes());
-    let raw = error.lines().nth(1).unwrap().strip_prefix("data: ").unwrap();
+    let raw = error
+        .lines()
+        .nth(1)
+        .unwrap()
+        .strip_prefix("data: ")
+        .unwrap();
     let e = "provider stream error: overloaded_error: Overloaded";
     assert_fell_back(&mut h, e, json!(raw), true);
     // A late end of the closed call is nobody's.
-    assert!(!h.core.on_reply(CallId(1), ProviderReply::Streamed, &h.world, h.now));
+    assert!(!h
+        .core
+        .on_reply(CallId(1), ProviderReply::Streamed, &h.world, h.now));
 }
 
 #[test]
@@ -229,7 +253,10 @@ fn a_malformed_event_fails_at_once() {
     h.send("k1", json!("hi"));
     h.chunk(5, b"event: message_start\ndata: {not json}\n\n");
     let p = failed_attempt(&h);
-    assert!(p["error"].as_str().unwrap().starts_with("provider stream event is not valid: data is not JSON"));
+    assert!(p["error"]
+        .as_str()
+        .unwrap()
+        .starts_with("provider stream event is not valid: data is not JSON"));
     assert_fell_back(&mut h, p["error"].as_str().unwrap(), Value::Null, true);
 }
 
@@ -249,7 +276,12 @@ fn a_reply_over_the_size_limit_fails_at_once() {
         }
         h.chunk(1, piece);
     }
-    assert_fell_back(&mut h, "provider stream larger than 300 bytes", Value::Null, true);
+    assert_fell_back(
+        &mut h,
+        "provider stream larger than 300 bytes",
+        Value::Null,
+        true,
+    );
 }
 
 #[test]
@@ -268,7 +300,11 @@ fn pings_alone_do_not_keep_a_stream_alive() {
     h.send("k1", json!("hi"));
     let events = encode::events(Kind::Anthropic, &body_of(text("abc")), 1);
     h.chunk(10, events[0].as_bytes());
-    assert_eq!(h.check, Some(MonoMs(1_010 + 1_000)), "the first byte re-arms for idle");
+    assert_eq!(
+        h.check,
+        Some(MonoMs(1_010 + 1_000)),
+        "the first byte re-arms for idle"
+    );
     // The first check finds fresh progress and asks to look again later.
     h.chunk(500, events[1].as_bytes());
     assert_eq!(h.watchdog(), Some(MonoMs(1_510 + 1_000)));
@@ -311,7 +347,10 @@ fn an_error_status_reads_as_it_does_unstreamed() {
     h.send("k1", json!("hi"));
     h.reply(5, failed(529));
     let p = failed_attempt(&h);
-    assert_eq!((p["status"].clone(), p["error"].clone()), (json!(529), json!("provider returned HTTP 529")));
+    assert_eq!(
+        (p["status"].clone(), p["error"].clone()),
+        (json!(529), json!("provider returned HTTP 529"))
+    );
     assert!(h.deltas().is_empty());
 }
 
