@@ -207,6 +207,7 @@ impl Driver {
                     Output::Mcp(_) => unreachable!("the bench configures no MCP server"),
                     Output::Sandbox(_) => unreachable!("the bench uses no sandbox"),
                     Output::Forward(_) => unreachable!("the bench runs one server"),
+                    Output::AbortProvider(_) => unreachable!("the bench's calls are answered"),
                 }
             }
         }

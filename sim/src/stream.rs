@@ -207,12 +207,13 @@ impl StreamSim {
                 c.over = true;
                 let p: Value = serde_json::from_str(&row.payload).unwrap_or(Value::Null);
                 match &c.expect {
-                    Expect::Body(body) if !c.aborted => {
-                        if p["ok"] != true || p["status"] != 200 || &p["body"] != body {
-                            return Err(format!(
-                                "call {call} was streamed whole, but its provider.response is {p} (want body {body})"
-                            ));
-                        }
+                    Expect::Body(body)
+                        if !c.aborted
+                            && (p["ok"] != true || p["status"] != 200 || &p["body"] != body) =>
+                    {
+                        return Err(format!(
+                            "call {call} was streamed whole, but its provider.response is {p} (want body {body})"
+                        ));
                     }
                     Expect::Failed if p["ok"] == true || !p["status"].is_null() => {
                         return Err(format!("call {call}'s stream broke, but {p} was logged"));

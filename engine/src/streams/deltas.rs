@@ -223,6 +223,13 @@ impl Hub {
     /// Flush progress on `conn`: its held deltas, once it has drained to
     /// half its window.
     pub fn deltas_drained(&mut self, conn: ConnId, limits: DeltaLimits, now: MonoMs) -> Vec<Bytes> {
+        // Every flush of every stream comes here: most hold nothing.
+        let held = (self.streams.get(&conn))
+            .and_then(|s| s.deltas.as_ref())
+            .is_some_and(|c| matches!(c.follow, Follow::Held { .. }));
+        if !held {
+            return Vec::new();
+        }
         let window = self.window(conn, limits);
         let Some(s) = self.streams.get_mut(&conn) else {
             return Vec::new();

@@ -94,10 +94,13 @@ fn anthropic(body: &Value, max_chars: usize) -> Vec<String> {
     for (index, block) in blocks.iter().enumerate() {
         anthropic_block(index, block, max_chars, &mut events);
     }
-    let mut md = json!({"type": "message_delta", "delta": delta});
+    let mut md = Map::new();
+    md.insert("type".into(), json!("message_delta"));
+    md.insert("delta".into(), Value::Object(delta));
     if !usage_delta.is_empty() {
-        md["usage"] = Value::Object(usage_delta);
+        md.insert("usage".into(), Value::Object(usage_delta));
     }
+    let md = Value::Object(md);
     events.push(sse(Some("message_delta"), &md));
     events.push(sse(Some("message_stop"), &json!({"type": "message_stop"})));
     events
@@ -146,8 +149,9 @@ fn anthropic_block(index: usize, block: &Value, max_chars: usize, events: &mut V
             if piece.is_empty() {
                 continue;
             }
-            let mut delta = json!({"type": delta_type});
-            delta[*member] = json!(piece);
+            let mut delta = Map::new();
+            delta.insert("type".into(), json!(delta_type));
+            delta.insert(member.to_string(), json!(piece));
             events.push(sse(
                 Some("content_block_delta"),
                 &json!({"type": "content_block_delta", "index": index, "delta": delta}),

@@ -156,7 +156,7 @@ pub struct Assembler {
 enum Mode {
     /// Only whitespace so far: an event stream or a JSON body?
     Sniffing(Vec<u8>),
-    Events(SseDecoder, Reader),
+    Events(Box<(SseDecoder, Reader)>),
     /// A plain JSON body, read whole.
     Whole(Vec<u8>),
 }
@@ -201,7 +201,7 @@ impl Assembler {
                     Kind::Anthropic => Reader::Anthropic(anthropic::Reader::default()),
                     Kind::Openai => Reader::Openai(openai::Reader::default()),
                 };
-                Mode::Events(SseDecoder::new(self.limits.sse), reader)
+                Mode::Events(Box::new((SseDecoder::new(self.limits.sse), reader)))
             };
             return self.feed_mode(&seen, out);
         }
@@ -215,7 +215,8 @@ impl Assembler {
                 body.extend_from_slice(bytes);
                 Ok(!bytes.is_empty())
             }
-            Mode::Events(sse, reader) => {
+            Mode::Events(events) => {
+                let (sse, reader) = &mut **events;
                 sse.feed(bytes);
                 let mut progress = false;
                 while let Some(ev) = sse.poll().map_err(StreamError::Sse)? {
@@ -230,8 +231,10 @@ impl Assembler {
     /// the reply is whole even if the body has not ended yet.
     pub fn is_complete(&self) -> bool {
         match &self.mode {
-            Mode::Events(_, Reader::Anthropic(r)) => r.is_complete(),
-            Mode::Events(_, Reader::Openai(r)) => r.is_complete(),
+            Mode::Events(events) => match &events.1 {
+                Reader::Anthropic(r) => r.is_complete(),
+                Reader::Openai(r) => r.is_complete(),
+            },
             Mode::Sniffing(_) | Mode::Whole(_) => false,
         }
     }
@@ -245,8 +248,10 @@ impl Assembler {
     pub fn finish(self) -> Result<ProviderResponse, StreamError> {
         let body = match self.mode {
             Mode::Sniffing(seen) | Mode::Whole(seen) => seen,
-            Mode::Events(_, Reader::Anthropic(r)) => r.finish()?.into_bytes(),
-            Mode::Events(_, Reader::Openai(r)) => r.finish()?.into_bytes(),
+            Mode::Events(events) => match events.1 {
+                Reader::Anthropic(r) => r.finish()?.into_bytes(),
+                Reader::Openai(r) => r.finish()?.into_bytes(),
+            },
         };
         parse_response(self.kind, &body).map_err(StreamError::Parse)
     }
