@@ -137,4 +137,3 @@ fn log_reply(id: CallId, reply: &ProviderReply) {
         ProviderReply::Streamed => tracing::debug!(call = id.0, "provider stream done"),
     }
 }
-
