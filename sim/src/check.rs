@@ -57,6 +57,13 @@ pub const INV_STEER_DELIVERED: &str = "inv_steer_delivered";
 pub const INV_FORK_COMPLETE_POINT: &str = "inv_fork_complete_point";
 pub const INV_COPY_FAITHFUL: &str = "inv_copy_faithful";
 pub const INV_FORK_PARENT_UNCHANGED: &str = "inv_fork_parent_unchanged";
+/// A streamed reply logs what the same reply unstreamed logs.
+pub const INV_STREAM_ORACLE: &str = "inv_stream_oracle";
+/// Deltas reach only opted-in streams, before their terminal frame, and
+/// add up to a prefix of each block's final text.
+pub const INV_DELTAS: &str = "inv_deltas";
+/// A cancelled turn's streamed call is closed at once.
+pub const INV_STREAM_CLOSED_AFTER_CANCEL: &str = "inv_stream_closed_after_cancel";
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Violation {

@@ -147,6 +147,7 @@ fn main() -> ExitCode {
     let mut sb = [0u64; 4];
     let mut ext = sim::ext::ExtStats::default();
     let mut transfer = sim::world::TransferStats::default();
+    let mut streams = sim::stream::StreamStats::default();
     let mut seed = first;
     while seed < end {
         if deadline.is_some_and(|d| Instant::now() >= d) {
@@ -165,6 +166,7 @@ fn main() -> ExitCode {
             sb[3] += r.stats.subagents;
             ext.add(&r.stats.ext);
             transfer.add(&r.stats.transfer);
+            streams.add(&r.stats.stream);
         }
         match result {
             Err(e) => {
@@ -239,6 +241,7 @@ fn main() -> ExitCode {
     );
     println!("extension totals: {ext}");
     println!("transfer totals: {transfer}");
+    println!("stream totals: {streams}");
     if !failed.is_empty() {
         println!("failing seeds: {failed:?}");
         return ExitCode::from(1);

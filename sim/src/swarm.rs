@@ -99,6 +99,8 @@ pub struct Swarm {
     pub ext: ExtSwarm,
     // Forks, exports and imports by the operator (`world/transfer.rs`).
     pub transfer: TransferSwarm,
+    /// Streamed provider calls (`sim/src/stream.rs`).
+    pub stream: crate::stream::StreamSwarm,
 }
 
 /// The operator's forks and exports (each export is imported back), per
@@ -550,6 +552,7 @@ impl Swarm {
             sandbox: SandboxSwarm::default(),
             ext: ExtSwarm::default(),
             transfer: TransferSwarm::default(),
+            stream: crate::stream::StreamSwarm::default(),
             history_cache: (usize::MAX, u64::MAX),
             resident_sessions: None,
         };
@@ -562,6 +565,7 @@ impl Swarm {
             *rng.pick(&[0, 50, 1_000, 10_000, u64::MAX]),
         );
         sw.resident_sessions = *rng.pick(&[None, Some(0), Some(1), Some(3), Some(1024)]);
+        sw.stream = crate::stream::StreamSwarm::draw(rng);
         sw.transfer = TransferSwarm::draw(rng);
         sw
     }
@@ -594,6 +598,7 @@ impl Swarm {
         self.mcp.calm();
         self.sandbox.calm();
         self.ext.calm();
+        self.stream.calm();
     }
 }
 
@@ -606,7 +611,7 @@ impl fmt::Display for Swarm {
              clients[malformed_body={} disc_stream={} disc_queued={} never_return={} think={}..{}ms \
              answer(missing={} dup={} wrong_id={} plain={} late={}) compact={} update_tools={} auto_compaction={} slow_reader={} unsubscribe={} since_bogus={} events_page={}] \
              net[split={} keep_alive={} pipeline={} idle_timeout={}ms delay={}..{}ms flush_delay={}..{}ms sockbuf={}] store[commit={}..{}ms read={}..{}ms read_error={}] \
-             engine[turn_timeout={}ms lag_limit={} keepalive={}ms request_timeout={}ms] admin[revoke={} break_profile={}] crash={} shutdown={} {} {} {} history_cache={}/{}ms resident={:?} transfer[fork={} export={}]",
+             engine[turn_timeout={}ms lag_limit={} keepalive={}ms request_timeout={}ms] admin[revoke={} break_profile={}] crash={} shutdown={} {} {} {} history_cache={}/{}ms resident={:?} {} transfer[fork={} export={}]",
             self.sessions,
             self.drivers,
             self.observers,
@@ -667,6 +672,7 @@ impl fmt::Display for Swarm {
             self.history_cache.0,
             self.history_cache.1,
             self.resident_sessions,
+            self.stream,
             self.transfer.fork,
             self.transfer.export,
         )

@@ -80,6 +80,8 @@ pub struct Stats {
     pub retirements: u64,
     pub lagged: u64,
     pub provider_calls: u64,
+    /// Provider calls the engine closed before their reply (cancels, stream faults).
+    pub provider_aborts: u64,
     pub sessions: u64,
     pub mcp_transports: u64,
     pub mcp_calls: u64,
@@ -94,6 +96,7 @@ pub struct Stats {
     pub ext: crate::ext::ExtStats,
     /// Forks made and refused, exports, imports (`world/transfer.rs`).
     pub transfer: transfer::TransferStats,
+    pub stream: crate::stream::StreamStats,
 }
 
 #[derive(Debug, Clone)]
@@ -130,6 +133,11 @@ enum Ev {
     Provider {
         call: CallId,
         reply: ProviderReply,
+    },
+    /// Body bytes of a streamed call (`sim/src/stream.rs`).
+    ProviderChunk {
+        call: CallId,
+        bytes: Vec<u8>,
     },
     /// The driver writes outbound bytes into the socket buffer.
     Flush(ConnId),
@@ -404,6 +412,8 @@ pub struct World {
     /// the extensions off keep their schedule).
     xrng: Rng,
     ext: crate::ext::ExtOracle,
+    /// Streamed provider calls, with draws of their own.
+    stream: crate::stream::StreamSim,
     /// The input being fed delivers this `session.cancelTurn` request.
     cancel_probe: Option<usize>,
     /// The request whose last bytes the input being fed delivers.
@@ -458,6 +468,7 @@ impl World {
         let mcp = McpSim::new(root.fork(), &swarm.mcp);
         let sandbox = SandboxSim::new(root.fork());
         let xrng = root.fork();
+        let stream = crate::stream::StreamSim::new(root.fork());
         let trng = root.fork();
         let mut config = Config {
             providers: vec![ProviderEntry {
@@ -467,6 +478,7 @@ impl World {
                 model: "sim-model".into(),
                 auth_template: "${SIM_TOKEN}".into(),
                 max_tokens: 512,
+                stream: swarm.stream.settings.filter(|_| swarm.stream.primary),
             }],
             turn_timeout_ms: swarm.turn_timeout_ms,
             provider_timeout_ms: swarm.provider_timeout_ms,
@@ -497,6 +509,7 @@ impl World {
                 model: "sim-backup".into(),
                 auth_template: "${SIM_TOKEN}".into(),
                 max_tokens: 256,
+                stream: swarm.stream.settings.filter(|_| swarm.stream.fallback),
             });
         }
         #[cfg(feature = "planted-bugs")]
@@ -575,6 +588,7 @@ impl World {
             shutdown_since: None,
             xrng,
             ext: crate::ext::ExtOracle::default(),
+            stream,
             cancel_probe: None,
             feeding: None,
             deferred: BTreeMap::new(),
