@@ -30,7 +30,7 @@ pub fn serve_store_jobs(
         let mut jobs = batch.into_iter().peekable();
         while let Some(job) = jobs.next() {
             match job {
-                Job::Commit { batch, writes } => {
+                Job::Commit { batch, writes, .. } => {
                     let started = Instant::now();
                     let result = conn.commit(&writes);
                     stats.committed(writes.len(), started.elapsed().as_micros() as u64);
