@@ -216,6 +216,9 @@ pub struct Boot {
     pub telemetry: Option<crate::otel::Exporter>,
     /// Replica mode: the database whose catalogue notices to follow.
     pub replica_notices: Option<crate::config::DatabaseUrl>,
+    /// Replica mode: when the leases were last renewed; nothing is
+    /// revealed once that is 3/4 of the lease ago (docs/scaling.md).
+    pub lease_watch: Option<crate::store::pg::renewer::LeaseWatch>,
 }
 
 /// Runs the server on smol until a graceful shutdown completes. Blocks the
@@ -229,12 +232,13 @@ pub fn run(boot: Boot) -> io::Result<()> {
         settings,
         telemetry,
         replica_notices,
+        lease_watch,
     } = boot;
     let (events_tx, events_rx) = channel::bounded(EVENT_CAPACITY);
     if let Some(url) = replica_notices {
         let tx = events_tx.clone();
         let deliver = move |u| tx.send_blocking(Event::Catalog(Box::new(u))).is_ok();
-        crate::store::pg::replica::start_listener(url, deliver)
+        crate::store::pg::listener::start_listener(url, deliver)
             .map_err(|e| io::Error::other(e.to_string()))?;
     }
     let (jobs_tx, jobs_rx) = channel::unbounded();
@@ -252,7 +256,12 @@ pub fn run(boot: Boot) -> io::Result<()> {
         ),
         engine,
         clock,
-        pipe: Pipeline::new(),
+        // Replica mode: every commit checks its lane and leases.
+        pipe: match lease_watch {
+            Some(_) => Pipeline::fenced(),
+            None => Pipeline::new(),
+        },
+        lease_watch,
         conns: HashMap::new(),
         next_conn: ConnId(1),
         provider_inflight: 0,
@@ -283,6 +292,7 @@ struct Driver {
     sandboxes: sandbox::Sandboxes,
     clock: Clock,
     pipe: Pipeline,
+    lease_watch: Option<crate::store::pg::renewer::LeaseWatch>,
     conns: HashMap<ConnId, Conn>,
     next_conn: ConnId,
     provider_inflight: usize,
@@ -543,6 +553,10 @@ impl Driver {
     }
 
     fn dispatch(&mut self, d: Delivery) {
+        // A replica that was frozen past its lease reveals nothing more.
+        if let Some(w) = &self.lease_watch {
+            w.exit_if_stale("revealing an answer");
+        }
         let (conn, msg) = match d {
             Delivery::Send { conn, bytes } => (conn, WriterMsg::Data(bytes)),
             Delivery::Close { conn } => (conn, WriterMsg::Close),
