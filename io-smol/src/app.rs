@@ -389,6 +389,10 @@ fn serve(cli: &Cli, runtime: Runtime, exports_telemetry: bool) -> i32 {
         max_connections: env.max_connections,
         sandbox_driver: env.sandbox_driver,
         sandbox_run_args: env.sandbox_limits.run_args(),
+        forward_timeout: std::time::Duration::from_millis(
+            (env.replica.as_ref())
+                .map_or(config::DEFAULT_FORWARD_TIMEOUT_MS, |r| r.forward_timeout_ms),
+        ),
     };
     let boot = driver::Boot {
         engine,

@@ -10,7 +10,7 @@
 mod replica_support;
 mod rest_support;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use replica_support::*;
 use serde_json::{json, Value};
@@ -283,4 +283,51 @@ fn a_restart_with_the_same_id_fences_its_frozen_predecessor_by_token() {
     let t = send(&r.servers[a2].client(), sid, skey, json!("go on"));
     assert!(t.get("result").is_some(), "{t}");
     assert_oracle_holds(&r);
+}
+
+/// A frozen owner whose lease still runs holds a request relayed to it for
+/// `BAE_FORWARD_TIMEOUT_MS` only: then the client gets the `503
+/// replica_unavailable` with `Retry-After`, as for an unreachable owner,
+/// and retries (through the balancer, until the lease moves).
+#[test]
+fn a_request_relayed_to_a_frozen_owner_gets_a_503_after_the_forward_timeout() {
+    let mut r = Replicas::start_env(
+        2,
+        0,
+        &[
+            ("BAE_LEASE_MS", "30000"),
+            ("BAE_FORWARD_TIMEOUT_MS", "1000"),
+        ],
+    );
+    let (_, _, key) = profile_and_key(&r, 0);
+    let sessions = sessions_on(&r, 0, &key, 1);
+    let (sid, skey) = &sessions[0];
+    r.servers[0].signal("STOP");
+    let started = Instant::now();
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "session.registerDriver", "params": {}});
+    let resp = r.servers[1]
+        .client()
+        .timeout(Duration::from_secs(30))
+        .bearer(skey.clone())
+        .post_json(&format!("/api/v1/sessions/{sid}/rpc"), &body);
+    let waited = started.elapsed();
+    r.servers[0].signal("CONT");
+    assert_eq!(resp.status, 503, "{}", String::from_utf8_lossy(&resp.body));
+    assert_eq!(resp.header("retry-after"), Some("1"));
+    assert_eq!(resp.json()["type"], "replica_unavailable");
+    assert!(waited >= Duration::from_millis(1000), "{waited:?}");
+    assert!(waited < Duration::from_secs(10), "{waited:?}");
+    assert!(r.servers[1]
+        .stderr_log()
+        .contains("session owner sent no response head in time"));
+    // Awake again, the owner (well within its lease) serves as before.
+    let reg = rpc(
+        &r.servers[1].client(),
+        sid,
+        skey,
+        "session.registerDriver",
+        json!({}),
+    );
+    assert_eq!(reg["result"]["registered"], true, "{reg}");
+    healthy(&mut r, usize::MAX);
 }

@@ -163,6 +163,9 @@ pub struct DriverSettings {
     pub sandbox_driver: crate::config::SandboxDriver,
     /// Resource-limit flags for sandbox containers (`run` arguments).
     pub sandbox_run_args: Vec<String>,
+    /// `BAE_FORWARD_TIMEOUT_MS`: how long a relayed request waits for the
+    /// owner's response head (replica mode).
+    pub forward_timeout: Duration,
 }
 
 /// Everything the driver loop reacts to.
