@@ -572,3 +572,57 @@ fn replica_mode_needs_postgresql_and_valid_settings() {
     assert_eq!(out.code(), Some(2), "{}", out.stderr);
     assert!(out.stderr.contains("BAE_LEASE_MS"), "{}", out.stderr);
 }
+
+/// With `BAE_DURABLE_DRIVERS=1`, registrations follow a session to its new
+/// owner after a failover (`kill -9` of the owner): the driver goes on
+/// sending without registering again, and the participants list it.
+#[test]
+fn durable_registrations_follow_the_session_after_a_failover() {
+    let mut r = Replicas::start_env(3, 0, &[("BAE_DURABLE_DRIVERS", "1")]);
+    let (_, _, key) = profile_and_key(&r, 0);
+    let lb = r.lb();
+    let (sid, skey, owner, other) = registered_on_the_balancer(&r, &lb, &key);
+    r.mock.push(Reply::anthropic_text("before"));
+    let t = send(&lb, &sid, &skey, json!("one"));
+    assert!(t.get("result").is_some(), "{t}");
+    r.servers[owner].kill9();
+    // The first request after the lease expired moves the session; it is a
+    // turn, which needs a registered driver.
+    let mut answer = None;
+    let moved = wait_until(Duration::from_secs(20), || {
+        r.mock.push(Reply::anthropic_text("after the failover"));
+        answer = try_rpc(
+            &r.servers[other].client(),
+            &sid,
+            &skey,
+            "session.sendMessage",
+            json!({"message": {"role": "user", "content": "two"}}),
+        );
+        answer.as_ref().is_some_and(|t| t.get("result").is_some())
+    });
+    assert!(moved, "never served after the failover: {answer:?}");
+    let t = answer.unwrap();
+    assert_eq!(
+        t["result"]["message"]["content"][0]["text"], "after the failover",
+        "{t}"
+    );
+    let new_owner = r.owner(&sid).expect("taken over");
+    assert_ne!(new_owner, owner);
+    let parts = r.servers[other]
+        .client()
+        .bearer(skey.clone())
+        .get(&format!("/api/v1/sessions/{sid}/participants"));
+    parts.assert_status(200);
+    assert_eq!(parts.json()["drivers"].as_array().map(Vec::len), Some(1));
+    let log = events(&lb, &sid, &skey);
+    let registrations = types(&log)
+        .iter()
+        .filter(|t| *t == "session.driver.register")
+        .count();
+    assert_eq!(
+        registrations,
+        1,
+        "no second registration: {:?}",
+        types(&log)
+    );
+}

@@ -139,6 +139,7 @@ fn expire_everything(cluster: &PgCluster, db: &str) {
 fn claim(pg: &mut PgStore) -> Lease {
     match pg.read(&StoreRead::ClaimLease {
         session_id: SID.into(),
+        drivers_since: u64::MAX,
     }) {
         Ok(ReadResult::Lease(l)) => l,
         other => panic!("{other:?}"),
@@ -242,6 +243,7 @@ fn a_restart_with_the_same_id_fences_the_old_process_at_once() {
     assert_fenced(commit(&mut old, &[event(128 + lane)]), "seq lane");
     match old.read(&StoreRead::ClaimLease {
         session_id: SID.into(),
+        drivers_since: u64::MAX,
     }) {
         Err(e @ StoreError::Fenced(_)) => assert!(e.is_fatal()),
         other => panic!("{other:?}"),
@@ -266,6 +268,7 @@ fn a_replica_whose_renewals_stopped_refuses_to_write() {
     assert!(matches!(
         a.read(&StoreRead::ClaimLease {
             session_id: SID.into(),
+            drivers_since: u64::MAX,
         }),
         Err(StoreError::Fenced(_))
     ));

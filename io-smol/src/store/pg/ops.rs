@@ -249,8 +249,12 @@ impl PgStore {
 
     /// Answers one engine query.
     pub fn read(&mut self, read: &StoreRead) -> Result<ReadResult> {
-        if let StoreRead::ClaimLease { session_id } = read {
-            return self.claim_lease(session_id);
+        if let StoreRead::ClaimLease {
+            session_id,
+            drivers_since,
+        } = read
+        {
+            return self.claim_lease(session_id, *drivers_since);
         }
         self.prepared()?;
         let stmts = self.stmts.take().expect("prepared");

@@ -199,7 +199,11 @@ impl PgStore {
 
     /// Answers [`engine::StoreRead::ClaimLease`] (on the writer
     /// connection, in one transaction that first checks our lane).
-    pub(crate) fn claim_lease(&mut self, session_id: &str) -> Result<ReadResult> {
+    pub(crate) fn claim_lease(
+        &mut self,
+        session_id: &str,
+        drivers_since: u64,
+    ) -> Result<ReadResult> {
         let Some(state) = self.replica.as_ref() else {
             return Err(StoreError::Postgres(
                 "session leases need replica mode (BAE_REPLICA_ADVERTISE)".into(),
@@ -261,8 +265,17 @@ impl PgStore {
                  FROM bae_idempotency_keys WHERE session_id = $1",
                 &[&session_id],
             )?;
+            // Registrations that follow the session (durable drivers):
+            // those from `drivers_since` on, as a restart reads them.
+            let since = i64::try_from(drivers_since).unwrap_or(i64::MAX);
+            let drivers = tx.query(
+                "SELECT client_key_id FROM session_events WHERE session_id = $1 \
+                 AND event_type = 'session.driver.register' AND seq >= $2 \
+                 AND client_key_id IS NOT NULL ORDER BY seq",
+                &[&session_id, &since],
+            )?;
             tx.commit()?;
-            Ok(claimed(&session, &keys, max_seq, &idem))
+            Ok(claimed(&session, &keys, max_seq, &idem, &drivers))
         })();
         match r {
             Ok(lease) => lease.map(ReadResult::Lease),
@@ -277,6 +290,7 @@ fn claimed(
     keys: &[postgres::Row],
     max_seq: i64,
     idem: &[postgres::Row],
+    drivers: &[postgres::Row],
 ) -> Result<Lease> {
     let mut idempotency = Vec::new();
     for r in idem {
@@ -289,11 +303,22 @@ fn claimed(
             outcome: r.opt_text(5)?,
         });
     }
+    let session = read_session(session)?;
+    let mut registered: Vec<String> = Vec::new();
+    if session.state == engine::store::SessionState::Open {
+        for r in drivers {
+            let key = r.text(0)?;
+            if !registered.contains(&key) {
+                registered.push(key);
+            }
+        }
+    }
     Ok(Lease::Mine(Box::new(Claimed {
-        session: read_session(session)?,
+        session,
         keys: keys.iter().map(read_key).collect::<Result<Vec<KeyRow>>>()?,
         max_seq: max_seq.max(0) as u64,
         idempotency,
+        drivers: registered,
     })))
 }
 
