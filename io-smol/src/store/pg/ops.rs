@@ -213,7 +213,7 @@ impl PgStore {
         let mut fenced = None;
         let r = (|| {
             let mut tx = self.client.transaction()?;
-            if let (Some(state), Some(fence)) = (replica, fence) {
+            if let Some(state) = replica {
                 if let Err(what) = super::replica::fence(&mut tx, state, fence, batch)? {
                     // Dropped uncommitted: rolled back.
                     fenced = Some(what);

@@ -330,21 +330,24 @@ pub(super) const SESSION_COLS: &str = "id, client_key_id, profile_id, state, cli
     client_tools, sandbox_tools, subagent_tools, compaction, created_at, closed_at";
 
 /// First thing in a batch's transaction (replica mode): `Err(what)` unless
-/// the last lease renewal is recent, this replica still holds its lane,
-/// and (once the leases of sessions the batch creates are inserted) the
-/// lease of every session of `fence`, by our token and unexpired by the
-/// database's clock. The rows checked stay locked until the transaction
-/// ends, so no takeover can slip in between this check and the commit.
-/// Locks are taken in one order everywhere (lane, then leases by id), as
-/// the renewer does, so the two never deadlock.
+/// this replica still holds its lane and (once the leases of sessions the
+/// batch creates are inserted) the lease of every session of `fence`, by
+/// our token and unexpired by the database's clock. The rows checked stay
+/// locked until the transaction ends, so no takeover can slip in between
+/// this check and the commit. Locks are taken in one order everywhere
+/// (lane, then leases by id), as the renewer does, so the two never
+/// deadlock. Without a fence (a lone server never gets here) only the new
+/// sessions' leases are written.
 pub(crate) fn fence(
     tx: &mut postgres::Transaction<'_>,
     state: &ReplicaState,
-    fence: &Fence,
+    fence: Option<&Fence>,
     batch: &[StoreWrite],
 ) -> std::result::Result<std::result::Result<(), String>, postgres::Error> {
-    if let Err(what) = lane_held(tx, state)? {
-        return Ok(Err(what));
+    if fence.is_some() {
+        if let Err(what) = lane_held(tx, state)? {
+            return Ok(Err(what));
+        }
     }
     let me = &state.me;
     for w in batch {
@@ -358,9 +361,9 @@ pub(crate) fn fence(
             )?;
         }
     }
-    if fence.sessions.is_empty() {
+    let Some(fence) = fence.filter(|f| !f.sessions.is_empty()) else {
         return Ok(Ok(()));
-    }
+    };
     let held = tx.query(
         "SELECT session_id FROM session_leases WHERE session_id = ANY($1) AND token = $2 \
          AND expires_at > clock_timestamp() ORDER BY session_id FOR SHARE",
