@@ -218,7 +218,8 @@ impl Pipeline {
             let batch = self.next_batch;
             self.next_batch += 1;
             let writes = std::mem::take(&mut self.pending);
-            let fence = self.fenced.then(|| crate::replicas::Fence::of(&writes));
+            let fenced = self.fenced && !self.faults.skip_fence();
+            let fence = fenced.then(|| crate::replicas::Fence::of(&writes));
             self.queued.push_back(Job::Commit {
                 batch,
                 writes,
