@@ -149,7 +149,7 @@ fn gapless(mock: &MockProvider, stalled: usize, events: usize, event_bytes: usiz
             next_rpc_id(),
         );
         assert!(t.get("result").is_some(), "{t}");
-        if n % 50 == 0 {
+        if n.is_multiple_of(50) {
             peak = peak.max(rss_kib(&server));
         }
     }
@@ -161,7 +161,7 @@ fn gapless(mock: &MockProvider, stalled: usize, events: usize, event_bytes: usiz
     for (i, o) in observers.iter_mut().enumerate() {
         let mut next = 0usize;
         while next < events {
-            if next % 500 == 0 {
+            if next.is_multiple_of(500) {
                 catch_up_peak = catch_up_peak.max(rss_kib(&server));
             }
             let line = o
