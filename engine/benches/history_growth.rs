@@ -115,6 +115,7 @@ impl Driver {
                 model: MODEL.into(),
                 auth_template: "${TOKEN}".into(),
                 max_tokens: MAX_TOKENS,
+                stream: None,
             }],
             telemetry: std::env::var("HISTORY_TELEMETRY").is_ok_and(|v| v == "1"),
             ..Config::default()
@@ -206,6 +207,7 @@ impl Driver {
                     Output::Mcp(_) => unreachable!("the bench configures no MCP server"),
                     Output::Sandbox(_) => unreachable!("the bench uses no sandbox"),
                     Output::Forward(_) => unreachable!("the bench runs one server"),
+                    Output::AbortProvider(_) => unreachable!("the bench's calls are answered"),
                 }
             }
         }

@@ -50,6 +50,7 @@ fn main() {
         model: "claude-bench".into(),
         auth_template: "${TOKEN}".into(),
         max_tokens: 1024,
+        stream: None,
     };
     // The minimum of several runs: the box is shared, and descheduling
     // only ever adds time.

@@ -12,6 +12,7 @@ pub mod provider;
 pub mod replicas;
 pub mod rng;
 pub mod sandbox;
+pub mod stream;
 pub mod swarm;
 pub mod world;
 

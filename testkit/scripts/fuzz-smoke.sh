@@ -3,7 +3,7 @@
 # starts from its committed seed corpus and runs for FUZZ_SMOKE_SECS
 # seconds (default 5); a crash fails the script. New inputs go to a scratch
 # directory, so the committed corpora never change. Long runs are done by
-# hand (docs/fuzzing.md). Not part of .ci/run: building the three fuzz
+# hand (docs/fuzzing.md). Not part of .ci/run: building the two fuzz
 # workspaces with sanitizers takes longer than the rest of CI; run it after
 # changing a decoder or parser.
 set -euo pipefail
@@ -24,7 +24,7 @@ fi
 
 scratch=$(mktemp -d "${TMPDIR:-/tmp}/bae-fuzz-smoke.XXXXXX")
 trap 'rm -rf "$scratch"' EXIT
-for dir in proto/fuzz engine/fuzz io-smol/fuzz; do
+for dir in proto/fuzz engine/fuzz; do
   for target in $(cargo "${toolchain[@]}" fuzz list --fuzz-dir "$dir"); do
     seeds="$dir/corpus/$target"
     if [ ! -d "$seeds" ] || [ -z "$(ls -A "$seeds")" ]; then

@@ -17,6 +17,7 @@ mod request;
 pub mod round;
 mod session;
 pub(crate) mod steer;
+mod stream;
 #[cfg(test)]
 mod tests;
 mod tools;

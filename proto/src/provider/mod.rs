@@ -16,6 +16,8 @@ mod anthropic_reply;
 mod message;
 mod normalize;
 mod openai;
+pub mod sse;
+pub mod stream;
 
 use std::borrow::Cow;
 use std::fmt;

@@ -276,6 +276,7 @@ impl ReplicaWorld {
                 model: "sim-model".into(),
                 auth_template: "${SIM_TOKEN}".into(),
                 max_tokens: 512,
+                stream: None,
             }],
             durable_drivers: sw.durable_drivers,
             ..Config::default()
