@@ -222,7 +222,10 @@ impl MemStore {
             }
             StoreRead::Runtime => ReadResult::Runtime(Default::default()),
             // One store, one server: every session is this one's.
-            StoreRead::ClaimLease { session_id } => ReadResult::Lease(self.claim(session_id)),
+            StoreRead::ClaimLease {
+                session_id,
+                drivers_since,
+            } => ReadResult::Lease(self.claim(session_id, *drivers_since)),
             StoreRead::LoadSession {
                 session_id,
                 drivers_since,
@@ -318,11 +321,13 @@ impl MemStore {
     }
 
     /// A lease answer for a lone server: the session as stored.
-    pub fn claim(&self, session_id: &str) -> Lease {
+    pub fn claim(&self, session_id: &str, drivers_since: u64) -> Lease {
         let Some(session) = self.sessions.iter().find(|s| s.id == session_id) else {
             return Lease::NoSession;
         };
+        let drivers = self.stored(session, drivers_since).drivers;
         Lease::Mine(Box::new(Claimed {
+            drivers,
             session: session.clone(),
             keys: self.session_keys(session_id),
             max_seq: (self.by_session.get(session_id))

@@ -16,7 +16,7 @@ pub mod merge;
 mod request;
 pub mod round;
 mod session;
-mod steer;
+pub(crate) mod steer;
 mod stream;
 #[cfg(test)]
 mod tests;

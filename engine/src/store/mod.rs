@@ -307,11 +307,16 @@ pub enum StoreRead {
     /// runtime's store thread, which commits and can read `/proc`).
     Runtime,
     /// Replica mode only (docs/scaling.md): take the session's lease for
-    /// this replica when it is free or expired, else say who holds it.
-    /// Answered with [`ReadResult::Lease`] by the PostgreSQL store;
-    /// `MemStore` answers [`Lease::Mine`] from its own rows, SQLite with an
-    /// error (replica mode needs PostgreSQL).
-    ClaimLease { session_id: String },
+    /// this replica when it is free or expired, else say who holds it,
+    /// with the client keys of its `session.driver.register` events with
+    /// `seq >= drivers_since` (all of them with durable drivers, none
+    /// otherwise: `u64::MAX`). Answered with [`ReadResult::Lease`] by the
+    /// PostgreSQL store; `MemStore` answers [`Lease::Mine`] from its own
+    /// rows, SQLite with an error (replica mode needs PostgreSQL).
+    ClaimLease {
+        session_id: String,
+        drivers_since: u64,
+    },
     /// One session as stored, to bring it back into the catalogue
     /// (`crate::residency`): its row, its active session keys, and the
     /// client keys of its `session.driver.register` events with
@@ -357,7 +362,7 @@ impl StoreRead {
             | StoreRead::EventById { session_id, .. }
             | StoreRead::OfTypesFrom { session_id, .. }
             | StoreRead::EventsAt { session_id, .. }
-            | StoreRead::ClaimLease { session_id }
+            | StoreRead::ClaimLease { session_id, .. }
             | StoreRead::LoadSession { session_id, .. } => session_id,
         }
     }
@@ -440,6 +445,10 @@ pub struct Claimed {
     pub max_seq: u64,
     /// Its stored `sendMessage` idempotency keys.
     pub idempotency: Vec<IdempotencyRow>,
+    /// Distinct client key ids of its `session.driver.register` events
+    /// from the claim's `drivers_since` on, in log order (empty unless
+    /// open): the registrations that follow it with durable drivers.
+    pub drivers: Vec<String>,
 }
 
 /// Catalogue rows another replica committed (replica mode: read by the

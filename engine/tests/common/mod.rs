@@ -171,7 +171,7 @@ impl Harness {
             }
             for (id, read) in reads {
                 let elsewhere = match &read {
-                    engine::StoreRead::ClaimLease { session_id } => {
+                    engine::StoreRead::ClaimLease { session_id, .. } => {
                         self.leased_elsewhere.get(session_id).cloned()
                     }
                     _ => None,

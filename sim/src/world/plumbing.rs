@@ -272,7 +272,7 @@ impl World {
             return;
         };
         match job {
-            Job::Commit { batch, writes } => {
+            Job::Commit { batch, writes, .. } => {
                 self.commit(batch, writes);
                 for d in self.io.pipe.committed(batch) {
                     self.release(d);

@@ -275,7 +275,7 @@ impl World {
         // A commit in flight either made it or not (it is atomic).
         if let Some(Job::Commit { .. }) = self.io.running.front() {
             if self.rng.chance(0.5) {
-                if let Some(Job::Commit { batch, writes }) = self.io.running.pop_front() {
+                if let Some(Job::Commit { batch, writes, .. }) = self.io.running.pop_front() {
                     self.commit(batch, writes);
                 }
             }

@@ -15,6 +15,7 @@ use super::{PgStore, StoreError};
 use crate::store::lineage::lineage_row;
 use crate::store::rows::{read_event, read_key, read_profile, read_session, seq_to_i64, Cols};
 use crate::store::{Activity, Result};
+use engine::replicas::Fence;
 use engine::store::page::PageBounds;
 
 /// The statements, by [`Pq`].
@@ -201,15 +202,31 @@ impl PgStore {
     /// Applies `batch` in order inside one transaction; on any error it is
     /// rolled back and nothing of the batch is stored.
     pub fn commit(&mut self, batch: &[StoreWrite]) -> Result<()> {
+        self.commit_fenced(batch, None)
+    }
+
+    /// [`PgStore::commit`] in replica mode: the batch first passes the
+    /// monotonic check and, inside its transaction, `fence`
+    /// ([`super::replica::fence`]); when either fails nothing of it is
+    /// stored and the error is [`StoreError::Fenced`].
+    pub fn commit_fenced(&mut self, batch: &[StoreWrite], fence: Option<&Fence>) -> Result<()> {
         if batch.is_empty() {
             return Ok(());
         }
+        self.replica_fresh()?;
         self.prepared()?;
         let stmts = self.stmts.take().expect("prepared");
-        let replica = self.replica.clone();
+        let replica = self.replica.as_ref();
         let mut fenced = None;
         let r = (|| {
             let mut tx = self.client.transaction()?;
+            if let Some(state) = replica {
+                if let Err(what) = super::replica::fence(&mut tx, state, fence, batch)? {
+                    // Dropped uncommitted: rolled back.
+                    fenced = Some(what);
+                    return Ok(());
+                }
+            }
             let mut rest = batch;
             while let Some(w) = rest.first() {
                 let run = rest
@@ -224,20 +241,14 @@ impl PgStore {
                     rest = &rest[1..];
                 }
             }
-            if let Some(me) = &replica {
-                fenced = super::replica::fence_and_notify(&mut tx, me, batch)?;
-                if fenced.is_some() {
-                    // Dropped uncommitted: rolled back.
-                    return Ok(());
-                }
+            if replica.is_some() {
+                super::replica::notify(&mut tx, batch)?;
             }
             tx.commit()
         })();
         self.stmts = Some(stmts);
-        if let Some(session) = fenced {
-            return Err(StoreError::Postgres(format!(
-                "another replica holds the lease of session {session}; the batch was rolled back"
-            )));
+        if let Some(what) = fenced {
+            return Err(StoreError::Fenced(what));
         }
         // Dropping an unfinished transaction rolls it back.
         r.map_err(|e| self.err(e))
@@ -245,8 +256,12 @@ impl PgStore {
 
     /// Answers one engine query.
     pub fn read(&mut self, read: &StoreRead) -> Result<ReadResult> {
-        if let StoreRead::ClaimLease { session_id } = read {
-            return self.claim_lease(session_id);
+        if let StoreRead::ClaimLease {
+            session_id,
+            drivers_since,
+        } = read
+        {
+            return self.claim_lease(session_id, *drivers_since);
         }
         self.prepared()?;
         let stmts = self.stmts.take().expect("prepared");
@@ -377,7 +392,7 @@ fn apply(
         StoreWrite::RevokeSessionKeysOf { client_id, at } => {
             exec(tx, Pq::RevokeSessionKeysOf, &[client_id, at])
         }
-        // Written with the replica's identity (`replica::fence_and_notify`).
+        // Written with the replica's token (`replica::fence`).
         StoreWrite::LeaseNewSession { .. } => Ok(()),
         StoreWrite::SetKeyHash { id, key_hash } => exec(tx, Pq::SetKeyHash, &[id, key_hash]),
         StoreWrite::TouchKey { id, at } => exec(tx, Pq::TouchKey, &[id, at]),

@@ -158,4 +158,19 @@ pub const PG_MIGRATIONS: &[PgMigration] = &[
               );
               CREATE INDEX bae_idx_session_lineage_parent ON bae_session_lineage(parent_id);",
     },
+    // Fencing tokens (docs/scaling.md, "Fencing"): every running replica
+    // process draws one at start and writes it into the lane and the
+    // leases it takes; a commit checks, in its own transaction, that its
+    // lane and the leases of the sessions it writes still carry it. The
+    // owner name alone cannot fence: a restart with a fixed
+    // `BAE_REPLICA_ID` shares it with a frozen predecessor. Renewals and
+    // releases find a replica's rows by token.
+    PgMigration {
+        version: 6,
+        name: "fencing_tokens",
+        sql: "ALTER TABLE session_leases ADD COLUMN token BIGINT NOT NULL DEFAULT 0;
+              ALTER TABLE replica_lanes ADD COLUMN token BIGINT NOT NULL DEFAULT 0;
+              DROP INDEX bae_idx_session_leases_owner;
+              CREATE INDEX bae_idx_session_leases_token ON session_leases(token);",
+    },
 ];
