@@ -23,7 +23,7 @@ pub struct PgMigration {
 }
 
 /// Highest migration version this binary knows.
-pub const PG_LATEST_VERSION: i64 = 5;
+pub const PG_LATEST_VERSION: i64 = 6;
 
 /// Oldest PostgreSQL server accepted (`server_version_num`).
 pub const PG_MIN_SERVER_VERSION: i32 = 130000;
@@ -174,3 +174,22 @@ pub const PG_MIGRATIONS: &[PgMigration] = &[
               CREATE INDEX bae_idx_session_leases_token ON session_leases(token);",
     },
 ];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two branches once both added a "version 5": the versions must run
+    /// 1, 2, 3… without a gap or repeat, and the binary's maximum must be
+    /// the last of them, or a fresh database refuses to start.
+    #[test]
+    fn migrations_are_numbered_in_order_up_to_the_latest() {
+        for (i, m) in PG_MIGRATIONS.iter().enumerate() {
+            assert_eq!(m.version, i as i64 + 1, "migration {}", m.name);
+        }
+        assert_eq!(
+            PG_MIGRATIONS.last().map(|m| m.version),
+            Some(PG_LATEST_VERSION)
+        );
+    }
+}
