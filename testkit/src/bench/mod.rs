@@ -174,6 +174,21 @@ pub fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[i.min(sorted.len() - 1)]
 }
 
+/// CPU time of every live thread of `pid` in nanoseconds (the first field
+/// of `/proc/<pid>/task/<tid>/schedstat`): fine enough to read around one
+/// request, where the tick-based [`cpu_time`] is not. Threads that exited
+/// are not counted.
+pub fn cpu_ns(pid: u32) -> u64 {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return 0;
+    };
+    tasks
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
+        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        .sum()
+}
+
 /// A duration as milliseconds with two decimals (`1.23 ms`).
 pub fn ms(d: Duration) -> String {
     format!("{:.2} ms", d.as_secs_f64() * 1000.0)

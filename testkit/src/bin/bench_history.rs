@@ -22,6 +22,19 @@
 //! Each row also gives the largest page body and the server's peak RSS
 //! (`VmHWM`) after paging: with large messages, what one page answer
 //! holds in memory (`--max-page-bytes` sets `BAE_MAX_PAGE_BYTES`).
+//!
+//! `--cpu` measures the long-session curve instead (no paging, no
+//! restarts): at each checkpoint of `--at`, the server's CPU per turn (all
+//! its threads, from `/proc/<pid>/task/*/schedstat` read around each turn;
+//! median and mean of the `--window` turns ending there), the provider
+//! request's size, and the time this process takes to copy that many
+//! bytes once (the floor item 5 of the prompt-caching issue compares
+//! against). `--cache` turns prompt caching on for the provider entry.
+//!
+//! ```text
+//! BAESRV_BIN=$PWD/target/release/baesrv target/release/bench_history --cpu \
+//!     --turns 2000 --at 10,100,500,1000,2000 [--window 20] [--storage shared|whole] [--cache]
+//! ```
 
 use std::time::{Duration, Instant};
 
@@ -39,6 +52,12 @@ struct Args {
     shared: bool,
     page_limit: usize,
     max_page_bytes: Option<usize>,
+    /// `--cpu`: the CPU-per-turn curve instead of paging.
+    cpu: bool,
+    window: usize,
+    cache: bool,
+    /// `--env K=V`: extra server environment.
+    env: Vec<(String, String)>,
 }
 
 fn args() -> Args {
@@ -50,8 +69,24 @@ fn args() -> Args {
         shared: true,
         page_limit: 100,
         max_page_bytes: None,
+        cpu: false,
+        window: 20,
+        cache: false,
+        env: Vec::new(),
     };
-    let argv: Vec<String> = std::env::args().skip(1).collect();
+    let mut argv: Vec<String> = std::env::args().skip(1).collect();
+    // Flags without a value.
+    argv.retain(|f| match f.as_str() {
+        "--cpu" => {
+            a.cpu = true;
+            false
+        }
+        "--cache" => {
+            a.cache = true;
+            false
+        }
+        _ => true,
+    });
     for pair in argv.chunks(2) {
         let val = pair
             .get(1)
@@ -73,6 +108,11 @@ fn args() -> Args {
             "--storage" => a.shared = val == "shared",
             "--page-limit" => a.page_limit = num(),
             "--max-page-bytes" => a.max_page_bytes = Some(num()),
+            "--window" => a.window = num().max(1),
+            "--env" => {
+                let (k, v) = val.split_once('=').expect("--env K=V");
+                a.env.push((k.to_string(), v.to_string()));
+            }
             other => panic!("unknown argument {other}"),
         }
     }
@@ -177,7 +217,10 @@ fn main() {
     println!("baesrv: {}", bin.display());
     let mock = MockProvider::start();
     mock.set_default(Reply::text(filler(0, "reply", a.reply)));
-    let config = provider_toml(&[("main", "anthropic", &mock.base_url, "mock-model", "tok")]);
+    let mut config = provider_toml(&[("main", "anthropic", &mock.base_url, "mock-model", "tok")]);
+    if a.cache {
+        config.push_str("prompt_cache = true\n");
+    }
     let mut opts = ServerOptions::new().bin(&bin).config(&config);
     println!("storage: {}", if a.shared { "shared" } else { "whole" });
     if a.shared {
@@ -188,6 +231,9 @@ fn main() {
     opts = opts.env("BAE_MAX_BODY_BYTES", body_limit.to_string());
     if let Some(n) = a.max_page_bytes {
         opts = opts.env("BAE_MAX_PAGE_BYTES", n.to_string());
+    }
+    for (k, v) in &a.env {
+        opts = opts.env(k, v);
     }
     let mut server = Server::start(opts);
     let profile = fixtures::create_profile(&server, &unique_name("hist"), "main", &[], &[]);
@@ -200,6 +246,9 @@ fn main() {
         "one session, {} text turns ({} B user text, {} B reply)\n",
         a.turns, a.text, a.reply
     );
+    if a.cpu {
+        return cpu_curve(&a, &server, &mock, &sid, &skey);
+    }
     println!(
         "| turns | events | db file | wal | db bytes/turn since last | turn p50 / p99 (last 50) | \
          page all (limit={}) | page p50 / max | middle page | page bytes | largest page | peak RSS |",
@@ -247,4 +296,64 @@ fn main() {
         server.restart();
         fixtures::register_driver(&server, &sid, &skey);
     }
+}
+
+/// `--cpu`: the server's CPU per text turn at each checkpoint.
+fn cpu_curve(a: &Args, server: &Server, mock: &MockProvider, sid: &str, skey: &str) {
+    let pid = server.pid().expect("server pid");
+    println!(
+        "| turn | request body | server CPU/turn p50 (last {w}) | mean | copy of the body once | turn p50 |",
+        w = a.window
+    );
+    println!("|---:|---:|---:|---:|---:|---:|");
+    let mut cpu: Vec<Duration> = Vec::new();
+    let mut lat: Vec<Duration> = Vec::new();
+    for turn in 1..=a.turns {
+        let (c0, t) = (testkit::bench::cpu_ns(pid), Instant::now());
+        let (_, terminal) =
+            fixtures::send_message(server, sid, skey, json!(filler(turn, "user", a.text)));
+        lat.push(t.elapsed());
+        cpu.push(Duration::from_nanos(
+            testkit::bench::cpu_ns(pid).saturating_sub(c0),
+        ));
+        assert!(terminal.get("result").is_some(), "turn {turn}: {terminal}");
+        let body = mock.requests().pop().map(|r| r.raw_body).unwrap_or_default();
+        mock.clear_requests();
+        if !a.at.contains(&turn) {
+            continue;
+        }
+        let from = cpu.len().saturating_sub(a.window);
+        let mut recent = cpu[from..].to_vec();
+        let mean = recent.iter().sum::<Duration>() / recent.len() as u32;
+        recent.sort_unstable();
+        let mut l = lat[from..].to_vec();
+        l.sort_unstable();
+        println!(
+            "| {turn} | {} B | {:.3} ms | {:.3} ms | {:.3} ms | {} |",
+            body.len(),
+            ms_f(percentile(&recent, 0.5)),
+            ms_f(mean),
+            ms_f(copy_time(&body)),
+            ms(percentile(&l, 0.5)),
+        );
+    }
+}
+
+fn ms_f(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+/// Median time to copy `bytes` once into a fresh buffer (as a request is).
+fn copy_time(bytes: &[u8]) -> Duration {
+    let mut times: Vec<Duration> = (0..21)
+        .map(|_| {
+            let t = Instant::now();
+            let copy = std::hint::black_box(bytes).to_vec();
+            let e = t.elapsed();
+            drop(std::hint::black_box(copy));
+            e
+        })
+        .collect();
+    times.sort_unstable();
+    percentile(&times, 0.5)
 }

@@ -104,7 +104,7 @@ fn main() {
             let (sid, skey) = fixtures::open_session(&server, &key, tools.clone());
             fixtures::register_driver(&server, &sid, &skey);
             for _ in 0..TURNS_PER_SESSION.min(turns - times.len()) {
-                let cpu = cpu_ns_of(pid);
+                let cpu = testkit::bench::cpu_ns(pid);
                 let t = Instant::now();
                 match kind {
                     Kind::Text => {
@@ -126,7 +126,7 @@ fn main() {
                     }
                 }
                 times.push(t.elapsed());
-                cpu_ns += cpu_ns_of(pid) - cpu;
+                cpu_ns += testkit::bench::cpu_ns(pid) - cpu;
             }
             server
                 .client()
@@ -196,15 +196,3 @@ fn percentiles(times: &mut [Duration]) -> (f64, f64) {
     (at(0.50), at(0.99))
 }
 
-/// CPU time of every thread of `pid` in nanoseconds (the first field of
-/// `/proc/<pid>/task/<tid>/schedstat`; tick-based `stat` is too coarse).
-fn cpu_ns_of(pid: u32) -> u64 {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return 0;
-    };
-    tasks
-        .flatten()
-        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
-        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
-        .sum()
-}
