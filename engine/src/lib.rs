@@ -66,6 +66,7 @@ mod subscribe;
 pub mod telemetry;
 pub mod time;
 mod turn;
+pub mod usage;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
@@ -224,6 +225,10 @@ pub struct ProviderEntry {
     /// Raw credential template; resolved only by the driver, per call.
     pub auth_template: String,
     pub max_tokens: u32,
+    /// Prompt caching (opt-in; `None`: requests are the reference's).
+    pub cache: Option<proto::provider::Caching>,
+    /// Prices per million tokens, for cost estimates (`None`: no cost).
+    pub prices: Option<usage::Prices>,
 }
 
 /// Engine settings, fixed at start.

@@ -217,4 +217,7 @@ pub trait World {
     fn turn_timeout_ms(&self) -> u64;
     /// Capture limit of a sandbox exec's streams (the truncation marker).
     fn max_output(&self) -> usize;
+    /// OpenAI's `prompt_cache_key` for the session (entries with caching
+    /// on): derived from the session's id, never a secret.
+    fn prompt_cache_key(&self) -> String;
 }
