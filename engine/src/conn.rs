@@ -51,6 +51,8 @@ pub enum PendingRead {
     Revoke { conn: ConnId, key_id: String },
     /// `GET /admin/v1/sessions` waiting for its rows.
     SessionList { conn: ConnId },
+    /// A usage route waiting for its sums; `scope_json` leads the answer.
+    Usage { conn: ConnId, scope_json: String },
 }
 
 /// Which port a loaded session's request goes back to.
@@ -259,6 +261,7 @@ impl Engine {
             } => self.on_session_loaded(&session_id, (conn, *req, then), result),
             PendingRead::Revoke { conn, key_id } => self.on_revoke_read(conn, &key_id, result),
             PendingRead::SessionList { conn } => self.on_session_list(conn, result),
+            PendingRead::Usage { conn, scope_json } => self.on_usage(conn, &scope_json, result),
             PendingRead::Metrics { conn } => {
                 let rt = match result {
                     Ok(ReadResult::Runtime(rt)) => rt,

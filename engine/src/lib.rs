@@ -494,7 +494,8 @@ impl Engine {
             idle_timeout_ms: config.idle_timeout_ms,
             request_timeout_ms: config.request_timeout_ms,
         });
-        let metrics = metrics::Metrics::new(&config.metrics_disabled);
+        let metrics = metrics::Metrics::new(&config.metrics_disabled)
+            .with_provider_entries(config.providers.iter().map(|p| p.name.as_str()));
         let replicas = config.replica.map(replicas::Replicas::new);
         let next_seq = match &replicas {
             Some(r) => r.align(snapshot.max_event_seq + 1),

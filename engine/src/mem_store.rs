@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use crate::store::{
     Claimed, EventRow, IdempotencyRow, KeyRole, KeyRow, Lease, ProfileRow, ReadResult,
     SessionCounts, SessionRow, SessionState, Snapshot, SnapshotScope, StoreRead, StoreWrite,
-    StoredSession,
+    StoredSession, UsageRow, UsageScope,
 };
 
 #[derive(Debug, Clone, Default)]
@@ -20,6 +20,8 @@ pub struct MemStore {
     by_session: BTreeMap<String, Vec<u64>>,
     /// Idempotency keys by (session, client key, key).
     idempotency: BTreeMap<(String, String, String), IdempotencyRow>,
+    /// Usage rows by their `provider.response` seq.
+    pub usage: BTreeMap<u64, UsageRow>,
 }
 
 impl MemStore {
@@ -109,6 +111,11 @@ impl MemStore {
             }
             StoreWrite::ExpireIdempotency { before_ms } => {
                 self.idempotency.retain(|_, r| r.created_ms >= *before_ms);
+            }
+            StoreWrite::InsertUsage(row) => {
+                self.usage
+                    .entry(row.event_seq)
+                    .or_insert_with(|| row.clone());
             }
         }
     }
@@ -245,6 +252,23 @@ impl MemStore {
                 let more = rows.len() > *limit;
                 rows.truncate(*limit);
                 ReadResult::SessionList { rows, more }
+            }
+            StoreRead::Usage {
+                scope,
+                since_ms,
+                until_ms,
+                by_turn,
+            } => {
+                let rows = self.usage.values().filter(|r| {
+                    let of = match scope {
+                        UsageScope::Session(id) => &r.session_id == id,
+                        UsageScope::ClientKey(id) => &r.client_key_id == id,
+                        UsageScope::Profile(id) => &r.profile_id == id,
+                    };
+                    of && since_ms.is_none_or(|s| r.created_ms >= s)
+                        && until_ms.is_none_or(|u| r.created_ms < u)
+                });
+                ReadResult::Usage(crate::usage::sum_rows(rows, *by_turn))
             }
             StoreRead::EventsAt { session_id, seqs } => ReadResult::Events(
                 seqs.iter()

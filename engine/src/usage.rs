@@ -50,6 +50,30 @@ pub fn prompt_cache_key(session_id: &str) -> String {
     key
 }
 
+/// A `since`/`until` bound: `2026-01-02` (midnight UTC),
+/// `2026-01-02T03:04:05Z` or `2026-01-02T03:04:05.678Z`, as unix ms.
+pub fn parse_instant(s: &str) -> Option<u64> {
+    match s.len() {
+        10 => proto::wire::time::parse_created_at(&format!("{s}T00:00:00.000Z")),
+        20 => proto::wire::time::parse_created_at(&format!("{}.000Z", s.strip_suffix('Z')?)),
+        _ => proto::wire::time::parse_created_at(s),
+    }
+}
+
+/// The scope's members, then `"since"` and `"until"` (as `created_at`
+/// texts, or `null`).
+pub fn scope_members(scope: &str, window: [Option<u64>; 2]) -> String {
+    let mut out = String::from(scope);
+    for (name, bound) in ["since", "until"].iter().zip(window) {
+        let _ = write!(out, ",\"{name}\":");
+        match bound {
+            Some(ms) => json::push_str(&mut out, &proto::wire::time::format_created_at(ms)),
+            None => out.push_str("null"),
+        }
+    }
+    out
+}
+
 /// The four counters as a JSON object's members (no braces).
 fn push_tokens(out: &mut String, t: &Tokens) {
     let _ = write!(
@@ -83,6 +107,28 @@ pub struct Sum {
     pub turn_seq: Option<u64>,
     pub calls: u64,
     pub tokens: Tokens,
+}
+
+/// Sums `rows` by provider entry (and turn), in the store's order:
+/// ascending turn, then provider name (what the stores' queries give).
+pub fn sum_rows<'a>(
+    rows: impl IntoIterator<Item = &'a crate::store::UsageRow>,
+    by_turn: bool,
+) -> Vec<Sum> {
+    let mut sums: std::collections::BTreeMap<(u64, String), Sum> = Default::default();
+    for r in rows {
+        let turn = by_turn.then_some(r.turn_seq);
+        let s = sums
+            .entry((turn.unwrap_or(0), r.provider.clone()))
+            .or_insert_with(|| Sum {
+                provider: r.provider.clone(),
+                turn_seq: turn,
+                ..Sum::default()
+            });
+        s.calls += 1;
+        s.tokens.add(&r.tokens);
+    }
+    sums.into_values().collect()
 }
 
 /// The JSON body of a usage answer: totals, then by provider entry, then

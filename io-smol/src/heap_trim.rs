@@ -55,25 +55,46 @@ impl HeapTrim {
 /// bins, where they coalesce as they are freed. Engine instructions per unit
 /// (`engine/benches/turn_cost.rs`): text turn 326,000 -> 287,000, client-tool
 /// round trip 1,143,000 -> 1,037,000 (docs/performance.md).
+///
+/// It also fixes the sizes above which glibc maps a chunk of its own
+/// ([`MMAP_THRESHOLD`]) and gives the top of the heap back on free
+/// ([`TRIM_THRESHOLD`]). Left to itself glibc raises the first to the size
+/// of the last mapped chunk freed, so a long session's buffers, each a
+/// little larger than the last turn's (the request body, its
+/// `provider.request` payload and frame), were each mapped, faulted in page
+/// by page, zeroed and unmapped again, and the top of the heap was handed
+/// back and faulted in again on every turn: about a quarter of the server's
+/// CPU at 1,000 turns (docs/performance.md, "Long sessions"). Freed memory
+/// now stays in the heap until the server goes quiet ([`QUIET`]), when
+/// [`HeapTrim`] gives it back as before.
 pub fn tune() {
-    set_no_fastbins();
+    set_mallopts();
 }
 
+/// Chunks at least this large get a mapping of their own.
+pub const MMAP_THRESHOLD: i32 = 32 * 1024 * 1024;
+/// Free memory at the top of the heap beyond this is given back at once.
+pub const TRIM_THRESHOLD: i32 = 64 * 1024 * 1024;
+
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
-fn set_no_fastbins() {
+fn set_mallopts() {
     extern "C" {
         fn mallopt(param: std::os::raw::c_int, value: std::os::raw::c_int) -> std::os::raw::c_int;
     }
     const M_MXFAST: std::os::raw::c_int = 1;
+    const M_TRIM_THRESHOLD: std::os::raw::c_int = -1;
+    const M_MMAP_THRESHOLD: std::os::raw::c_int = -3;
     // SAFETY: mallopt takes plain integers; it only changes glibc's own
     // allocator settings, and runs before any other thread exists.
     unsafe {
         mallopt(M_MXFAST, 0);
+        mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD);
+        mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD);
     }
 }
 
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-fn set_no_fastbins() {}
+fn set_mallopts() {}
 
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 fn release_free_memory() {

@@ -82,6 +82,15 @@ pub enum Fact {
         output_bytes: usize,
         latency_ms: Option<u64>,
     },
+    /// A successful attempt's tokens by kind (usage accounting): its
+    /// `provider.response` was just logged.
+    Tokens {
+        /// The provider entry's name.
+        entry: String,
+        model: String,
+        tokens: proto::provider::Tokens,
+        compaction: bool,
+    },
     /// An MCP call or sandbox exec of a block came back.
     ToolChildEnded {
         tool_use_id: String,

@@ -72,6 +72,8 @@ pub struct TurnLoop {
     pub(super) call: Option<(CallId, MonoMs)>,
     /// `(input, output)` usage of this request's newest successful call.
     pub(super) last_usage: Option<(u64, u64)>,
+    /// Tokens of every successful call this request made, by kind.
+    pub tokens: provider::Tokens,
     /// Auto-compaction trigger carried from a resumed or retired pause.
     pub(super) carried_trigger: Option<u64>,
     /// The tool round in progress (server tools may be asynchronous).
@@ -102,6 +104,7 @@ impl TurnLoop {
             iteration: 0,
             call: None,
             last_usage: None,
+            tokens: provider::Tokens::default(),
             carried_trigger: None,
             round: None,
             compaction_ids: Vec::new(),
@@ -405,7 +408,9 @@ impl SessionCore {
         let Some((call, started)) = t.call.take() else {
             return;
         };
-        let Some(kind) = t.chain.get(t.attempt).map(|e| e.kind) else {
+        let Some((kind, entry, model)) =
+            (t.chain.get(t.attempt)).map(|e| (e.kind, e.name.clone(), e.model.clone()))
+        else {
             return self.fail(codes::INTERNAL_ERROR, "Internal error");
         };
         let attempt = walk::Attempt {
@@ -426,6 +431,19 @@ impl SessionCore {
         }
         if walked.session_error {
             self.emit(Effect::SessionError);
+        }
+        if let (Next::Answer(resp), true) = (&walked.next, walked.ok) {
+            if let Some(tokens) = resp.tokens {
+                if let Some(t) = self.turn_mut() {
+                    t.tokens.add(&tokens);
+                }
+                self.fact(Fact::Tokens {
+                    entry,
+                    model,
+                    tokens,
+                    compaction: attempt.compaction,
+                });
+            }
         }
         match walked.next {
             Next::Answer(resp) => {

@@ -22,7 +22,7 @@ pub const DEFAULT_MAX_TOKENS: u32 = 4096;
 pub const DEFAULT_SERVICE_NAME: &str = "baesrv";
 /// The closed set of metric instrument names (spec 04 §7.2), usable in
 /// `[telemetry.metrics] disabled`.
-pub const METRIC_NAMES: [&str; 15] = [
+pub const METRIC_NAMES: [&str; 16] = [
     "bae.sessions.open",
     "bae.sessions.total",
     "bae.events.total",
@@ -36,6 +36,7 @@ pub const METRIC_NAMES: [&str; 15] = [
     "bae.turns.completed",
     "bae.provider.requests",
     "bae.provider.latency",
+    "bae.provider.tokens",
     "bae.tool.calls",
     "bae.tool.latency",
 ];
@@ -133,6 +134,11 @@ pub struct ProviderEntry {
     pub auth_token: String,
     /// Default [`DEFAULT_MAX_TOKENS`].
     pub max_tokens: u32,
+    /// Extension: prompt caching (`prompt_cache = true`; `None`: off), see
+    /// `caching.rs`.
+    pub cache: Option<proto::provider::Caching>,
+    /// Extension: prices per million tokens (`None`: no cost estimates).
+    pub prices: Option<engine::usage::Prices>,
 }
 
 impl ProviderEntry {
@@ -161,6 +167,8 @@ impl fmt::Debug for ProviderEntry {
             .field("model", &self.model)
             .field("auth_token", &super::REDACTED)
             .field("max_tokens", &self.max_tokens)
+            .field("cache", &self.cache)
+            .field("prices", &self.prices)
             .finish()
     }
 }
@@ -431,6 +439,7 @@ fn parse_provider(t: &Table, at: &str) -> Result<ProviderEntry, String> {
         })?,
         Some(v) => return Err(type_error(at, "max_tokens", "an integer", v)),
     };
+    let (cache, prices) = super::caching::parse(t, at, kind)?;
     Ok(ProviderEntry {
         name,
         kind,
@@ -438,6 +447,8 @@ fn parse_provider(t: &Table, at: &str) -> Result<ProviderEntry, String> {
         model: req_str(t, "model", at)?,
         auth_token: req_str(t, "auth_token", at)?,
         max_tokens,
+        cache,
+        prices,
     })
 }
 

@@ -27,6 +27,7 @@ mod queries;
 mod read;
 pub(crate) mod rows;
 mod schema;
+mod usage_db;
 
 use queries::Q;
 use rows::*;
@@ -661,6 +662,7 @@ impl<'c> StoreConn<'c> {
                 st.bind((1, before))?;
                 finish(st)
             }
+            StoreWrite::InsertUsage(r) => self.insert_usage(r),
         }
     }
 

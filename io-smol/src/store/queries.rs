@@ -106,4 +106,20 @@ queries! {
         WHERE session_id = ?1 AND ord >= ?2 AND ord < ?3 ORDER BY ord";
     LastChunkOrd = "SELECT ord FROM bae_history_chunks WHERE session_id = ?1 \
         ORDER BY ord DESC LIMIT 1";
+    InsertUsage = "INSERT OR IGNORE INTO bae_usage (event_seq, session_id, turn_seq, \
+        client_key_id, profile_id, provider, model, compaction, created_ms, input_tokens, \
+        output_tokens, cache_write_tokens, cache_read_tokens) \
+        VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)";
+    UsageSessionTurns = "SELECT provider, turn_seq, count(*), sum(input_tokens), sum(output_tokens), sum(cache_write_tokens), sum(cache_read_tokens) \
+        FROM bae_usage WHERE session_id = ?1 AND created_ms >= ?2 AND created_ms < ?3 \
+        GROUP BY turn_seq, provider ORDER BY turn_seq, provider";
+    UsageSession = "SELECT provider, 0, count(*), sum(input_tokens), sum(output_tokens), sum(cache_write_tokens), sum(cache_read_tokens) FROM bae_usage \
+        WHERE session_id = ?1 AND created_ms >= ?2 AND created_ms < ?3 \
+        GROUP BY provider ORDER BY provider";
+    UsageKey = "SELECT provider, 0, count(*), sum(input_tokens), sum(output_tokens), sum(cache_write_tokens), sum(cache_read_tokens) FROM bae_usage \
+        WHERE client_key_id = ?1 AND created_ms >= ?2 AND created_ms < ?3 \
+        GROUP BY provider ORDER BY provider";
+    UsageProfile = "SELECT provider, 0, count(*), sum(input_tokens), sum(output_tokens), sum(cache_write_tokens), sum(cache_read_tokens) FROM bae_usage \
+        WHERE profile_id = ?1 AND created_ms >= ?2 AND created_ms < ?3 \
+        GROUP BY provider ORDER BY provider";
 }

@@ -20,6 +20,10 @@ use serde_json::{json, Value};
 
 use proto::http::peer::{self as wire, BodyDecoder};
 
+pub mod cache;
+
+pub use cache::{CacheCall, CacheConfig};
+
 /// Default usage reported by the convenience constructors.
 pub const DEFAULT_USAGE: (u64, u64) = (10, 5);
 
@@ -320,6 +324,8 @@ struct State {
     accepted: u64,
     shutdown: bool,
     seq: u64,
+    /// Prompt caching as the providers bill it, once enabled.
+    cache: Option<cache::Cache>,
 }
 
 struct Shared {
@@ -383,6 +389,7 @@ impl MockProvider {
                 accepted: 0,
                 shutdown: false,
                 seq: 0,
+                cache: None,
             }),
             cond: Condvar::new(),
         });
@@ -430,6 +437,18 @@ impl MockProvider {
     /// Forget recorded requests (the script is kept).
     pub fn clear_requests(&self) {
         self.shared.lock().requests.clear();
+    }
+
+    /// From now on, bill every request through a prompt cache that behaves
+    /// like the provider's (`cache.rs`): replies report the cache's usage
+    /// (the script's output tokens kept).
+    pub fn enable_cache(&self, config: CacheConfig) {
+        self.shared.lock().cache = Some(cache::Cache::new(config));
+    }
+
+    /// What the cache made of each request so far, in order.
+    pub fn cache_calls(&self) -> Vec<CacheCall> {
+        (self.shared.lock().cache.as_ref()).map_or_else(Vec::new, |c| c.calls.clone())
     }
 
     /// Wait until at least `n` requests were received (or `timeout`), then
@@ -547,19 +566,31 @@ fn serve_conn(mut conn: TcpStream, ordinal: u64, shared: &Shared) -> io::Result<
         let wants_close = wire::header(&req.head.headers, "connection")
             .is_some_and(|v| v.eq_ignore_ascii_case("close"));
         let endpoint = Endpoint::of_path(&req.head.target);
-        let (reply, seq) = {
+        let (reply, seq, billed) = {
             let mut st = shared.lock();
             st.seq += 1;
             let seq = st.seq;
+            let body = serde_json::from_slice(&req.body).unwrap_or(Value::Null);
+            let billed = match st.cache.as_mut() {
+                Some(c) if endpoint != Endpoint::Unknown => {
+                    Some(c.bill(endpoint, &body, Instant::now()))
+                }
+                _ => None,
+            };
             st.requests.push(RecordedRequest {
                 method: req.head.method.clone(),
                 path: req.head.target.clone(),
                 headers: req.head.headers.clone(),
-                body: serde_json::from_slice(&req.body).unwrap_or(Value::Null),
+                body,
                 raw_body: req.body,
                 connection: ordinal,
             });
-            let reply = if endpoint == Endpoint::Unknown {
+            let reply = if let Some(Err(cache::Refused(body))) = &billed {
+                Reply::Json {
+                    status: 400,
+                    body: body.clone(),
+                }
+            } else if endpoint == Endpoint::Unknown {
                 Reply::Json {
                     status: 404,
                     body: json!({"error": format!("mock provider: no route {}", req.head.target)}),
@@ -570,10 +601,19 @@ fn serve_conn(mut conn: TcpStream, ordinal: u64, shared: &Shared) -> io::Result<
                     .or_else(|| st.default.clone())
                     .unwrap_or_else(|| Reply::text("ok"))
             };
-            (reply, seq)
+            (reply, seq, billed.and_then(Result::ok))
         };
         shared.cond.notify_all();
-        if !answer(&mut conn, shared, reply, endpoint, seq, wants_close)? || wants_close {
+        let billed = billed.as_ref();
+        if !answer(
+            &mut conn,
+            shared,
+            reply,
+            (endpoint, billed),
+            seq,
+            wants_close,
+        )? || wants_close
+        {
             let _ = conn.shutdown(Shutdown::Both);
             return Ok(());
         }
@@ -585,7 +625,7 @@ fn answer(
     conn: &mut TcpStream,
     shared: &Shared,
     reply: Reply,
-    endpoint: Endpoint,
+    (endpoint, billed): (Endpoint, Option<&CacheCall>),
     seq: u64,
     close: bool,
 ) -> io::Result<bool> {
@@ -594,7 +634,7 @@ fn answer(
             if shared.sleep_or_shutdown(d) {
                 return Ok(false);
             }
-            return answer(conn, shared, *inner, endpoint, seq, close);
+            return answer(conn, shared, *inner, (endpoint, billed), seq, close);
         }
         Reply::Hang => {
             let mut st = shared.lock();
@@ -614,11 +654,17 @@ fn answer(
             "application/json".to_string(),
             body.to_string().into_bytes(),
         ),
-        other => (
-            200,
-            "application/json".to_string(),
-            render(other, endpoint, seq).to_string().into_bytes(),
-        ),
+        other => {
+            let mut body = render(other, endpoint, seq);
+            if let Some(call) = billed {
+                cache::apply(&mut body, call);
+            }
+            (
+                200,
+                "application/json".to_string(),
+                body.to_string().into_bytes(),
+            )
+        }
     };
     let head = format!(
         "HTTP/1.1 {status} {}\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\nconnection: {}\r\n\r\n",

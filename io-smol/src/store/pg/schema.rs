@@ -23,7 +23,7 @@ pub struct PgMigration {
 }
 
 /// Highest migration version this binary knows.
-pub const PG_LATEST_VERSION: i64 = 4;
+pub const PG_LATEST_VERSION: i64 = 5;
 
 /// Oldest PostgreSQL server accepted (`server_version_num`).
 pub const PG_MIN_SERVER_VERSION: i32 = 130000;
@@ -39,6 +39,7 @@ pub const PG_TABLES: &[&str] = &[
     "bae_idempotency_keys",
     "session_leases",
     "replica_lanes",
+    "bae_usage",
 ];
 
 pub const PG_MIGRATIONS: &[PgMigration] = &[
@@ -140,5 +141,30 @@ pub const PG_MIGRATIONS: &[PgMigration] = &[
                   owner      TEXT NOT NULL,
                   expires_at TIMESTAMPTZ NOT NULL
               );",
+    },
+    // Usage accounting (extension): one row per successful provider
+    // attempt, keyed by its `provider.response` event's seq, written in
+    // that event's transaction.
+    PgMigration {
+        version: 5,
+        name: "usage",
+        sql: "CREATE TABLE bae_usage (
+                  event_seq          BIGINT PRIMARY KEY,
+                  session_id         TEXT NOT NULL,
+                  turn_seq           BIGINT NOT NULL,
+                  client_key_id      TEXT NOT NULL,
+                  profile_id         TEXT NOT NULL,
+                  provider           TEXT NOT NULL,
+                  model              TEXT NOT NULL,
+                  compaction         BOOLEAN NOT NULL,
+                  created_ms         BIGINT NOT NULL,
+                  input_tokens       BIGINT NOT NULL,
+                  output_tokens      BIGINT NOT NULL,
+                  cache_write_tokens BIGINT NOT NULL,
+                  cache_read_tokens  BIGINT NOT NULL
+              );
+              CREATE INDEX bae_idx_usage_session ON bae_usage(session_id, turn_seq);
+              CREATE INDEX bae_idx_usage_key ON bae_usage(client_key_id, created_ms);
+              CREATE INDEX bae_idx_usage_profile ON bae_usage(profile_id, created_ms);",
     },
 ];
