@@ -99,15 +99,7 @@ fn push_cost(out: &mut String, cost: Option<f64>) {
 }
 
 /// One group of the store's sums.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Sum {
-    pub provider: String,
-    /// The turn (the seq of the first event its request appended), when
-    /// the query asked for turns.
-    pub turn_seq: Option<u64>,
-    pub calls: u64,
-    pub tokens: Tokens,
-}
+pub use crate::store::UsageSum as Sum;
 
 /// Sums `rows` by provider entry (and turn), in the store's order:
 /// ascending turn, then provider name (what the stores' queries give).
@@ -123,6 +115,7 @@ pub fn sum_rows<'a>(
             .or_insert_with(|| Sum {
                 provider: r.provider.clone(),
                 turn_seq: turn,
+                turn_event_id: by_turn.then(|| r.turn_event_id.clone()),
                 ..Sum::default()
             });
         s.calls += 1;
@@ -152,10 +145,12 @@ pub fn render(scope: &str, sums: &[Sum], prices: impl Fn(&str) -> Option<Prices>
             }
             None => by_provider.push(Sum {
                 turn_seq: None,
+                turn_event_id: None,
                 ..s.clone()
             }),
         }
     }
+    by_provider.sort_by(|a, b| a.provider.cmp(&b.provider));
     let mut out = String::with_capacity(256 + sums.len() * 160);
     out.push('{');
     out.push_str(scope);
@@ -179,6 +174,7 @@ pub fn render(scope: &str, sums: &[Sum], prices: impl Fn(&str) -> Option<Prices>
     if sums.iter().any(|s| s.turn_seq.is_some()) {
         out.push_str(",\"by_turn\":[");
         let mut turns: Vec<(u64, Sum, Option<f64>)> = Vec::new();
+        // Rows of one turn arrive together (by turn, then provider).
         for s in sums {
             let seq = s.turn_seq.unwrap_or(0);
             let cost = cost_of(s);
@@ -195,7 +191,9 @@ pub fn render(scope: &str, sums: &[Sum], prices: impl Fn(&str) -> Option<Prices>
             if i > 0 {
                 out.push(',');
             }
-            let _ = write!(out, "{{\"turn_seq\":{seq},\"calls\":{},", sum.calls);
+            let _ = write!(out, "{{\"turn_seq\":{seq},\"turn_event_id\":");
+            json::push_opt_str(&mut out, sum.turn_event_id.as_deref());
+            let _ = write!(out, ",\"calls\":{},", sum.calls);
             push_tokens(&mut out, &sum.tokens);
             push_cost(&mut out, *cost);
             out.push('}');
@@ -226,18 +224,21 @@ mod tests {
             Sum {
                 provider: "a".into(),
                 turn_seq: Some(3),
+                turn_event_id: Some("e3".into()),
                 calls: 2,
                 tokens: t(1_000_000, 10, 0, 2_000_000),
             },
             Sum {
                 provider: "b".into(),
                 turn_seq: Some(3),
+                turn_event_id: Some("e3".into()),
                 calls: 1,
                 tokens: t(5, 5, 5, 5),
             },
             Sum {
                 provider: "a".into(),
                 turn_seq: Some(9),
+                turn_event_id: Some("e9".into()),
                 calls: 1,
                 tokens: t(0, 1_000_000, 0, 0),
             },
@@ -262,6 +263,7 @@ mod tests {
         assert_eq!(v["by_provider"][0]["cost"], json!(18.60015));
         assert_eq!(v["by_provider"][1]["cost"], Value::Null);
         assert_eq!(v["by_turn"][0]["turn_seq"], 3);
+        assert_eq!(v["by_turn"][0]["turn_event_id"], "e3");
         assert_eq!(v["by_turn"][0]["calls"], 3);
         assert_eq!(v["by_turn"][1]["output_tokens"], 1_000_000);
         assert_eq!(v["by_turn"][1]["cost"], json!(15.0));

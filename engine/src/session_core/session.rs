@@ -180,6 +180,9 @@ impl SessionCore {
         };
         t.events.push(ev.json.clone());
         t.event_seqs.push(ev.seq);
+        if t.first_event_id.is_none() {
+            t.first_event_id = Some(ev.id.clone());
+        }
         match tag {
             LogTag::Plain => {}
             LogTag::Steer(conn) => self.step(|c| {

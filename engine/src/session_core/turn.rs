@@ -52,6 +52,8 @@ pub struct TurnLoop {
     pub events: Vec<std::sync::Arc<str>>,
     /// Seqs of `events` (what an idempotent retry replays).
     pub event_seqs: Vec<u64>,
+    /// The id of the first of them (usage accounting names the turn by it).
+    pub first_event_id: Option<String>,
     pub mode: Mode,
     /// Steers waiting for the next provider call.
     pub steers: Vec<Steer>,
@@ -93,6 +95,7 @@ impl TurnLoop {
             idem: None,
             events: Vec::new(),
             event_seqs: Vec::new(),
+            first_event_id: None,
             mode,
             steers: Vec::new(),
             steers_in_cache: 0,

@@ -141,9 +141,10 @@ pub struct UsageRow {
     pub session_id: String,
     /// The `provider.response` event's seq (one row per event).
     pub event_seq: u64,
-    /// The seq of the first event the request that made the call appended
-    /// (its turn, or its compaction).
+    /// The seq and id of the first event the request that made the call
+    /// appended (its turn, or its compaction).
     pub turn_seq: u64,
+    pub turn_event_id: String,
     /// The acting client key.
     pub client_key_id: String,
     pub profile_id: String,
@@ -154,6 +155,19 @@ pub struct UsageRow {
     pub compaction: bool,
     /// Unix milliseconds.
     pub created_ms: u64,
+    pub tokens: proto::provider::Tokens,
+}
+
+/// One group of a usage query's sums (`crate::usage` renders them).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct UsageSum {
+    /// The provider entry's name.
+    pub provider: String,
+    /// The turn (the seq and id of the first event its request appended),
+    /// when the query asked for turns.
+    pub turn_seq: Option<u64>,
+    pub turn_event_id: Option<String>,
+    pub calls: u64,
     pub tokens: proto::provider::Tokens,
 }
 
@@ -393,7 +407,7 @@ pub enum ReadResult {
         more: bool,
     },
     /// The answer to [`StoreRead::Usage`].
-    Usage(Vec<crate::usage::Sum>),
+    Usage(Vec<UsageSum>),
 }
 
 /// A session as stored, with what the catalogue holds of it

@@ -231,8 +231,11 @@ impl Engine {
         let Some(t) = self.live.get(session_id).and_then(|c| c.turn()) else {
             return;
         };
-        let (Some(&event_seq), Some(&turn_seq)) = (t.event_seqs.last(), t.event_seqs.first())
-        else {
+        let (Some(&event_seq), Some(&turn_seq), Some(turn_event_id)) = (
+            t.event_seqs.last(),
+            t.event_seqs.first(),
+            t.first_event_id.clone(),
+        ) else {
             return;
         };
         let profile_id = (self.catalog.sessions.get(session_id))
@@ -241,6 +244,7 @@ impl Engine {
             session_id: session_id.to_string(),
             event_seq,
             turn_seq,
+            turn_event_id,
             client_key_id: t.key_id.to_string(),
             profile_id,
             provider: entry,

@@ -108,9 +108,9 @@ queries! {
         ORDER BY ord DESC LIMIT 1";
     InsertUsage = "INSERT OR IGNORE INTO bae_usage (event_seq, session_id, turn_seq, \
         client_key_id, profile_id, provider, model, compaction, created_ms, input_tokens, \
-        output_tokens, cache_write_tokens, cache_read_tokens) \
-        VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)";
-    UsageSessionTurns = "SELECT provider, turn_seq, count(*), sum(input_tokens), sum(output_tokens), sum(cache_write_tokens), sum(cache_read_tokens) \
+        output_tokens, cache_write_tokens, cache_read_tokens, turn_event_id) \
+        VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)";
+    UsageSessionTurns = "SELECT provider, turn_seq, count(*), sum(input_tokens), sum(output_tokens), sum(cache_write_tokens), sum(cache_read_tokens), min(turn_event_id) \
         FROM bae_usage WHERE session_id = ?1 AND created_ms >= ?2 AND created_ms < ?3 \
         GROUP BY turn_seq, provider ORDER BY turn_seq, provider";
     UsageSession = "SELECT provider, 0, count(*), sum(input_tokens), sum(output_tokens), sum(cache_write_tokens), sum(cache_read_tokens) FROM bae_usage \

@@ -186,6 +186,7 @@ pub const EXTRA_TABLES: &[&str] = &[
          event_seq          INTEGER PRIMARY KEY,
          session_id         TEXT NOT NULL,
          turn_seq           INTEGER NOT NULL,
+         turn_event_id      TEXT NOT NULL,
          client_key_id      TEXT NOT NULL,
          profile_id         TEXT NOT NULL,
          provider           TEXT NOT NULL,

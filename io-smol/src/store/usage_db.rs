@@ -33,6 +33,7 @@ impl<'c> StoreConn<'c> {
         st.bind((11, to_i64(t.output)))?;
         st.bind((12, to_i64(t.cache_write)))?;
         st.bind((13, to_i64(t.cache_read)))?;
+        st.bind((14, r.turn_event_id.as_str()))?;
         finish(st)
     }
 
@@ -60,6 +61,7 @@ impl<'c> StoreConn<'c> {
                 sums.push(Sum {
                     provider: st.read::<String, _>(0)?,
                     turn_seq: by_turn.then(|| n(1)).transpose()?,
+                    turn_event_id: by_turn.then(|| st.read::<String, _>(7)).transpose()?,
                     calls: n(2)?,
                     tokens: Tokens {
                         input: n(3)?,

@@ -33,13 +33,13 @@ macro_rules! pg_queries {
 pg_queries! {
     InsertUsage = "INSERT INTO bae_usage (event_seq, session_id, turn_seq, client_key_id, \
         profile_id, provider, model, compaction, created_ms, input_tokens, output_tokens, \
-        cache_write_tokens, cache_read_tokens) \
-        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) \
+        cache_write_tokens, cache_read_tokens, turn_event_id) \
+        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) \
         ON CONFLICT (event_seq) DO NOTHING";
     // Sums by provider entry (and turn): `$1` the scope's id, `$2..$3` the
     // window, `$4` whether by turn.
     UsageSession = "SELECT provider, CASE WHEN $4 THEN turn_seq ELSE 0 END AS t, \
-        COUNT(*)::BIGINT, SUM(input_tokens)::BIGINT, SUM(output_tokens)::BIGINT, SUM(cache_write_tokens)::BIGINT, SUM(cache_read_tokens)::BIGINT FROM bae_usage \
+        COUNT(*)::BIGINT, SUM(input_tokens)::BIGINT, SUM(output_tokens)::BIGINT, SUM(cache_write_tokens)::BIGINT, SUM(cache_read_tokens)::BIGINT, MIN(turn_event_id) FROM bae_usage \
         WHERE session_id = $1 AND created_ms >= $2 AND created_ms < $3 \
         GROUP BY t, provider ORDER BY t, provider";
     UsageKey = "SELECT provider, 0::BIGINT, COUNT(*)::BIGINT, SUM(input_tokens)::BIGINT, SUM(output_tokens)::BIGINT, SUM(cache_write_tokens)::BIGINT, SUM(cache_read_tokens)::BIGINT FROM bae_usage \
@@ -480,6 +480,7 @@ fn apply(
                     &n(t.output),
                     &n(t.cache_write),
                     &n(t.cache_read),
+                    &r.turn_event_id,
                 ],
             )
         }
@@ -660,6 +661,7 @@ pub(crate) fn read_with(
                 sums.push(engine::usage::Sum {
                     provider: r.text(0)?,
                     turn_seq: by_turn.then(|| n(r, 1)).transpose()?,
+                    turn_event_id: by_turn.then(|| r.text(7)).transpose()?,
                     calls: n(r, 2)?,
                     tokens: proto::provider::Tokens {
                         input: n(r, 3)?,

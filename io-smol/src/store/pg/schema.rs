@@ -152,6 +152,7 @@ pub const PG_MIGRATIONS: &[PgMigration] = &[
                   event_seq          BIGINT PRIMARY KEY,
                   session_id         TEXT NOT NULL,
                   turn_seq           BIGINT NOT NULL,
+                  turn_event_id      TEXT NOT NULL,
                   client_key_id      TEXT NOT NULL,
                   profile_id         TEXT NOT NULL,
                   provider           TEXT NOT NULL,
