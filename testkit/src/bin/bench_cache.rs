@@ -140,7 +140,7 @@ fn run(a: &Args, caching: bool) -> Run {
     let mut cpu = Duration::ZERO;
     for turn in 1..=a.turns {
         let cpu0 = testkit::bench::cpu_ns(pid);
-        let rounds = if turn % a.rounds == 0 { 2 } else { 1 };
+        let rounds = if turn.is_multiple_of(a.rounds) { 2 } else { 1 };
         let mut content = json!(format!(
             "Step {turn}: look at the failing test and fix it. {}",
             "Keep the change small. ".repeat(4)

@@ -70,7 +70,7 @@ pub(crate) fn message(rng: &mut Rng, i: usize, id: &mut u32) -> Value {
         0..=2 => json!("user"),
         3 => json!("assistant"),
         4 if rng.chance(30) => json!("system"),
-        _ if i % 2 == 0 => json!("user"),
+        _ if i.is_multiple_of(2) => json!("user"),
         _ => json!("assistant"),
     };
     let content = match rng.below(10) {
