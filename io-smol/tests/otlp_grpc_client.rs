@@ -1,4 +1,4 @@
-//! The OTLP/gRPC client (`io-smol/src/otel/h2/`) over real sockets:
+//! The OTLP/gRPC client (`io-smol/src/otel/grpc/`) over real sockets:
 //! against the grpcio receiver (testkit/fixtures/otlp/otlp_receiver.py)
 //! serving TLS with a throwaway CA made by the `openssl` CLI, and against
 //! sockets that refuse, hang, or speak HTTP/1.1. The binary's own
@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use io_smol::otel::h2::grpc::{Client, METRICS, TRACES};
+use io_smol::otel::grpc::{Client, METRICS, TRACES};
 use live_support::*;
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;

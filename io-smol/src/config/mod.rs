@@ -27,6 +27,7 @@ mod file;
 mod redact;
 mod replica;
 mod subst;
+mod toml_de;
 
 use std::fmt;
 use std::net::SocketAddr;

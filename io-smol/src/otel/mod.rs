@@ -10,7 +10,7 @@
 //! logged rate-limited and forgotten. At shutdown the rest is flushed within
 //! what remains of `BAE_SHUTDOWN_TIMEOUT`.
 
-pub mod h2;
+pub mod grpc;
 mod metrics;
 mod spans;
 mod transport;

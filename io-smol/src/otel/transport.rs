@@ -1,5 +1,5 @@
 //! OTLP transports, both blocking on the exporter thread: gRPC is the
-//! small HTTP/2 client in [`super::h2`], HTTP/protobuf a ureq POST. Each
+//! unary call of [`super::grpc`] (h2), HTTP/protobuf a ureq POST. Each
 //! export is bounded by a timeout, so a collector that accepts and never
 //! answers costs the exporter thread that long, and nothing else.
 
@@ -9,7 +9,7 @@ use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequ
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use prost::Message;
 
-use super::{h2, Settings};
+use super::{grpc, Settings};
 use crate::config::OtlpProtocol;
 
 pub enum Transport {
@@ -18,7 +18,7 @@ pub enum Transport {
 }
 
 pub struct Grpc {
-    client: h2::Client,
+    client: grpc::Client,
 }
 
 pub struct Http {
@@ -45,7 +45,7 @@ impl Transport {
         timeout: Duration,
     ) -> Result<(), String> {
         match self {
-            Transport::Grpc(g) => g.export(h2::grpc::TRACES, req.encode_to_vec(), timeout),
+            Transport::Grpc(g) => g.export(grpc::TRACES, req.encode_to_vec(), timeout),
             Transport::Http(h) => h.post(&h.traces_url, req.encode_to_vec(), timeout),
         }
     }
@@ -56,7 +56,7 @@ impl Transport {
         timeout: Duration,
     ) -> Result<(), String> {
         match self {
-            Transport::Grpc(g) => g.export(h2::grpc::METRICS, req.encode_to_vec(), timeout),
+            Transport::Grpc(g) => g.export(grpc::METRICS, req.encode_to_vec(), timeout),
             Transport::Http(h) => h.post(&h.metrics_url, req.encode_to_vec(), timeout),
         }
     }
@@ -65,7 +65,7 @@ impl Transport {
 impl Grpc {
     fn new(s: &Settings) -> Result<Grpc, String> {
         Ok(Grpc {
-            client: h2::Client::new(&s.endpoint, &s.headers)?,
+            client: grpc::Client::new(&s.endpoint, &s.headers)?,
         })
     }
 

@@ -7,8 +7,12 @@ use crate::provider::Kind;
 #[test]
 fn a_history_weighs_about_its_text() {
     let mut h = HistoryText::new();
-    for i in 0..1000 {
-        let role = if i.is_multiple_of(2) { "user" } else { "assistant" };
+    for i in 0..1000u32 {
+        let role = if i.is_multiple_of(2) {
+            "user"
+        } else {
+            "assistant"
+        };
         h.push(&json!({"role": role, "content": [{"type": "text", "text": "x".repeat(150)}]}));
     }
     h.prepare(Kind::Anthropic);
