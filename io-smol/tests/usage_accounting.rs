@@ -214,7 +214,77 @@ fn check_routes(server: &Server, f: &Fixture) -> Value {
     }
     let missing = server.admin().get("/admin/v1/sessions/ses_nope/usage");
     missing.assert_status(404);
+    check_baectl(server, f, &s);
     s
+}
+
+/// Runs `baectl` against `server` (authenticated by its key file).
+fn baectl(server: &Server, args: &[&str]) -> std::process::Output {
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_baectl"));
+    for (k, _) in std::env::vars_os() {
+        if k.to_string_lossy().starts_with("BAE_") {
+            cmd.env_remove(&k);
+        }
+    }
+    cmd.env("BAE_ADMIN_ADDR", server.admin_addr.to_string())
+        .env("BAE_ADMIN_KEY_FILE", server.admin_key_file())
+        .args(args)
+        .output()
+        .expect("run baectl")
+}
+
+/// `baectl usage`: `--json` is the route's answer; the table shows the
+/// same totals; a window and a bad time reach the server.
+fn check_baectl(server: &Server, f: &Fixture, session: &Value) {
+    let out = baectl(server, &["--json", "usage", "session", &f.session_id]);
+    assert!(out.status.success(), "{out:?}");
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(&v, session);
+    let out = baectl(server, &["usage", "session", &f.session_id]);
+    let text = String::from_utf8(out.stdout).unwrap();
+    let t = &session["total"];
+    let total_row = format!("{}", t["calls"]);
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("total "))
+        .unwrap_or_else(|| panic!("{text}"));
+    let cells: Vec<&str> = line.split_whitespace().collect();
+    assert_eq!(
+        cells[1..6],
+        [
+            total_row,
+            t["input_tokens"].to_string(),
+            t["output_tokens"].to_string(),
+            t["cache_write_tokens"].to_string(),
+            t["cache_read_tokens"].to_string()
+        ],
+        "{text}"
+    );
+    assert!(
+        text.lines().any(|l| l.starts_with("provider main ")),
+        "{text}"
+    );
+    assert!(text.lines().any(|l| l.starts_with("turn ")), "{text}");
+    for (of, id) in [("key", &f.a.key_id), ("profile", &f.profile_id)] {
+        let out = baectl(
+            server,
+            &["--json", "usage", of, id, "--since", "2000-01-01T00:00:00Z"],
+        );
+        assert!(out.status.success(), "{out:?}");
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(v["total"], session["total"], "{of}");
+        assert_eq!(v["since"], "2000-01-01T00:00:00.000Z");
+        let later = baectl(
+            server,
+            &["--json", "usage", of, id, "--since", "2999-01-01"],
+        );
+        let v: Value = serde_json::from_slice(&later.stdout).unwrap();
+        assert_eq!(v["total"]["calls"], 0, "{of}");
+        let bad = baectl(server, &["usage", of, id, "--until", "soon"]);
+        assert_eq!(bad.status.code(), Some(1), "{bad:?}");
+        let err = String::from_utf8_lossy(&bad.stderr);
+        assert!(err.contains("until: expected a UTC time"), "{err}");
+    }
 }
 
 #[test]
