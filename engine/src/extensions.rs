@@ -107,7 +107,14 @@ impl Engine {
         let Some(mut t) = self.take_turn(session_id) else {
             return;
         };
-        self.calls.retain(|_, s| s.as_str() != session_id);
+        // The provider stops generating what nobody will read.
+        for call in self.calls.remove_session(session_id) {
+            self.outputs.push_back(crate::Output::AbortProvider(call));
+        }
+        if let Some(request) = t.streaming_deltas() {
+            let reason = Some(jsonrpc::DiscardReason::Cancelled);
+            self.deltas_ended(session_id, &request, reason);
+        }
         let tokens: Vec<_> = self
             .mcp_calls
             .iter()

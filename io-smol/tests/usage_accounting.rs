@@ -1,9 +1,9 @@
 //! Usage accounting over the real binary (docs/extensions.md "Usage
 //! accounting"): the admin API's sums for a session, a key and a profile
 //! equal the sums of the log's `provider.response` usage, by kind, after a
-//! restart and on PostgreSQL (read by a second process on the same
-//! database); `/metrics` counts the same tokens, as the official
-//! Prometheus parser reads them; bad windows are `400`.
+//! restart, on PostgreSQL (read by a second process on the same database)
+//! and with the replies streamed; `/metrics` counts the same tokens, as the
+//! official Prometheus parser reads them; bad windows are `400`.
 
 mod live_support;
 
@@ -13,9 +13,16 @@ use testkit::{CacheConfig, MockProvider, Reply, Server};
 
 /// `main` (caching, priced) and `alt` (no prices) of `kind`.
 fn config(mock: &MockProvider, kind: &str) -> String {
+    config_streamed(mock, kind, false)
+}
+
+/// [`config`], both entries with `stream = true` when `stream`.
+fn config_streamed(mock: &MockProvider, kind: &str, stream: bool) -> String {
+    let streamed = if stream { "stream = true\n" } else { "" };
     let mut out =
         testkit::fixtures::provider_toml(&[("main", kind, &mock.base_url, "main-model", "tok")]);
     out.push_str("prompt_cache = true\nprompt_cache_min_tokens = 16\n");
+    out.push_str(streamed);
     out.push_str(
         "prices = { input = 3.0, output = 15.0, cache_write = 3.75, cache_read = 0.3 }\n\n",
     );
@@ -26,7 +33,17 @@ fn config(mock: &MockProvider, kind: &str) -> String {
         "alt-model",
         "tok",
     )]));
+    out.push_str(streamed);
     out
+}
+
+fn small_cache() -> CacheConfig {
+    CacheConfig {
+        anthropic_min_tokens: 16,
+        openai_min_tokens: 16,
+        openai_step_tokens: 8,
+        ..CacheConfig::default()
+    }
 }
 
 /// Token sums by kind from the log's successful `provider.response`s.
@@ -291,12 +308,7 @@ fn check_baectl(server: &Server, f: &Fixture, session: &Value) {
 fn usage_matches_the_log_and_survives_a_restart() {
     for kind in ["anthropic", "openai"] {
         let mock = MockProvider::start();
-        mock.enable_cache(CacheConfig {
-            anthropic_min_tokens: 16,
-            openai_min_tokens: 16,
-            openai_step_tokens: 8,
-            ..CacheConfig::default()
-        });
+        mock.enable_cache(small_cache());
         let mut server = Server::start(opts(&config(&mock, kind)));
         let f = run_session(&server, &mock, kind);
         let before = check_routes(&server, &f);
@@ -347,6 +359,76 @@ fn usage_matches_the_log_and_survives_a_restart() {
         );
         assert_eq!(after, before, "{kind}");
         check_routes(&server, &f);
+    }
+}
+
+/// `"prompt_cache_key":"bae-…"` with its session-derived value blanked.
+fn without_cache_key(body: &[u8]) -> String {
+    let text = String::from_utf8(body.to_vec()).expect("a UTF-8 body");
+    const KEY: &str = "\"prompt_cache_key\":\"";
+    match text.find(KEY) {
+        Some(at) => {
+            let from = at + KEY.len();
+            let len = text[from..].find('"').expect("a closed string");
+            format!("{}{}", &text[..from], &text[from + len..])
+        }
+        None => text,
+    }
+}
+
+/// The same session with both entries streamed records exactly the usage
+/// it records unstreamed (extensions.md, "Usage accounting"): the mock
+/// bills streamed replies through the same prompt cache, their usage in
+/// `message_start`/`message_delta` or the `include_usage` chunk. Each
+/// streamed body is the unstreamed one with `"stream":true` (and
+/// `stream_options`) last, after everything the cache reads, so the
+/// byte-stable prefix is the same.
+#[test]
+fn streamed_and_unstreamed_sessions_record_the_same_usage() {
+    for kind in ["anthropic", "openai"] {
+        let run = |stream: bool| {
+            let mock = MockProvider::start();
+            mock.enable_cache(small_cache());
+            let server = Server::start(opts(&config_streamed(&mock, kind, stream)));
+            let f = run_session(&server, &mock, kind);
+            let mut s = check_routes(&server, &f);
+            // What differs between two sessions: their ids.
+            s["session_id"] = Value::Null;
+            for t in s["by_turn"].as_array_mut().unwrap() {
+                t["turn_event_id"] = Value::Null;
+            }
+            let requests = mock.requests();
+            let streamed = (1..=requests.len() as u64)
+                .filter(|seq| !mock.stream_writes(*seq).is_empty())
+                .count() as u64;
+            (s, requests, streamed)
+        };
+        let (plain, plain_requests, none) = run(false);
+        let (streamed, streamed_requests, replies) = run(true);
+        assert_eq!(none, 0, "{kind}");
+        assert_eq!(
+            replies,
+            n(&streamed["total"]["calls"]),
+            "{kind}: every reply streamed"
+        );
+        assert!(n(&streamed["total"]["cache_read_tokens"]) > 0, "{streamed}");
+        assert_eq!(streamed, plain, "{kind}");
+        let suffix = match kind {
+            "openai" => ",\"stream\":true,\"stream_options\":{\"include_usage\":true}}",
+            _ => ",\"stream\":true}",
+        };
+        assert_eq!(streamed_requests.len(), plain_requests.len(), "{kind}");
+        for (s, p) in streamed_requests.iter().zip(&plain_requests) {
+            let s = without_cache_key(&s.raw_body);
+            let base = s
+                .strip_suffix(suffix)
+                .unwrap_or_else(|| panic!("{kind}: {s}"));
+            assert_eq!(
+                format!("{base}}}"),
+                without_cache_key(&p.raw_body),
+                "{kind}"
+            );
+        }
     }
 }
 

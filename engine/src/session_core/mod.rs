@@ -17,6 +17,7 @@ mod request;
 pub mod round;
 mod session;
 mod steer;
+mod stream;
 #[cfg(test)]
 mod tests;
 mod tools;

@@ -72,6 +72,12 @@ pub struct TurnLoop {
     pub(super) iteration: u32,
     /// The provider call in flight and when it left.
     pub(super) call: Option<(CallId, MonoMs)>,
+    /// That call's streamed reply, when its entry streams.
+    pub(super) stream: Option<Box<super::stream::AttemptStream>>,
+    /// Event id of the turn's `client.message.send` (deltas name it).
+    pub(super) input_event: Option<std::sync::Arc<str>>,
+    /// Event id of the current attempt's `provider.request`.
+    pub(super) request_event: Option<std::sync::Arc<str>>,
     /// `(input, output)` usage of this request's newest successful call.
     pub(super) last_usage: Option<(u64, u64)>,
     /// Tokens of every successful call this request made, by kind.
@@ -106,6 +112,9 @@ impl TurnLoop {
             attempt: 0,
             iteration: 0,
             call: None,
+            stream: None,
+            input_event: None,
+            request_event: None,
             last_usage: None,
             tokens: provider::Tokens::default(),
             carried_trigger: None,
@@ -176,7 +185,12 @@ impl SessionCore {
         // The request's own input is never echoed on its own stream (nor on
         // those of its attached retries).
         let payload = json!({"role": message.role, "content": merged.content});
-        self.log_tagged(EventType::ClientMessageSend, payload, LogTag::Plain, true);
+        self.log_tagged(
+            EventType::ClientMessageSend,
+            payload,
+            LogTag::TurnInput,
+            true,
+        );
         for payload in merge::client_tool_results(&merged) {
             self.log_tagged(EventType::ToolResult, payload, LogTag::Plain, true);
         }
@@ -362,10 +376,21 @@ impl SessionCore {
             url,
             headers,
             auth,
-            body,
+            mut body,
             ..
         } = built;
-        self.log_text(EventType::ProviderRequest, payload);
+        self.emit(Effect::Log(super::effect::Log {
+            event: EventType::ProviderRequest,
+            payload,
+            quiet: false,
+            tag: LogTag::Request,
+            grew: None,
+        }));
+        // After every member the prompt cache reads: a streamed call keeps
+        // the byte-stable prefix of an unstreamed one.
+        if entry.stream.is_some() {
+            provider::stream::with_stream(entry.kind, &mut body);
+        }
         let auth = match auth {
             provider::AuthHeader::XApiKey => crate::AuthPlacement::XApiKey,
             provider::AuthHeader::Bearer => crate::AuthPlacement::Bearer,
@@ -380,11 +405,20 @@ impl SessionCore {
         })));
     }
 
-    /// The engine sent the call of an [`Effect::Call`] as `call` at `now`.
-    pub fn call_sent(&mut self, call: CallId, now: MonoMs) {
-        if let Some(t) = self.turn_mut() {
-            t.call = Some((call, now));
-        }
+    /// The engine sent the call of an [`Effect::Call`] as `call` at `now`;
+    /// a streamed one's first watchdog check is returned.
+    pub fn call_sent(&mut self, call: CallId, now: MonoMs) -> Option<MonoMs> {
+        let t = self.turn_mut()?;
+        t.call = Some((call, now));
+        let entry = t.chain.get(t.attempt)?;
+        t.stream = (entry.stream)
+            .map(|settings| Box::new(super::stream::AttemptStream::new(entry.kind, settings, now)));
+        t.stream.as_ref().map(|s| s.next_check())
+    }
+
+    /// The call the turn waits on.
+    pub(super) fn waiting_call(&self) -> Option<CallId> {
+        self.turn().and_then(|t| t.call).map(|(c, _)| c)
     }
 
     /// A provider reply. `false`: no turn waits for `call` (it ended or was
@@ -396,21 +430,31 @@ impl SessionCore {
         world: &dyn World,
         now: MonoMs,
     ) -> bool {
-        let waiting = self.turn().and_then(|t| t.call).map(|(c, _)| c);
-        if waiting != Some(call) {
+        if self.waiting_call() != Some(call) {
             return false;
         }
-        self.step(|c| c.on_reply_inner(reply, world, now));
+        self.step(|c| match c.turn_mut().and_then(|t| t.stream.take()) {
+            Some(stream) => c.stream_ended(*stream, reply, world, now),
+            None => c.walk(|a| walk::on_reply(a, reply), world, now),
+        });
         true
     }
 
-    fn on_reply_inner(&mut self, reply: ProviderReply, world: &dyn World, now: MonoMs) {
+    /// The attempt in flight is over: `decide` tells what its end means,
+    /// and the turn goes on accordingly.
+    pub(super) fn walk(
+        &mut self,
+        decide: impl FnOnce(walk::Attempt) -> walk::Walked,
+        world: &dyn World,
+        now: MonoMs,
+    ) {
         let Some(t) = self.turn_mut() else {
             return;
         };
         let Some((call, started)) = t.call.take() else {
             return;
         };
+        t.stream = None;
         let Some((kind, entry, model)) =
             (t.chain.get(t.attempt)).map(|e| (e.kind, e.name.clone(), e.model.clone()))
         else {
@@ -422,7 +466,7 @@ impl SessionCore {
             kind,
             compaction: t.is_compaction(),
         };
-        let walked = walk::on_reply(attempt, reply);
+        let walked = decide(attempt);
         self.fact(Fact::ProviderReturned {
             call,
             kind,

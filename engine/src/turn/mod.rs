@@ -347,9 +347,38 @@ impl Engine {
         });
     }
 
+    /// Body bytes of a streamed call, for the turn that made it.
+    pub(crate) fn on_provider_chunk(&mut self, call: crate::CallId, bytes: &[u8]) {
+        let Some(session_id) = self.calls.session(call).cloned() else {
+            return;
+        };
+        let rearm = self.with_core(&session_id, |core, world, now| {
+            core.on_chunk(call, bytes, world, now)
+        });
+        if let Some(Some(Some(at))) = rearm {
+            self.calls.rearm(call, at);
+        }
+    }
+
+    /// Streamed calls whose watchdog check is due: each core judges its
+    /// own, and arms the next check while the stream lives.
+    pub(crate) fn check_provider_streams(&mut self) {
+        for call in self.calls.due(self.now.mono) {
+            let Some(session_id) = self.calls.session(call).cloned() else {
+                continue;
+            };
+            let next = self.with_core(&session_id, |core, world, now| {
+                core.stream_check(call, world, now)
+            });
+            if let Some(Some(at)) = next {
+                self.calls.rearm(call, at);
+            }
+        }
+    }
+
     /// A provider reply, for the turn that made the call.
     pub(crate) fn on_provider_done(&mut self, call: crate::CallId, reply: crate::ProviderReply) {
-        let Some(session_id) = self.calls.remove(&call) else {
+        let Some(session_id) = self.calls.remove(call) else {
             return;
         };
         let taken = self.with_core(&session_id, |core, world, now| {

@@ -140,8 +140,25 @@ pub async fn perform(
     call: &ProviderCall,
     target: &HttpTarget,
     expired: impl Future<Output = ()>,
+    chunks: Option<Chunks>,
 ) -> ProviderReply {
-    perform_with_env(pool, call, target, process_env, expired).await
+    perform_with_env(pool, call, target, process_env, expired, chunks).await
+}
+
+/// Where a streamed call's 2xx body goes as it arrives: the driver loop,
+/// as [`engine::Input::ProviderChunk`]s.
+pub struct Chunks {
+    pub(super) tx: smol::channel::Sender<super::Event>,
+    pub(super) call: engine::CallId,
+}
+
+impl Chunks {
+    async fn put(&self, bytes: Vec<u8>) {
+        let _ = self
+            .tx
+            .send(super::Event::ProviderChunk(self.call, bytes))
+            .await;
+    }
 }
 
 /// [`perform`] with an injectable environment (tests).
@@ -151,6 +168,7 @@ pub async fn perform_with_env(
     target: &HttpTarget,
     get_env: impl Fn(&str) -> Option<String>,
     expired: impl Future<Output = ()>,
+    chunks: Option<Chunks>,
 ) -> ProviderReply {
     let token = match substitute(&call.auth_template, get_env) {
         Ok(t) => t,
@@ -163,7 +181,7 @@ pub async fn perform_with_env(
     }
     let request = encode(call, target, &token);
     drop(token);
-    let exchange = exchange(pool, target, &request);
+    let exchange = exchange(pool, target, &request, chunks.as_ref());
     let timed_out = async {
         expired.await;
         Err(format!(
@@ -172,13 +190,14 @@ pub async fn perform_with_env(
         ))
     };
     match future::or(exchange, timed_out).await {
-        Ok((status, body)) => ProviderReply::Http { status, body },
+        Ok((_, _, true)) => ProviderReply::Streamed,
+        Ok((status, body, false)) => ProviderReply::Http { status, body },
         Err(e) => ProviderReply::Transport(strip_urls(&e)),
     }
 }
 
 /// The request: head, the credential header, then the body.
-fn encode(call: &ProviderCall, target: &HttpTarget, token: &str) -> Vec<u8> {
+pub(super) fn encode(call: &ProviderCall, target: &HttpTarget, token: &str) -> Vec<u8> {
     let mut out = Vec::with_capacity(256 + call.body.len());
     out.extend_from_slice(b"POST ");
     out.extend_from_slice(target.path.as_bytes());
@@ -210,14 +229,15 @@ async fn exchange(
     pool: &Pool,
     target: &HttpTarget,
     request: &[u8],
-) -> Result<(u16, Vec<u8>), String> {
+    chunks: Option<&Chunks>,
+) -> Result<(u16, Vec<u8>, bool), String> {
     if let Some(stream) = pool.take(&target.connect, Instant::now()) {
-        match round_trip(stream, request).await {
-            Ok((status, body, keep)) => {
+        match round_trip(stream, request, chunks).await {
+            Ok((status, body, streamed, keep)) => {
                 if let Some(stream) = keep {
                     pool.put(&target.connect, stream, Instant::now());
                 }
-                return Ok((status, body));
+                return Ok((status, body, streamed));
             }
             Err(Failure::BeforeResponse(_)) => {}
             Err(Failure::During(e)) => return Err(e),
@@ -227,12 +247,12 @@ async fn exchange(
         .await
         .map_err(|e| format!("Connection Failed: Connect error: {e}"))?;
     let _ = stream.set_nodelay(true);
-    match round_trip(stream, request).await {
-        Ok((status, body, keep)) => {
+    match round_trip(stream, request, chunks).await {
+        Ok((status, body, streamed, keep)) => {
             if let Some(stream) = keep {
                 pool.put(&target.connect, stream, Instant::now());
             }
-            Ok((status, body))
+            Ok((status, body, streamed))
         }
         Err(Failure::BeforeResponse(e) | Failure::During(e)) => Err(e),
     }
@@ -247,12 +267,14 @@ enum Failure {
     During(String),
 }
 
-/// Writes the request and reads one response: the status, the body, and
-/// the connection when it may carry another request.
+/// Writes the request and reads one response: the status, the body
+/// (a streamed call's 2xx body went to `chunks` instead: `true`), and the
+/// connection when it may carry another request.
 async fn round_trip(
     mut stream: TcpStream,
     request: &[u8],
-) -> Result<(u16, Vec<u8>, Option<TcpStream>), Failure> {
+    chunks: Option<&Chunks>,
+) -> Result<(u16, Vec<u8>, bool, Option<TcpStream>), Failure> {
     if let Err(e) = stream.write_all(request).await {
         return Err(Failure::BeforeResponse(io_text("sending the request", &e)));
     }
@@ -261,6 +283,7 @@ async fn round_trip(
     let mut status = None;
     let mut close = false;
     let mut body = Vec::new();
+    let mut streamed = false;
     let mut received = false;
     loop {
         loop {
@@ -273,6 +296,13 @@ async fn round_trip(
                     status = Some(head.status);
                 }
                 Ok(Some(ResponseEvent::Data(d))) => {
+                    if let Some(chunks) =
+                        chunks.filter(|_| status.is_some_and(|s| (200..300).contains(&s)))
+                    {
+                        streamed = true;
+                        chunks.put(d.to_vec()).await;
+                        continue;
+                    }
                     if (body.len() + d.len()) as u64 > provider::MAX_RESPONSE_BYTES {
                         return Err(Failure::During(format!(
                             "Network Error: response body larger than {} bytes",
@@ -284,7 +314,7 @@ async fn round_trip(
                 Ok(Some(ResponseEvent::End { .. })) => {
                     let status = status.unwrap_or(0);
                     let keep = (!close && decoder.buffered().is_empty()).then_some(stream);
-                    return Ok((status, body, keep));
+                    return Ok((status, body, streamed, keep));
                 }
                 Ok(None) => break,
                 Err(e) => return Err(Failure::During(format!("Network Error: {e}"))),
@@ -352,6 +382,7 @@ mod tests {
             auth: AuthPlacement::Bearer,
             body: b"{}".to_vec(),
             timeout_ms: 1,
+            stream: false,
         };
         let target = HttpTarget::parse(&call.url).unwrap();
         let text = String::from_utf8(encode(&call, &target, "sk-1")).unwrap();
@@ -372,6 +403,7 @@ mod tests {
             auth: AuthPlacement::XApiKey,
             body: b"{}".to_vec(),
             timeout_ms: 1000,
+            stream: false,
         };
         let target = HttpTarget::parse(&call.url).unwrap();
         let pool = Pool::new(4);
@@ -382,6 +414,7 @@ mod tests {
             &target,
             |_| Some("a\r\nx-evil: 1".into()),
             expired,
+            None,
         ));
         assert!(matches!(reply, ProviderReply::Credential(_)), "{reply:?}");
     }

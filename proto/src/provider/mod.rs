@@ -18,6 +18,8 @@ mod message;
 mod normalize;
 mod openai;
 mod request_text;
+pub mod sse;
+pub mod stream;
 
 use std::borrow::Cow;
 use std::fmt;

@@ -21,8 +21,12 @@ use serde_json::{json, Value};
 use proto::http::peer::{self as wire, BodyDecoder};
 
 pub mod cache;
+mod render;
+mod stream;
 
 pub use cache::{CacheCall, CacheConfig};
+use render::render;
+pub use stream::{StreamClose, StreamFault, StreamTiming, Streamed};
 
 /// Default usage reported by the convenience constructors.
 pub const DEFAULT_USAGE: (u64, u64) = (10, 5);
@@ -82,6 +86,10 @@ pub enum Reply {
     Hang,
     /// Drop the connection without answering.
     Close,
+    /// The inner reply with its own stream pacing or fault, for a request
+    /// that asks for a stream (`stream.rs`); unstreamed it is the inner
+    /// reply.
+    Stream(Box<Streamed>),
 }
 
 impl Reply {
@@ -326,6 +334,12 @@ struct State {
     seq: u64,
     /// Prompt caching as the providers bill it, once enabled.
     cache: Option<cache::Cache>,
+    /// Pacing of streamed replies without their own.
+    timing: StreamTiming,
+    /// Clients that closed their connection mid-stream.
+    closes: Vec<StreamClose>,
+    /// When each event of each streamed reply was written, by request seq.
+    writes: std::collections::BTreeMap<u64, Vec<Instant>>,
 }
 
 struct Shared {
@@ -390,6 +404,9 @@ impl MockProvider {
                 shutdown: false,
                 seq: 0,
                 cache: None,
+                timing: StreamTiming::default(),
+                closes: Vec::new(),
+                writes: Default::default(),
             }),
             cond: Condvar::new(),
         });
@@ -566,11 +583,12 @@ fn serve_conn(mut conn: TcpStream, ordinal: u64, shared: &Shared) -> io::Result<
         let wants_close = wire::header(&req.head.headers, "connection")
             .is_some_and(|v| v.eq_ignore_ascii_case("close"));
         let endpoint = Endpoint::of_path(&req.head.target);
+        let body: Value = serde_json::from_slice(&req.body).unwrap_or(Value::Null);
+        let stream = stream::wants_stream(&body);
         let (reply, seq, billed) = {
             let mut st = shared.lock();
             st.seq += 1;
             let seq = st.seq;
-            let body = serde_json::from_slice(&req.body).unwrap_or(Value::Null);
             let billed = match st.cache.as_mut() {
                 Some(c) if endpoint != Endpoint::Unknown => {
                     Some(c.bill(endpoint, &body, Instant::now()))
@@ -604,37 +622,56 @@ fn serve_conn(mut conn: TcpStream, ordinal: u64, shared: &Shared) -> io::Result<
             (reply, seq, billed.and_then(Result::ok))
         };
         shared.cond.notify_all();
-        let billed = billed.as_ref();
-        if !answer(
-            &mut conn,
-            shared,
-            reply,
-            (endpoint, billed),
+        let to = Answer {
+            endpoint,
             seq,
-            wants_close,
-        )? || wants_close
-        {
+            close: wants_close,
+            stream,
+            billed: billed.as_ref(),
+        };
+        if !answer(&mut conn, shared, reply, to)? || wants_close {
             let _ = conn.shutdown(Shutdown::Both);
             return Ok(());
         }
     }
 }
 
-/// Write the reply; Ok(false) means the connection must be dropped.
-fn answer(
-    conn: &mut TcpStream,
-    shared: &Shared,
-    reply: Reply,
-    (endpoint, billed): (Endpoint, Option<&CacheCall>),
+/// Who a reply goes to.
+#[derive(Clone, Copy)]
+struct Answer<'a> {
+    endpoint: Endpoint,
     seq: u64,
     close: bool,
-) -> io::Result<bool> {
+    /// The request asked for `"stream": true`.
+    stream: bool,
+    /// What the prompt cache billed it, when enabled.
+    billed: Option<&'a CacheCall>,
+}
+
+/// Write the reply; Ok(false) means the connection must be dropped.
+fn answer(conn: &mut TcpStream, shared: &Shared, reply: Reply, to: Answer) -> io::Result<bool> {
+    let Answer {
+        endpoint,
+        seq,
+        close,
+        stream,
+        billed,
+    } = to;
+    // A reply's usage is what the cache billed, streamed or not (a
+    // streamed reply's events are encoded from this very body).
+    let billed_body = |reply: Reply| {
+        let mut body = render(reply, endpoint, seq);
+        if let Some(call) = billed {
+            cache::apply(&mut body, call);
+        }
+        body
+    };
     let (status, content_type, body) = match reply {
         Reply::Delay(d, inner) => {
             if shared.sleep_or_shutdown(d) {
                 return Ok(false);
             }
-            return answer(conn, shared, *inner, (endpoint, billed), seq, close);
+            return answer(conn, shared, *inner, to);
         }
         Reply::Hang => {
             let mut st = shared.lock();
@@ -644,6 +681,22 @@ fn answer(
             return Ok(false);
         }
         Reply::Close => return Ok(false),
+        Reply::Stream(s) if !stream || !s.reply.renders_body() => {
+            return answer(conn, shared, s.reply, to)
+        }
+        Reply::Stream(s) => {
+            let body = billed_body(s.reply.clone());
+            return stream::answer(conn, shared, *s, body, endpoint, seq);
+        }
+        reply if stream && reply.renders_body() => {
+            let body = billed_body(reply.clone());
+            let s = Streamed {
+                reply,
+                timing: None,
+                fault: None,
+            };
+            return stream::answer(conn, shared, s, body, endpoint, seq);
+        }
         Reply::Raw {
             status,
             body,
@@ -655,10 +708,7 @@ fn answer(
             body.to_string().into_bytes(),
         ),
         other => {
-            let mut body = render(other, endpoint, seq);
-            if let Some(call) = billed {
-                cache::apply(&mut body, call);
-            }
+            let body = billed_body(other);
             (
                 200,
                 "application/json".to_string(),
@@ -677,122 +727,4 @@ fn answer(
     conn.write_all(&out)?;
     conn.flush()?;
     Ok(true)
-}
-
-fn anthropic_body(
-    seq: u64,
-    content: Vec<Value>,
-    stop_reason: &str,
-    usage: Option<(u64, u64)>,
-) -> Value {
-    let mut v = json!({
-        "id": format!("msg_mock_{seq:06}"),
-        "type": "message",
-        "role": "assistant",
-        "model": "mock",
-        "content": content,
-        "stop_reason": stop_reason,
-        "stop_sequence": null,
-    });
-    if let Some((i, o)) = usage {
-        v["usage"] = json!({"input_tokens": i, "output_tokens": o});
-    }
-    v
-}
-
-fn openai_body(
-    seq: u64,
-    content: Option<String>,
-    tool_calls: Vec<Value>,
-    finish_reason: &str,
-    usage: Option<(u64, u64)>,
-) -> Value {
-    let mut message = json!({"role": "assistant", "content": content});
-    if !tool_calls.is_empty() {
-        message["tool_calls"] = Value::Array(tool_calls);
-    }
-    let mut v = json!({
-        "id": format!("chatcmpl-mock-{seq:06}"),
-        "object": "chat.completion",
-        "created": 0,
-        "model": "mock",
-        "choices": [{"index": 0, "message": message, "finish_reason": finish_reason}],
-    });
-    if let Some((i, o)) = usage {
-        v["usage"] = json!({"prompt_tokens": i, "completion_tokens": o, "total_tokens": i + o});
-    }
-    v
-}
-
-/// Render a body-producing reply for `endpoint` (Unknown renders as Anthropic).
-fn render(reply: Reply, endpoint: Endpoint, seq: u64) -> Value {
-    let openai = endpoint == Endpoint::Openai;
-    match reply {
-        Reply::Text {
-            text,
-            usage,
-            truncated,
-        } => {
-            if openai {
-                let finish = if truncated { "length" } else { "stop" };
-                openai_body(seq, Some(text), vec![], finish, usage)
-            } else {
-                let stop = if truncated { "max_tokens" } else { "end_turn" };
-                anthropic_body(
-                    seq,
-                    vec![json!({"type": "text", "text": text})],
-                    stop,
-                    usage,
-                )
-            }
-        }
-        Reply::ToolUse { text, calls, usage } => {
-            if openai {
-                let calls = calls
-                    .into_iter()
-                    .map(|(id, name, input)| {
-                        json!({"id": id, "type": "function",
-                               "function": {"name": name, "arguments": input.to_string()}})
-                    })
-                    .collect();
-                openai_body(seq, text, calls, "tool_calls", usage)
-            } else {
-                let mut blocks: Vec<Value> = text
-                    .into_iter()
-                    .map(|t| json!({"type": "text", "text": t}))
-                    .collect();
-                blocks.extend(
-                    calls
-                        .into_iter()
-                        .map(|(id, name, input)| json!({"type": "tool_use", "id": id, "name": name, "input": input})),
-                );
-                anthropic_body(seq, blocks, "tool_use", usage)
-            }
-        }
-        Reply::AnthropicText {
-            text,
-            usage,
-            stop_reason,
-        } => anthropic_body(
-            seq,
-            vec![json!({"type": "text", "text": text})],
-            &stop_reason,
-            usage,
-        ),
-        Reply::AnthropicToolUse { blocks, usage } => anthropic_body(seq, blocks, "tool_use", usage),
-        Reply::OpenaiText {
-            text,
-            usage,
-            finish_reason,
-        } => openai_body(seq, text, vec![], &finish_reason, usage),
-        Reply::OpenaiToolCalls {
-            content,
-            calls,
-            usage,
-        } => openai_body(seq, content, calls, "tool_calls", usage),
-        Reply::Json { body, .. } => body,
-        Reply::Raw { body, .. } => Value::String(body),
-        Reply::Delay(_, inner) => render(*inner, endpoint, seq),
-        Reply::Hang | Reply::Close => Value::Null,
-    }
 }

@@ -7,6 +7,7 @@
 mod chat;
 mod compaction;
 mod steer;
+mod stream;
 mod tools;
 
 use std::collections::BTreeMap;
@@ -51,6 +52,7 @@ fn entry(name: &str) -> ProviderEntry {
         max_tokens: 1024,
         cache: None,
         prices: None,
+        stream: None,
     }
 }
 
@@ -139,6 +141,9 @@ enum Seen {
     SteerRetired(ConnId, &'static str),
     HistoryRebuilt,
     Fact(Fact),
+    Deltas(crate::streams::DeltaBatch),
+    DeltasEnded(Arc<str>, Option<proto::jsonrpc::DiscardReason>),
+    Abort(CallId),
     End(Ending),
 }
 
@@ -159,6 +164,8 @@ struct Harness {
     mcp_at_once: bool,
     /// What a `Subagent` is answered with.
     subagent: SubagentAnswer,
+    /// The watchdog check the last streamed call asked for.
+    check: Option<MonoMs>,
 }
 
 impl Harness {
@@ -180,6 +187,7 @@ impl Harness {
                 text: "{}".into(),
                 is_error: false,
             },
+            check: None,
         }
     }
 
@@ -266,7 +274,7 @@ impl Harness {
                 self.next_call += 1;
                 let body: Value = serde_json::from_slice(&call.body).unwrap();
                 self.seen.push(Seen::Call(id, call.attempt, body));
-                self.core.call_sent(id, self.now);
+                self.check = self.core.call_sent(id, self.now);
             }
             Effect::CallMcp { tool, input, .. } => {
                 self.seen.push(Seen::CallMcp(tool, input.to_string()))
@@ -283,6 +291,11 @@ impl Harness {
             Effect::SteerRetired { conn, why } => self.seen.push(Seen::SteerRetired(conn, why)),
             Effect::HistoryRebuilt => self.seen.push(Seen::HistoryRebuilt),
             Effect::Fact(f) => self.seen.push(Seen::Fact(f)),
+            Effect::Deltas(b) => self.seen.push(Seen::Deltas(b)),
+            Effect::DeltasEnded { request, reason } => {
+                self.seen.push(Seen::DeltasEnded(request, reason))
+            }
+            Effect::AbortCall(call) => self.seen.push(Seen::Abort(call)),
             Effect::End(ending) => {
                 self.seen.push(Seen::End(ending.clone()));
                 self.ended = self.core.take_turn();
