@@ -115,6 +115,8 @@ impl Driver {
                 model: MODEL.into(),
                 auth_template: "${TOKEN}".into(),
                 max_tokens: MAX_TOKENS,
+                cache: None,
+                prices: None,
                 stream: None,
             }],
             telemetry: std::env::var("HISTORY_TELEMETRY").is_ok_and(|v| v == "1"),

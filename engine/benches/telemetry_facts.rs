@@ -50,6 +50,8 @@ fn main() {
         model: "claude-bench".into(),
         auth_template: "${TOKEN}".into(),
         max_tokens: 1024,
+        cache: None,
+        prices: None,
         stream: None,
     };
     // The minimum of several runs: the box is shared, and descheduling

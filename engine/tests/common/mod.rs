@@ -397,6 +397,8 @@ pub fn config() -> Config {
             model: "claude-test".into(),
             auth_template: "${TOKEN}".into(),
             max_tokens: 1024,
+            cache: None,
+            prices: None,
             stream: None,
         }],
         ..Config::default()

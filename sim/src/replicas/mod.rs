@@ -277,6 +277,8 @@ impl ReplicaWorld {
                 auth_template: "${SIM_TOKEN}".into(),
                 max_tokens: 512,
                 stream: None,
+                cache: None,
+                prices: None,
             }],
             durable_drivers: sw.durable_drivers,
             ..Config::default()

@@ -478,6 +478,8 @@ impl World {
                 model: "sim-model".into(),
                 auth_template: "${SIM_TOKEN}".into(),
                 max_tokens: 512,
+                cache: None,
+                prices: None,
                 stream: swarm.stream.settings.filter(|_| swarm.stream.primary),
             }],
             turn_timeout_ms: swarm.turn_timeout_ms,
@@ -509,6 +511,8 @@ impl World {
                 model: "sim-backup".into(),
                 auth_template: "${SIM_TOKEN}".into(),
                 max_tokens: 256,
+                cache: None,
+                prices: None,
                 stream: swarm.stream.settings.filter(|_| swarm.stream.fallback),
             });
         }
