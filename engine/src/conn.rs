@@ -327,7 +327,7 @@ impl Engine {
     }
 
     pub(crate) fn on_read_done(&mut self, id: crate::ReadId, result: Result<ReadResult, String>) {
-        let Some(pending) = self.pending_reads.remove(&id) else {
+        let Some(pending) = self.reads.take(id) else {
             return;
         };
         match pending {

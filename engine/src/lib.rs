@@ -100,8 +100,8 @@ pub struct Engine {
     conns: connections::Table,
     /// Event seq assignment and the number of events stored.
     log: log::EventLog,
-    next_read: ReadId,
-    pending_reads: crate::ids::IdMap<ReadId, conn::PendingRead>,
+    /// Store reads in flight and what each answer is for.
+    reads: ids::InFlight<ReadId, conn::PendingRead>,
     /// Runtime state of open sessions (gate, waiters, history cache).
     live: BTreeMap<ids::SessionId, session_core::SessionCore>,
     /// Which of `live`'s history caches to drop when idle.
@@ -223,8 +223,7 @@ impl Engine {
             catalog,
             conns,
             log,
-            next_read: ReadId(1),
-            pending_reads: Default::default(),
+            reads: ids::InFlight::starting_at(ReadId(1)),
             live: BTreeMap::new(),
             history_cache: histories,
             waiting: BTreeSet::new(),
@@ -411,9 +410,7 @@ impl Engine {
     }
 
     fn read(&mut self, read: StoreRead, then: conn::PendingRead) {
-        let id = self.next_read;
-        self.next_read += 1;
-        self.pending_reads.insert(id, then);
+        let id = self.reads.issue(then);
         self.outputs.push_back(Output::Read { id, read });
     }
 
