@@ -16,6 +16,7 @@ mod anthropic_reply;
 mod message;
 mod normalize;
 mod openai;
+pub mod retry;
 
 use std::borrow::Cow;
 use std::fmt;
