@@ -48,6 +48,7 @@ mod model;
 pub mod pipeline;
 #[cfg(feature = "planted-bugs")]
 pub mod planted;
+pub mod provider_limits;
 mod replica_route;
 pub mod replicas;
 pub mod residency;
