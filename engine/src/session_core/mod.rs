@@ -14,6 +14,7 @@ mod effect;
 mod gate;
 pub mod merge;
 mod request;
+pub mod retry;
 pub mod round;
 mod session;
 mod steer;
