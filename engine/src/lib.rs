@@ -45,6 +45,7 @@ pub mod mcp;
 pub mod mem_store;
 pub mod metrics;
 mod model;
+pub mod overload;
 pub mod pipeline;
 #[cfg(feature = "planted-bugs")]
 pub mod planted;
@@ -313,6 +314,9 @@ pub struct Config {
     /// `[telemetry]` span export: the engine queues [`telemetry::Fact`]s
     /// for [`Engine::drain_telemetry`] (off: nothing is recorded).
     pub telemetry: bool,
+    /// `BAE_OVERLOAD_*`: bounds past which new client requests get `503`
+    /// at once (off by default).
+    pub overload: overload::OverloadLimits,
     /// Replica mode (`BAE_REPLICA_ADVERTISE`, PostgreSQL only): session
     /// leases, forwarding, seq lanes. `None`: a lone server.
     pub replica: Option<replicas::ReplicaSettings>,
@@ -374,6 +378,7 @@ impl Default for Config {
             metrics_disabled: Vec::new(),
             metrics_no_auth: false,
             telemetry: false,
+            overload: overload::OverloadLimits::default(),
             replica: None,
             #[cfg(feature = "planted-bugs")]
             planted: None,
@@ -448,6 +453,8 @@ pub struct Engine {
     residency: residency::Residency,
     /// The first seq this process assigned: later registrations are its.
     boot_seq: u64,
+    /// Overload bounds and refusals (`BAE_OVERLOAD_*`).
+    overload: overload::Overload,
     shutting_down: bool,
 }
 
@@ -498,6 +505,7 @@ impl Engine {
         };
         let telemetry = telemetry::Telemetry::new(config.telemetry);
         let histories = history_cache::HistoryCache::new(config.history_cache);
+        let overload = overload::Overload::new(config.overload);
         let mut engine = Engine {
             sandbox,
             mcp,
@@ -533,6 +541,7 @@ impl Engine {
             replicas,
             residency,
             boot_seq: next_seq,
+            overload,
             shutting_down: false,
         };
         // Spec 04 §5 step 11: re-provision every active profile's images.
@@ -611,6 +620,13 @@ impl Engine {
     /// unless [`Config::telemetry`]); drain after every input.
     pub fn drain_telemetry(&mut self, out: &mut Vec<telemetry::Fact>) {
         self.telemetry.drain_into(out);
+    }
+
+    /// The driver's store backlog (writes emitted and not yet committed,
+    /// [`pipeline::Pipeline::backlog`]), for overload control; drivers
+    /// report it after every input.
+    pub fn note_store_backlog(&mut self, writes: usize) {
+        self.overload.note_backlog(writes);
     }
 
     /// Number of connections the engine is tracking (for drivers' shutdown).

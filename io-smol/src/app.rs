@@ -525,6 +525,7 @@ pub fn engine_config(env: &Env, file: &FileConfig, run_label: &str) -> engine::C
         sandbox_exec_timeout_ms: duration_ms(env.sandbox_exec_timeout),
         sandbox_max_output: env.sandbox_max_output,
         subagent_timeout_ms: duration_ms(env.subagent_timeout),
+        overload: env.overload,
         sandbox_labels: vec![
             ("bae.db".to_string(), store_label(env)),
             ("bae.run".to_string(), run_label.to_string()),
