@@ -50,6 +50,8 @@ fn main() {
         model: "claude-bench".into(),
         auth_template: "${TOKEN}".into(),
         max_tokens: 1024,
+        retry: None,
+        limits: None,
     };
     // The minimum of several runs: the box is shared, and descheduling
     // only ever adds time.

@@ -108,6 +108,7 @@ impl Engine {
             return;
         };
         self.calls.retain(|_, s| s.as_str() != session_id);
+        self.provider_limits.leave(self.now.mono, session_id);
         let tokens: Vec<_> = self
             .mcp_calls
             .iter()

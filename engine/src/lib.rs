@@ -76,6 +76,7 @@ use proto::jsonrpc::codes;
 
 /// Provider-facing history rebuilt from the log with plain store reads.
 pub use ids::{CallId, ConnId};
+pub use session_core::retry::RetryPolicy;
 pub use store::{ReadId, ReadResult, Snapshot, StoreRead, StoreWrite};
 pub use time::{MonoMs, UnixMs};
 
@@ -128,8 +129,14 @@ pub struct ProviderCall {
 /// What came back from a [`ProviderCall`].
 #[derive(Debug, Clone, PartialEq)]
 pub enum ProviderReply {
-    /// An HTTP response was obtained (any status).
-    Http { status: u16, body: Vec<u8> },
+    /// An HTTP response was obtained (any status), with what its headers
+    /// advised about calling again (read by the driver for non-2xx
+    /// statuses; a retry policy uses it).
+    Http {
+        status: u16,
+        body: Vec<u8>,
+        advice: proto::provider::retry::RetryAdvice,
+    },
     /// No usable HTTP response: connect/TLS/IO/timeout. Text has URLs removed.
     Transport(String),
     /// The credential template could not be resolved (unset `${VAR}`…).
@@ -226,6 +233,12 @@ pub struct ProviderEntry {
     /// Raw credential template; resolved only by the driver, per call.
     pub auth_template: String,
     pub max_tokens: u32,
+    /// `retry`: failed attempts tried again on this entry (`None`: the
+    /// reference's walk, every failure goes to the fallback).
+    pub retry: Option<RetryPolicy>,
+    /// `limits`: calls in flight, requests and input tokens per minute,
+    /// shared by every session (`None`: unlimited).
+    pub limits: Option<provider_limits::EntryLimits>,
 }
 
 /// Engine settings, fixed at start.
@@ -418,6 +431,8 @@ pub struct Engine {
     next_turn: turn::TurnId,
     /// Provider calls in flight, by the session whose turn made them.
     calls: crate::ids::IdMap<CallId, ids::SessionId>,
+    /// Every provider entry's shared limits, queues and retry timers.
+    provider_limits: provider_limits::ProviderLimits,
     next_call: CallId,
     /// Every session's MCP connection set.
     mcp: mcp::McpHub,
@@ -506,6 +521,8 @@ impl Engine {
         let telemetry = telemetry::Telemetry::new(config.telemetry);
         let histories = history_cache::HistoryCache::new(config.history_cache);
         let overload = overload::Overload::new(config.overload);
+        let limits = config.providers.iter().map(|p| (p.name.as_str(), p.limits));
+        let provider_limits = provider_limits::ProviderLimits::new(limits, now.mono);
         let mut engine = Engine {
             sandbox,
             mcp,
@@ -530,6 +547,7 @@ impl Engine {
             running: BTreeMap::new(),
             next_turn: turn::TurnId(1),
             calls: Default::default(),
+            provider_limits,
             next_call: CallId(1),
             quiet: Vec::new(),
             idem: idempotency::Keys::restore(&snapshot.idempotency),
@@ -574,6 +592,7 @@ impl Engine {
             Input::Shutdown => self.on_shutdown(),
             Input::Catalog(update) => self.on_catalog(*update),
         }
+        self.route_limit_notices();
         self.pump_mcp();
         self.evict_idle_sessions();
     }
@@ -587,6 +606,8 @@ impl Engine {
         self.expire_reads();
         self.mcp.handle_timeout(now.mono);
         self.sandbox.handle_timeout(now.mono);
+        self.provider_limits.tick(now.mono);
+        self.route_limit_notices();
         self.pump_mcp();
         self.evict_idle_sessions();
     }
@@ -610,6 +631,7 @@ impl Engine {
             mcp,
             self.sandbox.poll_timeout(),
             self.residency.next_deadline(),
+            self.provider_limits.poll_timeout(),
         ]
         .into_iter()
         .flatten()

@@ -482,6 +482,8 @@ pub fn engine_config(env: &Env, file: &FileConfig, run_label: &str) -> engine::C
             model: p.model.clone(),
             auth_template: p.auth_token.clone(),
             max_tokens: p.max_tokens,
+            retry: p.retry.clone(),
+            limits: p.limits,
         })
         .collect();
     engine::Config {

@@ -98,6 +98,8 @@ pub struct EntryStatus {
     pub admitted_total: u64,
     /// Calls whose wait passed the bound.
     pub expired_total: u64,
+    /// Retries of failed attempts (the entry's retry policy).
+    pub retries_total: u64,
     /// Requests and input tokens left in the buckets now.
     pub requests_available: Option<u64>,
     pub tokens_available: Option<u64>,
@@ -135,8 +137,9 @@ struct Entry {
 #[derive(Debug, Default)]
 pub struct ProviderLimits {
     entries: BTreeMap<String, Entry>,
-    /// Every entry name, limited or not, for the status listing.
-    names: Vec<String>,
+    /// Every entry name, limited or not, for the status listing, with its
+    /// retries so far.
+    names: Vec<(String, u64)>,
     tickets: IdMap<CallId, Ticket>,
     sleeping: BTreeSet<(MonoMs, CallId)>,
     notices: VecDeque<Notice>,
@@ -150,7 +153,7 @@ impl ProviderLimits {
     ) -> Self {
         let mut me = ProviderLimits::default();
         for (name, limits) in entries {
-            me.names.push(name.to_string());
+            me.names.push((name.to_string(), 0));
             let Some(limits) = limits else { continue };
             let bucket = |n: Option<u64>| n.map(|n| Bucket::new(n, now));
             me.entries.insert(
@@ -226,11 +229,14 @@ impl ProviderLimits {
         self.pump(now, &t.entry);
     }
 
-    /// Every call of `session` is over (its turn was cancelled, or it
-    /// closed), in call order.
-    pub fn done_session(&mut self, now: MonoMs, session: &str) {
+    /// The waiting calls of `session` leave (its turn was cancelled, or
+    /// it closed), in call order. Calls in flight keep their slot until
+    /// they are [`ProviderLimits::done`]: the provider is still serving
+    /// them.
+    pub fn leave(&mut self, now: MonoMs, session: &str) {
         let mut calls: Vec<CallId> = (self.tickets.iter())
             .filter(|(_, t)| t.session.as_str() == session)
+            .filter(|(_, t)| !matches!(t.stage, Stage::InFlight))
             .map(|(c, _)| *c)
             .collect();
         calls.sort();
@@ -276,6 +282,13 @@ impl ProviderLimits {
         self.notices.pop_front()
     }
 
+    /// A failed attempt on `entry` is tried again.
+    pub fn note_retry(&mut self, entry: &str) {
+        if let Some((_, n)) = self.names.iter_mut().find(|(name, _)| name == entry) {
+            *n += 1;
+        }
+    }
+
     /// Every entry's figures, in registry order.
     pub fn status(&mut self, now: MonoMs) -> Vec<EntryStatus> {
         let mut sleeping: BTreeMap<&str, usize> = BTreeMap::new();
@@ -285,7 +298,8 @@ impl ProviderLimits {
             }
         }
         let mut out = Vec::with_capacity(self.names.len());
-        for name in &self.names {
+        for (name, retries) in &self.names {
+            let retries_total = *retries;
             let asleep = sleeping.get(name.as_str()).copied().unwrap_or(0);
             let Some(e) = self.entries.get_mut(name) else {
                 out.push(EntryStatus {
@@ -297,6 +311,7 @@ impl ProviderLimits {
                     oldest_wait_ms: 0,
                     admitted_total: 0,
                     expired_total: 0,
+                    retries_total,
                     requests_available: None,
                     tokens_available: None,
                 });
@@ -318,6 +333,7 @@ impl ProviderLimits {
                 oldest_wait_ms: oldest,
                 admitted_total: e.admitted_total,
                 expired_total: e.expired_total,
+                retries_total,
                 requests_available: e.requests.as_mut().map(|b| b.available(now)),
                 tokens_available: e.tokens.as_mut().map(|b| b.available(now)),
             });

@@ -173,7 +173,7 @@ fn a_retry_sleeps_until_its_time_then_queues_at_the_back() {
 }
 
 #[test]
-fn a_cancelled_session_leaves_every_stage() {
+fn a_cancelled_session_leaves_the_queue_and_its_timers() {
     let mut l = ProviderLimits::new([("a", Some(limits(Some(1), None, None)))], MonoMs(0));
     let ask_for = |l: &mut ProviderLimits, call: u64, session: u64, at: Option<u64>| {
         l.ask(
@@ -190,7 +190,19 @@ fn a_cancelled_session_leaves_every_stage() {
     assert_eq!(ask_for(&mut l, 1, 7, None), Verdict::Go);
     assert_eq!(ask_for(&mut l, 2, 8, None), Verdict::Wait);
     assert_eq!(ask_for(&mut l, 3, 7, Some(50)), Verdict::Wait);
-    l.done_session(MonoMs(10), "ses_7");
+    assert_eq!(ask_for(&mut l, 4, 7, None), Verdict::Wait);
+    l.leave(MonoMs(10), "ses_7");
+    assert_eq!(
+        l.poll_timeout(),
+        Some(MonoMs(60_000)),
+        "its retry timer went: only call 2's queue bound is left"
+    );
+    assert_eq!(l.status(MonoMs(10))[0].queued, 1, "its queued call went");
+    assert!(
+        notices(&mut l).is_empty(),
+        "its call in flight keeps the slot"
+    );
+    l.done(MonoMs(20), CallId(1), None);
     assert_eq!(
         notices(&mut l),
         vec![Notice::Go {
@@ -198,7 +210,6 @@ fn a_cancelled_session_leaves_every_stage() {
             session: sid(8)
         }]
     );
-    assert_eq!(l.poll_timeout(), None, "its retry timer went too");
     l.done(MonoMs(10), CallId(2), None);
     assert!(l.is_idle());
     l.done(MonoMs(10), CallId(2), None);

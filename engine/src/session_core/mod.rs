@@ -21,10 +21,11 @@ mod steer;
 #[cfg(test)]
 mod tests;
 mod tools;
+mod traffic;
 mod turn;
 pub mod walk;
 
-pub use effect::{Call, ChainError, Effect, Ending, Fact, Log, SubagentAnswer, World};
+pub use effect::{Admission, Call, ChainError, Effect, Ending, Fact, Log, SubagentAnswer, World};
 pub use gate::{Arrival, Gate, Limits, Refusal, Start};
 pub use session::SessionCore;
 pub use steer::SteerRefusal;

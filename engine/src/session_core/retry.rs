@@ -3,11 +3,12 @@
 //! after how long. Off unless the entry configures it; the reference walks
 //! to the fallback on every failure (spec 05 §5.1).
 //!
-//! Pure: the reply, the retries already made and the wall clock in, a
-//! [`Decision`] out. The jitter of a backoff is drawn by the engine from
-//! its injected entropy when it arms the wait.
+//! Pure: how the attempt failed and the retries already made in, a
+//! [`Decision`] out. The engine turns an advised instant into a delay
+//! against its own wall clock when the reply arrives, and draws a
+//! backoff's jitter from its injected entropy when it arms the wait.
 
-use proto::provider::retry::RetryAdvice;
+use crate::ProviderReply;
 
 /// `retry` of a `[[providers.entries]]` entry.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -70,12 +71,27 @@ impl Delay {
 /// How an attempt failed, as far as retrying is concerned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Failure {
-    /// An HTTP status outside 2xx, with what its headers advised.
-    Status(u16, RetryAdvice),
+    /// An HTTP status outside 2xx, with the delay its headers advised.
+    Status(u16, Option<u64>),
     /// No HTTP response (connect, TLS, I/O, timeout).
     Transport,
     /// Anything else (a credential, an unusable body): never retried.
     Other,
+}
+
+impl Failure {
+    /// How `reply` failed, if it did (a 2xx whose body turns out unusable
+    /// is [`Failure::Other`]). An advised instant counts from 0: the
+    /// engine has made it a delay already.
+    pub fn of(reply: &ProviderReply) -> Failure {
+        match reply {
+            ProviderReply::Http { status, advice, .. } if !(200..300).contains(status) => {
+                Failure::Status(*status, advice.delay_ms(0))
+            }
+            ProviderReply::Transport(_) => Failure::Transport,
+            _ => Failure::Other,
+        }
+    }
 }
 
 /// What a failed attempt's reply means under a policy.
@@ -92,18 +108,17 @@ pub enum Decision {
 
 impl RetryPolicy {
     /// What to do after `failure` of an attempt already retried `retries`
-    /// times, at wall-clock `now_unix_ms` (an advised HTTP date is read
-    /// against it).
-    pub fn decide(&self, failure: Failure, retries: u32, now_unix_ms: u64) -> Decision {
-        let advice = match failure {
-            Failure::Status(status, advice) if self.statuses.contains(&status) => advice,
-            Failure::Transport if self.transport => RetryAdvice::None,
+    /// times.
+    pub fn decide(&self, failure: Failure, retries: u32) -> Decision {
+        let advised = match failure {
+            Failure::Status(status, advised) if self.statuses.contains(&status) => advised,
+            Failure::Transport if self.transport => None,
             _ => return Decision::Walk,
         };
         if retries >= self.max_retries {
             return Decision::Walk;
         }
-        match advice.delay_ms(now_unix_ms) {
+        match advised {
             Some(ms) if ms > self.max_wait_ms => Decision::TooLong { advised_ms: ms },
             Some(ms) => Decision::Retry(Delay::Advised(ms)),
             None => {
@@ -119,32 +134,23 @@ impl RetryPolicy {
 mod tests {
     use super::*;
 
-    fn http(status: u16, advice: RetryAdvice) -> Failure {
-        Failure::Status(status, advice)
+    fn http(status: u16, advised: Option<u64>) -> Failure {
+        Failure::Status(status, advised)
     }
 
     #[test]
     fn retryable_statuses_follow_the_advice() {
         let p = RetryPolicy::default();
-        let r = http(429, RetryAdvice::AfterMs(1000));
-        assert_eq!(p.decide(r, 0, 0), Decision::Retry(Delay::Advised(1000)));
-        assert_eq!(p.decide(r, 1, 0), Decision::Retry(Delay::Advised(1000)));
-        assert_eq!(p.decide(r, 2, 0), Decision::Walk, "max_retries reached");
-        let dated = http(503, RetryAdvice::AtUnixMs(10_000));
-        assert_eq!(
-            p.decide(dated, 0, 8_500),
-            Decision::Retry(Delay::Advised(1_500))
-        );
-        let long = http(529, RetryAdvice::AfterMs(31_000));
-        assert_eq!(
-            p.decide(long, 0, 0),
-            Decision::TooLong { advised_ms: 31_000 }
-        );
-        assert_eq!(
-            p.decide(http(500, RetryAdvice::AfterMs(1)), 0, 0),
-            Decision::Walk
-        );
-        assert_eq!(p.decide(http(200, RetryAdvice::None), 0, 0), Decision::Walk);
+        let r = http(429, Some(1000));
+        assert_eq!(p.decide(r, 0), Decision::Retry(Delay::Advised(1000)));
+        assert_eq!(p.decide(r, 1), Decision::Retry(Delay::Advised(1000)));
+        assert_eq!(p.decide(r, 2), Decision::Walk, "max_retries reached");
+        let dated = http(503, Some(1_500));
+        assert_eq!(p.decide(dated, 0), Decision::Retry(Delay::Advised(1_500)));
+        let long = http(529, Some(31_000));
+        assert_eq!(p.decide(long, 0), Decision::TooLong { advised_ms: 31_000 });
+        assert_eq!(p.decide(http(500, Some(1)), 0), Decision::Walk);
+        assert_eq!(p.decide(http(200, None), 0), Decision::Walk);
     }
 
     #[test]
@@ -154,15 +160,15 @@ mod tests {
             max_wait_ms: 3_000,
             ..RetryPolicy::default()
         };
-        let r = http(503, RetryAdvice::None);
+        let r = http(503, None);
         let ceilings: Vec<_> = (0..5)
-            .map(|n| match p.decide(r, n, 0) {
+            .map(|n| match p.decide(r, n) {
                 Decision::Retry(Delay::Backoff { ceiling_ms }) => ceiling_ms,
                 other => panic!("{other:?}"),
             })
             .collect();
         assert_eq!(ceilings, [500, 1000, 2000, 3000, 3000]);
-        assert_eq!(p.decide(r, 200, 0), Decision::Walk);
+        assert_eq!(p.decide(r, 200), Decision::Walk);
         let d = Delay::Backoff { ceiling_ms: 1000 };
         assert_eq!(d.resolve(0), 500);
         assert_eq!(d.resolve(500), 1000);
@@ -175,19 +181,15 @@ mod tests {
         let t = Failure::Transport;
         let c = Failure::Other;
         let off = RetryPolicy::default();
-        assert_eq!(off.decide(t, 0, 0), Decision::Walk);
+        assert_eq!(off.decide(t, 0), Decision::Walk);
         let on = RetryPolicy {
             transport: true,
             ..RetryPolicy::default()
         };
         assert!(matches!(
-            on.decide(t, 0, 0),
+            on.decide(t, 0),
             Decision::Retry(Delay::Backoff { .. })
         ));
-        assert_eq!(
-            on.decide(c, 0, 0),
-            Decision::Walk,
-            "a credential never heals"
-        );
+        assert_eq!(on.decide(c, 0), Decision::Walk, "a credential never heals");
     }
 }

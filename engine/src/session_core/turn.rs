@@ -70,6 +70,12 @@ pub struct TurnLoop {
     pub(super) iteration: u32,
     /// The provider call in flight and when it left.
     pub(super) call: Option<(CallId, MonoMs)>,
+    /// Retries made of the current attempt (its entry's retry policy).
+    pub(super) retries: u32,
+    /// The wait before the next send: a retry's delay.
+    pub(super) delay: Option<super::retry::Delay>,
+    /// A prepared attempt waiting for its slot or its retry time.
+    pub(super) pending: Option<Box<super::traffic::Pending>>,
     /// `(input, output)` usage of this request's newest successful call.
     pub(super) last_usage: Option<(u64, u64)>,
     /// Auto-compaction trigger carried from a resumed or retired pause.
@@ -101,6 +107,9 @@ impl TurnLoop {
             attempt: 0,
             iteration: 0,
             call: None,
+            retries: 0,
+            delay: None,
+            pending: None,
             last_usage: None,
             carried_trigger: None,
             round: None,
@@ -269,6 +278,8 @@ impl SessionCore {
         }
         t.iteration += 1;
         t.attempt = 0;
+        t.retries = 0;
+        t.delay = None;
         self.apply_steers();
         // The tool list is recomputed for every round trip (spec 05 §9 3a):
         // an `updateClientTools` applies to the next provider call, never to
@@ -337,19 +348,20 @@ impl SessionCore {
             compaction,
         }
         .render();
-        self.log_text(EventType::ProviderRequest, payload);
         let auth = match prepared.auth {
             provider::AuthHeader::XApiKey => crate::AuthPlacement::XApiKey,
             provider::AuthHeader::Bearer => crate::AuthPlacement::Bearer,
         };
-        self.emit(Effect::Call(Box::new(Call {
+        let call = Call {
             entry,
+            ticket: None,
             attempt,
             url: prepared.url,
             headers: prepared.headers,
             auth,
             body: prepared.body,
-        })));
+        };
+        self.dispatch_attempt(payload, call);
     }
 
     /// The engine sent the call of an [`Effect::Call`] as `call` at `now`.
@@ -383,22 +395,51 @@ impl SessionCore {
         let Some((call, started)) = t.call.take() else {
             return;
         };
-        let Some(kind) = t.chain.get(t.attempt).map(|e| e.kind) else {
+        let Some(attempt) = self.current_attempt() else {
             return self.fail(codes::INTERNAL_ERROR, "Internal error");
         };
-        let attempt = walk::Attempt {
-            index: t.attempt,
-            chain_len: t.chain.len(),
-            kind,
-            compaction: t.is_compaction(),
+        let failure = super::retry::Failure::of(&reply);
+        let mut walked = walk::on_reply(attempt, reply);
+        let input_tokens = match &walked.next {
+            Next::Answer(r) => r.usage.as_ref().map(|u| u.input_tokens),
+            _ => None,
         };
-        let walked = walk::on_reply(attempt, reply);
         self.fact(Fact::ProviderReturned {
             call,
-            kind,
+            kind: attempt.kind,
             ok: walked.ok,
             latency_ms: now - started,
+            input_tokens,
         });
+        if !walked.ok && self.retried(failure, &mut walked) {
+            for (event, payload) in walked.events {
+                self.log_text(event, payload);
+            }
+            return self.send_attempt();
+        }
+        self.after_walk(attempt, walked, world, now);
+    }
+
+    /// The attempt now: its place in the chain, the entry's kind.
+    pub(super) fn current_attempt(&self) -> Option<walk::Attempt> {
+        let t = self.turn()?;
+        Some(walk::Attempt {
+            index: t.attempt,
+            chain_len: t.chain.len(),
+            kind: t.chain.get(t.attempt)?.kind,
+            compaction: t.is_compaction(),
+        })
+    }
+
+    /// Logs what an attempt's end means and goes on: the answer, the next
+    /// entry of the chain, or the end of the round trip.
+    pub(super) fn after_walk(
+        &mut self,
+        attempt: walk::Attempt,
+        walked: walk::Walked,
+        world: &dyn World,
+        now: MonoMs,
+    ) {
         for (event, payload) in walked.events {
             self.log_text(event, payload);
         }
@@ -420,6 +461,7 @@ impl SessionCore {
             Next::Fallback => {
                 if let Some(t) = self.turn_mut() {
                     t.attempt += 1;
+                    t.retries = 0;
                 }
                 self.send_attempt()
             }

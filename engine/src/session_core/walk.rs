@@ -58,7 +58,7 @@ pub fn on_reply(attempt: Attempt, reply: ProviderReply) -> Walked {
         ProviderReply::Credential(msg) | ProviderReply::Transport(msg) => {
             (Value::Null, msg, Value::Null)
         }
-        ProviderReply::Http { status, body } if !(200..300).contains(&status) => (
+        ProviderReply::Http { status, body, .. } if !(200..300).contains(&status) => (
             json!(status),
             provider::http_error_text(status),
             Value::String(String::from_utf8_lossy(&body).into_owned()),
@@ -75,6 +75,21 @@ pub fn on_reply(attempt: Attempt, reply: ProviderReply) -> Walked {
             }
             Err(e) => (Value::Null, e.to_string(), Value::Null),
         },
+    };
+    failed(attempt, status, error, body)
+}
+
+/// An attempt that failed before any response (its provider slot was not
+/// granted in time): `status: null`, `error`, `body: null`.
+pub fn on_failure(attempt: Attempt, error: String) -> Walked {
+    failed(attempt, Value::Null, error, Value::Null)
+}
+
+fn failed(attempt: Attempt, status: Value, error: String, body: Value) -> Walked {
+    let kind_label = if attempt.index == 0 {
+        "primary"
+    } else {
+        "fallback"
     };
     let mut payload = json!({
         "attempt": attempt.index,

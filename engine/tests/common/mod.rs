@@ -370,6 +370,7 @@ pub fn anthropic_text(text: &str) -> ProviderReply {
     ProviderReply::Http {
         status: 200,
         body: body.to_string().into_bytes(),
+        advice: Default::default(),
     }
 }
 
@@ -381,6 +382,7 @@ pub fn anthropic_tool_use(blocks: Value) -> ProviderReply {
     ProviderReply::Http {
         status: 200,
         body: body.to_string().into_bytes(),
+        advice: Default::default(),
     }
 }
 
@@ -393,6 +395,8 @@ pub fn config() -> Config {
             model: "claude-test".into(),
             auth_template: "${TOKEN}".into(),
             max_tokens: 1024,
+            retry: None,
+            limits: None,
         }],
         ..Config::default()
     }

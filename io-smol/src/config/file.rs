@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use toml::{Table, Value};
 
 use super::subst::{substitute, SubstError};
+use super::traffic;
 use super::ConfigError;
 
 /// Default provider `max_tokens`.
@@ -133,6 +134,10 @@ pub struct ProviderEntry {
     pub auth_token: String,
     /// Default [`DEFAULT_MAX_TOKENS`].
     pub max_tokens: u32,
+    /// Extension `[providers.entries.retry]` (`config/traffic.rs`).
+    pub retry: Option<engine::RetryPolicy>,
+    /// Extension `[providers.entries.limits]`.
+    pub limits: Option<engine::provider_limits::EntryLimits>,
 }
 
 impl ProviderEntry {
@@ -161,6 +166,8 @@ impl fmt::Debug for ProviderEntry {
             .field("model", &self.model)
             .field("auth_token", &super::REDACTED)
             .field("max_tokens", &self.max_tokens)
+            .field("retry", &self.retry)
+            .field("limits", &self.limits)
             .finish()
     }
 }
@@ -438,6 +445,12 @@ fn parse_provider(t: &Table, at: &str) -> Result<ProviderEntry, String> {
         model: req_str(t, "model", at)?,
         auth_token: req_str(t, "auth_token", at)?,
         max_tokens,
+        retry: traffic::table::<traffic::RetryTable>(t, "retry", at)?
+            .map(|r| r.policy(&format!("{at}.retry")))
+            .transpose()?,
+        limits: traffic::table::<traffic::LimitsTable>(t, "limits", at)?
+            .map(|l| l.limits(&format!("{at}.limits")))
+            .transpose()?,
     })
 }
 

@@ -26,6 +26,7 @@ mod file;
 mod redact;
 mod replica;
 mod subst;
+mod traffic;
 
 use std::fmt;
 use std::net::SocketAddr;

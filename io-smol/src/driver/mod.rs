@@ -644,7 +644,7 @@ impl Driver {
                 None => blocking::unblock(move || provider::perform(&call)).await,
             };
             match &reply {
-                ProviderReply::Http { status, body } => {
+                ProviderReply::Http { status, body, .. } => {
                     tracing::debug!(
                         call = id.0,
                         status,

@@ -29,6 +29,7 @@ use std::time::Instant;
 use engine::{AuthPlacement, ProviderCall, ProviderReply};
 use futures_lite::{future, AsyncReadExt, AsyncWriteExt};
 use proto::http::response::{Mode, ResponseDecoder, ResponseEvent};
+use proto::provider::retry::RetryAdvice;
 use smol::net::TcpStream;
 
 use super::provider::{self, strip_urls};
@@ -178,7 +179,11 @@ pub async fn perform_with_env(
         ))
     };
     match future::or(exchange, timed_out).await {
-        Ok((status, body)) => ProviderReply::Http { status, body },
+        Ok((status, body, advice)) => ProviderReply::Http {
+            status,
+            body,
+            advice,
+        },
         Err(e) => ProviderReply::Transport(strip_urls(&e)),
     }
 }
@@ -216,14 +221,14 @@ async fn exchange(
     pool: &Pool,
     target: &HttpTarget,
     request: &[u8],
-) -> Result<(u16, Vec<u8>), String> {
+) -> Result<(u16, Vec<u8>, RetryAdvice), String> {
     if let Some(stream) = pool.take(&target.connect, Instant::now()) {
         match round_trip(stream, request).await {
-            Ok((status, body, keep)) => {
+            Ok((status, body, advice, keep)) => {
                 if let Some(stream) = keep {
                     pool.put(&target.connect, stream, Instant::now());
                 }
-                return Ok((status, body));
+                return Ok((status, body, advice));
             }
             Err(Failure::BeforeResponse(_)) => {}
             Err(Failure::During(e)) => return Err(e),
@@ -234,11 +239,11 @@ async fn exchange(
         .map_err(|e| format!("Connection Failed: Connect error: {e}"))?;
     let _ = stream.set_nodelay(true);
     match round_trip(stream, request).await {
-        Ok((status, body, keep)) => {
+        Ok((status, body, advice, keep)) => {
             if let Some(stream) = keep {
                 pool.put(&target.connect, stream, Instant::now());
             }
-            Ok((status, body))
+            Ok((status, body, advice))
         }
         Err(Failure::BeforeResponse(e) | Failure::During(e)) => Err(e),
     }
@@ -253,18 +258,20 @@ enum Failure {
     During(String),
 }
 
-/// Writes the request and reads one response: the status, the body, and
-/// the connection when it may carry another request.
+/// Writes the request and reads one response: the status, the body, what
+/// a non-2xx response's headers advised about calling again, and the
+/// connection when it may carry another request.
 async fn round_trip(
     mut stream: TcpStream,
     request: &[u8],
-) -> Result<(u16, Vec<u8>, Option<TcpStream>), Failure> {
+) -> Result<(u16, Vec<u8>, RetryAdvice, Option<TcpStream>), Failure> {
     if let Err(e) = stream.write_all(request).await {
         return Err(Failure::BeforeResponse(io_text("sending the request", &e)));
     }
     let mut decoder = ResponseDecoder::with_mode(Mode::Lenient);
     let mut buf = vec![0u8; READ_CHUNK];
     let mut status = None;
+    let mut advice = RetryAdvice::None;
     let mut close = false;
     let mut body = Vec::new();
     let mut received = false;
@@ -277,6 +284,10 @@ async fn round_trip(
                         .is_some_and(|v| v.eq_ignore_ascii_case("close"))
                         || matches!(head.framing, proto::http::response::Framing::UntilClose);
                     status = Some(head.status);
+                    if !(200..300).contains(&head.status) {
+                        let headers = head.headers.iter().map(|(n, v)| (n.as_str(), v.as_str()));
+                        advice = RetryAdvice::from_headers(headers);
+                    }
                 }
                 Ok(Some(ResponseEvent::Data(d))) => {
                     if (body.len() + d.len()) as u64 > provider::MAX_RESPONSE_BYTES {
@@ -290,7 +301,7 @@ async fn round_trip(
                 Ok(Some(ResponseEvent::End { .. })) => {
                     let status = status.unwrap_or(0);
                     let keep = (!close && decoder.buffered().is_empty()).then_some(stream);
-                    return Ok((status, body, keep));
+                    return Ok((status, body, advice, keep));
                 }
                 Ok(None) => break,
                 Err(e) => return Err(Failure::During(format!("Network Error: {e}"))),

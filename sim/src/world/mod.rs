@@ -452,6 +452,8 @@ impl World {
                 model: "sim-model".into(),
                 auth_template: "${SIM_TOKEN}".into(),
                 max_tokens: 512,
+                retry: None,
+                limits: None,
             }],
             turn_timeout_ms: swarm.turn_timeout_ms,
             provider_timeout_ms: swarm.provider_timeout_ms,
@@ -482,6 +484,8 @@ impl World {
                 model: "sim-backup".into(),
                 auth_template: "${SIM_TOKEN}".into(),
                 max_tokens: 256,
+                retry: None,
+                limits: None,
             });
         }
         #[cfg(feature = "planted-bugs")]
