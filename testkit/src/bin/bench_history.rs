@@ -317,7 +317,11 @@ fn cpu_curve(a: &Args, server: &Server, mock: &MockProvider, sid: &str, skey: &s
             testkit::bench::cpu_ns(pid).saturating_sub(c0),
         ));
         assert!(terminal.get("result").is_some(), "turn {turn}: {terminal}");
-        let body = mock.requests().pop().map(|r| r.raw_body).unwrap_or_default();
+        let body = mock
+            .requests()
+            .pop()
+            .map(|r| r.raw_body)
+            .unwrap_or_default();
         mock.clear_requests();
         if !a.at.contains(&turn) {
             continue;

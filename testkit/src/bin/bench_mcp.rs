@@ -195,4 +195,3 @@ fn percentiles(times: &mut [Duration]) -> (f64, f64) {
     let at = |q: f64| testkit::bench::percentile(times, q).as_secs_f64() * 1e3;
     (at(0.50), at(0.99))
 }
-

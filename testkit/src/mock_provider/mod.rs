@@ -20,6 +20,9 @@ use serde_json::{json, Value};
 
 use proto::http::peer::{self as wire, BodyDecoder};
 
+mod limits;
+pub use limits::{http_date_in, LimitStats, Limited};
+
 /// Default usage reported by the convenience constructors.
 pub const DEFAULT_USAGE: (u64, u64) = (10, 5);
 
@@ -78,6 +81,9 @@ pub enum Reply {
     Hang,
     /// Drop the connection without answering.
     Close,
+    /// A rate-limit or overload status in the endpoint's error shape, with
+    /// headers such as `retry-after` (`limits.rs`).
+    Limited(Box<Limited>),
 }
 
 impl Reply {
@@ -320,6 +326,8 @@ struct State {
     accepted: u64,
     shutdown: bool,
     seq: u64,
+    /// The concurrency limit, when one is set (`limits.rs`).
+    limits: limits::Limits,
 }
 
 struct Shared {
@@ -383,6 +391,7 @@ impl MockProvider {
                 accepted: 0,
                 shutdown: false,
                 seq: 0,
+                limits: limits::Limits::default(),
             }),
             cond: Condvar::new(),
         });
@@ -547,7 +556,7 @@ fn serve_conn(mut conn: TcpStream, ordinal: u64, shared: &Shared) -> io::Result<
         let wants_close = wire::header(&req.head.headers, "connection")
             .is_some_and(|v| v.eq_ignore_ascii_case("close"));
         let endpoint = Endpoint::of_path(&req.head.target);
-        let (reply, seq) = {
+        let (reply, seq, counted) = {
             let mut st = shared.lock();
             st.seq += 1;
             let seq = st.seq;
@@ -559,7 +568,10 @@ fn serve_conn(mut conn: TcpStream, ordinal: u64, shared: &Shared) -> io::Result<
                 raw_body: req.body,
                 connection: ordinal,
             });
-            let reply = if endpoint == Endpoint::Unknown {
+            let refused = limits::enter(&mut st);
+            let reply = if let Some(refusal) = refused.clone() {
+                refusal
+            } else if endpoint == Endpoint::Unknown {
                 Reply::Json {
                     status: 404,
                     body: json!({"error": format!("mock provider: no route {}", req.head.target)}),
@@ -570,10 +582,14 @@ fn serve_conn(mut conn: TcpStream, ordinal: u64, shared: &Shared) -> io::Result<
                     .or_else(|| st.default.clone())
                     .unwrap_or_else(|| Reply::text("ok"))
             };
-            (reply, seq)
+            (reply, seq, refused.is_none())
         };
         shared.cond.notify_all();
-        if !answer(&mut conn, shared, reply, endpoint, seq, wants_close)? || wants_close {
+        let answered = answer(&mut conn, shared, reply, endpoint, seq, wants_close);
+        if counted {
+            limits::leave(&mut shared.lock());
+        }
+        if !answered? || wants_close {
             let _ = conn.shutdown(Shutdown::Both);
             return Ok(());
         }
@@ -604,6 +620,7 @@ fn answer(
             return Ok(false);
         }
         Reply::Close => return Ok(false),
+        Reply::Limited(l) => return limits::answer(conn, &l, endpoint, close),
         Reply::Raw {
             status,
             body,
@@ -747,6 +764,6 @@ fn render(reply: Reply, endpoint: Endpoint, seq: u64) -> Value {
         Reply::Json { body, .. } => body,
         Reply::Raw { body, .. } => Value::String(body),
         Reply::Delay(_, inner) => render(*inner, endpoint, seq),
-        Reply::Hang | Reply::Close => Value::Null,
+        Reply::Hang | Reply::Close | Reply::Limited(_) => Value::Null,
     }
 }
