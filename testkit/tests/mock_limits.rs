@@ -49,7 +49,11 @@ fn scripted_rate_limits_carry_retry_after_in_the_endpoints_error_shape() {
         .unwrap()
         .as_secs();
     assert!((now + 4..=now + 7).contains(&at), "{date}");
-    assert_eq!(call(&c, "/v1/messages").status, 200, "then the script's default");
+    assert_eq!(
+        call(&c, "/v1/messages").status,
+        200,
+        "then the script's default"
+    );
 }
 
 fn httpdate_secs(s: &str) -> u64 {
@@ -78,11 +82,25 @@ fn over_the_concurrency_limit_requests_get_429_and_the_script_is_kept() {
             })
         })
         .collect();
-    let statuses: Vec<u16> = handles.into_iter().map(|h| h.join().unwrap().status).collect();
-    assert_eq!(statuses.iter().filter(|s| **s == 200).count(), 2, "{statuses:?}");
-    assert_eq!(statuses.iter().filter(|s| **s == 429).count(), 3, "{statuses:?}");
+    let statuses: Vec<u16> = handles
+        .into_iter()
+        .map(|h| h.join().unwrap().status)
+        .collect();
+    assert_eq!(
+        statuses.iter().filter(|s| **s == 200).count(),
+        2,
+        "{statuses:?}"
+    );
+    assert_eq!(
+        statuses.iter().filter(|s| **s == 429).count(),
+        3,
+        "{statuses:?}"
+    );
     let stats = mock.limit_stats();
-    assert_eq!((stats.max_in_flight, stats.served, stats.refused), (2, 2, 3));
+    assert_eq!(
+        (stats.max_in_flight, stats.served, stats.refused),
+        (2, 2, 3)
+    );
     // Once they are done, there is room again.
     assert_eq!(call(&c, "/v1/messages").status, 200);
 }
@@ -131,7 +149,11 @@ except anthropic.APIStatusError as e:
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let lines: Vec<&str> = stdout.lines().collect();
     assert_eq!(
         lines,
