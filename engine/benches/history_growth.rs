@@ -234,11 +234,7 @@ impl Driver {
 }
 
 fn sha256_hex(s: &str) -> String {
-    let digest = <sha2::Sha256 as sha2::Digest>::digest(s.as_bytes());
-    digest.iter().fold(String::new(), |mut out, b| {
-        let _ = write!(out, "{b:02x}");
-        out
-    })
+    proto::wire::hex::encode(&<sha2::Sha256 as sha2::Digest>::digest(s.as_bytes()))
 }
 
 fn http_post(path: &str, token: &str, body: &str, keep_alive: bool) -> Vec<u8> {

@@ -16,42 +16,12 @@ pub fn digest_hex(token: &str) -> String {
     hex(&digest(token))
 }
 
-pub fn hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut s = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        for nibble in [b >> 4, b & 15] {
-            s.push(char::from(
-                DIGITS.get(usize::from(nibble)).copied().unwrap_or(b'0'),
-            ));
-        }
-    }
-    s
-}
+pub use proto::wire::hex::encode as hex;
 
 /// Parses a stored `key_hash`: exactly 64 lowercase hex characters. Anything
 /// else is a non-match (one corrupt row must not lock others out).
 pub fn parse_digest(stored: &str) -> Option<[u8; 32]> {
-    let b = stored.as_bytes();
-    if b.len() != 64 {
-        return None;
-    }
-    let mut out = [0u8; 32];
-    for (slot, pair) in out.iter_mut().zip(b.chunks_exact(2)) {
-        let [hi, lo] = pair else {
-            return None;
-        };
-        *slot = (lower_hex_value(*hi)? << 4) | lower_hex_value(*lo)?;
-    }
-    Some(out)
-}
-
-fn lower_hex_value(c: u8) -> Option<u8> {
-    match c {
-        b'0'..=b'9' => Some(c - b'0'),
-        b'a'..=b'f' => Some(c - b'a' + 10),
-        _ => None,
-    }
+    proto::wire::hex::decode_lower(stored.as_bytes())
 }
 
 /// Compares two digests without data-dependent early exit.

@@ -14,6 +14,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::fmt::Write as _;
 
 use proto::jsonrpc::codes::{IDEMPOTENCY_KEY_REUSED, IDEMPOTENT_TURN_INTERRUPTED};
+use proto::jsonrpc::SendMessageCall;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
@@ -132,10 +133,7 @@ fn digest(message: &UserMessage) -> String {
         &json!({"role": message.role, "content": message.content}),
         &mut text,
     );
-    Sha256::digest(text.as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    proto::wire::hex::encode(&Sha256::digest(text.as_bytes()))
 }
 
 fn canonical(v: &Value, out: &mut String) {
@@ -242,19 +240,17 @@ impl Engine {
         conn: ConnId,
         session_id: &str,
         key_id: &str,
-        params: &Value,
+        params: &SendMessageCall,
     ) -> bool {
-        let (Ok(m), Ok(Some(key))) = (
-            proto::jsonrpc::SendMessageParams::parse(params),
-            proto::jsonrpc::idempotency_key(params),
-        ) else {
+        let (Ok(m), Ok(Some(key))) = (&params.message, &params.idempotency_key) else {
             return false;
         };
         let message = UserMessage {
-            role: m.role,
-            content: m.content,
+            role: m.role.clone(),
+            content: m.content.clone(),
             idem: None,
         };
+        let key = key.clone();
         let id: KeyId = (session_id.to_string(), key_id.to_string(), key);
         let outcome = match self.idem.entries.get(&id) {
             Some(e) if e.digest == digest(&message) => e.outcome.clone(),

@@ -3,7 +3,7 @@
 //! methods that do not take the turn gate.
 
 use proto::http::Request;
-use proto::jsonrpc::{self, Call, Extension, Extensions};
+use proto::jsonrpc::{self, Call, Extension, Extensions, Parsed};
 use proto::wire::json;
 use serde_json::{json, Value};
 
@@ -49,34 +49,35 @@ impl Engine {
     }
 
     fn dispatch_rpc(&mut self, conn: ConnId, session_id: &str, key_id: &str, call: Call) {
-        use proto::jsonrpc::Method as M;
-        let params = &call.params;
+        use proto::jsonrpc::MethodParams as P;
         // Extension methods answer as unknown to a client that did not opt
         // in (the reference wire).
         let opted = match call.method {
-            M::CancelTurn => self.stream_has(conn, Extension::TurnCancel),
-            M::SteerTurn => self.stream_has(conn, Extension::TurnSteer),
+            jsonrpc::Method::CancelTurn => self.stream_has(conn, Extension::TurnCancel),
+            jsonrpc::Method::SteerTurn => self.stream_has(conn, Extension::TurnSteer),
             _ => true,
         };
         if !opted {
             let msg = format!("Method not found: {}", call.method);
             return self.terminal_error(conn, jsonrpc::codes::METHOD_NOT_FOUND, &msg);
         }
-        match call.method {
-            M::RegisterDriver => self.register_driver(conn, session_id, key_id, params),
-            M::CancelTurn => self.cancel_turn(conn, session_id, key_id),
-            M::SteerTurn => self.steer_turn(conn, session_id, key_id, params),
-            M::SendMessage => self.send_message(conn, session_id, key_id, params),
-            M::Compact => self.compact(conn, session_id, key_id, params),
-            M::UpdateClientTools => self.update_client_tools(conn, session_id, key_id, params),
-            M::StartRemoteSandbox => self.start_remote_sandbox(conn, session_id, key_id, params),
-            M::StopRemoteSandbox => self.stop_remote_sandbox(conn, session_id, key_id),
-            M::ExecRemoteSandbox => self.exec_remote_sandbox(conn, session_id, key_id, params),
-            M::ReportLocalSandbox => self.report_local_sandbox(conn, session_id, key_id, params),
-            M::ReportLocalSubagent => self.report_local_subagent(conn, session_id, key_id, params),
-            M::CancelSubagent => self.cancel_subagent(conn, session_id, key_id, params),
-            M::Subscribe => self.subscribe(conn, session_id, params),
-            M::Unsubscribe => {
+        // Typed params; each handler answers a parse error only after its
+        // own checks (spec 01 §6).
+        match call.typed_params() {
+            P::RegisterDriver(p) => self.register_driver(conn, session_id, key_id, p),
+            P::CancelTurn => self.cancel_turn(conn, session_id, key_id),
+            P::SteerTurn(p) => self.steer_turn(conn, session_id, key_id, p),
+            P::SendMessage(p) => self.send_message(conn, session_id, key_id, p),
+            P::Compact(p) => self.compact(conn, session_id, key_id, p),
+            P::UpdateClientTools(p) => self.update_client_tools(conn, session_id, key_id, p),
+            P::StartRemoteSandbox(p) => self.start_remote_sandbox(conn, session_id, key_id, p),
+            P::StopRemoteSandbox => self.stop_remote_sandbox(conn, session_id, key_id),
+            P::ExecRemoteSandbox(p) => self.exec_remote_sandbox(conn, session_id, key_id, p),
+            P::ReportLocalSandbox(p) => self.report_local_sandbox(conn, session_id, key_id, p),
+            P::ReportLocalSubagent(p) => self.report_local_subagent(conn, session_id, key_id, p),
+            P::CancelSubagent(p) => self.cancel_subagent(conn, session_id, key_id, p),
+            P::Subscribe(p) => self.subscribe(conn, session_id, p),
+            P::Unsubscribe => {
                 self.unsubscribe_all(session_id);
                 self.terminal_result(conn, r#"{"unsubscribed":true}"#);
             }
@@ -90,12 +91,12 @@ impl Engine {
         conn: ConnId,
         session_id: &str,
         key_id: &str,
-        params: &Value,
+        params: Parsed<jsonrpc::UpdateClientToolsParams>,
     ) {
         if !self.require_open_driver(conn, session_id, key_id, "session.updateClientTools") {
             return;
         }
-        let parsed = match jsonrpc::UpdateClientToolsParams::parse(params) {
+        let parsed = match params {
             Ok(p) => p,
             Err(msg) => return self.terminal_error(conn, codes::INVALID_PARAMS, &msg),
         };
@@ -142,14 +143,20 @@ impl Engine {
         self.catalog.open_error(session_id)
     }
 
-    fn register_driver(&mut self, conn: ConnId, session_id: &str, key_id: &str, params: &Value) {
+    fn register_driver(
+        &mut self,
+        conn: ConnId,
+        session_id: &str,
+        key_id: &str,
+        params: Parsed<jsonrpc::RegisterDriverParams>,
+    ) {
         if let Some(msg) = self.open_state_error(session_id) {
             return self.terminal_error(conn, codes::APPLICATION_ERROR, &msg);
         }
         // Extension opt-in (docs/extensions.md); without the param the
         // reference behaviour and answer are unchanged.
-        let asked = match Extensions::from_params(params) {
-            Ok(a) => a,
+        let asked = match params {
+            Ok(p) => p.extensions,
             Err(msg) => return self.terminal_error(conn, codes::INVALID_PARAMS, &msg),
         };
         let (sid, kid) = (

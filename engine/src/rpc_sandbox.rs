@@ -2,7 +2,7 @@
 //! subagent telemetry reports (spec 06 §5.7, §6.6). The remote sandbox and
 //! subagent RPCs live in `session_sandbox.rs`.
 
-use proto::jsonrpc::{ReportLocalSandboxParams, ReportLocalSubagentParams};
+use proto::jsonrpc::{Parsed, ReportLocalSandboxParams, ReportLocalSubagentParams};
 use serde_json::Value;
 
 use crate::{ConnId, Engine};
@@ -55,9 +55,9 @@ impl Engine {
         conn: ConnId,
         session_id: &str,
         key_id: &str,
-        params: &Value,
+        params: Parsed<ReportLocalSandboxParams>,
     ) {
-        let report = ReportLocalSandboxParams::parse(params).map(|r| (r.event_type(), r.payload()));
+        let report = params.map(|r| (r.event_type(), r.payload()));
         self.record_report(
             conn,
             session_id,
@@ -72,10 +72,9 @@ impl Engine {
         conn: ConnId,
         session_id: &str,
         key_id: &str,
-        params: &Value,
+        params: Parsed<ReportLocalSubagentParams>,
     ) {
-        let report =
-            ReportLocalSubagentParams::parse(params).map(|r| (r.event_type(), r.payload()));
+        let report = params.map(|r| (r.event_type(), r.payload()));
         self.record_report(
             conn,
             session_id,

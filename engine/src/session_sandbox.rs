@@ -2,7 +2,7 @@
 //! the RPCs' check orders, the lifecycle events recorded from the hub's
 //! notices, teardown at session close, and image provisioning.
 
-use proto::jsonrpc::{ExecRemoteSandboxParams, RpcError, StartRemoteSandboxParams};
+use proto::jsonrpc::{ExecRemoteSandboxParams, Parsed, RpcError, StartRemoteSandboxParams};
 use proto::wire::json;
 use serde_json::{json, Value};
 
@@ -85,12 +85,12 @@ impl Engine {
         conn: ConnId,
         session_id: &str,
         key_id: &str,
-        params: &Value,
+        params: Parsed<StartRemoteSandboxParams>,
     ) {
         if !self.require_open_driver(conn, session_id, key_id, "session.startRemoteSandbox") {
             return;
         }
-        let image = match StartRemoteSandboxParams::parse(params) {
+        let image = match params {
             Ok(p) => p.image,
             Err(msg) => return self.terminal_error(conn, codes::INVALID_PARAMS, &msg),
         };
@@ -282,12 +282,12 @@ impl Engine {
         conn: ConnId,
         session_id: &str,
         key_id: &str,
-        params: &Value,
+        params: Parsed<ExecRemoteSandboxParams>,
     ) {
         if !self.require_driver(conn, session_id, key_id, "session.execRemoteSandbox") {
             return;
         }
-        let command = match ExecRemoteSandboxParams::parse(params) {
+        let command = match params {
             Ok(p) => p.command,
             Err(msg) => return self.terminal_error(conn, codes::INVALID_PARAMS, &msg),
         };
@@ -345,12 +345,12 @@ impl Engine {
         conn: ConnId,
         session_id: &str,
         key_id: &str,
-        params: &Value,
+        params: Parsed<proto::jsonrpc::CancelSubagentParams>,
     ) {
         if !self.require_driver(conn, session_id, key_id, "session.cancelSubagent") {
             return;
         }
-        let id = match proto::jsonrpc::CancelSubagentParams::parse(params) {
+        let id = match params {
             Ok(p) => p.subagent_id,
             Err(msg) => return self.terminal_error(conn, codes::INVALID_PARAMS, &msg),
         };

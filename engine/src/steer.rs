@@ -4,7 +4,7 @@
 //! (`session_core/steer.rs`, which also says where a steer lands).
 
 use proto::jsonrpc::codes::STEER_REJECTED;
-use serde_json::Value;
+use proto::jsonrpc::{Parsed, SendMessageParams};
 
 use crate::session_core::SteerRefusal;
 use crate::{ConnId, Engine};
@@ -17,12 +17,12 @@ impl Engine {
         conn: ConnId,
         session_id: &str,
         key_id: &str,
-        params: &Value,
+        params: Parsed<SendMessageParams>,
     ) {
         if !self.require_open_driver(conn, session_id, key_id, "session.steerTurn") {
             return;
         }
-        let message = match proto::jsonrpc::SendMessageParams::parse(params) {
+        let message = match params {
             Ok(m) => m,
             Err(msg) => return self.terminal_error(conn, codes::INVALID_PARAMS, &msg),
         };

@@ -8,7 +8,7 @@
 //! delivered; events published while a read is in flight are buffered and
 //! deduplicated by seq when the read lands.
 
-use proto::jsonrpc::{self, Extension, Extensions};
+use proto::jsonrpc::{self, Extension, Parsed, SubscribeParams};
 use serde_json::Value;
 
 use crate::conn::PendingRead;
@@ -25,20 +25,14 @@ use crate::streams::{FlowLimits, Live};
 pub use crate::streams::{Phase, Subscription};
 
 impl Engine {
-    pub(crate) fn subscribe(&mut self, conn: ConnId, session_id: &str, params: &Value) {
-        let since = match params.get("since_event_id") {
-            None | Some(Value::Null) => None,
-            Some(Value::String(s)) => Some(s.clone()),
-            Some(_) => {
-                return self.terminal_error(
-                    conn,
-                    codes::INVALID_PARAMS,
-                    "Invalid params: since_event_id must be a string",
-                );
-            }
-        };
-        let asked = match Extensions::from_params(params) {
-            Ok(a) => a.unwrap_or_default(),
+    pub(crate) fn subscribe(
+        &mut self,
+        conn: ConnId,
+        session_id: &str,
+        params: Parsed<SubscribeParams>,
+    ) {
+        let (since, asked) = match params {
+            Ok(p) => (p.since_event_id, p.extensions),
             Err(msg) => return self.terminal_error(conn, codes::INVALID_PARAMS, &msg),
         };
         // Attach first, then replay, so nothing committed meanwhile is lost.

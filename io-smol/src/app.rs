@@ -203,7 +203,7 @@ fn store_label(env: &Env) -> String {
                 None => url.to_string(),
             };
             let digest = Sha256::digest(text.as_bytes());
-            digest.iter().take(8).map(|b| format!("{b:02x}")).collect()
+            proto::wire::hex::encode(&digest[..8])
         }
     }
 }

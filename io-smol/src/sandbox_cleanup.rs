@@ -19,7 +19,7 @@ pub fn db_label(path: &Path) -> String {
         .or_else(|_| std::env::current_dir().map(|d| d.join(path)))
         .unwrap_or_else(|_| path.to_path_buf());
     let digest = Sha256::digest(abs.to_string_lossy().as_bytes());
-    digest.iter().take(8).map(|b| format!("{b:02x}")).collect()
+    proto::wire::hex::encode(&digest[..8])
 }
 
 /// A fresh label for this process's containers.
@@ -28,7 +28,7 @@ pub fn run_label() -> String {
     if getrandom::getrandom(&mut b).is_err() {
         return format!("{}", std::process::id());
     }
-    b.iter().map(|x| format!("{x:02x}")).collect()
+    proto::wire::hex::encode(&b)
 }
 
 /// Stops, in the background, every container labelled with `db` whose run

@@ -840,3 +840,61 @@ fn usage_help_and_version() {
         "error: usage: unknown option \"--bogus\" for \"keys list\"\n",
     );
 }
+
+/// The reference baectl's wording for the three answers its own tests
+/// check, which a script may match, is printed after our first line and
+/// before our hints (issue 39).
+#[test]
+fn reference_wording_for_the_three_checked_errors() {
+    let s = dead_server();
+    let pro = fixtures::create_profile(&s, &unique_name("p"), "main", &[], &[]);
+    let (key_id, _) = fixtures::create_key(&s, &pro);
+
+    // Deleting a profile that still has active keys.
+    let r = baectl(&s, &["delete", "profile", &pro]).fails(1, "baectl: ");
+    let lines: Vec<&str> = r.stderr.lines().collect();
+    assert!(lines[0].contains("active client key"), "{}", r.stderr);
+    assert_eq!(lines[1], "Revoke the profile's active keys first.");
+    assert!(lines[2].starts_with("hint: revoke the profile's client keys"));
+
+    // A key for a deleted profile, and for one that never existed.
+    s.admin()
+        .delete(&format!("/admin/v1/keys/{key_id}"))
+        .assert_status(204);
+    baectl(&s, &["delete", "profile", &pro]).ok();
+    for profile in [pro.as_str(), "pro_00000000000000000000000000000000"] {
+        let r = baectl(&s, &["create", "key", "agent", profile]).fails(1, "baectl: ");
+        let lines: Vec<&str> = r.stderr.lines().collect();
+        assert!(lines[0].contains(profile), "{}", r.stderr);
+        assert!(
+            lines[0].ends_with(" (the referenced profile does not exist or was deleted)"),
+            "{}",
+            r.stderr
+        );
+        assert!(lines[1].starts_with("hint: no live profile has that id"));
+    }
+
+    // A rejected admin token.
+    let addr = s.admin_addr.to_string();
+    let r = baectl_env(
+        &[
+            ("BAE_ADMIN_ADDR", &addr),
+            ("BAE_ADMIN_TOKEN", "bae_admin_wrong"),
+        ],
+        &["list", "profiles"],
+    )
+    .fails(
+        1,
+        "baectl: admin API rejected the request (401 unauthorized)",
+    );
+    let lines: Vec<&str> = r.stderr.lines().collect();
+    assert_eq!(
+        lines[1],
+        "baectl: no valid admin token was supplied (401 unauthorized)"
+    );
+    assert!(
+        lines[2].starts_with("hint: give an admin key"),
+        "{}",
+        r.stderr
+    );
+}

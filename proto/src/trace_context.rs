@@ -2,6 +2,8 @@
 //! the engine can parent a request's span on a caller's trace. Anything
 //! invalid is treated as absent (the spec's rule: start a new trace).
 
+use crate::wire::hex::decode_lower;
+
 /// A valid inbound `traceparent`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TraceParent {
@@ -31,17 +33,11 @@ impl TraceParent {
             Some(b'-') if version != 0 => {}
             Some(_) => return None,
         }
-        let mut trace_id = [0u8; 16];
-        for (i, b) in trace_id.iter_mut().enumerate() {
-            *b = hex_byte(head.get(3 + 2 * i..5 + 2 * i)?)?;
-        }
+        let trace_id = decode_lower::<16>(head.get(3..35)?)?;
         if head.get(35) != Some(&b'-') {
             return None;
         }
-        let mut parent_id = [0u8; 8];
-        for (i, b) in parent_id.iter_mut().enumerate() {
-            *b = hex_byte(head.get(36 + 2 * i..38 + 2 * i)?)?;
-        }
+        let parent_id = decode_lower::<8>(head.get(36..52)?)?;
         if head.get(52) != Some(&b'-') {
             return None;
         }
@@ -71,15 +67,7 @@ fn trim(v: &[u8]) -> &[u8] {
 
 /// Two lowercase hex digits (the spec forbids uppercase).
 fn hex_byte(two: &[u8]) -> Option<u8> {
-    let digit = |c: u8| match c {
-        b'0'..=b'9' => Some(c - b'0'),
-        b'a'..=b'f' => Some(c - b'a' + 10),
-        _ => None,
-    };
-    match two {
-        [h, l] => Some(digit(*h)? << 4 | digit(*l)?),
-        _ => None,
-    }
+    decode_lower::<1>(two).map(|[b]| b)
 }
 
 #[cfg(test)]

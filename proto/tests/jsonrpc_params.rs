@@ -435,3 +435,140 @@ fn cancel_subagent_params() {
         );
     }
 }
+
+/// The serde derives read an object's members only: an array where an
+/// object belongs is serde's type error (the derive alone would take the
+/// array's items by position), and positional params have no members.
+#[test]
+fn objects_only_and_positional_params_have_no_members() {
+    assert_eq!(
+        SendMessageParams::parse(&json!({"message":["user","hi"]})).unwrap_err(),
+        "Invalid params: invalid type: sequence, expected struct Message"
+    );
+    assert_eq!(
+        UpdateClientToolsParams::parse(&json!({"tools":[["a"]]})).unwrap_err(),
+        "Invalid params: invalid type: sequence, expected struct ClientToolDef"
+    );
+    assert_eq!(
+        CompactParams::parse(&json!(["a prompt"])).unwrap(),
+        CompactParams::default()
+    );
+    assert_eq!(
+        StartRemoteSandboxParams::parse(&json!(["python:3.12"])).unwrap_err(),
+        "Invalid params: missing \"image\""
+    );
+    // Unknown members are ignored.
+    assert_eq!(
+        CompactParams::parse(&json!({"prompt":"p","future":1}))
+            .unwrap()
+            .prompt
+            .as_deref(),
+        Some("p")
+    );
+}
+
+/// The documented check order holds whatever order the members come in.
+#[test]
+fn checks_run_in_documented_order_not_member_order() {
+    assert_eq!(
+        ReportLocalSandboxParams::parse(&json!({"unsandboxed":"yes","image":5,"state":"x"}))
+            .unwrap_err(),
+        "Invalid params: \"state\" must be \"running\", \"stopped\", or \"error\""
+    );
+    assert_eq!(
+        ReportLocalSubagentParams::parse(
+            &json!({"exit_code":"x","detail":1,"model":"m","harness":"h","subagent_id":"s","state":"failed"})
+        )
+        .unwrap_err(),
+        "Invalid params: \"detail\" must be a string or null"
+    );
+    assert_eq!(
+        SubscribeParams::parse(&json!({"extensions":5,"since_event_id":1})).unwrap_err(),
+        "Invalid params: since_event_id must be a string"
+    );
+}
+
+#[test]
+fn subscribe_and_register_driver_extensions() {
+    let p = SubscribeParams::parse(
+        &json!({"since_event_id":"evt_1","extensions":["subscribe.gapless","x"]}),
+    )
+    .unwrap();
+    assert_eq!(p.since_event_id.as_deref(), Some("evt_1"));
+    assert_eq!(p.extensions.names(), ["subscribe.gapless"]);
+    assert!(SubscribeParams::parse(&json!({}))
+        .unwrap()
+        .extensions
+        .is_empty());
+    assert_eq!(
+        RegisterDriverParams::parse(&json!({})).unwrap().extensions,
+        None
+    );
+    assert_eq!(
+        RegisterDriverParams::parse(&json!({"extensions":[]}))
+            .unwrap()
+            .extensions,
+        Some(Extensions::default())
+    );
+    for bad in [
+        json!({"extensions":null}),
+        json!({"extensions":"turn.cancel"}),
+        json!({"extensions":["turn.cancel",1]}),
+    ] {
+        assert_eq!(
+            RegisterDriverParams::parse(&bad).unwrap_err(),
+            "Invalid params: \"extensions\" must be an array of strings",
+            "{bad}"
+        );
+        assert_eq!(
+            SubscribeParams::parse(&bad).unwrap_err(),
+            "Invalid params: \"extensions\" must be an array of strings"
+        );
+    }
+}
+
+/// `Call::typed_params`: each method's params, parsed by its own parser,
+/// the parse error kept for the engine to answer after its own checks.
+#[test]
+fn typed_params_by_method() {
+    let call = |body: &str| decode_call(body.as_bytes()).unwrap();
+    let send = call(
+        r#"{"jsonrpc":"2.0","id":1,"method":"session.sendMessage","params":{"message":{"content":"hi"},"idempotency_key":""}}"#,
+    );
+    let MethodParams::SendMessage(p) = send.typed_params() else {
+        panic!("not sendMessage");
+    };
+    assert_eq!(p.message.unwrap().content, json!("hi"));
+    assert!(p.idempotency_key.unwrap_err().contains("idempotency_key"));
+    let compact =
+        call(r#"{"jsonrpc":"2.0","id":1,"method":"session.compact","params":{"prompt":5}}"#);
+    assert_eq!(
+        compact.typed_params(),
+        MethodParams::Compact(Err(
+            "Invalid params: invalid type: integer `5`, expected a string".into()
+        ))
+    );
+    let steer = call(r#"{"jsonrpc":"2.0","id":1,"method":"session.steerTurn"}"#);
+    assert_eq!(
+        steer.typed_params(),
+        MethodParams::SteerTurn(Err("Invalid params: missing \"message\"".into()))
+    );
+    for (method, want) in [
+        ("session.unsubscribe", MethodParams::Unsubscribe),
+        ("session.stopRemoteSandbox", MethodParams::StopRemoteSandbox),
+        ("session.cancelTurn", MethodParams::CancelTurn),
+    ] {
+        let c = call(&format!(
+            r#"{{"jsonrpc":"2.0","id":1,"method":"{method}"}}"#
+        ));
+        assert_eq!(c.typed_params(), want);
+    }
+    let exec =
+        call(r#"{"jsonrpc":"2.0","method":"session.execRemoteSandbox","params":{"command":"ls"}}"#);
+    assert_eq!(
+        exec.typed_params(),
+        MethodParams::ExecRemoteSandbox(Ok(ExecRemoteSandboxParams {
+            command: "ls".into()
+        }))
+    );
+}

@@ -27,6 +27,9 @@
 #   - Debian `chromium` (headless), via apt-get
 #   - npm `playwright-core`, into testkit/ui/node_modules (not global): the
 #     test script imports it from there; it downloads no browser of its own
+# and the shells baectl's completion scripts are checked in
+# (io-smol/tests/ctl_cli.rs):
+#   - Debian `zsh` and `fish`, via apt-get (bash is already there)
 # Idempotent: does nothing (quickly) when the pinned versions are present.
 set -euo pipefail
 
@@ -63,6 +66,17 @@ else
   "${as_root[@]}" apt-get update -q
   DEBIAN_FRONTEND=noninteractive "${as_root[@]}" apt-get install -y -q nginx
   nginx_ok || { echo "install-test-deps: nginx installed but its binary is missing" >&2; exit 1; }
+fi
+
+if command -v zsh >/dev/null 2>&1 && command -v fish >/dev/null 2>&1; then
+  echo "install-test-deps: zsh and fish already installed"
+else
+  echo "install-test-deps: apt-get installing zsh and fish"
+  if [ "$(id -u)" -eq 0 ]; then as_root=(); else as_root=(sudo); fi
+  "${as_root[@]}" apt-get update -q
+  DEBIAN_FRONTEND=noninteractive "${as_root[@]}" apt-get install -y -q zsh fish
+  { command -v zsh && command -v fish; } >/dev/null ||
+    { echo "install-test-deps: zsh or fish not on PATH after install" >&2; exit 1; }
 fi
 
 MCP_PY_VERSION=2.3.0

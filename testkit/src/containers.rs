@@ -84,7 +84,7 @@ pub fn db_label(path: &std::path::Path) -> String {
     use sha2::{Digest, Sha256};
     let abs = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
     let digest = Sha256::digest(abs.to_string_lossy().as_bytes());
-    digest.iter().take(8).map(|b| format!("{b:02x}")).collect()
+    proto::wire::hex::encode(&digest[..8])
 }
 
 /// Stops every container labelled `bae.db=<db>` on the engine at `host`.

@@ -306,7 +306,7 @@ impl Server {
                 // Servers on one directory share one database.
                 use sha2::{Digest, Sha256};
                 let d = Sha256::digest(dir.path().to_string_lossy().as_bytes());
-                let name: String = d.iter().take(8).map(|b| format!("{b:02x}")).collect();
+                let name = proto::wire::hex::encode(&d[..8]);
                 let name = format!("bae_d{name}");
                 cluster.ensure_database(&name);
                 name

@@ -13,7 +13,7 @@ mod recover;
 mod tools;
 mod world;
 
-use serde_json::{json, Value};
+use serde_json::json;
 
 use crate::conn::PendingRead;
 use crate::history_load::{HistoryLoad, HistoryLoader, Progress};
@@ -21,7 +21,7 @@ use crate::rpc::StreamKind;
 use crate::session_core::{Arrival, Limits, Refusal, SessionCore, Start, TurnLoop, World};
 use crate::store::{ReadResult, SessionState, StoreWrite};
 use crate::{ConnId, Engine};
-use proto::jsonrpc::codes;
+use proto::jsonrpc::{codes, SendMessageCall};
 use proto::wire::EventType;
 
 /// The assistant text of a turn that ended `ProvidersFailed`.
@@ -49,7 +49,7 @@ impl Engine {
         conn: ConnId,
         session_id: &str,
         key_id: &str,
-        params: &Value,
+        params: SendMessageCall,
     ) {
         if !self.require_driver(conn, session_id, key_id, "session.sendMessage") {
             return;
@@ -58,12 +58,12 @@ impl Engine {
         if let Some(msg) = self.open_state_error(session_id) {
             // A finished key still gets its answer once the session is no
             // longer open (its turn may have been what ended it).
-            if idempotent && self.replay_finished(conn, session_id, key_id, params) {
+            if idempotent && self.replay_finished(conn, session_id, key_id, &params) {
                 return;
             }
             return self.terminal_error(conn, codes::APPLICATION_ERROR, &msg);
         }
-        let mut message = match proto::jsonrpc::SendMessageParams::parse(params) {
+        let mut message = match params.message {
             Ok(m) => UserMessage {
                 role: m.role,
                 content: m.content,
@@ -72,7 +72,7 @@ impl Engine {
             Err(msg) => return self.terminal_error(conn, codes::INVALID_PARAMS, &msg),
         };
         if idempotent {
-            let key = match proto::jsonrpc::idempotency_key(params) {
+            let key = match params.idempotency_key {
                 Ok(k) => k,
                 Err(msg) => return self.terminal_error(conn, codes::INVALID_PARAMS, &msg),
             };

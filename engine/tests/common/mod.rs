@@ -313,13 +313,7 @@ impl Harness {
 }
 
 pub fn sha_hex(s: &str) -> String {
-    use std::fmt::Write;
-    let d = <sha2::Sha256 as sha2::Digest>::digest(s.as_bytes());
-    let mut out = String::new();
-    for b in d {
-        write!(out, "{b:02x}").unwrap();
-    }
-    out
+    proto::wire::hex::encode(&<sha2::Sha256 as sha2::Digest>::digest(s.as_bytes()))
 }
 
 pub fn build_request(

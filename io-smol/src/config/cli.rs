@@ -36,121 +36,173 @@ pub struct Cli {
 const FLAG_CONFIG: &str = "--config";
 const FLAG_KEY_FILE: &str = "--admin-key-file";
 const FLAG_HASH_FILE: &str = "--admin-key-hash-file";
-const FLAG_ROTATE: &str = "--rotate-admin-key";
-const FLAG_DISABLE: &str = "--dangerously-disable-admin-auth";
+
+/// Environment variables, listed after the options in the help.
+const ENVIRONMENT: &str = "\
+Environment: BAE_ADDR, BAE_ADMIN_ADDR, BAE_DB_PATH, BAE_LOG, BAE_OTEL_LOG,
+BAE_SHUTDOWN_TIMEOUT, BAE_CONFIG, BAE_TURN_TIMEOUT, BAE_SUBAGENT_TIMEOUT,
+BAE_MAX_SUBAGENTS_PER_SESSION, BAE_ADMIN_KEY_FILE, BAE_ADMIN_KEY_HASH_FILE,
+BAE_DANGEROUSLY_DISABLE_ADMIN_AUTH, BAE_SANDBOX_DRIVER, BAE_MAX_HEAD_BYTES,
+BAE_MAX_HEADERS, BAE_MAX_BODY_BYTES, BAE_PROVIDER_TIMEOUT, BAE_SQLITE_SYNCHRONOUS
+(see docs/configuration.md).";
+
+/// The command line as `clap` derives. Help and version are ours (spec
+/// 04 §2: help goes to stderr, `version` prints two lines), so clap's
+/// own flags and `help` subcommand are off.
+#[derive(clap::Parser, Debug)]
+#[command(
+    name = "baesrv",
+    about = "The BAE session server",
+    disable_help_flag = true,
+    disable_version_flag = true,
+    disable_help_subcommand = true,
+    args_override_self = true,
+    override_usage = "baesrv [--config <path>] [serve] [SERVE OPTIONS]   (the default)\n       \
+                      baesrv [--config <path>] migrate\n       \
+                      baesrv version | --version | -V\n       \
+                      baesrv help | --help | -h",
+    after_help = ENVIRONMENT
+)]
+struct Args {
+    /// bae-config.toml location (overrides BAE_CONFIG)
+    #[arg(long, global = true, value_name = "path",
+          value_parser = |v: &str| path_value(FLAG_CONFIG, v))]
+    config: Option<PathBuf>,
+    /// Plaintext admin key file (overrides BAE_ADMIN_KEY_FILE)
+    #[arg(long, global = true, value_name = "path",
+          value_parser = |v: &str| path_value(FLAG_KEY_FILE, v))]
+    admin_key_file: Option<PathBuf>,
+    /// Pre-provisioned admin key hash file (overrides BAE_ADMIN_KEY_HASH_FILE)
+    #[arg(long, global = true, value_name = "path",
+          value_parser = |v: &str| path_value(FLAG_HASH_FILE, v))]
+    admin_key_hash_file: Option<PathBuf>,
+    /// Revoke current admin keys and mint a fresh one
+    #[arg(long, global = true)]
+    rotate_admin_key: bool,
+    /// Serve the admin port without authentication
+    #[arg(long, global = true)]
+    dangerously_disable_admin_auth: bool,
+    /// Print the version
+    #[arg(short = 'V', long = "version")]
+    version: bool,
+    /// Print this help
+    #[arg(short = 'h', long = "help")]
+    help: bool,
+    #[command(subcommand)]
+    command: Option<Sub>,
+}
+
+#[derive(clap::Subcommand, Debug, Clone, Copy)]
+enum Sub {
+    /// Run the server (the default)
+    Serve,
+    /// Apply database migrations and exit
+    Migrate,
+    /// Print the version
+    Version,
+    /// Print this help
+    Help,
+}
+
+fn path_value(flag: &'static str, v: &str) -> Result<PathBuf, UsageError> {
+    if v.is_empty() {
+        Err(UsageError::MissingValue { flag })
+    } else {
+        Ok(PathBuf::from(v))
+    }
+}
 
 /// Parses the command line. `args` excludes the program name
 /// (`std::env::args().skip(1)`).
 ///
 /// Rules (spec 04 §2): the path flags accept `--flag <v>` and `--flag=<v>`
 /// anywhere on the line (a repeated flag: the last one wins); a missing or
-/// empty value is an error. After removing the flags the first remaining
-/// argument selects the subcommand (none → `serve`); anything unrecognised,
-/// including an unknown `--flag` or a second positional argument, is
-/// `unknown command "<arg>"`. Rotate + disable flags together are rejected
-/// regardless of subcommand. Errors are reported in that order: flag values
-/// first, then the subcommand, then rotate+disable.
+/// empty value is an error. The first positional argument selects the
+/// subcommand (none → `serve`); anything unrecognised, including an unknown
+/// `--flag` or a second positional argument, is `unknown command "<arg>"`.
+/// Rotate + disable flags together are rejected regardless of subcommand,
+/// after every other check; between the others, the first on the line wins.
 pub fn parse_cli(args: &[String]) -> Result<Cli, UsageError> {
-    let mut config_path = None;
-    let mut admin_key_file = None;
-    let mut admin_key_hash_file = None;
-    let mut rotate_admin_key = false;
-    let mut disable_admin_auth = false;
-    let mut rest: Vec<&str> = Vec::new();
-
-    let mut i = 0;
-    while i < args.len() {
-        let arg = args[i].as_str();
-        i += 1;
-        let (name, inline) = match arg.split_once('=') {
-            Some((n, v)) if n.starts_with("--") => (n, Some(v)),
-            _ => (arg, None),
-        };
-        let slot = match name {
-            FLAG_CONFIG => Some((FLAG_CONFIG, &mut config_path)),
-            FLAG_KEY_FILE => Some((FLAG_KEY_FILE, &mut admin_key_file)),
-            FLAG_HASH_FILE => Some((FLAG_HASH_FILE, &mut admin_key_hash_file)),
-            _ => None,
-        };
-        if let Some((flag, slot)) = slot {
-            let value = match inline {
-                Some(v) => Some(v),
-                None => {
-                    let v = args.get(i).map(String::as_str);
-                    if v.is_some() {
-                        i += 1;
-                    }
-                    v
-                }
-            };
-            match value {
-                Some(v) if !v.is_empty() => *slot = Some(PathBuf::from(v)),
-                _ => return Err(UsageError::MissingValue { flag }),
-            }
-            continue;
-        }
-        match arg {
-            FLAG_ROTATE => rotate_admin_key = true,
-            FLAG_DISABLE => disable_admin_auth = true,
-            _ => rest.push(arg),
-        }
+    use clap::Parser;
+    let argv = std::iter::once("baesrv".to_string()).chain(args.iter().cloned());
+    let parsed = Args::try_parse_from(argv).map_err(|e| usage_error(&e, args))?;
+    // `version`/`help` may be spelled as a flag or a subcommand, once.
+    let mut selectors: Vec<(usize, Command)> = Vec::new();
+    let position = |names: &[&str]| args.iter().position(|a| names.contains(&a.as_str()));
+    if parsed.version {
+        selectors.push((
+            position(&["--version", "-V"]).unwrap_or(0),
+            Command::Version,
+        ));
     }
-
-    let command = match rest.first().copied() {
-        None | Some("serve") => Command::Serve,
-        Some("migrate") => Command::Migrate,
-        Some("version" | "--version" | "-V") => Command::Version,
-        Some("help" | "--help" | "-h") => Command::Help,
-        Some(other) => {
-            return Err(UsageError::UnknownCommand {
-                arg: other.to_string(),
-            })
-        }
-    };
-    if let Some(extra) = rest.get(1) {
+    if parsed.help {
+        selectors.push((position(&["--help", "-h"]).unwrap_or(0), Command::Help));
+    }
+    if let Some(sub) = parsed.command {
+        let (name, command) = match sub {
+            Sub::Serve => ("serve", Command::Serve),
+            Sub::Migrate => ("migrate", Command::Migrate),
+            Sub::Version => ("version", Command::Version),
+            Sub::Help => ("help", Command::Help),
+        };
+        selectors.push((position(&[name]).unwrap_or(0), command));
+    }
+    selectors.sort_by_key(|(i, _)| *i);
+    if let Some((i, _)) = selectors.get(1) {
         return Err(UsageError::UnknownCommand {
-            arg: (*extra).to_string(),
+            arg: args.get(*i).cloned().unwrap_or_default(),
         });
     }
-    if rotate_admin_key && disable_admin_auth {
+    let command = selectors.first().map_or(Command::Serve, |(_, c)| *c);
+    if parsed.rotate_admin_key && parsed.dangerously_disable_admin_auth {
         return Err(UsageError::RotateWithDisableFlag);
     }
     Ok(Cli {
         command,
-        config_path,
-        admin_key_file,
-        admin_key_hash_file,
-        rotate_admin_key,
-        disable_admin_auth,
+        config_path: parsed.config,
+        admin_key_file: parsed.admin_key_file,
+        admin_key_hash_file: parsed.admin_key_hash_file,
+        rotate_admin_key: parsed.rotate_admin_key,
+        disable_admin_auth: parsed.dangerously_disable_admin_auth,
     })
 }
 
+/// clap's error in spec 04's words: a path flag without a value, else
+/// `unknown command "<arg>"` naming the argument as it was typed.
+fn usage_error(e: &clap::Error, args: &[String]) -> UsageError {
+    use clap::error::{ContextKind, ErrorKind};
+    let ctx = |k| e.get(k).map(ToString::to_string).unwrap_or_default();
+    if let Some(u) = std::error::Error::source(e).and_then(|s| s.downcast_ref::<UsageError>()) {
+        return u.clone();
+    }
+    // `--config <path>` → `--config`.
+    let invalid = ctx(ContextKind::InvalidArg);
+    let flag = invalid.split([' ', '=']).next().unwrap_or("");
+    let path_flag = [FLAG_CONFIG, FLAG_KEY_FILE, FLAG_HASH_FILE]
+        .into_iter()
+        .find(|f| *f == flag);
+    let arg = match e.kind() {
+        ErrorKind::InvalidValue | ErrorKind::NoEquals if path_flag.is_some() => {
+            return UsageError::MissingValue {
+                flag: path_flag.unwrap_or(FLAG_CONFIG),
+            }
+        }
+        ErrorKind::InvalidSubcommand => ctx(ContextKind::InvalidSubcommand),
+        // A switch given a value: the argument as typed (`--rotate-admin-key=yes`).
+        ErrorKind::TooManyValues | ErrorKind::NoEquals => args
+            .iter()
+            .find(|a| a.starts_with(&format!("{flag}=")))
+            .cloned()
+            .unwrap_or(invalid),
+        _ => invalid,
+    };
+    UsageError::UnknownCommand { arg }
+}
+
 /// Usage text printed by `help` (stderr) and after an unknown command.
-pub fn usage_text() -> &'static str {
-    "\
-Usage:
-  baesrv [--config <path>] [serve] [SERVE OPTIONS]   run the server (default)
-  baesrv [--config <path>] migrate                   apply database migrations and exit
-  baesrv version | --version | -V                    print the version
-  baesrv help | --help | -h                          print this help
-
-Options:
-  --config <path>                     bae-config.toml location (overrides BAE_CONFIG)
-
-SERVE OPTIONS:
-  --admin-key-file <path>             plaintext admin key file (overrides BAE_ADMIN_KEY_FILE)
-  --admin-key-hash-file <path>        pre-provisioned admin key hash file
-                                      (overrides BAE_ADMIN_KEY_HASH_FILE)
-  --rotate-admin-key                  revoke current admin keys and mint a fresh one
-  --dangerously-disable-admin-auth    serve the admin port without authentication
-
-Environment: BAE_ADDR, BAE_ADMIN_ADDR, BAE_DB_PATH, BAE_LOG, BAE_OTEL_LOG,
-BAE_SHUTDOWN_TIMEOUT, BAE_CONFIG, BAE_TURN_TIMEOUT, BAE_SUBAGENT_TIMEOUT,
-BAE_MAX_SUBAGENTS_PER_SESSION, BAE_ADMIN_KEY_FILE, BAE_ADMIN_KEY_HASH_FILE,
-BAE_DANGEROUSLY_DISABLE_ADMIN_AUTH, BAE_SANDBOX_DRIVER, BAE_MAX_HEAD_BYTES,
-BAE_MAX_HEADERS, BAE_MAX_BODY_BYTES, BAE_PROVIDER_TIMEOUT, BAE_SQLITE_SYNCHRONOUS
-(see docs/configuration.md).
-"
+pub fn usage_text() -> String {
+    use clap::CommandFactory;
+    Args::command().render_help().to_string()
 }
 
 /// Output of `baesrv version` (stdout), newline-terminated:
@@ -284,6 +336,13 @@ mod tests {
         .unwrap_err();
         assert_eq!(e, UsageError::RotateWithDisableFlag);
         assert_eq!(e.exit_code(), 2);
+    }
+
+    /// clap's own consistency checks over the flag set.
+    #[test]
+    fn flag_set_is_consistent() {
+        use clap::CommandFactory;
+        Args::command().debug_assert();
     }
 
     #[test]

@@ -26,7 +26,9 @@ impl DatabaseUrl {
     }
 
     /// The password the URL carries, if any (to scrub it from a client
-    /// library's error text).
+    /// library's error text). Read by hand, not by the `url` crate: it must
+    /// also find the password in a URL the parser refuses (a bad port, a
+    /// foreign scheme), whose error is shown, and as written (not decoded).
     pub fn password(&self) -> Option<&str> {
         let (_, rest) = self.0.split_once("://")?;
         let authority = rest.split(['/', '?']).next().unwrap_or("");

@@ -2,7 +2,9 @@
 //!
 //! Loading runs in three phases whose order decides which error wins
 //! (spec 04 §5): (1) TOML syntax and schema — strict key sets, types and enum
-//! values — reported as `invalid config file "<path>": <detail>`;
+//! values, declared as serde derives on the types below (`deny_unknown_fields`
+//! where spec 04 makes unknown keys errors) — reported as
+//! `invalid config file "<path>": <detail>`;
 //! (2) `[telemetry]` value validation, only when `enabled = true`;
 //! (3) MCP then provider registry validation (blank/duplicate names, fields
 //! required by the transport).
@@ -11,9 +13,11 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use toml::{Table, Value};
+use serde::Deserialize;
+use url::Url;
 
 use super::subst::{substitute, SubstError};
+use super::toml_de;
 use super::traffic;
 use super::ConfigError;
 
@@ -64,8 +68,10 @@ impl FileConfig {
 }
 
 /// `[mcp]`.
-#[derive(Debug, Clone, PartialEq, Default)]
+#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
+#[serde(deny_unknown_fields, expecting = "a table")]
 pub struct McpConfig {
+    #[serde(default, deserialize_with = "toml_de::tables")]
     pub servers: Vec<McpServer>,
 }
 
@@ -91,17 +97,21 @@ impl Transport {
 /// One `[[mcp.servers]]` entry. `command`, `args` and header values are raw
 /// `${VAR}` templates (resolve with [`super::substitute`] right before
 /// connecting). `Debug` redacts header values.
-#[derive(Clone, PartialEq)]
+#[derive(Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, expecting = "a table")]
 pub struct McpServer {
     pub name: String,
     pub transport: Transport,
     pub command: Option<String>,
+    #[serde(default, deserialize_with = "toml_de::strings")]
     pub args: Vec<String>,
     pub url: Option<String>,
+    #[serde(default, deserialize_with = "toml_de::string_map")]
     pub headers: BTreeMap<String, String>,
     /// Extension `reconnect = true`: a broken server is reconnected on the
     /// next call (bounded backoff) instead of staying broken for the
     /// session. Default false, as the spec says.
+    #[serde(default)]
     pub reconnect: bool,
 }
 
@@ -125,18 +135,24 @@ pub use proto::provider::Kind as ProviderKind;
 
 /// One `[[providers.entries]]` entry. `auth_token` is the raw template
 /// (resolve right before each HTTP attempt). `Debug` redacts `auth_token`.
-#[derive(Clone, PartialEq)]
+/// Unknown keys inside entries are ignored by contract (spec 04 §3).
+#[derive(Clone, PartialEq, Deserialize)]
+#[serde(expecting = "a table")]
 pub struct ProviderEntry {
     pub name: String,
+    #[serde(rename = "provider", deserialize_with = "provider_kind")]
     pub kind: ProviderKind,
     pub base_url: Option<String>,
     pub model: String,
     pub auth_token: String,
     /// Default [`DEFAULT_MAX_TOKENS`].
+    #[serde(default = "default_max_tokens")]
     pub max_tokens: u32,
     /// Extension `[providers.entries.retry]` (`config/traffic.rs`).
+    #[serde(default, deserialize_with = "traffic::retry")]
     pub retry: Option<engine::RetryPolicy>,
     /// Extension `[providers.entries.limits]`.
+    #[serde(default, deserialize_with = "traffic::limits")]
     pub limits: Option<engine::provider_limits::EntryLimits>,
 }
 
@@ -174,7 +190,8 @@ impl fmt::Debug for ProviderEntry {
 
 /// `[telemetry]`, `[telemetry.traces]`, `[telemetry.metrics]`. `Default` is
 /// the disabled configuration. `Debug` redacts `otlp_headers` values.
-#[derive(Clone, PartialEq)]
+#[derive(Clone, PartialEq, Deserialize)]
+#[serde(from = "TelemetryTable")]
 pub struct Telemetry {
     pub enabled: bool,
     pub otlp_endpoint: Option<String>,
@@ -330,10 +347,11 @@ pub fn resolve_otlp_headers(
 }
 
 // ---------------------------------------------------------------------------
-// Phase 1: syntax and schema.
+// Phase 1: syntax, then the schema (the serde derives above, run by
+// `toml_de` so the errors keep the documented wording).
 
 fn parse_document(text: &str) -> Result<FileConfig, String> {
-    let root: Table = text.parse().map_err(|e: toml::de::Error| {
+    let root: toml::Table = text.parse().map_err(|e: toml::de::Error| {
         let msg = e
             .message()
             .lines()
@@ -349,159 +367,129 @@ fn parse_document(text: &str) -> Result<FileConfig, String> {
             None => format!("TOML parse error: {msg}"),
         }
     })?;
-
-    let mut cfg = FileConfig::default();
-    // Unknown top-level keys are ignored (forward compatibility).
-    if let Some(v) = root.get("mcp") {
-        let t = as_table(v, "mcp")?;
-        check_keys(t, &["servers"], "[mcp]")?;
-        if let Some(servers) = t.get("servers") {
-            for (i, item) in as_array(servers, "mcp.servers")?.iter().enumerate() {
-                let at = format!("mcp.servers[{i}]");
-                cfg.mcp
-                    .servers
-                    .push(parse_mcp_server(as_table(item, &at)?, &at)?);
-            }
-        }
-    }
-    if let Some(v) = root.get("providers") {
-        let t = as_table(v, "providers")?;
-        check_keys(t, &["entries"], "[providers]")?;
-        if let Some(entries) = t.get("entries") {
-            for (i, item) in as_array(entries, "providers.entries")?.iter().enumerate() {
-                let at = format!("providers.entries[{i}]");
-                cfg.providers
-                    .push(parse_provider(as_table(item, &at)?, &at)?);
-            }
-        }
-    }
-    if let Some(v) = root.get("telemetry") {
-        cfg.telemetry = parse_telemetry(as_table(v, "telemetry")?)?;
-    }
-    Ok(cfg)
-}
-
-fn parse_mcp_server(t: &Table, at: &str) -> Result<McpServer, String> {
-    check_keys(
-        t,
-        &[
-            "name",
-            "transport",
-            "command",
-            "args",
-            "url",
-            "headers",
-            "reconnect",
-        ],
-        at,
-    )?;
-    let name = req_str(t, "name", at)?;
-    let transport = match req_str(t, "transport", at)?.as_str() {
-        "stdio" => Transport::Stdio,
-        "sse" => Transport::Sse,
-        "http" => Transport::Http,
-        other => {
-            return Err(format!(
-                "{at}.transport: unsupported transport \"{other}\" \
-                 (expected \"stdio\", \"sse\" or \"http\")"
-            ))
-        }
-    };
-    Ok(McpServer {
-        name,
-        transport,
-        command: opt_str(t, "command", at)?,
-        args: opt_str_array(t, "args", at)?,
-        url: opt_str(t, "url", at)?,
-        headers: opt_str_map(t, "headers", at)?,
-        reconnect: opt_bool(t, "reconnect", at)?.unwrap_or(false),
+    let doc: Document = toml_de::from_table(root)?;
+    Ok(FileConfig {
+        mcp: doc.mcp,
+        providers: doc.providers.entries,
+        telemetry: doc.telemetry,
     })
 }
 
-fn parse_provider(t: &Table, at: &str) -> Result<ProviderEntry, String> {
-    // Unknown keys inside entries are ignored by contract.
-    let name = req_str(t, "name", at)?;
-    let kind = match req_str(t, "provider", at)?.as_str() {
-        "anthropic" => ProviderKind::Anthropic,
-        "openai" => ProviderKind::Openai,
-        other => {
-            return Err(format!(
-                "{at}.provider: unknown provider kind \"{other}\" \
-                 (expected \"anthropic\" or \"openai\")"
-            ))
-        }
-    };
-    let max_tokens = match t.get("max_tokens") {
-        None => DEFAULT_MAX_TOKENS,
-        Some(Value::Integer(n)) => u32::try_from(*n).map_err(|_| {
-            format!("{at}.max_tokens: {n} is out of range for an unsigned 32-bit integer")
-        })?,
-        Some(v) => return Err(type_error(at, "max_tokens", "an integer", v)),
-    };
-    Ok(ProviderEntry {
-        name,
-        kind,
-        base_url: opt_str(t, "base_url", at)?,
-        model: req_str(t, "model", at)?,
-        auth_token: req_str(t, "auth_token", at)?,
-        max_tokens,
-        retry: traffic::table::<traffic::RetryTable>(t, "retry", at)?
-            .map(|r| r.policy(&format!("{at}.retry")))
-            .transpose()?,
-        limits: traffic::table::<traffic::LimitsTable>(t, "limits", at)?
-            .map(|l| l.limits(&format!("{at}.limits")))
-            .transpose()?,
-    })
+/// The file's top level. Unknown top-level keys are ignored (forward
+/// compatibility), so no `deny_unknown_fields` here.
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct Document {
+    mcp: McpConfig,
+    providers: Providers,
+    telemetry: Telemetry,
 }
 
-fn parse_telemetry(t: &Table) -> Result<Telemetry, String> {
-    let at = "telemetry";
-    check_keys(
-        t,
-        &[
-            "enabled",
-            "otlp_endpoint",
-            "otlp_headers",
-            "otlp_protocol",
-            "sample_ratio",
-            "service_name",
-            "traces",
-            "metrics",
-        ],
-        "[telemetry]",
-    )?;
-    let mut tel = Telemetry::default();
-    if let Some(b) = opt_bool(t, "enabled", at)? {
-        tel.enabled = b;
+/// `[providers]`.
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields, expecting = "a table")]
+struct Providers {
+    #[serde(default, deserialize_with = "toml_de::tables")]
+    entries: Vec<ProviderEntry>,
+}
+
+/// `[telemetry]` as written; [`Telemetry`] flattens the two sub-tables.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, expecting = "a table")]
+struct TelemetryTable {
+    #[serde(default)]
+    enabled: bool,
+    otlp_endpoint: Option<String>,
+    #[serde(default, deserialize_with = "toml_de::string_map")]
+    otlp_headers: BTreeMap<String, String>,
+    otlp_protocol: Option<String>,
+    sample_ratio: Option<f64>,
+    service_name: Option<String>,
+    #[serde(default)]
+    traces: TracesTable,
+    #[serde(default)]
+    metrics: MetricsTable,
+}
+
+/// `[telemetry.traces]`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, expecting = "a table")]
+struct TracesTable {
+    #[serde(default = "yes")]
+    enabled: bool,
+}
+
+/// `[telemetry.metrics]`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, expecting = "a table")]
+struct MetricsTable {
+    #[serde(default = "yes")]
+    enabled: bool,
+    #[serde(default, deserialize_with = "toml_de::strings")]
+    disabled: Vec<String>,
+}
+
+impl Default for TracesTable {
+    fn default() -> Self {
+        TracesTable { enabled: true }
     }
-    tel.otlp_endpoint = opt_str(t, "otlp_endpoint", at)?;
-    tel.otlp_headers = opt_str_map(t, "otlp_headers", at)?;
-    tel.otlp_protocol = opt_str(t, "otlp_protocol", at)?;
-    match t.get("sample_ratio") {
-        None => {}
-        Some(Value::Float(f)) => tel.sample_ratio = *f,
-        Some(Value::Integer(n)) => tel.sample_ratio = *n as f64,
-        Some(v) => return Err(type_error(at, "sample_ratio", "a float", v)),
-    }
-    if let Some(s) = opt_str(t, "service_name", at)? {
-        tel.service_name = s;
-    }
-    if let Some(v) = t.get("traces") {
-        let tt = as_table(v, "telemetry.traces")?;
-        check_keys(tt, &["enabled"], "[telemetry.traces]")?;
-        if let Some(b) = opt_bool(tt, "enabled", "telemetry.traces")? {
-            tel.traces_enabled = b;
+}
+
+impl Default for MetricsTable {
+    fn default() -> Self {
+        MetricsTable {
+            enabled: true,
+            disabled: Vec::new(),
         }
     }
-    if let Some(v) = t.get("metrics") {
-        let mt = as_table(v, "telemetry.metrics")?;
-        check_keys(mt, &["enabled", "disabled"], "[telemetry.metrics]")?;
-        if let Some(b) = opt_bool(mt, "enabled", "telemetry.metrics")? {
-            tel.metrics_enabled = b;
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn default_max_tokens() -> u32 {
+    DEFAULT_MAX_TOKENS
+}
+
+impl From<TelemetryTable> for Telemetry {
+    fn from(t: TelemetryTable) -> Self {
+        let d = Telemetry::default();
+        Telemetry {
+            enabled: t.enabled,
+            otlp_endpoint: t.otlp_endpoint,
+            otlp_headers: t.otlp_headers,
+            sample_ratio: t.sample_ratio.unwrap_or(d.sample_ratio),
+            service_name: t.service_name.unwrap_or(d.service_name),
+            traces_enabled: t.traces.enabled,
+            metrics_enabled: t.metrics.enabled,
+            metrics_disabled: t.metrics.disabled,
+            otlp_protocol: t.otlp_protocol,
         }
-        tel.metrics_disabled = opt_str_array(mt, "disabled", "telemetry.metrics")?;
     }
-    Ok(tel)
+}
+
+impl<'de> Deserialize<'de> for Transport {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        match String::deserialize(d)?.as_str() {
+            "stdio" => Ok(Transport::Stdio),
+            "sse" => Ok(Transport::Sse),
+            "http" => Ok(Transport::Http),
+            other => Err(serde::de::Error::custom(format_args!(
+                "unsupported transport \"{other}\" (expected \"stdio\", \"sse\" or \"http\")"
+            ))),
+        }
+    }
+}
+
+fn provider_kind<'de, D: serde::Deserializer<'de>>(d: D) -> Result<ProviderKind, D::Error> {
+    match String::deserialize(d)?.as_str() {
+        "anthropic" => Ok(ProviderKind::Anthropic),
+        "openai" => Ok(ProviderKind::Openai),
+        other => Err(serde::de::Error::custom(format_args!(
+            "unknown provider kind \"{other}\" (expected \"anthropic\" or \"openai\")"
+        ))),
+    }
 }
 
 fn line_col(text: &str, offset: usize) -> (usize, usize) {
@@ -520,85 +508,6 @@ fn line_col(text: &str, offset: usize) -> (usize, usize) {
     (line, col)
 }
 
-fn check_keys(t: &Table, allowed: &[&str], at: &str) -> Result<(), String> {
-    match t.keys().find(|k| !allowed.contains(&k.as_str())) {
-        Some(k) => Err(format!("unknown key \"{k}\" in {at}")),
-        None => Ok(()),
-    }
-}
-
-fn type_error(at: &str, key: &str, expected: &str, found: &Value) -> String {
-    format!(
-        "{at}.{key}: expected {expected}, found {}",
-        found.type_str()
-    )
-}
-
-fn as_table<'a>(v: &'a Value, at: &str) -> Result<&'a Table, String> {
-    v.as_table()
-        .ok_or_else(|| format!("{at}: expected a table, found {}", v.type_str()))
-}
-
-fn as_array<'a>(v: &'a Value, at: &str) -> Result<&'a Vec<Value>, String> {
-    v.as_array()
-        .ok_or_else(|| format!("{at}: expected an array of tables, found {}", v.type_str()))
-}
-
-fn opt_str(t: &Table, key: &str, at: &str) -> Result<Option<String>, String> {
-    match t.get(key) {
-        None => Ok(None),
-        Some(Value::String(s)) => Ok(Some(s.clone())),
-        Some(v) => Err(type_error(at, key, "a string", v)),
-    }
-}
-
-fn req_str(t: &Table, key: &str, at: &str) -> Result<String, String> {
-    opt_str(t, key, at)?.ok_or_else(|| format!("{at}: missing required field \"{key}\""))
-}
-
-fn opt_bool(t: &Table, key: &str, at: &str) -> Result<Option<bool>, String> {
-    match t.get(key) {
-        None => Ok(None),
-        Some(Value::Boolean(b)) => Ok(Some(*b)),
-        Some(v) => Err(type_error(at, key, "a boolean", v)),
-    }
-}
-
-fn opt_str_array(t: &Table, key: &str, at: &str) -> Result<Vec<String>, String> {
-    match t.get(key) {
-        None => Ok(Vec::new()),
-        Some(Value::Array(items)) => items
-            .iter()
-            .enumerate()
-            .map(|(i, v)| match v {
-                Value::String(s) => Ok(s.clone()),
-                other => Err(format!(
-                    "{at}.{key}[{i}]: expected a string, found {}",
-                    other.type_str()
-                )),
-            })
-            .collect(),
-        Some(v) => Err(type_error(at, key, "an array of strings", v)),
-    }
-}
-
-fn opt_str_map(t: &Table, key: &str, at: &str) -> Result<BTreeMap<String, String>, String> {
-    match t.get(key) {
-        None => Ok(BTreeMap::new()),
-        Some(Value::Table(m)) => m
-            .iter()
-            .map(|(k, v)| match v {
-                Value::String(s) => Ok((k.clone(), s.clone())),
-                other => Err(format!(
-                    "{at}.{key}.{k}: expected a string, found {}",
-                    other.type_str()
-                )),
-            })
-            .collect(),
-        Some(v) => Err(type_error(at, key, "a table of strings", v)),
-    }
-}
-
 // ---------------------------------------------------------------------------
 // Phase 2: telemetry values (only when enabled).
 
@@ -612,12 +521,12 @@ fn validate_telemetry(tel: &Telemetry) -> Result<(), ConfigError> {
             "[telemetry] enabled = true requires a non-empty otlp_endpoint".into(),
         ));
     }
+    check_ascii_host("[telemetry] otlp_endpoint".into(), endpoint)?;
     if !is_http_url(endpoint) {
         return Err(ConfigError::Telemetry(format!(
             "[telemetry] otlp_endpoint \"{endpoint}\" must be a valid http:// or https:// URL"
         )));
     }
-    check_ascii_host("[telemetry] otlp_endpoint".into(), endpoint)?;
     if tel.protocol().is_none() {
         return Err(ConfigError::Telemetry(format!(
             "[telemetry] otlp_protocol \"{}\" must be \"grpc\" or \"http/protobuf\"",
@@ -660,53 +569,17 @@ fn check_header_name(name: &str) -> Result<(), ConfigError> {
     }
 }
 
-/// `http://` or `https://` (scheme case-insensitive), no whitespace or
-/// control characters, non-empty host, optional numeric port.
+/// An `http://` or `https://` URL with a host, as the URL parser reads it
+/// (scheme case-insensitive, port a number that fits). Whitespace or a
+/// control character anywhere is refused too: the parser would trim or
+/// encode it, and the value is sent as written.
 fn is_http_url(v: &str) -> bool {
     if v.chars().any(|c| c.is_whitespace() || c.is_control()) {
         return false;
     }
-    let rest = match v.split_once("://") {
-        Some((scheme, rest))
-            if scheme.eq_ignore_ascii_case("http") || scheme.eq_ignore_ascii_case("https") =>
-        {
-            rest
-        }
-        _ => return false,
-    };
-    match host_and_port(rest) {
-        Some((host, port)) => {
-            let port_ok = match port {
-                None => true,
-                Some(p) => {
-                    !p.is_empty()
-                        && p.bytes().all(|b| b.is_ascii_digit())
-                        && p.parse::<u16>().is_ok()
-                }
-            };
-            !host.is_empty() && port_ok
-        }
-        None => false,
-    }
-}
-
-/// The host and optional port of what follows `scheme://`; `None` when a
-/// bracketed IPv6 host is malformed.
-fn host_and_port(rest: &str) -> Option<(&str, Option<&str>)> {
-    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
-    let host_port = authority.rsplit_once('@').map_or(authority, |(_, hp)| hp);
-    if let Some(stripped) = host_port.strip_prefix('[') {
-        let (h, after) = stripped.split_once(']')?;
-        match after {
-            "" => Some((h, None)),
-            p => Some((h, Some(p.strip_prefix(':')?))),
-        }
-    } else {
-        Some(match host_port.split_once(':') {
-            Some((h, p)) => (h, Some(p)),
-            None => (host_port, None),
-        })
-    }
+    Url::parse(v).is_ok_and(|u| {
+        matches!(u.scheme(), "http" | "https") && u.host_str().is_some_and(|h| !h.is_empty())
+    })
 }
 
 /// Host names are resolved as written: the URL parser is built without
@@ -714,14 +587,22 @@ fn host_and_port(rest: &str) -> Option<(&str, Option<&str>)> {
 /// internationalised name must be given in its ASCII (`xn--`) form. Checked
 /// at load so the mistake is one clear line, not an error on every call.
 fn check_ascii_host(at: String, url: &str) -> Result<(), ConfigError> {
-    let rest = url.split_once("://").map_or(url, |(_, r)| r);
-    match host_and_port(rest) {
-        Some((host, _)) if !host.is_ascii() => Err(ConfigError::NonAsciiHost {
-            at,
-            host: host.to_string(),
-        }),
-        _ => Ok(()),
+    match non_ascii_host(url) {
+        Some(host) => Err(ConfigError::NonAsciiHost { at, host }),
+        None => Ok(()),
     }
+}
+
+/// The host of `url` as written, when it is not ASCII. A URL of a scheme
+/// without special rules keeps its host as written (percent-encoded, no
+/// IDNA), so the parser reads it under such a scheme.
+fn non_ascii_host(url: &str) -> Option<String> {
+    let (_, rest) = url.split_once(':')?;
+    let opaque = Url::parse(&format!("opaque:{rest}")).ok()?;
+    let host = percent_encoding::percent_decode_str(opaque.host_str()?)
+        .decode_utf8()
+        .ok()?;
+    (!host.is_ascii()).then(|| host.into_owned())
 }
 
 // ---------------------------------------------------------------------------

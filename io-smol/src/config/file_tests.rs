@@ -590,3 +590,55 @@ fn the_url_parser_takes_ascii_host_names_only() {
         .request_url()
         .is_err());
 }
+
+/// The serde schema names TOML types and the place of the mistake for
+/// every shape it reads, not only the ones tested above.
+#[test]
+fn schema_errors_name_toml_types_and_places() {
+    let server = "[[mcp.servers]]\nname = \"x\"\ntransport = \"stdio\"\ncommand = \"c\"\n";
+    for (extra, want) in [
+        (
+            "headers = 3\n",
+            "mcp.servers[0].headers: expected a table of strings, found integer",
+        ),
+        (
+            "args = \"a b\"\n",
+            "mcp.servers[0].args: expected an array of strings, found string",
+        ),
+        (
+            "reconnect = 1979-05-27\n",
+            "mcp.servers[0].reconnect: expected a boolean, found datetime",
+        ),
+        (
+            "url = [\"u\"]\n",
+            "mcp.servers[0].url: expected a string, found array",
+        ),
+    ] {
+        assert_eq!(invalid_detail(&format!("{server}{extra}")), want);
+    }
+    assert_eq!(
+        invalid_detail("[mcp]\nservers = [1]\n"),
+        "mcp.servers[0]: expected a table, found integer"
+    );
+    let entry = "[[providers.entries]]\nname = \"p\"\nprovider = \"openai\"\nmodel = \"m\"\nauth_token = \"t\"\n";
+    assert_eq!(
+        invalid_detail(&format!("{entry}max_tokens = 1.5\n")),
+        "providers.entries[0].max_tokens: expected an integer, found float"
+    );
+    assert_eq!(
+        invalid_detail(&format!("{entry}[[providers.entries]]\nname = 1\n")),
+        "providers.entries[1].name: expected a string, found integer"
+    );
+    assert_eq!(
+        invalid_detail("[telemetry.metrics]\ndisabled = \"bae.events.total\"\n"),
+        "telemetry.metrics.disabled: expected an array of strings, found string"
+    );
+    assert_eq!(
+        invalid_detail("[telemetry]\ntraces = true\n"),
+        "telemetry.traces: expected a table, found boolean"
+    );
+    assert_eq!(
+        invalid_detail("[telemetry]\notlp_headers = { a = { b = \"c\" } }\n"),
+        "telemetry.otlp_headers.a: expected a string, found table"
+    );
+}

@@ -26,6 +26,7 @@ mod file;
 mod redact;
 mod replica;
 mod subst;
+mod toml_de;
 mod traffic;
 
 use std::fmt;

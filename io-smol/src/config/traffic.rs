@@ -10,7 +10,7 @@ use engine::RetryPolicy;
 
 /// `[providers.entries.retry]` as written.
 #[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, expecting = "a table")]
 pub struct RetryTable {
     pub max_retries: Option<i64>,
     pub max_wait_ms: Option<i64>,
@@ -21,7 +21,7 @@ pub struct RetryTable {
 
 /// `[providers.entries.limits]` as written.
 #[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, expecting = "a table")]
 pub struct LimitsTable {
     pub max_concurrent: Option<i64>,
     pub requests_per_minute: Option<i64>,
@@ -29,12 +29,13 @@ pub struct LimitsTable {
     pub max_wait_ms: Option<i64>,
 }
 
-/// A whole number in `lo..=hi`, or the error naming `at`.
-fn within(at: &str, key: &str, v: i64, lo: i64, hi: i64) -> Result<u64, String> {
+/// A whole number in `lo..=hi`, or the error naming `key` (the loader
+/// prefixes the table's path: `providers.entries[0].retry: max_retries: …`).
+fn within(key: &str, v: i64, lo: i64, hi: i64) -> Result<u64, String> {
     if (lo..=hi).contains(&v) {
         Ok(v as u64)
     } else {
-        Err(format!("{at}.{key}: {v} is out of range ({lo} to {hi})"))
+        Err(format!("{key}: {v} is out of range ({lo} to {hi})"))
     }
 }
 
@@ -42,27 +43,26 @@ fn within(at: &str, key: &str, v: i64, lo: i64, hi: i64) -> Result<u64, String> 
 const MAX_WAIT_LIMIT_MS: i64 = 600_000;
 
 impl RetryTable {
-    /// The engine's policy; `at` names the table in errors
-    /// (`providers.entries[0].retry`).
-    pub fn policy(&self, at: &str) -> Result<RetryPolicy, String> {
+    /// The engine's policy, or what is wrong.
+    pub fn policy(&self) -> Result<RetryPolicy, String> {
         let d = RetryPolicy::default();
         let max_retries = match self.max_retries {
-            Some(n) => within(at, "max_retries", n, 0, 10)? as u32,
+            Some(n) => within("max_retries", n, 0, 10)? as u32,
             None => d.max_retries,
         };
         let max_wait_ms = match self.max_wait_ms {
-            Some(n) => within(at, "max_wait_ms", n, 1, MAX_WAIT_LIMIT_MS)?,
+            Some(n) => within("max_wait_ms", n, 1, MAX_WAIT_LIMIT_MS)?,
             None => d.max_wait_ms,
         };
         let backoff_ms = match self.backoff_ms {
-            Some(n) => within(at, "backoff_ms", n, 1, MAX_WAIT_LIMIT_MS)?,
+            Some(n) => within("backoff_ms", n, 1, MAX_WAIT_LIMIT_MS)?,
             None => d.backoff_ms,
         };
         let statuses = match &self.statuses {
             Some(list) => {
                 let mut out = Vec::with_capacity(list.len());
                 for s in list {
-                    out.push(within(at, "statuses", *s, 400, 599)? as u16);
+                    out.push(within("statuses", *s, 400, 599)? as u16);
                 }
                 out
             }
@@ -79,9 +79,9 @@ impl RetryTable {
 }
 
 impl LimitsTable {
-    /// The engine's limits; `at` names the table in errors.
-    pub fn limits(&self, at: &str) -> Result<EntryLimits, String> {
-        let count = |key, v: Option<i64>| v.map(|n| within(at, key, n, 1, i64::MAX)).transpose();
+    /// The engine's limits, or what is wrong.
+    pub fn limits(&self) -> Result<EntryLimits, String> {
+        let count = |key, v: Option<i64>| v.map(|n| within(key, n, 1, i64::MAX)).transpose();
         let limits = EntryLimits {
             max_concurrent: count("max_concurrent", self.max_concurrent)?
                 .map(|n| u32::try_from(n).unwrap_or(u32::MAX)),
@@ -91,7 +91,7 @@ impl LimitsTable {
                 self.input_tokens_per_minute,
             )?,
             max_wait_ms: match self.max_wait_ms {
-                Some(n) => within(at, "max_wait_ms", n, 1, MAX_WAIT_LIMIT_MS)?,
+                Some(n) => within("max_wait_ms", n, 1, MAX_WAIT_LIMIT_MS)?,
                 None => DEFAULT_MAX_WAIT_MS,
             },
         };
@@ -99,83 +99,100 @@ impl LimitsTable {
             && limits.requests_per_minute.is_none()
             && limits.input_tokens_per_minute.is_none()
         {
-            return Err(format!(
-                "{at}: set at least one of max_concurrent, requests_per_minute, input_tokens_per_minute"
-            ));
+            return Err(
+                "set at least one of max_concurrent, requests_per_minute, input_tokens_per_minute"
+                    .into(),
+            );
         }
         Ok(limits)
     }
 }
 
-/// Reads `key` of an entry table as `T` (a strict serde table).
-pub fn table<T: for<'de> Deserialize<'de>>(
-    t: &toml::Table,
-    key: &str,
-    at: &str,
-) -> Result<Option<T>, String> {
-    match t.get(key) {
-        None => Ok(None),
-        Some(v @ toml::Value::Table(_)) => v
-            .clone()
-            .try_into()
-            .map(Some)
-            .map_err(|e| format!("{at}.{key}: {}", e.message())),
-        Some(_) => Err(format!("{at}.{key}: expected a table")),
-    }
+/// `retry` of an entry (`#[serde(deserialize_with)]`): the table, then
+/// its checks, as one schema error.
+pub fn retry<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<RetryPolicy>, D::Error> {
+    let t = RetryTable::deserialize(d)?;
+    t.policy().map(Some).map_err(serde::de::Error::custom)
+}
+
+/// `limits` of an entry, like [`retry`].
+pub fn limits<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<EntryLimits>, D::Error> {
+    let t = LimitsTable::deserialize(d)?;
+    t.limits().map(Some).map_err(serde::de::Error::custom)
 }
 
 #[cfg(test)]
 mod tests {
+    use std::path::Path;
+
+    use super::super::file::{parse_file_str, ProviderEntry};
+    use super::super::ConfigError;
     use super::*;
 
-    fn retry(toml_text: &str) -> Result<RetryPolicy, String> {
-        let t: toml::Table = toml_text.parse().unwrap();
-        let r: RetryTable = table(&t, "retry", "e")?.unwrap();
-        r.policy("e.retry")
+    /// The one entry of a file whose entry adds `extra` (its tables).
+    fn entry(extra: &str) -> Result<ProviderEntry, String> {
+        let text = format!(
+            "[[providers.entries]]\nname = \"a\"\nprovider = \"anthropic\"\n\
+             model = \"m\"\nauth_token = \"t\"\n{extra}"
+        );
+        match parse_file_str(&text, Path::new("bae-config.toml")) {
+            Ok(mut cfg) => Ok(cfg.providers.remove(0)),
+            Err(ConfigError::InvalidFile { detail, .. }) => Err(detail),
+            Err(other) => Err(other.to_string()),
+        }
     }
 
-    fn limits(toml_text: &str) -> Result<EntryLimits, String> {
-        let t: toml::Table = toml_text.parse().unwrap();
-        let l: LimitsTable = table(&t, "limits", "e")?.unwrap();
-        l.limits("e.limits")
+    fn retry(table: &str) -> Result<RetryPolicy, String> {
+        entry(&format!("[providers.entries.retry]\n{table}")).map(|e| e.retry.unwrap())
+    }
+
+    fn limits(table: &str) -> Result<EntryLimits, String> {
+        entry(&format!("[providers.entries.limits]\n{table}")).map(|e| e.limits.unwrap())
+    }
+
+    #[test]
+    fn absent_tables_are_the_reference_behaviour() {
+        let e = entry("").unwrap();
+        assert_eq!((e.retry, e.limits), (None, None));
     }
 
     #[test]
     fn retry_defaults_and_bounds() {
-        let p = retry("[retry]").unwrap();
+        let p = retry("").unwrap();
         assert_eq!(p, RetryPolicy::default());
-        let p = retry(
-            "[retry]\nmax_retries = 5\nmax_wait_ms = 2000\nstatuses = [429]\ntransport = true",
-        )
-        .unwrap();
+        let p = retry("max_retries = 5\nmax_wait_ms = 2000\nstatuses = [429]\ntransport = true")
+            .unwrap();
         assert_eq!((p.max_retries, p.max_wait_ms, p.transport), (5, 2000, true));
         assert_eq!(p.statuses, [429]);
-        let e = retry("[retry]\nmax_retries = 11").unwrap_err();
-        assert_eq!(e, "e.retry.max_retries: 11 is out of range (0 to 10)");
-        let e = retry("[retry]\nstatuses = [200]").unwrap_err();
-        assert!(e.contains("statuses: 200 is out of range"), "{e}");
-        let e = retry("[retry]\nmax_wait_ms = 0").unwrap_err();
-        assert!(e.contains("max_wait_ms: 0"), "{e}");
-        let e = retry("[retry]\nretries = 1").unwrap_err();
-        assert!(e.starts_with("e.retry: unknown field `retries`"), "{e}");
-        let e = retry("[retry]\nmax_retries = \"2\"").unwrap_err();
-        assert!(e.starts_with("e.retry: invalid type"), "{e}");
-        let t: toml::Table = "retry = 3".parse().unwrap();
         assert_eq!(
-            table::<RetryTable>(&t, "retry", "e").unwrap_err(),
-            "e.retry: expected a table"
+            retry("max_retries = 11").unwrap_err(),
+            "providers.entries[0].retry: max_retries: 11 is out of range (0 to 10)"
+        );
+        let e = retry("statuses = [200]").unwrap_err();
+        assert!(e.contains("statuses: 200 is out of range"), "{e}");
+        let e = retry("max_wait_ms = 0").unwrap_err();
+        assert!(e.contains("max_wait_ms: 0"), "{e}");
+        assert_eq!(
+            retry("retries = 1").unwrap_err(),
+            "unknown key \"retries\" in [providers.entries[0].retry]"
+        );
+        assert_eq!(
+            retry("max_retries = \"2\"").unwrap_err(),
+            "providers.entries[0].retry.max_retries: expected an integer, found string"
+        );
+        assert_eq!(
+            entry("retry = 3").unwrap_err(),
+            "providers.entries[0].retry: expected a table, found integer"
         );
     }
 
     #[test]
     fn limits_need_one_limit_and_positive_values() {
-        let l = limits("[limits]\nmax_concurrent = 4").unwrap();
+        let l = limits("max_concurrent = 4").unwrap();
         assert_eq!(l.max_concurrent, Some(4));
         assert_eq!(l.max_wait_ms, DEFAULT_MAX_WAIT_MS);
-        let l = limits(
-            "[limits]\nrequests_per_minute = 60\ninput_tokens_per_minute = 1000\nmax_wait_ms = 5",
-        )
-        .unwrap();
+        let l = limits("requests_per_minute = 60\ninput_tokens_per_minute = 1000\nmax_wait_ms = 5")
+            .unwrap();
         assert_eq!(
             (
                 l.requests_per_minute,
@@ -184,11 +201,16 @@ mod tests {
             ),
             (Some(60), Some(1000), 5)
         );
-        let e = limits("[limits]\nmax_wait_ms = 10").unwrap_err();
-        assert!(e.contains("set at least one of"), "{e}");
-        let e = limits("[limits]\nmax_concurrent = 0").unwrap_err();
+        assert_eq!(
+            limits("max_wait_ms = 10").unwrap_err(),
+            "providers.entries[0].limits: set at least one of max_concurrent, \
+             requests_per_minute, input_tokens_per_minute"
+        );
+        let e = limits("max_concurrent = 0").unwrap_err();
         assert!(e.contains("max_concurrent: 0 is out of range"), "{e}");
-        let e = limits("[limits]\nmax_concurrent = 1\nburst = 3").unwrap_err();
-        assert!(e.contains("unknown field `burst`"), "{e}");
+        assert_eq!(
+            limits("max_concurrent = 1\nburst = 3").unwrap_err(),
+            "unknown key \"burst\" in [providers.entries[0].limits]"
+        );
     }
 }

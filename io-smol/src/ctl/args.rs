@@ -1,4 +1,7 @@
-//! Command-line parsing of `baectl`.
+//! Command-line parsing of `baectl`: the command tree is `clap` derives
+//! (`cli.rs`, with help, `--version`, suggestions and shell completions);
+//! this module turns clap's result into the [`Command`] vocabulary the
+//! rest of `baectl` runs, and clap's errors into `baectl`'s usage errors.
 //!
 //! Two spellings reach the same commands:
 //!
@@ -9,29 +12,17 @@
 //!   accepted unchanged so existing scripts keep working.
 //!
 //! Options may appear anywhere after the program name, as `--opt value` or
-//! `--opt=value`; `--` ends option parsing. Every usage error is reported
-//! with exit code 2.
+//! `--opt=value`; `--` ends option parsing; a repeated single-valued option
+//! keeps its last value. Every usage error is reported with exit code 2.
 
 use std::path::PathBuf;
 
+use clap::error::{ContextKind, ErrorKind};
+use clap::{CommandFactory, Parser};
+pub use clap_complete::Shell;
+
+use super::cli::{self, Cli, Top};
 use super::CtlError;
-
-/// Options that never take a value.
-const SWITCHES: &[&str] = &[
-    "--json",
-    "--help",
-    "-h",
-    "--version",
-    "-V",
-    "--force",
-    "--clear-fallback-providers",
-    "--clear-mcp-servers",
-    "--clear-allowed-tools",
-    "--clear-available-sandboxes",
-];
-
-/// Options accepted by every command.
-const GLOBAL_OPTIONS: &[&str] = &["--admin-addr", "--admin-token", "--admin-key-file"];
 
 /// `--limit` / `--cursor` of the paginated lists. Either one fetches a single
 /// page instead of following `next_cursor`.
@@ -114,6 +105,8 @@ pub enum Command {
         out_dir: PathBuf,
         force: bool,
     },
+    /// `completions SHELL`: the shell's completion script on stdout.
+    Completions(Shell),
 }
 
 impl Command {
@@ -121,7 +114,10 @@ impl Command {
     pub fn is_offline(&self) -> bool {
         matches!(
             self,
-            Command::Help | Command::Version | Command::AuthCreateKey { .. }
+            Command::Help
+                | Command::Version
+                | Command::AuthCreateKey { .. }
+                | Command::Completions(_)
         )
     }
 }
@@ -142,268 +138,136 @@ pub struct Invocation {
     pub command: Command,
 }
 
-/// Raw split of the arguments.
-#[derive(Debug, Default)]
-struct Raw {
-    positionals: Vec<String>,
-    /// `(option, value)` in order of appearance.
-    options: Vec<(String, String)>,
-    switches: Vec<String>,
-}
-
-impl Raw {
-    fn split(args: &[String]) -> Result<Raw, CtlError> {
-        let mut raw = Raw::default();
-        let mut it = args.iter();
-        while let Some(arg) = it.next() {
-            if arg == "--" {
-                raw.positionals.extend(it.by_ref().cloned());
-                break;
-            }
-            if !arg.starts_with('-') || arg == "-" {
-                raw.positionals.push(arg.clone());
-                continue;
-            }
-            let (name, inline) = match arg.split_once('=') {
-                Some((n, v)) if n.starts_with("--") => (n.to_string(), Some(v.to_string())),
-                _ => (arg.clone(), None),
-            };
-            if SWITCHES.contains(&name.as_str()) {
-                if inline.is_some() {
-                    return Err(CtlError::usage(format!("{name} does not take a value")));
-                }
-                raw.switches.push(name);
-                continue;
-            }
-            if !name.starts_with("--") {
-                return Err(CtlError::usage(format!("unknown option \"{arg}\"")));
-            }
-            let value = match inline {
-                Some(v) => v,
-                None => it
-                    .next()
-                    .cloned()
-                    .ok_or_else(|| CtlError::usage(format!("{name} requires a value")))?,
-            };
-            raw.options.push((name, value));
-        }
-        Ok(raw)
-    }
-
-    fn has(&self, switch: &str) -> bool {
-        self.switches.iter().any(|s| s == switch)
-    }
-
-    /// The last value of a single-valued option.
-    fn last(&self, names: &[&str]) -> Option<String> {
-        self.options
-            .iter()
-            .rev()
-            .find(|(n, _)| names.contains(&n.as_str()))
-            .map(|(_, v)| v.clone())
-    }
-
-    /// Every value of a repeatable option, in order.
-    fn all(&self, names: &[&str]) -> Vec<String> {
-        self.options
-            .iter()
-            .filter(|(n, _)| names.contains(&n.as_str()))
-            .map(|(_, v)| v.clone())
-            .collect()
-    }
-
-    fn given(&self, names: &[&str]) -> bool {
-        self.options
-            .iter()
-            .any(|(n, _)| names.contains(&n.as_str()))
-    }
-
-    /// Rejects options and switches outside `allowed` (plus the globals).
-    fn only(&self, command: &str, allowed: &[&str]) -> Result<(), CtlError> {
-        let ok = |n: &str| {
-            GLOBAL_OPTIONS.contains(&n)
-                || matches!(n, "--json" | "--help" | "-h" | "--version" | "-V")
-                || allowed.contains(&n)
-        };
-        for n in self
-            .options
-            .iter()
-            .map(|(n, _)| n.as_str())
-            .chain(self.switches.iter().map(String::as_str))
-        {
-            if !ok(n) {
-                return Err(CtlError::usage(format!(
-                    "unknown option \"{n}\" for \"{command}\""
-                )));
-            }
-        }
-        Ok(())
-    }
-}
-
-/// Option names of the repeatable profile lists (first name is canonical).
-const FALLBACK: &[&str] = &["--fallback-provider", "--fallback"];
-const MCP: &[&str] = &["--mcp-server"];
-const TOOL: &[&str] = &["--allowed-tool"];
-const SANDBOX: &[&str] = &["--available-sandbox"];
-const PROFILE_LIST_OPTIONS: &[&str] = &[
-    "--fallback-provider",
-    "--fallback",
-    "--mcp-server",
-    "--allowed-tool",
-    "--available-sandbox",
-];
-
 /// Parses the arguments after the program name.
 pub fn parse(args: &[String]) -> Result<Invocation, CtlError> {
-    let raw = Raw::split(args)?;
+    parse_with_text(args).map(|(inv, _)| inv)
+}
+
+/// [`parse`], plus clap's rendered text for `Help` (the help of the
+/// command asked about) and `--version`.
+pub(super) fn parse_with_text(args: &[String]) -> Result<(Invocation, Option<String>), CtlError> {
+    let argv = std::iter::once("baectl".to_string()).chain(args.iter().cloned());
+    let cli = match Cli::try_parse_from(argv) {
+        Ok(cli) => cli,
+        Err(e) => {
+            let command = match e.kind() {
+                ErrorKind::DisplayHelp => Command::Help,
+                ErrorKind::DisplayVersion => Command::Version,
+                _ => return Err(usage_error(&e, args)),
+            };
+            let inv = Invocation {
+                globals: Globals::default(),
+                command,
+            };
+            return Ok((inv, Some(e.render().to_string())));
+        }
+    };
+    let g = cli.globals;
     let globals = Globals {
-        admin_addr: non_empty(&raw, "--admin-addr")?,
-        admin_token: non_empty(&raw, "--admin-token")?,
-        admin_key_file: non_empty(&raw, "--admin-key-file")?.map(PathBuf::from),
-        json: raw.has("--json"),
+        admin_addr: g.admin_addr,
+        admin_token: g.admin_token,
+        admin_key_file: g.admin_key_file.map(PathBuf::from),
+        json: g.json,
     };
-    let command = if raw.has("--help") || raw.has("-h") {
-        Command::Help
-    } else if raw.has("--version") || raw.has("-V") {
-        Command::Version
-    } else {
-        command(&raw)?
-    };
-    Ok(Invocation { globals, command })
-}
-
-fn non_empty(raw: &Raw, name: &str) -> Result<Option<String>, CtlError> {
-    match raw.last(&[name]) {
-        Some(v) if v.trim().is_empty() => Err(CtlError::usage(format!(
-            "{name} requires a non-empty value"
-        ))),
-        other => Ok(other),
-    }
-}
-
-fn command(raw: &Raw) -> Result<Command, CtlError> {
-    let pos: Vec<&str> = raw.positionals.iter().map(String::as_str).collect();
-    let Some((&first, rest)) = pos.split_first() else {
+    let Some(top) = cli.command else {
         return Err(CtlError::usage("no command given"));
     };
-    match first {
-        "help" => Ok(Command::Help),
-        "version" => Ok(Command::Version),
-        "profiles" | "profile" => resource_profiles(raw, rest, false),
-        "keys" | "key" => resource_keys(raw, rest),
-        "sessions" | "session" => resource_sessions(raw, rest),
-        "providers" => simple(raw, rest, "providers", &["list"], Command::ProvidersList),
-        "mcp-servers" | "mcp" => {
-            simple(raw, rest, "mcp-servers", &["list"], Command::McpServersList)
-        }
-        "config" => simple(raw, rest, "config", &["show"], Command::ConfigShow),
-        "sandbox-status" => simple(raw, rest, "sandbox-status", &[], Command::SandboxStatus),
-        "auth" => auth(raw, rest),
-        // Reference (verb-first) spellings.
-        "list" | "get" | "create" | "update" | "delete" => verb_first(raw, first, rest),
-        other => Err(CtlError::usage(format!("unknown command \"{other}\""))),
-    }
+    let command = command(top)?;
+    Ok((Invocation { globals, command }, None))
 }
 
-/// `providers list`, `config show`, `sandbox-status`: an optional verb and
-/// no other argument.
-fn simple(
-    raw: &Raw,
-    rest: &[&str],
-    resource: &str,
-    verbs: &[&str],
-    cmd: Command,
-) -> Result<Command, CtlError> {
-    let rest = match rest.split_first() {
-        Some((v, tail)) if verbs.contains(v) => tail,
-        _ => rest,
+/// The top-level help (`baectl --help`).
+pub fn help_text() -> String {
+    Cli::command().render_help().to_string()
+}
+
+/// The completion script of `shell` for the whole command tree.
+pub fn completions(shell: Shell) -> Vec<u8> {
+    let mut out = Vec::new();
+    clap_complete::generate(shell, &mut Cli::command(), "baectl", &mut out);
+    out
+}
+
+fn command(top: Top) -> Result<Command, CtlError> {
+    use cli::{
+        AuthCmd, AuthCreate, CreateWhat, DeleteWhat, GetWhat, KeysCmd, ListWhat, ProfilesCmd,
+        SessionsCmd, UpdateWhat,
     };
-    if let Some(extra) = rest.first() {
-        return Err(CtlError::usage(format!(
-            "unexpected argument \"{extra}\" for \"{resource}\""
-        )));
-    }
-    raw.only(resource, &[])?;
-    Ok(cmd)
-}
-
-fn verb_first(raw: &Raw, verb: &str, rest: &[&str]) -> Result<Command, CtlError> {
-    let Some((&resource, tail)) = rest.split_first() else {
-        return Err(CtlError::usage(format!(
-            "\"{verb}\" needs a resource (profile, key…)"
-        )));
-    };
-    let mut args = vec![verb];
-    args.extend_from_slice(tail);
-    match (verb, resource) {
-        (_, "profile" | "profiles") => resource_profiles(raw, &args, true),
-        ("list" | "create" | "delete", "key" | "keys") => {
-            if verb == "delete" {
-                args[0] = "revoke";
-            }
-            resource_keys(raw, &args)
-        }
-        ("list", "sessions" | "session") => resource_sessions(raw, &args),
-        ("list", "providers") => simple(raw, tail, "providers", &[], Command::ProvidersList),
-        ("list", "mcp-servers" | "mcp") => {
-            simple(raw, tail, "mcp-servers", &[], Command::McpServersList)
-        }
-        _ => Err(CtlError::usage(format!(
-            "unknown command \"{verb} {resource}\""
-        ))),
-    }
-}
-
-fn exactly<'a>(rest: &[&'a str], what: &str, names: &[&str]) -> Result<Vec<&'a str>, CtlError> {
-    if rest.len() < names.len() {
-        return Err(CtlError::usage(format!(
-            "{what} requires {}",
-            names[rest.len()..].join(" ")
-        )));
-    }
-    if rest.len() > names.len() {
-        return Err(CtlError::usage(format!(
-            "unexpected argument \"{}\" for \"{what}\"",
-            rest[names.len()]
-        )));
-    }
-    Ok(rest.to_vec())
-}
-
-fn page(raw: &Raw) -> Result<Page, CtlError> {
-    let limit = match raw.last(&["--limit"]) {
-        None => None,
-        Some(v) => match v.trim().parse::<u32>() {
-            Ok(n) if n > 0 => Some(n),
-            _ => {
-                return Err(CtlError::usage(format!(
-                    "--limit: \"{v}\" is not a positive whole number"
-                )))
-            }
+    Ok(match top {
+        Top::Profiles(p) => match p {
+            ProfilesCmd::List(page) => Command::ProfilesList(page.into()),
+            ProfilesCmd::Get { id } => Command::ProfilesGet { id },
+            ProfilesCmd::Create(c) => profile_create(c)?,
+            ProfilesCmd::Update(u) => profile_update(u, false)?,
+            ProfilesCmd::Delete { id } => Command::ProfilesDelete { id },
         },
-    };
-    Ok(Page {
-        limit,
-        cursor: raw.last(&["--cursor"]),
+        Top::Keys(k) => match k {
+            KeysCmd::List(page) => Command::KeysList(page.into()),
+            KeysCmd::Create(c) => key_create(c)?,
+            KeysCmd::Revoke { id } => Command::KeysRevoke { id },
+        },
+        Top::Sessions(s) => match s {
+            SessionsCmd::List(l) => Command::SessionsList {
+                page: l.page.into(),
+                state: l.state,
+            },
+            SessionsCmd::Events { id, page } => Command::SessionsEvents {
+                id,
+                page: page.into(),
+            },
+        },
+        Top::Providers { .. } => Command::ProvidersList,
+        Top::McpServers { .. } => Command::McpServersList,
+        Top::Config { .. } => Command::ConfigShow,
+        Top::SandboxStatus => Command::SandboxStatus,
+        Top::Auth(AuthCmd::Create(AuthCreate::Key(a))) => {
+            if a.name.trim().is_empty() {
+                return Err(CtlError::usage("--name must not be blank"));
+            }
+            if a.out_dir.is_empty() {
+                return Err(CtlError::usage("--out-dir must not be empty"));
+            }
+            Command::AuthCreateKey {
+                name: a.name,
+                out_dir: PathBuf::from(a.out_dir),
+                force: a.force,
+            }
+        }
+        Top::Completions { shell } => Command::Completions(shell),
+        Top::Version => Command::Version,
+        Top::List(l) => match l {
+            ListWhat::Profiles(page) => Command::ProfilesList(page.into()),
+            ListWhat::Keys(page) => Command::KeysList(page.into()),
+            ListWhat::Sessions(l) => Command::SessionsList {
+                page: l.page.into(),
+                state: l.state,
+            },
+            ListWhat::Providers => Command::ProvidersList,
+            ListWhat::McpServers => Command::McpServersList,
+        },
+        Top::Get(GetWhat::Profile { id }) => Command::ProfilesGet { id },
+        Top::Create(CreateWhat::Profile(c)) => profile_create(c)?,
+        Top::Create(CreateWhat::Key(c)) => key_create(c)?,
+        Top::Update(UpdateWhat::Profile(u)) => profile_update(u, true)?,
+        Top::Delete(DeleteWhat::Profile { id }) => Command::ProfilesDelete { id },
+        Top::Delete(DeleteWhat::Key { id }) => Command::KeysRevoke { id },
     })
 }
 
 /// A value given either as an option or as a positional (not both).
 fn flag_or_positional(
-    raw: &Raw,
+    flag: Option<String>,
     option: &str,
-    positional: Option<&str>,
+    positional: Option<String>,
     what: &str,
 ) -> Result<String, CtlError> {
-    let value = match (raw.last(&[option]), positional) {
+    let value = match (flag, positional) {
         (Some(_), Some(p)) => {
             return Err(CtlError::usage(format!(
                 "{what}: give {option} or the positional \"{p}\", not both"
             )))
         }
-        (Some(v), None) => v,
-        (None, Some(p)) => p.to_string(),
+        (Some(v), None) | (None, Some(v)) => v,
         (None, None) => return Err(CtlError::usage(format!("{what} requires {option}"))),
     };
     if value.trim().is_empty() {
@@ -412,224 +276,223 @@ fn flag_or_positional(
     Ok(value)
 }
 
-fn lists(raw: &Raw) -> ProfileLists {
-    ProfileLists {
-        fallback_providers: raw.all(FALLBACK),
-        mcp_servers: raw.all(MCP),
-        allowed_tools: raw.all(TOOL),
-        available_sandboxes: raw.all(SANDBOX),
-    }
-}
-
-fn resource_profiles(raw: &Raw, rest: &[&str], verb_first: bool) -> Result<Command, CtlError> {
-    let Some((&verb, args)) = rest.split_first() else {
-        return Err(CtlError::usage(
-            "\"profiles\" needs a subcommand: list, get, create, update or delete",
-        ));
-    };
-    match verb {
-        "list" => {
-            exactly(args, "profiles list", &[])?;
-            raw.only("profiles list", &["--limit", "--cursor"])?;
-            Ok(Command::ProfilesList(page(raw)?))
-        }
-        "get" | "show" => {
-            let a = exactly(args, "profiles get", &["ID"])?;
-            raw.only("profiles get", &[])?;
-            Ok(Command::ProfilesGet {
-                id: a[0].to_string(),
-            })
-        }
-        "create" => {
-            if args.len() > 2 {
-                return Err(CtlError::usage(format!(
-                    "unexpected argument \"{}\" for \"profiles create\"",
-                    args[2]
-                )));
-            }
-            let mut allowed = vec!["--name", "--primary-provider"];
-            allowed.extend_from_slice(PROFILE_LIST_OPTIONS);
-            raw.only("profiles create", &allowed)?;
-            let name = flag_or_positional(raw, "--name", args.first().copied(), "profiles create")?;
-            let primary_provider = flag_or_positional(
-                raw,
-                "--primary-provider",
-                args.get(1).copied(),
-                "profiles create",
-            )?;
-            Ok(Command::ProfilesCreate {
-                name,
-                primary_provider,
-                lists: lists(raw),
-            })
-        }
-        "update" => {
-            let Some((&id, args)) = args.split_first() else {
-                return Err(CtlError::usage("profiles update requires ID"));
-            };
-            if args.len() > 1 {
-                return Err(CtlError::usage(format!(
-                    "unexpected argument \"{}\" for \"profiles update\"",
-                    args[1]
-                )));
-            }
-            let mut allowed = vec![
-                "--name",
-                "--primary-provider",
-                "--clear-fallback-providers",
-                "--clear-mcp-servers",
-                "--clear-allowed-tools",
-                "--clear-available-sandboxes",
-            ];
-            allowed.extend_from_slice(PROFILE_LIST_OPTIONS);
-            raw.only("profiles update", &allowed)?;
-            let primary_provider = match (raw.last(&["--primary-provider"]), args.first()) {
-                (Some(_), Some(p)) => {
-                    return Err(CtlError::usage(format!(
-                    "profiles update: give --primary-provider or the positional \"{p}\", not both"
-                )))
-                }
-                (Some(v), None) => Some(v),
-                (None, Some(p)) => Some(p.to_string()),
-                (None, None) if verb_first => {
-                    return Err(CtlError::usage(
-                        "update profile requires ID PRIMARY_PROVIDER",
-                    ))
-                }
-                (None, None) => None,
-            };
-            let name = raw.last(&["--name"]);
-            for (opt, v) in [("--name", &name), ("--primary-provider", &primary_provider)] {
-                if v.as_deref().is_some_and(|s| s.trim().is_empty()) {
-                    return Err(CtlError::usage(format!("{opt} must not be blank")));
-                }
-            }
-            // Resource-first: a list changes only when one of its options
-            // (or its --clear-…) is given. Verb-first keeps the reference
-            // semantics: the three lists the reference knows are replaced
-            // (omitted = empty); available_sandboxes, which it never sends,
-            // is kept instead of being silently cleared.
-            let list = |names: &[&str], clear: &str, reference: bool| {
-                if raw.given(names) || raw.has(clear) || (verb_first && reference) {
-                    Some(raw.all(names))
-                } else {
-                    None
-                }
-            };
-            Ok(Command::ProfilesUpdate {
-                id: id.to_string(),
-                update: ProfileUpdate {
-                    name,
-                    primary_provider,
-                    fallback_providers: list(FALLBACK, "--clear-fallback-providers", true),
-                    mcp_servers: list(MCP, "--clear-mcp-servers", true),
-                    allowed_tools: list(TOOL, "--clear-allowed-tools", true),
-                    available_sandboxes: list(SANDBOX, "--clear-available-sandboxes", false),
-                },
-            })
-        }
-        "delete" | "rm" => {
-            let a = exactly(args, "profiles delete", &["ID"])?;
-            raw.only("profiles delete", &[])?;
-            Ok(Command::ProfilesDelete {
-                id: a[0].to_string(),
-            })
-        }
-        other => Err(CtlError::usage(format!(
-            "unknown profiles subcommand \"{other}\" (expected list, get, create, update or delete)"
-        ))),
-    }
-}
-
-fn resource_keys(raw: &Raw, rest: &[&str]) -> Result<Command, CtlError> {
-    let Some((&verb, args)) = rest.split_first() else {
-        return Err(CtlError::usage(
-            "\"keys\" needs a subcommand: list, create or revoke",
-        ));
-    };
-    match verb {
-        "list" => {
-            exactly(args, "keys list", &[])?;
-            raw.only("keys list", &["--limit", "--cursor"])?;
-            Ok(Command::KeysList(page(raw)?))
-        }
-        "create" => {
-            if args.len() > 2 {
-                return Err(CtlError::usage(format!(
-                    "unexpected argument \"{}\" for \"keys create\"",
-                    args[2]
-                )));
-            }
-            raw.only("keys create", &["--name", "--profile-id"])?;
-            let name = flag_or_positional(raw, "--name", args.first().copied(), "keys create")?;
-            let profile_id =
-                flag_or_positional(raw, "--profile-id", args.get(1).copied(), "keys create")?;
-            Ok(Command::KeysCreate { name, profile_id })
-        }
-        "revoke" | "delete" | "rm" => {
-            let a = exactly(args, "keys revoke", &["ID"])?;
-            raw.only("keys revoke", &[])?;
-            Ok(Command::KeysRevoke {
-                id: a[0].to_string(),
-            })
-        }
-        other => Err(CtlError::usage(format!(
-            "unknown keys subcommand \"{other}\" (expected list, create or revoke)"
-        ))),
-    }
-}
-
-fn resource_sessions(raw: &Raw, rest: &[&str]) -> Result<Command, CtlError> {
-    let Some((&verb, args)) = rest.split_first() else {
-        return Err(CtlError::usage(
-            "\"sessions\" needs a subcommand: list or events",
-        ));
-    };
-    match verb {
-        "list" => {
-            exactly(args, "sessions list", &[])?;
-            raw.only("sessions list", &["--limit", "--cursor", "--state"])?;
-            Ok(Command::SessionsList {
-                page: page(raw)?,
-                state: raw.last(&["--state"]),
-            })
-        }
-        "events" => {
-            let a = exactly(args, "sessions events", &["ID"])?;
-            raw.only("sessions events", &["--limit", "--cursor"])?;
-            Ok(Command::SessionsEvents {
-                id: a[0].to_string(),
-                page: page(raw)?,
-            })
-        }
-        other => Err(CtlError::usage(format!(
-            "unknown sessions subcommand \"{other}\" (expected list or events)"
-        ))),
-    }
-}
-
-fn auth(raw: &Raw, rest: &[&str]) -> Result<Command, CtlError> {
-    if rest != ["create", "key"] {
-        return Err(CtlError::usage(
-            "the only auth command is \"auth create key [--name N] [--out-dir DIR]\"",
-        ));
-    }
-    raw.only("auth create key", &["--name", "--out-dir", "--force"])?;
-    let name = raw
-        .last(&["--name"])
-        .unwrap_or_else(|| "provisioned-admin".to_string());
-    if name.trim().is_empty() {
-        return Err(CtlError::usage("--name must not be blank"));
-    }
-    let out_dir = raw.last(&["--out-dir"]).unwrap_or_else(|| ".".to_string());
-    if out_dir.is_empty() {
-        return Err(CtlError::usage("--out-dir must not be empty"));
-    }
-    Ok(Command::AuthCreateKey {
-        name,
-        out_dir: PathBuf::from(out_dir),
-        force: raw.has("--force"),
+fn profile_create(c: cli::ProfileCreate) -> Result<Command, CtlError> {
+    let what = "profiles create";
+    Ok(Command::ProfilesCreate {
+        name: flag_or_positional(c.name, "--name", c.name_pos, what)?,
+        primary_provider: flag_or_positional(
+            c.primary_provider,
+            "--primary-provider",
+            c.primary_provider_pos,
+            what,
+        )?,
+        lists: ProfileLists {
+            fallback_providers: c.lists.fallback_providers,
+            mcp_servers: c.lists.mcp_servers,
+            allowed_tools: c.lists.allowed_tools,
+            available_sandboxes: c.lists.available_sandboxes,
+        },
     })
+}
+
+fn key_create(c: cli::KeyCreate) -> Result<Command, CtlError> {
+    let what = "keys create";
+    Ok(Command::KeysCreate {
+        name: flag_or_positional(c.name, "--name", c.name_pos, what)?,
+        profile_id: flag_or_positional(c.profile_id, "--profile-id", c.profile_id_pos, what)?,
+    })
+}
+
+fn profile_update(u: cli::ProfileUpdateArgs, verb_first: bool) -> Result<Command, CtlError> {
+    let primary_provider = match (u.primary_provider, u.primary_provider_pos) {
+        (Some(_), Some(p)) => {
+            return Err(CtlError::usage(format!(
+                "profiles update: give --primary-provider or the positional \"{p}\", not both"
+            )))
+        }
+        (Some(v), None) | (None, Some(v)) => Some(v),
+        (None, None) if verb_first => {
+            return Err(CtlError::usage(
+                "update profile requires ID PRIMARY_PROVIDER",
+            ))
+        }
+        (None, None) => None,
+    };
+    for (opt, v) in [
+        ("--name", &u.name),
+        ("--primary-provider", &primary_provider),
+    ] {
+        if v.as_deref().is_some_and(|s| s.trim().is_empty()) {
+            return Err(CtlError::usage(format!("{opt} must not be blank")));
+        }
+    }
+    // Resource-first: a list changes only when one of its options (or its
+    // --clear-…) is given. Verb-first keeps the reference semantics: the
+    // three lists the reference knows are replaced (omitted = empty);
+    // available_sandboxes, which it never sends, is kept instead of being
+    // silently cleared.
+    let list = |values: Vec<String>, clear: bool, reference: bool| {
+        (!values.is_empty() || clear || (verb_first && reference)).then_some(values)
+    };
+    let l = u.lists;
+    Ok(Command::ProfilesUpdate {
+        id: u.id,
+        update: ProfileUpdate {
+            name: u.name,
+            primary_provider,
+            fallback_providers: list(l.fallback_providers, u.clear_fallback_providers, true),
+            mcp_servers: list(l.mcp_servers, u.clear_mcp_servers, true),
+            allowed_tools: list(l.allowed_tools, u.clear_allowed_tools, true),
+            available_sandboxes: list(l.available_sandboxes, u.clear_available_sandboxes, false),
+        },
+    })
+}
+
+/// clap's error as `baectl`'s usage error: the detail names the command
+/// the way the help does (`unknown option "--bogus" for "keys list"`), and
+/// clap's suggestion, if any, leads the hint.
+fn usage_error(e: &clap::Error, args: &[String]) -> CtlError {
+    let ctx = |k: ContextKind| e.get(k).map(ToString::to_string).unwrap_or_default();
+    // The usage line names the command as the help does; a missing
+    // subcommand's error is that command's help, usage line included.
+    let usage = match e.get(ContextKind::Usage) {
+        Some(u) => u.to_string(),
+        None => e.render().to_string(),
+    };
+    let path = command_path(&usage);
+    // `--admin-token <TOKEN>` → `--admin-token`.
+    let invalid = ctx(ContextKind::InvalidArg);
+    let flag = invalid.split([' ', '=']).next().unwrap_or("").to_string();
+    let detail = match e.kind() {
+        ErrorKind::InvalidSubcommand => {
+            let bad = ctx(ContextKind::InvalidSubcommand);
+            if path.is_empty() {
+                format!("unknown command \"{bad}\"")
+            } else {
+                let expected: Vec<String> = subcommands(&path)
+                    .iter()
+                    .map(|c| format!("{path} {c}"))
+                    .collect();
+                format!(
+                    "unknown command \"{path} {bad}\" (expected {})",
+                    or_list(&expected)
+                )
+            }
+        }
+        ErrorKind::MissingSubcommand | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            format!(
+                "\"{path}\" needs a subcommand: {}",
+                or_list(&subcommands(&path))
+            )
+        }
+        ErrorKind::UnknownArgument if !invalid.starts_with('-') => {
+            format!("unexpected argument \"{invalid}\" for \"{path}\"")
+        }
+        // An unknown option ending the line reads as one missing its
+        // value, as it always has (the option may be one of another
+        // command's that takes a value).
+        ErrorKind::UnknownArgument
+            if invalid.starts_with("--")
+                && !invalid.contains('=')
+                && args.last() == Some(&invalid) =>
+        {
+            format!("{invalid} requires a value")
+        }
+        ErrorKind::UnknownArgument => format!("unknown option \"{flag}\" for \"{path}\""),
+        ErrorKind::MissingRequiredArgument => {
+            let missing: Vec<String> = match e.get(ContextKind::InvalidArg) {
+                Some(clap::error::ContextValue::Strings(v)) => v
+                    .iter()
+                    .map(|a| a.trim_matches(['<', '>']).to_string())
+                    .collect(),
+                _ => vec![invalid.trim_matches(['<', '>']).to_string()],
+            };
+            format!("{path} requires {}", missing.join(" "))
+        }
+        ErrorKind::InvalidValue if ctx(ContextKind::InvalidValue).is_empty() => {
+            format!("{flag} requires a value")
+        }
+        ErrorKind::InvalidValue => format!(
+            "invalid value \"{}\" for {} (expected {})",
+            ctx(ContextKind::InvalidValue),
+            invalid.trim_matches(['<', '>']),
+            match e.get(ContextKind::ValidValue) {
+                Some(clap::error::ContextValue::Strings(v)) => or_list(v),
+                other => other.map(ToString::to_string).unwrap_or_default(),
+            }
+        ),
+        ErrorKind::TooManyValues | ErrorKind::NoEquals => {
+            format!("{flag} does not take a value")
+        }
+        // Our value parsers word the whole message.
+        ErrorKind::ValueValidation => match std::error::Error::source(e) {
+            Some(src) => src.to_string(),
+            None => first_line(e),
+        },
+        _ => first_line(e),
+    };
+    let mut err = CtlError::usage(detail);
+    let suggested = [
+        ContextKind::SuggestedSubcommand,
+        ContextKind::SuggestedArg,
+        ContextKind::SuggestedValue,
+    ]
+    .into_iter()
+    .find_map(|k| match e.get(k) {
+        Some(clap::error::ContextValue::Strings(v)) if !v.is_empty() => Some(v.clone()),
+        Some(clap::error::ContextValue::String(v)) => Some(vec![v.clone()]),
+        _ => None,
+    });
+    if let Some(s) = suggested {
+        let quoted: Vec<String> = s.iter().map(|x| format!("\"{x}\"")).collect();
+        err = err.with_hint(format!(
+            "did you mean {}? run \"baectl --help\" for the command list",
+            or_list(&quoted)
+        ));
+    }
+    err
+}
+
+/// `Usage: baectl keys list [OPTIONS]` → `keys list`.
+fn command_path(usage: &str) -> String {
+    usage
+        .split_whitespace()
+        .skip_while(|w| *w != "baectl")
+        .skip(1)
+        .take_while(|w| !w.starts_with(['[', '<', '-']))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// The names of the subcommands of the command at `path`.
+fn subcommands(path: &str) -> Vec<String> {
+    let root = Cli::command();
+    let mut cmd = &root;
+    for name in path.split_whitespace() {
+        match cmd.find_subcommand(name) {
+            Some(c) => cmd = c,
+            None => break,
+        }
+    }
+    cmd.get_subcommands()
+        .filter(|c| !c.is_hide_set() && c.get_name() != "help")
+        .map(|c| c.get_name().to_string())
+        .collect()
+}
+
+/// `a`, `a or b`, `a, b or c`.
+fn or_list(items: &[String]) -> String {
+    match items.split_last() {
+        None => String::new(),
+        Some((last, [])) => last.clone(),
+        Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+    }
+}
+
+fn first_line(e: &clap::Error) -> String {
+    let text = e.render().to_string();
+    let line = text.lines().next().unwrap_or("");
+    line.strip_prefix("error: ").unwrap_or(line).to_string()
 }
 
 #[cfg(test)]

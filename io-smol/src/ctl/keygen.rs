@@ -20,6 +20,7 @@ use std::io::{self, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
+use proto::wire::hex::encode as hex;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
@@ -41,16 +42,6 @@ pub struct AdminKey {
     pub plaintext: String,
     pub prefix: String,
     pub key_hash: String,
-}
-
-fn hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut out = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        out.push(DIGITS[usize::from(b >> 4)] as char);
-        out.push(DIGITS[usize::from(b & 0x0f)] as char);
-    }
-    out
 }
 
 /// Lowercase hex SHA-256 of the token's UTF-8 bytes.

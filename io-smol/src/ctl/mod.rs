@@ -18,6 +18,7 @@
 //! The command surface is documented in `docs/operations.md`.
 
 pub mod args;
+mod cli;
 pub mod client;
 pub mod keygen;
 pub mod render;
@@ -101,6 +102,12 @@ impl CtlError {
         }
     }
 
+    /// Replaces the hint line.
+    pub fn with_hint(mut self, hint: impl Into<String>) -> CtlError {
+        self.hint = Some(hint.into());
+        self
+    }
+
     pub fn kind(&self) -> &str {
         &self.kind
     }
@@ -116,15 +123,26 @@ impl CtlError {
     /// The stderr text. Usage errors read like an argument parser's; every
     /// other failure is `baectl: <detail>` as the reference baectl prints
     /// it, the server's own detail first so scripts can match it, and any
-    /// hint on the lines after.
+    /// hint on the lines after. For the three answers the reference baectl
+    /// words itself (and a script may match), its wording is there too:
+    /// "no valid admin token was supplied (401 unauthorized)", "Revoke the
+    /// profile's active keys first", "(the referenced profile does not exist
+    /// or was deleted)".
     pub fn message(&self) -> String {
+        let d = &self.detail;
         let mut s = match self.kind.as_str() {
-            "usage" => format!("error: usage: {}\n", self.detail),
+            "usage" => format!("error: usage: {d}\n"),
             "unauthorized" => format!(
-                "baectl: admin API rejected the request (401 unauthorized): {}\n",
-                self.detail
+                "baectl: admin API rejected the request (401 unauthorized): {d}\n\
+                 baectl: no valid admin token was supplied (401 unauthorized)\n"
             ),
-            _ => format!("baectl: {}\n", self.detail),
+            "profile_in_use" => {
+                format!("baectl: {d}\nRevoke the profile's active keys first.\n")
+            }
+            "profile_unavailable" => {
+                format!("baectl: {d} (the referenced profile does not exist or was deleted)\n")
+            }
+            _ => format!("baectl: {d}\n"),
         };
         if let Some(h) = &self.hint {
             s.push_str(&format!("hint: {h}\n"));
@@ -140,63 +158,6 @@ impl std::fmt::Display for CtlError {
 }
 
 impl std::error::Error for CtlError {}
-
-/// Usage text (`baectl --help`).
-pub fn usage_text() -> String {
-    format!(
-        "\
-baectl {version} — admin CLI for baesrv (admin API /admin/v1)
-
-Usage: baectl [GLOBAL OPTIONS] <command> [ARGS] [OPTIONS]
-
-Profiles:
-  profiles list [--limit N] [--cursor C]
-  profiles get ID
-  profiles create --name NAME --primary-provider NAME
-                  [--fallback-provider NAME]... [--mcp-server NAME]...
-                  [--allowed-tool NAME]... [--available-sandbox IMAGE]...
-  profiles update ID [--name NAME] [--primary-provider NAME]
-                  [--fallback-provider NAME]... [--mcp-server NAME]...
-                  [--allowed-tool NAME]... [--available-sandbox IMAGE]...
-                  [--clear-fallback-providers] [--clear-mcp-servers]
-                  [--clear-allowed-tools] [--clear-available-sandboxes]
-  profiles delete ID
-Client keys:
-  keys list [--limit N] [--cursor C]
-  keys create --name NAME --profile-id ID      (prints the key once)
-  keys revoke ID
-Sessions (read-only):
-  sessions list [--state open|closed|error] [--limit N] [--cursor C]
-  sessions events ID [--limit N] [--cursor C]
-Registries and status:
-  providers list
-  mcp-servers list            (alias: mcp list; --json: the registry listing)
-  config show
-  sandbox-status
-Offline:
-  auth create key [--name NAME] [--out-dir DIR] [--force]
-      writes DIR/admin-key.pem (plaintext) and DIR/admin-key-hash.pem
-      (for BAE_ADMIN_KEY_HASH_FILE), both mode 0600
-
-Reference spellings are accepted too: list profiles|keys, get profile ID,
-create profile NAME PROVIDER [--fallback N]..., update profile ID PROVIDER
-[--name N] ..., delete profile ID, create key NAME PROFILE_ID, delete key ID.
-
-Global options:
-  --admin-addr HOST:PORT|URL   default $BAE_ADMIN_ADDR, else {addr}
-  --admin-token TOKEN          default $BAE_ADMIN_TOKEN
-  --admin-key-file PATH        default $BAE_ADMIN_KEY_FILE, else {key}
-  --json                       print the server's JSON instead of a table
-  -h, --help / -V, --version
-
-Errors go to stderr as \"error: <type>: <detail>\"; exit 1 on runtime or API
-errors, 2 on usage errors.
-",
-        version = env!("CARGO_PKG_VERSION"),
-        addr = DEFAULT_ADMIN_ADDR,
-        key = DEFAULT_ADMIN_KEY_FILE,
-    )
-}
 
 /// The admin address to use.
 pub fn resolve_addr(cli: Option<&str>, env: &dyn Fn(&str) -> Option<String>) -> String {
@@ -289,9 +250,9 @@ fn parse_and_execute(
     default_key_file: &Path,
     io: &mut Io<'_>,
 ) -> Result<(), CtlError> {
-    let inv = args::parse(args)?;
+    let (inv, text) = args::parse_with_text(args)?;
     if inv.command.is_offline() {
-        return offline(&inv, io);
+        return offline(&inv, text, io);
     }
     let addr = resolve_addr(inv.globals.admin_addr.as_deref(), env);
     let token = resolve_token(
@@ -307,13 +268,21 @@ fn parse_and_execute(
     Ok(())
 }
 
-fn offline(inv: &Invocation, io: &mut Io<'_>) -> Result<(), CtlError> {
+fn offline(inv: &Invocation, text: Option<String>, io: &mut Io<'_>) -> Result<(), CtlError> {
+    // clap's help of the command asked about, or its `--version` line.
+    if let Some(text) = text {
+        let _ = io.out.write_all(text.as_bytes());
+        return Ok(());
+    }
     match &inv.command {
         Command::Help => {
-            let _ = io.out.write_all(usage_text().as_bytes());
+            let _ = io.out.write_all(args::help_text().as_bytes());
         }
         Command::Version => {
             let _ = writeln!(io.out, "baectl {}", env!("CARGO_PKG_VERSION"));
+        }
+        Command::Completions(shell) => {
+            let _ = io.out.write_all(&args::completions(*shell));
         }
         Command::AuthCreateKey {
             name,
@@ -579,7 +548,10 @@ fn execute(client: &AdminClient, inv: &Invocation, io: &mut Io<'_>) -> Result<St
             let v = client.json("GET", "/admin/v1/config", None)?;
             out(&v, render::config)
         }
-        Command::Help | Command::Version | Command::AuthCreateKey { .. } => {
+        Command::Help
+        | Command::Version
+        | Command::AuthCreateKey { .. }
+        | Command::Completions(_) => {
             unreachable!("offline command in execute()")
         }
     })
@@ -668,6 +640,30 @@ mod tests {
                 "mcp_servers": [], "allowed_tools": ["t", 7],
                 "available_sandboxes": ["node:22"]})
         );
+    }
+
+    /// The reference baectl's wording of its three checked cases comes
+    /// after our first line, our hints after it.
+    #[test]
+    fn reference_wording_of_three_api_errors() {
+        assert_eq!(
+            CtlError::api("profile_in_use", "profile has 1 active client key(s)").message(),
+            "baectl: profile has 1 active client key(s)\n\
+             Revoke the profile's active keys first.\n\
+             hint: revoke the profile's client keys first (baectl list keys; \
+             baectl delete key ID), then delete it again\n"
+        );
+        let m = CtlError::api("profile_unavailable", "no active profile pro_1").message();
+        assert!(m.starts_with(
+            "baectl: no active profile pro_1 \
+             (the referenced profile does not exist or was deleted)\nhint: "
+        ));
+        let m = CtlError::api("unauthorized", "invalid admin key").message();
+        assert!(m.starts_with(
+            "baectl: admin API rejected the request (401 unauthorized): invalid admin key\n\
+             baectl: no valid admin token was supplied (401 unauthorized)\nhint: "
+        ));
+        assert_eq!(CtlError::api("unauthorized", "x").exit_code(), 1);
     }
 
     #[test]

@@ -53,33 +53,27 @@ impl HttpTarget {
     /// `None` for anything but a plain `http://` URL with a host and no
     /// user info (those keep the blocking path).
     pub fn parse(url: &str) -> Option<HttpTarget> {
-        let rest = url.strip_prefix("http://")?;
-        let (authority, path) = match rest.find(['/', '?', '#']) {
-            Some(i) => (&rest[..i], &rest[i..]),
-            None => (rest, "/"),
-        };
-        let path = path.split('#').next().unwrap_or("/");
-        if authority.is_empty()
-            || authority.contains('@')
-            || !authority.bytes().all(|b| b.is_ascii_graphic())
-        {
+        // The URL standard reads `http:///x` as `http://x/`; a URL with an
+        // empty authority is not one this client guesses at.
+        if url.strip_prefix("http://")?.starts_with('/') {
             return None;
         }
-        let has_port = match authority.rfind(']') {
-            Some(bracket) => authority[bracket..].contains(':'),
-            None => authority.contains(':'),
+        let u = url::Url::parse(url).ok()?;
+        if !u.username().is_empty() || u.password().is_some() {
+            return None;
+        }
+        let host = u.host_str()?;
+        let authority = match u.port() {
+            Some(port) => format!("{host}:{port}"),
+            None => host.to_string(),
         };
-        let connect = match has_port {
-            true => authority.to_string(),
-            false => format!("{authority}:80"),
-        };
-        let path = match path {
-            "" => "/".to_string(),
-            p if p.starts_with('?') => format!("/{p}"),
-            p => p.to_string(),
+        let connect = format!("{host}:{}", u.port_or_known_default()?);
+        let path = match u.query() {
+            Some(q) => format!("{}?{q}", u.path()),
+            None => u.path().to_string(),
         };
         Some(HttpTarget {
-            authority: authority.to_string(),
+            authority,
             connect,
             path,
         })

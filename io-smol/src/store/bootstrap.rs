@@ -17,6 +17,7 @@ use std::io::{self, Write};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
+use proto::wire::hex::encode as hex;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
@@ -432,75 +433,31 @@ fn parse_hash_file(path: &Path) -> Result<AdminRow, BootstrapError> {
 
 /// Exactly 64 lowercase hexadecimal characters.
 pub fn is_sha256_hex(s: &str) -> bool {
-    s.len() == 64 && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+    proto::wire::hex::is_lower(s, 64)
 }
 
 /// A structurally valid `$argon2id$[v=16|19$]m=<n>,t=<n>,p=<n>$<salt>$<hash>`
-/// PHC string (unpadded standard base64 salt ≥ 8 bytes, hash ≥ 4 bytes).
+/// PHC string (salt ≥ 8 bytes, hash ≥ 4 bytes), read by the `argon2`
+/// crate's own PHC parser, whose parameters the verifier would accept.
 pub fn is_valid_argon2id_phc(s: &str) -> bool {
-    let mut parts = s.split('$');
-    if parts.next() != Some("") || parts.next() != Some("argon2id") {
-        return false;
-    }
-    let rest: Vec<&str> = parts.collect();
-    let rest = match rest.as_slice() {
-        [v, tail @ ..] if v.starts_with("v=") => {
-            if !matches!(&v[2..], "16" | "19") {
-                return false;
-            }
-            tail
-        }
-        all => all,
-    };
-    let [params, salt, hash] = rest else {
+    use argon2::password_hash::PasswordHash;
+    let Ok(phc) = PasswordHash::new(s) else {
         return false;
     };
-    let names = ["m", "t", "p"];
-    let items: Vec<&str> = params.split(',').collect();
-    if items.len() != 3 {
-        return false;
-    }
-    for (item, want) in items.iter().zip(names) {
-        let Some((k, v)) = item.split_once('=') else {
-            return false;
-        };
-        if k != want || v.is_empty() || v.len() > 10 || !v.bytes().all(|b| b.is_ascii_digit()) {
-            return false;
-        }
-        if v.parse::<u32>().map_or(true, |n| n == 0) {
-            return false;
-        }
-    }
-    b64_len(salt).is_some_and(|n| n >= 8) && b64_len(hash).is_some_and(|n| n >= 4)
-}
-
-/// Decoded length of unpadded standard base64, `None` when malformed.
-fn b64_len(s: &str) -> Option<usize> {
-    if s.is_empty()
-        || s.len() % 4 == 1
-        || !s
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'+' || b == b'/')
-    {
-        return None;
-    }
-    Some(s.len() * 3 / 4)
+    let mut salt = [0u8; 64];
+    phc.algorithm == argon2::ARGON2ID_IDENT
+        && phc.version.is_none_or(|v| argon2::Version::try_from(v).is_ok())
+        // The PHC format fixes the order of Argon2's parameters.
+        && phc.params.iter().map(|(k, _)| k.as_str()).eq(["m", "t", "p"])
+        && argon2::Params::try_from(&phc).is_ok()
+        && phc.salt.is_some_and(|v| v.decode_b64(&mut salt).is_ok_and(|b| b.len() >= 8))
+        && phc.hash.is_some_and(|h| h.len() >= 4)
 }
 
 fn new_key_id(entropy: &mut dyn FnMut(&mut [u8])) -> String {
     let mut b = [0u8; 16];
     entropy(&mut b);
     format!("key_{}", hex(&b))
-}
-
-fn hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut s = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        s.push(DIGITS[(b >> 4) as usize] as char);
-        s.push(DIGITS[(b & 0xf) as usize] as char);
-    }
-    s
 }
 
 /// Lowercase hex SHA-256 of the token's UTF-8 bytes (spec 08 §4.2).
@@ -540,6 +497,9 @@ mod tests {
             "$argon2id$v=19$m=x,t=2,p=1$c29tZXNhbHRzb21lc2FsdA$ZXhhbXBsZWhhc2g",
             "$argon2id$v=19$m=19456,t=2,p=1$c29tZXNhbHRz!21lc2FsdA$ZXhhbXBsZWhhc2g",
             "argon2id$v=19$m=19456,t=2,p=1$c29tZXNhbHRzb21lc2FsdA$ZXhhbXBsZWhhc2g",
+            // Parameters Argon2 itself refuses (memory below 8 KiB per lane)
+            // could never verify.
+            "$argon2id$v=19$m=1,t=1,p=1$c29tZXNhbHRzb21lc2FsdA$ZXhhbXBsZWhhc2g",
         ] {
             assert!(!is_valid_argon2id_phc(bad), "{bad}");
         }

@@ -114,14 +114,9 @@ impl Request {
     /// (`%XX` escapes and `+` as space; invalid escapes are kept literally,
     /// invalid UTF-8 is replaced). A bare `name` without `=` yields `""`.
     pub fn query_param(&self, name: &str) -> Option<String> {
-        let query = self.query()?;
-        query
-            .split('&')
-            .filter(|pair| !pair.is_empty())
-            .find_map(|pair| {
-                let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-                (form_decode(k) == name).then(|| form_decode(v))
-            })
+        form_urlencoded::parse(self.query()?.as_bytes())
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.into_owned())
     }
 }
 
@@ -189,50 +184,5 @@ impl<'a> FromIterator<(&'a str, &'a [u8])> for Headers {
             h.push(name, value);
         }
         h
-    }
-}
-
-/// `application/x-www-form-urlencoded` style decoding of one component.
-fn form_decode(s: &str) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while let Some(&b) = bytes.get(i) {
-        match b {
-            b'+' => {
-                out.push(b' ');
-                i += 1;
-            }
-            b'%' => match (
-                bytes.get(i + 1).and_then(hex_val),
-                bytes.get(i + 2).and_then(hex_val),
-            ) {
-                (Some(hi), Some(lo)) => {
-                    out.push(hi << 4 | lo);
-                    i += 3;
-                }
-                _ => {
-                    out.push(b'%');
-                    i += 1;
-                }
-            },
-            _ => {
-                out.push(b);
-                i += 1;
-            }
-        }
-    }
-    match String::from_utf8(out) {
-        Ok(s) => s,
-        Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
-    }
-}
-
-fn hex_val(b: &u8) -> Option<u8> {
-    match b {
-        b'0'..=b'9' => Some(b - b'0'),
-        b'a'..=b'f' => Some(b - b'a' + 10),
-        b'A'..=b'F' => Some(b - b'A' + 10),
-        _ => None,
     }
 }

@@ -1,7 +1,5 @@
 //! The opt-in extensions (docs/extensions.md) and their frames.
 
-use serde_json::Value;
-
 /// Opt-in protocol extensions (docs/extensions.md). A client names the
 /// ones it wants in `session.registerDriver` (and `session.subscribe`)
 /// params `{"extensions": [...]}`; nothing of them reaches a client that
@@ -82,28 +80,6 @@ impl Extensions {
             .filter(|e| self.has(*e))
             .map(Extension::as_str)
             .collect()
-    }
-
-    /// `params.extensions`: absent = none; unknown names are ignored (a
-    /// client may ask for ones a server does not have); anything but an
-    /// array of strings is an error text.
-    pub fn from_params(params: &Value) -> Result<Option<Self>, String> {
-        let Some(v) = params.get("extensions") else {
-            return Ok(None);
-        };
-        let Some(items) = v.as_array() else {
-            return Err("Invalid params: \"extensions\" must be an array of strings".into());
-        };
-        let mut set = Extensions::default();
-        for item in items {
-            let Some(name) = item.as_str() else {
-                return Err("Invalid params: \"extensions\" must be an array of strings".into());
-            };
-            if let Some(e) = Extension::parse(name) {
-                set = set.with(e);
-            }
-        }
-        Ok(Some(set))
     }
 }
 

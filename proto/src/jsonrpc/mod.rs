@@ -3,9 +3,11 @@
 //! loop").
 //!
 //! Decoding is two-stage: [`decode_call`] validates the envelope (spec 01
-//! §5.2 steps 1–6) and yields a [`Call`] whose `params` the method handler
-//! then parses with the matching `*Params::parse` (step 7). Every frame
-//! builder returns one compact JSON object terminated by `\n`.
+//! §5.2 steps 1–6) and yields a [`Call`]; [`Call::typed_params`] parses its
+//! `params` for its method into a [`MethodParams`] (step 7, serde derives
+//! in `params.rs`), whose parse errors the engine answers after its own
+//! checks. Every frame builder returns one compact JSON object terminated
+//! by `\n`.
 
 use std::fmt::Display;
 

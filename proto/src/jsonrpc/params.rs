@@ -1,23 +1,86 @@
-//! The params of each method (spec 01 §6, step 7 of the envelope).
+//! The params of each method (spec 01 §6, step 7 of the envelope), as
+//! serde derives, and [`MethodParams`]: a call's params typed by method.
+//!
+//! Where serde's own wording is the documented error (`Invalid params:
+//! missing field \`content\``, `invalid type: integer \`5\`, expected a
+//! string`), the derive produces it. Where the spec words an error itself
+//! and fixes the order of the checks (spec 06 §5.7, §6.6), members are read
+//! as [`Member`]s, which never fail, and the checks run in that order.
+
+use serde::de::{DeserializeOwned, Deserializer, Error as _};
+use serde::Deserialize;
 
 use super::*;
 
-// ---------------------------------------------------------------------------
-// Method params
+/// Deserializes a method's params. A params value that is not an object
+/// (positional params) has no members.
+fn from_params<T: DeserializeOwned>(params: &Value) -> Result<T, String> {
+    let empty;
+    let object = if params.is_object() {
+        params
+    } else {
+        empty = Value::Object(Map::new());
+        &empty
+    };
+    T::deserialize(object).map_err(ip)
+}
 
-fn member<'a>(params: &'a Value, name: &str) -> Option<&'a Value> {
-    match params.get(name) {
-        None | Some(Value::Null) => None,
-        Some(v) => Some(v),
+/// One member of the params as sent: absent, `null`, a valid `T`, or
+/// something else. Reading one never fails, so a method can check its
+/// members in its documented order with its documented texts.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub enum Member<T> {
+    #[default]
+    Absent,
+    Null,
+    Valid(T),
+    Invalid,
+}
+
+impl<'de, T: DeserializeOwned> Deserialize<'de> for Member<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Ok(match Value::deserialize(d)? {
+            Value::Null => Member::Null,
+            v => T::deserialize(v).map_or(Member::Invalid, Member::Valid),
+        })
     }
 }
 
-fn non_blank_str<'a>(params: &'a Value, name: &str) -> Option<&'a str> {
-    params
-        .get(name)
-        .and_then(Value::as_str)
-        .filter(|s| !s.trim().is_empty())
+impl<T> Member<T> {
+    /// The value when valid.
+    pub fn valid(self) -> Option<T> {
+        match self {
+            Member::Valid(v) => Some(v),
+            _ => None,
+        }
+    }
+
+    /// Absent or `null` (how the reference reads optional members).
+    pub fn is_missing(&self) -> bool {
+        matches!(self, Member::Absent | Member::Null)
+    }
 }
+
+impl Member<String> {
+    /// A string that is not blank.
+    fn non_blank(self) -> Option<String> {
+        self.valid().filter(|s| !s.trim().is_empty())
+    }
+}
+
+/// `v` as a `T` that serde reads from an object. The derive alone would
+/// also take an array (its members by position); the wire never did, and
+/// answers serde's `invalid type: …, expected <name>` instead.
+fn object<T: DeserializeOwned>(v: Value, name: &str) -> Result<T, serde_json::Error> {
+    if v.is_object() {
+        T::deserialize(v)
+    } else {
+        Err(serde_json::Error::custom(invalid_type(&v, name)))
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Method params
 
 /// `session.sendMessage` params: `{"message":{"role"?,"content"}}`.
 #[derive(Debug, Clone, PartialEq)]
@@ -28,6 +91,27 @@ pub struct SendMessageParams {
     pub content: Value,
 }
 
+#[derive(Deserialize)]
+struct SendMessageWire {
+    #[serde(default, deserialize_with = "message")]
+    message: Option<MessageWire>,
+}
+
+#[derive(Deserialize)]
+struct MessageWire {
+    role: Option<String>,
+    content: Value,
+}
+
+fn message<'de, D: Deserializer<'de>>(d: D) -> Result<Option<MessageWire>, D::Error> {
+    match Value::deserialize(d)? {
+        Value::Null => Ok(None),
+        v => object(v, "struct Message")
+            .map(Some)
+            .map_err(D::Error::custom),
+    }
+}
+
 impl SendMessageParams {
     /// Errors: `message` absent / `null` → `Invalid params: missing "message"`
     /// (C-070); `message` not an object → `Invalid params: invalid type: …,
@@ -35,23 +119,13 @@ impl SendMessageParams {
     /// `Invalid params: missing field \`content\``; non-string `role` →
     /// `Invalid params: invalid type: …, expected a string`.
     pub fn parse(params: &Value) -> Result<Self, String> {
-        let Some(message) = member(params, "message") else {
+        let wire: SendMessageWire = from_params(params)?;
+        let Some(m) = wire.message else {
             return Err(ip("missing \"message\""));
         };
-        if !message.is_object() {
-            return Err(ip(invalid_type(message, "struct Message")));
-        }
-        let role = match member(message, "role") {
-            None => "user".to_owned(),
-            Some(Value::String(r)) => r.clone(),
-            Some(other) => return Err(ip(invalid_type(other, "a string"))),
-        };
-        let Some(content) = message.get("content") else {
-            return Err(ip("missing field `content`"));
-        };
         Ok(SendMessageParams {
-            role,
-            content: content.clone(),
+            role: m.role.unwrap_or_else(|| "user".to_owned()),
+            content: m.content,
         })
     }
 }
@@ -59,26 +133,31 @@ impl SendMessageParams {
 /// Longest `idempotency_key` accepted (extension `send.idempotent`).
 pub const MAX_IDEMPOTENCY_KEY_CHARS: usize = 255;
 
+#[derive(Deserialize)]
+struct IdempotencyKeyWire {
+    #[serde(default)]
+    idempotency_key: Member<String>,
+}
+
 /// `params.idempotency_key` of `session.sendMessage` (extension
 /// `send.idempotent`): absent or `null` = none; anything but a string of
 /// 1 to 255 characters is `Invalid params: "idempotency_key" must be a
 /// non-empty string of at most 255 characters`.
 pub fn idempotency_key(params: &Value) -> Result<Option<String>, String> {
-    match member(params, "idempotency_key") {
-        None => Ok(None),
-        Some(Value::String(k))
-            if !k.is_empty() && k.chars().count() <= MAX_IDEMPOTENCY_KEY_CHARS =>
-        {
-            Ok(Some(k.clone()))
+    let wire: IdempotencyKeyWire = from_params(params)?;
+    match wire.idempotency_key {
+        Member::Absent | Member::Null => Ok(None),
+        Member::Valid(k) if !k.is_empty() && k.chars().count() <= MAX_IDEMPOTENCY_KEY_CHARS => {
+            Ok(Some(k))
         }
-        Some(_) => Err(ip(
+        _ => Err(ip(
             "\"idempotency_key\" must be a non-empty string of at most 255 characters",
         )),
     }
 }
 
 /// `session.compact` params: `{"prompt"?: string|null}`.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
 pub struct CompactParams {
     /// Call-level instruction (wins over the stored one when present).
     pub prompt: Option<String>,
@@ -88,34 +167,90 @@ impl CompactParams {
     /// Error: `prompt` neither string nor `null` →
     /// `Invalid params: invalid type: …, expected a string` (C-167).
     pub fn parse(params: &Value) -> Result<Self, String> {
-        match member(params, "prompt") {
-            None => Ok(CompactParams { prompt: None }),
-            Some(Value::String(p)) => Ok(CompactParams {
-                prompt: Some(p.clone()),
-            }),
-            Some(other) => Err(ip(invalid_type(other, "a string"))),
-        }
+        from_params(params)
     }
 }
 
-/// `session.subscribe` params: `{"since_event_id"?: string}`.
+/// `extensions` of `session.registerDriver` and `session.subscribe`
+/// (docs/extensions.md): absent = none; unknown names are ignored (a
+/// client may ask for ones a server does not have); anything but an array
+/// of strings (`null` included) is an error.
+fn extension_set(m: Member<Vec<String>>) -> Result<Option<Extensions>, String> {
+    match m {
+        Member::Absent => Ok(None),
+        Member::Valid(names) => Ok(Some(
+            names
+                .iter()
+                .filter_map(|n| Extension::parse(n))
+                .fold(Extensions::default(), Extensions::with),
+        )),
+        Member::Null | Member::Invalid => Err(ip("\"extensions\" must be an array of strings")),
+    }
+}
+
+#[derive(Deserialize)]
+struct ExtensionsWire {
+    #[serde(default)]
+    extensions: Member<Vec<String>>,
+}
+
+impl Extensions {
+    /// `params.extensions`: see [`RegisterDriverParams`].
+    pub fn from_params(params: &Value) -> Result<Option<Self>, String> {
+        extension_set(from_params::<ExtensionsWire>(params)?.extensions)
+    }
+}
+
+/// `session.registerDriver` params: `{"extensions"?: [string…]}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RegisterDriverParams {
+    /// The extensions asked for; `None` when the member is absent (the
+    /// reference answer, without an `extensions` member).
+    pub extensions: Option<Extensions>,
+}
+
+impl RegisterDriverParams {
+    /// Error: `extensions` not an array of strings → `Invalid params:
+    /// "extensions" must be an array of strings`.
+    pub fn parse(params: &Value) -> Result<Self, String> {
+        Ok(RegisterDriverParams {
+            extensions: Extensions::from_params(params)?,
+        })
+    }
+}
+
+/// `session.subscribe` params: `{"since_event_id"?: string, "extensions"?}`.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct SubscribeParams {
     /// Replay after this event id (unknown → from the first event).
     pub since_event_id: Option<String>,
+    /// Extensions asked for on this stream (none when absent).
+    pub extensions: Extensions,
+}
+
+#[derive(Deserialize)]
+struct SubscribeWire {
+    #[serde(default)]
+    since_event_id: Member<String>,
+    #[serde(default)]
+    extensions: Member<Vec<String>>,
 }
 
 impl SubscribeParams {
-    /// Error: `since_event_id` neither string nor `null` →
-    /// `Invalid params: invalid type: …, expected a string`.
+    /// Errors, in order: `since_event_id` neither string nor `null` →
+    /// `Invalid params: since_event_id must be a string`; then those of
+    /// `extensions` (see [`RegisterDriverParams`]).
     pub fn parse(params: &Value) -> Result<Self, String> {
-        match member(params, "since_event_id") {
-            None => Ok(SubscribeParams::default()),
-            Some(Value::String(s)) => Ok(SubscribeParams {
-                since_event_id: Some(s.clone()),
-            }),
-            Some(other) => Err(ip(invalid_type(other, "a string"))),
-        }
+        let wire: SubscribeWire = from_params(params)?;
+        let since_event_id = match wire.since_event_id {
+            Member::Absent | Member::Null => None,
+            Member::Valid(s) => Some(s),
+            Member::Invalid => return Err(ip("since_event_id must be a string")),
+        };
+        Ok(SubscribeParams {
+            since_event_id,
+            extensions: extension_set(wire.extensions)?.unwrap_or_default(),
+        })
     }
 }
 
@@ -126,30 +261,37 @@ pub struct UpdateClientToolsParams {
     pub tools: Vec<ClientToolDef>,
 }
 
+#[derive(Deserialize)]
+struct UpdateClientToolsWire {
+    #[serde(default, deserialize_with = "tool_defs")]
+    tools: Option<Vec<ClientToolDef>>,
+}
+
+fn tool_defs<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<ClientToolDef>>, D::Error> {
+    let Some(items) = Option::<Vec<Value>>::deserialize(d)? else {
+        return Ok(None);
+    };
+    items
+        .into_iter()
+        .map(|item| object(item, "struct ClientToolDef").map_err(D::Error::custom))
+        .collect::<Result<_, _>>()
+        .map(Some)
+}
+
 impl UpdateClientToolsParams {
     /// Errors (C-115): `tools` absent / `null` →
     /// `Invalid params: missing "tools"`; not an array of tool objects with
     /// string `name` → `Invalid params: <serde error>`; a blank name →
     /// `Invalid params: every tool requires a non-empty "name"`.
     pub fn parse(params: &Value) -> Result<Self, String> {
-        let Some(tools) = member(params, "tools") else {
+        let wire: UpdateClientToolsWire = from_params(params)?;
+        let Some(tools) = wire.tools else {
             return Err(ip("missing \"tools\""));
         };
-        let Value::Array(items) = tools else {
-            return Err(ip(invalid_type(tools, "a sequence")));
-        };
-        let mut out = Vec::with_capacity(items.len());
-        for item in items {
-            if !item.is_object() {
-                return Err(ip(invalid_type(item, "struct ClientToolDef")));
-            }
-            let def: ClientToolDef = serde_json::from_value(item.clone()).map_err(ip)?;
-            out.push(def);
-        }
-        if out.iter().any(|t| t.name.trim().is_empty()) {
+        if tools.iter().any(|t| t.name.trim().is_empty()) {
             return Err(ip("every tool requires a non-empty \"name\""));
         }
-        Ok(UpdateClientToolsParams { tools: out })
+        Ok(UpdateClientToolsParams { tools })
     }
 
     /// Allowlist check (spec 06 §3.2 steps 6–7): a reserved name anywhere
@@ -173,13 +315,18 @@ pub struct StartRemoteSandboxParams {
     pub image: String,
 }
 
+#[derive(Deserialize)]
+struct ImageWire {
+    #[serde(default)]
+    image: Member<String>,
+}
+
 impl StartRemoteSandboxParams {
     /// Error: missing, non-string or blank → `Invalid params: missing "image"` (C-138).
     pub fn parse(params: &Value) -> Result<Self, String> {
-        match non_blank_str(params, "image") {
-            Some(image) => Ok(StartRemoteSandboxParams {
-                image: image.to_owned(),
-            }),
+        let wire: ImageWire = from_params(params)?;
+        match wire.image.non_blank() {
+            Some(image) => Ok(StartRemoteSandboxParams { image }),
             None => Err(ip("missing \"image\"")),
         }
     }
@@ -192,20 +339,26 @@ pub struct ExecRemoteSandboxParams {
     pub command: String,
 }
 
+#[derive(Deserialize)]
+struct CommandWire {
+    #[serde(default)]
+    command: Member<String>,
+}
+
 impl ExecRemoteSandboxParams {
     /// Error: missing or non-string → `Invalid params: missing "command"` (C-144).
     pub fn parse(params: &Value) -> Result<Self, String> {
-        match params.get("command").and_then(Value::as_str) {
-            Some(c) => Ok(ExecRemoteSandboxParams {
-                command: c.to_owned(),
-            }),
+        let wire: CommandWire = from_params(params)?;
+        match wire.command.valid() {
+            Some(command) => Ok(ExecRemoteSandboxParams { command }),
             None => Err(ip("missing \"command\"")),
         }
     }
 }
 
 /// Local sandbox states a client may report.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum LocalSandboxState {
     /// `running`
     Running,
@@ -227,12 +380,10 @@ impl LocalSandboxState {
 
     /// Parse a wire string.
     pub fn parse(s: &str) -> Option<Self> {
-        match s {
-            "running" => Some(LocalSandboxState::Running),
-            "stopped" => Some(LocalSandboxState::Stopped),
-            "error" => Some(LocalSandboxState::Error),
-            _ => None,
-        }
+        Self::deserialize(serde::de::value::StrDeserializer::<serde_json::Error>::new(
+            s,
+        ))
+        .ok()
     }
 
     /// The `session.sandbox.<state>` event type.
@@ -260,6 +411,20 @@ pub struct ReportLocalSandboxParams {
     pub detail: Value,
 }
 
+#[derive(Deserialize)]
+struct ReportLocalSandboxWire {
+    #[serde(default)]
+    state: Member<LocalSandboxState>,
+    #[serde(default)]
+    unsandboxed: Member<bool>,
+    #[serde(default)]
+    image: Member<String>,
+    #[serde(default)]
+    container_id: Value,
+    #[serde(default)]
+    detail: Value,
+}
+
 impl ReportLocalSandboxParams {
     /// Checks in order (spec 06 §5.7; C-149, C-150):
     /// 1. `state` ∉ running|stopped|error → `Invalid params: "state" must be "running", "stopped", or "error"`;
@@ -268,31 +433,27 @@ impl ReportLocalSandboxParams {
     ///    otherwise `image` absent/`null` → `Invalid params: missing "image"`,
     ///    non-string → `Invalid params: "image" must be a string or null`.
     pub fn parse(params: &Value) -> Result<Self, String> {
-        let state = params
-            .get("state")
-            .and_then(Value::as_str)
-            .and_then(LocalSandboxState::parse)
+        let w: ReportLocalSandboxWire = from_params(params)?;
+        let state = (w.state.valid())
             .ok_or_else(|| ip("\"state\" must be \"running\", \"stopped\", or \"error\""))?;
-        let unsandboxed = match member(params, "unsandboxed") {
-            None => false,
-            Some(Value::Bool(b)) => *b,
-            Some(_) => return Err(ip("\"unsandboxed\" must be a boolean")),
+        let unsandboxed = match w.unsandboxed {
+            Member::Absent | Member::Null => false,
+            Member::Valid(b) => b,
+            Member::Invalid => return Err(ip("\"unsandboxed\" must be a boolean")),
         };
-        let image = match (unsandboxed, member(params, "image")) {
-            (true, None) => None,
-            (true, Some(_)) => {
-                return Err(ip("\"image\" must be null when \"unsandboxed\" is true"))
-            }
-            (false, None) => return Err(ip("missing \"image\"")),
-            (false, Some(Value::String(s))) => Some(s.clone()),
-            (false, Some(_)) => return Err(ip("\"image\" must be a string or null")),
+        let image = match (unsandboxed, w.image) {
+            (true, i) if i.is_missing() => None,
+            (true, _) => return Err(ip("\"image\" must be null when \"unsandboxed\" is true")),
+            (false, Member::Valid(s)) => Some(s),
+            (false, Member::Invalid) => return Err(ip("\"image\" must be a string or null")),
+            (false, _) => return Err(ip("missing \"image\"")),
         };
         Ok(ReportLocalSandboxParams {
             state,
             image,
             unsandboxed,
-            container_id: params.get("container_id").cloned().unwrap_or(Value::Null),
-            detail: params.get("detail").cloned().unwrap_or(Value::Null),
+            container_id: w.container_id,
+            detail: w.detail,
         })
     }
 
@@ -317,7 +478,8 @@ impl ReportLocalSandboxParams {
 }
 
 /// Local subagent states a client may report.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum LocalSubagentState {
     /// `start`
     Start,
@@ -345,14 +507,10 @@ impl LocalSubagentState {
 
     /// Parse a wire string.
     pub fn parse(s: &str) -> Option<Self> {
-        match s {
-            "start" => Some(LocalSubagentState::Start),
-            "running" => Some(LocalSubagentState::Running),
-            "completed" => Some(LocalSubagentState::Completed),
-            "failed" => Some(LocalSubagentState::Failed),
-            "cancelled" => Some(LocalSubagentState::Cancelled),
-            _ => None,
-        }
+        Self::deserialize(serde::de::value::StrDeserializer::<serde_json::Error>::new(
+            s,
+        ))
+        .ok()
     }
 
     /// The `session.subagent.<state>` event type.
@@ -386,6 +544,34 @@ pub struct ReportLocalSubagentParams {
     pub exit_code: Option<i64>,
 }
 
+#[derive(Deserialize)]
+struct ReportLocalSubagentWire {
+    #[serde(default)]
+    state: Member<LocalSubagentState>,
+    #[serde(default)]
+    subagent_id: Member<String>,
+    #[serde(default)]
+    harness: Member<String>,
+    #[serde(default)]
+    model: Member<String>,
+    #[serde(default)]
+    detail: Member<String>,
+    #[serde(default)]
+    reason: Member<String>,
+    #[serde(default)]
+    exit_code: Member<i64>,
+}
+
+/// An optional string member: absent or `null` is none, a string is kept,
+/// anything else is `"<name>" must be a string or null`.
+fn opt_string(m: Member<String>, name: &str) -> Result<Option<String>, String> {
+    match m {
+        Member::Absent | Member::Null => Ok(None),
+        Member::Valid(s) => Ok(Some(s)),
+        Member::Invalid => Err(ip(format!("\"{name}\" must be a string or null"))),
+    }
+}
+
 impl ReportLocalSubagentParams {
     /// Checks in order (C-162, C-163):
     /// 1. `state` → `Invalid params: "state" must be "start", "running", "completed", "failed", or "cancelled"`;
@@ -393,43 +579,31 @@ impl ReportLocalSubagentParams {
     /// 3. `detail` then `reason` → `Invalid params: "<name>" must be a string or null`;
     /// 4. `exit_code` neither integer nor `null` → `Invalid params: "exit_code" must be an integer`.
     pub fn parse(params: &Value) -> Result<Self, String> {
-        let state = params
-            .get("state")
-            .and_then(Value::as_str)
-            .and_then(LocalSubagentState::parse)
-            .ok_or_else(|| {
-                ip("\"state\" must be \"start\", \"running\", \"completed\", \"failed\", or \"cancelled\"")
-            })?;
+        let w: ReportLocalSubagentWire = from_params(params)?;
+        let state = w.state.valid().ok_or_else(|| {
+            ip("\"state\" must be \"start\", \"running\", \"completed\", \"failed\", or \"cancelled\"")
+        })?;
         let (Some(subagent_id), Some(harness), Some(model)) = (
-            non_blank_str(params, "subagent_id"),
-            non_blank_str(params, "harness"),
-            non_blank_str(params, "model"),
+            w.subagent_id.non_blank(),
+            w.harness.non_blank(),
+            w.model.non_blank(),
         ) else {
             return Err(ip(
                 "\"subagent_id\", \"harness\", and \"model\" must be non-empty strings",
             ));
         };
-        let opt_str = |name: &str| -> Result<Option<String>, String> {
-            match member(params, name) {
-                None => Ok(None),
-                Some(Value::String(s)) => Ok(Some(s.clone())),
-                Some(_) => Err(ip(format!("\"{name}\" must be a string or null"))),
-            }
-        };
-        let detail = opt_str("detail")?;
-        let reason = opt_str("reason")?;
-        let exit_code = match member(params, "exit_code") {
-            None => None,
-            Some(v) => match v.as_i64() {
-                Some(n) => Some(n),
-                None => return Err(ip("\"exit_code\" must be an integer")),
-            },
+        let detail = opt_string(w.detail, "detail")?;
+        let reason = opt_string(w.reason, "reason")?;
+        let exit_code = match w.exit_code {
+            Member::Absent | Member::Null => None,
+            Member::Valid(n) => Some(n),
+            Member::Invalid => return Err(ip("\"exit_code\" must be an integer")),
         };
         Ok(ReportLocalSubagentParams {
             state,
-            subagent_id: subagent_id.to_owned(),
-            harness: harness.to_owned(),
-            model: model.to_owned(),
+            subagent_id,
+            harness,
+            model,
             detail,
             reason,
             exit_code,
@@ -483,14 +657,95 @@ pub struct CancelSubagentParams {
     pub subagent_id: String,
 }
 
+#[derive(Deserialize)]
+struct SubagentIdWire {
+    #[serde(default)]
+    subagent_id: Member<String>,
+}
+
 impl CancelSubagentParams {
     /// Error: missing, non-string or blank → `Invalid params: missing "subagent_id"`.
     pub fn parse(params: &Value) -> Result<Self, String> {
-        match non_blank_str(params, "subagent_id") {
-            Some(id) => Ok(CancelSubagentParams {
-                subagent_id: id.to_owned(),
-            }),
+        let wire: SubagentIdWire = from_params(params)?;
+        match wire.subagent_id.non_blank() {
+            Some(subagent_id) => Ok(CancelSubagentParams { subagent_id }),
             None => Err(ip("missing \"subagent_id\"")),
         }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Typed by method
+
+/// A parse result: the params, or the complete `Invalid params: …` text.
+pub type Parsed<T> = Result<T, String>;
+
+/// `session.sendMessage`'s params: the message, and the extension
+/// `send.idempotent`'s key (read only for a caller that opted in).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SendMessageCall {
+    pub message: Parsed<SendMessageParams>,
+    pub idempotency_key: Parsed<Option<String>>,
+}
+
+/// A call's params typed by its method. Each holds its parse result rather
+/// than failing at once: the engine answers a parse error only after its
+/// own checks (driver registered, session open), as spec 01 §6 orders them.
+#[derive(Debug, Clone, PartialEq)]
+pub enum MethodParams {
+    RegisterDriver(Parsed<RegisterDriverParams>),
+    SendMessage(SendMessageCall),
+    Compact(Parsed<CompactParams>),
+    Subscribe(Parsed<SubscribeParams>),
+    Unsubscribe,
+    StartRemoteSandbox(Parsed<StartRemoteSandboxParams>),
+    StopRemoteSandbox,
+    ExecRemoteSandbox(Parsed<ExecRemoteSandboxParams>),
+    ReportLocalSandbox(Parsed<ReportLocalSandboxParams>),
+    ReportLocalSubagent(Parsed<ReportLocalSubagentParams>),
+    CancelSubagent(Parsed<CancelSubagentParams>),
+    UpdateClientTools(Parsed<UpdateClientToolsParams>),
+    /// Extension `turn.cancel`: no params.
+    CancelTurn,
+    /// Extension `turn.steer`: a `session.sendMessage` message.
+    SteerTurn(Parsed<SendMessageParams>),
+}
+
+impl MethodParams {
+    /// Parses `params` as `method`'s.
+    pub fn parse(method: Method, params: &Value) -> Self {
+        use Method as M;
+        match method {
+            M::RegisterDriver => Self::RegisterDriver(RegisterDriverParams::parse(params)),
+            M::SendMessage => Self::SendMessage(SendMessageCall {
+                message: SendMessageParams::parse(params),
+                idempotency_key: idempotency_key(params),
+            }),
+            M::Compact => Self::Compact(CompactParams::parse(params)),
+            M::Subscribe => Self::Subscribe(SubscribeParams::parse(params)),
+            M::Unsubscribe => Self::Unsubscribe,
+            M::StartRemoteSandbox => {
+                Self::StartRemoteSandbox(StartRemoteSandboxParams::parse(params))
+            }
+            M::StopRemoteSandbox => Self::StopRemoteSandbox,
+            M::ExecRemoteSandbox => Self::ExecRemoteSandbox(ExecRemoteSandboxParams::parse(params)),
+            M::ReportLocalSandbox => {
+                Self::ReportLocalSandbox(ReportLocalSandboxParams::parse(params))
+            }
+            M::ReportLocalSubagent => {
+                Self::ReportLocalSubagent(ReportLocalSubagentParams::parse(params))
+            }
+            M::CancelSubagent => Self::CancelSubagent(CancelSubagentParams::parse(params)),
+            M::UpdateClientTools => Self::UpdateClientTools(UpdateClientToolsParams::parse(params)),
+            M::CancelTurn => Self::CancelTurn,
+            M::SteerTurn => Self::SteerTurn(SendMessageParams::parse(params)),
+        }
+    }
+}
+
+impl Call {
+    /// This call's params, typed by its method.
+    pub fn typed_params(&self) -> MethodParams {
+        MethodParams::parse(self.method, &self.params)
     }
 }

@@ -13,8 +13,6 @@
 //! primary keys, the per-session event indexes, the session-key lookup), so
 //! a commit dirties a few index pages instead of one random page per row.
 
-const HEX: &[u8; 16] = b"0123456789abcdef";
-
 /// Entity kinds that carry a generated id.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum IdKind {
@@ -88,24 +86,7 @@ impl SecretKind {
 
 /// Lowercase hex of `bytes`.
 pub fn to_hex(bytes: &[u8]) -> String {
-    let mut out = String::with_capacity(bytes.len() * 2);
-    push_hex(&mut out, bytes);
-    out
-}
-
-fn push_hex(out: &mut String, bytes: &[u8]) {
-    for &b in bytes {
-        out.push(char::from(
-            HEX.get(usize::from(b >> 4)).copied().unwrap_or(b'0'),
-        ));
-        out.push(char::from(
-            HEX.get(usize::from(b & 0xf)).copied().unwrap_or(b'0'),
-        ));
-    }
-}
-
-fn is_lower_hex(s: &str, len: usize) -> bool {
-    s.len() == len && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+    super::hex::encode(bytes)
 }
 
 /// How the 16 bytes of a generated id are made.
@@ -136,21 +117,21 @@ impl IdOrder {
 pub fn make_id(kind: IdKind, bytes: [u8; 16]) -> String {
     let mut out = String::with_capacity(4 + 32);
     out.push_str(kind.prefix());
-    push_hex(&mut out, &bytes);
+    super::hex::push(&mut out, &bytes);
     out
 }
 
 /// Whether `s` is exactly `<prefix>` + 32 lowercase hex.
 pub fn is_id(kind: IdKind, s: &str) -> bool {
     s.strip_prefix(kind.prefix())
-        .is_some_and(|rest| is_lower_hex(rest, 32))
+        .is_some_and(|rest| super::hex::is_lower(rest, 32))
 }
 
 /// `<prefix>` + 48 lowercase hex of `bytes`.
 pub fn make_secret(kind: SecretKind, bytes: [u8; 24]) -> String {
     let mut out = String::with_capacity(kind.prefix().len() + 48);
     out.push_str(kind.prefix());
-    push_hex(&mut out, &bytes);
+    super::hex::push(&mut out, &bytes);
     out
 }
 
@@ -160,7 +141,7 @@ pub fn make_secret(kind: SecretKind, bytes: [u8; 24]) -> String {
 /// client secret (`ses_…`/`admin_…` is not 48 hex).
 pub fn is_secret(kind: SecretKind, s: &str) -> bool {
     s.strip_prefix(kind.prefix())
-        .is_some_and(|rest| is_lower_hex(rest, 48))
+        .is_some_and(|rest| super::hex::is_lower(rest, 48))
 }
 
 /// Which secret format `s` has, if any.

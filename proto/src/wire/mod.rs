@@ -19,6 +19,7 @@ pub mod admin;
 pub mod compaction;
 pub mod content;
 pub mod event;
+pub mod hex;
 pub mod ids;
 pub mod json;
 pub mod page;
