@@ -117,6 +117,7 @@ impl Driver {
                 max_tokens: MAX_TOKENS,
                 retry: None,
                 limits: None,
+                stream: None,
             }],
             telemetry: std::env::var("HISTORY_TELEMETRY").is_ok_and(|v| v == "1"),
             ..Config::default()
@@ -208,6 +209,7 @@ impl Driver {
                     Output::Mcp(_) => unreachable!("the bench configures no MCP server"),
                     Output::Sandbox(_) => unreachable!("the bench uses no sandbox"),
                     Output::Forward(_) => unreachable!("the bench runs one server"),
+                    Output::AbortProvider(_) => unreachable!("the bench's calls are answered"),
                 }
             }
         }

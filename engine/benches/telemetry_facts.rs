@@ -52,6 +52,7 @@ fn main() {
         max_tokens: 1024,
         retry: None,
         limits: None,
+        stream: None,
     };
     // The minimum of several runs: the box is shared, and descheduling
     // only ever adds time.

@@ -175,9 +175,9 @@ impl Engine {
 
     /// [`Engine::send`] for bytes that reveal no stored state
     /// ([`Output::SendUngated`]).
-    pub(crate) fn send_ungated(&mut self, conn: ConnId, bytes: Vec<u8>) {
+    pub(crate) fn send_ungated(&mut self, conn: ConnId, bytes: impl Into<crate::bytes::Bytes>) {
+        let bytes = bytes.into();
         if self.conns.sending(conn, bytes.len()) {
-            let bytes = bytes.into();
             self.outputs.push_back(Output::SendUngated { conn, bytes });
         }
     }

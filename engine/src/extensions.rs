@@ -107,8 +107,12 @@ impl Engine {
         let Some(mut t) = self.take_turn(session_id) else {
             return;
         };
-        self.calls.retain(|_, s| s.as_str() != session_id);
-        self.provider_limits.leave(self.now.mono, session_id);
+        // The provider stops generating what nobody will read.
+        self.abort_calls(session_id);
+        if let Some(request) = t.streaming_deltas() {
+            let reason = Some(jsonrpc::DiscardReason::Cancelled);
+            self.deltas_ended(session_id, &request, reason);
+        }
         let tokens: Vec<_> = self
             .mcp_calls
             .iter()

@@ -26,7 +26,7 @@ use crate::MonoMs;
 /// reads (3.6 ms per turn on average over a 1,000-turn session when every
 /// turn must read it back), small beside the provider call of the turn that
 /// needs it, while every idle history kept is heap the server does not give
-/// back after load (docs/performance.md, "This round's changes").
+/// back after load (docs/performance.md, "Defaults and store costs, measured").
 pub const DEFAULT_BUDGET_BYTES: usize = 1024 * 1024;
 /// `BAE_HISTORY_IDLE` unless configured: 30 s.
 pub const DEFAULT_IDLE_MS: u64 = 30_000;

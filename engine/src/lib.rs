@@ -30,6 +30,7 @@ mod auth;
 mod auth_legacy;
 pub mod burst;
 pub mod bytes;
+mod calls;
 mod client_api;
 mod conn;
 mod connections;
@@ -124,6 +125,11 @@ pub struct ProviderCall {
     pub auth: AuthPlacement,
     pub body: Vec<u8>,
     pub timeout_ms: u64,
+    /// A streamed call (`stream = true` on its registry entry): the body
+    /// of a 2xx response is reported as it arrives, in
+    /// [`Input::ProviderChunk`]s, then [`ProviderReply::Streamed`]; any
+    /// other status is read whole as usual.
+    pub stream: bool,
 }
 
 /// What came back from a [`ProviderCall`].
@@ -141,6 +147,9 @@ pub enum ProviderReply {
     Transport(String),
     /// The credential template could not be resolved (unset `${VAR}`…).
     Credential(String),
+    /// A streamed call's 2xx body was reported in
+    /// [`Input::ProviderChunk`]s and ended normally.
+    Streamed,
 }
 
 /// Everything that happens to the engine.
@@ -161,6 +170,9 @@ pub enum Input {
     },
     /// A provider call finished.
     ProviderDone { call: CallId, reply: ProviderReply },
+    /// Body bytes of a streamed call's 2xx response, in order, as they
+    /// arrived (any split). [`Input::ProviderDone`] follows.
+    ProviderChunk { call: CallId, bytes: Vec<u8> },
     /// Something happened on an MCP transport opened by [`Output::Mcp`].
     Mcp {
         conn: mcp::McpConnId,
@@ -211,6 +223,10 @@ pub enum Output {
     Read { id: ReadId, read: StoreRead },
     /// Perform a provider call and report [`Input::ProviderDone`].
     CallProvider(ProviderCall),
+    /// Stop a provider call now: close its connection (the provider stops
+    /// generating) and report nothing more for it; a report already on its
+    /// way is ignored.
+    AbortProvider(CallId),
     /// Open, write to or close an MCP transport; report [`Input::Mcp`].
     Mcp(mcp::McpCommand),
     /// Run a container engine command; report [`Input::Sandbox`].
@@ -239,6 +255,31 @@ pub struct ProviderEntry {
     /// `limits`: calls in flight, requests and input tokens per minute,
     /// shared by every session (`None`: unlimited).
     pub limits: Option<provider_limits::EntryLimits>,
+    /// `stream = true`: replies are streamed (`None`: the reference's
+    /// unstreamed calls, byte for byte).
+    pub stream: Option<StreamSettings>,
+}
+
+/// How a streamed provider call is watched (docs/configuration.md,
+/// `[[providers.entries]]`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StreamSettings {
+    /// From the call leaving to the first byte of its body.
+    pub first_byte_timeout_ms: u64,
+    /// Between two events that carry progress (pings and comments do not).
+    pub idle_timeout_ms: u64,
+    /// Body bytes of one streamed reply (events, pings and all).
+    pub max_bytes: usize,
+}
+
+impl Default for StreamSettings {
+    fn default() -> Self {
+        StreamSettings {
+            first_byte_timeout_ms: 120_000,
+            idle_timeout_ms: 60_000,
+            max_bytes: proto::provider::stream::DEFAULT_MAX_STREAM_BYTES,
+        }
+    }
 }
 
 /// Engine settings, fixed at start.
@@ -301,6 +342,11 @@ pub struct Config {
     /// Events a streaming consumer may fall behind before it is dropped
     /// with the `lagged` error (the reference's broadcast capacity).
     pub subscriber_lag_limit: usize,
+    /// Unflushed bytes past which a stream that opted into `turn.deltas`
+    /// gets no delta frames: they are joined and held until it drains (a
+    /// subscription at most 16 windows of them, then dropped for the
+    /// attempt with a `lagged` marker; docs/extensions.md).
+    pub delta_window_bytes: usize,
     /// Unflushed bytes a gapless subscriber (extension `subscribe.gapless`)
     /// may have before it stops taking live events and later catches up
     /// from the store: its per-subscriber memory bound.
@@ -343,7 +389,7 @@ pub const DEFAULT_MAX_PAGE_BYTES: usize = 8 * 1024 * 1024;
 
 /// [`Config::resident_sessions`] unless configured. Each idle resident
 /// session holds about 1 KB; one beyond it costs a store read when it is
-/// used again (docs/performance.md, "This round's changes").
+/// used again (docs/performance.md, "Defaults and store costs, measured").
 pub const DEFAULT_RESIDENT_SESSIONS: usize = 512;
 
 impl Config {
@@ -387,6 +433,7 @@ impl Default for Config {
             history_cache: history_cache::Limits::default(),
             resident_sessions: Some(DEFAULT_RESIDENT_SESSIONS),
             subscriber_window_bytes: 32 * 1024,
+            delta_window_bytes: 64 * 1024,
             idempotency_retention_ms: 24 * 3600 * 1000,
             metrics_disabled: Vec::new(),
             metrics_no_auth: false,
@@ -429,8 +476,9 @@ pub struct Engine {
     /// itself lives in the session's core.
     running: BTreeMap<turn::TurnId, ids::SessionId>,
     next_turn: turn::TurnId,
-    /// Provider calls in flight, by the session whose turn made them.
-    calls: crate::ids::IdMap<CallId, ids::SessionId>,
+    /// Provider calls in flight, by the session whose turn made them, and
+    /// the watchdog deadlines of streamed ones.
+    calls: calls::Calls,
     /// Every provider entry's shared limits, queues and retry timers.
     provider_limits: provider_limits::ProviderLimits,
     next_call: CallId,
@@ -546,7 +594,7 @@ impl Engine {
             streams: streams::Hub::default(),
             running: BTreeMap::new(),
             next_turn: turn::TurnId(1),
-            calls: Default::default(),
+            calls: calls::Calls::default(),
             provider_limits,
             next_call: CallId(1),
             quiet: Vec::new(),
@@ -587,6 +635,7 @@ impl Engine {
             Input::Closed { conn } => self.on_closed(conn),
             Input::ReadDone { id, result } => self.on_read_done(id, result),
             Input::ProviderDone { call, reply } => self.on_provider_done(call, reply),
+            Input::ProviderChunk { call, bytes } => self.on_provider_chunk(call, &bytes),
             Input::Mcp { conn, event } => self.mcp.handle(conn, event, now.mono),
             Input::Sandbox { op, reply } => self.sandbox.handle_reply(op, reply, now.mono),
             Input::Shutdown => self.on_shutdown(),
@@ -604,6 +653,7 @@ impl Engine {
         self.drop_idle_histories();
         self.send_keepalives();
         self.expire_reads();
+        self.check_provider_streams();
         self.mcp.handle_timeout(now.mono);
         self.sandbox.handle_timeout(now.mono);
         self.provider_limits.tick(now.mono);
@@ -632,6 +682,7 @@ impl Engine {
             self.sandbox.poll_timeout(),
             self.residency.next_deadline(),
             self.provider_limits.poll_timeout(),
+            self.calls.next_deadline(),
         ]
         .into_iter()
         .flatten()

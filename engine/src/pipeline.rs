@@ -70,6 +70,8 @@ pub enum Routed {
     Mcp(crate::mcp::McpCommand),
     /// Run a container engine command.
     Sandbox(crate::sandbox::SandboxCommand),
+    /// Stop a provider call that was dispatched: close its connection.
+    Abort(crate::CallId),
 }
 
 /// A unit of work for the store worker, processed in FIFO order.
@@ -139,6 +141,7 @@ impl Pipeline {
             Output::Close { conn } => Delivery::Close { conn },
             Output::CallProvider(call) => Delivery::Call(call),
             Output::Forward(f) => Delivery::Forward(f),
+            Output::AbortProvider(call) => return self.abort(call).map(Routed::Abort),
         };
         self.deliver(d).map(Routed::Dispatch)
     }
@@ -175,6 +178,21 @@ impl Pipeline {
         } else {
             self.held.push_back((self.last_gating, d));
             None
+        }
+    }
+
+    /// A provider call to stop: one still held behind a commit is dropped
+    /// (never dispatched, nothing to close); `Some` when the driver must
+    /// close a dispatched one.
+    pub fn abort(&mut self, call: crate::CallId) -> Option<crate::CallId> {
+        let held =
+            (self.held.iter()).position(|(_, d)| matches!(d, Delivery::Call(c) if c.id == call));
+        match held {
+            Some(i) => {
+                self.held.remove(i);
+                None
+            }
+            None => Some(call),
         }
     }
 
@@ -314,6 +332,7 @@ mod tests {
             auth: crate::AuthPlacement::XApiKey,
             body: b"{}".to_vec(),
             timeout_ms: 1_000,
+            stream: false,
         })
     }
 

@@ -335,5 +335,10 @@ impl Engine {
     pub(crate) fn stream_flushed(&mut self, conn: ConnId, bytes: usize) {
         self.streams.flushed(conn, bytes);
         self.subscriber_drained(conn);
+        // Deltas held for a slow reader (extension `turn.deltas`).
+        let (limits, now) = (self.delta_limits(), self.now.mono);
+        for b in self.streams.deltas_drained(conn, limits, now) {
+            self.send_ungated(conn, b);
+        }
     }
 }

@@ -12,6 +12,9 @@ use serde_json::Value;
 
 use crate::{ConnId, MonoMs};
 
+mod deltas;
+pub use deltas::{DeltaBatch, DeltaCursor, DeltaLimits};
+
 /// An appended event as the streams carry it, with its EventView JSON
 /// rendered once.
 #[derive(Debug, Clone)]
@@ -30,8 +33,16 @@ pub struct Stream {
     /// The request id (`None` = notification: no terminal frame).
     pub id: Option<Value>,
     pub kind: StreamKind,
-    /// Byte sizes of frames emitted but not yet flushed: the consumer's lag.
-    pub in_flight: VecDeque<usize>,
+    /// Frames emitted but not yet flushed (byte size; whether a delta):
+    /// the consumer's lag.
+    pub in_flight: VecDeque<(usize, bool)>,
+    /// Delta frames among `in_flight`: they count toward the byte window,
+    /// never toward the lag limit in frames (a burst of deltas must not
+    /// get a subscriber dropped).
+    pub deltas_in_flight: usize,
+    /// The streaming attempt whose deltas this stream follows (extension
+    /// `turn.deltas`).
+    pub deltas: Option<DeltaCursor>,
     /// Bytes of the oldest in-flight frame already flushed.
     pub flushed_partial: usize,
     /// Bytes of in-flight frames not yet flushed (the gapless window).
@@ -136,6 +147,8 @@ impl Hub {
                 id: None,
                 kind: StreamKind::Single,
                 in_flight: VecDeque::new(),
+                deltas_in_flight: 0,
+                deltas: None,
                 flushed_partial: 0,
                 in_flight_bytes: 0,
                 unflushed_before,
@@ -192,8 +205,13 @@ impl Hub {
 
     /// A frame of `len` bytes goes out on `conn` now.
     pub fn sent(&mut self, conn: ConnId, len: usize, now: MonoMs) {
+        self.sent_frame(conn, len, false, now);
+    }
+
+    fn sent_frame(&mut self, conn: ConnId, len: usize, delta: bool, now: MonoMs) {
         if let Some(s) = self.streams.get_mut(&conn) {
-            s.in_flight.push_back(len);
+            s.in_flight.push_back((len, delta));
+            s.deltas_in_flight += usize::from(delta);
             s.in_flight_bytes += len;
             s.last_write = now;
         }
@@ -210,10 +228,11 @@ impl Hub {
         bytes -= earlier;
         s.in_flight_bytes = s.in_flight_bytes.saturating_sub(bytes);
         bytes += s.flushed_partial;
-        while let Some(&front) = s.in_flight.front() {
+        while let Some(&(front, delta)) = s.in_flight.front() {
             if bytes >= front {
                 bytes -= front;
                 s.in_flight.pop_front();
+                s.deltas_in_flight = s.deltas_in_flight.saturating_sub(usize::from(delta));
             } else {
                 break;
             }
@@ -284,7 +303,7 @@ impl Hub {
             }
             sub.delivered = ev.seq;
         }
-        if s.in_flight.len() >= limits.lag_limit {
+        if s.in_flight.len() - s.deltas_in_flight >= limits.lag_limit {
             Live::Lagged
         } else {
             Live::Frame

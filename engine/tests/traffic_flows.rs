@@ -108,3 +108,52 @@ fn past_the_store_backlog_bound_new_requests_get_503() {
         201
     );
 }
+
+/// A session closed during its call on an entry limited to one call at a
+/// time: a streamed call's connection is closed, so the next session's call
+/// leaves at once; an unstreamed one runs to its end, and its slot is free
+/// only when its (ignored) reply comes.
+#[test]
+fn a_closed_sessions_streamed_call_frees_its_slot_at_once_an_unstreamed_one_at_its_reply() {
+    for streamed in [true, false] {
+        let mut cfg = config();
+        cfg.providers[0].limits = Some(engine::provider_limits::EntryLimits {
+            max_concurrent: Some(1),
+            requests_per_minute: None,
+            input_tokens_per_minute: None,
+            max_wait_ms: 60_000,
+        });
+        cfg.providers[0].stream = streamed.then(engine::StreamSettings::default);
+        let mut h = Harness::new(cfg);
+        let (key, a, akey) = h.open_session(&[], json!({}));
+        register(&mut h, &a, &akey);
+        let (s, b) = h.client("POST", "/api/v1/sessions", &key, Some(&json!({})));
+        assert_eq!(s, 201, "{b}");
+        let (b, bkey) = (
+            b["session_id"].as_str().unwrap().to_string(),
+            b["session_key"].as_str().unwrap().to_string(),
+        );
+        register(&mut h, &b, &bkey);
+        h.rpc_start(&a, &akey, &send("first"));
+        h.rpc_start(&b, &bkey, &send("second"));
+        assert_eq!(h.calls.len(), 1, "one slot");
+        assert_eq!(h.calls[0].stream, streamed);
+        let first = h.calls.pop_front().unwrap().id;
+        let (s, _) = h.client("DELETE", &format!("/api/v1/sessions/{a}"), &akey, None);
+        assert_eq!(s, 200);
+        assert_eq!(h.aborted, [first]);
+        if !streamed {
+            assert!(h.calls.is_empty(), "the unstreamed call still runs");
+            h.input(engine::Input::ProviderDone {
+                call: first,
+                reply: anthropic_text("late"),
+            });
+        }
+        assert_eq!(
+            h.calls.len(),
+            1,
+            "the waiting call left (streamed {streamed})"
+        );
+        assert_ne!(h.calls[0].id, first);
+    }
+}

@@ -484,6 +484,11 @@ pub fn engine_config(env: &Env, file: &FileConfig, run_label: &str) -> engine::C
             max_tokens: p.max_tokens,
             retry: p.retry.clone(),
             limits: p.limits,
+            stream: p.stream.map(|s| engine::StreamSettings {
+                first_byte_timeout_ms: s.first_byte_timeout_secs.saturating_mul(1000),
+                idle_timeout_ms: s.idle_timeout_secs.saturating_mul(1000),
+                max_bytes: usize::try_from(s.max_bytes).unwrap_or(usize::MAX),
+            }),
         })
         .collect();
     engine::Config {
@@ -518,6 +523,7 @@ pub fn engine_config(env: &Env, file: &FileConfig, run_label: &str) -> engine::C
             idle_ms: duration_ms(env.history_idle),
         },
         subscriber_window_bytes: env.subscriber_window_bytes,
+        delta_window_bytes: env.delta_window_bytes,
         idempotency_retention_ms: duration_ms(env.idempotency_retention),
         request_timeout_ms: duration_ms(env.request_timeout),
         idle_timeout_ms: duration_ms(env.idle_timeout),

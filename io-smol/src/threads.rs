@@ -14,6 +14,7 @@ use engine::mcp::McpEvent;
 use engine::pipeline::{Delivery, Job, Pipeline, Routed};
 use engine::{ConnId, Engine, Input, Listener};
 
+use crate::driver::provider_stream::{self, Abort};
 use crate::driver::{provider, serve_store_jobs, Boot, Clock, DriverSettings, StoreDone};
 
 const MCP_UNSUPPORTED: &str = "MCP servers are not supported by baesrv-threads";
@@ -23,6 +24,7 @@ enum Ev {
     Accepted(Listener, TcpStream),
     Net(Input),
     Provider(engine::CallId, engine::ProviderReply),
+    ProviderChunk(engine::CallId, Vec<u8>),
     Store(StoreDone),
     Signal,
 }
@@ -63,6 +65,7 @@ pub fn run(boot: Boot) -> io::Result<()> {
         conns: HashMap::new(),
         next_conn: engine::ConnId(1),
         inflight: 0,
+        streaming: HashMap::new(),
         tx,
         jobs_tx,
         deadline: None,
@@ -94,6 +97,9 @@ struct Threads {
     conns: HashMap<ConnId, mpsc::Sender<Option<engine::bytes::Bytes>>>,
     next_conn: ConnId,
     inflight: usize,
+    /// Streamed calls in flight: their socket handle, and whether the
+    /// engine gave up on them.
+    streaming: HashMap<engine::CallId, (Abort, bool)>,
     tx: mpsc::Sender<Ev>,
     jobs_tx: mpsc::Sender<Vec<Job>>,
     deadline: Option<Instant>,
@@ -149,7 +155,23 @@ impl Threads {
             }
             Ev::Provider(call, reply) => {
                 self.inflight = self.inflight.saturating_sub(1);
+                if self
+                    .streaming
+                    .remove(&call)
+                    .is_some_and(|(_, aborted)| aborted)
+                {
+                    return;
+                }
                 self.input(Input::ProviderDone { call, reply });
+            }
+            Ev::ProviderChunk(call, bytes) => {
+                if self
+                    .streaming
+                    .get(&call)
+                    .is_some_and(|(_, aborted)| !aborted)
+                {
+                    self.input(Input::ProviderChunk { call, bytes });
+                }
             }
             Ev::Store(done) => self.store_done(done),
             Ev::Signal if self.deadline.is_some() => self.deadline = Some(Instant::now()),
@@ -207,6 +229,7 @@ impl Threads {
                         self.input(Input::Sandbox { op, reply });
                     }
                 }
+                Some(Routed::Abort(call)) => self.abort_provider(call),
                 Some(Routed::Mcp(_)) | None => {}
             }
         }
@@ -218,6 +241,17 @@ impl Threads {
         }
     }
 
+    /// The engine closed a provider call (a cancel, a stream fault): a
+    /// streamed one's socket is shut down now; an unstreamed one (ureq) is
+    /// left to finish and its reply ignored.
+    fn abort_provider(&mut self, call: engine::CallId) {
+        tracing::debug!(call = call.0, "provider call aborted");
+        if let Some((abort, aborted)) = self.streaming.get_mut(&call) {
+            *aborted = true;
+            abort.abort();
+        }
+    }
+
     fn dispatch(&mut self, d: Delivery) {
         let (conn, msg) = match d {
             Delivery::Send { conn, bytes } => (conn, Some(bytes)),
@@ -226,6 +260,18 @@ impl Threads {
             Delivery::Call(call) => {
                 self.inflight += 1;
                 let tx = self.tx.clone();
+                if call.stream {
+                    let abort = Abort::default();
+                    self.streaming.insert(call.id, (abort.clone(), false));
+                    thread::spawn(move || {
+                        let id = call.id;
+                        let reply = provider_stream::perform(&call, &abort, |bytes| {
+                            let _ = tx.send(Ev::ProviderChunk(id, bytes));
+                        });
+                        let _ = tx.send(Ev::Provider(id, reply));
+                    });
+                    return;
+                }
                 thread::spawn(move || {
                     let reply = provider::perform(&call);
                     let _ = tx.send(Ev::Provider(call.id, reply));

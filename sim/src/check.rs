@@ -53,6 +53,13 @@ pub const INV_NO_ORPHAN_TOOL_USE: &str = "inv_no_orphan_tool_use";
 pub const INV_GAPLESS_COMPLETE: &str = "inv_gapless_complete";
 pub const INV_EXTENSION_ANSWERS: &str = "inv_extension_answers";
 pub const INV_STEER_DELIVERED: &str = "inv_steer_delivered";
+/// A streamed reply logs what the same reply unstreamed logs.
+pub const INV_STREAM_ORACLE: &str = "inv_stream_oracle";
+/// Deltas reach only opted-in streams, before their terminal frame, and
+/// add up to a prefix of each block's final text.
+pub const INV_DELTAS: &str = "inv_deltas";
+/// A cancelled turn's streamed call is closed at once.
+pub const INV_STREAM_CLOSED_AFTER_CANCEL: &str = "inv_stream_closed_after_cancel";
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Violation {

@@ -11,6 +11,7 @@ pub mod mcp;
 pub mod provider;
 pub mod rng;
 pub mod sandbox;
+pub mod stream;
 pub mod swarm;
 pub mod world;
 

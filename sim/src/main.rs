@@ -146,6 +146,7 @@ fn main() -> ExitCode {
     let (mut runs, mut failed) = (0u64, Vec::new());
     let mut sb = [0u64; 4];
     let mut ext = sim::ext::ExtStats::default();
+    let mut streams = sim::stream::StreamStats::default();
     let mut seed = first;
     while seed < end {
         if deadline.is_some_and(|d| Instant::now() >= d) {
@@ -163,6 +164,7 @@ fn main() -> ExitCode {
             sb[2] += r.stats.sandbox_kills;
             sb[3] += r.stats.subagents;
             ext.add(&r.stats.ext);
+            streams.add(&r.stats.stream);
         }
         match result {
             Err(e) => {
@@ -236,6 +238,7 @@ fn main() -> ExitCode {
         sb[0], sb[1], sb[2], sb[3]
     );
     println!("extension totals: {ext}");
+    println!("stream totals: {streams}");
     if !failed.is_empty() {
         println!("failing seeds: {failed:?}");
         return ExitCode::from(1);

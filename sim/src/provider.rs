@@ -40,6 +40,7 @@ pub fn describe(r: &ProviderReply) -> String {
         }
         ProviderReply::Transport(t) => format!("transport error {t:?}"),
         ProviderReply::Credential(t) => format!("credential error {t:?}"),
+        ProviderReply::Streamed => "streamed body ended".to_string(),
     }
 }
 

@@ -97,6 +97,8 @@ pub struct Swarm {
     pub sandbox: SandboxSwarm,
     // Opt-in extensions (docs/extensions.md; `sim/src/ext.rs`).
     pub ext: ExtSwarm,
+    /// Streamed provider calls (`sim/src/stream.rs`).
+    pub stream: crate::stream::StreamSwarm,
 }
 
 /// Opt-in extension options of a seed (drawn after everything else, so
@@ -523,6 +525,7 @@ impl Swarm {
             mcp: McpSwarm::default(),
             sandbox: SandboxSwarm::default(),
             ext: ExtSwarm::default(),
+            stream: crate::stream::StreamSwarm::default(),
             history_cache: (usize::MAX, u64::MAX),
             resident_sessions: None,
         };
@@ -535,6 +538,7 @@ impl Swarm {
             *rng.pick(&[0, 50, 1_000, 10_000, u64::MAX]),
         );
         sw.resident_sessions = *rng.pick(&[None, Some(0), Some(1), Some(3), Some(1024)]);
+        sw.stream = crate::stream::StreamSwarm::draw(rng);
         sw
     }
 
@@ -566,6 +570,7 @@ impl Swarm {
         self.mcp.calm();
         self.sandbox.calm();
         self.ext.calm();
+        self.stream.calm();
     }
 }
 
@@ -578,7 +583,7 @@ impl fmt::Display for Swarm {
              clients[malformed_body={} disc_stream={} disc_queued={} never_return={} think={}..{}ms \
              answer(missing={} dup={} wrong_id={} plain={} late={}) compact={} update_tools={} auto_compaction={} slow_reader={} unsubscribe={} since_bogus={} events_page={}] \
              net[split={} keep_alive={} pipeline={} idle_timeout={}ms delay={}..{}ms flush_delay={}..{}ms sockbuf={}] store[commit={}..{}ms read={}..{}ms read_error={}] \
-             engine[turn_timeout={}ms lag_limit={} keepalive={}ms request_timeout={}ms] admin[revoke={} break_profile={}] crash={} shutdown={} {} {} {} history_cache={}/{}ms resident={:?}",
+             engine[turn_timeout={}ms lag_limit={} keepalive={}ms request_timeout={}ms] admin[revoke={} break_profile={}] crash={} shutdown={} {} {} {} history_cache={}/{}ms resident={:?} {}",
             self.sessions,
             self.drivers,
             self.observers,
@@ -639,6 +644,7 @@ impl fmt::Display for Swarm {
             self.history_cache.0,
             self.history_cache.1,
             self.resident_sessions,
+            self.stream,
         )
     }
 }

@@ -9,6 +9,9 @@
 #     (io-smol/tests/telemetry_otlp.rs)
 #   - curl, if missing (Debian's package), which the quickstart check
 #     (testkit/scripts/quickstart-check.sh) runs as docs/quickstart.md does
+# the official provider SDKs whose stream parsers read the mock provider's
+# streamed replies (testkit/tests/mock_stream_sdks.rs):
+#   - PyPI `anthropic` and `openai`, for python3 on PATH
 # the parser a real Prometheus scraper uses, which reads `GET /metrics` in
 # io-smol/tests/metrics_endpoint.rs:
 #   - PyPI `prometheus-client`, for python3 on PATH
@@ -108,6 +111,8 @@ pip_pinned() {
 
 pip_pinned 'import mcp.server.mcpserver' "mcp==$MCP_PY_VERSION"
 pip_pinned 'import prometheus_client.parser' "prometheus-client==0.21.1"
+pip_pinned 'import anthropic.lib.streaming, openai.lib.streaming.chat' \
+  "anthropic==2.10.0" "openai==3.51.0"
 pip_pinned 'import grpc, opentelemetry.proto.collector.trace.v1.trace_service_pb2_grpc' \
   "grpcio==1.85.1" "opentelemetry-proto==1.45.2"
 

@@ -29,8 +29,8 @@ BAE_TEST_RESIDENT_SESSIONS=0 cargo test -p io-smol "${args[@]}" "$@"
 threads_suites=(
   admin_api admin_keys compaction_auto compaction_manual
   ext_gapless ext_idempotent ext_steer ext_turn_control
-  live_gate live_providers live_restart live_session_basics live_subscribe live_tools metrics_endpoint
-  rest_auth rest_bad_input rest_sessions restart_persistence rpc_envelope
+  live_gate live_providers live_restart live_session_basics live_streaming live_subscribe live_tools
+  metrics_endpoint rest_auth rest_bad_input rest_sessions restart_persistence rpc_envelope
   sdk_wire_shapes security_storage security_wire traffic_limits traffic_retry
 )
 args=()

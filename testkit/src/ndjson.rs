@@ -36,8 +36,21 @@ impl RawStream {
         session_key: &str,
         request: &Value,
     ) -> RawStream {
+        RawStream::open_at(server.client().addr, session_id, session_key, request)
+    }
+
+    /// [`RawStream::open`] against a client listener's address (from
+    /// another thread than the server's owner).
+    #[track_caller]
+    pub fn open_at(
+        addr: std::net::SocketAddr,
+        session_id: &str,
+        session_key: &str,
+        request: &Value,
+    ) -> RawStream {
         use std::io::Write;
-        let mut sock = server.client().connect().expect("connect");
+        let mut sock = std::net::TcpStream::connect(addr).expect("connect");
+        let _ = sock.set_nodelay(true);
         let body = serde_json::to_vec(request).unwrap();
         let head = format!(
             "POST /api/v1/sessions/{session_id}/rpc HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {session_key}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",

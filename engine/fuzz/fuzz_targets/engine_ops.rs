@@ -325,6 +325,7 @@ impl World {
                     }
                 }
                 Output::CallProvider(call) => self.calls.push(call.id),
+                Output::AbortProvider(call) => self.calls.retain(|c| *c != call),
                 Output::Mcp(McpCommand::Open { conn, .. }) => self.mcp.push(conn),
                 Output::Mcp(McpCommand::Send { conn, exchange, .. }) => {
                     self.mcp_exchanges.push_back((conn, exchange))

@@ -26,6 +26,10 @@ pub enum LogTag {
     CompactionPart,
     /// `session.compaction.completed`: the manual compaction's result.
     CompactionDone,
+    /// The turn's own `client.message.send`: deltas name its id.
+    TurnInput,
+    /// An attempt's `provider.request`: its deltas name its id.
+    Request,
 }
 
 /// One event to append on the turn's behalf (attributed to its driver).
@@ -183,6 +187,19 @@ pub enum Effect {
     /// The cached history was replaced (a compaction): weigh it again.
     HistoryRebuilt,
     Fact(Fact),
+    /// Text of the streaming attempt, for the session's streams that opted
+    /// into `turn.deltas` (never logged).
+    Deltas(crate::streams::DeltaBatch),
+    /// The streaming attempt whose deltas went out (`request`, its
+    /// `provider.request` id) is over: `None` completed, else why its
+    /// deltas are to be discarded.
+    DeltasEnded {
+        request: Arc<str>,
+        reason: Option<proto::jsonrpc::DiscardReason>,
+    },
+    /// Close the call's connection now: a stream fault or timeout already
+    /// failed its attempt.
+    AbortCall(crate::CallId),
     /// The turn is over: the engine takes it
     /// ([`super::SessionCore::take_turn`]), answers its streams, and parks
     /// or releases the gate.

@@ -18,6 +18,7 @@ pub mod retry;
 pub mod round;
 mod session;
 mod steer;
+mod stream;
 #[cfg(test)]
 mod tests;
 mod tools;

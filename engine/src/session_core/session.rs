@@ -179,6 +179,8 @@ impl SessionCore {
         t.event_seqs.push(ev.seq);
         match tag {
             LogTag::Plain => {}
+            LogTag::TurnInput => t.input_event = Some(std::sync::Arc::from(ev.id.as_str())),
+            LogTag::Request => t.request_event = Some(std::sync::Arc::from(ev.id.as_str())),
             LogTag::Steer(conn) => self.step(|c| {
                 c.emit(Effect::SteerApplied {
                     conn,

@@ -7,7 +7,7 @@
 
 use proto::wire::EventType;
 
-use super::effect::{Admission, Call, Effect};
+use super::effect::{Admission, Call, Effect, Log, LogTag};
 use super::retry::{Decision, Failure};
 use super::walk::{self, Walked};
 use super::{SessionCore, World};
@@ -30,7 +30,7 @@ impl SessionCore {
     pub(super) fn dispatch_attempt(&mut self, payload: String, call: Call) {
         let delay = self.turn_mut().and_then(|t| t.delay.take());
         if call.entry.limits.is_none() && delay.is_none() {
-            self.log_text(EventType::ProviderRequest, payload);
+            self.log_request(payload);
             return self.emit(Effect::Call(Box::new(call)));
         }
         let admission = Admission {
@@ -46,6 +46,18 @@ impl SessionCore {
             }));
         }
         self.emit(Effect::Admit(admission));
+    }
+
+    /// Logs an attempt's `provider.request` as it leaves (its deltas, when
+    /// it streams, name this event).
+    fn log_request(&mut self, payload: String) {
+        self.emit(Effect::Log(Log {
+            event: EventType::ProviderRequest,
+            payload,
+            quiet: false,
+            tag: LogTag::Request,
+            grew: None,
+        }));
     }
 
     /// The engine's answer to [`Effect::Admit`]: the attempt's call is
@@ -80,7 +92,7 @@ impl SessionCore {
         let Some(p) = self.turn_mut().and_then(|t| t.pending.take()) else {
             return;
         };
-        self.log_text(EventType::ProviderRequest, p.payload);
+        self.log_request(p.payload);
         let mut call = p.call;
         call.ticket = p.ticket;
         self.emit(Effect::Call(Box::new(call)));
@@ -103,7 +115,7 @@ impl SessionCore {
             let Some(p) = c.turn_mut().and_then(|t| t.pending.take()) else {
                 return;
             };
-            c.log_text(EventType::ProviderRequest, p.payload);
+            c.log_request(p.payload);
             let Some(attempt) = c.current_attempt() else {
                 return;
             };

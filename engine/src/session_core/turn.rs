@@ -12,6 +12,7 @@ use serde_json::{json, Value};
 use super::compaction::{self, Run};
 use super::effect::{Call, ChainError, Effect, Ending, Fact, LogTag, World};
 use super::request::RequestPayload;
+use super::retry::Failure;
 use super::round::Round;
 use super::walk::{self, Next};
 use super::{merge, Idem, SessionCore, Takeover, UserMessage};
@@ -76,6 +77,12 @@ pub struct TurnLoop {
     pub(super) delay: Option<super::retry::Delay>,
     /// A prepared attempt waiting for its slot or its retry time.
     pub(super) pending: Option<Box<super::traffic::Pending>>,
+    /// That call's streamed reply, when its entry streams.
+    pub(super) stream: Option<Box<super::stream::AttemptStream>>,
+    /// Event id of the turn's `client.message.send` (deltas name it).
+    pub(super) input_event: Option<std::sync::Arc<str>>,
+    /// Event id of the current attempt's `provider.request`.
+    pub(super) request_event: Option<std::sync::Arc<str>>,
     /// `(input, output)` usage of this request's newest successful call.
     pub(super) last_usage: Option<(u64, u64)>,
     /// Auto-compaction trigger carried from a resumed or retired pause.
@@ -110,6 +117,9 @@ impl TurnLoop {
             retries: 0,
             delay: None,
             pending: None,
+            stream: None,
+            input_event: None,
+            request_event: None,
             last_usage: None,
             carried_trigger: None,
             round: None,
@@ -179,7 +189,12 @@ impl SessionCore {
         // The request's own input is never echoed on its own stream (nor on
         // those of its attached retries).
         let payload = json!({"role": message.role, "content": merged.content});
-        self.log_tagged(EventType::ClientMessageSend, payload, LogTag::Plain, true);
+        self.log_tagged(
+            EventType::ClientMessageSend,
+            payload,
+            LogTag::TurnInput,
+            true,
+        );
         for payload in merge::client_tool_results(&merged) {
             self.log_tagged(EventType::ToolResult, payload, LogTag::Plain, true);
         }
@@ -348,6 +363,12 @@ impl SessionCore {
             compaction,
         }
         .render();
+        // The `provider.request` is logged when the call leaves (after its
+        // admission, docs/extensions.md "Provider traffic").
+        let mut body = prepared.body;
+        if entry.stream.is_some() {
+            provider::stream::with_stream(entry.kind, &mut body);
+        }
         let auth = match prepared.auth {
             provider::AuthHeader::XApiKey => crate::AuthPlacement::XApiKey,
             provider::AuthHeader::Bearer => crate::AuthPlacement::Bearer,
@@ -359,16 +380,25 @@ impl SessionCore {
             url: prepared.url,
             headers: prepared.headers,
             auth,
-            body: prepared.body,
+            body,
         };
         self.dispatch_attempt(payload, call);
     }
 
-    /// The engine sent the call of an [`Effect::Call`] as `call` at `now`.
-    pub fn call_sent(&mut self, call: CallId, now: MonoMs) {
-        if let Some(t) = self.turn_mut() {
-            t.call = Some((call, now));
-        }
+    /// The engine sent the call of an [`Effect::Call`] as `call` at `now`;
+    /// a streamed one's first watchdog check is returned.
+    pub fn call_sent(&mut self, call: CallId, now: MonoMs) -> Option<MonoMs> {
+        let t = self.turn_mut()?;
+        t.call = Some((call, now));
+        let entry = t.chain.get(t.attempt)?;
+        t.stream = (entry.stream)
+            .map(|settings| Box::new(super::stream::AttemptStream::new(entry.kind, settings, now)));
+        t.stream.as_ref().map(|s| s.next_check())
+    }
+
+    /// The call the turn waits on.
+    pub(super) fn waiting_call(&self) -> Option<CallId> {
+        self.turn().and_then(|t| t.call).map(|(c, _)| c)
     }
 
     /// A provider reply. `false`: no turn waits for `call` (it ended or was
@@ -380,26 +410,40 @@ impl SessionCore {
         world: &dyn World,
         now: MonoMs,
     ) -> bool {
-        let waiting = self.turn().and_then(|t| t.call).map(|(c, _)| c);
-        if waiting != Some(call) {
+        if self.waiting_call() != Some(call) {
             return false;
         }
-        self.step(|c| c.on_reply_inner(reply, world, now));
+        self.step(|c| match c.turn_mut().and_then(|t| t.stream.take()) {
+            Some(stream) => c.stream_ended(*stream, reply, world, now),
+            None => {
+                let failure = Failure::of(&reply);
+                c.walk(failure, |a| walk::on_reply(a, reply), world, now)
+            }
+        });
         true
     }
 
-    fn on_reply_inner(&mut self, reply: ProviderReply, world: &dyn World, now: MonoMs) {
+    /// The attempt in flight is over: `decide` tells what its end means
+    /// (`failure`: how it failed, for its entry's retry policy), and the
+    /// turn goes on accordingly: a retry of the same entry, or the walk.
+    pub(super) fn walk(
+        &mut self,
+        failure: Failure,
+        decide: impl FnOnce(walk::Attempt) -> walk::Walked,
+        world: &dyn World,
+        now: MonoMs,
+    ) {
         let Some(t) = self.turn_mut() else {
             return;
         };
         let Some((call, started)) = t.call.take() else {
             return;
         };
+        t.stream = None;
         let Some(attempt) = self.current_attempt() else {
             return self.fail(codes::INTERNAL_ERROR, "Internal error");
         };
-        let failure = super::retry::Failure::of(&reply);
-        let mut walked = walk::on_reply(attempt, reply);
+        let mut walked = decide(attempt);
         let input_tokens = match &walked.next {
             Next::Answer(r) => r.usage.as_ref().map(|u| u.input_tokens),
             _ => None,

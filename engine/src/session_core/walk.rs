@@ -47,13 +47,18 @@ pub struct Walked {
     pub session_error: bool,
 }
 
+/// How a streamed attempt ended, when not as a plain HTTP reply.
+#[derive(Debug)]
+pub enum Streamed {
+    /// The stream assembled into a usable reply.
+    Reply(provider::ProviderResponse),
+    /// A stream fault or timeout (`status: null`); `body` is the error
+    /// event's data when the provider sent one.
+    Failed { error: String, body: Option<String> },
+}
+
 /// The meaning of `reply` to `attempt`.
 pub fn on_reply(attempt: Attempt, reply: ProviderReply) -> Walked {
-    let kind_label = if attempt.index == 0 {
-        "primary"
-    } else {
-        "fallback"
-    };
     let (status, error, body) = match reply {
         ProviderReply::Credential(msg) | ProviderReply::Transport(msg) => {
             (Value::Null, msg, Value::Null)
@@ -64,17 +69,16 @@ pub fn on_reply(attempt: Attempt, reply: ProviderReply) -> Walked {
             Value::String(String::from_utf8_lossy(&body).into_owned()),
         ),
         ProviderReply::Http { body, .. } => match provider::parse_response(attempt.kind, &body) {
-            Ok(resp) => {
-                let payload = success_payload(attempt, kind_label, &resp);
-                return Walked {
-                    events: vec![(EventType::ProviderResponse, payload)],
-                    ok: true,
-                    next: Next::Answer(resp),
-                    session_error: false,
-                };
-            }
+            Ok(resp) => return answered(attempt, resp),
             Err(e) => (Value::Null, e.to_string(), Value::Null),
         },
+        // The core reads a streamed body itself ([`on_stream`]); this
+        // reaching the walk means the call was not streamed.
+        ProviderReply::Streamed => (
+            Value::Null,
+            "provider stream reported for an unstreamed call".to_string(),
+            Value::Null,
+        ),
     };
     failed(attempt, status, error, body)
 }
@@ -85,15 +89,40 @@ pub fn on_failure(attempt: Attempt, error: String) -> Walked {
     failed(attempt, Value::Null, error, Value::Null)
 }
 
-fn failed(attempt: Attempt, status: Value, error: String, body: Value) -> Walked {
-    let kind_label = if attempt.index == 0 {
+/// The meaning of a streamed attempt's end: the same events and steps as
+/// the unstreamed reply would give (docs/extensions.md, streamed calls).
+pub fn on_stream(attempt: Attempt, outcome: Streamed) -> Walked {
+    match outcome {
+        Streamed::Reply(resp) => answered(attempt, resp),
+        Streamed::Failed { error, body } => {
+            let body = body.map_or(Value::Null, Value::String);
+            failed(attempt, Value::Null, error, body)
+        }
+    }
+}
+
+fn answered(attempt: Attempt, resp: provider::ProviderResponse) -> Walked {
+    let payload = success_payload(attempt, kind_label(attempt), &resp);
+    Walked {
+        events: vec![(EventType::ProviderResponse, payload)],
+        ok: true,
+        next: Next::Answer(resp),
+        session_error: false,
+    }
+}
+
+fn kind_label(attempt: Attempt) -> &'static str {
+    if attempt.index == 0 {
         "primary"
     } else {
         "fallback"
-    };
+    }
+}
+
+fn failed(attempt: Attempt, status: Value, error: String, body: Value) -> Walked {
     let mut payload = json!({
         "attempt": attempt.index,
-        "kind": kind_label,
+        "kind": kind_label(attempt),
         "provider": attempt.kind.as_str(),
         "ok": false,
         "status": status,

@@ -105,6 +105,19 @@ impl Engine {
                 self.terminal_error(conn, codes::STEER_REJECTED, &msg);
             }
             Effect::HistoryRebuilt => self.history_built(session_id),
+            Effect::Deltas(batch) => {
+                let (limits, now) = (self.delta_limits(), self.now.mono);
+                for (conn, bytes) in self.streams.deltas(session_id, &batch, limits, now) {
+                    self.send_ungated(conn, bytes);
+                }
+            }
+            Effect::DeltasEnded { request, reason } => {
+                self.deltas_ended(session_id, &request, reason);
+            }
+            Effect::AbortCall(call) => {
+                self.calls.remove(call);
+                self.outputs.push_back(Output::AbortProvider(call));
+            }
             Effect::Fact(fact) => self.perform_fact(session_id, fact),
             Effect::End(ending) => self.end_turn(session_id, ending),
         }
@@ -143,11 +156,10 @@ impl Engine {
                 id
             }
         };
-        self.calls.insert(id, self.catalog.session_id(session_id));
         let now = self.now.mono;
-        if let Some(core) = self.live.get_mut(session_id) {
-            core.call_sent(id, now);
-        }
+        let check = (self.live.get_mut(session_id)).and_then(|core| core.call_sent(id, now));
+        self.calls
+            .insert(id, self.catalog.session_id(session_id), check);
         if self.telemetry.enabled() {
             (self.telemetry).attempt_begin(id, turn, conn, &call.entry, call.attempt);
         }
@@ -159,6 +171,7 @@ impl Engine {
             auth: call.auth,
             body: call.body,
             timeout_ms: self.config.provider_timeout_ms,
+            stream: call.entry.stream.is_some(),
         }));
     }
 
@@ -338,6 +351,28 @@ impl Engine {
             self.terminal_error(conn, code, message);
         }
         self.release_gate(session_id);
+    }
+
+    /// The windows of delta delivery (extension `turn.deltas`).
+    pub(crate) fn delta_limits(&self) -> crate::streams::DeltaLimits {
+        crate::streams::DeltaLimits {
+            window: self.config.delta_window_bytes,
+            gapless_window: self.config.subscriber_window_bytes,
+        }
+    }
+
+    /// A streaming attempt's deltas end: held text goes out (completed) or
+    /// the discard marker does (failed, cancelled).
+    pub(crate) fn deltas_ended(
+        &mut self,
+        session_id: &str,
+        request: &str,
+        reason: Option<proto::jsonrpc::DiscardReason>,
+    ) {
+        let now = self.now.mono;
+        for (conn, bytes) in self.streams.deltas_ended(session_id, request, reason, now) {
+            self.send_ungated(conn, bytes);
+        }
     }
 
     /// Waiting steers that will never be applied are answered.

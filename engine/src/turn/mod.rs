@@ -351,10 +351,55 @@ impl Engine {
         });
     }
 
+    /// Every provider call of `session_id` stops (its turn was cancelled
+    /// or the session closed). A streamed one's connection is closed, so
+    /// its slot in the provider limits is free at once; an unstreamed one
+    /// runs to its end and keeps its slot until its (ignored) reply.
+    /// Attempts still waiting for a slot or a retry leave their queue.
+    pub(crate) fn abort_calls(&mut self, session_id: &str) {
+        let now = self.now.mono;
+        for (call, streamed) in self.calls.remove_session(session_id) {
+            if streamed {
+                self.provider_limits.done(now, call, None);
+            }
+            self.outputs.push_back(crate::Output::AbortProvider(call));
+        }
+        self.provider_limits.leave(now, session_id);
+    }
+
+    /// Body bytes of a streamed call, for the turn that made it.
+    pub(crate) fn on_provider_chunk(&mut self, call: crate::CallId, bytes: &[u8]) {
+        let Some(session_id) = self.calls.session(call).cloned() else {
+            return;
+        };
+        let rearm = self.with_core(&session_id, |core, world, now| {
+            core.on_chunk(call, bytes, world, now)
+        });
+        if let Some(Some(Some(at))) = rearm {
+            self.calls.rearm(call, at);
+        }
+    }
+
+    /// Streamed calls whose watchdog check is due: each core judges its
+    /// own, and arms the next check while the stream lives.
+    pub(crate) fn check_provider_streams(&mut self) {
+        for call in self.calls.due(self.now.mono) {
+            let Some(session_id) = self.calls.session(call).cloned() else {
+                continue;
+            };
+            let next = self.with_core(&session_id, |core, world, now| {
+                core.stream_check(call, world, now)
+            });
+            if let Some(Some(at)) = next {
+                self.calls.rearm(call, at);
+            }
+        }
+    }
+
     /// A provider reply, for the turn that made the call. An advised
     /// instant becomes a delay against the engine's wall clock here.
     pub(crate) fn on_provider_done(&mut self, call: crate::CallId, reply: crate::ProviderReply) {
-        let Some(session_id) = self.calls.remove(&call) else {
+        let Some(session_id) = self.calls.remove(call) else {
             return self.provider_limits.done(self.now.mono, call, None);
         };
         let mut reply = reply;

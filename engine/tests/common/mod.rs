@@ -38,6 +38,8 @@ pub struct Harness {
     pub shared_sends: usize,
     pub closed: Vec<ConnId>,
     pub calls: VecDeque<ProviderCall>,
+    /// Calls the engine closed (`Output::AbortProvider`).
+    pub aborted: Vec<engine::CallId>,
     /// Scripted provider replies, consumed in order; empty = calls wait.
     pub replies: VecDeque<ProviderReply>,
     /// MCP transport commands, in emission order.
@@ -88,6 +90,7 @@ impl Harness {
             shared_sends: 0,
             closed: Vec::new(),
             calls: VecDeque::new(),
+            aborted: Vec::new(),
             replies: VecDeque::new(),
             mcp: VecDeque::new(),
             sandbox: VecDeque::new(),
@@ -154,6 +157,7 @@ impl Harness {
                         reads.push((id, read))
                     }
                     Output::CallProvider(c) => self.calls.push_back(c),
+                    Output::AbortProvider(c) => self.aborted.push(c),
                     Output::Mcp(c) => self.mcp.push_back(c),
                     Output::Sandbox(c) => self.sandbox.push_back(c),
                     Output::Forward(f) => self.forwards.push(f),
@@ -391,6 +395,7 @@ pub fn config() -> Config {
             max_tokens: 1024,
             retry: None,
             limits: None,
+            stream: None,
         }],
         ..Config::default()
     }

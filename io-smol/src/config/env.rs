@@ -161,6 +161,10 @@ pub struct Env {
     /// unflushed bytes of a gapless subscriber before it reads from the
     /// store instead (extension `subscribe.gapless`).
     pub subscriber_window_bytes: usize,
+    /// Extension `BAE_DELTA_WINDOW_BYTES`, default 65536 (≥ 1): the
+    /// unflushed bytes past which a `turn.deltas` stream's deltas are held,
+    /// then dropped for the attempt.
+    pub delta_window_bytes: usize,
     /// Extension `BAE_MAX_PAGE_BYTES`, default 8 MiB (≥ 1): payload bytes
     /// after which an events page or a replay page takes no further event.
     pub max_page_bytes: usize,
@@ -392,6 +396,11 @@ pub fn parse_env(get: impl Fn(&str) -> Option<String>) -> Result<Env, ConfigErro
         get("BAE_SUBSCRIBER_WINDOW_BYTES"),
         32 * 1024,
     )?;
+    let delta_window_bytes = positive_usize(
+        "BAE_DELTA_WINDOW_BYTES",
+        get("BAE_DELTA_WINDOW_BYTES"),
+        64 * 1024,
+    )?;
     let idempotency_retention = positive_seconds(
         "BAE_IDEMPOTENCY_RETENTION",
         get("BAE_IDEMPOTENCY_RETENTION"),
@@ -515,6 +524,7 @@ pub fn parse_env(get: impl Fn(&str) -> Option<String>) -> Result<Env, ConfigErro
         shared_history,
         subscriber_lag_limit,
         subscriber_window_bytes,
+        delta_window_bytes,
         max_page_bytes,
         history_cache_bytes,
         resident_sessions,

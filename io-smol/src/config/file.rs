@@ -137,7 +137,7 @@ pub use proto::provider::Kind as ProviderKind;
 /// (resolve right before each HTTP attempt). `Debug` redacts `auth_token`.
 /// Unknown keys inside entries are ignored by contract (spec 04 §3).
 #[derive(Clone, PartialEq, Deserialize)]
-#[serde(expecting = "a table")]
+#[serde(from = "ProviderEntryTable")]
 pub struct ProviderEntry {
     pub name: String,
     #[serde(rename = "provider", deserialize_with = "provider_kind")]
@@ -146,14 +146,35 @@ pub struct ProviderEntry {
     pub model: String,
     pub auth_token: String,
     /// Default [`DEFAULT_MAX_TOKENS`].
-    #[serde(default = "default_max_tokens")]
     pub max_tokens: u32,
     /// Extension `[providers.entries.retry]` (`config/traffic.rs`).
-    #[serde(default, deserialize_with = "traffic::retry")]
     pub retry: Option<engine::RetryPolicy>,
     /// Extension `[providers.entries.limits]`.
-    #[serde(default, deserialize_with = "traffic::limits")]
     pub limits: Option<engine::provider_limits::EntryLimits>,
+    /// `stream = true` (extension): replies are streamed. `None`: off.
+    pub stream: Option<ProviderStream>,
+}
+
+/// The stream settings of a `[[providers.entries]]` entry with
+/// `stream = true` (docs/configuration.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProviderStream {
+    /// `stream_first_byte_timeout`, whole seconds (default 120).
+    pub first_byte_timeout_secs: u64,
+    /// `stream_idle_timeout`, whole seconds (default 60).
+    pub idle_timeout_secs: u64,
+    /// `stream_max_bytes` (default 64 MiB).
+    pub max_bytes: u64,
+}
+
+impl Default for ProviderStream {
+    fn default() -> Self {
+        ProviderStream {
+            first_byte_timeout_secs: 120,
+            idle_timeout_secs: 60,
+            max_bytes: 64 * 1024 * 1024,
+        }
+    }
 }
 
 impl ProviderEntry {
@@ -184,6 +205,7 @@ impl fmt::Debug for ProviderEntry {
             .field("max_tokens", &self.max_tokens)
             .field("retry", &self.retry)
             .field("limits", &self.limits)
+            .field("stream", &self.stream)
             .finish()
     }
 }
@@ -391,6 +413,84 @@ struct Document {
 struct Providers {
     #[serde(default, deserialize_with = "toml_de::tables")]
     entries: Vec<ProviderEntry>,
+}
+
+/// One `[[providers.entries]]` entry as written; [`ProviderEntry`] folds
+/// the `stream*` keys into one optional value (the `retry` and `limits`
+/// tables are read by `config/traffic.rs`). Unknown keys are ignored by
+/// contract, so no `deny_unknown_fields`.
+#[derive(Deserialize)]
+#[serde(expecting = "a table")]
+struct ProviderEntryTable {
+    name: String,
+    #[serde(rename = "provider", deserialize_with = "provider_kind")]
+    kind: ProviderKind,
+    base_url: Option<String>,
+    model: String,
+    auth_token: String,
+    #[serde(default = "default_max_tokens")]
+    max_tokens: u32,
+    #[serde(default, deserialize_with = "traffic::retry")]
+    retry: Option<engine::RetryPolicy>,
+    #[serde(default, deserialize_with = "traffic::limits")]
+    limits: Option<engine::provider_limits::EntryLimits>,
+    #[serde(default)]
+    stream: bool,
+    // The settings apply only with `stream = true`, and are checked either way.
+    #[serde(default, deserialize_with = "positive")]
+    stream_first_byte_timeout: Option<u64>,
+    #[serde(default, deserialize_with = "positive")]
+    stream_idle_timeout: Option<u64>,
+    #[serde(default, deserialize_with = "positive")]
+    stream_max_bytes: Option<u64>,
+}
+
+impl From<ProviderEntryTable> for ProviderEntry {
+    fn from(t: ProviderEntryTable) -> Self {
+        let d = ProviderStream::default();
+        let settings = ProviderStream {
+            first_byte_timeout_secs: t
+                .stream_first_byte_timeout
+                .unwrap_or(d.first_byte_timeout_secs),
+            idle_timeout_secs: t.stream_idle_timeout.unwrap_or(d.idle_timeout_secs),
+            max_bytes: t.stream_max_bytes.unwrap_or(d.max_bytes),
+        };
+        ProviderEntry {
+            name: t.name,
+            kind: t.kind,
+            base_url: t.base_url,
+            model: t.model,
+            auth_token: t.auth_token,
+            max_tokens: t.max_tokens,
+            retry: t.retry,
+            limits: t.limits,
+            stream: t.stream.then_some(settings),
+        }
+    }
+}
+
+/// An integer of at least 1 (`expected a positive integer, found …`).
+fn positive<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    struct Positive;
+    impl serde::de::Visitor<'_> for Positive {
+        type Value = u64;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a positive integer")
+        }
+        fn visit_i64<E: serde::de::Error>(self, n: i64) -> Result<u64, E> {
+            match u64::try_from(n) {
+                Ok(n) if n >= 1 => Ok(n),
+                _ => Err(E::invalid_type(serde::de::Unexpected::Signed(n), &self)),
+            }
+        }
+        fn visit_u64<E: serde::de::Error>(self, n: u64) -> Result<u64, E> {
+            match n {
+                0 => Err(E::invalid_type(serde::de::Unexpected::Unsigned(n), &self)),
+                n => Ok(n),
+            }
+        }
+    }
+    d.deserialize_any(Positive).map(Some)
 }
 
 /// `[telemetry]` as written; [`Telemetry`] flattens the two sub-tables.

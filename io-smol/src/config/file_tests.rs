@@ -642,3 +642,46 @@ fn schema_errors_name_toml_types_and_places() {
         "telemetry.otlp_headers.a: expected a string, found table"
     );
 }
+
+/// Extension `stream` (docs/configuration.md): off by default, the
+/// settings default when on, and checked whether on or off.
+#[test]
+fn provider_stream_settings() {
+    let entry = "[[providers.entries]]\nname = \"p\"\nprovider = \"openai\"\nmodel = \"m\"\nauth_token = \"t\"\n";
+    assert_eq!(parse(entry).unwrap().providers[0].stream, None);
+    assert_eq!(
+        parse(&format!("{entry}stream = false\nstream_idle_timeout = 5\n"))
+            .unwrap()
+            .providers[0]
+            .stream,
+        None
+    );
+    assert_eq!(
+        parse(&format!("{entry}stream = true\n")).unwrap().providers[0].stream,
+        Some(ProviderStream::default())
+    );
+    let on = parse(&format!(
+        "{entry}stream = true\nstream_first_byte_timeout = 7\nstream_idle_timeout = 3\nstream_max_bytes = 4096\n"
+    ))
+    .unwrap();
+    assert_eq!(
+        on.providers[0].stream,
+        Some(ProviderStream {
+            first_byte_timeout_secs: 7,
+            idle_timeout_secs: 3,
+            max_bytes: 4096,
+        })
+    );
+    for (bad, found) in [("0", "integer"), ("-2", "integer"), ("\"5\"", "string")] {
+        let d = invalid_detail(&format!("{entry}stream_idle_timeout = {bad}\n"));
+        assert_eq!(
+            d,
+            format!("providers.entries[0].stream_idle_timeout: expected a positive integer, found {found}")
+        );
+    }
+    let d = invalid_detail(&format!("{entry}stream = 1\n"));
+    assert_eq!(
+        d,
+        "providers.entries[0].stream: expected a boolean, found integer"
+    );
+}

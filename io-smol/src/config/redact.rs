@@ -58,13 +58,21 @@ pub fn redacted_config_json(cfg: &FileConfig) -> Value {
     let entries: Vec<Value> = sorted_providers(cfg)
         .into_iter()
         .map(|p| {
-            json!({
+            let mut v = json!({
                 "name": p.name,
                 "provider": p.kind.as_str(),
                 "model": p.model,
                 "base_url": p.effective_base_url(),
                 "auth_token": REDACTED,
-            })
+            });
+            // Extension: only where the operator turned streaming on.
+            if let Some(s) = p.stream {
+                v["stream"] = json!(true);
+                v["stream_first_byte_timeout"] = json!(s.first_byte_timeout_secs);
+                v["stream_idle_timeout"] = json!(s.idle_timeout_secs);
+                v["stream_max_bytes"] = json!(s.max_bytes);
+            }
+            v
         })
         .collect();
     let t = &cfg.telemetry;

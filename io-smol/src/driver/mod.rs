@@ -28,11 +28,13 @@
 //! failed batch is released, so nothing unacknowledged was ever revealed and
 //! a restart rebuilds the state from the database.
 
+mod calls;
 mod deadlines;
 mod forward;
 pub mod mcp;
 pub mod provider;
 pub mod provider_http;
+pub mod provider_stream;
 mod sandbox;
 mod store_jobs;
 
@@ -242,6 +244,8 @@ enum Event {
     /// `Received`, `Flushed` or `Closed` from a connection task.
     Net(Input),
     Provider(CallId, ProviderReply),
+    /// Body bytes of a streamed call's 2xx response.
+    ProviderChunk(CallId, Vec<u8>),
     Mcp(engine::mcp::McpConnId, engine::mcp::McpEvent),
     Sandbox(engine::sandbox::OpId, engine::sandbox::SandboxReply),
     Committed(u64),
@@ -327,6 +331,7 @@ pub fn run(boot: Boot) -> io::Result<()> {
         conns: HashMap::new(),
         next_conn: ConnId(1),
         provider_inflight: 0,
+        streaming: HashMap::new(),
         http_providers: std::rc::Rc::new(provider_http::Pool::new(provider::idle_per_host())),
         deadlines: std::rc::Rc::default(),
         events_tx,
@@ -357,6 +362,9 @@ struct Driver {
     conns: HashMap<ConnId, Conn>,
     next_conn: ConnId,
     provider_inflight: usize,
+    /// Streamed provider calls in flight, to close at once when the engine
+    /// gives up on them (a cancel, a stream fault).
+    streaming: HashMap<CallId, calls::StreamingCall>,
     /// Keep-alive connections of plain-HTTP provider calls.
     http_providers: std::rc::Rc<provider_http::Pool>,
     /// Timeouts of the driver thread's provider-call tasks.
@@ -541,7 +549,15 @@ impl Driver {
             }
             Event::Provider(call, reply) => {
                 self.provider_inflight = self.provider_inflight.saturating_sub(1);
+                if self.streaming.remove(&call).is_some_and(|s| s.aborted) {
+                    return;
+                }
                 self.input(Input::ProviderDone { call, reply });
+            }
+            Event::ProviderChunk(call, bytes) => {
+                if self.streaming.get(&call).is_some_and(|s| !s.aborted) {
+                    self.input(Input::ProviderChunk { call, bytes });
+                }
             }
             Event::Mcp(conn, event) => self.input(Input::Mcp { conn, event }),
             Event::Catalog(update) => self.input(Input::Catalog(update)),
@@ -605,6 +621,7 @@ impl Driver {
                 Some(Routed::Dispatch(d)) => self.dispatch(d),
                 Some(Routed::Mcp(cmd)) => self.mcp.perform(cmd),
                 Some(Routed::Sandbox(cmd)) => self.sandboxes.perform(cmd),
+                Some(Routed::Abort(call)) => self.abort_provider(call),
                 None => {}
             }
         }
@@ -626,41 +643,6 @@ impl Driver {
             // writer means the connection is already going away.
             let _ = c.writer.try_send(msg);
         }
-    }
-
-    fn call_provider(&mut self, call: engine::ProviderCall) {
-        self.provider_inflight += 1;
-        let tx = self.events_tx.clone();
-        let pool = self.http_providers.clone();
-        let deadlines = self.deadlines.clone();
-        tracing::debug!(call = call.id.0, "provider call started");
-        spawn_local(async move {
-            let id = call.id;
-            let reply = match provider_http::HttpTarget::parse(&call.url) {
-                Some(target) => {
-                    let expired = deadlines.after(Duration::from_millis(call.timeout_ms.max(1)));
-                    provider_http::perform(&pool, &call, &target, expired).await
-                }
-                None => blocking::unblock(move || provider::perform(&call)).await,
-            };
-            match &reply {
-                ProviderReply::Http { status, body, .. } => {
-                    tracing::debug!(
-                        call = id.0,
-                        status,
-                        bytes = body.len(),
-                        "provider call done"
-                    )
-                }
-                ProviderReply::Transport(e) => {
-                    tracing::debug!(call = id.0, error = %e, "provider call failed")
-                }
-                ProviderReply::Credential(e) => {
-                    tracing::debug!(call = id.0, error = %e, "provider credential unresolved")
-                }
-            }
-            let _ = tx.send(Event::Provider(id, reply)).await;
-        });
     }
 
     /// Hands queued store work to the worker when it is idle.

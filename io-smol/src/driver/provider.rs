@@ -278,6 +278,7 @@ mod tests {
             auth: AuthPlacement::Bearer,
             body: b"{}".to_vec(),
             timeout_ms: 1000,
+            stream: false,
         };
         match perform_with_env(&call, |_| None) {
             ProviderReply::Credential(msg) => {
@@ -298,6 +299,7 @@ mod tests {
             auth: AuthPlacement::XApiKey,
             body: b"{}".to_vec(),
             timeout_ms: 2000,
+            stream: false,
         };
         match perform_with_env(&call, |_| None) {
             ProviderReply::Transport(msg) => {

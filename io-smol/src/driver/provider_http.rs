@@ -141,8 +141,25 @@ pub async fn perform(
     call: &ProviderCall,
     target: &HttpTarget,
     expired: impl Future<Output = ()>,
+    chunks: Option<Chunks>,
 ) -> ProviderReply {
-    perform_with_env(pool, call, target, process_env, expired).await
+    perform_with_env(pool, call, target, process_env, expired, chunks).await
+}
+
+/// Where a streamed call's 2xx body goes as it arrives: the driver loop,
+/// as [`engine::Input::ProviderChunk`]s.
+pub struct Chunks {
+    pub(super) tx: smol::channel::Sender<super::Event>,
+    pub(super) call: engine::CallId,
+}
+
+impl Chunks {
+    async fn put(&self, bytes: Vec<u8>) {
+        let _ = self
+            .tx
+            .send(super::Event::ProviderChunk(self.call, bytes))
+            .await;
+    }
 }
 
 /// [`perform`] with an injectable environment (tests).
@@ -152,6 +169,7 @@ pub async fn perform_with_env(
     target: &HttpTarget,
     get_env: impl Fn(&str) -> Option<String>,
     expired: impl Future<Output = ()>,
+    chunks: Option<Chunks>,
 ) -> ProviderReply {
     let token = match substitute(&call.auth_template, get_env) {
         Ok(t) => t,
@@ -164,7 +182,7 @@ pub async fn perform_with_env(
     }
     let request = encode(call, target, &token);
     drop(token);
-    let exchange = exchange(pool, target, &request);
+    let exchange = exchange(pool, target, &request, chunks.as_ref());
     let timed_out = async {
         expired.await;
         Err(format!(
@@ -173,17 +191,18 @@ pub async fn perform_with_env(
         ))
     };
     match future::or(exchange, timed_out).await {
-        Ok((status, body, advice)) => ProviderReply::Http {
-            status,
-            body,
-            advice,
+        Ok(r) if r.streamed => ProviderReply::Streamed,
+        Ok(r) => ProviderReply::Http {
+            status: r.status,
+            body: r.body,
+            advice: r.advice,
         },
         Err(e) => ProviderReply::Transport(strip_urls(&e)),
     }
 }
 
 /// The request: head, the credential header, then the body.
-fn encode(call: &ProviderCall, target: &HttpTarget, token: &str) -> Vec<u8> {
+pub(super) fn encode(call: &ProviderCall, target: &HttpTarget, token: &str) -> Vec<u8> {
     let mut out = Vec::with_capacity(256 + call.body.len());
     out.extend_from_slice(b"POST ");
     out.extend_from_slice(target.path.as_bytes());
@@ -215,14 +234,15 @@ async fn exchange(
     pool: &Pool,
     target: &HttpTarget,
     request: &[u8],
-) -> Result<(u16, Vec<u8>, RetryAdvice), String> {
+    chunks: Option<&Chunks>,
+) -> Result<Response, String> {
     if let Some(stream) = pool.take(&target.connect, Instant::now()) {
-        match round_trip(stream, request).await {
-            Ok((status, body, advice, keep)) => {
+        match round_trip(stream, request, chunks).await {
+            Ok((response, keep)) => {
                 if let Some(stream) = keep {
                     pool.put(&target.connect, stream, Instant::now());
                 }
-                return Ok((status, body, advice));
+                return Ok(response);
             }
             Err(Failure::BeforeResponse(_)) => {}
             Err(Failure::During(e)) => return Err(e),
@@ -232,12 +252,12 @@ async fn exchange(
         .await
         .map_err(|e| format!("Connection Failed: Connect error: {e}"))?;
     let _ = stream.set_nodelay(true);
-    match round_trip(stream, request).await {
-        Ok((status, body, advice, keep)) => {
+    match round_trip(stream, request, chunks).await {
+        Ok((response, keep)) => {
             if let Some(stream) = keep {
                 pool.put(&target.connect, stream, Instant::now());
             }
-            Ok((status, body, advice))
+            Ok(response)
         }
         Err(Failure::BeforeResponse(e) | Failure::During(e)) => Err(e),
     }
@@ -252,13 +272,24 @@ enum Failure {
     During(String),
 }
 
-/// Writes the request and reads one response: the status, the body, what
-/// a non-2xx response's headers advised about calling again, and the
+/// One response, read.
+struct Response {
+    status: u16,
+    body: Vec<u8>,
+    /// What a non-2xx response's headers advised about calling again.
+    advice: RetryAdvice,
+    /// A streamed call's 2xx body went to its chunks, not `body`.
+    streamed: bool,
+}
+
+/// Writes the request and reads one response (a streamed call's 2xx body
+/// goes to `chunks` instead), and the
 /// connection when it may carry another request.
 async fn round_trip(
     mut stream: TcpStream,
     request: &[u8],
-) -> Result<(u16, Vec<u8>, RetryAdvice, Option<TcpStream>), Failure> {
+    chunks: Option<&Chunks>,
+) -> Result<(Response, Option<TcpStream>), Failure> {
     if let Err(e) = stream.write_all(request).await {
         return Err(Failure::BeforeResponse(io_text("sending the request", &e)));
     }
@@ -268,6 +299,7 @@ async fn round_trip(
     let mut advice = RetryAdvice::None;
     let mut close = false;
     let mut body = Vec::new();
+    let mut streamed = false;
     let mut received = false;
     loop {
         loop {
@@ -284,6 +316,13 @@ async fn round_trip(
                     }
                 }
                 Ok(Some(ResponseEvent::Data(d))) => {
+                    if let Some(chunks) =
+                        chunks.filter(|_| status.is_some_and(|s| (200..300).contains(&s)))
+                    {
+                        streamed = true;
+                        chunks.put(d.to_vec()).await;
+                        continue;
+                    }
                     if (body.len() + d.len()) as u64 > provider::MAX_RESPONSE_BYTES {
                         return Err(Failure::During(format!(
                             "Network Error: response body larger than {} bytes",
@@ -295,7 +334,13 @@ async fn round_trip(
                 Ok(Some(ResponseEvent::End { .. })) => {
                     let status = status.unwrap_or(0);
                     let keep = (!close && decoder.buffered().is_empty()).then_some(stream);
-                    return Ok((status, body, advice, keep));
+                    let response = Response {
+                        status,
+                        body,
+                        advice,
+                        streamed,
+                    };
+                    return Ok((response, keep));
                 }
                 Ok(None) => break,
                 Err(e) => return Err(Failure::During(format!("Network Error: {e}"))),
@@ -363,6 +408,7 @@ mod tests {
             auth: AuthPlacement::Bearer,
             body: b"{}".to_vec(),
             timeout_ms: 1,
+            stream: false,
         };
         let target = HttpTarget::parse(&call.url).unwrap();
         let text = String::from_utf8(encode(&call, &target, "sk-1")).unwrap();
@@ -383,6 +429,7 @@ mod tests {
             auth: AuthPlacement::XApiKey,
             body: b"{}".to_vec(),
             timeout_ms: 1000,
+            stream: false,
         };
         let target = HttpTarget::parse(&call.url).unwrap();
         let pool = Pool::new(4);
@@ -393,6 +440,7 @@ mod tests {
             &target,
             |_| Some("a\r\nx-evil: 1".into()),
             expired,
+            None,
         ));
         assert!(matches!(reply, ProviderReply::Credential(_)), "{reply:?}");
     }

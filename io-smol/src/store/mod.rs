@@ -302,7 +302,7 @@ impl Store {
     /// Sizes this connection's page cache (`PRAGMA cache_size`) to `kib`
     /// KiB. SQLite's own default is 2000 KiB; the store's working set (the
     /// tail of the events table and its indexes) fits in far less, and an
-    /// idle server's RSS counts (docs/performance.md, "The latest round's changes").
+    /// idle server's RSS counts (docs/performance.md, "Defaults and store costs, measured").
     pub fn set_cache_kib(&self, kib: usize) -> Result<()> {
         self.conn.execute(format!("PRAGMA cache_size = -{kib}"))?;
         Ok(())

@@ -20,16 +20,19 @@ pub enum Extension {
     TurnSteer,
     /// `idempotency_key` on `session.sendMessage`.
     SendIdempotent,
+    /// `session.delta` notifications while a provider reply streams.
+    TurnDeltas,
 }
 
 impl Extension {
-    pub const ALL: [Extension; 6] = [
+    pub const ALL: [Extension; 7] = [
         Extension::TurnCancel,
         Extension::TurnQueue,
         Extension::TurnSteer,
         Extension::SendIdempotent,
         Extension::SubscribeGapless,
         Extension::ReplayComplete,
+        Extension::TurnDeltas,
     ];
 
     pub const fn as_str(self) -> &'static str {
@@ -40,6 +43,7 @@ impl Extension {
             Extension::SubscribeGapless => "subscribe.gapless",
             Extension::TurnSteer => "turn.steer",
             Extension::SendIdempotent => "send.idempotent",
+            Extension::TurnDeltas => "turn.deltas",
         }
     }
 
@@ -99,6 +103,78 @@ pub fn replay_complete_frame(last_event_id: Option<&str>) -> String {
     format!("{{\"jsonrpc\":\"2.0\",\"method\":\"session.replay_complete\",\"params\":{params}}}\n")
 }
 
+/// Why an attempt's deltas are to be thrown away (`session.delta_discard`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DiscardReason {
+    /// The attempt failed; the fallback walk goes on.
+    Failed,
+    /// The turn was cancelled.
+    Cancelled,
+    /// This stream fell too far behind: it gets no more of the attempt's
+    /// deltas (the final events carry the whole reply).
+    Lagged,
+}
+
+impl DiscardReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DiscardReason::Failed => "failed",
+            DiscardReason::Cancelled => "cancelled",
+            DiscardReason::Lagged => "lagged",
+        }
+    }
+}
+
+/// Which attempt of which turn a delta belongs to.
+#[derive(Debug, Clone, Copy)]
+pub struct DeltaOf<'a> {
+    /// Event id of the turn's `client.message.send`.
+    pub turn: &'a str,
+    /// Event id of the attempt's `provider.request`.
+    pub request: &'a str,
+    /// The attempt's position in the provider chain.
+    pub attempt: usize,
+}
+
+impl DeltaOf<'_> {
+    fn push_params(&self, out: &mut String) {
+        out.push_str("{\"turn\":");
+        crate::wire::json::push_str(out, self.turn);
+        out.push_str(",\"request\":");
+        crate::wire::json::push_str(out, self.request);
+        out.push_str(",\"attempt\":");
+        out.push_str(&self.attempt.to_string());
+    }
+}
+
+/// `{"jsonrpc":"2.0","method":"session.delta","params":{"turn","request","attempt","index","kind","text"}}\n`
+/// (extension `turn.deltas`).
+pub fn delta_frame(of: DeltaOf<'_>, index: usize, kind: &str, text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + 180);
+    out.push_str("{\"jsonrpc\":\"2.0\",\"method\":\"session.delta\",\"params\":");
+    of.push_params(&mut out);
+    out.push_str(",\"index\":");
+    out.push_str(&index.to_string());
+    out.push_str(",\"kind\":");
+    crate::wire::json::push_str(&mut out, kind);
+    out.push_str(",\"text\":");
+    crate::wire::json::push_str(&mut out, text);
+    out.push_str("}}\n");
+    out
+}
+
+/// `{"jsonrpc":"2.0","method":"session.delta_discard","params":{"turn","request","attempt","reason"}}\n`
+/// (extension `turn.deltas`).
+pub fn delta_discard_frame(of: DeltaOf<'_>, reason: DiscardReason) -> String {
+    let mut out = String::with_capacity(200);
+    out.push_str("{\"jsonrpc\":\"2.0\",\"method\":\"session.delta_discard\",\"params\":");
+    of.push_params(&mut out);
+    out.push_str(",\"reason\":");
+    crate::wire::json::push_str(&mut out, reason.as_str());
+    out.push_str("}}\n");
+    out
+}
+
 #[cfg(test)]
 mod extension_tests {
     use super::*;
@@ -116,6 +192,21 @@ mod extension_tests {
             Extensions::from_params(&serde_json::json!({"extensions": "turn.cancel"})).is_err()
         );
         assert!(Extensions::from_params(&serde_json::json!({"extensions": [1]})).is_err());
+        let of = DeltaOf {
+            turn: "evt_t",
+            request: "evt_r",
+            attempt: 1,
+        };
+        let frame: serde_json::Value =
+            serde_json::from_str(&delta_frame(of, 2, "text", "a\"b\n")).unwrap();
+        assert_eq!(
+            frame,
+            serde_json::json!({"jsonrpc": "2.0", "method": "session.delta", "params":
+                {"turn": "evt_t", "request": "evt_r", "attempt": 1, "index": 2, "kind": "text", "text": "a\"b\n"}})
+        );
+        let frame: serde_json::Value =
+            serde_json::from_str(&delta_discard_frame(of, DiscardReason::Lagged)).unwrap();
+        assert_eq!(frame["params"]["reason"], "lagged");
         assert_eq!(
             queue_frame(3),
             "{\"jsonrpc\":\"2.0\",\"method\":\"session.queue\",\"params\":{\"position\":3,\"ahead\":2}}\n"

@@ -17,6 +17,8 @@ mod message;
 mod normalize;
 mod openai;
 pub mod retry;
+pub mod sse;
+pub mod stream;
 
 use std::borrow::Cow;
 use std::fmt;

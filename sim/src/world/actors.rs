@@ -394,6 +394,9 @@ impl World {
             };
             let mut params = since.as_ref().map(|s| json!({"since_event_id": s}));
             let (ext, gapless, marker) = self.ext_subscribe();
+            let deltas = ext
+                .as_ref()
+                .is_some_and(|n| n.to_string().contains("turn.deltas"));
             if let Some(names) = ext {
                 params.get_or_insert_with(|| json!({}))["extensions"] = names;
             }
@@ -406,6 +409,10 @@ impl World {
             );
             if let Some(rid) = rid {
                 self.reqs[rid].ext.gapless = gapless;
+                if deltas {
+                    let e = &mut self.reqs[rid].ext;
+                    e.may = e.may.with(proto::jsonrpc::Extension::TurnDeltas);
+                }
                 self.reqs[rid].ext.marker_asked = marker;
                 self.ext.stats.gapless_subs += gapless as u64;
                 // An id from a previous session generation replays from the

@@ -75,7 +75,16 @@ pub(super) struct ActorExt {
 }
 
 /// What a driver may opt into, in the documented order.
-const NAMES: [Extension; 6] = Extension::ALL;
+/// The extensions drawn by the extension generator (`turn.deltas` is the
+/// stream generator's, `sim/src/stream.rs`, so older seeds draw as before).
+const NAMES: [Extension; 6] = [
+    Extension::TurnCancel,
+    Extension::TurnQueue,
+    Extension::TurnSteer,
+    Extension::SendIdempotent,
+    Extension::SubscribeGapless,
+    Extension::ReplayComplete,
+];
 
 impl World {
     pub(super) fn ext_on(&self) -> bool {
@@ -134,6 +143,9 @@ impl World {
                 }
                 if set.is_empty() {
                     set = set.with(Extension::TurnCancel);
+                }
+                if self.stream.opt_in(&self.swarm.stream) {
+                    set = set.with(Extension::TurnDeltas);
                 }
             }
             self.actors[a].ext.plan = Some((joined, set));

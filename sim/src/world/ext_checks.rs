@@ -306,6 +306,30 @@ impl World {
         let method = v.get("method").and_then(Value::as_str).unwrap_or("");
         let p = &v["params"];
         match method {
+            "session.delta" | "session.delta_discard" => {
+                let r = &self.reqs[rid];
+                let fine = r.ext.may.has(Extension::TurnDeltas)
+                    && matches!(r.kind, Kind::Send { .. } | Kind::Subscribe { .. })
+                    && r.terminal.is_none();
+                if !fine {
+                    let detail = format!(
+                        "{method} {p} on a {:?} stream (opted in: {:?}, terminal: {})",
+                        r.kind,
+                        r.ext.may.names(),
+                        r.terminal.is_some()
+                    );
+                    self.checker.fail(check::INV_DELTAS, detail);
+                }
+                if method == "session.delta" {
+                    if let Err(e) = self.stream.on_delta(rid, p) {
+                        self.checker
+                            .fail(check::INV_DELTAS, format!("req #{rid}: {e}"));
+                    }
+                } else {
+                    self.stream.stats.discards += 1;
+                }
+                true
+            }
             "session.queue" => {
                 self.ext.stats.queue_frames += 1;
                 let r = &self.reqs[rid];
@@ -381,6 +405,9 @@ impl World {
         }
         if marker {
             names.push("subscribe.replay_complete");
+        }
+        if self.stream.opt_in(&self.swarm.stream) {
+            names.push("turn.deltas");
         }
         let member = (!names.is_empty()).then(|| json!(names));
         (member, gapless, marker)
@@ -517,6 +544,9 @@ impl World {
             }
             self.mcp.on_turn_cancelled(&sid);
             self.ext.on_turn_cancelled(&sid);
+            if let Err(e) = self.stream.on_cancel(&sid, outputs) {
+                self.checker.fail(check::INV_STREAM_CLOSED_AFTER_CANCEL, e);
+            }
             self.t(format!(
                 "req #{rid}: the running turn of {key} is cancelled"
             ));

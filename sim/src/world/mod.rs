@@ -78,6 +78,8 @@ pub struct Stats {
     pub retirements: u64,
     pub lagged: u64,
     pub provider_calls: u64,
+    /// Provider calls the engine closed before their reply (cancels, stream faults).
+    pub provider_aborts: u64,
     pub sessions: u64,
     pub mcp_transports: u64,
     pub mcp_calls: u64,
@@ -90,6 +92,7 @@ pub struct Stats {
     pub virtual_ms: u64,
     /// What the extension workload did (`sim/src/ext.rs`).
     pub ext: crate::ext::ExtStats,
+    pub stream: crate::stream::StreamStats,
 }
 
 #[derive(Debug, Clone)]
@@ -126,6 +129,11 @@ enum Ev {
     Provider {
         call: CallId,
         reply: ProviderReply,
+    },
+    /// Body bytes of a streamed call (`sim/src/stream.rs`).
+    ProviderChunk {
+        call: CallId,
+        bytes: Vec<u8>,
     },
     /// The driver writes outbound bytes into the socket buffer.
     Flush(ConnId),
@@ -392,6 +400,8 @@ pub struct World {
     /// the extensions off keep their schedule).
     xrng: Rng,
     ext: crate::ext::ExtOracle,
+    /// Streamed provider calls, with draws of their own.
+    stream: crate::stream::StreamSim,
     /// The input being fed delivers this `session.cancelTurn` request.
     cancel_probe: Option<usize>,
     /// The request whose last bytes the input being fed delivers.
@@ -444,6 +454,7 @@ impl World {
         let mcp = McpSim::new(root.fork(), &swarm.mcp);
         let sandbox = SandboxSim::new(root.fork());
         let xrng = root.fork();
+        let stream = crate::stream::StreamSim::new(root.fork());
         let mut config = Config {
             providers: vec![ProviderEntry {
                 name: "main".into(),
@@ -454,6 +465,7 @@ impl World {
                 max_tokens: 512,
                 retry: None,
                 limits: None,
+                stream: swarm.stream.settings.filter(|_| swarm.stream.primary),
             }],
             turn_timeout_ms: swarm.turn_timeout_ms,
             provider_timeout_ms: swarm.provider_timeout_ms,
@@ -486,6 +498,7 @@ impl World {
                 max_tokens: 256,
                 retry: None,
                 limits: None,
+                stream: swarm.stream.settings.filter(|_| swarm.stream.fallback),
             });
         }
         #[cfg(feature = "planted-bugs")]
@@ -564,6 +577,7 @@ impl World {
             shutdown_since: None,
             xrng,
             ext: crate::ext::ExtOracle::default(),
+            stream,
             cancel_probe: None,
             feeding: None,
             deferred: BTreeMap::new(),

@@ -100,7 +100,16 @@ impl World {
                 }
                 self.io.pipe.read(id, read);
             }
-            Output::CallProvider(call) => self.deliver(Delivery::Call(call)),
+            Output::CallProvider(call) => {
+                self.stream.on_call(&call);
+                self.deliver(Delivery::Call(call))
+            }
+            Output::AbortProvider(call) => {
+                self.t(format!("out abort provider call={}", call.0));
+                if self.io.pipe.abort(call).is_some() {
+                    self.abort_provider(call);
+                }
+            }
             // The simulator runs one server: replica mode is never on.
             Output::Forward(f) => self.t(format!("out forward conn={} (ignored)", f.conn)),
             Output::Sandbox(cmd) => {
@@ -171,6 +180,9 @@ impl World {
             self.mcp.on_event(row, self.now_ms, &mut self.checker);
             self.sandbox.on_event(row, self.now_ms, &mut self.checker);
             self.ext.on_emit(row, &mut self.checker);
+            if let Err(e) = self.stream.on_emit(row) {
+                self.checker.fail(crate::check::INV_STREAM_ORACLE, e);
+            }
             let row = row.clone();
             self.on_emit_fifo(&row);
         } else {
@@ -299,10 +311,51 @@ impl World {
         }
     }
 
+    /// A streamed call answers in chunks (`sim/src/stream.rs`).
+    fn stream_provider(&mut self, call: ProviderCall, latency: u64, reply: ProviderReply) {
+        let plan = self.stream.plan(&call, reply, latency, &self.swarm.stream);
+        self.t(format!(
+            "out call id={} {} streamed: {} chunks",
+            call.id,
+            call.url,
+            plan.chunks.len()
+        ));
+        let mut at = 0;
+        for (delay, bytes) in plan.chunks {
+            at += delay;
+            self.after(
+                at,
+                Ev::ProviderChunk {
+                    call: call.id,
+                    bytes,
+                },
+            );
+        }
+        if let Some((delay, reply)) = plan.end {
+            self.after(
+                at + delay,
+                Ev::Provider {
+                    call: call.id,
+                    reply,
+                },
+            );
+        }
+    }
+
+    /// The engine closed a dispatched call: its reply, if it comes, is
+    /// ignored by the engine.
+    pub(super) fn abort_provider(&mut self, call: engine::CallId) {
+        self.stats.provider_aborts += 1;
+        self.stream.abort(call);
+    }
+
     pub(super) fn call_provider(&mut self, call: ProviderCall) {
         self.stats.provider_calls += 1;
         crate::ext::check_provider_body(call.id.0, &call.body, &mut self.checker);
         let (delay, reply) = self.provider.answer(&call, &self.swarm);
+        if call.stream {
+            return self.stream_provider(call, delay, reply);
+        }
         self.t(format!(
             "out call id={} {} -> in {delay}ms {}",
             call.id,

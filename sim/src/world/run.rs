@@ -200,9 +200,23 @@ impl World {
             Ev::ClientClose(c) => self.client_close(c),
             Ev::EngineClosed(c) => self.engine_closed(c),
             Ev::JobDone => self.job_done(),
+            // What the engine closed reaches it no more.
+            Ev::Provider { call, .. } if self.stream.aborted(call) => {
+                self.t(format!(
+                    "provider reply call={call} after its close (dropped)"
+                ));
+            }
             Ev::Provider { call, reply } => {
                 self.t(format!("in provider reply call={call}"));
                 self.input(Input::ProviderDone { call, reply });
+            }
+            Ev::ProviderChunk { call, .. } if self.stream.aborted(call) => {}
+            Ev::ProviderChunk { call, bytes } => {
+                self.t(format!(
+                    "in provider chunk call={call} {} bytes",
+                    bytes.len()
+                ));
+                self.input(Input::ProviderChunk { call, bytes });
             }
             Ev::Flush(c) => self.on_flush(c),
             Ev::Flushed { conn, bytes } => {
@@ -295,6 +309,7 @@ impl World {
     /// After a graceful shutdown, connections the server already closed keep
     /// their unread bytes for the client.
     pub(super) fn restart(&mut self, graceful: bool) {
+        self.stream.restart();
         self.shutdown_since = None;
         self.checker.shutting_down = false;
         self.io = self.io.restarted();
@@ -501,6 +516,7 @@ impl World {
         self.stats.mcp_timeouts = m.timeouts;
         self.t(format!("mcp summary {m:?}"));
         self.stats.ext = self.ext.stats.clone();
+        self.stats.stream = self.stream.stats.clone();
         self.t(format!("ext summary {:?}", self.ext.stats));
         // Fingerprint of the committed event log.
         let mut h = Fnv::default();

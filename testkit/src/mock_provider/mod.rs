@@ -22,6 +22,8 @@ use proto::http::peer::{self as wire, BodyDecoder};
 
 mod limits;
 pub use limits::{http_date_in, LimitStats, Limited};
+mod stream;
+pub use stream::{StreamClose, StreamFault, StreamTiming, Streamed};
 
 /// Default usage reported by the convenience constructors.
 pub const DEFAULT_USAGE: (u64, u64) = (10, 5);
@@ -84,6 +86,10 @@ pub enum Reply {
     /// A rate-limit or overload status in the endpoint's error shape, with
     /// headers such as `retry-after` (`limits.rs`).
     Limited(Box<Limited>),
+    /// The inner reply with its own stream pacing or fault, for a request
+    /// that asks for a stream (`stream.rs`); unstreamed it is the inner
+    /// reply.
+    Stream(Box<Streamed>),
 }
 
 impl Reply {
@@ -328,6 +334,12 @@ struct State {
     seq: u64,
     /// The concurrency limit, when one is set (`limits.rs`).
     limits: limits::Limits,
+    /// Pacing of streamed replies without their own.
+    timing: StreamTiming,
+    /// Clients that closed their connection mid-stream.
+    closes: Vec<StreamClose>,
+    /// When each event of each streamed reply was written, by request seq.
+    writes: std::collections::BTreeMap<u64, Vec<Instant>>,
 }
 
 struct Shared {
@@ -392,6 +404,9 @@ impl MockProvider {
                 shutdown: false,
                 seq: 0,
                 limits: limits::Limits::default(),
+                timing: StreamTiming::default(),
+                closes: Vec::new(),
+                writes: Default::default(),
             }),
             cond: Condvar::new(),
         });
@@ -556,6 +571,8 @@ fn serve_conn(mut conn: TcpStream, ordinal: u64, shared: &Shared) -> io::Result<
         let wants_close = wire::header(&req.head.headers, "connection")
             .is_some_and(|v| v.eq_ignore_ascii_case("close"));
         let endpoint = Endpoint::of_path(&req.head.target);
+        let body: Value = serde_json::from_slice(&req.body).unwrap_or(Value::Null);
+        let stream = stream::wants_stream(&body);
         let (reply, seq, counted) = {
             let mut st = shared.lock();
             st.seq += 1;
@@ -564,7 +581,7 @@ fn serve_conn(mut conn: TcpStream, ordinal: u64, shared: &Shared) -> io::Result<
                 method: req.head.method.clone(),
                 path: req.head.target.clone(),
                 headers: req.head.headers.clone(),
-                body: serde_json::from_slice(&req.body).unwrap_or(Value::Null),
+                body,
                 raw_body: req.body,
                 connection: ordinal,
             });
@@ -585,7 +602,13 @@ fn serve_conn(mut conn: TcpStream, ordinal: u64, shared: &Shared) -> io::Result<
             (reply, seq, refused.is_none())
         };
         shared.cond.notify_all();
-        let answered = answer(&mut conn, shared, reply, endpoint, seq, wants_close);
+        let to = Answer {
+            endpoint,
+            seq,
+            close: wants_close,
+            stream,
+        };
+        let answered = answer(&mut conn, shared, reply, to);
         if counted {
             limits::leave(&mut shared.lock());
         }
@@ -596,21 +619,30 @@ fn serve_conn(mut conn: TcpStream, ordinal: u64, shared: &Shared) -> io::Result<
     }
 }
 
-/// Write the reply; Ok(false) means the connection must be dropped.
-fn answer(
-    conn: &mut TcpStream,
-    shared: &Shared,
-    reply: Reply,
+/// Who a reply goes to.
+#[derive(Clone, Copy)]
+struct Answer {
     endpoint: Endpoint,
     seq: u64,
     close: bool,
-) -> io::Result<bool> {
+    /// The request asked for `"stream": true`.
+    stream: bool,
+}
+
+/// Write the reply; Ok(false) means the connection must be dropped.
+fn answer(conn: &mut TcpStream, shared: &Shared, reply: Reply, to: Answer) -> io::Result<bool> {
+    let Answer {
+        endpoint,
+        seq,
+        close,
+        stream,
+    } = to;
     let (status, content_type, body) = match reply {
         Reply::Delay(d, inner) => {
             if shared.sleep_or_shutdown(d) {
                 return Ok(false);
             }
-            return answer(conn, shared, *inner, endpoint, seq, close);
+            return answer(conn, shared, *inner, to);
         }
         Reply::Hang => {
             let mut st = shared.lock();
@@ -621,6 +653,22 @@ fn answer(
         }
         Reply::Close => return Ok(false),
         Reply::Limited(l) => return limits::answer(conn, &l, endpoint, close),
+        Reply::Stream(s) if !stream || !s.reply.renders_body() => {
+            return answer(conn, shared, s.reply, to)
+        }
+        Reply::Stream(s) => {
+            let body = render(s.reply.clone(), endpoint, seq);
+            return stream::answer(conn, shared, *s, body, endpoint, seq);
+        }
+        reply if stream && reply.renders_body() => {
+            let body = render(reply.clone(), endpoint, seq);
+            let s = Streamed {
+                reply,
+                timing: None,
+                fault: None,
+            };
+            return stream::answer(conn, shared, s, body, endpoint, seq);
+        }
         Reply::Raw {
             status,
             body,
@@ -764,6 +812,7 @@ fn render(reply: Reply, endpoint: Endpoint, seq: u64) -> Value {
         Reply::Json { body, .. } => body,
         Reply::Raw { body, .. } => Value::String(body),
         Reply::Delay(_, inner) => render(*inner, endpoint, seq),
+        Reply::Stream(s) => render(s.reply, endpoint, seq),
         Reply::Hang | Reply::Close | Reply::Limited(_) => Value::Null,
     }
 }

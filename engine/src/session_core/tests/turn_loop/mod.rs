@@ -7,6 +7,7 @@
 mod chat;
 mod compaction;
 mod steer;
+mod stream;
 mod tools;
 mod traffic;
 
@@ -52,6 +53,7 @@ fn entry(name: &str) -> ProviderEntry {
         max_tokens: 1024,
         retry: None,
         limits: None,
+        stream: None,
     }
 }
 
@@ -139,6 +141,9 @@ enum Seen {
     SteerRetired(ConnId, &'static str),
     HistoryRebuilt,
     Fact(Fact),
+    Deltas(crate::streams::DeltaBatch),
+    DeltasEnded(Arc<str>, Option<proto::jsonrpc::DiscardReason>),
+    Abort(CallId),
     End(Ending),
 }
 
@@ -161,6 +166,8 @@ struct Harness {
     subagent: SubagentAnswer,
     /// Whether an `Admit` is granted at once (else the test admits).
     admit_at_once: bool,
+    /// The watchdog check the last streamed call asked for.
+    check: Option<MonoMs>,
 }
 
 impl Harness {
@@ -183,6 +190,7 @@ impl Harness {
                 is_error: false,
             },
             admit_at_once: true,
+            check: None,
         }
     }
 
@@ -272,7 +280,7 @@ impl Harness {
                 });
                 let body: Value = serde_json::from_slice(&call.body).unwrap();
                 self.seen.push(Seen::Call(id, call.attempt, body));
-                self.core.call_sent(id, self.now);
+                self.check = self.core.call_sent(id, self.now);
             }
             Effect::Admit(a) => {
                 let id = self.next_call;
@@ -295,6 +303,11 @@ impl Harness {
             Effect::SteerRetired { conn, why } => self.seen.push(Seen::SteerRetired(conn, why)),
             Effect::HistoryRebuilt => self.seen.push(Seen::HistoryRebuilt),
             Effect::Fact(f) => self.seen.push(Seen::Fact(f)),
+            Effect::Deltas(b) => self.seen.push(Seen::Deltas(b)),
+            Effect::DeltasEnded { request, reason } => {
+                self.seen.push(Seen::DeltasEnded(request, reason))
+            }
+            Effect::AbortCall(call) => self.seen.push(Seen::Abort(call)),
             Effect::End(ending) => {
                 self.seen.push(Seen::End(ending.clone()));
                 self.ended = self.core.take_turn();
