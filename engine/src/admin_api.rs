@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 use crate::conn::{LoadFor, PendingRead};
 use crate::model::{Key, StoredHash};
 use crate::store::{KeyRole, KeyRow, ProfileRow, ReadResult, SessionState, StoreRead, StoreWrite};
-use crate::{auth, ConnId, Engine};
+use crate::{auth, transfer, ConnId, Engine};
 
 enum Route<'a> {
     Profiles,
@@ -20,6 +20,12 @@ enum Route<'a> {
     SessionEvents(&'a str),
     /// Extension: an operator cancels the turn holding a session's gate.
     CancelTurn(&'a str),
+    /// Extensions (`crate::transfer`): export, import, fork, rewind and
+    /// the family tree.
+    Export(&'a str),
+    Import,
+    Fork(&'a str, bool),
+    Lineage(&'a str),
     McpServers,
     Providers,
     Config,
@@ -39,6 +45,11 @@ fn route(path: &str) -> Option<Route<'_>> {
         ["sessions"] => Some(Route::Sessions),
         ["sessions", id, "events"] if !id.is_empty() => Some(Route::SessionEvents(id)),
         ["sessions", id, "cancel-turn"] if !id.is_empty() => Some(Route::CancelTurn(id)),
+        ["sessions", "import"] => Some(Route::Import),
+        ["sessions", id, "export"] if !id.is_empty() => Some(Route::Export(id)),
+        ["sessions", id, "fork"] if !id.is_empty() => Some(Route::Fork(id, false)),
+        ["sessions", id, "rewind"] if !id.is_empty() => Some(Route::Fork(id, true)),
+        ["sessions", id, "lineage"] if !id.is_empty() => Some(Route::Lineage(id)),
         ["mcp-servers"] => Some(Route::McpServers),
         ["providers"] => Some(Route::Providers),
         ["config"] => Some(Route::Config),
@@ -94,9 +105,17 @@ impl Engine {
         if !self.auth_admin(conn, &req) {
             return;
         }
-        if let Route::SessionEvents(id) | Route::CancelTurn(id) = r {
+        if let Route::SessionEvents(id)
+        | Route::CancelTurn(id)
+        | Route::Export(id)
+        | Route::Fork(id, _)
+        | Route::Lineage(id) = r
+        {
             if !ready && self.load_first(conn, &req, id, LoadFor::Admin) {
                 return;
+            }
+            if !self.catalog.sessions.contains_key(id) {
+                return self.problem(conn, ProblemType::NotFound, &format!("no session {id}"));
             }
         }
         match (r, &req.method) {
@@ -109,16 +128,17 @@ impl Engine {
             (Route::Keys, Method::Get) => self.list_keys(conn, &req),
             (Route::Key(id), Method::Delete) => self.revoke_key(conn, id),
             (Route::Sessions, Method::Get) => self.list_sessions(conn, &req),
-            (Route::SessionEvents(id), Method::Get) => {
-                if !self.catalog.sessions.contains_key(id) {
-                    return self.problem(conn, ProblemType::NotFound, &format!("no session {id}"));
-                }
-                self.events_page(conn, &req, id);
+            (Route::SessionEvents(id), Method::Get) => self.events_page(conn, &req, id),
+            (Route::Export(id), Method::Get) => self.export_session(conn, id),
+            (Route::Import, Method::Post) => self.import_session(conn, &req),
+            (Route::Fork(id, rewind), Method::Post) => {
+                self.fork_session(conn, &req.body, id, None, rewind)
+            }
+            (Route::Lineage(id), Method::Get) => {
+                let outs = self.transfers.lineage(conn, id);
+                self.run_transfer(conn, outs);
             }
             (Route::CancelTurn(id), Method::Post) => {
-                if !self.catalog.sessions.contains_key(id) {
-                    return self.problem(conn, ProblemType::NotFound, &format!("no session {id}"));
-                }
                 let body = match self.cancel_gate(id, None) {
                     crate::extensions::Cancelled::Running => {
                         json!({"cancelled": true, "state": "running"})
@@ -542,32 +562,6 @@ impl Engine {
         self.respond_value(conn, 200, &json!({"items": items, "next_cursor": next}));
     }
 
-    /// Provisioning status of every active profile's images (spec 03 §4.7).
-    fn sandbox_status(&mut self, conn: ConnId) {
-        let mut items: Vec<(String, Value)> = self
-            .catalog
-            .profiles
-            .values()
-            .filter(|p| p.is_live() && !p.row.available_sandboxes.is_empty())
-            .map(|p| {
-                let mut names = p.row.available_sandboxes.clone();
-                names.sort();
-                names.dedup();
-                let images: Vec<Value> = names
-                    .iter()
-                    .map(|n| self.sandbox.image_json(&p.row.id, n))
-                    .collect();
-                (
-                    p.row.id.clone(),
-                    json!({"profile_id": p.row.id, "images": images}),
-                )
-            })
-            .collect();
-        items.sort_by(|a, b| a.0.cmp(&b.0));
-        let items: Vec<Value> = items.into_iter().map(|(_, v)| v).collect();
-        self.respond_value(conn, 200, &json!({ "items": items }));
-    }
-
     /// `GET /metrics` (Prometheus text format): admin auth unless
     /// `BAE_METRICS_NO_AUTH`; the store thread adds process figures.
     fn metrics_request(&mut self, conn: ConnId, req: &Request) {
@@ -626,6 +620,181 @@ impl Engine {
             drivers_registered: stored.drivers
                 + c.drivers.values().map(|d| d.len() as u64).sum::<u64>(),
             connections: self.conns.len() as u64,
+        }
+    }
+    // ---- Forks, exports and imports (`crate::transfer`) ----------------
+
+    /// `GET /admin/v1/sessions/{id}/export`: the export document, streamed.
+    fn export_session(&mut self, conn: ConnId, id: &str) {
+        let Some(session) = self.catalog.sessions.get(id).map(|s| s.to_row()) else {
+            return self.problem(conn, ProblemType::NotFound, &format!("no session {id}"));
+        };
+        let start = transfer::ExportStart {
+            profile: (self.catalog.profiles.get(session.profile_id.as_str()))
+                .map(|p| p.row.clone()),
+            session,
+            server_version: self.config.version.clone(),
+            exported_at: self.timestamp(),
+        };
+        let outs = self.transfers.export(conn, start);
+        self.run_transfer(conn, outs);
+    }
+
+    /// `POST /admin/v1/sessions/import?client_key_id=…[&profile_id=…][&keep_id=true]`.
+    fn import_session(&mut self, conn: ConnId, req: &Request) {
+        let Some(key_id) = req.query_param("client_key_id") else {
+            let detail = "client_key_id is required: the client key that gets the session";
+            return self.problem(conn, ProblemType::BadRequest, detail);
+        };
+        let keep_id = match req.query_param("keep_id").as_deref() {
+            None | Some("false") | Some("0") => false,
+            Some("true") | Some("1") => true,
+            Some(_) => {
+                let detail = "keep_id must be true or false";
+                return self.problem(conn, ProblemType::BadRequest, detail);
+            }
+        };
+        let own = (self.catalog.keys.get(key_id.as_str())).and_then(|k| k.profile_id.clone());
+        let profile_id = (req.query_param("profile_id"))
+            .or_else(|| own.map(|p| p.to_string()))
+            .unwrap_or_default();
+        if !self.copy_target(conn, &key_id, &profile_id, None) {
+            return;
+        }
+        let target = transfer::ImportTarget {
+            creator: key_id,
+            profile_id,
+            keep_id,
+        };
+        let outs = self.transfers.import(conn, &req.body, &target);
+        self.run_transfer(conn, outs);
+    }
+
+    /// `POST …/sessions/{id}/fork` or `…/rewind` on either port; `creator`
+    /// is the client port's authenticated creator (who gets the fork).
+    pub(crate) fn fork_session(
+        &mut self,
+        conn: ConnId,
+        body: &[u8],
+        parent_id: &str,
+        creator: Option<&str>,
+        rewind: bool,
+    ) {
+        let body = match proto::wire::fork::parse_fork(body, rewind) {
+            Ok(b) => b,
+            Err(detail) => return self.problem(conn, ProblemType::BadRequest, &detail),
+        };
+        if creator.is_some() && (body.client_key_id.is_some() || body.profile_id.is_some()) {
+            let detail = "client_key_id and profile_id are for the admin API: a creator's fork \
+                          keeps the session's profile and key";
+            return self.problem(conn, ProblemType::BadRequest, detail);
+        }
+        let Some(parent) = self.catalog.sessions.get(parent_id) else {
+            return self.problem(
+                conn,
+                ProblemType::NotFound,
+                &format!("no session {parent_id}"),
+            );
+        };
+        let owner = &parent.creator;
+        let declarations = transfer::Declarations {
+            tools: parent.client_tools.get(owner).to_vec(),
+            sandbox_tools: parent.sandbox_tools.get(owner).to_vec(),
+            subagent_tools: parent.subagent_tools.get(owner).to_vec(),
+        };
+        let start = transfer::ForkStart {
+            parent_id: parent_id.to_string(),
+            at: body.at,
+            client_version: parent.client_version.as_deref().map(String::from),
+            compaction: parent.compaction.clone(),
+            creator: (creator.map(String::from).or(body.client_key_id))
+                .unwrap_or_else(|| owner.to_string()),
+            profile_id: body
+                .profile_id
+                .unwrap_or_else(|| parent.profile_id.to_string()),
+            declarations,
+            admin: creator.is_none(),
+        };
+        let (key, profile) = (start.creator.clone(), start.profile_id.clone());
+        if self.copy_target(conn, &key, &profile, Some(&start.declarations)) {
+            let outs = self.transfers.fork(conn, start);
+            self.run_transfer(conn, outs);
+        }
+    }
+
+    /// Whether client key `key_id` may hold a new session of `profile_id`
+    /// with `declarations` (the checks of a create); answers the problem
+    /// when not.
+    pub(crate) fn copy_target(
+        &mut self,
+        conn: ConnId,
+        key_id: &str,
+        profile_id: &str,
+        declarations: Option<&transfer::Declarations>,
+    ) -> bool {
+        let key = (self.catalog.keys.get(key_id)).filter(|k| k.role == KeyRole::Client);
+        let Some(key) = key else {
+            let detail = format!("no active client key {key_id}");
+            self.problem(conn, ProblemType::NotFound, &detail);
+            return false;
+        };
+        let mismatch = key.profile_id.as_deref() != Some(profile_id);
+        let Some(profile) = self.catalog.live_profile(profile_id) else {
+            let detail = format!("no active profile {profile_id}");
+            self.problem(conn, ProblemType::ProfileUnavailable, &detail);
+            return false;
+        };
+        let checked = match declarations.map(transfer::Declarations::typed) {
+            None => Ok(()),
+            Some(Ok((t, s, a))) => crate::model::check_declarations(profile, &t, &s, &a),
+            Some(Err(e)) => Err((ProblemType::InvalidDocument, e)),
+        };
+        let primary = profile.row.primary_provider.clone();
+        if mismatch {
+            let detail =
+                format!("client key {key_id} belongs to another profile than {profile_id}");
+            self.problem(conn, ProblemType::ProfileMismatch, &detail);
+        } else if self.provider(&primary).is_none() {
+            let detail =
+                format!("primary provider \"{primary}\" is not configured in bae-config.toml");
+            self.problem(conn, ProblemType::PrimaryProviderUnavailable, &detail);
+        } else if let Err((kind, detail)) = checked {
+            self.problem(conn, kind, &detail);
+        } else {
+            return true;
+        }
+        false
+    }
+
+    /// Performs a transfer's outputs for the request on `conn`.
+    pub(crate) fn run_transfer(&mut self, conn: ConnId, outs: Vec<transfer::Out>) {
+        use transfer::Out;
+        for out in outs {
+            match out {
+                Out::Read(read) => self.read(read, PendingRead::Transfer { conn }),
+                Out::StreamHead(name) => {
+                    let close = self.closes_after(conn);
+                    self.log_request(conn, 200);
+                    let disposition = format!("attachment; filename=\"{name}\"");
+                    let extra = [("Content-Disposition", disposition.as_str())];
+                    let head = proto::http::encode_stream_head_with(
+                        200,
+                        "application/x-ndjson",
+                        &extra,
+                        close,
+                    );
+                    self.send(conn, head);
+                }
+                Out::Chunk(bytes) => self.send(conn, bytes),
+                Out::Finish => {
+                    self.send(conn, proto::http::LAST_CHUNK.to_vec());
+                    self.finish_request(conn);
+                }
+                Out::Abort => self.close_conn(conn),
+                Out::Json(status, body) => self.respond_json(conn, status, body.as_bytes()),
+                Out::Problem(kind, detail) => self.problem(conn, kind, &detail),
+                Out::Create(plan) => self.create_copy(conn, *plan),
+            }
         }
     }
 }

@@ -10,7 +10,8 @@ use serde_json::{json, Map, Value};
 
 use crate::conn::{LoadFor, PendingRead};
 use crate::ids::SessionId;
-use crate::model::{DeclPool, Key, KeyScope, Session, StoredHash};
+use crate::model::{check_declarations, set_declarations};
+use crate::model::{Key, KeyScope, Session, StoredHash};
 use crate::store::{KeyRole, KeyRow, SessionRow, SessionState, StoreRead, StoreWrite};
 use crate::time::Stamp;
 use crate::{auth, ConnId, Engine};
@@ -26,6 +27,8 @@ enum Route<'a> {
     Events(&'a str),
     Session(&'a str),
     Rpc(&'a str),
+    /// Extension (`crate::transfer`): the creator forks or rewinds.
+    Fork(&'a str, bool),
 }
 
 fn route(path: &str) -> Option<Route<'_>> {
@@ -44,6 +47,8 @@ fn route(path: &str) -> Option<Route<'_>> {
         Some("participants") => Some(Route::Participants(id)),
         Some("events") => Some(Route::Events(id)),
         Some("rpc") => Some(Route::Rpc(id)),
+        Some("fork") => Some(Route::Fork(id, false)),
+        Some("rewind") => Some(Route::Fork(id, true)),
         Some(_) => None,
     }
 }
@@ -52,7 +57,7 @@ fn route(path: &str) -> Option<Route<'_>> {
 fn allowed(r: &Route<'_>) -> Method {
     match r {
         Route::Health | Route::Meta | Route::Participants(_) | Route::Events(_) => Method::Get,
-        Route::Sessions | Route::Join(_) | Route::Rpc(_) => Method::Post,
+        Route::Sessions | Route::Join(_) | Route::Rpc(_) | Route::Fork(..) => Method::Post,
         Route::Session(_) => Method::Delete,
     }
 }
@@ -86,7 +91,8 @@ impl Engine {
             Route::Join(id) | Route::Participants(id) | Route::Session(id) | Route::Rpc(id) => {
                 Some((id, true))
             }
-            Route::Events(id) => Some((id, false)),
+            // A fork only reads the parent's log.
+            Route::Events(id) | Route::Fork(id, _) => Some((id, false)),
             Route::Health | Route::Meta | Route::Sessions => None,
         };
         if let Some((id, owner_only)) = scoped.filter(|_| !ready) {
@@ -118,6 +124,7 @@ impl Engine {
             Route::Events(id) => self.session_events(conn, &req, id),
             Route::Session(id) => self.close_session_rest(conn, &req, id),
             Route::Rpc(id) => self.rpc_request(conn, req, id),
+            Route::Fork(id, rewind) => self.fork_client(conn, &req, id, rewind),
         }
     }
 
@@ -400,6 +407,29 @@ impl Engine {
         self.respond_value(conn, 200, &json!({ "drivers": drivers }));
     }
 
+    /// `POST /api/v1/sessions/{id}/fork|rewind`: only the session key of
+    /// the session's creator may fork it here (the admin API may too).
+    fn fork_client(&mut self, conn: ConnId, req: &Request, session_id: &str, rewind: bool) {
+        let Some(key) = self.auth_session(conn, req, session_id) else {
+            return;
+        };
+        let creator = self
+            .catalog
+            .sessions
+            .get(session_id)
+            .map(|s| s.creator.clone());
+        match (key.client_id, creator) {
+            (Some(client), Some(creator)) if client == creator => {
+                self.fork_session(conn, &req.body, session_id, Some(&client), rewind)
+            }
+            _ => self.problem(
+                conn,
+                ProblemType::ForkNotAllowed,
+                "only the session's creator may fork it (or the admin API)",
+            ),
+        }
+    }
+
     fn session_events(&mut self, conn: ConnId, req: &Request, session_id: &str) {
         if self.auth_session(conn, req, session_id).is_none() {
             return;
@@ -512,7 +542,7 @@ impl Engine {
 
     /// Inserts a session key bound to `session_id` for `client`; returns the
     /// plaintext (shown once).
-    fn mint_session_key(&mut self, session_id: &str, client: &Key) -> String {
+    pub(crate) fn mint_session_key(&mut self, session_id: &str, client: &Key) -> String {
         let secret = self.new_secret(SecretKind::Session);
         let id = self.new_id(IdKind::Key);
         let row = KeyRow {
@@ -646,55 +676,6 @@ fn require_json(req: &Request) -> Result<(), &'static str> {
     } else {
         Err("Expected request with `Content-Type: application/json`")
     }
-}
-
-/// Steps 6–8 of create (and 9 of join): reserved names, the allowlist, and
-/// subagent declarations.
-fn check_declarations(
-    profile: &crate::model::Profile,
-    tools: &[proto::wire::ClientToolDef],
-    sandbox_tools: &[proto::wire::ClientToolDef],
-    subagent_tools: &[proto::wire::SubagentToolDef],
-) -> Result<(), (ProblemType, String)> {
-    let as_pair = |p: proto::wire::Problem| {
-        let kind = p.kind().unwrap_or(ProblemType::BadRequest);
-        (kind, p.detail)
-    };
-    proto::wire::session::check_reserved_names(tools, sandbox_tools).map_err(as_pair)?;
-    if let Some(name) = tools
-        .iter()
-        .map(|t| t.name.as_str())
-        .find(|n| !profile.allows_tool(n))
-    {
-        return Err((
-            ProblemType::ToolNotAllowed,
-            proto::wire::session::tool_not_allowed_detail(name),
-        ));
-    }
-    proto::wire::session::validate_subagent_tools(subagent_tools).map_err(as_pair)
-}
-
-/// Writes one client's declarations into the session's per-client maps.
-fn set_declarations(
-    session: &mut Session,
-    pool: &mut DeclPool,
-    key_id: &str,
-    tools: &[proto::wire::ClientToolDef],
-    sandbox_tools: &[proto::wire::ClientToolDef],
-    subagent_tools: &[proto::wire::SubagentToolDef],
-) {
-    let stored = |ts: &[proto::wire::ClientToolDef]| -> Vec<Value> {
-        ts.iter().map(|t| t.to_value()).collect()
-    };
-    session.client_tools.set(pool, key_id, &stored(tools));
-    session
-        .sandbox_tools
-        .set(pool, key_id, &stored(sandbox_tools));
-    let subs: Vec<Value> = subagent_tools
-        .iter()
-        .filter_map(|t| serde_json::to_value(t).ok())
-        .collect();
-    session.subagent_tools.set(pool, key_id, &subs);
 }
 
 /// `session.open` / `session.join` payload: names only, declaration order.

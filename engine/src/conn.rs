@@ -51,6 +51,8 @@ pub enum PendingRead {
     Revoke { conn: ConnId, key_id: String },
     /// `GET /admin/v1/sessions` waiting for its rows.
     SessionList { conn: ConnId },
+    /// An export, import, fork or lineage answer (`crate::transfer`).
+    Transfer { conn: ConnId },
 }
 
 /// Which port a loaded session's request goes back to.
@@ -86,6 +88,11 @@ impl Engine {
     pub(crate) fn on_flushed(&mut self, conn: ConnId, bytes: usize) {
         self.conns.flushed(conn, bytes);
         self.stream_flushed(conn, bytes);
+        if self.transfers.has(conn) {
+            let unflushed = self.conns.get(&conn).map_or(0, |c| c.unflushed);
+            let outs = self.transfers.flushed(conn, unflushed);
+            self.run_transfer(conn, outs);
+        }
     }
 
     pub(crate) fn on_closed(&mut self, conn: ConnId) {
@@ -93,6 +100,7 @@ impl Engine {
             return;
         }
         self.streams.end(conn);
+        self.transfers.forget(conn);
         self.telemetry.http_end(conn);
         self.forget_conn_in_turns(conn);
     }
@@ -259,6 +267,11 @@ impl Engine {
             } => self.on_session_loaded(&session_id, (conn, *req, then), result),
             PendingRead::Revoke { conn, key_id } => self.on_revoke_read(conn, &key_id, result),
             PendingRead::SessionList { conn } => self.on_session_list(conn, result),
+            PendingRead::Transfer { conn } => {
+                let unflushed = self.conns.get(&conn).map_or(0, |c| c.unflushed);
+                let outs = self.transfers.read_done(conn, result, unflushed);
+                self.run_transfer(conn, outs);
+            }
             PendingRead::Metrics { conn } => {
                 let rt = match result {
                     Ok(ReadResult::Runtime(rt)) => rt,

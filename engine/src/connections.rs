@@ -40,7 +40,12 @@ pub struct Settings {
     pub idle_timeout_ms: u64,
     /// From a request's first byte to its last (slowloris guard).
     pub request_timeout_ms: u64,
+    /// The body limit of a session import on the admin port.
+    pub max_import_bytes: usize,
 }
+
+/// The one request with a body larger than the general limit.
+pub const IMPORT_PATH: &str = "/admin/v1/sessions/import";
 
 /// What [`Table::poll`] found in a connection's buffer.
 pub enum Polled {
@@ -90,11 +95,15 @@ impl Table {
     }
 
     pub fn accept(&mut self, conn: ConnId, listener: Listener) {
+        let mut decoder = RequestDecoder::new(self.settings.http);
+        if listener == Listener::Admin {
+            decoder = decoder.with_large_body(IMPORT_PATH, self.settings.max_import_bytes);
+        }
         self.conns.insert(
             conn,
             Conn {
                 listener,
-                decoder: RequestDecoder::new(self.settings.http),
+                decoder,
                 busy: false,
                 keep_alive: true,
                 closing: false,

@@ -53,6 +53,8 @@ hooks! {
     pipeline_reveals_early => PipelineRevealsEarly;
     /// The restored rowid counter is one short after a restart.
     seq_reuse_after_restart => SeqReuseAfterRestart;
+    /// Replica mode: commit jobs are sealed without their fence.
+    skip_fence => FenceSkipped;
 }
 
 impl Faults {

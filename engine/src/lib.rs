@@ -68,6 +68,7 @@ mod streams;
 mod subscribe;
 pub mod telemetry;
 pub mod time;
+pub mod transfer;
 mod turn;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -290,6 +291,9 @@ pub struct Config {
     pub max_head_bytes: usize,
     pub max_headers: usize,
     pub max_body_bytes: usize,
+    /// `BAE_MAX_IMPORT_BYTES`: the body of a session import on the admin
+    /// port, and the log a fork may copy (both are held in memory once).
+    pub max_import_bytes: usize,
     /// `BAE_TURN_TIMEOUT`: how long a paused turn's owner may stay away.
     pub turn_timeout_ms: u64,
     /// Per provider HTTP call (the reference has none; a hung provider
@@ -387,6 +391,9 @@ pub struct Config {
 /// [`Config::max_page_bytes`] unless configured: 8 MiB.
 pub const DEFAULT_MAX_PAGE_BYTES: usize = 8 * 1024 * 1024;
 
+/// [`Config::max_import_bytes`] unless configured: 64 MiB.
+pub const DEFAULT_MAX_IMPORT_BYTES: usize = 64 * 1024 * 1024;
+
 /// [`Config::resident_sessions`] unless configured. Each idle resident
 /// session holds about 1 KB; one beyond it costs a store read when it is
 /// used again (docs/performance.md, "Defaults and store costs, measured").
@@ -406,6 +413,7 @@ impl Default for Config {
             max_head_bytes: 16 * 1024,
             max_headers: 64,
             max_body_bytes: 1024 * 1024,
+            max_import_bytes: DEFAULT_MAX_IMPORT_BYTES,
             turn_timeout_ms: 120_000,
             provider_timeout_ms: 300_000,
             admin_auth_disabled: false,
@@ -514,6 +522,8 @@ pub struct Engine {
     replicas: Option<replicas::Replicas>,
     /// Which sessions the catalogue holds, and counts of the others.
     residency: residency::Residency,
+    /// Exports, imports, forks and lineage answers in progress.
+    transfers: transfer::Transfers,
     /// The first seq this process assigned: later registrations are its.
     boot_seq: u64,
     /// Overload bounds and refusals (`BAE_OVERLOAD_*`).
@@ -559,6 +569,7 @@ impl Engine {
             },
             idle_timeout_ms: config.idle_timeout_ms,
             request_timeout_ms: config.request_timeout_ms,
+            max_import_bytes: config.max_import_bytes,
         });
         let metrics = metrics::Metrics::new(&config.metrics_disabled);
         let replicas = config.replica.map(replicas::Replicas::new);
@@ -571,6 +582,7 @@ impl Engine {
         let overload = overload::Overload::new(config.overload);
         let limits = config.providers.iter().map(|p| (p.name.as_str(), p.limits));
         let provider_limits = provider_limits::ProviderLimits::new(limits, now.mono);
+        let transfers = transfer::Transfers::new(config.max_import_bytes);
         let mut engine = Engine {
             sandbox,
             mcp,
@@ -606,6 +618,7 @@ impl Engine {
             events_total: snapshot.events_total,
             replicas,
             residency,
+            transfers,
             boot_seq: next_seq,
             overload,
             shutting_down: false,

@@ -4,9 +4,9 @@
 use std::collections::BTreeMap;
 
 use crate::store::{
-    Claimed, EventRow, IdempotencyRow, KeyRole, KeyRow, Lease, ProfileRow, ReadResult,
-    SessionCounts, SessionRow, SessionState, Snapshot, SnapshotScope, StoreRead, StoreWrite,
-    StoredSession,
+    Claimed, EventRow, IdempotencyRow, KeyRole, KeyRow, Lease, LineageRow, Origin, ProfileRow,
+    ReadResult, SessionCounts, SessionRow, SessionState, Snapshot, SnapshotScope, StoreRead,
+    StoreWrite, StoredSession,
 };
 
 #[derive(Debug, Clone, Default)]
@@ -20,6 +20,8 @@ pub struct MemStore {
     by_session: BTreeMap<String, Vec<u64>>,
     /// Idempotency keys by (session, client key, key).
     idempotency: BTreeMap<(String, String, String), IdempotencyRow>,
+    /// Where forked and imported sessions came from, in creation order.
+    pub lineage: Vec<LineageRow>,
 }
 
 impl MemStore {
@@ -110,6 +112,7 @@ impl MemStore {
             StoreWrite::ExpireIdempotency { before_ms } => {
                 self.idempotency.retain(|_, r| r.created_ms >= *before_ms);
             }
+            StoreWrite::InsertLineage(row) => self.lineage.push(row.clone()),
         }
     }
 
@@ -193,7 +196,24 @@ impl MemStore {
                     .cloned()
                     .collect(),
             ),
-            StoreRead::EventsPage { .. } | StoreRead::ReplayPage { .. } => {
+            StoreRead::Lineage {
+                session_id,
+                children,
+            } => ReadResult::Lineage {
+                own: (self.lineage.iter())
+                    .find(|l| &l.session_id == session_id)
+                    .cloned(),
+                children: (self.lineage.iter())
+                    .filter(|_| *children)
+                    .filter(|l| {
+                        matches!(&l.origin, Origin::Fork { parent_id, .. } if parent_id == session_id)
+                    })
+                    .cloned()
+                    .collect(),
+            },
+            StoreRead::EventsPage { .. }
+            | StoreRead::ReplayPage { .. }
+            | StoreRead::ExportPage { .. } => {
                 let rows = match crate::store::page_rows_read(read).map(|r| self.read(&r)) {
                     Some(ReadResult::Events(rows)) => rows,
                     _ => Vec::new(),
@@ -202,7 +222,10 @@ impl MemStore {
             }
             StoreRead::Runtime => ReadResult::Runtime(Default::default()),
             // One store, one server: every session is this one's.
-            StoreRead::ClaimLease { session_id } => ReadResult::Lease(self.claim(session_id)),
+            StoreRead::ClaimLease {
+                session_id,
+                drivers_since,
+            } => ReadResult::Lease(self.claim(session_id, *drivers_since)),
             StoreRead::LoadSession {
                 session_id,
                 drivers_since,
@@ -298,11 +321,13 @@ impl MemStore {
     }
 
     /// A lease answer for a lone server: the session as stored.
-    pub fn claim(&self, session_id: &str) -> Lease {
+    pub fn claim(&self, session_id: &str, drivers_since: u64) -> Lease {
         let Some(session) = self.sessions.iter().find(|s| s.id == session_id) else {
             return Lease::NoSession;
         };
+        let drivers = self.stored(session, drivers_since).drivers;
         Lease::Mine(Box::new(Claimed {
+            drivers,
             session: session.clone(),
             keys: self.session_keys(session_id),
             max_seq: (self.by_session.get(session_id))

@@ -10,7 +10,9 @@
 use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
 
+use proto::wire::problem::ProblemType;
 use proto::wire::CompactionConfig;
+use serde_json::Value;
 
 use crate::auth;
 pub use crate::decls::{DeclPool, ToolMap};
@@ -430,6 +432,55 @@ impl Catalog {
             })
             .collect()
     }
+}
+
+/// Steps 6–8 of create (and 9 of join): reserved names, the allowlist, and
+/// subagent declarations.
+pub fn check_declarations(
+    profile: &Profile,
+    tools: &[proto::wire::ClientToolDef],
+    sandbox_tools: &[proto::wire::ClientToolDef],
+    subagent_tools: &[proto::wire::SubagentToolDef],
+) -> Result<(), (ProblemType, String)> {
+    let as_pair = |p: proto::wire::Problem| {
+        let kind = p.kind().unwrap_or(ProblemType::BadRequest);
+        (kind, p.detail)
+    };
+    proto::wire::session::check_reserved_names(tools, sandbox_tools).map_err(as_pair)?;
+    if let Some(name) = tools
+        .iter()
+        .map(|t| t.name.as_str())
+        .find(|n| !profile.allows_tool(n))
+    {
+        return Err((
+            ProblemType::ToolNotAllowed,
+            proto::wire::session::tool_not_allowed_detail(name),
+        ));
+    }
+    proto::wire::session::validate_subagent_tools(subagent_tools).map_err(as_pair)
+}
+
+/// Writes one client's declarations into the session's per-client maps.
+pub fn set_declarations(
+    session: &mut Session,
+    pool: &mut DeclPool,
+    key_id: &str,
+    tools: &[proto::wire::ClientToolDef],
+    sandbox_tools: &[proto::wire::ClientToolDef],
+    subagent_tools: &[proto::wire::SubagentToolDef],
+) {
+    let stored = |ts: &[proto::wire::ClientToolDef]| -> Vec<Value> {
+        ts.iter().map(|t| t.to_value()).collect()
+    };
+    session.client_tools.set(pool, key_id, &stored(tools));
+    session
+        .sandbox_tools
+        .set(pool, key_id, &stored(sandbox_tools));
+    let subs: Vec<Value> = subagent_tools
+        .iter()
+        .filter_map(|t| serde_json::to_value(t).ok())
+        .collect();
+    session.subagent_tools.set(pool, key_id, &subs);
 }
 
 #[cfg(test)]

@@ -78,8 +78,13 @@ pub enum Routed {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Job {
     /// Commit `writes` atomically; completion releases deliveries gated on
-    /// batch ids up to `batch`.
-    Commit { batch: u64, writes: Vec<StoreWrite> },
+    /// batch ids up to `batch`. In replica mode `fence` is what the
+    /// transaction must check before it writes (`None`: a lone server).
+    Commit {
+        batch: u64,
+        writes: Vec<StoreWrite>,
+        fence: Option<crate::replicas::Fence>,
+    },
     /// Answer a read.
     Read { id: ReadId, read: StoreRead },
     /// Log the periodic activity summary (driver maintenance; reports no
@@ -101,6 +106,8 @@ pub struct Pipeline {
     committed: u64,
     held: VecDeque<(u64, Delivery)>,
     queued: VecDeque<Job>,
+    /// Replica mode: every commit job carries its [`crate::replicas::Fence`].
+    fenced: bool,
     /// Jobs handed to the worker and not yet completed.
     outstanding: usize,
     /// Writes emitted and not yet committed, and the size of each sealed
@@ -116,6 +123,15 @@ impl Pipeline {
         Pipeline {
             next_batch: 1,
             ..Default::default()
+        }
+    }
+
+    /// A pipeline whose commit jobs carry their fence (replica mode,
+    /// docs/scaling.md "Fencing").
+    pub fn fenced() -> Self {
+        Pipeline {
+            fenced: true,
+            ..Pipeline::new()
         }
     }
 
@@ -226,9 +242,13 @@ impl Pipeline {
             let batch = self.next_batch;
             self.next_batch += 1;
             self.sealed.push_back((batch, self.pending.len()));
+            let writes = std::mem::take(&mut self.pending);
+            let fenced = self.fenced && !self.faults.skip_fence();
+            let fence = fenced.then(|| crate::replicas::Fence::of(&writes));
             self.queued.push_back(Job::Commit {
                 batch,
-                writes: std::mem::take(&mut self.pending),
+                writes,
+                fence,
             });
         }
     }
@@ -416,7 +436,8 @@ mod tests {
             jobs,
             vec![Job::Commit {
                 batch: 1,
-                writes: vec![revoke("a")]
+                writes: vec![revoke("a")],
+                fence: None
             }]
         );
         // While the worker is busy, new writes accumulate (group commit).
@@ -437,7 +458,8 @@ mod tests {
             jobs,
             vec![Job::Commit {
                 batch: 2,
-                writes: vec![revoke("b"), revoke("c")]
+                writes: vec![revoke("b"), revoke("c")],
+                fence: None
             }]
         );
         assert_eq!(p.committed(2), vec![send(ConnId(3), "z")]);
@@ -468,7 +490,8 @@ mod tests {
             jobs,
             vec![Job::Commit {
                 batch: 1,
-                writes: want
+                writes: want,
+                fence: None
             }]
         );
         // The next batch starts afresh while the first is committing.
@@ -488,14 +511,16 @@ mod tests {
             jobs[0],
             Job::Commit {
                 batch: 2,
-                writes: vec![touch_of("k1", "t5")]
+                writes: vec![touch_of("k1", "t5")],
+                fence: None
             }
         );
         assert_eq!(
             jobs[2],
             Job::Commit {
                 batch: 3,
-                writes: vec![touch_of("k1", "t6")]
+                writes: vec![touch_of("k1", "t6")],
+                fence: None
             }
         );
     }
@@ -523,6 +548,29 @@ mod tests {
         p.committed(2);
         assert!(p.worker_idle());
         assert!(p.is_quiet());
+    }
+
+    /// Replica mode: every sealed batch carries the fence of its own writes
+    /// (a batch of key writes only still carries one: the lane check).
+    #[test]
+    fn a_fenced_pipeline_seals_each_batch_with_its_fence() {
+        let mut p = Pipeline::fenced();
+        p.write(revoke("a"));
+        p.write(StoreWrite::SetSessionState {
+            id: "s_1".into(),
+            state: crate::store::SessionState::Closed,
+            closed_at: None,
+        });
+        p.read(ReadId(1), StoreRead::Runtime);
+        p.write(revoke("b"));
+        let jobs = p.take_submission().unwrap();
+        let fence = |sessions: &[&str]| {
+            Some(crate::replicas::Fence {
+                sessions: sessions.iter().map(|s| s.to_string()).collect(),
+            })
+        };
+        assert!(matches!(&jobs[0], Job::Commit { fence: f, .. } if *f == fence(&["s_1"])));
+        assert!(matches!(&jobs[2], Job::Commit { fence: f, .. } if *f == fence(&[])));
     }
 
     #[test]

@@ -39,10 +39,14 @@ pub enum Bug {
     /// The pipeline releases a delivery at once even when the batch it
     /// depends on has not committed (pipeline.rs `Pipeline::deliver`).
     PipelineRevealsEarly,
+    /// Replica mode: the pipeline seals commit jobs without their fence,
+    /// so the store writes them without checking the replica's lane and
+    /// leases (pipeline.rs `Pipeline::seal`).
+    FenceSkipped,
 }
 
 impl Bug {
-    pub const ALL: [Bug; 10] = [
+    pub const ALL: [Bug; 11] = [
         Bug::GateReleasedOnPause,
         Bug::AbandonTimerOffByOne,
         Bug::ReplaySkipsBoundary,
@@ -53,6 +57,7 @@ impl Bug {
         Bug::McpTimerNotArmed,
         Bug::IdemQueuedRetryRuns,
         Bug::PipelineRevealsEarly,
+        Bug::FenceSkipped,
     ];
 }
 

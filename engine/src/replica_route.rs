@@ -59,8 +59,15 @@ impl Engine {
     }
 
     pub(crate) fn claim(&mut self, session_id: &str, then: ClaimFor) {
+        // Durable registrations follow the session to its new owner, as
+        // they survive a restart; otherwise drivers register again.
+        let drivers_since = match self.config.durable_drivers {
+            true => 0,
+            false => u64::MAX,
+        };
         let read = StoreRead::ClaimLease {
             session_id: session_id.to_string(),
+            drivers_since,
         };
         let session_id = session_id.to_string();
         self.read(read, PendingRead::Claim { session_id, then });
@@ -175,10 +182,23 @@ impl Engine {
             self.live.remove(id);
             self.history_cache.forget(id);
         }
-        // Registrations live with the owner (restored at start only with
-        // `BAE_DURABLE_DRIVERS`): drivers register again after a move.
+        // Registrations live with the owner: drivers register again after
+        // a move, unless they are durable (`BAE_DURABLE_DRIVERS`): then the
+        // claim read them from the log, exactly as a restart does (and,
+        // as after a restart, without their opted-in extensions).
         self.catalog.drivers.remove(id);
         self.driver_ext.retain(|(s, _), _| s != id);
+        if c.session.state == SessionState::Open && !c.drivers.is_empty() {
+            let sid = self.catalog.session_id(id);
+            for d in &c.drivers {
+                let kid = self.catalog.key_id(d);
+                self.catalog
+                    .drivers
+                    .entry(sid.clone())
+                    .or_default()
+                    .insert(kid);
+            }
+        }
         self.idem.adopt(&c.idempotency);
     }
 

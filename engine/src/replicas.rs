@@ -17,6 +17,7 @@ use std::collections::BTreeSet;
 
 use proto::http::Request;
 
+use crate::store::StoreWrite;
 use crate::ConnId;
 
 /// Request header a replica adds when it forwards a request: the owner
@@ -46,6 +47,44 @@ pub struct Forward {
     /// Sent to the client instead when the owner cannot be reached or
     /// closes before any response byte (a `503` problem).
     pub unreachable: Vec<u8>,
+}
+
+/// What a commit batch of a replica must prove inside its own transaction
+/// before anything of it is stored (docs/scaling.md, "Fencing"): that this
+/// replica still holds its seq lane and the lease of every session in
+/// `sessions`, by the fencing token the database holds for them, not by
+/// what this process remembers. The store rolls the batch back, and the
+/// process exits, when either was lost (a replica that slept through its
+/// lease and woke up). Computed from the batch by [`Fence::of`] when the
+/// pipeline seals it (`crate::pipeline::Pipeline::fenced`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Fence {
+    /// The sessions the batch appends to or changes, sorted, each once.
+    pub sessions: Vec<String>,
+}
+
+impl Fence {
+    /// The fence of `batch`: every session whose log, state or tools it
+    /// writes (a session it creates included: its first event is in the
+    /// batch, and [`StoreWrite::LeaseNewSession`] takes its lease first).
+    pub fn of(batch: &[StoreWrite]) -> Fence {
+        let mut sessions: Vec<&str> = batch
+            .iter()
+            .filter_map(|w| match w {
+                StoreWrite::InsertEvent(e) => Some(e.session_id.as_str()),
+                StoreWrite::SetSessionState { id, .. } | StoreWrite::SetSessionTools { id, .. } => {
+                    Some(id.as_str())
+                }
+                StoreWrite::LeaseNewSession { session_id } => Some(session_id.as_str()),
+                _ => None,
+            })
+            .collect();
+        sessions.sort_unstable();
+        sessions.dedup();
+        Fence {
+            sessions: sessions.into_iter().map(String::from).collect(),
+        }
+    }
 }
 
 /// What a lease claim was made for.
@@ -235,6 +274,44 @@ mod tests {
         ] {
             assert!(lower.contains(kept), "{kept} missing in {head}");
         }
+    }
+
+    #[test]
+    fn a_fence_names_every_session_a_batch_writes_once_and_sorted() {
+        let event = |sid: &str| {
+            StoreWrite::InsertEvent(crate::store::EventRow {
+                seq: 1,
+                id: format!("e_{sid}"),
+                session_id: sid.into(),
+                client_key_id: None,
+                event_type: "x".into(),
+                payload: "{}".into(),
+                created_at: "t".into(),
+            })
+        };
+        let batch = vec![
+            event("s_b"),
+            StoreWrite::TouchKey {
+                id: "k".into(),
+                at: "t".into(),
+            },
+            event("s_a"),
+            event("s_b"),
+            StoreWrite::SetSessionState {
+                id: "s_c".into(),
+                state: crate::store::SessionState::Closed,
+                closed_at: None,
+            },
+            StoreWrite::LeaseNewSession {
+                session_id: "s_d".into(),
+            },
+        ];
+        assert_eq!(Fence::of(&batch).sessions, ["s_a", "s_b", "s_c", "s_d"]);
+        let keys_only = [StoreWrite::RevokeKey {
+            id: "k".into(),
+            at: "t".into(),
+        }];
+        assert!(Fence::of(&keys_only).sessions.is_empty());
     }
 
     #[test]

@@ -198,4 +198,101 @@ impl Engine {
             || self.mcp_restoring.contains_key(id)
             || self.residency.is_loading(id)
     }
+    /// Creates the session of a fork or an import (`crate::transfer`) in
+    /// one batch of writes (its row, its creator's session key, every
+    /// copied event with a new id and seq, its lineage row), then connects
+    /// its MCP servers as a create does and answers `201`. The target is
+    /// checked again: it may have changed while the log was read.
+    pub(crate) fn create_copy(&mut self, conn: ConnId, mut plan: crate::transfer::NewSession) {
+        use crate::transfer::Answer;
+        use proto::wire::ids::IdKind;
+        use proto::wire::problem::ProblemType;
+        let (key_id, profile_id) = (plan.creator.clone(), plan.profile_id.clone());
+        if !self.copy_target(conn, &key_id, &profile_id, Some(&plan.declarations)) {
+            return;
+        }
+        let (Some(key), Some(profile)) = (
+            self.catalog
+                .keys
+                .get(key_id.as_str())
+                .map(|k| (**k).clone()),
+            self.catalog.live_profile(&profile_id).cloned(),
+        ) else {
+            return self.problem(conn, ProblemType::Internal, "internal error");
+        };
+        if let Some(id) = plan.keep_id.as_deref() {
+            if self.catalog.sessions.contains_key(id) || self.residency.is_loading(id) {
+                let detail = format!("session {id} exists; import without keep_id to get a new id");
+                return self.problem(conn, ProblemType::SessionExists, &detail);
+            }
+        }
+        let session_id = match plan.keep_id.take() {
+            Some(id) => id,
+            None => self.new_id(IdKind::Session),
+        };
+        let mut session = Session {
+            id: crate::ids::SessionId::new(&session_id),
+            creator: key.id.clone(),
+            profile_id: self.catalog.profile_id(&profile_id),
+            state: plan.state,
+            client_version: plan.client_version.as_deref().map(Box::from),
+            client_tools: Default::default(),
+            sandbox_tools: Default::default(),
+            subagent_tools: Default::default(),
+            compaction: plan.compaction.clone(),
+            created_at: crate::time::Stamp::At(self.now.unix),
+            closed_at: plan.closed_at.as_deref().map(crate::time::Stamp::from_text),
+            // Its history is in the copied log (read on first use), and its
+            // MCP servers are connected below, as at a create.
+            fresh: false,
+            mcp_checked: true,
+            touched: 0,
+        };
+        let pool = &mut self.catalog.decls;
+        let d = &plan.declarations;
+        session.client_tools.set(pool, &key.id, &d.tools);
+        session.sandbox_tools.set(pool, &key.id, &d.sandbox_tools);
+        session.subagent_tools.set(pool, &key.id, &d.subagent_tools);
+        self.write(crate::StoreWrite::InsertSession(session.to_row()));
+        // Before the events: a reader of the writes (the simulator's
+        // checker) knows them as copied when it meets them.
+        let lineage = plan.lineage(&session_id, &self.timestamp());
+        self.write(crate::StoreWrite::InsertLineage(lineage));
+        self.admit_session(session);
+        self.lease_new_session(&session_id);
+        if plan.state == SessionState::Open {
+            (self.telemetry).session_open(&session_id, &profile_id, &key.id);
+        }
+        let session_key = self.mint_session_key(&session_id, &key);
+        let ids: Vec<String> = (0..plan.events.len())
+            .map(|_| self.new_id(IdKind::Event))
+            .collect();
+        let step = self.replicas.as_ref().map_or(1, |r| r.step());
+        let mut seq = self.next_seq;
+        let mut ids = ids.into_iter();
+        let rows = plan.rows(
+            &session_id,
+            || ids.next().unwrap_or_default(),
+            || {
+                seq += step;
+                seq - step
+            },
+        );
+        self.next_seq = seq;
+        self.events_total += rows.len() as u64;
+        let events = rows.len();
+        for row in rows {
+            self.write(crate::StoreWrite::InsertEvent(row));
+        }
+        // The client port answers as a create does, with the profile.
+        let open = matches!(plan.answer, Answer::Fork { admin: false, .. })
+            .then(|| self.open_answer(&session_id, &session_key, &profile_id));
+        let body = plan.answer_json(&session_id, &session_key, events, open);
+        let body = body.into_bytes();
+        if plan.state != SessionState::Open {
+            // An ended session (an import of one) takes no turn.
+            return self.respond_json(conn, 201, &body);
+        }
+        self.connect_mcp_then_respond(conn, &session_id, &profile.row.mcp_servers, body);
+    }
 }

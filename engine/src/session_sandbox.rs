@@ -14,6 +14,32 @@ use proto::jsonrpc::codes;
 use proto::wire::EventType;
 
 impl Engine {
+    /// Provisioning status of every active profile's images (spec 03 §4.7).
+    pub(crate) fn sandbox_status(&mut self, conn: ConnId) {
+        let mut items: Vec<(String, Value)> = self
+            .catalog
+            .profiles
+            .values()
+            .filter(|p| p.is_live() && !p.row.available_sandboxes.is_empty())
+            .map(|p| {
+                let mut names = p.row.available_sandboxes.clone();
+                names.sort();
+                names.dedup();
+                let images: Vec<Value> = names
+                    .iter()
+                    .map(|n| self.sandbox.image_json(&p.row.id, n))
+                    .collect();
+                (
+                    p.row.id.clone(),
+                    json!({"profile_id": p.row.id, "images": images}),
+                )
+            })
+            .collect();
+        items.sort_by(|a, b| a.0.cmp(&b.0));
+        let items: Vec<Value> = items.into_iter().map(|(_, v)| v).collect();
+        self.respond_value(conn, 200, &json!({ "items": items }));
+    }
+
     /// Routes one hub notice (called from the subsystem pump).
     pub(crate) fn on_sandbox_notice(&mut self, notice: SandboxNotice) {
         match notice {

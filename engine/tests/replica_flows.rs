@@ -218,3 +218,59 @@ fn catalogue_notices_add_and_remove_rows_without_a_restart() {
     let (s, _) = b.client("POST", "/api/v1/sessions", &key, Some(&json!({})));
     assert_eq!(s, 401, "revoked by the notice");
 }
+
+/// With durable drivers (`BAE_DURABLE_DRIVERS`), the registrations follow a
+/// session to its new owner: the claim reads them from the log, as a
+/// restart does, and the driver keeps driving without registering again.
+/// Without, the new owner knows none (the driver registers again, as
+/// after a restart).
+#[test]
+fn durable_registrations_follow_a_session_to_its_new_owner() {
+    for durable in [true, false] {
+        let mut a = Harness::new(Config {
+            durable_drivers: durable,
+            ..replica_config()
+        });
+        // The new owner (lane 5) started before the registration.
+        let mut b = Harness::new(Config {
+            replica: Some(ReplicaSettings { slot: 5, lanes: 8 }),
+            durable_drivers: durable,
+            ..config()
+        });
+        let (_, sid, skey) = a.open_session(&[], json!({}));
+        let frames = a.rpc(&sid, &skey, &register());
+        assert_eq!(frames.last().unwrap()["result"]["registered"], true);
+        b.store = a.store.clone();
+        // The profile and keys, as the catalogue notices bring them.
+        let update = CatalogUpdate {
+            profiles: a.store.profiles.clone(),
+            keys: a.store.keys.clone(),
+            ..CatalogUpdate::default()
+        };
+        b.input(Input::Catalog(Box::new(update)));
+        let (status, parts) = b.client(
+            "GET",
+            &format!("/api/v1/sessions/{sid}/participants"),
+            &skey,
+            None,
+        );
+        assert_eq!(status, 200, "{parts}");
+        assert_eq!(claims(&b), 1);
+        let drivers = parts["drivers"].as_array().unwrap().len();
+        assert_eq!(drivers, usize::from(durable), "durable {durable}: {parts}");
+        b.replies
+            .push_back(anthropic_text("driven on the new owner"));
+        let send = json!({"jsonrpc": "2.0", "id": 2, "method": "session.sendMessage",
+                          "params": {"message": {"role": "user", "content": "hi"}}});
+        let frames = b.rpc(&sid, &skey, &send);
+        let last = frames.last().unwrap();
+        if durable {
+            assert_eq!(
+                last["result"]["message"]["content"][0]["text"], "driven on the new owner",
+                "{frames:?}"
+            );
+        } else {
+            assert_eq!(last["error"]["code"], -32001, "{frames:?}");
+        }
+    }
+}

@@ -105,16 +105,25 @@ fn sync_mode(env: &Env) -> store::Synchronous {
     }
 }
 
+/// Replica mode as started: its seq lane, database, identity (with its
+/// fencing token) and the watch of its lease renewals.
+struct ReplicaStart {
+    lane: u64,
+    url: config::DatabaseUrl,
+    me: crate::store::pg::replica::ReplicaIdentity,
+    watch: crate::store::pg::renewer::LeaseWatch,
+}
+
 /// Replica mode (`BAE_REPLICA_ADVERTISE`, docs/scaling.md): names this
-/// replica, takes a seq lane, starts the lease renewer and tells the other
-/// replicas to re-read the admin keys (a rotation at start). `Ok(None)`: a
-/// lone server. Only `baesrv` (the smol runtime, the one that exports
-/// telemetry) can forward requests.
+/// replica, draws its fencing token, takes a seq lane, starts the lease
+/// renewer and tells the other replicas to re-read the admin keys (a
+/// rotation at start). `Ok(None)`: a lone server. Only `baesrv` (the smol
+/// runtime, the one that exports telemetry) can forward requests.
 fn start_replica(
     env: &config::Env,
     store: &mut Backend,
     smol_runtime: bool,
-) -> Result<Option<(u64, config::DatabaseUrl, String)>, i32> {
+) -> Result<Option<ReplicaStart>, i32> {
     let Some(r) = &env.replica else {
         return Ok(None);
     };
@@ -137,24 +146,27 @@ fn start_replica(
         Some(id) => id.clone(),
         None => format!("{}@{started}.{}", r.advertise, std::process::id()),
     };
-    let me = crate::store::pg::replica::ReplicaIdentity {
-        owner: owner.clone(),
-        addr: r.advertise.clone(),
-        lease_ms: r.lease_ms as i64,
-    };
-    pg.set_replica(me.clone());
-    let lane = match pg
-        .claim_lane()
-        .and_then(|lane| pg.notify_admin_keys().map(|_| lane))
-    {
-        Ok(lane) => lane,
+    let me = crate::store::pg::replica::ReplicaIdentity::new(
+        owner.clone(),
+        r.advertise.clone(),
+        r.lease_ms as i64,
+    );
+    let claimed = pg.set_replica(me.clone()).and_then(|watch| {
+        let lane = pg.claim_lane()?;
+        pg.notify_admin_keys()?;
+        Ok((lane, watch))
+    });
+    let (lane, watch) = match claimed {
+        Ok(c) => c,
         Err(e) => {
             tracing::error!("{e}");
             return Err(EXIT_RUNTIME);
         }
     };
     let url = pg.url().clone();
-    if let Err(e) = crate::store::pg::replica::start_renewer(url.clone(), me) {
+    if let Err(e) =
+        crate::store::pg::renewer::start_renewer(url.clone(), me.clone(), lane, watch.clone())
+    {
         tracing::error!("cannot start the lease renewer: {e}");
         return Err(EXIT_RUNTIME);
     }
@@ -165,7 +177,12 @@ fn start_replica(
         lane,
         "replica mode"
     );
-    Ok(Some((lane, url, owner)))
+    Ok(Some(ReplicaStart {
+        lane,
+        url,
+        me,
+        watch,
+    }))
 }
 
 /// Opens and migrates the database (§5 step 8): the SQLite file, or
@@ -343,12 +360,10 @@ fn serve(cli: &Cli, runtime: Runtime, exports_telemetry: bool) -> i32 {
     let mut engine_cfg = engine_config(&env, &file, &run_label);
     // Spans are recorded only when an exporter takes them.
     engine_cfg.telemetry = telemetry.is_some() && file.telemetry.traces_enabled;
-    engine_cfg.replica = replica
-        .as_ref()
-        .map(|(lane, _, _)| engine::replicas::ReplicaSettings {
-            slot: *lane,
-            lanes: crate::store::pg::replica::LANES,
-        });
+    engine_cfg.replica = replica.as_ref().map(|r| engine::replicas::ReplicaSettings {
+        slot: r.lane,
+        lanes: crate::store::pg::replica::LANES,
+    });
     let engine = Engine::new(
         engine_cfg,
         Box::new(OsEntropy::new()),
@@ -374,6 +389,10 @@ fn serve(cli: &Cli, runtime: Runtime, exports_telemetry: bool) -> i32 {
         max_connections: env.max_connections,
         sandbox_driver: env.sandbox_driver,
         sandbox_run_args: env.sandbox_limits.run_args(),
+        forward_timeout: std::time::Duration::from_millis(
+            (env.replica.as_ref())
+                .map_or(config::DEFAULT_FORWARD_TIMEOUT_MS, |r| r.forward_timeout_ms),
+        ),
     };
     let boot = driver::Boot {
         engine,
@@ -382,14 +401,15 @@ fn serve(cli: &Cli, runtime: Runtime, exports_telemetry: bool) -> i32 {
         listeners,
         settings,
         telemetry,
-        replica_notices: replica.as_ref().map(|(_, url, _)| url.clone()),
+        replica_notices: replica.as_ref().map(|r| r.url.clone()),
+        lease_watch: replica.as_ref().map(|r| r.watch.clone()),
     };
     match runtime(boot) {
         Ok(()) => {
             // A graceful stop hands this replica's sessions over at once
             // (everything is committed): no waiting for the leases to expire.
-            if let Some((_, url, owner)) = &replica {
-                crate::store::pg::replica::release(url, owner);
+            if let Some(r) = &replica {
+                crate::store::pg::renewer::release(&r.url, &r.me);
             }
             0
         }
@@ -496,6 +516,7 @@ pub fn engine_config(env: &Env, file: &FileConfig, run_label: &str) -> engine::C
         max_head_bytes: env.max_head_bytes,
         max_headers: env.max_headers,
         max_body_bytes: env.max_body_bytes,
+        max_import_bytes: env.max_import_bytes,
         turn_timeout_ms: duration_ms(env.turn_timeout),
         provider_timeout_ms: duration_ms(env.provider_timeout),
         admin_auth_disabled: env.disable_admin_auth,

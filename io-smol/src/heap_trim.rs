@@ -44,10 +44,23 @@ impl HeapTrim {
     }
 }
 
-/// Turns glibc's fastbins off (`M_MXFAST` = 0), before the server's threads
-/// start.
+/// Sets glibc's malloc up before the server's threads start: fastbins off
+/// (`M_MXFAST` = 0) and a fixed mmap threshold ([`MMAP_THRESHOLD`]).
 ///
-/// A turn frees many small chunks (JSON value nodes) beyond what the
+/// **Fixed mmap threshold.** glibc serves an allocation of 128 KiB or more
+/// with its own mapping, but each time such a mapping is freed it raises the
+/// threshold to that size (up to 32 MiB) and the trim threshold to twice it.
+/// After one turn carrying a large message (a 13 MB provider request), every
+/// later large buffer then came from a thread's arena, and a thread arena's
+/// free top is never given back: neither `free` (under the raised trim
+/// threshold) nor `malloc_trim` (which trims only the main arena's top)
+/// returns it. RSS stayed at 2.5 times idle after the session was deleted.
+/// With the threshold fixed, large buffers are mapped and unmapped as they
+/// come and go (docs/performance.md, "Memory that comes back"). An operator
+/// who sets `glibc.malloc.mmap_threshold` in `GLIBC_TUNABLES` (or
+/// `MALLOC_MMAP_THRESHOLD_`) keeps that value.
+///
+/// **No fastbins.** A turn frees many small chunks (JSON value nodes) beyond what the
 /// per-thread cache keeps; they sat in fastbins, and every later request of
 /// 1 KiB or more (a body buffer, a frame) first walked and merged all of
 /// them (`malloc_consolidate`): 8 % of the engine's instructions per text
@@ -57,7 +70,34 @@ impl HeapTrim {
 /// round trip 1,143,000 -> 1,037,000 (docs/performance.md).
 pub fn tune() {
     set_no_fastbins();
+    let operator_set = std::env::var("GLIBC_TUNABLES").is_ok_and(|t| t.contains("mmap_threshold"))
+        || std::env::var_os("MALLOC_MMAP_THRESHOLD_").is_some();
+    if !operator_set {
+        set_mmap_threshold(MMAP_THRESHOLD);
+    }
 }
+
+/// Allocations at least this large get a mapping of their own, returned to
+/// the kernel when freed: glibc's starting value, kept fixed ([`tune`]).
+pub const MMAP_THRESHOLD: usize = 128 * 1024;
+
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn set_mmap_threshold(bytes: usize) {
+    extern "C" {
+        fn mallopt(param: std::os::raw::c_int, value: std::os::raw::c_int) -> std::os::raw::c_int;
+    }
+    const M_MMAP_THRESHOLD: std::os::raw::c_int = -3;
+    let value = std::os::raw::c_int::try_from(bytes).unwrap_or(std::os::raw::c_int::MAX);
+    // SAFETY: mallopt takes plain integers; it only changes glibc's own
+    // allocator settings (and turns its dynamic threshold off), and runs
+    // before any other thread exists.
+    unsafe {
+        mallopt(M_MMAP_THRESHOLD, value);
+    }
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn set_mmap_threshold(_bytes: usize) {}
 
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 fn set_no_fastbins() {

@@ -157,6 +157,15 @@ fn the_console_shows_sessions_and_a_live_timeline_in_chromium() {
     mock.push(Reply::status(503, "overloaded"));
     send(&server, &g.session_id, &g.a, json!("hello?"));
     assert_eq!(admin_state(&server, &g.session_id), "error");
+    // A fork of the first session, for the family tree (an extension).
+    let fork = server.admin().request(
+        "POST",
+        &format!("/admin/v1/sessions/{}/fork", f.session_id),
+        &[("Content-Type", "application/json")],
+        b"{}",
+    );
+    assert_eq!(fork.status, 201, "{:?}", fork.try_json());
+    let fork_id = fork.json()["session_id"].as_str().unwrap().to_string();
 
     let out_dir = artifacts();
     let child = Command::new("node")
@@ -168,6 +177,7 @@ fn the_console_shows_sessions_and_a_live_timeline_in_chromium() {
         .env("BAE_UI_PROFILE", &f.profile_id)
         .env("BAE_UI_KEY", &f.a.key_id)
         .env("BAE_UI_OTHER_SESSION", &g.session_id)
+        .env("BAE_UI_FORK", &fork_id)
         .env("BAE_UI_ARTIFACTS", &out_dir)
         .env("BAE_CHROMIUM", &exe)
         .stdin(Stdio::piped())

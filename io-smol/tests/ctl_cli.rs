@@ -159,7 +159,7 @@ fn unknown_commands_and_options_are_usage_errors_with_suggestions() {
     assert_eq!(out.code, Some(2));
     assert!(
         out.stderr
-            .starts_with("error: usage: \"sessions\" needs a subcommand: list or events\n"),
+            .starts_with("error: usage: \"sessions\" needs a subcommand: list, events, fork, rewind, export, import or lineage\n"),
         "{}",
         out.stderr
     );

@@ -195,3 +195,28 @@ fn steers_that_find_no_boundary_or_no_turn_are_refused() {
     );
     assert_rpc_error(&t, -32602, "Invalid params: missing \"message\"");
 }
+
+/// A steer waiting on a turn whose every provider fails is told so
+/// (docs/extensions.md), and nothing is logged for it; the turn's own
+/// answer is the reference's unavailable message.
+#[test]
+fn a_steer_waiting_on_a_turn_whose_providers_all_fail_says_so() {
+    let (mock, server, f) = setup("anthropic");
+    mock.push(Reply::status(503, "{}").delayed(Duration::from_millis(600)));
+    let mut turn = send_stream(&server, &f.session_id, &f.a, json!("go"));
+    mock.wait_requests(1, WAIT);
+    assert_rpc_error(
+        &steer(&server, &f, &f.a, "never applied"),
+        STEER_REJECTED,
+        "steer_rejected: not applied: all providers failed",
+    );
+    let (_, terminal) = turn.collect_until_terminal(WAIT);
+    assert!(terminal.unwrap().get("result").is_some());
+    let evs = events(&server, &f.session_id, &f.a.session_key);
+    assert_eq!(of_type(&evs, "client.message.send").len(), 1, "not logged");
+    let errors = of_type(&evs, "session.error");
+    assert_eq!(
+        errors.last().unwrap()["payload"]["reason"],
+        "all_providers_failed"
+    );
+}

@@ -8,8 +8,8 @@
 use engine::history_load;
 use engine::mem_store::MemStore;
 use engine::store::{
-    EventRow, EventType, KeyRole, KeyRow, ProfileRow, ReadResult, SessionRow, SessionState,
-    Snapshot, SnapshotScope, StoreRead, StoreWrite,
+    EventRow, EventType, KeyRole, KeyRow, LineageRow, Origin, ProfileRow, ReadResult, SessionRow,
+    SessionState, Snapshot, SnapshotScope, StoreRead, StoreWrite,
 };
 use io_smol::store::pg::PgStore;
 use io_smol::store::{Backend, Store, Synchronous};
@@ -401,6 +401,7 @@ fn store_matches_mem_store(mut open: impl FnMut(u64) -> Backend, after: impl Fn(
         let mut seq = 0;
         let mut ids = Vec::new();
         let mut requests = Requests::new(seed);
+        let mut lrng = Rng(seed.wrapping_mul(0xA24B_AED4_963E_E407) | 1);
         for round in 0..60 {
             let n = 1 + rng.below(12);
             let mut batch: Vec<_> = (0..n)
@@ -409,6 +410,25 @@ fn store_matches_mem_store(mut open: impl FnMut(u64) -> Backend, after: impl Fn(
             for _ in 0..requests.rng.below(4) {
                 seq += 1;
                 batch.push(requests.next(seq, true));
+            }
+            // Forks of the sessions and imports (the lineage side table),
+            // from a random stream of their own (the rest of the workload
+            // is what it always was).
+            if lrng.below(3) == 0 {
+                let origin = match lrng.below(3) {
+                    0 => Origin::Import {
+                        source_session_id: format!("ses_src{round}"),
+                    },
+                    _ => Origin::Fork {
+                        parent_id: (*lrng.pick(&SESSIONS)).into(),
+                        parent_event_id: format!("evt_{round}"),
+                    },
+                };
+                batch.push(StoreWrite::InsertLineage(LineageRow {
+                    session_id: format!("ses_f{round}"),
+                    origin,
+                    created_at: T.into(),
+                }));
             }
             conn.commit(&batch).unwrap();
             mem.commit(&batch);
@@ -532,7 +552,25 @@ fn store_matches_mem_store(mut open: impl FnMut(u64) -> Backend, after: impl Fn(
                         },
                     },
                 ];
-                for r in &reads {
+                let extra = [
+                    StoreRead::ExportPage {
+                        session_id: s.into(),
+                        after_seq: lrng.below(seq + 1),
+                        limit: 1 + lrng.below(20) as usize,
+                        max_bytes: match lrng.below(3) {
+                            0 => usize::MAX,
+                            _ => lrng.below(4000) as usize,
+                        },
+                    },
+                    StoreRead::Lineage {
+                        session_id: match lrng.below(4) {
+                            0 => format!("ses_f{}", lrng.below(round + 1)),
+                            _ => s.into(),
+                        },
+                        children: lrng.below(2) == 0,
+                    },
+                ];
+                for r in reads.iter().chain(&extra) {
                     assert_eq!(conn.read(r).unwrap(), mem.read(r), "seed {seed}: {r:?}");
                 }
                 // The same reads as one run (PostgreSQL: on the readers).

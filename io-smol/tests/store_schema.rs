@@ -85,8 +85,9 @@ fn reopening_is_idempotent() {
             &db,
             "SELECT COUNT(*) FROM sqlite_master WHERE type = 'index' AND name LIKE 'bae_idx_%'"
         ),
-        3,
-        "bae_idx_keys_role_name, bae_idx_session_events_session, bae_idx_idempotency_created"
+        4,
+        "bae_idx_keys_role_name, bae_idx_session_events_session, bae_idx_idempotency_created, \
+         bae_idx_session_lineage_parent"
     );
     assert_eq!(
         scalar(
@@ -100,8 +101,8 @@ fn reopening_is_idempotent() {
             &db,
             "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name LIKE 'bae_%'"
         ),
-        2,
-        "bae_idempotency_keys, bae_history_chunks"
+        3,
+        "bae_idempotency_keys, bae_history_chunks, bae_session_lineage"
     );
 }
 

@@ -224,6 +224,33 @@ fn chunked_body_at_exact_limit() {
     assert_eq!(requests(items)[0].body, b"abcdefgh");
 }
 
+/// One path may take a larger body (the admin port's session import);
+/// every other path keeps the general limit, whatever its query string.
+#[test]
+fn one_path_takes_a_larger_body() {
+    let limits = Limits {
+        max_body_bytes: 4,
+        ..Limits::default()
+    };
+    let run = |bytes: &[u8]| {
+        let mut d = RequestDecoder::new(limits).with_large_body("/big", 8);
+        d.feed(bytes);
+        drain(&mut d)
+    };
+    let (items, err) = run(b"POST /big?x=1 HTTP/1.1\r\nContent-Length: 8\r\n\r\nabcdefgh");
+    assert_eq!(err, None);
+    assert_eq!(requests(items)[0].body, b"abcdefgh");
+    let chunked = b"POST /big HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n\
+        4\r\nabcd\r\n4\r\nefgh\r\n0\r\n\r\n";
+    assert_eq!(run(chunked).1, None);
+    let (_, err) = run(b"POST /big HTTP/1.1\r\nContent-Length: 9\r\n\r\n");
+    assert_eq!(err.map(|r| r.status), Some(413));
+    let (_, err) = run(b"POST /bigger HTTP/1.1\r\nContent-Length: 5\r\n\r\n");
+    assert_eq!(err.map(|r| r.status), Some(413));
+    let (_, err) = run(b"POST /small HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n5\r\n");
+    assert_eq!(err.map(|r| r.status), Some(413));
+}
+
 // ------------------------------------------------------------- pipelining
 
 #[test]

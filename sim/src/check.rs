@@ -53,6 +53,10 @@ pub const INV_NO_ORPHAN_TOOL_USE: &str = "inv_no_orphan_tool_use";
 pub const INV_GAPLESS_COMPLETE: &str = "inv_gapless_complete";
 pub const INV_EXTENSION_ANSWERS: &str = "inv_extension_answers";
 pub const INV_STEER_DELIVERED: &str = "inv_steer_delivered";
+// Forks, exports and imports (checked by `world/transfer.rs`).
+pub const INV_FORK_COMPLETE_POINT: &str = "inv_fork_complete_point";
+pub const INV_COPY_FAITHFUL: &str = "inv_copy_faithful";
+pub const INV_FORK_PARENT_UNCHANGED: &str = "inv_fork_parent_unchanged";
 /// A streamed reply logs what the same reply unstreamed logs.
 pub const INV_STREAM_ORACLE: &str = "inv_stream_oracle";
 /// Deltas reach only opted-in streams, before their terminal frame, and

@@ -325,10 +325,12 @@ pub fn steer_rejection_ok(msg: &str) -> bool {
         "only the driver whose turn is running may steer it",
         "too many steers are waiting for this turn's next provider call",
     ];
-    const NOT_APPLIED: [&str; 5] = [
+    const NOT_APPLIED: [&str; 7] = [
         "the turn ended before its next provider call",
         "the turn paused for client tools before its next provider call",
         "the turn was cancelled",
+        "all providers failed",
+        "the turn reached its loop limit",
         "the turn failed",
         "the session closed",
     ];

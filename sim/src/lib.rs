@@ -9,6 +9,7 @@ pub mod hash;
 pub mod http;
 pub mod mcp;
 pub mod provider;
+pub mod replicas;
 pub mod rng;
 pub mod sandbox;
 pub mod stream;
@@ -16,6 +17,7 @@ pub mod swarm;
 pub mod world;
 
 pub use check::Violation;
+pub use replicas::run_replicas;
 pub use world::{run, Report, RunOpts, Stats};
 
 /// The command that reproduces a seed.
@@ -25,6 +27,15 @@ pub fn repro(seed: u64) -> String {
 
 /// Runs `seed` twice and compares the fingerprints.
 pub fn check_determinism(seed: u64, opts: &RunOpts) -> Result<Report, String> {
+    check_determinism_of(seed, opts, run)
+}
+
+/// [`check_determinism`] of another world (`run_replicas`).
+pub fn check_determinism_of(
+    seed: u64,
+    opts: &RunOpts,
+    run: fn(u64, &RunOpts) -> Report,
+) -> Result<Report, String> {
     let a = run(seed, opts);
     let b = run(seed, opts);
     if a.trace_hash != b.trace_hash || a.log_hash != b.log_hash {

@@ -1,19 +1,21 @@
-//! `cargo run -p sim -- --seed N | --seeds A..B | --minutes M
+//! `cargo run -p sim -- [--replicas] --seed N | --seeds A..B | --minutes M
 //!  [--check-determinism] [--verbose] [--max-steps K] [--shrink] [--bug NAME]`
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use sim::{check_determinism, repro, run, shrink, Report, RunOpts};
+use sim::{check_determinism_of, repro, run, run_replicas, shrink, Report, RunOpts};
 
-const USAGE: &str = "usage: sim [--seed N | --seeds A..B | --minutes M] [--check-determinism] \
-[--verbose] [--max-steps K] [--shrink] [--no-liveness] [--bug NAME]";
+const USAGE: &str = "usage: sim [--replicas] [--seed N | --seeds A..B | --minutes M] \
+[--check-determinism] [--verbose] [--max-steps K] [--shrink] [--no-liveness] [--bug NAME]";
 
 struct Args {
     seeds: Option<(u64, u64)>,
     minutes: Option<f64>,
     check_determinism: bool,
     shrink: bool,
+    /// The replica world (`sim::replicas`) instead of the single server.
+    replicas: bool,
     opts: RunOpts,
 }
 
@@ -23,6 +25,7 @@ fn parse() -> Result<Args, String> {
         minutes: None,
         check_determinism: false,
         shrink: false,
+        replicas: false,
         opts: RunOpts::default(),
     };
     let mut it = std::env::args().skip(1);
@@ -55,6 +58,7 @@ fn parse() -> Result<Args, String> {
                 )
             }
             "--check-determinism" => a.check_determinism = true,
+            "--replicas" => a.replicas = true,
             "--verbose" => a.opts.verbose = true,
             "--shrink" => a.shrink = true,
             "--no-liveness" => a.opts.no_liveness = true,
@@ -65,6 +69,9 @@ fn parse() -> Result<Args, String> {
             "-h" | "--help" => return Err(USAGE.to_string()),
             other => return Err(format!("unknown argument {other}\n{USAGE}")),
         }
+    }
+    if a.replicas && a.shrink {
+        return Err("--shrink works on the single-server world only".into());
     }
     Ok(a)
 }
@@ -146,16 +153,21 @@ fn main() -> ExitCode {
     let (mut runs, mut failed) = (0u64, Vec::new());
     let mut sb = [0u64; 4];
     let mut ext = sim::ext::ExtStats::default();
+    let mut transfer = sim::world::TransferStats::default();
     let mut streams = sim::stream::StreamStats::default();
     let mut seed = first;
     while seed < end {
         if deadline.is_some_and(|d| Instant::now() >= d) {
             break;
         }
+        let world: fn(u64, &RunOpts) -> Report = match args.replicas {
+            true => run_replicas,
+            false => run,
+        };
         let result = if args.check_determinism {
-            check_determinism(seed, &args.opts)
+            check_determinism_of(seed, &args.opts, world)
         } else {
-            Ok(run(seed, &args.opts))
+            Ok(world(seed, &args.opts))
         };
         runs += 1;
         if let Ok(r) = &result {
@@ -164,6 +176,7 @@ fn main() -> ExitCode {
             sb[2] += r.stats.sandbox_kills;
             sb[3] += r.stats.subagents;
             ext.add(&r.stats.ext);
+            transfer.add(&r.stats.transfer);
             streams.add(&r.stats.stream);
         }
         match result {
@@ -238,6 +251,7 @@ fn main() -> ExitCode {
         sb[0], sb[1], sb[2], sb[3]
     );
     println!("extension totals: {ext}");
+    println!("transfer totals: {transfer}");
     println!("stream totals: {streams}");
     if !failed.is_empty() {
         println!("failing seeds: {failed:?}");

@@ -97,8 +97,34 @@ pub struct Swarm {
     pub sandbox: SandboxSwarm,
     // Opt-in extensions (docs/extensions.md; `sim/src/ext.rs`).
     pub ext: ExtSwarm,
+    // Forks, exports and imports by the operator (`world/transfer.rs`).
+    pub transfer: TransferSwarm,
     /// Streamed provider calls (`sim/src/stream.rs`).
     pub stream: crate::stream::StreamSwarm,
+}
+
+/// The operator's forks and exports (each export is imported back), per
+/// transfer action (every 300–3,000 ms). Drawn after everything else.
+#[derive(Debug, Clone, Default)]
+pub struct TransferSwarm {
+    pub fork: f64,
+    pub export: f64,
+}
+
+impl TransferSwarm {
+    pub fn draw(rng: &mut Rng) -> TransferSwarm {
+        if !rng.chance(0.5) {
+            return TransferSwarm::default();
+        }
+        TransferSwarm {
+            fork: *rng.pick(&[0.3, 0.6, 0.9]),
+            export: *rng.pick(&[0.2, 0.5, 0.9]),
+        }
+    }
+
+    pub fn any(&self) -> bool {
+        self.fork > 0.0 || self.export > 0.0
+    }
 }
 
 /// Opt-in extension options of a seed (drawn after everything else, so
@@ -525,6 +551,7 @@ impl Swarm {
             mcp: McpSwarm::default(),
             sandbox: SandboxSwarm::default(),
             ext: ExtSwarm::default(),
+            transfer: TransferSwarm::default(),
             stream: crate::stream::StreamSwarm::default(),
             history_cache: (usize::MAX, u64::MAX),
             resident_sessions: None,
@@ -539,6 +566,7 @@ impl Swarm {
         );
         sw.resident_sessions = *rng.pick(&[None, Some(0), Some(1), Some(3), Some(1024)]);
         sw.stream = crate::stream::StreamSwarm::draw(rng);
+        sw.transfer = TransferSwarm::draw(rng);
         sw
     }
 
@@ -583,7 +611,7 @@ impl fmt::Display for Swarm {
              clients[malformed_body={} disc_stream={} disc_queued={} never_return={} think={}..{}ms \
              answer(missing={} dup={} wrong_id={} plain={} late={}) compact={} update_tools={} auto_compaction={} slow_reader={} unsubscribe={} since_bogus={} events_page={}] \
              net[split={} keep_alive={} pipeline={} idle_timeout={}ms delay={}..{}ms flush_delay={}..{}ms sockbuf={}] store[commit={}..{}ms read={}..{}ms read_error={}] \
-             engine[turn_timeout={}ms lag_limit={} keepalive={}ms request_timeout={}ms] admin[revoke={} break_profile={}] crash={} shutdown={} {} {} {} history_cache={}/{}ms resident={:?} {}",
+             engine[turn_timeout={}ms lag_limit={} keepalive={}ms request_timeout={}ms] admin[revoke={} break_profile={}] crash={} shutdown={} {} {} {} history_cache={}/{}ms resident={:?} {} transfer[fork={} export={}]",
             self.sessions,
             self.drivers,
             self.observers,
@@ -645,6 +673,8 @@ impl fmt::Display for Swarm {
             self.history_cache.1,
             self.resident_sessions,
             self.stream,
+            self.transfer.fork,
+            self.transfer.export,
         )
     }
 }

@@ -101,12 +101,39 @@ fn pipeline_reveals_early() {
     caught(Bug::PipelineRevealsEarly, &["inv_committed_before_wire"]);
 }
 
+/// `Bug::FenceSkipped`: replica mode's pipeline seals commit jobs without
+/// their fence; a replica that wakes from a freeze past its lease then
+/// writes into a lane or a session it no longer holds (the replica world,
+/// `sim::replicas`).
+#[test]
+fn fence_skipped() {
+    let invariants = [
+        sim::replicas::db::INV_SINGLE_WRITER,
+        sim::replicas::db::INV_LANE_OWNER,
+        sim::replicas::db::INV_SEQ_UNIQUE,
+    ];
+    for seed in 0..MAX_SEEDS {
+        let r = sim::run_replicas(seed, &opts(Some(Bug::FenceSkipped)));
+        if r.violations
+            .iter()
+            .any(|v| invariants.contains(&v.invariant))
+        {
+            println!(
+                "FenceSkipped caught at seed {seed} by {}",
+                r.violations[0].invariant
+            );
+            return;
+        }
+    }
+    panic!("FenceSkipped was not caught by {invariants:?} within {MAX_SEEDS} seeds");
+}
+
 fn bug_named(name: &str) -> Option<Bug> {
     Bug::ALL.iter().copied().find(|b| format!("{b:?}") == name)
 }
 
 /// Every planted bug has a test above.
-const TESTED: [&str; 10] = [
+const TESTED: [&str; 11] = [
     "GateReleasedOnPause",
     "AbandonTimerOffByOne",
     "ReplaySkipsBoundary",
@@ -117,6 +144,7 @@ const TESTED: [&str; 10] = [
     "McpTimerNotArmed",
     "IdemQueuedRetryRuns",
     "PipelineRevealsEarly",
+    "FenceSkipped",
 ];
 
 #[test]

@@ -8,6 +8,7 @@
 
 pub mod bench;
 pub mod containers;
+pub mod export_doc;
 pub mod fixtures;
 pub mod http;
 pub mod mcp;

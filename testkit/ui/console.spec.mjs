@@ -15,7 +15,7 @@
 
 import { chromium } from 'playwright-core';
 import { createInterface } from 'node:readline';
-import { mkdirSync, rmSync } from 'node:fs';
+import { mkdirSync, rmSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { log as syntheticLog, checkInPage, HOSTILE } from './synthetic-log.mjs';
 
@@ -36,6 +36,7 @@ const sessionId = env('BAE_UI_SESSION');
 const profileId = env('BAE_UI_PROFILE');
 const keyId = env('BAE_UI_KEY');
 const otherSession = env('BAE_UI_OTHER_SESSION');
+const forkSession = env('BAE_UI_FORK');
 const artifacts = env('BAE_UI_ARTIFACTS');
 const executablePath = env('BAE_CHROMIUM');
 mkdirSync(artifacts, { recursive: true });
@@ -160,6 +161,24 @@ try {
   check((await page.locator('#timeline img').count()) === 0, 'event text became markup');
   await page.locator('#timeline .item', { hasText: 'session.open' }).first().waitFor(T);
   await shot(page, '02-timeline');
+
+  step('family tree and export');
+  await page.locator('#session-meta', { hasText: 'created by a client' }).waitFor(T);
+  const forkLink = page.locator('#session-meta a', { hasText: forkSession });
+  await forkLink.waitFor(T);
+  const [download] = await Promise.all([page.waitForEvent('download', T), page.click('#download-export')]);
+  check(download.suggestedFilename() === `${sessionId}.bae.jsonl`, 'export file name: ' + download.suggestedFilename());
+  const doc = readFileSync(await download.path(), 'utf8').split('\n').filter((l) => l);
+  const header = JSON.parse(doc[0]);
+  check(header.kind === 'header' && header.session.id === sessionId, 'the export does not start with its header');
+  check(JSON.parse(doc[doc.length - 1]).kind === 'end', 'the export has no end line');
+  await forkLink.click();
+  await page.waitForURL(new RegExp('#/s/' + forkSession), T);
+  await page.locator('#session-meta a', { hasText: sessionId }).waitFor(T);
+  await page.locator('#session-meta', { hasText: 'forked from' }).waitFor(T);
+  await page.goBack();
+  await page.waitForURL(new RegExp('#/s/' + sessionId), T);
+  await page.locator('#session-meta a', { hasText: forkSession }).waitFor(T);
 
   step('live');
   console.log('WAITING live');

@@ -405,7 +405,7 @@ impl World {
                 while let Some(jobs) = self.pipe.take_submission() {
                     for job in jobs {
                         match job {
-                            Job::Commit { batch, writes } => {
+                            Job::Commit { batch, writes, .. } => {
                                 self.store.commit(&writes);
                                 drop(self.pipe.committed(batch));
                             }

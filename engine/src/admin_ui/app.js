@@ -285,7 +285,58 @@ async function openSession(id) {
   $('live').textContent = 'Loading events\u2026';
   renderMeta(v);
   $('session-title').focus();
+  loadLineage(v);
   await poll(v);
+}
+
+/** The session's family tree (extension: where it came from, its forks). */
+async function loadLineage(v) {
+  try {
+    v.lineage = await api(`/admin/v1/sessions/${encodeURIComponent(v.id)}/lineage`);
+  } catch (e) {
+    return failed(e);
+  }
+  if (state.view === v) renderMeta(v);
+}
+
+function sessionLink(id) {
+  return h('a', { href: sessionHref(id), class: 'sid' }, id);
+}
+
+/** The meta rows of the family tree (nothing until it has loaded). */
+function lineageRows(l) {
+  if (!l) return [];
+  const o = l.origin;
+  const origin = !o ? 'created by a client'
+    : o.kind === 'fork' ? ['forked from ', sessionLink(o.parent_session_id), ' after ', o.parent_event_id]
+      : ['imported (source session ', o.source_session_id, ')'];
+  const forks = (l.children || []).map((c, i) => [i ? ', ' : '', sessionLink(c.session_id)]);
+  return [['Origin', origin], ['Forks', forks.length ? forks : '\u2014']];
+}
+
+/** Downloads the session's export document (the admin key is a header, so a plain link cannot). */
+async function downloadExport() {
+  const v = state.view;
+  const key = adminKey();
+  if (!v || !key) return;
+  try {
+    const resp = await fetch(`/admin/v1/sessions/${encodeURIComponent(v.id)}/export`, {
+      headers: { Authorization: 'Bearer ' + key },
+      cache: 'no-store',
+      credentials: 'omit',
+      referrerPolicy: 'no-referrer',
+    });
+    if (!resp.ok) throw new Error(`export: ${resp.status} ${resp.statusText}`);
+    const url = URL.createObjectURL(await resp.blob());
+    const a = h('a', {}, '');
+    a.href = url;
+    a.download = `${v.id}.bae.jsonl`;
+    a.click();
+    setTimeout(() => URL.revokeObjectURL(url), 10000);
+    announce('Export downloaded');
+  } catch (e) {
+    failed(e);
+  }
 }
 
 /**
@@ -354,6 +405,7 @@ function renderMeta(v) {
     ['Creator key', creator ? (state.keys.get(creator) ? `${state.keys.get(creator).name} (${creator})` : creator) : '\u2014'],
     ['Created', dateTime(listed ? listed.created_at : v.events[0] && v.events[0].created_at)],
     ['Closed', dateTime(listed && listed.closed_at)],
+    ...lineageRows(v.lineage),
   ];
   $('session-meta').replaceChildren(...rows.flatMap(([k, val]) => [h('dt', {}, k), h('dd', {}, val)]));
 }
@@ -391,6 +443,7 @@ function init() {
   });
   $('expand-all').addEventListener('click', () => setAllCalls(true));
   $('collapse-all').addEventListener('click', () => setAllCalls(false));
+  $('download-export').addEventListener('click', downloadExport);
   window.addEventListener('hashchange', route);
   listKeys(document, () => {
     if (!$('session-view').hidden) location.hash = '#/';

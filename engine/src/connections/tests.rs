@@ -15,6 +15,7 @@ fn table() -> Table {
         },
         idle_timeout_ms: IDLE,
         request_timeout_ms: REQUEST,
+        max_import_bytes: 1 << 20,
     })
 }
 

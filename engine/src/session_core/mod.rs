@@ -17,7 +17,7 @@ mod request;
 pub mod retry;
 pub mod round;
 mod session;
-mod steer;
+pub(crate) mod steer;
 mod stream;
 #[cfg(test)]
 mod tests;

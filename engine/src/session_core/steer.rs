@@ -17,6 +17,15 @@ use super::turn::Steer;
 use super::{Holder, SessionCore};
 use crate::ConnId;
 
+/// Why a waiting steer was not applied (`steer_rejected: not applied:
+/// <why>`, docs/extensions.md): the turn failed with an error answer or a
+/// `session.error` before its next provider call ...
+pub const WHY_FAILED: &str = "the turn failed";
+/// ... every provider of its chain failed (`all_providers_failed`) ...
+pub const WHY_PROVIDERS_FAILED: &str = "all providers failed";
+/// ... or it reached its round-trip limit (`loop_limit`).
+pub const WHY_LOOP_LIMIT: &str = "the turn reached its loop limit";
+
 /// Steers that may wait on one turn; more are refused.
 pub const MAX_PENDING_STEERS: usize = 16;
 

@@ -15,7 +15,7 @@ use super::request::RequestPayload;
 use super::retry::Failure;
 use super::round::Round;
 use super::walk::{self, Next};
-use super::{merge, Idem, SessionCore, Takeover, UserMessage};
+use super::{merge, steer, Idem, SessionCore, Takeover, UserMessage};
 use crate::ids::{KeyId, TurnId};
 use crate::{CallId, ConnId, MonoMs, ProviderEntry, ProviderReply};
 
@@ -218,6 +218,7 @@ impl SessionCore {
                     json!({"reason": "provider_config", "detail": detail}),
                 );
                 self.emit(Effect::SessionError);
+                self.retire_steers(steer::WHY_FAILED);
                 return self.end(Ending::ProvidersFailed);
             }
         };
@@ -289,6 +290,7 @@ impl SessionCore {
             let payload = json!({"reason": "loop_limit", "max_iterations": MAX_ITERATIONS});
             self.log(EventType::SessionError, payload);
             self.emit(Effect::SessionError);
+            self.retire_steers(steer::WHY_LOOP_LIMIT);
             return self.end(Ending::ProvidersFailed);
         }
         t.iteration += 1;
@@ -513,7 +515,10 @@ impl SessionCore {
                 let why = format!("all {} providers failed", attempt.chain_len);
                 self.compaction_failed(&why)
             }
-            Next::Exhausted => self.end(Ending::ProvidersFailed),
+            Next::Exhausted => {
+                self.retire_steers(steer::WHY_PROVIDERS_FAILED);
+                self.end(Ending::ProvidersFailed)
+            }
         }
     }
 }

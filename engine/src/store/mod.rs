@@ -134,6 +134,28 @@ pub struct IdempotencyRow {
     pub outcome: Option<String>,
 }
 
+/// One `bae_session_lineage` row (extension: where a forked or imported
+/// session came from). Kept outside the reference tables, so plain
+/// readers of the log never see it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LineageRow {
+    pub session_id: String,
+    pub origin: Origin,
+    pub created_at: String,
+}
+
+/// How a session of [`LineageRow`] came to be.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Origin {
+    /// Forked from `parent_id` at its event `parent_event_id`.
+    Fork {
+        parent_id: String,
+        parent_event_id: String,
+    },
+    /// Imported from a document whose source session had this id.
+    Import { source_session_id: String },
+}
+
 /// A durable change. The driver applies writes in emission order and commits
 /// each batch atomically before releasing any output emitted after them.
 #[derive(Debug, Clone, PartialEq)]
@@ -189,6 +211,8 @@ pub enum StoreWrite {
     ExpireIdempotency {
         before_ms: u64,
     },
+    /// Records where a new session came from (fork or import).
+    InsertLineage(LineageRow),
 }
 
 impl StoreWrite {
@@ -203,7 +227,8 @@ pub use crate::ids::ReadId;
 
 pub mod page;
 pub use page::{
-    page_rows_read, render_event_frames, render_events_page, render_from_rows, render_page,
+    page_rows_read, render_event_frames, render_events_page, render_export_chunk, render_from_rows,
+    render_page,
 };
 
 /// A query the engine needs answered.
@@ -264,15 +289,34 @@ pub enum StoreRead {
         limit: usize,
         max_bytes: usize,
     },
+    /// One page of a session export, rendered by the store: up to `limit`
+    /// events with `seq > after_seq`, no more once `max_bytes` of them are
+    /// taken, as the JSON Lines of the export document in one HTTP chunk
+    /// ([`page::render_export_chunk`]).
+    ExportPage {
+        session_id: String,
+        after_seq: u64,
+        limit: usize,
+        max_bytes: usize,
+    },
+    /// The lineage row of `session_id` (if any) and, when `children`, the
+    /// rows of the sessions forked from it, in creation order. Answered
+    /// with [`ReadResult::Lineage`].
+    Lineage { session_id: String, children: bool },
     /// Process and store figures for `GET /metrics` (answered by the
     /// runtime's store thread, which commits and can read `/proc`).
     Runtime,
     /// Replica mode only (docs/scaling.md): take the session's lease for
-    /// this replica when it is free or expired, else say who holds it.
-    /// Answered with [`ReadResult::Lease`] by the PostgreSQL store;
-    /// `MemStore` answers [`Lease::Mine`] from its own rows, SQLite with an
-    /// error (replica mode needs PostgreSQL).
-    ClaimLease { session_id: String },
+    /// this replica when it is free or expired, else say who holds it,
+    /// with the client keys of its `session.driver.register` events with
+    /// `seq >= drivers_since` (all of them with durable drivers, none
+    /// otherwise: `u64::MAX`). Answered with [`ReadResult::Lease`] by the
+    /// PostgreSQL store; `MemStore` answers [`Lease::Mine`] from its own
+    /// rows, SQLite with an error (replica mode needs PostgreSQL).
+    ClaimLease {
+        session_id: String,
+        drivers_since: u64,
+    },
     /// One session as stored, to bring it back into the catalogue
     /// (`crate::residency`): its row, its active session keys, and the
     /// client keys of its `session.driver.register` events with
@@ -311,12 +355,14 @@ impl StoreRead {
             StoreRead::Events { session_id, .. }
             | StoreRead::EventsPage { session_id, .. }
             | StoreRead::ReplayPage { session_id, .. }
+            | StoreRead::ExportPage { session_id, .. }
+            | StoreRead::Lineage { session_id, .. }
             | StoreRead::EventSeq { session_id, .. }
             | StoreRead::LatestOfType { session_id, .. }
             | StoreRead::EventById { session_id, .. }
             | StoreRead::OfTypesFrom { session_id, .. }
             | StoreRead::EventsAt { session_id, .. }
-            | StoreRead::ClaimLease { session_id }
+            | StoreRead::ClaimLease { session_id, .. }
             | StoreRead::LoadSession { session_id, .. } => session_id,
         }
     }
@@ -334,6 +380,20 @@ pub enum ReadResult {
     Frames {
         frames: Vec<RenderedEvent>,
         more: bool,
+    },
+    /// An export page: its lines as one HTTP chunk, how many events it
+    /// holds, the last one's seq (the next page's cursor) and whether more
+    /// events follow.
+    ExportPage {
+        chunk: Vec<u8>,
+        events: u64,
+        last_seq: u64,
+        more: bool,
+    },
+    /// The answer to [`StoreRead::Lineage`].
+    Lineage {
+        own: Option<LineageRow>,
+        children: Vec<LineageRow>,
     },
     /// The answer to [`StoreRead::ClaimLease`].
     Lease(Lease),
@@ -385,6 +445,10 @@ pub struct Claimed {
     pub max_seq: u64,
     /// Its stored `sendMessage` idempotency keys.
     pub idempotency: Vec<IdempotencyRow>,
+    /// Distinct client key ids of its `session.driver.register` events
+    /// from the claim's `drivers_since` on, in log order (empty unless
+    /// open): the registrations that follow it with durable drivers.
+    pub drivers: Vec<String>,
 }
 
 /// Catalogue rows another replica committed (replica mode: read by the

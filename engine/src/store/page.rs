@@ -37,6 +37,9 @@ impl PageBounds {
             }
             | StoreRead::ReplayPage {
                 limit, max_bytes, ..
+            }
+            | StoreRead::ExportPage {
+                limit, max_bytes, ..
             } => Some(PageBounds {
                 limit: *limit,
                 max_bytes: *max_bytes,
@@ -117,6 +120,12 @@ pub fn page_rows_read(read: &StoreRead) -> Option<StoreRead> {
             after_seq,
             limit,
             ..
+        }
+        | StoreRead::ExportPage {
+            session_id,
+            after_seq,
+            limit,
+            ..
         } => Some(StoreRead::Events {
             session_id: session_id.clone(),
             after_seq: *after_seq,
@@ -133,6 +142,12 @@ pub fn render_page(read: &StoreRead, rows: &[EventRow], more: bool) -> Option<Re
         StoreRead::EventsPage { .. } => Some(ReadResult::Page(render_events_page(rows, more))),
         StoreRead::ReplayPage { .. } => Some(ReadResult::Frames {
             frames: render_event_frames(rows),
+            more,
+        }),
+        StoreRead::ExportPage { .. } => Some(ReadResult::ExportPage {
+            chunk: render_export_chunk(rows),
+            events: rows.len() as u64,
+            last_seq: rows.last().map_or(0, |r| r.seq),
             more,
         }),
         _ => None,
@@ -179,6 +194,34 @@ pub fn render_event_frames(rows: &[EventRow]) -> Vec<RenderedEvent> {
             frame: super::encode_frame(&proto::jsonrpc::event_frame(&r.view_json())),
         })
         .collect()
+}
+
+/// The export document's lines of `rows` (`proto::wire::export`), each
+/// payload copied in as stored, as one HTTP chunk (empty for no rows).
+pub fn render_export_chunk(rows: &[EventRow]) -> Vec<u8> {
+    if rows.is_empty() {
+        return Vec::new();
+    }
+    let cap = rows
+        .iter()
+        .map(|r| row_bytes(r) + VIEW_SLACK)
+        .sum::<usize>();
+    let mut lines = String::with_capacity(cap);
+    for r in rows {
+        proto::wire::export::push_event_line(
+            &mut lines,
+            &r.id,
+            &r.session_id,
+            r.client_key_id.as_deref(),
+            &r.event_type,
+            &r.payload,
+            &r.created_at,
+        );
+        lines.push('\n');
+    }
+    let mut out = Vec::with_capacity(lines.len() + 16);
+    proto::http::encode_chunk(lines.as_bytes(), &mut out);
+    out
 }
 
 impl EventRow {

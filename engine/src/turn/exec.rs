@@ -342,7 +342,8 @@ impl Engine {
 
     /// Error terminal for a request holding the gate (nothing else recorded).
     fn fail_turn(&mut self, session_id: &str, mut t: Box<TurnLoop>, code: i64, message: &str) {
-        self.retire_steers(std::mem::take(&mut t.steers), "the turn failed");
+        let why = crate::session_core::steer::WHY_FAILED;
+        self.retire_steers(std::mem::take(&mut t.steers), why);
         (self.telemetry).turn_end(t.id, session_id, TurnEnd::Failed);
         self.idem_finished(session_id, &t, || {
             json!({"error": {"code": code, "message": message}}).to_string()

@@ -54,6 +54,8 @@ pub struct Harness {
     pub forwards: Vec<engine::replicas::Forward>,
     /// Every store read the engine asked for, in order.
     pub reads_seen: Vec<engine::StoreRead>,
+    /// The body of every provider call, in order.
+    pub call_bodies: Vec<Vec<u8>>,
     next_conn: ConnId,
 }
 
@@ -98,6 +100,7 @@ impl Harness {
             leased_elsewhere: HashMap::new(),
             forwards: Vec::new(),
             reads_seen: Vec::new(),
+            call_bodies: Vec::new(),
             next_conn: ConnId(1),
         }
     }
@@ -156,7 +159,10 @@ impl Harness {
                         self.reads_seen.push(read.clone());
                         reads.push((id, read))
                     }
-                    Output::CallProvider(c) => self.calls.push_back(c),
+                    Output::CallProvider(c) => {
+                        self.call_bodies.push(c.body.clone());
+                        self.calls.push_back(c)
+                    }
                     Output::AbortProvider(c) => self.aborted.push(c),
                     Output::Mcp(c) => self.mcp.push_back(c),
                     Output::Sandbox(c) => self.sandbox.push_back(c),
@@ -165,7 +171,7 @@ impl Harness {
             }
             for (id, read) in reads {
                 let elsewhere = match &read {
-                    engine::StoreRead::ClaimLease { session_id } => {
+                    engine::StoreRead::ClaimLease { session_id, .. } => {
                         self.leased_elsewhere.get(session_id).cloned()
                     }
                     _ => None,

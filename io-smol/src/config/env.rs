@@ -110,6 +110,10 @@ pub struct Env {
     /// Extension `BAE_MAX_BODY_BYTES`, default 1048576 (1 MiB): maximum
     /// request body size in bytes (≥ 1).
     pub max_body_bytes: usize,
+    /// Extension `BAE_MAX_IMPORT_BYTES`, default 67108864 (64 MiB): the
+    /// body of a session import on the admin port, and the log a fork may
+    /// copy (≥ 1).
+    pub max_import_bytes: usize,
     /// Extension `BAE_PROVIDER_TIMEOUT`, default 300 s: whole-request timeout
     /// of one provider HTTP attempt (≥ 1 s). A timeout is an ordinary
     /// transport failure (`status: null`).
@@ -343,6 +347,11 @@ pub fn parse_env(get: impl Fn(&str) -> Option<String>) -> Result<Env, ConfigErro
     let max_headers = positive_usize("BAE_MAX_HEADERS", get("BAE_MAX_HEADERS"), 64)?;
     let max_body_bytes =
         positive_usize("BAE_MAX_BODY_BYTES", get("BAE_MAX_BODY_BYTES"), 1_048_576)?;
+    let max_import_bytes = positive_usize(
+        "BAE_MAX_IMPORT_BYTES",
+        get("BAE_MAX_IMPORT_BYTES"),
+        engine::DEFAULT_MAX_IMPORT_BYTES,
+    )?;
     let provider_timeout = match get("BAE_PROVIDER_TIMEOUT") {
         None => Duration::from_secs(300),
         Some(v) => match parse_whole(&v) {
@@ -503,6 +512,7 @@ pub fn parse_env(get: impl Fn(&str) -> Option<String>) -> Result<Env, ConfigErro
         max_head_bytes,
         max_headers,
         max_body_bytes,
+        max_import_bytes,
         provider_timeout,
         provider_idle_connections,
         sqlite_synchronous,

@@ -41,6 +41,7 @@ fn defaults() {
     assert_eq!(e.max_head_bytes, 16384);
     assert_eq!(e.max_headers, 64);
     assert_eq!(e.max_body_bytes, 1_048_576);
+    assert_eq!(e.max_import_bytes, 64 * 1024 * 1024);
     assert_eq!(e.provider_timeout, Duration::from_secs(300));
     assert_eq!(e.sqlite_synchronous, Synchronous::Normal);
     assert_eq!(e.sqlite_cache_kib, 512);
@@ -149,6 +150,7 @@ fn explicit_values() {
         ("BAE_DANGEROUSLY_DISABLE_ADMIN_AUTH", " TRUE "),
         ("BAE_SANDBOX_DRIVER", " apple-container "),
         ("BAE_MAX_BODY_BYTES", "10"),
+        ("BAE_MAX_IMPORT_BYTES", "20"),
         ("BAE_PROVIDER_TIMEOUT", "7"),
         ("BAE_SQLITE_SYNCHRONOUS", "Full"),
     ])
@@ -166,6 +168,7 @@ fn explicit_values() {
     assert_eq!(e.sandbox_driver, SandboxDriver::AppleContainer);
     assert_eq!(e.sandbox_driver.program(), "container");
     assert_eq!(e.max_body_bytes, 10);
+    assert_eq!(e.max_import_bytes, 20);
     assert_eq!(e.provider_timeout, Duration::from_secs(7));
     assert_eq!(e.sqlite_synchronous, Synchronous::Full);
     assert_eq!(e.sqlite_synchronous.pragma_value(), "FULL");

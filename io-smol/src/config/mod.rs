@@ -45,7 +45,7 @@ pub use file::{
     DEFAULT_SERVICE_NAME, METRIC_NAMES,
 };
 pub use redact::{mcp_servers_json, providers_json, redacted_config_json, REDACTED};
-pub use replica::{ReplicaEnv, DEFAULT_LEASE_MS};
+pub use replica::{ReplicaEnv, DEFAULT_FORWARD_TIMEOUT_MS, DEFAULT_LEASE_MS};
 pub use subst::{substitute, SubstError};
 
 /// Exit code for every usage or configuration error (spec 04 §4).

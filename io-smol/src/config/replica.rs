@@ -1,5 +1,6 @@
-//! Replica mode (docs/scaling.md): `BAE_REPLICA_ADVERTISE`, `BAE_REPLICA_ID`
-//! and `BAE_LEASE_MS`. Only with the PostgreSQL store.
+//! Replica mode (docs/scaling.md): `BAE_REPLICA_ADVERTISE`, `BAE_REPLICA_ID`,
+//! `BAE_LEASE_MS` and `BAE_FORWARD_TIMEOUT_MS`. Only with the PostgreSQL
+//! store.
 
 use super::ConfigError;
 
@@ -7,6 +8,12 @@ use super::ConfigError;
 pub const DEFAULT_LEASE_MS: u64 = 5_000;
 /// Accepted `BAE_LEASE_MS` range.
 pub const LEASE_MS_RANGE: std::ops::RangeInclusive<u64> = 500..=600_000;
+/// Default `BAE_FORWARD_TIMEOUT_MS`: an owner answers a forwarded request's
+/// head in milliseconds (NDJSON streams send theirs before any turn runs),
+/// so a silent owner is a frozen or partitioned one.
+pub const DEFAULT_FORWARD_TIMEOUT_MS: u64 = 5_000;
+/// Accepted `BAE_FORWARD_TIMEOUT_MS` range.
+pub const FORWARD_TIMEOUT_MS_RANGE: std::ops::RangeInclusive<u64> = 100..=600_000;
 
 /// The replica settings of one server.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -19,6 +26,30 @@ pub struct ReplicaEnv {
     pub id: Option<String>,
     /// How long a lease lasts without renewal.
     pub lease_ms: u64,
+    /// How long a relayed request waits for the owner's response head
+    /// before the client gets a `503` (docs/scaling.md, "Forwarding").
+    pub forward_timeout_ms: u64,
+}
+
+/// A whole number of milliseconds in `range`, or `default` when unset.
+fn millis(
+    get: &impl Fn(&str) -> Option<String>,
+    var: &'static str,
+    default: u64,
+    range: std::ops::RangeInclusive<u64>,
+    expected: &'static str,
+) -> Result<u64, ConfigError> {
+    match get(var) {
+        None => Ok(default),
+        Some(v) => match v.trim().parse::<u64>() {
+            Ok(n) if range.contains(&n) && !v.trim().starts_with('+') => Ok(n),
+            _ => Err(ConfigError::InvalidValue {
+                var,
+                value: v,
+                expected,
+            }),
+        },
+    }
 }
 
 /// Reads the replica variables; `None` when `BAE_REPLICA_ADVERTISE` is
@@ -66,23 +97,25 @@ pub fn parse_replica(
             })
         }
     };
-    let lease_ms = match get("BAE_LEASE_MS") {
-        None => DEFAULT_LEASE_MS,
-        Some(v) => match v.trim().parse::<u64>() {
-            Ok(n) if LEASE_MS_RANGE.contains(&n) && !v.trim().starts_with('+') => n,
-            _ => {
-                return Err(ConfigError::InvalidValue {
-                    var: "BAE_LEASE_MS",
-                    value: v,
-                    expected: "a whole number of milliseconds from 500 to 600000",
-                })
-            }
-        },
-    };
+    let lease_ms = millis(
+        get,
+        "BAE_LEASE_MS",
+        DEFAULT_LEASE_MS,
+        LEASE_MS_RANGE,
+        "a whole number of milliseconds from 500 to 600000",
+    )?;
+    let forward_timeout_ms = millis(
+        get,
+        "BAE_FORWARD_TIMEOUT_MS",
+        DEFAULT_FORWARD_TIMEOUT_MS,
+        FORWARD_TIMEOUT_MS_RANGE,
+        "a whole number of milliseconds from 100 to 600000",
+    )?;
     Ok(Some(ReplicaEnv {
         advertise,
         id,
         lease_ms,
+        forward_timeout_ms,
     }))
 }
 
@@ -111,17 +144,20 @@ mod tests {
             .unwrap();
         assert_eq!(r.advertise, "10.0.0.5:8080");
         assert_eq!((r.id, r.lease_ms), (None, DEFAULT_LEASE_MS));
+        assert_eq!(r.forward_timeout_ms, DEFAULT_FORWARD_TIMEOUT_MS);
         let r = parse(
             &[
                 ("BAE_REPLICA_ADVERTISE", "replica-a.internal:9000"),
                 ("BAE_REPLICA_ID", "a-1"),
                 ("BAE_LEASE_MS", "2000"),
+                ("BAE_FORWARD_TIMEOUT_MS", "750"),
             ],
             true,
         )
         .unwrap()
         .unwrap();
         assert_eq!((r.id.as_deref(), r.lease_ms), (Some("a-1"), 2000));
+        assert_eq!(r.forward_timeout_ms, 750);
     }
 
     #[test]
@@ -143,6 +179,18 @@ mod tests {
             )
             .unwrap_err();
             assert!(e.to_string().contains("BAE_LEASE_MS"), "{bad}: {e}");
+        }
+        for bad in ["99", "600001", "x", "+900"] {
+            let e = parse(
+                &[
+                    ("BAE_REPLICA_ADVERTISE", "h:1"),
+                    ("BAE_FORWARD_TIMEOUT_MS", bad),
+                ],
+                true,
+            )
+            .unwrap_err();
+            let text = e.to_string();
+            assert!(text.contains("BAE_FORWARD_TIMEOUT_MS"), "{bad}: {e}");
         }
         let long = "x".repeat(129);
         for bad in ["a b", long.as_str()] {

@@ -59,6 +59,16 @@ pub struct ProfileUpdate {
     pub available_sandboxes: Option<Vec<String>>,
 }
 
+/// Where a fork starts and who gets it (the admin fork body's members).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ForkOpts {
+    pub event_id: Option<String>,
+    pub after_turn: Option<u64>,
+    pub before_message: Option<String>,
+    pub client_key_id: Option<String>,
+    pub profile_id: Option<String>,
+}
+
 /// One parsed invocation.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Command {
@@ -95,6 +105,25 @@ pub enum Command {
     SessionsEvents {
         id: String,
         page: Page,
+    },
+    /// `sessions fork|rewind` (extension; docs/extensions.md).
+    SessionsFork {
+        id: String,
+        rewind: bool,
+        at: ForkOpts,
+    },
+    SessionsExport {
+        id: String,
+        output: Option<PathBuf>,
+    },
+    SessionsImport {
+        file: String,
+        client_key_id: String,
+        profile_id: Option<String>,
+        keep_id: bool,
+    },
+    SessionsLineage {
+        id: String,
     },
     ProvidersList,
     McpServersList,
@@ -215,6 +244,31 @@ fn command(top: Top) -> Result<Command, CtlError> {
                 id,
                 page: page.into(),
             },
+            SessionsCmd::Fork(f) => fork(f, false),
+            SessionsCmd::Rewind(f) => {
+                if f.after_turn.is_none() && f.before_message.is_none() {
+                    return Err(CtlError::usage(
+                        "sessions rewind needs --after-turn or --before-message",
+                    ));
+                }
+                fork(f, true)
+            }
+            SessionsCmd::Export { id, output } => Command::SessionsExport {
+                id,
+                output: output.map(PathBuf::from),
+            },
+            SessionsCmd::Import {
+                file,
+                client_key_id,
+                profile_id,
+                keep_id,
+            } => Command::SessionsImport {
+                file,
+                client_key_id,
+                profile_id,
+                keep_id,
+            },
+            SessionsCmd::Lineage { id } => Command::SessionsLineage { id },
         },
         Top::Providers { .. } => Command::ProvidersList,
         Top::McpServers { .. } => Command::McpServersList,
@@ -252,6 +306,20 @@ fn command(top: Top) -> Result<Command, CtlError> {
         Top::Delete(DeleteWhat::Profile { id }) => Command::ProfilesDelete { id },
         Top::Delete(DeleteWhat::Key { id }) => Command::KeysRevoke { id },
     })
+}
+
+fn fork(f: cli::SessionsFork, rewind: bool) -> Command {
+    Command::SessionsFork {
+        id: f.id,
+        rewind,
+        at: ForkOpts {
+            event_id: f.event_id,
+            after_turn: f.after_turn,
+            before_message: f.before_message,
+            client_key_id: f.client_key_id,
+            profile_id: f.profile_id,
+        },
+    }
 }
 
 /// A value given either as an option or as a positional (not both).

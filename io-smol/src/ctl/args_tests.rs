@@ -275,3 +275,78 @@ fn double_dash_ends_options() {
         }
     );
 }
+
+#[test]
+fn session_transfer_commands() {
+    assert_eq!(
+        cmd(&[
+            "sessions",
+            "fork",
+            "ses_1",
+            "--after-turn",
+            "2",
+            "--client-key-id",
+            "key_2"
+        ]),
+        Command::SessionsFork {
+            id: "ses_1".into(),
+            rewind: false,
+            at: ForkOpts {
+                after_turn: Some(2),
+                client_key_id: Some("key_2".into()),
+                ..ForkOpts::default()
+            },
+        }
+    );
+    assert_eq!(
+        cmd(&["sessions", "rewind", "ses_1", "--before-message", "evt_3"]),
+        Command::SessionsFork {
+            id: "ses_1".into(),
+            rewind: true,
+            at: ForkOpts {
+                before_message: Some("evt_3".into()),
+                ..ForkOpts::default()
+            },
+        }
+    );
+    assert!(usage_err(&["sessions", "rewind", "ses_1"]).contains("--after-turn"));
+    assert!(usage_err(&[
+        "sessions",
+        "fork",
+        "ses_1",
+        "--event-id",
+        "evt_1",
+        "--after-turn",
+        "1"
+    ])
+    .contains("cannot be used with"));
+    usage_err(&["sessions", "fork", "ses_1", "--after-turn", "-1"]);
+    assert_eq!(
+        cmd(&["sessions", "export", "ses_1", "-o", "out.jsonl"]),
+        Command::SessionsExport {
+            id: "ses_1".into(),
+            output: Some(PathBuf::from("out.jsonl")),
+        }
+    );
+    assert_eq!(
+        cmd(&[
+            "sessions",
+            "import",
+            "-",
+            "--client-key-id",
+            "key_1",
+            "--keep-id"
+        ]),
+        Command::SessionsImport {
+            file: "-".into(),
+            client_key_id: "key_1".into(),
+            profile_id: None,
+            keep_id: true,
+        }
+    );
+    assert!(usage_err(&["sessions", "import", "doc.jsonl"]).contains("--client-key-id"));
+    assert_eq!(
+        cmd(&["sessions", "lineage", "ses_1"]),
+        Command::SessionsLineage { id: "ses_1".into() }
+    );
+}

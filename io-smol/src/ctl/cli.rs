@@ -25,6 +25,12 @@ Commands in full (baectl help COMMAND for one of them):
   keys revoke ID
   sessions list [--state open|closed|error] [--limit N] [--cursor C]
   sessions events ID [--limit N] [--cursor C]
+  sessions fork ID [--event-id E | --after-turn N | --before-message E]
+                  [--client-key-id K] [--profile-id P]   (prints the key once)
+  sessions rewind ID (--after-turn N | --before-message E) [...]
+  sessions export ID [-o FILE]
+  sessions import FILE|- --client-key-id K [--profile-id P] [--keep-id]
+  sessions lineage ID
   providers list
   mcp-servers list            (alias: mcp list)
   config show
@@ -99,7 +105,7 @@ pub(super) enum Top {
     /// Client keys: list, create, revoke
     #[command(subcommand, visible_alias = "key")]
     Keys(KeysCmd),
-    /// Sessions (read-only): list, events
+    /// Sessions: list, events, fork, rewind, export, import, lineage
     #[command(subcommand, visible_alias = "session")]
     Sessions(SessionsCmd),
     /// The provider registry
@@ -299,6 +305,54 @@ pub(super) enum SessionsCmd {
         #[command(flatten)]
         page: PageArgs,
     },
+    /// Fork a session at a complete point (default: after its last event)
+    Fork(SessionsFork),
+    /// Fork a session as it was after turn N or before a user message
+    Rewind(SessionsFork),
+    /// Stream a session's export document (JSON Lines) to a file or stdout
+    Export {
+        id: String,
+        /// Write the document here instead of stdout
+        #[arg(long, short = 'o', value_name = "FILE")]
+        output: Option<String>,
+    },
+    /// Create a session from an export document ("-": stdin)
+    Import {
+        #[arg(value_name = "FILE")]
+        file: String,
+        /// The client key that gets the session
+        #[arg(long, value_name = "ID")]
+        client_key_id: String,
+        /// Its profile (default: the key's)
+        #[arg(long, value_name = "ID")]
+        profile_id: Option<String>,
+        /// Keep the source session's id (refused when it is in use)
+        #[arg(long)]
+        keep_id: bool,
+    },
+    /// A session's origin, fork ancestors and forks
+    Lineage { id: String },
+}
+
+#[derive(Args, Debug)]
+pub(super) struct SessionsFork {
+    pub id: String,
+    /// Fork after this event
+    #[arg(long, value_name = "EVENT_ID", conflicts_with_all = ["after_turn", "before_message"])]
+    pub event_id: Option<String>,
+    /// Fork after turn N ended (0: before the first turn)
+    #[arg(long, value_name = "N", conflicts_with = "before_message")]
+    pub after_turn: Option<u64>,
+    /// Fork right before this user message (its payload is printed, to edit
+    /// and send again)
+    #[arg(long, value_name = "EVENT_ID")]
+    pub before_message: Option<String>,
+    /// The client key that gets the fork (default: the session's creator)
+    #[arg(long, value_name = "ID")]
+    pub client_key_id: Option<String>,
+    /// The fork's profile (default: the session's)
+    #[arg(long, value_name = "ID")]
+    pub profile_id: Option<String>,
 }
 
 #[derive(Args, Debug)]

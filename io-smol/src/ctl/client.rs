@@ -160,6 +160,81 @@ impl AdminClient {
         }
     }
 
+    /// `GET path` whose `200` body is copied to `sink` line by line;
+    /// `on_line` sees each line (without its newline) before it is written.
+    /// Nothing is buffered beyond one line.
+    pub fn stream_lines(
+        &self,
+        path: &str,
+        sink: &mut dyn std::io::Write,
+        on_line: &mut dyn FnMut(&str) -> Result<(), CtlError>,
+    ) -> Result<(), CtlError> {
+        use std::io::BufRead;
+        let resp = self.send(self.prepare("GET", path), None)?;
+        let mut reader = std::io::BufReader::new(resp.into_reader());
+        let mut line = String::new();
+        loop {
+            line.clear();
+            let n = reader.read_line(&mut line).map_err(|e| {
+                CtlError::runtime("connection", format!("GET {path}: reading failed: {e}"))
+            })?;
+            if n == 0 {
+                return Ok(());
+            }
+            on_line(line.trim_end_matches(['\n', '\r']))?;
+            sink.write_all(line.as_bytes()).map_err(|e| {
+                CtlError::runtime("io", format!("writing the document failed: {e}"))
+            })?;
+        }
+    }
+
+    /// `POST path` with `body` of `content_type`; the JSON answer.
+    pub fn post_bytes(
+        &self,
+        path: &str,
+        content_type: &str,
+        body: &[u8],
+    ) -> Result<Value, CtlError> {
+        let req = self.prepare("POST", path).set("Content-Type", content_type);
+        let text = read_body(self.send(req, Some(body))?)?;
+        serde_json::from_str(&text).map_err(|e| {
+            CtlError::runtime(
+                "unexpected_response",
+                format!("POST {path}: the answer is not JSON ({e})"),
+            )
+        })
+    }
+
+    fn prepare(&self, method: &str, path: &str) -> ureq::Request {
+        let req = self.agent.request(method, &format!("{}{path}", self.base));
+        match &self.token {
+            Some(token) => req.set("Authorization", &format!("Bearer {token}")),
+            None => req,
+        }
+    }
+
+    /// Sends `req`; a non-2xx answer or a transport failure is the error.
+    fn send(&self, req: ureq::Request, body: Option<&[u8]>) -> Result<ureq::Response, CtlError> {
+        let result = match body {
+            Some(b) => req.send_bytes(b),
+            None => req.call(),
+        };
+        match result {
+            Ok(resp) => Ok(resp),
+            Err(ureq::Error::Status(status, resp)) => {
+                let text = read_body(resp).unwrap_or_default();
+                Err(problem_error(status, &text))
+            }
+            Err(ureq::Error::Transport(t)) => Err(CtlError::runtime(
+                "connection",
+                format!(
+                    "could not reach the admin API at {}: {t} (is baesrv running, and is --admin-addr / BAE_ADMIN_ADDR right?)",
+                    self.base
+                ),
+            )),
+        }
+    }
+
     /// A request whose 2xx answer must carry a JSON body.
     pub fn json(&self, method: &str, path: &str, body: Option<&Value>) -> Result<Value, CtlError> {
         self.request(method, path, body)?.ok_or_else(|| {

@@ -22,6 +22,7 @@ mod cli;
 pub mod client;
 pub mod keygen;
 pub mod render;
+mod transfer;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -526,6 +527,26 @@ fn execute(client: &AdminClient, inv: &Invocation, io: &mut Io<'_>) -> Result<St
             json,
             render::events,
         )?,
+        Command::SessionsFork { id, rewind, at } => {
+            transfer::fork(client, id, *rewind, at, json, io)?
+        }
+        Command::SessionsExport { id, output } => {
+            transfer::export(client, id, output.as_deref(), json, io)?
+        }
+        Command::SessionsImport {
+            file,
+            client_key_id,
+            profile_id,
+            keep_id,
+        } => {
+            let mut query = vec![("client_key_id", client_key_id.clone())];
+            query.extend(profile_id.iter().map(|p| ("profile_id", p.clone())));
+            if *keep_id {
+                query.push(("keep_id", "true".into()));
+            }
+            transfer::import(client, file, query, json, io)?
+        }
+        Command::SessionsLineage { id } => transfer::lineage(client, id, json)?,
         Command::ProvidersList => registry(client, "/admin/v1/providers", json, render::providers)?,
         Command::McpServersList if json => {
             registry(client, "/admin/v1/mcp-servers", json, render::mcp_servers)?

@@ -30,6 +30,7 @@
 
 mod calls;
 mod deadlines;
+mod entropy;
 mod forward;
 pub mod mcp;
 pub mod provider;
@@ -38,6 +39,7 @@ pub mod provider_stream;
 mod sandbox;
 mod store_jobs;
 
+pub use entropy::OsEntropy;
 pub use store_jobs::{serve_store_jobs, StoreDone};
 
 use std::collections::HashMap;
@@ -49,9 +51,7 @@ use crate::heap_trim::HeapTrim;
 use engine::bytes::Bytes;
 use engine::metrics::EngineSteps;
 use engine::store::{ReadId, ReadResult};
-use engine::{
-    CallId, ConnId, Engine, Entropy, Input, Listener, MonoMs, Now, ProviderReply, UnixMs,
-};
+use engine::{CallId, ConnId, Engine, Input, Listener, MonoMs, Now, ProviderReply, UnixMs};
 use futures_lite::{future, AsyncWriteExt, StreamExt};
 use smol::channel::{self, Receiver, Sender};
 use smol::net::{TcpListener, TcpStream};
@@ -76,77 +76,6 @@ const MAX_SLICES: usize = 64;
 const BURST: usize = 512;
 /// Period of the activity summary log line (spec 04 §5 step 12).
 const ACTIVITY_PERIOD: Duration = Duration::from_secs(3600);
-
-/// The OS CSPRNG as the engine's entropy source, drawn
-/// [`ENTROPY_BLOCK`] bytes at a time: an id or a secret then costs a copy
-/// instead of a `getrandom` system call (a text turn makes about nine).
-/// Bytes are handed out once and zeroed as they leave the block.
-pub struct OsEntropy {
-    block: Box<[u8; ENTROPY_BLOCK]>,
-    /// Bytes of `block` already handed out.
-    used: usize,
-}
-
-/// Bytes drawn from the OS per `getrandom` call.
-const ENTROPY_BLOCK: usize = 512;
-
-impl OsEntropy {
-    pub fn new() -> Self {
-        OsEntropy {
-            block: Box::new([0; ENTROPY_BLOCK]),
-            used: ENTROPY_BLOCK,
-        }
-    }
-}
-
-impl Default for OsEntropy {
-    fn default() -> Self {
-        OsEntropy::new()
-    }
-}
-
-impl Entropy for OsEntropy {
-    fn fill(&mut self, buf: &mut [u8]) {
-        let mut out = buf;
-        while !out.is_empty() {
-            if self.used == ENTROPY_BLOCK {
-                // An unavailable OS RNG is unrecoverable: never fall back
-                // to a weaker source for key material.
-                getrandom::getrandom(&mut self.block[..])
-                    .expect("OS random number generator unavailable");
-                self.used = 0;
-            }
-            let n = out.len().min(ENTROPY_BLOCK - self.used);
-            let taken = &mut self.block[self.used..self.used + n];
-            out[..n].copy_from_slice(taken);
-            taken.fill(0);
-            self.used += n;
-            out = &mut out[n..];
-        }
-    }
-}
-
-#[cfg(test)]
-mod entropy_tests {
-    use super::*;
-
-    /// Requests of every size across block boundaries are filled whole,
-    /// never repeat bytes, and leave nothing they took in the block.
-    #[test]
-    fn os_entropy_fills_across_blocks_and_zeroes_what_it_hands_out() {
-        let mut e = OsEntropy::new();
-        let mut seen = Vec::new();
-        for len in [1, 16, 24, 500, ENTROPY_BLOCK, 3 * ENTROPY_BLOCK + 7, 0] {
-            let mut buf = vec![0u8; len];
-            e.fill(&mut buf);
-            seen.extend_from_slice(&buf);
-            assert!(e.block[..e.used].iter().all(|&b| b == 0));
-        }
-        // 16-byte windows of OS randomness do not repeat.
-        let windows: std::collections::HashSet<&[u8]> = seen.chunks_exact(16).collect();
-        assert_eq!(windows.len(), seen.len() / 16);
-    }
-}
 
 /// Monotonic + wall clock in the engine's [`Now`] representation.
 #[derive(Debug, Clone, Copy)]
@@ -236,6 +165,9 @@ pub struct DriverSettings {
     pub sandbox_driver: crate::config::SandboxDriver,
     /// Resource-limit flags for sandbox containers (`run` arguments).
     pub sandbox_run_args: Vec<String>,
+    /// `BAE_FORWARD_TIMEOUT_MS`: how long a relayed request waits for the
+    /// owner's response head (replica mode).
+    pub forward_timeout: Duration,
 }
 
 /// Everything the driver loop reacts to.
@@ -291,6 +223,9 @@ pub struct Boot {
     pub telemetry: Option<crate::otel::Exporter>,
     /// Replica mode: the database whose catalogue notices to follow.
     pub replica_notices: Option<crate::config::DatabaseUrl>,
+    /// Replica mode: when the leases were last renewed; nothing is
+    /// revealed once that is 3/4 of the lease ago (docs/scaling.md).
+    pub lease_watch: Option<crate::store::pg::renewer::LeaseWatch>,
 }
 
 /// Runs the server on smol until a graceful shutdown completes. Blocks the
@@ -304,12 +239,13 @@ pub fn run(boot: Boot) -> io::Result<()> {
         settings,
         telemetry,
         replica_notices,
+        lease_watch,
     } = boot;
     let (events_tx, events_rx) = channel::bounded(EVENT_CAPACITY);
     if let Some(url) = replica_notices {
         let tx = events_tx.clone();
         let deliver = move |u| tx.send_blocking(Event::Catalog(Box::new(u))).is_ok();
-        crate::store::pg::replica::start_listener(url, deliver)
+        crate::store::pg::listener::start_listener(url, deliver)
             .map_err(|e| io::Error::other(e.to_string()))?;
     }
     let (jobs_tx, jobs_rx) = channel::unbounded();
@@ -327,7 +263,12 @@ pub fn run(boot: Boot) -> io::Result<()> {
         ),
         engine,
         clock,
-        pipe: Pipeline::new(),
+        // Replica mode: every commit checks its lane and leases.
+        pipe: match lease_watch {
+            Some(_) => Pipeline::fenced(),
+            None => Pipeline::new(),
+        },
+        lease_watch,
         conns: HashMap::new(),
         next_conn: ConnId(1),
         provider_inflight: 0,
@@ -359,6 +300,7 @@ struct Driver {
     sandboxes: sandbox::Sandboxes,
     clock: Clock,
     pipe: Pipeline,
+    lease_watch: Option<crate::store::pg::renewer::LeaseWatch>,
     conns: HashMap<ConnId, Conn>,
     next_conn: ConnId,
     provider_inflight: usize,
@@ -632,6 +574,10 @@ impl Driver {
     }
 
     fn dispatch(&mut self, d: Delivery) {
+        // A replica that was frozen past its lease reveals nothing more.
+        if let Some(w) = &self.lease_watch {
+            w.exit_if_stale("revealing an answer");
+        }
         let (conn, msg) = match d {
             Delivery::Send { conn, bytes } => (conn, WriterMsg::Data(bytes)),
             Delivery::Close { conn } => (conn, WriterMsg::Close),

@@ -30,9 +30,13 @@ pub fn serve_store_jobs(
         let mut jobs = batch.into_iter().peekable();
         while let Some(job) = jobs.next() {
             match job {
-                Job::Commit { batch, writes } => {
+                Job::Commit {
+                    batch,
+                    writes,
+                    fence,
+                } => {
                     let started = Instant::now();
-                    let result = conn.commit(&writes);
+                    let result = conn.commit_fenced(&writes, fence.as_ref());
                     stats.committed(writes.len(), started.elapsed().as_micros() as u64);
                     if let Err(e) = result {
                         tracing::error!(

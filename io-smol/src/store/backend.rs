@@ -3,6 +3,7 @@
 //! read contract of [`engine::store`]; everything outside `store/` sees
 //! only [`Backend`] and, on the store thread, [`Worker`].
 
+use engine::replicas::Fence;
 use engine::store::{ReadResult, Snapshot, SnapshotScope, StoreRead, StoreWrite};
 
 use super::pg::PgStore;
@@ -63,6 +64,12 @@ pub enum Worker<'a> {
 impl Worker<'_> {
     /// One batch, atomically.
     pub fn commit(&mut self, batch: &[StoreWrite]) -> Result<()> {
+        self.commit_fenced(batch, None)
+    }
+
+    /// One batch, atomically, after checking `fence` in its transaction
+    /// (replica mode on PostgreSQL; a lone server's jobs carry none).
+    pub fn commit_fenced(&mut self, batch: &[StoreWrite], fence: Option<&Fence>) -> Result<()> {
         match self {
             Worker::Sqlite(c, checkpoints) => {
                 c.commit(batch)?;
@@ -71,7 +78,7 @@ impl Worker<'_> {
                 }
                 Ok(())
             }
-            Worker::Postgres(p) => p.commit(batch),
+            Worker::Postgres(p) => p.commit_fenced(batch, fence),
         }
     }
 

@@ -22,6 +22,7 @@ mod checkpoint;
 mod history;
 mod history_db;
 mod json_scan;
+pub(crate) mod lineage;
 pub mod pg;
 mod queries;
 mod read;
@@ -103,13 +104,16 @@ pub enum StoreError {
     Postgres(String),
     /// The connection to PostgreSQL was lost (crash-only: fatal).
     ConnectionLost(String),
+    /// Replica mode: this replica no longer holds its seq lane or a lease
+    /// its work needs; the transaction was rolled back (crash-only: fatal).
+    Fenced(String),
 }
 
 impl StoreError {
     /// Whether the store can no longer be used at all (the process exits,
     /// as after a failed commit).
     pub fn is_fatal(&self) -> bool {
-        matches!(self, StoreError::ConnectionLost(_))
+        matches!(self, StoreError::ConnectionLost(_) | StoreError::Fenced(_))
     }
 }
 
@@ -164,6 +168,11 @@ impl fmt::Display for StoreError {
             StoreError::ConnectionLost(detail) => {
                 write!(f, "connection to PostgreSQL lost: {detail}")
             }
+            StoreError::Fenced(what) => write!(
+                f,
+                "fenced: this replica no longer holds {what} (another replica may have taken \
+                 it over while this one was stopped or cut off); nothing was written"
+            ),
         }
     }
 }
@@ -661,6 +670,7 @@ impl<'c> StoreConn<'c> {
                 st.bind((1, before))?;
                 finish(st)
             }
+            StoreWrite::InsertLineage(row) => self.insert_lineage(row),
         }
     }
 

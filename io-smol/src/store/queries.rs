@@ -106,4 +106,11 @@ queries! {
         WHERE session_id = ?1 AND ord >= ?2 AND ord < ?3 ORDER BY ord";
     LastChunkOrd = "SELECT ord FROM bae_history_chunks WHERE session_id = ?1 \
         ORDER BY ord DESC LIMIT 1";
+    InsertLineage = "INSERT INTO bae_session_lineage (session_id, kind, parent_id, \
+        parent_event_id, source_session_id, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)";
+    LineageOf = "SELECT session_id, kind, parent_id, parent_event_id, source_session_id, \
+        created_at FROM bae_session_lineage WHERE session_id = ?1";
+    LineageChildren = "SELECT session_id, kind, parent_id, parent_event_id, \
+        source_session_id, created_at FROM bae_session_lineage WHERE parent_id = ?1 \
+        ORDER BY rowid";
 }

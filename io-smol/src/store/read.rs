@@ -95,7 +95,9 @@ impl<'c> StoreConn<'c> {
         match read {
             // Answered by the store thread (`serve_store_jobs`), which
             // times commits; a direct read has no figures.
-            StoreRead::EventsPage { .. } | StoreRead::ReplayPage { .. } => {
+            StoreRead::EventsPage { .. }
+            | StoreRead::ReplayPage { .. }
+            | StoreRead::ExportPage { .. } => {
                 let rows = match PageBounds::of(read) {
                     Some(bounds) => self.page_rows(read, bounds)?.0,
                     None => Vec::new(),
@@ -103,6 +105,10 @@ impl<'c> StoreConn<'c> {
                 Ok(ReadResult::Events(rows))
             }
             StoreRead::Runtime => Ok(ReadResult::Runtime(Default::default())),
+            StoreRead::Lineage {
+                session_id,
+                children,
+            } => self.lineage(session_id, *children),
             StoreRead::ClaimLease { .. } => Err(StoreError::Sqlite(
                 "session leases need the PostgreSQL store (replica mode)".into(),
             )),
@@ -288,7 +294,7 @@ impl<'c> StoreConn<'c> {
     }
 
     /// [`StoreConn::each_row`] of a query bound to text parameters.
-    fn each_bound_row(
+    pub(super) fn each_bound_row(
         &mut self,
         q: Q,
         params: &[&str],

@@ -179,4 +179,18 @@ pub const EXTRA_TABLES: &[&str] = &[
          body       TEXT NOT NULL,
          PRIMARY KEY (session_id, ord)
      )",
+    // Where forked and imported sessions came from (extension; the event
+    // log holds only catalogue types, so plain readers never see it).
+    // `kind` is `fork` (with the parent and the event it was forked
+    // after) or `import` (with the source document's session id).
+    "CREATE TABLE IF NOT EXISTS bae_session_lineage (
+         session_id        TEXT PRIMARY KEY,
+         kind              TEXT NOT NULL,
+         parent_id         TEXT,
+         parent_event_id   TEXT,
+         source_session_id TEXT,
+         created_at        TEXT NOT NULL
+     )",
+    "CREATE INDEX IF NOT EXISTS bae_idx_session_lineage_parent
+         ON bae_session_lineage(parent_id)",
 ];

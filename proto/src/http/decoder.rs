@@ -60,6 +60,9 @@ const UNSUPPORTED_VERSION: Rejection = reject(505, "only HTTP/1.0 and HTTP/1.1 a
 #[derive(Debug)]
 pub struct RequestDecoder {
     limits: Limits,
+    /// One path whose requests may carry a larger body (see
+    /// [`RequestDecoder::with_large_body`]).
+    large_body: Option<(&'static str, usize)>,
     buf: Vec<u8>,
     /// Start of the unconsumed bytes in `buf`.
     pos: usize,
@@ -89,6 +92,8 @@ enum State {
         request: Request,
         framing: Framing,
         continue_pending: bool,
+        /// This request's body limit.
+        max_body: usize,
     },
 }
 
@@ -120,12 +125,22 @@ impl RequestDecoder {
     pub fn new(limits: Limits) -> Self {
         RequestDecoder {
             limits,
+            large_body: None,
             buf: Vec::new(),
             pos: 0,
             state: State::Head,
             head: HeadProgress::default(),
             failed: None,
         }
+    }
+
+    /// Requests whose target path (the part before any `?`) is exactly
+    /// `path` may carry a body of up to `max_body_bytes` instead of
+    /// [`Limits::max_body_bytes`] (a session import on the admin port is
+    /// larger than any other body).
+    pub fn with_large_body(mut self, path: &'static str, max_body_bytes: usize) -> Self {
+        self.large_body = Some((path, max_body_bytes));
+        self
     }
 
     /// Appends bytes (any split of the stream). Ignored after a rejection.
@@ -178,11 +193,12 @@ impl RequestDecoder {
         if let State::Head = self.state {
             match self.parse_head()? {
                 None => return Ok(None),
-                Some((request, framing, expect_continue)) => {
+                Some((request, framing, expect_continue, max_body)) => {
                     self.state = State::Body {
                         request,
                         framing,
                         continue_pending: expect_continue,
+                        max_body,
                     };
                 }
             }
@@ -199,7 +215,7 @@ impl RequestDecoder {
     /// the first byte that can never occur in a valid head (a control byte,
     /// a CR not followed by LF, a bare LF), or on the whole window once the
     /// head limit is reached.
-    fn parse_head(&mut self) -> Result<Option<(Request, Framing, bool)>, Rejection> {
+    fn parse_head(&mut self) -> Result<Option<(Request, Framing, bool, usize)>, Rejection> {
         let max = self.limits.max_head_bytes;
         // Empty lines before a request line are ignored (RFC 9112 §2.2) but
         // still count toward the head limit.
@@ -318,6 +334,11 @@ impl RequestDecoder {
             }
         }
 
+        let path = target.split('?').next().unwrap_or(target);
+        let max_body = match self.large_body {
+            Some((large, max)) if large == path => max,
+            _ => self.limits.max_body_bytes,
+        };
         let framing = match (transfer_encoding, content_length) {
             (Some(_), _) if minor_version == 0 => return Err(TE_IN_HTTP10),
             (Some(_), Some(_)) => return Err(CL_AND_TE),
@@ -329,7 +350,7 @@ impl RequestDecoder {
             }
             (None, Some(cl)) => {
                 let n = parse_content_length(cl).ok_or(BAD_CONTENT_LENGTH)?;
-                if n > self.limits.max_body_bytes as u64 {
+                if n > max_body as u64 {
                     return Err(BODY_TOO_LARGE);
                 }
                 Framing::Length(n as usize)
@@ -366,6 +387,7 @@ impl RequestDecoder {
             request,
             framing,
             expect_continue && minor_version == 1 && has_body,
+            max_body,
         )))
     }
 
@@ -374,6 +396,7 @@ impl RequestDecoder {
             request,
             framing,
             continue_pending,
+            max_body,
         } = &mut self.state
         else {
             return Ok(None);
@@ -392,7 +415,8 @@ impl RequestDecoder {
                 &mut self.pos,
                 chunk,
                 &mut request.body,
-                &self.limits,
+                *max_body,
+                self.limits.max_head_bytes,
             )?,
         };
         if done {
@@ -415,7 +439,8 @@ fn decode_chunked(
     pos: &mut usize,
     chunk: &mut Chunk,
     body: &mut Vec<u8>,
-    limits: &Limits,
+    max_body: usize,
+    max_head: usize,
 ) -> Result<bool, Rejection> {
     loop {
         let avail = tail(buf, *pos);
@@ -434,7 +459,7 @@ fn decode_chunked(
                         scanned: 0,
                     }
                 } else {
-                    let room = limits.max_body_bytes.saturating_sub(body.len()) as u64;
+                    let room = max_body.saturating_sub(body.len()) as u64;
                     if size > room {
                         return Err(BODY_TOO_LARGE);
                     }
@@ -460,7 +485,7 @@ fn decode_chunked(
                 _ => return Err(BAD_CHUNK_END),
             },
             Chunk::Trailers { used, scanned } => {
-                let budget = limits.max_head_bytes.saturating_sub(*used);
+                let budget = max_head.saturating_sub(*used);
                 let Some(len) =
                     find_line(avail, scanned, budget).map_err(|()| TRAILERS_TOO_LARGE)?
                 else {

@@ -130,9 +130,22 @@ fn head_of(
 /// The head of a streamed response with `Transfer-Encoding: chunked`.
 /// Follow it with [`encode_chunk`]s and [`LAST_CHUNK`](super::LAST_CHUNK).
 pub fn encode_stream_head(status: u16, content_type: &str, close: bool) -> Vec<u8> {
+    encode_stream_head_with(status, content_type, &[], close)
+}
+
+/// [`encode_stream_head`] with `extra` headers after `Content-Type`.
+pub fn encode_stream_head_with(
+    status: u16,
+    content_type: &str,
+    extra: &[(&str, &str)],
+    close: bool,
+) -> Vec<u8> {
     let mut out = Vec::with_capacity(128);
     push_status_line(&mut out, status);
     push_header(&mut out, "Content-Type", content_type);
+    for (name, value) in extra {
+        push_header(&mut out, name, value);
+    }
     out.extend_from_slice(b"Transfer-Encoding: chunked\r\n");
     if close {
         out.extend_from_slice(b"Connection: close\r\n");

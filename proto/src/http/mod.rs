@@ -21,7 +21,7 @@ pub mod response;
 pub use decoder::RequestDecoder;
 pub use encoder::{
     encode_chunk, encode_chunk_head, encode_rejection, encode_response, encode_response_head,
-    encode_stream_head, reason_phrase,
+    encode_stream_head, encode_stream_head_with, reason_phrase,
 };
 pub use request::{Headers, Method, Request};
 

@@ -12,6 +12,8 @@
 //! - [`session`]: client-port session bodies (open/join/close/meta/...).
 //! - [`compaction`]: the session compaction config.
 //! - [`admin`]: admin-port bodies and views.
+//! - [`export`]: the session export document (extension).
+//! - [`fork`]: fork and rewind bodies (extension).
 //! - [`page`]: pagination query parsing and page bodies.
 //! - [`json`]: small JSON text helpers (string escaping).
 
@@ -19,6 +21,8 @@ pub mod admin;
 pub mod compaction;
 pub mod content;
 pub mod event;
+pub mod export;
+pub mod fork;
 pub mod hex;
 pub mod ids;
 pub mod json;

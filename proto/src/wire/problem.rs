@@ -18,6 +18,9 @@ pub enum ProblemType {
     ToolNotAllowed,
     /// 403 `profile_mismatch`
     ProfileMismatch,
+    /// 403 `fork_not_allowed` (extension: a fork by a key other than the
+    /// session's creator)
+    ForkNotAllowed,
     /// 404 `not_found`
     NotFound,
     /// 405 `method_not_allowed` (HTTP layer: known path, wrong method)
@@ -30,6 +33,11 @@ pub enum ProblemType {
     DuplicateName,
     /// 409 `profile_in_use` (admin)
     ProfileInUse,
+    /// 409 `fork_point_incomplete` (extension: a fork point inside a
+    /// running or paused turn, or inside a compaction's commit)
+    ForkPointIncomplete,
+    /// 409 `session_exists` (extension: an import keeping an id in use)
+    SessionExists,
     /// 411 `length_required` (HTTP layer: body without a length)
     LengthRequired,
     /// 413 `payload_too_large` (HTTP layer: body over the configured limit)
@@ -42,6 +50,12 @@ pub enum ProblemType {
     ReservedToolName,
     /// 422 `invalid_subagent_tools`
     InvalidSubagentTools,
+    /// 422 `invalid_document` (extension: an import document that is
+    /// truncated, malformed or breaks the event log's rules)
+    InvalidDocument,
+    /// 422 `unsupported_format_version` (extension: an import document of
+    /// a format version this server cannot read)
+    UnsupportedFormatVersion,
     /// 431 `request_header_fields_too_large` (HTTP layer)
     HeaderFieldsTooLarge,
     /// 500 `internal`
@@ -54,23 +68,28 @@ pub enum ProblemType {
 
 impl ProblemType {
     /// Every problem type.
-    pub const ALL: [ProblemType; 20] = [
+    pub const ALL: [ProblemType; 25] = [
         ProblemType::BadRequest,
         ProblemType::Unauthorized,
         ProblemType::ToolNotAllowed,
         ProblemType::ProfileMismatch,
+        ProblemType::ForkNotAllowed,
         ProblemType::NotFound,
         ProblemType::MethodNotAllowed,
         ProblemType::RequestTimeout,
         ProblemType::SessionClosed,
         ProblemType::DuplicateName,
         ProblemType::ProfileInUse,
+        ProblemType::ForkPointIncomplete,
+        ProblemType::SessionExists,
         ProblemType::LengthRequired,
         ProblemType::PayloadTooLarge,
         ProblemType::ProfileUnavailable,
         ProblemType::PrimaryProviderUnavailable,
         ProblemType::ReservedToolName,
         ProblemType::InvalidSubagentTools,
+        ProblemType::InvalidDocument,
+        ProblemType::UnsupportedFormatVersion,
         ProblemType::HeaderFieldsTooLarge,
         ProblemType::Internal,
         ProblemType::NotImplemented,
@@ -84,18 +103,23 @@ impl ProblemType {
             ProblemType::Unauthorized => "unauthorized",
             ProblemType::ToolNotAllowed => "tool_not_allowed",
             ProblemType::ProfileMismatch => "profile_mismatch",
+            ProblemType::ForkNotAllowed => "fork_not_allowed",
             ProblemType::NotFound => "not_found",
             ProblemType::MethodNotAllowed => "method_not_allowed",
             ProblemType::RequestTimeout => "request_timeout",
             ProblemType::SessionClosed => "session_closed",
             ProblemType::DuplicateName => "duplicate_name",
             ProblemType::ProfileInUse => "profile_in_use",
+            ProblemType::ForkPointIncomplete => "fork_point_incomplete",
+            ProblemType::SessionExists => "session_exists",
             ProblemType::LengthRequired => "length_required",
             ProblemType::PayloadTooLarge => "payload_too_large",
             ProblemType::ProfileUnavailable => "profile_unavailable",
             ProblemType::PrimaryProviderUnavailable => "primary_provider_unavailable",
             ProblemType::ReservedToolName => "reserved_tool_name",
             ProblemType::InvalidSubagentTools => "invalid_subagent_tools",
+            ProblemType::InvalidDocument => "invalid_document",
+            ProblemType::UnsupportedFormatVersion => "unsupported_format_version",
             ProblemType::HeaderFieldsTooLarge => "request_header_fields_too_large",
             ProblemType::Internal => "internal",
             ProblemType::NotImplemented => "not_implemented",
@@ -108,19 +132,25 @@ impl ProblemType {
         match self {
             ProblemType::BadRequest => 400,
             ProblemType::Unauthorized => 401,
-            ProblemType::ToolNotAllowed | ProblemType::ProfileMismatch => 403,
+            ProblemType::ToolNotAllowed
+            | ProblemType::ProfileMismatch
+            | ProblemType::ForkNotAllowed => 403,
             ProblemType::NotFound => 404,
             ProblemType::MethodNotAllowed => 405,
             ProblemType::RequestTimeout => 408,
-            ProblemType::SessionClosed | ProblemType::DuplicateName | ProblemType::ProfileInUse => {
-                409
-            }
+            ProblemType::SessionClosed
+            | ProblemType::DuplicateName
+            | ProblemType::ProfileInUse
+            | ProblemType::ForkPointIncomplete
+            | ProblemType::SessionExists => 409,
             ProblemType::LengthRequired => 411,
             ProblemType::PayloadTooLarge => 413,
             ProblemType::ProfileUnavailable
             | ProblemType::PrimaryProviderUnavailable
             | ProblemType::ReservedToolName
-            | ProblemType::InvalidSubagentTools => 422,
+            | ProblemType::InvalidSubagentTools
+            | ProblemType::InvalidDocument
+            | ProblemType::UnsupportedFormatVersion => 422,
             ProblemType::HeaderFieldsTooLarge => 431,
             ProblemType::Internal => 500,
             ProblemType::NotImplemented => 501,

@@ -547,6 +547,7 @@ impl World {
             Kind::PutProfile { broken } if complete && status == Some(200) => {
                 self.profile_broken = broken;
             }
+            Kind::Fork(_) | Kind::Export | Kind::Import(_) => self.transfer_finished(rid, complete),
             _ => {}
         }
     }

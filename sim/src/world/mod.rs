@@ -23,7 +23,9 @@ mod ext_checks;
 mod plumbing;
 mod responses;
 mod run;
+mod transfer;
 use serde_json::{json, Value};
+pub use transfer::TransferStats;
 
 use crate::check::{self, Checker, Violation};
 use crate::hash::Fnv;
@@ -92,6 +94,8 @@ pub struct Stats {
     pub virtual_ms: u64,
     /// What the extension workload did (`sim/src/ext.rs`).
     pub ext: crate::ext::ExtStats,
+    /// Forks made and refused, exports, imports (`world/transfer.rs`).
+    pub transfer: transfer::TransferStats,
     pub stream: crate::stream::StreamStats,
 }
 
@@ -158,6 +162,8 @@ enum Ev {
         op: engine::sandbox::OpId,
         reply: engine::sandbox::SandboxReply,
     },
+    /// The operator forks or exports a session (`world/transfer.rs`).
+    Transfer,
     /// An actor sends an extension request beside its own (`world/ext.rs`).
     Side {
         actor: usize,
@@ -265,6 +271,12 @@ enum Kind {
     PutProfile {
         broken: bool,
     },
+    /// Admin: fork with this body (`world/transfer.rs`).
+    Fork(Value),
+    /// Admin: export the session.
+    Export,
+    /// Admin: import a document holding these event lines.
+    Import(Vec<Value>),
 }
 
 struct Req {
@@ -409,6 +421,8 @@ pub struct World {
     /// Requests the engine set aside until their session is loaded (by the
     /// read that loads it): the engine handles them when it is answered.
     deferred: BTreeMap<engine::ReadId, usize>,
+    /// Forks, exports and imports (`world/transfer.rs`).
+    transfer: transfer::TransferSim,
 }
 
 fn now_of(mono: u64, unix0: u64) -> Now {
@@ -455,6 +469,7 @@ impl World {
         let sandbox = SandboxSim::new(root.fork());
         let xrng = root.fork();
         let stream = crate::stream::StreamSim::new(root.fork());
+        let trng = root.fork();
         let mut config = Config {
             providers: vec![ProviderEntry {
                 name: "main".into(),
@@ -581,6 +596,7 @@ impl World {
             cancel_probe: None,
             feeding: None,
             deferred: BTreeMap::new(),
+            transfer: transfer::TransferSim::new(trng),
         }
     }
 

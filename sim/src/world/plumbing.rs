@@ -12,6 +12,7 @@ impl World {
         }
         let now = self.now();
         self.engine.note_store_backlog(self.io.pipe.backlog());
+        self.transfer.copying.clear();
         let r = catch_unwind(AssertUnwindSafe(|| self.engine.handle_input(now, input)));
         if let Err(p) = r {
             self.engine_panicked(p);
@@ -176,6 +177,20 @@ impl World {
                 row.payload
             ));
             self.checker.now_ms = self.now_ms;
+            if self.transfer.copying.contains(&row.session_id) {
+                // Copied history (a fork or an import), not a live turn:
+                // the gate model follows it silently, and the MCP model
+                // learns the session its transports will be opened for.
+                self.checker.silent = true;
+                self.checker.on_emit(row);
+                self.checker.silent = false;
+                if row.event_type == "session.open" {
+                    self.mcp.on_event(row, self.now_ms, &mut self.checker);
+                }
+                self.transfer.copied_seqs.insert(row.seq);
+                self.io.pipe.write(w);
+                return;
+            }
             self.checker.on_emit(row);
             self.mcp.on_event(row, self.now_ms, &mut self.checker);
             self.sandbox.on_event(row, self.now_ms, &mut self.checker);
@@ -187,6 +202,9 @@ impl World {
             self.on_emit_fifo(&row);
         } else {
             self.t(format!("out write {}", write_name(&w)));
+            if let StoreWrite::InsertLineage(l) = &w {
+                self.transfer.copying.insert(l.session_id.clone());
+            }
             self.checker.on_emit_write(&w);
         }
         self.io.pipe.write(w);
@@ -255,7 +273,7 @@ impl World {
             return;
         };
         match job {
-            Job::Commit { batch, writes } => {
+            Job::Commit { batch, writes, .. } => {
                 self.commit(batch, writes);
                 for d in self.io.pipe.committed(batch) {
                     self.release(d);
@@ -305,7 +323,9 @@ impl World {
                 if !self.checker.on_commit_event(row) {
                     continue;
                 }
-                self.ext.on_commit(row, &mut self.checker);
+                if !self.transfer.copied_seqs.contains(&row.seq) {
+                    self.ext.on_commit(row, &mut self.checker);
+                }
             }
             self.store.apply(w);
         }

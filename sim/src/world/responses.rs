@@ -136,6 +136,9 @@ impl World {
     // ---- responses ---------------------------------------------------------------
 
     pub(super) fn on_parsed(&mut self, rid: usize, p: Parsed) {
+        if self.transfer_frame(rid, &p) {
+            return;
+        }
         let who = format!("req #{rid} ({})", self.actor_name(self.reqs[rid].actor));
         match p {
             Parsed::Head { status } => {

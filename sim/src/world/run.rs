@@ -155,6 +155,9 @@ impl World {
         if self.swarm.revoke > 0.0 || self.swarm.break_profile > 0.0 {
             self.after(1_000, Ev::Admin);
         }
+        if self.swarm.transfer.any() {
+            self.after(1_500, Ev::Transfer);
+        }
         let steps = opts
             .max_steps
             .unwrap_or(self.swarm.steps)
@@ -196,6 +199,7 @@ impl World {
                 self.act(a);
             }
             Ev::Admin => self.admin_act(),
+            Ev::Transfer => self.transfer_act(),
             Ev::Deliver(c) => self.on_deliver(c),
             Ev::ClientClose(c) => self.client_close(c),
             Ev::EngineClosed(c) => self.engine_closed(c),
@@ -271,7 +275,7 @@ impl World {
         // A commit in flight either made it or not (it is atomic).
         if let Some(Job::Commit { .. }) = self.io.running.front() {
             if self.rng.chance(0.5) {
-                if let Some(Job::Commit { batch, writes }) = self.io.running.pop_front() {
+                if let Some(Job::Commit { batch, writes, .. }) = self.io.running.pop_front() {
                     self.commit(batch, writes);
                 }
             }
@@ -323,13 +327,15 @@ impl World {
             BTreeSet::new()
         };
         self.queue.retain(|_, ev| match ev {
-            Ev::Act(_) | Ev::Admin => true,
+            Ev::Act(_) | Ev::Admin | Ev::Transfer => true,
             Ev::ClientRead(c) => keep.contains(c),
             _ => false,
         });
         self.timer_at = None;
         self.checker.on_restart();
         self.ext.on_restart(&self.checker.by_session);
+        let committed = self.checker.max_seq;
+        self.transfer.copied_seqs.retain(|s| *s <= committed);
         self.epoch += 1;
         let lost: Vec<usize> = self
             .conns
@@ -516,6 +522,8 @@ impl World {
         self.stats.mcp_timeouts = m.timeouts;
         self.t(format!("mcp summary {m:?}"));
         self.stats.ext = self.ext.stats.clone();
+        self.check_fork_parents();
+        self.stats.transfer = self.transfer.stats.clone();
         self.stats.stream = self.stream.stats.clone();
         self.t(format!("ext summary {:?}", self.ext.stats));
         // Fingerprint of the committed event log.

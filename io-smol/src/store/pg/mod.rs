@@ -11,8 +11,10 @@
 //! batch is released. A batch is one transaction, so after a restart it is
 //! either wholly stored or absent.
 
+pub mod listener;
 mod ops;
 pub(crate) mod pool;
+pub mod renewer;
 pub mod replica;
 pub mod schema;
 
@@ -54,7 +56,7 @@ pub struct PgStore {
     /// Extra connections that answer runs of reads (`pool.rs`).
     readers: Option<pool::Readers>,
     /// Replica mode: lease claims, fenced and notifying commits.
-    replica: Option<replica::ReplicaIdentity>,
+    replica: Option<replica::ReplicaState>,
 }
 
 impl fmt::Debug for PgStore {

@@ -12,8 +12,10 @@ use postgres::types::{ToSql, Type};
 use postgres::{GenericClient, IsolationLevel, Row, Statement};
 
 use super::{PgStore, StoreError};
+use crate::store::lineage::lineage_row;
 use crate::store::rows::{read_event, read_key, read_profile, read_session, seq_to_i64, Cols};
 use crate::store::{Activity, Result};
+use engine::replicas::Fence;
 use engine::store::page::PageBounds;
 
 /// The statements, by [`Pq`].
@@ -126,6 +128,12 @@ pg_queries! {
         WHERE ord > $1 AND ($2::text IS NULL OR state = $2) ORDER BY ord LIMIT $3";
     AllIdempotency = "SELECT session_id, client_key_id, key, digest, created_ms, outcome \
         FROM bae_idempotency_keys";
+    InsertLineage = "INSERT INTO bae_session_lineage (session_id, kind, parent_id, \
+        parent_event_id, source_session_id, created_at) VALUES ($1, $2, $3, $4, $5, $6)";
+    LineageOf = "SELECT session_id, kind, parent_id, parent_event_id, source_session_id, \
+        created_at FROM bae_session_lineage WHERE session_id = $1";
+    LineageChildren = "SELECT session_id, kind, parent_id, parent_event_id, \
+        source_session_id, created_at FROM bae_session_lineage WHERE parent_id = $1 ORDER BY ord";
     Activity = "SELECT \
         (SELECT COUNT(*) FROM profiles WHERE deleted_at IS NULL), \
         (SELECT COUNT(*) FROM keys WHERE role = 'client' AND deleted_at IS NULL), \
@@ -194,15 +202,31 @@ impl PgStore {
     /// Applies `batch` in order inside one transaction; on any error it is
     /// rolled back and nothing of the batch is stored.
     pub fn commit(&mut self, batch: &[StoreWrite]) -> Result<()> {
+        self.commit_fenced(batch, None)
+    }
+
+    /// [`PgStore::commit`] in replica mode: the batch first passes the
+    /// monotonic check and, inside its transaction, `fence`
+    /// ([`super::replica::fence`]); when either fails nothing of it is
+    /// stored and the error is [`StoreError::Fenced`].
+    pub fn commit_fenced(&mut self, batch: &[StoreWrite], fence: Option<&Fence>) -> Result<()> {
         if batch.is_empty() {
             return Ok(());
         }
+        self.replica_fresh()?;
         self.prepared()?;
         let stmts = self.stmts.take().expect("prepared");
-        let replica = self.replica.clone();
+        let replica = self.replica.as_ref();
         let mut fenced = None;
         let r = (|| {
             let mut tx = self.client.transaction()?;
+            if let Some(state) = replica {
+                if let Err(what) = super::replica::fence(&mut tx, state, fence, batch)? {
+                    // Dropped uncommitted: rolled back.
+                    fenced = Some(what);
+                    return Ok(());
+                }
+            }
             let mut rest = batch;
             while let Some(w) = rest.first() {
                 let run = rest
@@ -217,20 +241,14 @@ impl PgStore {
                     rest = &rest[1..];
                 }
             }
-            if let Some(me) = &replica {
-                fenced = super::replica::fence_and_notify(&mut tx, me, batch)?;
-                if fenced.is_some() {
-                    // Dropped uncommitted: rolled back.
-                    return Ok(());
-                }
+            if replica.is_some() {
+                super::replica::notify(&mut tx, batch)?;
             }
             tx.commit()
         })();
         self.stmts = Some(stmts);
-        if let Some(session) = fenced {
-            return Err(StoreError::Postgres(format!(
-                "another replica holds the lease of session {session}; the batch was rolled back"
-            )));
+        if let Some(what) = fenced {
+            return Err(StoreError::Fenced(what));
         }
         // Dropping an unfinished transaction rolls it back.
         r.map_err(|e| self.err(e))
@@ -238,8 +256,12 @@ impl PgStore {
 
     /// Answers one engine query.
     pub fn read(&mut self, read: &StoreRead) -> Result<ReadResult> {
-        if let StoreRead::ClaimLease { session_id } = read {
-            return self.claim_lease(session_id);
+        if let StoreRead::ClaimLease {
+            session_id,
+            drivers_since,
+        } = read
+        {
+            return self.claim_lease(session_id, *drivers_since);
         }
         self.prepared()?;
         let stmts = self.stmts.take().expect("prepared");
@@ -370,7 +392,7 @@ fn apply(
         StoreWrite::RevokeSessionKeysOf { client_id, at } => {
             exec(tx, Pq::RevokeSessionKeysOf, &[client_id, at])
         }
-        // Written with the replica's identity (`replica::fence_and_notify`).
+        // Written with the replica's token (`replica::fence`).
         StoreWrite::LeaseNewSession { .. } => Ok(()),
         StoreWrite::SetKeyHash { id, key_hash } => exec(tx, Pq::SetKeyHash, &[id, key_hash]),
         StoreWrite::TouchKey { id, at } => exec(tx, Pq::TouchKey, &[id, at]),
@@ -443,6 +465,21 @@ fn apply(
             let before = i64::try_from(*before_ms).unwrap_or(i64::MAX);
             exec(tx, Pq::ExpireIdempotency, &[&before])
         }
+        StoreWrite::InsertLineage(row) => {
+            let c = crate::store::lineage::LineageCols::of(row);
+            exec(
+                tx,
+                Pq::InsertLineage,
+                &[
+                    &row.session_id,
+                    &c.kind,
+                    &c.parent_id,
+                    &c.parent_event_id,
+                    &c.source_session_id,
+                    &row.created_at,
+                ],
+            )
+        }
     }
 }
 
@@ -489,7 +526,9 @@ pub(crate) fn read_with(
 ) -> std::result::Result<ReadResult, ReadError> {
     let result = match read {
         // Pages leave the store rendered (the engine only sends them).
-        StoreRead::EventsPage { .. } | StoreRead::ReplayPage { .. } => {
+        StoreRead::EventsPage { .. }
+        | StoreRead::ReplayPage { .. }
+        | StoreRead::ExportPage { .. } => {
             let (
                 Some(bounds),
                 Some(StoreRead::Events {
@@ -517,6 +556,23 @@ pub(crate) fn read_with(
             engine::store::render_page(read, &rows, more).unwrap_or(ReadResult::Events(rows))
         }
         StoreRead::Runtime => ReadResult::Runtime(Default::default()),
+        StoreRead::Lineage {
+            session_id,
+            children,
+        } => {
+            let own = c.query_opt(stmts.get(Pq::LineageOf), &[session_id])?;
+            let own = own.map(|r| lineage_row(&r)).transpose()?;
+            let mut kids = Vec::new();
+            if *children {
+                for r in c.query(stmts.get(Pq::LineageChildren), &[session_id])? {
+                    kids.push(lineage_row(&r)?);
+                }
+            }
+            ReadResult::Lineage {
+                own,
+                children: kids,
+            }
+        }
         // Answered by `PgStore::claim_lease` on the writer connection.
         StoreRead::ClaimLease { .. } => {
             return Err(ReadError::Store(StoreError::Postgres(

@@ -23,7 +23,7 @@ pub struct PgMigration {
 }
 
 /// Highest migration version this binary knows.
-pub const PG_LATEST_VERSION: i64 = 4;
+pub const PG_LATEST_VERSION: i64 = 5;
 
 /// Oldest PostgreSQL server accepted (`server_version_num`).
 pub const PG_MIN_SERVER_VERSION: i32 = 130000;
@@ -39,6 +39,7 @@ pub const PG_TABLES: &[&str] = &[
     "bae_idempotency_keys",
     "session_leases",
     "replica_lanes",
+    "bae_session_lineage",
 ];
 
 pub const PG_MIGRATIONS: &[PgMigration] = &[
@@ -140,5 +141,36 @@ pub const PG_MIGRATIONS: &[PgMigration] = &[
                   owner      TEXT NOT NULL,
                   expires_at TIMESTAMPTZ NOT NULL
               );",
+    },
+    // Where forked and imported sessions came from (extension; see the
+    // SQLite store's `bae_session_lineage`).
+    PgMigration {
+        version: 5,
+        name: "session_lineage",
+        sql: "CREATE TABLE bae_session_lineage (
+                  ord               BIGINT GENERATED ALWAYS AS IDENTITY UNIQUE,
+                  session_id        TEXT PRIMARY KEY,
+                  kind              TEXT NOT NULL CHECK (kind IN ('fork', 'import')),
+                  parent_id         TEXT,
+                  parent_event_id   TEXT,
+                  source_session_id TEXT,
+                  created_at        TEXT NOT NULL
+              );
+              CREATE INDEX bae_idx_session_lineage_parent ON bae_session_lineage(parent_id);",
+    },
+    // Fencing tokens (docs/scaling.md, "Fencing"): every running replica
+    // process draws one at start and writes it into the lane and the
+    // leases it takes; a commit checks, in its own transaction, that its
+    // lane and the leases of the sessions it writes still carry it. The
+    // owner name alone cannot fence: a restart with a fixed
+    // `BAE_REPLICA_ID` shares it with a frozen predecessor. Renewals and
+    // releases find a replica's rows by token.
+    PgMigration {
+        version: 6,
+        name: "fencing_tokens",
+        sql: "ALTER TABLE session_leases ADD COLUMN token BIGINT NOT NULL DEFAULT 0;
+              ALTER TABLE replica_lanes ADD COLUMN token BIGINT NOT NULL DEFAULT 0;
+              DROP INDEX bae_idx_session_leases_owner;
+              CREATE INDEX bae_idx_session_leases_token ON session_leases(token);",
     },
 ];

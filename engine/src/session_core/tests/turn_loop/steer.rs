@@ -106,3 +106,41 @@ fn an_inline_compaction_retires_waiting_steers() {
         "the turn ended before its next provider call"
     )));
 }
+
+/// A turn that fails before its next provider call says why to its waiting
+/// steers (docs/extensions.md): every provider failed, the loop limit, or
+/// a failure of the turn itself.
+#[test]
+fn steers_of_a_failing_turn_say_how_it_failed() {
+    // Every provider failed.
+    let mut h = Harness::new();
+    h.send("key_a", json!("start"));
+    h.core.steer(ConnId(7), "key_a", json!("late")).unwrap();
+    h.reply(5, failed(503));
+    assert_eq!(h.ending(), Some(&Ending::ProvidersFailed));
+    assert!(
+        h.seen
+            .contains(&Seen::SteerRetired(ConnId(7), "all providers failed")),
+        "{:?}",
+        h.seen
+    );
+    // The loop limit: the steer arrives during the eighth round trip.
+    let mut h = Harness::new();
+    h.send("key_a", json!("loop"));
+    for i in 0..8 {
+        if i == 7 {
+            h.core.steer(ConnId(8), "key_a", json!("stop")).unwrap();
+        }
+        h.answer(json!([tool_use(
+            &format!("tu_{i}"),
+            "unknown_tool",
+            json!({})
+        )]));
+    }
+    assert_eq!(h.ending(), Some(&Ending::ProvidersFailed));
+    assert!(h.seen.contains(&Seen::SteerRetired(
+        ConnId(8),
+        "the turn reached its loop limit"
+    )));
+    assert_eq!(h.count(|s| matches!(s, Seen::SteerApplied(..))), 0);
+}
