@@ -117,6 +117,8 @@ impl Driver {
                 max_tokens: MAX_TOKENS,
                 retry: None,
                 limits: None,
+                cache: None,
+                prices: None,
                 stream: None,
             }],
             telemetry: std::env::var("HISTORY_TELEMETRY").is_ok_and(|v| v == "1"),

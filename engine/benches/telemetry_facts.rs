@@ -52,6 +52,8 @@ fn main() {
         max_tokens: 1024,
         retry: None,
         limits: None,
+        cache: None,
+        prices: None,
         stream: None,
     };
     // The minimum of several runs: the box is shared, and descheduling

@@ -26,6 +26,8 @@ enum Route<'a> {
     Import,
     Fork(&'a str, bool),
     Lineage(&'a str),
+    /// Extension: provider tokens of a session, a client key or a profile.
+    Usage(crate::store::UsageScope),
     McpServers,
     Providers,
     Config,
@@ -50,6 +52,16 @@ fn route(path: &str) -> Option<Route<'_>> {
         ["sessions", id, "fork"] if !id.is_empty() => Some(Route::Fork(id, false)),
         ["sessions", id, "rewind"] if !id.is_empty() => Some(Route::Fork(id, true)),
         ["sessions", id, "lineage"] if !id.is_empty() => Some(Route::Lineage(id)),
+        [kind, id, "usage"] if !id.is_empty() => {
+            use crate::store::UsageScope;
+            let id = (*id).to_string();
+            match *kind {
+                "sessions" => Some(Route::Usage(UsageScope::Session(id))),
+                "keys" => Some(Route::Usage(UsageScope::ClientKey(id))),
+                "profiles" => Some(Route::Usage(UsageScope::Profile(id))),
+                _ => None,
+            }
+        }
         ["mcp-servers"] => Some(Route::McpServers),
         ["providers"] => Some(Route::Providers),
         ["config"] => Some(Route::Config),
@@ -118,6 +130,11 @@ impl Engine {
                 return self.problem(conn, ProblemType::NotFound, &format!("no session {id}"));
             }
         }
+        if let Route::Usage(crate::store::UsageScope::Session(id)) = &r {
+            if !ready && self.load_first(conn, &req, id, LoadFor::Admin) {
+                return;
+            }
+        }
         match (r, &req.method) {
             (Route::Profiles, Method::Post) => self.create_profile(conn, &req),
             (Route::Profiles, Method::Get) => self.list_profiles(conn, &req),
@@ -182,6 +199,7 @@ impl Engine {
                 let body = crate::metrics::traffic::status_json(&entries, retry, &status);
                 self.respond_value(conn, 200, &body);
             }
+            (Route::Usage(scope), Method::Get) => self.usage_request(conn, &req, scope),
             _ => self.problem(conn, ProblemType::MethodNotAllowed, "method not allowed"),
         }
     }
@@ -536,6 +554,65 @@ impl Engine {
             state: filter,
         };
         self.read(read, PendingRead::SessionList { conn });
+    }
+
+    /// `GET /admin/v1/{sessions|keys|profiles}/{id}/usage[?since=&until=]`
+    /// (extension, docs/extensions.md "Usage accounting"): sums of the
+    /// stored usage rows, a session's by turn too.
+    fn usage_request(&mut self, conn: ConnId, req: &Request, scope: crate::store::UsageScope) {
+        use crate::store::UsageScope;
+        let mut window = [None, None];
+        for (slot, name) in window.iter_mut().zip(["since", "until"]) {
+            if let Some(v) = req.query_param(name) {
+                match crate::usage::parse_instant(&v) {
+                    Some(ms) => *slot = Some(ms),
+                    None => {
+                        let detail = format!(
+                            "{name}: expected a UTC time like 2026-01-02, 2026-01-02T03:04:05Z or 2026-01-02T03:04:05.000Z"
+                        );
+                        return self.problem(conn, ProblemType::BadRequest, &detail);
+                    }
+                }
+            }
+        }
+        let scope_json = match &scope {
+            UsageScope::Session(id) => {
+                if !self.catalog.sessions.contains_key(id.as_str()) {
+                    return self.problem(conn, ProblemType::NotFound, &format!("no session {id}"));
+                }
+                format!("\"session_id\":{}", proto::wire::json::string(id))
+            }
+            UsageScope::ClientKey(id) => format!("\"key_id\":{}", proto::wire::json::string(id)),
+            UsageScope::Profile(id) => {
+                format!("\"profile_id\":{}", proto::wire::json::string(id))
+            }
+        };
+        let scope_json = crate::usage::scope_members(&scope_json, window);
+        let by_turn = matches!(scope, UsageScope::Session(_));
+        let read = StoreRead::Usage {
+            scope,
+            since_ms: window[0],
+            until_ms: window[1],
+            by_turn,
+        };
+        self.read(read, PendingRead::Usage { conn, scope_json });
+    }
+
+    pub(crate) fn on_usage(
+        &mut self,
+        conn: ConnId,
+        scope: &str,
+        result: Result<ReadResult, String>,
+    ) {
+        let Ok(ReadResult::Usage(sums)) = result else {
+            if let Err(e) = &result {
+                tracing::error!(error = %e, "usage read failed");
+            }
+            return self.problem(conn, ProblemType::Internal, "internal error");
+        };
+        let prices = |name: &str| self.config.provider(name).and_then(|p| p.prices);
+        let body = crate::usage::render(scope, &sums, prices);
+        self.respond_json(conn, 200, body.as_bytes());
     }
 
     pub(crate) fn on_session_list(&mut self, conn: ConnId, result: Result<ReadResult, String>) {

@@ -53,6 +53,8 @@ pub enum PendingRead {
     SessionList { conn: ConnId },
     /// An export, import, fork or lineage answer (`crate::transfer`).
     Transfer { conn: ConnId },
+    /// A usage route waiting for its sums; `scope_json` leads the answer.
+    Usage { conn: ConnId, scope_json: String },
 }
 
 /// Which port a loaded session's request goes back to.
@@ -272,6 +274,7 @@ impl Engine {
                 let outs = self.transfers.read_done(conn, result, unflushed);
                 self.run_transfer(conn, outs);
             }
+            PendingRead::Usage { conn, scope_json } => self.on_usage(conn, &scope_json, result),
             PendingRead::Metrics { conn } => {
                 let rt = match result {
                     Ok(ReadResult::Runtime(rt)) => rt,

@@ -10,12 +10,11 @@
 //! rebuilt from the log by the next arrival, exactly as after a restart
 //! (`turn::recover`), so dropping one never changes what a client sees.
 //!
-//! Weights are estimates of the heap a cached message tree takes
-//! ([`weight`]); the engine reports them as histories load and grow.
+//! Weights are the heap a cached history's text takes
+//! (`proto::provider::HistoryText::weight`, about its bytes); the engine
+//! reports them as histories load and grow.
 
 use std::collections::{BTreeMap, BTreeSet};
-
-use serde_json::Value;
 
 use crate::ids::SessionId;
 use crate::MonoMs;
@@ -164,70 +163,9 @@ impl HistoryCache {
     }
 }
 
-/// Estimated heap bytes of a JSON value tree as `serde_json` holds it (an
-/// order-preserving map: an entry vector and a hash index), with glibc's
-/// per-allocation overhead. Checked against heap profiles of the bench's
-/// sessions to within a few per cent; it only has to rank and bound.
-pub fn weight(v: &Value) -> usize {
-    std::mem::size_of::<Value>() + heap(v)
-}
-
-/// [`weight`] of a history message plus its request text, which every
-/// provider call renders once and keeps (`proto::provider::Message`):
-/// about the length of its compact JSON.
-pub fn message_weight(v: &Value) -> usize {
-    weight(v) + chunk(text_len(v))
-}
-
-/// Roughly the compact JSON length of `v` (escapes not counted).
-fn text_len(v: &Value) -> usize {
-    match v {
-        Value::Null | Value::Bool(_) => 5,
-        Value::Number(_) => 8,
-        Value::String(s) => s.len() + 2,
-        Value::Array(a) => 2 + a.iter().map(|x| text_len(x) + 1).sum::<usize>(),
-        Value::Object(m) => {
-            2 + m
-                .iter()
-                .map(|(k, x)| k.len() + 4 + text_len(x))
-                .sum::<usize>()
-        }
-    }
-}
-
-/// A `malloc(n)` chunk: 8 bytes of header, 16-byte aligned, 32 at least.
-fn chunk(n: usize) -> usize {
-    if n == 0 {
-        return 0;
-    }
-    ((n + 8 + 15) & !15).max(32)
-}
-
-fn heap(v: &Value) -> usize {
-    const SLOT: usize = std::mem::size_of::<Value>();
-    // Hash, key `String` and value of one map entry.
-    const ENTRY: usize = 8 + std::mem::size_of::<String>() + SLOT;
-    match v {
-        Value::Null | Value::Bool(_) | Value::Number(_) => 0,
-        Value::String(s) => chunk(s.len()),
-        Value::Array(a) => chunk(a.len() * SLOT) + a.iter().map(heap).sum::<usize>(),
-        Value::Object(m) => {
-            let buckets = (m.len() * 8 / 7 + 1).next_power_of_two().max(4);
-            let index = if m.is_empty() {
-                0
-            } else {
-                chunk(buckets * 9 + 16)
-            };
-            let entries: usize = m.iter().map(|(k, v)| chunk(k.len()) + heap(v)).sum();
-            chunk(m.len() * ENTRY) + index + entries
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
 
     fn id(s: &str) -> SessionId {
         SessionId::from(s)
@@ -306,25 +244,5 @@ mod tests {
         assert_eq!(c.total_bytes(), 3);
         c.grew("b", 100);
         assert_eq!(c.total_bytes(), 3, "an untracked session does not count");
-    }
-
-    #[test]
-    fn weight_counts_allocations_as_malloc_sizes_them() {
-        let slot = std::mem::size_of::<Value>();
-        assert_eq!(weight(&Value::Null), slot);
-        assert_eq!(weight(&json!("")), slot);
-        assert_eq!(
-            weight(&json!("hi")),
-            slot + 32,
-            "a short string is a 32-byte chunk"
-        );
-        assert_eq!(weight(&json!("x".repeat(100))), slot + 112);
-        let small = weight(&json!({"role": "user", "content": "hi"}));
-        let large = weight(&json!({"role": "user", "content": "x".repeat(1000)}));
-        assert_eq!(large - small, 1_008 - 32);
-        // A user message: entry vector, index, two keys, two strings.
-        let entries = ((2 * (8 + 24 + slot) + 8 + 15) & !15).max(32);
-        assert_eq!(small, slot + entries + 64 + 4 * 32);
-        assert!(weight(&json!([1, 2, 3])) > weight(&json!([1])));
     }
 }

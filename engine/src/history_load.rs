@@ -47,6 +47,15 @@ pub struct HistoryLoad {
     pub newest_usage: Option<Option<(u64, u64)>>,
 }
 
+/// The provider-facing history of a load (spec 05 §8), as request text.
+pub fn history_text(load: &HistoryLoad) -> proto::provider::HistoryText {
+    let mut h = proto::provider::HistoryText::new();
+    for (_, et, payload) in &load.messages {
+        h.push(&proto::provider::history_message(et, payload));
+    }
+    h
+}
+
 /// An unfinished load: which answer it waits for and what it has so far.
 #[derive(Debug, Clone, PartialEq)]
 pub struct HistoryLoader {

@@ -70,6 +70,7 @@ pub mod telemetry;
 pub mod time;
 pub mod transfer;
 mod turn;
+pub mod usage;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
@@ -256,6 +257,10 @@ pub struct ProviderEntry {
     /// `limits`: calls in flight, requests and input tokens per minute,
     /// shared by every session (`None`: unlimited).
     pub limits: Option<provider_limits::EntryLimits>,
+    /// Prompt caching (opt-in; `None`: requests are the reference's).
+    pub cache: Option<proto::provider::Caching>,
+    /// Prices per million tokens, for cost estimates (`None`: no cost).
+    pub prices: Option<usage::Prices>,
     /// `stream = true`: replies are streamed (`None`: the reference's
     /// unstreamed calls, byte for byte).
     pub stream: Option<StreamSettings>,
@@ -571,7 +576,8 @@ impl Engine {
             request_timeout_ms: config.request_timeout_ms,
             max_import_bytes: config.max_import_bytes,
         });
-        let metrics = metrics::Metrics::new(&config.metrics_disabled);
+        let metrics = metrics::Metrics::new(&config.metrics_disabled)
+            .with_provider_entries(config.providers.iter().map(|p| p.name.as_str()));
         let replicas = config.replica.map(replicas::Replicas::new);
         let next_seq = match &replicas {
             Some(r) => r.align(snapshot.max_event_seq + 1),

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use crate::store::{
     Claimed, EventRow, IdempotencyRow, KeyRole, KeyRow, Lease, LineageRow, Origin, ProfileRow,
     ReadResult, SessionCounts, SessionRow, SessionState, Snapshot, SnapshotScope, StoreRead,
-    StoreWrite, StoredSession,
+    StoreWrite, StoredSession, UsageRow, UsageScope,
 };
 
 #[derive(Debug, Clone, Default)]
@@ -22,6 +22,8 @@ pub struct MemStore {
     idempotency: BTreeMap<(String, String, String), IdempotencyRow>,
     /// Where forked and imported sessions came from, in creation order.
     pub lineage: Vec<LineageRow>,
+    /// Usage rows by their `provider.response` seq.
+    pub usage: BTreeMap<u64, UsageRow>,
 }
 
 impl MemStore {
@@ -113,6 +115,11 @@ impl MemStore {
                 self.idempotency.retain(|_, r| r.created_ms >= *before_ms);
             }
             StoreWrite::InsertLineage(row) => self.lineage.push(row.clone()),
+            StoreWrite::InsertUsage(row) => {
+                self.usage
+                    .entry(row.event_seq)
+                    .or_insert_with(|| row.clone());
+            }
         }
     }
 
@@ -268,6 +275,23 @@ impl MemStore {
                 let more = rows.len() > *limit;
                 rows.truncate(*limit);
                 ReadResult::SessionList { rows, more }
+            }
+            StoreRead::Usage {
+                scope,
+                since_ms,
+                until_ms,
+                by_turn,
+            } => {
+                let rows = self.usage.values().filter(|r| {
+                    let of = match scope {
+                        UsageScope::Session(id) => &r.session_id == id,
+                        UsageScope::ClientKey(id) => &r.client_key_id == id,
+                        UsageScope::Profile(id) => &r.profile_id == id,
+                    };
+                    of && since_ms.is_none_or(|s| r.created_ms >= s)
+                        && until_ms.is_none_or(|u| r.created_ms < u)
+                });
+                ReadResult::Usage(crate::usage::sum_rows(rows, *by_turn))
             }
             StoreRead::EventsAt { session_id, seqs } => ReadResult::Events(
                 seqs.iter()

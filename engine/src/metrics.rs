@@ -6,6 +6,7 @@
 //! at scrape time; process and store figures come from the store thread
 //! ([`RuntimeStats`]). Labels are low-cardinality enums only.
 
+use std::borrow::Cow;
 use std::collections::BTreeSet;
 use std::fmt::Write;
 
@@ -171,6 +172,9 @@ use proto::wire::content::Dispatch;
 /// Provider kinds as label values, in a fixed order.
 const PROVIDERS: [&str; 2] = ["anthropic", "openai"];
 
+/// `bae.provider.tokens` kinds, in the order of [`Metrics::provider_tokens`].
+const TOKEN_KINDS: [&str; 4] = ["input", "output", "cache_write", "cache_read"];
+
 /// The engine's counters and histograms.
 #[derive(Debug, Default)]
 pub struct Metrics {
@@ -181,6 +185,9 @@ pub struct Metrics {
     provider_latency: [Histogram; 2],
     tool_calls: [u64; 4],
     tool_latency: [Histogram; 4],
+    /// Tokens by provider entry (the registry's names: a handful, fixed
+    /// at start) and [`TOKEN_KINDS`].
+    provider_tokens: Vec<(String, [u64; 4])>,
 }
 
 fn provider_index(kind: proto::provider::Kind) -> usize {
@@ -196,6 +203,36 @@ impl Metrics {
         Metrics {
             disabled: disabled.iter().cloned().collect(),
             ..Metrics::default()
+        }
+    }
+
+    /// The provider entries whose token series start at 0 (the registry).
+    pub fn with_provider_entries<'a>(mut self, names: impl IntoIterator<Item = &'a str>) -> Self {
+        for n in names {
+            self.entry_tokens(n);
+        }
+        self
+    }
+
+    fn entry_tokens(&mut self, entry: &str) -> Option<&mut [u64; 4]> {
+        if !self.provider_tokens.iter().any(|(n, _)| n == entry) {
+            self.provider_tokens.push((entry.to_string(), [0; 4]));
+        }
+        (self.provider_tokens.iter_mut())
+            .find(|(n, _)| n == entry)
+            .map(|(_, t)| t)
+    }
+
+    /// A successful attempt of provider entry `entry` used `t`.
+    pub fn provider_tokens(&mut self, entry: &str, t: &proto::provider::Tokens) {
+        let Some(counts) = self.entry_tokens(entry) else {
+            return;
+        };
+        for (c, n) in counts
+            .iter_mut()
+            .zip([t.input, t.output, t.cache_write, t.cache_read])
+        {
+            *c = c.saturating_add(n);
         }
     }
 
@@ -281,6 +318,22 @@ impl Metrics {
                     &LATENCY_BUCKETS_MS,
                     h,
                 );
+            }
+        }
+        if self.enabled("bae.provider.tokens") {
+            out.push_str(
+                "# HELP bae_provider_tokens_total Tokens of successful provider attempts, by provider entry and kind.\n",
+            );
+            out.push_str("# TYPE bae_provider_tokens_total counter\n");
+            for (entry, counts) in &self.provider_tokens {
+                let mut label = String::new();
+                label_value(&mut label, entry);
+                for (kind, n) in TOKEN_KINDS.iter().zip(counts) {
+                    let _ = writeln!(
+                        out,
+                        "bae_provider_tokens_total{{provider=\"{label}\",kind=\"{kind}\"}} {n}"
+                    );
+                }
             }
         }
         if self.enabled("bae.tool.calls") {
@@ -375,7 +428,7 @@ impl Metrics {
             .iter()
             .map(|o| {
                 (
-                    vec![("outcome", o.as_str())],
+                    vec![("outcome", Cow::Borrowed(o.as_str()))],
                     self.turns.get(*o as usize).copied().unwrap_or(0),
                 )
             })
@@ -389,7 +442,13 @@ impl Metrics {
         let mut requests = Vec::new();
         for (p, counts) in PROVIDERS.iter().zip(self.provider_requests.iter()) {
             for (outcome, n) in ["ok", "error"].iter().zip(counts.iter()) {
-                requests.push((vec![("provider", *p), ("outcome", *outcome)], *n));
+                requests.push((
+                    vec![
+                        ("provider", Cow::Borrowed(*p)),
+                        ("outcome", Cow::Borrowed(*outcome)),
+                    ],
+                    *n,
+                ));
             }
         }
         out.push(Instrument {
@@ -401,7 +460,7 @@ impl Metrics {
         let series = PROVIDERS
             .iter()
             .zip(self.provider_latency.iter())
-            .map(|(p, h)| (vec![("provider", *p)], h.clone()))
+            .map(|(p, h)| (vec![("provider", Cow::Borrowed(*p))], h.clone()))
             .collect();
         out.push(Instrument {
             name: "bae.provider.latency",
@@ -412,10 +471,26 @@ impl Metrics {
                 series,
             },
         });
+        let mut tokens = Vec::new();
+        for (entry, counts) in &self.provider_tokens {
+            for (kind, n) in TOKEN_KINDS.iter().zip(counts) {
+                let labels = vec![
+                    ("provider", Cow::Owned(entry.clone())),
+                    ("kind", Cow::Borrowed(*kind)),
+                ];
+                tokens.push((labels, *n));
+            }
+        }
+        out.push(Instrument {
+            name: "bae.provider.tokens",
+            description: "Tokens of successful provider attempts, by provider entry and kind.",
+            unit: "1",
+            points: Points::Sum(tokens),
+        });
         let calls = Dispatch::ALL
             .iter()
             .zip(self.tool_calls.iter())
-            .map(|(d, n)| (vec![("dispatch", d.as_str())], *n))
+            .map(|(d, n)| (vec![("dispatch", Cow::Borrowed(d.as_str()))], *n))
             .collect();
         out.push(Instrument {
             name: "bae.tool.calls",
@@ -427,7 +502,7 @@ impl Metrics {
             .iter()
             .zip(self.tool_latency.iter())
             .skip(1)
-            .map(|(d, h)| (vec![("dispatch", d.as_str())], h.clone()))
+            .map(|(d, h)| (vec![("dispatch", Cow::Borrowed(d.as_str()))], h.clone()))
             .collect();
         out.push(Instrument {
             name: "bae.tool.latency",
@@ -447,8 +522,21 @@ impl Metrics {
     }
 }
 
-/// Low-cardinality label pairs of one series.
-pub type Labels = Vec<(&'static str, &'static str)>;
+/// Low-cardinality label pairs of one series: closed enums, or the name of
+/// a configured provider entry.
+pub type Labels = Vec<(&'static str, Cow<'static, str>)>;
+
+/// A label value as the text format escapes it (`\\`, `\"`, `\n`).
+fn label_value(out: &mut String, v: &str) {
+    for c in v.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+}
 
 /// The value of an instrument at one collection.
 #[derive(Debug, Clone, PartialEq)]

@@ -24,6 +24,10 @@ const REPLAY_PAGE: usize = 200;
 use crate::streams::{FlowLimits, Live};
 pub use crate::streams::{Phase, Subscription};
 
+/// Events this large leave in their live frames as their shared rendering,
+/// not copied (`Engine::event_frame`).
+const SHARE_VIEW_FROM: usize = 4096;
+
 impl Engine {
     pub(crate) fn subscribe(
         &mut self,
@@ -257,6 +261,7 @@ impl Engine {
                 .streams
                 .publish(conn, ev, quiet.contains(&conn), limits)
             {
+                Live::Frame if ev.json.len() >= SHARE_VIEW_FROM => self.event_frame(conn, ev),
                 Live::Frame => {
                     let frame = shared
                         .get_or_insert_with(|| crate::store::encode_event_frame(&ev.json).into());
@@ -279,9 +284,33 @@ impl Engine {
     fn act_live(&mut self, conn: ConnId, ev: &Appended, live: Live) {
         match live {
             Live::Skip => {}
-            Live::Frame => self.encoded_frame(conn, crate::store::encode_event_frame(&ev.json)),
+            Live::Frame => self.event_frame(conn, ev),
             Live::Lagged => self.lagged(conn),
         }
+    }
+
+    /// One event's frame. A large event (a `provider.request` carrying the
+    /// history) leaves as three sends, its shared rendering between the
+    /// frame's head and tail, not copied into a frame of its own: a long
+    /// session's turns would copy their history once more for each.
+    fn event_frame(&mut self, conn: ConnId, ev: &Appended) {
+        use proto::jsonrpc::{EVENT_FRAME_HEAD, EVENT_FRAME_TAIL};
+        if ev.json.len() < SHARE_VIEW_FROM {
+            return self.encoded_frame(conn, crate::store::encode_event_frame(&ev.json));
+        }
+        let len = EVENT_FRAME_HEAD.len() + ev.json.len() + EVENT_FRAME_TAIL.len();
+        let mut head = Vec::with_capacity(EVENT_FRAME_HEAD.len() + 12);
+        proto::http::encode_chunk_head(len, &mut head);
+        head.extend_from_slice(EVENT_FRAME_HEAD.as_bytes());
+        let mut tail = Vec::with_capacity(EVENT_FRAME_TAIL.len() + 2);
+        tail.extend_from_slice(EVENT_FRAME_TAIL.as_bytes());
+        tail.extend_from_slice(b"\r\n");
+        let total = head.len() + ev.json.len() + tail.len();
+        self.streams.sent(conn, total, self.now.mono);
+        self.send(conn, head);
+        let view: std::sync::Arc<[u8]> = ev.json.clone().into();
+        self.send(conn, view);
+        self.send(conn, tail);
     }
 
     fn flow_limits(&self) -> FlowLimits {

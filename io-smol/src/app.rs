@@ -504,6 +504,8 @@ pub fn engine_config(env: &Env, file: &FileConfig, run_label: &str) -> engine::C
             max_tokens: p.max_tokens,
             retry: p.retry.clone(),
             limits: p.limits,
+            cache: p.cache,
+            prices: p.prices,
             stream: p.stream.map(|s| engine::StreamSettings {
                 first_byte_timeout_ms: s.first_byte_timeout_secs.saturating_mul(1000),
                 idle_timeout_ms: s.idle_timeout_secs.saturating_mul(1000),

@@ -383,3 +383,36 @@ fn c230_sigterm_exits_0_within_the_shutdown_timeout() {
     assert_eq!(status.code(), Some(0));
     assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
 }
+
+/// Extensions `prompt_cache*` and `prices` (docs/configuration.md): every
+/// mistake is a configuration error naming the entry and the key (exit 2,
+/// spec 04 §5 `invalid config file "<path>": <detail>`); good values start.
+#[test]
+fn bad_prompt_cache_settings_and_price_tables_are_config_errors() {
+    let entry = |kind: &str, extra: &str| {
+        format!(
+            "[[providers.entries]]\nname = \"main\"\nprovider = \"{kind}\"\nmodel = \"m\"\nauth_token = \"t\"\n{extra}\n"
+        )
+    };
+    for (kind, extra, needle) in [
+        ("anthropic", "prompt_cache = 1", "providers.entries[0].prompt_cache: expected a boolean, found integer"),
+        ("anthropic", "prompt_cache = true\nprompt_cache_ttl = \"2h\"", "providers.entries[0].prompt_cache_ttl: unsupported value \"2h\" (expected \"5m\" or \"1h\")"),
+        ("openai", "prompt_cache = true\nprompt_cache_ttl = \"1h\"", "\"1h\" applies to anthropic entries only"),
+        ("anthropic", "prompt_cache_min_tokens = 2048", "providers.entries[0].prompt_cache_min_tokens: set, but prompt_cache is not true"),
+        ("anthropic", "prompt_cache = true\nprompt_cache_min_tokens = 0", "prompt_cache_min_tokens: 0 is out of range"),
+        ("anthropic", "prices = { input = 3, output = 15, cache_write = 3.75 }", "providers.entries[0].prices: missing \"cache_read\""),
+        ("anthropic", "prices = { input = 3, output = -15, cache_write = 3.75, cache_read = 0.3 }", "providers.entries[0].prices.output: -15 is not a price"),
+        ("anthropic", "prices = { input = 3, output = 15, cache_write = 3.75, cache_read = 0.3, thinking = 1 }", "providers.entries[0].prices: unknown key \"thinking\""),
+        ("openai", "prices = \"cheap\"", "providers.entries[0].prices: expected a table, found string"),
+    ] {
+        let out = run(opts().config(entry(kind, extra)));
+        assert_exit(&out, 2, "invalid config file");
+        assert_exit(&out, 2, needle);
+    }
+    let good = entry(
+        "anthropic",
+        "prompt_cache = true\nprompt_cache_ttl = \"1h\"\nprompt_cache_min_tokens = 4096\n\
+         prices = { input = 3, output = 15.0, cache_write = 6, cache_read = 0.3 }",
+    );
+    assert_starts(opts().config(good));
+}

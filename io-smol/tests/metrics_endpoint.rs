@@ -233,8 +233,16 @@ fn a_real_prometheus_parser_reads_every_instrument() {
     ] {
         assert_eq!(family(h)["type"], "histogram", "{h}");
     }
+    // Tokens by provider entry (a configured name) and kind.
+    let tokens = family("bae_provider_tokens");
+    assert_eq!(tokens["type"], "counter");
+    let kinds: Vec<&str> = (tokens["samples"].as_array().unwrap().iter())
+        .filter(|s| s["labels"]["provider"] == "main")
+        .map(|s| s["labels"]["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["input", "output", "cache_write", "cache_read"]);
     // No label may carry a session id, tool name or anything unbounded.
-    let allowed = ["outcome", "provider", "dispatch", "le"];
+    let allowed = ["outcome", "provider", "dispatch", "le", "kind"];
     for fam in &families {
         for s in fam["samples"].as_array().unwrap() {
             for k in s["labels"].as_object().unwrap().keys() {

@@ -85,9 +85,10 @@ fn reopening_is_idempotent() {
             &db,
             "SELECT COUNT(*) FROM sqlite_master WHERE type = 'index' AND name LIKE 'bae_idx_%'"
         ),
-        4,
+        7,
         "bae_idx_keys_role_name, bae_idx_session_events_session, bae_idx_idempotency_created, \
-         bae_idx_session_lineage_parent"
+         bae_idx_session_lineage_parent, bae_idx_usage_session, bae_idx_usage_key, \
+         bae_idx_usage_profile"
     );
     assert_eq!(
         scalar(
@@ -101,8 +102,8 @@ fn reopening_is_idempotent() {
             &db,
             "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name LIKE 'bae_%'"
         ),
-        3,
-        "bae_idempotency_keys, bae_history_chunks, bae_session_lineage"
+        4,
+        "bae_idempotency_keys, bae_history_chunks, bae_session_lineage, bae_usage"
     );
 }
 

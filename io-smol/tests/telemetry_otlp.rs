@@ -381,6 +381,7 @@ fn span_tree_and_privacy(protocol: &str) {
         "bae.turns.completed",
         "bae.provider.requests",
         "bae.provider.latency",
+        "bae.provider.tokens",
         "bae.tool.calls",
         "bae.tool.latency",
     ]
@@ -405,6 +406,33 @@ fn span_tree_and_privacy(protocol: &str) {
         anthropic["bucket_counts"].as_array().unwrap().len(),
         anthropic["explicit_bounds"].as_array().unwrap().len() + 1
     );
+    // Tokens by provider entry (its configured name) and kind; the mock's
+    // replies report (10, 5) each.
+    let tokens = receiver
+        .lines("metrics.jsonl")
+        .into_iter()
+        .rfind(|m| m["name"] == "bae.provider.tokens")
+        .unwrap();
+    let value = |kind: &str| {
+        tokens["points"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["attributes"]["provider"] == "main" && p["attributes"]["kind"] == kind)
+            .map(|p| p["value"].clone())
+            .unwrap_or_else(|| panic!("no {kind} point: {tokens}"))
+    };
+    assert_eq!(
+        value("input"),
+        anthropic["count"].as_u64().unwrap() * 10,
+        "{tokens}"
+    );
+    assert_eq!(
+        value("output"),
+        anthropic["count"].as_u64().unwrap() * 5,
+        "{tokens}"
+    );
+    assert_eq!(value("cache_read"), 0, "{tokens}");
 }
 
 #[test]

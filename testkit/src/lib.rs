@@ -20,6 +20,6 @@ pub mod server;
 pub mod tempdir;
 
 pub use http::{rpc_request, HttpClient, Response, RpcStream};
-pub use mock_provider::{Endpoint, MockProvider, RecordedRequest, Reply};
+pub use mock_provider::{CacheCall, CacheConfig, Endpoint, MockProvider, RecordedRequest, Reply};
 pub use server::{RunOutput, Server, ServerOptions, StartError};
 pub use tempdir::{TestDir, TestPath};

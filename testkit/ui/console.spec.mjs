@@ -154,6 +154,9 @@ try {
   check(first.includes('what time is it?'), 'turn 1 does not show the user message: ' + first);
   check(/Provider attempt.*\d+ (ms|s)/.test(first), 'no provider attempt latency: ' + first);
   check(first.includes('11 in / 7 out tokens'), 'no provider usage: ' + first);
+  check(first.includes('11 in / 0 cache read / 0 cache write / 7 out tokens'), 'no stored usage on the turn: ' + first);
+  const meta = await textOf(page.locator('#session-meta'));
+  check(meta.includes('Provider tokens') && meta.includes('2 calls \u00b7 21 in \u00b7 0 cache read \u00b7 0 cache write \u00b7 12 out'), 'no session usage: ' + meta);
   check(/Paused: waiting for .+ to return 1 client tool result \(tu_ui_1\).*resumed/.test(first), 'no pause with its owner: ' + first);
   const second = await textOf(turns.nth(1));
   const hostile = 'It is noon <img src=x onerror=alert(1)>';

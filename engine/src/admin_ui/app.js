@@ -384,6 +384,7 @@ async function poll(v) {
   if (state.view !== v) return;
   const fresh = v.events.length - v.rendered;
   if (fresh > 0) {
+    await loadUsage(v);
     renderTimeline($('timeline'), buildTimeline(v.events), v.ctx);
     renderMeta(v);
     if (v.rendered) announce(`${fresh} new event${fresh > 1 ? 's' : ''}`);
@@ -393,6 +394,28 @@ async function poll(v) {
   const now = new Date().toISOString().slice(11, 19);
   $('live').textContent = `${v.events.length} events \u00b7 ${live ? 'live' : 'ended'}: checked for new events at ${now} UTC, every ${(live ? POLL_MS : POLL_IDLE_MS) / 1000} s`;
   v.timer = setTimeout(() => poll(v), live ? POLL_MS : POLL_IDLE_MS);
+}
+
+/** The session's provider tokens (total and by turn), for the meta list and
+ * the turns; a failure leaves the figures out rather than the page. */
+async function loadUsage(v) {
+  try {
+    const u = await api(`/admin/v1/sessions/${encodeURIComponent(v.id)}/usage`);
+    v.usage = u;
+    v.ctx.usage = new Map((u.by_turn || []).map((t) => [t.turn_event_id, t]));
+  } catch (e) {
+    if (e instanceof Unauthorized) throw e;
+  }
+}
+
+/** `12 calls · 1,234 in · 5,678 cache read · 90 cache write · 321 out · cost 0.0123`. */
+function tokensLine(u) {
+  if (!u) return '';
+  const n = (x) => Number(x || 0).toLocaleString('en-US');
+  const parts = [`${n(u.calls)} call${u.calls === 1 ? '' : 's'}`, `${n(u.input_tokens)} in`,
+    `${n(u.cache_read_tokens)} cache read`, `${n(u.cache_write_tokens)} cache write`, `${n(u.output_tokens)} out`];
+  if (u.cost !== null && u.cost !== undefined) parts.push(`cost ${u.cost}`);
+  return parts.join(' \u00b7 ');
 }
 
 function renderMeta(v) {
@@ -407,6 +430,7 @@ function renderMeta(v) {
     ['Closed', dateTime(listed && listed.closed_at)],
     ...lineageRows(v.lineage),
   ];
+  if (v.usage) rows.push(['Provider tokens', tokensLine(v.usage.total) || '\u2014']);
   $('session-meta').replaceChildren(...rows.flatMap(([k, val]) => [h('dt', {}, k), h('dd', {}, val)]));
 }
 

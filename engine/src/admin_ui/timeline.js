@@ -271,9 +271,14 @@ function renderTurn(t, ctx) {
     return acc;
   }, { in: 0, out: 0 });
   const status = t.pause ? (t.pause.end ? t.pause.end.how : 'paused') : t.reply ? 'answered' : t.errors.length ? 'failed' : 'running';
+  // The stored usage of the turn (cache reads and writes apart, a cost
+  // when priced), else what its logged responses say.
+  const stored = ctx.usage && ctx.usage.get(t.start.id);
+  const tokens = stored
+    ? `${stored.input_tokens} in / ${stored.cache_read_tokens} cache read / ${stored.cache_write_tokens} cache write / ${stored.output_tokens} out tokens${stored.cost !== null && stored.cost !== undefined ? ` / cost ${stored.cost}` : ''}`
+    : usage.in || usage.out ? `${usage.in} in / ${usage.out} out tokens` : '';
   const meta = [clock(t.start.created_at), keyLabel(ctx, t.start.client_key_id), status,
-    took !== null && end !== t.start ? duration(took) : '',
-    usage.in || usage.out ? `${usage.in} in / ${usage.out} out tokens` : ''].filter(Boolean).join(' \u00b7 ');
+    took !== null && end !== t.start ? duration(took) : '', tokens].filter(Boolean).join(' \u00b7 ');
   const title = t.resumes.length ? `Turn ${t.index} (returns ${t.resumes.length} tool result${t.resumes.length > 1 ? 's' : ''})` : `Turn ${t.index}`;
   return itemShell('turn status-' + status, t.key, title, meta, ctx, t.events,
     message('user', sp.content),

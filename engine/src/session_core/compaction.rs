@@ -4,7 +4,7 @@
 //! preamble, summary and `session.compaction.completed`.
 
 use proto::jsonrpc::codes;
-use proto::provider::{Message, ProviderResponse};
+use proto::provider::{HistoryText, Message, ProviderResponse};
 use proto::wire::EventType;
 use serde_json::{json, Value};
 
@@ -39,8 +39,10 @@ pub struct Run {
     pub instruction: String,
     /// Messages replayed into the summary request (`compacted_message_count`).
     pub count: usize,
-    /// The request messages: history plus instruction.
-    pub messages: Vec<Message>,
+    /// The request sends the history's first `upto` messages, then `tail`:
+    /// the instruction, or the history's last (user) message with it.
+    pub upto: usize,
+    pub tail: Vec<Message>,
     /// The summary's usage, kept for the completion event.
     usage: Option<(u64, u64)>,
     /// The preamble and summary messages, kept until the trio is logged.
@@ -136,19 +138,24 @@ impl SessionCore {
                 ));
             }
         };
-        let history = self.history.clone().unwrap_or_default();
         self.log(EventType::SessionCompactionStarted, trigger);
-        let Some(t) = self.turn_mut() else {
+        let empty = HistoryText::new();
+        let history = self.history.as_ref().unwrap_or(&empty);
+        let Some(t) = self.turn.as_deref_mut() else {
             return;
         };
+        // The chat's tools: a compaction sends them (unusable) only when
+        // caching is on, to reuse the prefix the chat calls cached.
+        t.tools = world.tools(&t.key_id);
+        t.tools_json = serde_json::to_string(&t.tools).unwrap_or_default();
         let Mode::Compaction(run) = &mut t.mode else {
             return;
         };
         run.count = history.len();
-        run.messages = with_instruction(history, &run.instruction);
+        (run.upto, run.tail) = with_instruction(history, &run.instruction);
         t.chain = chain;
         t.attempt = 0;
-        self.send_attempt();
+        self.send_attempt(world);
     }
 
     /// A successful summary call: validate, then log the atomic trio (the
@@ -228,9 +235,9 @@ impl SessionCore {
             _ => None,
         };
         if let Some((preamble, summary)) = trio {
-            let message =
-                |p| Message::new(proto::provider::history_message("server.message.send", p));
-            self.history = Some(vec![message(&preamble), message(&summary)]);
+            let message = |p| proto::provider::history_message("server.message.send", p);
+            let messages = [message(&preamble), message(&summary)];
+            self.history = Some(HistoryText::from_messages(&messages));
             self.backoff = None;
             self.emit(Effect::HistoryRebuilt);
         }
@@ -334,13 +341,16 @@ pub fn auto_trigger(
 }
 
 /// History plus the instruction: appended to a trailing user message, else
-/// as a new user message (spec 07 §2 step 5).
-fn with_instruction(mut history: Vec<Message>, instruction: &str) -> Vec<Message> {
+/// as a new user message (spec 07 §2 step 5). Returns how many of the
+/// history's messages are sent as they are, and what follows them.
+fn with_instruction(history: &HistoryText, instruction: &str) -> (usize, Vec<Message>) {
     let text = json!({"type": "text", "text": instruction});
-    let trailing_user =
-        (history.last()).is_some_and(|m| m.get("role").and_then(Value::as_str) == Some("user"));
-    let last = if trailing_user { history.pop() } else { None };
-    match last.map(Message::into_value) {
+    let n = history.len();
+    let last = n.checked_sub(1).and_then(|i| history.value(i));
+    let trailing_user = last
+        .as_ref()
+        .is_some_and(|m| m.get("role").and_then(Value::as_str) == Some("user"));
+    match last.filter(|_| trailing_user) {
         Some(mut last) => {
             let content = match last.get_mut("content").map(Value::take) {
                 Some(Value::String(s)) => vec![json!({"type": "text", "text": s}), text],
@@ -353,13 +363,15 @@ fn with_instruction(mut history: Vec<Message>, instruction: &str) -> Vec<Message
             if let Some(obj) = last.as_object_mut() {
                 obj.insert("content".into(), Value::Array(content));
             }
-            history.push(Message::new(last));
+            (n - 1, vec![Message::new(last)])
         }
-        None => history.push(Message::new(
-            json!({"role": "user", "content": instruction}),
-        )),
+        None => (
+            n,
+            vec![Message::new(
+                json!({"role": "user", "content": instruction}),
+            )],
+        ),
     }
-    history
 }
 
 #[cfg(test)]
@@ -391,11 +403,16 @@ mod tests {
     /// The instruction joins a trailing user message, else is its own.
     #[test]
     fn the_instruction_joins_a_trailing_user_message() {
-        let one = |v: Value| vec![Message::new(v)];
-        let h = with_instruction(one(json!({"role": "user", "content": "q"})), "sum");
-        assert_eq!(h.len(), 1);
-        assert_eq!(h[0]["content"][1], json!({"type": "text", "text": "sum"}));
-        let h = with_instruction(one(json!({"role": "assistant", "content": "a"})), "sum");
-        assert_eq!(*h[1], json!({"role": "user", "content": "sum"}));
+        let one = |v: Value| HistoryText::from_messages([&v]);
+        let (upto, tail) = with_instruction(&one(json!({"role": "user", "content": "q"})), "sum");
+        assert_eq!((upto, tail.len()), (0, 1));
+        assert_eq!(
+            tail[0]["content"][1],
+            json!({"type": "text", "text": "sum"})
+        );
+        let (upto, tail) =
+            with_instruction(&one(json!({"role": "assistant", "content": "a"})), "sum");
+        assert_eq!(upto, 1);
+        assert_eq!(*tail[0], json!({"role": "user", "content": "sum"}));
     }
 }

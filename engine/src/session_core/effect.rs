@@ -103,6 +103,15 @@ pub enum Fact {
         output_bytes: usize,
         latency_ms: Option<u64>,
     },
+    /// A successful attempt's tokens by kind (usage accounting): its
+    /// `provider.response` was just logged.
+    Tokens {
+        /// The provider entry's name.
+        entry: String,
+        model: String,
+        tokens: proto::provider::Tokens,
+        compaction: bool,
+    },
     /// An MCP call or sandbox exec of a block came back.
     ToolChildEnded {
         tool_use_id: String,
@@ -256,4 +265,7 @@ pub trait World {
     fn turn_timeout_ms(&self) -> u64;
     /// Capture limit of a sandbox exec's streams (the truncation marker).
     fn max_output(&self) -> usize;
+    /// OpenAI's `prompt_cache_key` for the session (entries with caching
+    /// on): derived from the session's id, never a secret.
+    fn prompt_cache_key(&self) -> String;
 }

@@ -5,6 +5,30 @@
 use proto::provider;
 use serde_json::Value;
 
+/// The `messages` of a payload: text written straight into it.
+pub(super) trait Messages {
+    fn len(&self) -> usize;
+    fn write(&self, out: &mut String);
+}
+
+impl Messages for String {
+    fn len(&self) -> usize {
+        String::len(self)
+    }
+    fn write(&self, out: &mut String) {
+        out.push_str(self);
+    }
+}
+
+impl Messages for provider::Built<'_> {
+    fn len(&self) -> usize {
+        self.logged_len()
+    }
+    fn write(&self, out: &mut String) {
+        self.write_logged(out);
+    }
+}
+
 /// The parts of a `provider.request` payload (spec 05 §5.1).
 pub(super) struct RequestPayload<'a> {
     pub attempt: usize,
@@ -12,8 +36,8 @@ pub(super) struct RequestPayload<'a> {
     pub base_url: &'a str,
     pub model: &'a str,
     pub max_tokens: u32,
-    /// The attempt's logged messages, already JSON text.
-    pub messages_json: &'a str,
+    /// The attempt's logged messages.
+    pub messages: &'a dyn Messages,
     /// Compact JSON of the canonical tool list.
     pub tools_json: &'a str,
     pub normalized: Option<&'a Value>,
@@ -30,7 +54,7 @@ impl RequestPayload<'_> {
             serde_json::to_string(v).unwrap_or_default()
         }
         let tools = self.tools_json;
-        let mut p = String::with_capacity(self.messages_json.len() + tools.len() + 256);
+        let mut p = String::with_capacity(self.messages.len() + tools.len() + 256);
         p.push_str("{\"attempt\":");
         p.push_str(&self.attempt.to_string());
         p.push_str(",\"kind\":");
@@ -48,7 +72,7 @@ impl RequestPayload<'_> {
         p.push_str(",\"max_tokens\":");
         p.push_str(&self.max_tokens.to_string());
         p.push_str(",\"messages\":");
-        p.push_str(self.messages_json);
+        self.messages.write(&mut p);
         p.push_str(",\"tools\":");
         p.push_str(tools);
         if let Some(n) = self.normalized {
@@ -78,6 +102,7 @@ mod tests {
         ]);
         let tools = [json!({"name": "t", "description": "d", "input_schema": {"type": "object"}})];
         let normalized = json!({"prepended_user": true, "merged": [[1, 2]]});
+        let text = messages.to_string();
         for (attempt, kind, norm, compaction, tools) in [
             (0, provider::Kind::Anthropic, None, false, &tools[..]),
             (1, provider::Kind::Openai, Some(&normalized), false, &[][..]),
@@ -95,7 +120,7 @@ mod tests {
                 base_url: "http://h\"x/",
                 model: "m\u{7f}é",
                 max_tokens: 4096,
-                messages_json: &messages.to_string(),
+                messages: &text,
                 tools_json: &serde_json::to_string(tools).unwrap(),
                 normalized: norm,
                 compaction,

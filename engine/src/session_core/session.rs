@@ -6,7 +6,7 @@
 
 use std::collections::VecDeque;
 
-use proto::provider::Message;
+use proto::provider::HistoryText;
 use proto::wire::{json, EventType};
 use serde_json::Value;
 
@@ -22,15 +22,17 @@ use crate::streams::Appended;
 pub struct SessionCore {
     /// The FIFO turn gate: holder and waiters.
     pub gate: Gate,
-    /// Provider-facing history as rebuilt from the log (`None`: not loaded).
-    pub history: Option<Vec<Message>>,
+    /// Provider-facing history as rebuilt from the log (`None`: not
+    /// loaded), kept as the text requests send: extended message by
+    /// message, never rendered again.
+    pub history: Option<HistoryText>,
     /// Usage of the newest successful non-compaction provider call (valid
     /// once `history` is loaded): the manual compaction `token_count`.
     pub newest_usage: Option<(u64, u64)>,
     /// Backoff armed by a failed automatic compaction (spec 07 §3.3).
     pub backoff: Option<Backoff>,
     /// The turn or compaction holding the gate.
-    turn: Option<Box<TurnLoop>>,
+    pub(super) turn: Option<Box<TurnLoop>>,
     effects: VecDeque<Effect>,
     faults: Faults,
 }
@@ -135,8 +137,9 @@ impl SessionCore {
         ) {
             if let Some(h) = self.history.as_mut() {
                 let message = proto::provider::into_history_message(event.as_str(), payload);
-                grew = Some(crate::history_cache::message_weight(&message));
-                h.push(Message::new(message));
+                let before = h.weight();
+                h.push(&message);
+                grew = Some(h.weight().saturating_sub(before));
             }
         }
         self.emit(Effect::Log(Log {
@@ -177,6 +180,9 @@ impl SessionCore {
         };
         t.events.push(ev.json.clone());
         t.event_seqs.push(ev.seq);
+        if t.first_event_id.is_none() {
+            t.first_event_id = Some(ev.id.clone());
+        }
         match tag {
             LogTag::Plain => {}
             LogTag::TurnInput => t.input_event = Some(std::sync::Arc::from(ev.id.as_str())),

@@ -5,7 +5,7 @@
 //! consumer disconnects (only frames are lost).
 
 use proto::jsonrpc::codes;
-use proto::provider::{self, Message};
+use proto::provider::{self, HistoryText, Message};
 use proto::wire::EventType;
 use serde_json::{json, Value};
 
@@ -21,7 +21,7 @@ use crate::{CallId, ConnId, MonoMs, ProviderEntry, ProviderReply};
 
 /// A rebuilt provider-facing history and the usage of its newest
 /// successful call (`Err`: the log could not be read).
-pub type Loaded = Result<(Vec<Message>, Option<(u64, u64)>), String>;
+pub type Loaded = Result<(HistoryText, Option<(u64, u64)>), String>;
 
 /// Round trips per turn before `loop_limit` (spec 05 §9).
 pub const MAX_ITERATIONS: u32 = 8;
@@ -53,6 +53,8 @@ pub struct TurnLoop {
     pub events: Vec<std::sync::Arc<str>>,
     /// Seqs of `events` (what an idempotent retry replays).
     pub event_seqs: Vec<u64>,
+    /// The id of the first of them (usage accounting names the turn by it).
+    pub first_event_id: Option<String>,
     pub mode: Mode,
     /// Steers waiting for the next provider call.
     pub steers: Vec<Steer>,
@@ -85,6 +87,8 @@ pub struct TurnLoop {
     pub(super) request_event: Option<std::sync::Arc<str>>,
     /// `(input, output)` usage of this request's newest successful call.
     pub(super) last_usage: Option<(u64, u64)>,
+    /// Tokens of every successful call this request made, by kind.
+    pub tokens: provider::Tokens,
     /// Auto-compaction trigger carried from a resumed or retired pause.
     pub(super) carried_trigger: Option<u64>,
     /// The tool round in progress (server tools may be asynchronous).
@@ -104,6 +108,7 @@ impl TurnLoop {
             idem: None,
             events: Vec::new(),
             event_seqs: Vec::new(),
+            first_event_id: None,
             mode,
             steers: Vec::new(),
             steers_in_cache: 0,
@@ -121,6 +126,7 @@ impl TurnLoop {
             input_event: None,
             request_event: None,
             last_usage: None,
+            tokens: provider::Tokens::default(),
             carried_trigger: None,
             round: None,
             compaction_ids: Vec::new(),
@@ -307,51 +313,66 @@ impl SessionCore {
         t.tools = world.tools(&t.key_id);
         // A list of JSON values always serialises.
         t.tools_json = serde_json::to_string(&t.tools).unwrap_or_default();
-        self.send_attempt();
+        self.send_attempt(world);
     }
 
     /// Logs `provider.request` for the current attempt and asks for the
     /// call.
-    pub(super) fn send_attempt(&mut self) {
-        let Some(t) = self.turn() else {
+    pub(super) fn send_attempt(&mut self, world: &dyn World) {
+        let Some(t) = self.turn.as_deref() else {
             return;
         };
         let Some(entry) = t.chain.get(t.attempt).cloned() else {
             return self.fail(codes::INTERNAL_ERROR, "Internal error");
         };
         let compaction = t.is_compaction();
-        // Compaction never advertises tools and gets at least 4096 tokens.
-        // A chat round sends the session's cached history plus this turn's
-        // in-memory tool rounds, and its tool list, borrowed rather than
-        // copied.
-        let cached: &[Message] = match &t.mode {
-            Mode::Chat => self
-                .history
-                .as_deref()
-                .map(|h| {
-                    h.get(..h.len().saturating_sub(t.steers_in_cache))
-                        .unwrap_or(h)
-                })
-                .unwrap_or(&[]),
-            Mode::Compaction(run) => &run.messages,
+        if let Some(h) = self.history.as_mut() {
+            h.prepare(entry.kind);
+        }
+        let empty = HistoryText::new();
+        let history = self.history.as_ref().unwrap_or(&empty);
+        // A chat round sends the session's history (less the steers this
+        // turn applied, which it sends after its own tool rounds) and this
+        // turn's in-memory rounds; a compaction the history and its
+        // instruction. Both borrow the history's text: nothing is rendered
+        // again.
+        let (upto, tail): (usize, &[Message]) = match &t.mode {
+            Mode::Chat => (history.len().saturating_sub(t.steers_in_cache), &t.tail),
+            Mode::Compaction(run) => (run.upto, &run.tail),
         };
-        let tail: &[Message] = match &t.mode {
-            Mode::Chat => &t.tail,
-            Mode::Compaction(_) => &[],
+        // Compaction never advertises tools (it logs `tools: []`) and gets
+        // at least 4096 tokens; with caching on it still sends the chat's
+        // tools, unusable (`tool_choice` none), so that its prefix is the
+        // one the chat calls cached.
+        let (logged_tools, max_tokens) = match &t.mode {
+            Mode::Chat => (t.tools_json.as_str(), entry.max_tokens),
+            Mode::Compaction(_) => ("[]", entry.max_tokens.max(compaction::MIN_MAX_TOKENS)),
         };
-        let (tools, tools_json, max_tokens): (&[Value], &str, u32) = match &t.mode {
-            Mode::Chat => (&t.tools, &t.tools_json, entry.max_tokens),
-            Mode::Compaction(_) => (&[], "[]", entry.max_tokens.max(compaction::MIN_MAX_TOKENS)),
+        let sends_tools = !compaction || entry.cache.is_some();
+        let tools: &[Value] = if sends_tools { &t.tools } else { &[] };
+        let tools_json = if sends_tools {
+            t.tools_json.as_str()
+        } else {
+            "[]"
         };
-        let prepared = provider::prepare_request_with(
-            entry.kind,
-            &entry.base_url,
-            &entry.model,
+        let key = entry.cache.map(|_| world.prompt_cache_key());
+        let cache = entry.cache.map(|settings| provider::Cache {
+            settings,
+            key: key.as_deref().unwrap_or_default(),
+            tools_inert: compaction,
+        });
+        let built = provider::build_request(&provider::Spec {
+            kind: entry.kind,
+            base_url: &entry.base_url,
+            model: &entry.model,
             max_tokens,
-            cached.iter().chain(tail),
+            history,
+            upto,
+            tail,
             tools,
             tools_json,
-        );
+            cache,
+        });
         let attempt = t.attempt;
         let payload = RequestPayload {
             attempt,
@@ -359,19 +380,27 @@ impl SessionCore {
             base_url: &entry.base_url,
             model: &entry.model,
             max_tokens,
-            messages_json: &prepared.logged_messages_json,
-            tools_json,
-            normalized: prepared.normalized.as_ref(),
+            messages: &built,
+            tools_json: logged_tools,
+            normalized: built.normalized.as_ref(),
             compaction,
         }
         .render();
+        let provider::Built {
+            url,
+            headers,
+            auth,
+            mut body,
+            ..
+        } = built;
         // The `provider.request` is logged when the call leaves (after its
-        // admission, docs/extensions.md "Provider traffic").
-        let mut body = prepared.body;
+        // admission, docs/extensions.md "Provider traffic"). After every
+        // member the prompt cache reads: a streamed call keeps the
+        // byte-stable prefix of an unstreamed one.
         if entry.stream.is_some() {
             provider::stream::with_stream(entry.kind, &mut body);
         }
-        let auth = match prepared.auth {
+        let auth = match auth {
             provider::AuthHeader::XApiKey => crate::AuthPlacement::XApiKey,
             provider::AuthHeader::Bearer => crate::AuthPlacement::Bearer,
         };
@@ -379,8 +408,8 @@ impl SessionCore {
             entry,
             ticket: None,
             attempt,
-            url: prepared.url,
-            headers: prepared.headers,
+            url,
+            headers,
             auth,
             body,
         };
@@ -461,7 +490,7 @@ impl SessionCore {
             for (event, payload) in walked.events {
                 self.log_text(event, payload);
             }
-            return self.send_attempt();
+            return self.send_attempt(world);
         }
         self.after_walk(attempt, walked, world, now);
     }
@@ -492,6 +521,23 @@ impl SessionCore {
         if walked.session_error {
             self.emit(Effect::SessionError);
         }
+        if let (Next::Answer(resp), true) = (&walked.next, walked.ok) {
+            if let Some(tokens) = resp.tokens {
+                let mut named = None;
+                if let Some(t) = self.turn_mut() {
+                    t.tokens.add(&tokens);
+                    named = (t.chain.get(t.attempt)).map(|e| (e.name.clone(), e.model.clone()));
+                }
+                if let Some((entry, model)) = named {
+                    self.fact(Fact::Tokens {
+                        entry,
+                        model,
+                        tokens,
+                        compaction: attempt.compaction,
+                    });
+                }
+            }
+        }
         match walked.next {
             Next::Answer(resp) => {
                 let usage = (resp.usage.as_ref()).map(|u| (u.input_tokens, u.output_tokens));
@@ -509,7 +555,7 @@ impl SessionCore {
                     t.attempt += 1;
                     t.retries = 0;
                 }
-                self.send_attempt()
+                self.send_attempt(world)
             }
             Next::Exhausted if attempt.compaction => {
                 let why = format!("all {} providers failed", attempt.chain_len);

@@ -156,6 +156,51 @@ pub enum Origin {
     Import { source_session_id: String },
 }
 
+/// One successful provider attempt's tokens (usage accounting,
+/// `crate::usage`), written in the same batch as its `provider.response`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UsageRow {
+    pub session_id: String,
+    /// The `provider.response` event's seq (one row per event).
+    pub event_seq: u64,
+    /// The seq and id of the first event the request that made the call
+    /// appended (its turn, or its compaction).
+    pub turn_seq: u64,
+    pub turn_event_id: String,
+    /// The acting client key.
+    pub client_key_id: String,
+    pub profile_id: String,
+    /// The provider entry's name.
+    pub provider: String,
+    pub model: String,
+    /// A compaction's summary call.
+    pub compaction: bool,
+    /// Unix milliseconds.
+    pub created_ms: u64,
+    pub tokens: proto::provider::Tokens,
+}
+
+/// One group of a usage query's sums (`crate::usage` renders them).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct UsageSum {
+    /// The provider entry's name.
+    pub provider: String,
+    /// The turn (the seq and id of the first event its request appended),
+    /// when the query asked for turns.
+    pub turn_seq: Option<u64>,
+    pub turn_event_id: Option<String>,
+    pub calls: u64,
+    pub tokens: proto::provider::Tokens,
+}
+
+/// What a usage query sums over.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UsageScope {
+    Session(String),
+    ClientKey(String),
+    Profile(String),
+}
+
 /// A durable change. The driver applies writes in emission order and commits
 /// each batch atomically before releasing any output emitted after them.
 #[derive(Debug, Clone, PartialEq)]
@@ -213,6 +258,9 @@ pub enum StoreWrite {
     },
     /// Records where a new session came from (fork or import).
     InsertLineage(LineageRow),
+    /// One attempt's tokens; a row for the same event replaces nothing
+    /// (it is ignored).
+    InsertUsage(UsageRow),
 }
 
 impl StoreWrite {
@@ -343,6 +391,16 @@ pub enum StoreRead {
         limit: usize,
         state: Option<SessionState>,
     },
+    /// Sums of the usage rows of `scope` with `since_ms <= created_ms <
+    /// until_ms` (each bound optional), grouped by provider entry and, with
+    /// `by_turn`, by turn (ascending `turn_seq`, then provider). Answered
+    /// with [`ReadResult::Usage`].
+    Usage {
+        scope: UsageScope,
+        since_ms: Option<u64>,
+        until_ms: Option<u64>,
+        by_turn: bool,
+    },
 }
 
 impl StoreRead {
@@ -351,7 +409,8 @@ impl StoreRead {
         match self {
             StoreRead::Runtime
             | StoreRead::SessionsOfClient { .. }
-            | StoreRead::SessionList { .. } => "",
+            | StoreRead::SessionList { .. }
+            | StoreRead::Usage { .. } => "",
             StoreRead::Events { session_id, .. }
             | StoreRead::EventsPage { session_id, .. }
             | StoreRead::ReplayPage { session_id, .. }
@@ -407,6 +466,8 @@ pub enum ReadResult {
         rows: Vec<(u64, SessionRow)>,
         more: bool,
     },
+    /// The answer to [`StoreRead::Usage`].
+    Usage(Vec<UsageSum>),
 }
 
 /// A session as stored, with what the catalogue holds of it

@@ -5,7 +5,6 @@
 //! log by the session's next arrival (`recover`).
 
 use super::Holder;
-use crate::history_cache::message_weight;
 use crate::Engine;
 
 impl Engine {
@@ -14,11 +13,8 @@ impl Engine {
         let Some((id, live)) = self.live.get_key_value(session_id) else {
             return;
         };
-        match live.history.as_deref() {
-            Some(h) => {
-                let bytes = h.iter().map(|m| message_weight(m)).sum();
-                self.history_cache.loaded(id, bytes);
-            }
+        match live.history.as_ref() {
+            Some(h) => self.history_cache.loaded(id, h.weight()),
             None => self.history_cache.forget(session_id),
         }
     }

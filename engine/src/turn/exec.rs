@@ -249,6 +249,12 @@ impl Engine {
                     self.metrics.tool_finished(dispatch, latency_ms);
                 }
             }
+            Fact::Tokens {
+                entry,
+                model,
+                tokens,
+                compaction,
+            } => self.account(session_id, entry, model, tokens, compaction),
             Fact::ToolChildEnded {
                 tool_use_id,
                 ok,
@@ -259,6 +265,45 @@ impl Engine {
                 }
             }
         }
+    }
+
+    /// A successful attempt's tokens: counted, and kept durably in the
+    /// batch of its `provider.response` (the event just appended).
+    fn account(
+        &mut self,
+        session_id: &str,
+        entry: String,
+        model: String,
+        tokens: proto::provider::Tokens,
+        compaction: bool,
+    ) {
+        self.metrics.provider_tokens(&entry, &tokens);
+        let Some(t) = self.live.get(session_id).and_then(|c| c.turn()) else {
+            return;
+        };
+        let (Some(&event_seq), Some(&turn_seq), Some(turn_event_id)) = (
+            t.event_seqs.last(),
+            t.event_seqs.first(),
+            t.first_event_id.clone(),
+        ) else {
+            return;
+        };
+        let profile_id = (self.catalog.sessions.get(session_id))
+            .map_or_else(String::new, |s| s.profile_id.to_string());
+        let row = crate::store::UsageRow {
+            session_id: session_id.to_string(),
+            event_seq,
+            turn_seq,
+            turn_event_id,
+            client_key_id: t.key_id.to_string(),
+            profile_id,
+            provider: entry,
+            model,
+            compaction,
+            created_ms: self.now.unix.0,
+            tokens,
+        };
+        self.write(crate::store::StoreWrite::InsertUsage(row));
     }
 
     /// Takes `session_id`'s turn out of its core.

@@ -100,7 +100,7 @@ impl Engine {
         let live = self.live_mut(session_id);
         let empty = live.history.is_none() && fresh;
         if empty {
-            live.history = Some(Vec::new());
+            live.history = Some(proto::provider::HistoryText::new());
         }
         let (arrival, recover) = if live.history.is_some() {
             (live.gate.arrive(now, limits, waiter), false)
@@ -339,11 +339,7 @@ impl Engine {
             return;
         };
         let loaded = result.map(|load| {
-            let history: Vec<proto::provider::Message> = load
-                .messages
-                .iter()
-                .map(|(_, et, payload)| proto::provider::history_message(et, payload).into())
-                .collect();
+            let history = crate::history_load::history_text(&load);
             (history, load.newest_usage.flatten())
         });
         self.with_core(&session_id, |core, world, _| {

@@ -37,11 +37,7 @@ impl Engine {
             });
             (et == "server.message.send" && assistant && tagged).then_some(*seq)
         });
-        let history = load
-            .messages
-            .iter()
-            .map(|(_, et, p)| proto::provider::history_message(et, p).into())
-            .collect();
+        let history = crate::history_load::history_text(&load);
         let live = self.live_mut(session_id);
         live.history = Some(history);
         live.newest_usage = load.newest_usage.flatten();

@@ -143,4 +143,8 @@ impl World for EngineWorld<'_> {
     fn max_output(&self) -> usize {
         self.config.sandbox_max_output
     }
+
+    fn prompt_cache_key(&self) -> String {
+        crate::usage::prompt_cache_key(self.session_id)
+    }
 }

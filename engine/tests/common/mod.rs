@@ -401,6 +401,8 @@ pub fn config() -> Config {
             max_tokens: 1024,
             retry: None,
             limits: None,
+            cache: None,
+            prices: None,
             stream: None,
         }],
         ..Config::default()

@@ -27,7 +27,7 @@ pub const DEFAULT_MAX_TOKENS: u32 = 4096;
 pub const DEFAULT_SERVICE_NAME: &str = "baesrv";
 /// The closed set of metric instrument names (spec 04 §7.2), usable in
 /// `[telemetry.metrics] disabled`.
-pub const METRIC_NAMES: [&str; 15] = [
+pub const METRIC_NAMES: [&str; 16] = [
     "bae.sessions.open",
     "bae.sessions.total",
     "bae.events.total",
@@ -41,6 +41,7 @@ pub const METRIC_NAMES: [&str; 15] = [
     "bae.turns.completed",
     "bae.provider.requests",
     "bae.provider.latency",
+    "bae.provider.tokens",
     "bae.tool.calls",
     "bae.tool.latency",
 ];
@@ -151,6 +152,12 @@ pub struct ProviderEntry {
     pub retry: Option<engine::RetryPolicy>,
     /// Extension `[providers.entries.limits]`.
     pub limits: Option<engine::provider_limits::EntryLimits>,
+    /// Extension: prompt caching (`prompt_cache = true`; `None`: off).
+    /// Read by `caching.rs` from the entry's table after the derive (so
+    /// its keys keep their own messages), see [`parse_document`].
+    pub cache: Option<proto::provider::Caching>,
+    /// Extension: prices per million tokens (`None`: no cost estimates).
+    pub prices: Option<engine::usage::Prices>,
     /// `stream = true` (extension): replies are streamed. `None`: off.
     pub stream: Option<ProviderStream>,
 }
@@ -205,6 +212,8 @@ impl fmt::Debug for ProviderEntry {
             .field("max_tokens", &self.max_tokens)
             .field("retry", &self.retry)
             .field("limits", &self.limits)
+            .field("cache", &self.cache)
+            .field("prices", &self.prices)
             .field("stream", &self.stream)
             .finish()
     }
@@ -389,7 +398,27 @@ fn parse_document(text: &str) -> Result<FileConfig, String> {
             None => format!("TOML parse error: {msg}"),
         }
     })?;
-    let doc: Document = toml_de::from_table(root)?;
+    // The derive has no say over the caching keys; they are read from the
+    // entries' own tables, once the entries themselves are known good.
+    let raw_entries = root
+        .get("providers")
+        .and_then(|p| p.get("entries"))
+        .and_then(toml::Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let mut doc: Document = toml_de::from_table(root)?;
+    for (i, (entry, raw)) in doc
+        .providers
+        .entries
+        .iter_mut()
+        .zip(&raw_entries)
+        .enumerate()
+    {
+        if let Some(t) = raw.as_table() {
+            let at = format!("providers.entries[{i}]");
+            (entry.cache, entry.prices) = super::caching::parse(t, &at, entry.kind)?;
+        }
+    }
     Ok(FileConfig {
         mcp: doc.mcp,
         providers: doc.providers.entries,
@@ -464,6 +493,9 @@ impl From<ProviderEntryTable> for ProviderEntry {
             max_tokens: t.max_tokens,
             retry: t.retry,
             limits: t.limits,
+            // Read from the entry's table after the derive (caching.rs).
+            cache: None,
+            prices: None,
             stream: t.stream.then_some(settings),
         }
     }

@@ -472,7 +472,7 @@ fn all_metric_names_accepted() {
         list.join(", ")
     ))
     .unwrap();
-    assert_eq!(cfg.telemetry.metrics_disabled.len(), 15);
+    assert_eq!(cfg.telemetry.metrics_disabled.len(), 16);
 }
 
 #[test]

@@ -18,6 +18,7 @@
 //! `baesrv: …` prefix; [`UsageError::stderr_line`] and
 //! [`ConfigError::stderr_line`] add it. Both always exit with code 2.
 
+mod caching;
 mod cli;
 mod database;
 mod env;

@@ -136,6 +136,32 @@ pub enum Command {
     },
     /// `completions SHELL`: the shell's completion script on stdout.
     Completions(Shell),
+    /// `usage session|key|profile ID [--since T] [--until T]`.
+    Usage {
+        of: UsageOf,
+        id: String,
+        since: Option<String>,
+        until: Option<String>,
+    },
+}
+
+/// Whose usage `baectl usage` asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UsageOf {
+    Session,
+    Key,
+    Profile,
+}
+
+impl UsageOf {
+    /// The admin API's collection (`/admin/v1/{sessions,keys,profiles}`).
+    pub fn collection(self) -> &'static str {
+        match self {
+            UsageOf::Session => "sessions",
+            UsageOf::Key => "keys",
+            UsageOf::Profile => "profiles",
+        }
+    }
 }
 
 impl Command {
@@ -220,7 +246,7 @@ pub fn completions(shell: Shell) -> Vec<u8> {
 fn command(top: Top) -> Result<Command, CtlError> {
     use cli::{
         AuthCmd, AuthCreate, CreateWhat, DeleteWhat, GetWhat, KeysCmd, ListWhat, ProfilesCmd,
-        SessionsCmd, UpdateWhat,
+        SessionsCmd, UpdateWhat, UsageCmd,
     };
     Ok(match top {
         Top::Profiles(p) => match p {
@@ -274,6 +300,22 @@ fn command(top: Top) -> Result<Command, CtlError> {
         Top::McpServers { .. } => Command::McpServersList,
         Top::Config { .. } => Command::ConfigShow,
         Top::SandboxStatus => Command::SandboxStatus,
+        Top::Usage(u) => {
+            let (of, a) = match u {
+                UsageCmd::Session(a) => (UsageOf::Session, a),
+                UsageCmd::Key(a) => (UsageOf::Key, a),
+                UsageCmd::Profile(a) => (UsageOf::Profile, a),
+            };
+            if a.id.trim().is_empty() {
+                return Err(CtlError::usage("usage: ID must not be blank"));
+            }
+            Command::Usage {
+                of,
+                id: a.id,
+                since: a.since,
+                until: a.until,
+            }
+        }
         Top::Auth(AuthCmd::Create(AuthCreate::Key(a))) => {
             if a.name.trim().is_empty() {
                 return Err(CtlError::usage("--name must not be blank"));

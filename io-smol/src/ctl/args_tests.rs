@@ -350,3 +350,42 @@ fn session_transfer_commands() {
         Command::SessionsLineage { id: "ses_1".into() }
     );
 }
+
+#[test]
+fn usage_of_a_session_key_or_profile() {
+    assert_eq!(
+        cmd(&["usage", "session", "ses_1"]),
+        Command::Usage {
+            of: UsageOf::Session,
+            id: "ses_1".into(),
+            since: None,
+            until: None,
+        }
+    );
+    assert_eq!(
+        cmd(&[
+            "usage",
+            "keys",
+            "key_1",
+            "--since",
+            "2026-01-02",
+            "--until=2026-02-01"
+        ]),
+        Command::Usage {
+            of: UsageOf::Key,
+            id: "key_1".into(),
+            since: Some("2026-01-02".into()),
+            until: Some("2026-02-01".into()),
+        }
+    );
+    assert!(matches!(
+        cmd(&["usage", "profile", "pro_1"]),
+        Command::Usage {
+            of: UsageOf::Profile,
+            ..
+        }
+    ));
+    assert!(usage_err(&["usage", "session", " "]).contains("must not be blank"));
+    usage_err(&["usage", "session"]);
+    usage_err(&["usage", "client", "x"]);
+}

@@ -35,6 +35,7 @@ Commands in full (baectl help COMMAND for one of them):
   mcp-servers list            (alias: mcp list)
   config show
   sandbox-status
+  usage session|key|profile ID [--since T] [--until T]
   auth create key [--name NAME] [--out-dir DIR] [--force]    (offline)
   completions bash|zsh|fish                                  (offline)
 
@@ -127,6 +128,9 @@ pub(super) enum Top {
     /// Sandbox image status per profile
     #[command(name = "sandbox-status")]
     SandboxStatus,
+    /// Provider tokens (and cost, where priced) of a session, key or profile
+    #[command(subcommand)]
+    Usage(UsageCmd),
     /// Offline admin-key provisioning
     #[command(subcommand)]
     Auth(AuthCmd),
@@ -362,6 +366,31 @@ pub(super) struct SessionsList {
     pub state: Option<String>,
     #[command(flatten)]
     pub page: PageArgs,
+}
+
+/// `usage session|key|profile ID`: `GET /admin/v1/{sessions,keys,profiles}/ID/usage`.
+#[derive(Subcommand, Debug)]
+pub(super) enum UsageCmd {
+    /// A session's usage, by provider entry and by turn
+    #[command(visible_alias = "sessions")]
+    Session(UsageArgs),
+    /// A client key's usage over its sessions, by provider entry
+    #[command(visible_alias = "keys")]
+    Key(UsageArgs),
+    /// A profile's usage over its sessions, by provider entry
+    #[command(visible_alias = "profiles")]
+    Profile(UsageArgs),
+}
+
+#[derive(Args, Debug)]
+pub(super) struct UsageArgs {
+    pub id: String,
+    /// Count from this UTC time on (2026-01-02, 2026-01-02T03:04:05Z)
+    #[arg(long, value_name = "TIME")]
+    pub since: Option<String>,
+    /// Count up to, not including, this UTC time
+    #[arg(long, value_name = "TIME")]
+    pub until: Option<String>,
 }
 
 #[derive(Subcommand, Debug)]

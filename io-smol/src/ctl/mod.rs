@@ -569,6 +569,21 @@ fn execute(client: &AdminClient, inv: &Invocation, io: &mut Io<'_>) -> Result<St
             let v = client.json("GET", "/admin/v1/config", None)?;
             out(&v, render::config)
         }
+        Command::Usage {
+            of,
+            id,
+            since,
+            until,
+        } => {
+            // The server checks the times (400 with the accepted forms).
+            let query: Vec<(&str, String)> = [("since", since), ("until", until)]
+                .into_iter()
+                .filter_map(|(k, v)| v.clone().map(|v| (k, v)))
+                .collect();
+            let path = format!("/admin/v1/{}/{}/usage", of.collection(), encode(id));
+            let v = client.json("GET", &client::with_query(&path, &query), None)?;
+            out(&v, render::usage)
+        }
         Command::Help
         | Command::Version
         | Command::AuthCreateKey { .. }

@@ -375,6 +375,64 @@ fn indent(s: &str) -> String {
     s.lines().map(|l| format!("  {l}\n")).collect()
 }
 
+/// A usage answer (`GET …/{id}/usage`): the window, then one row for the
+/// total, one per provider entry and, for a session, one per turn (named
+/// by the `seq` of its first event). Cost is `-` where no price is known.
+pub fn usage(v: &Value) -> String {
+    let (what, id) = [
+        ("session", "session_id"),
+        ("key", "key_id"),
+        ("profile", "profile_id"),
+    ]
+    .into_iter()
+    .find_map(|(w, k)| v.get(k).map(|id| (w, cell(Some(id)))))
+    .unwrap_or(("?", "-".into()));
+    let mut out = format!(
+        "usage of {what} {id} (since {}, until {})\n",
+        field(v, "since"),
+        field(v, "until")
+    );
+    const KEYS: [&str; 6] = [
+        "calls",
+        "input_tokens",
+        "output_tokens",
+        "cache_write_tokens",
+        "cache_read_tokens",
+        "cost",
+    ];
+    let row = |name: String, c: &Value| {
+        std::iter::once(name)
+            .chain(KEYS.iter().map(|k| field(c, k)))
+            .collect::<Vec<_>>()
+    };
+    let mut rows = vec![row("total".into(), &v["total"])];
+    let list = |k: &str| {
+        v.get(k)
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default()
+    };
+    for p in list("by_provider") {
+        rows.push(row(format!("provider {}", field(&p, "provider")), &p));
+    }
+    for t in list("by_turn") {
+        rows.push(row(format!("turn {}", field(&t, "turn_seq")), &t));
+    }
+    out.push_str(&table(
+        &[
+            "ROW",
+            "CALLS",
+            "INPUT",
+            "OUTPUT",
+            "CACHE_WRITE",
+            "CACHE_READ",
+            "COST",
+        ],
+        &rows,
+    ));
+    out
+}
+
 /// `--json` output: pretty-printed, newline-terminated.
 pub fn json(v: &Value) -> String {
     let mut s = serde_json::to_string_pretty(v).unwrap_or_else(|_| v.to_string());
@@ -436,6 +494,41 @@ mod tests {
             "PROFILE_ID  IMAGE        STATUS   DETAIL\n\
              pro_1       node:22      error    pull failed\n\
              pro_1       python:3.12  pending  -\n"
+        );
+    }
+
+    #[test]
+    fn usage_rows() {
+        let counters = |calls: u64, cost: Value| {
+            json!({"calls": calls, "input_tokens": 10 * calls, "output_tokens": 5,
+                "cache_write_tokens": 0, "cache_read_tokens": 900, "cost": cost})
+        };
+        let mut by_turn = counters(1, json!(0.5));
+        by_turn["turn_seq"] = json!(3);
+        let mut by_provider = counters(2, json!(null));
+        by_provider["provider"] = json!("main");
+        let u = usage(
+            &json!({"session_id": "ses_1", "since": "2026-01-02T00:00:00.000Z",
+            "until": null, "total": counters(2, json!(null)),
+            "by_provider": [by_provider], "by_turn": [by_turn]}),
+        );
+        assert_eq!(
+            u,
+            "usage of session ses_1 (since 2026-01-02T00:00:00.000Z, until -)\n\
+             ROW            CALLS  INPUT  OUTPUT  CACHE_WRITE  CACHE_READ  COST\n\
+             total          2      20     5       0            900         -\n\
+             provider main  2      20     5       0            900         -\n\
+             turn 3         1      10     5       0            900         0.5\n"
+        );
+        let k = usage(&json!({"key_id": "key_1", "since": null, "until": null,
+            "total": counters(0, json!(0.0)), "by_provider": []}));
+        assert!(
+            k.starts_with("usage of key key_1 (since -, until -)\n"),
+            "{k}"
+        );
+        assert!(
+            k.ends_with("total  0      0      5       0            900         0.0\n"),
+            "{k}"
         );
     }
 

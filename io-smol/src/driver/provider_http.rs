@@ -59,6 +59,13 @@ impl HttpTarget {
             return None;
         }
         let u = url::Url::parse(url).ok()?;
+        Self::of_url(&u)
+    }
+
+    /// The target of a parsed URL of either scheme: the port written, or
+    /// the scheme's default (`url` drops a written default port, so
+    /// `authority` carries a port only when it differs from it).
+    pub fn of_url(u: &url::Url) -> Option<HttpTarget> {
         if !u.username().is_empty() || u.password().is_some() {
             return None;
         }

@@ -68,14 +68,11 @@ fn target(url: &str) -> Option<(HttpTarget, bool)> {
     if let Some(t) = HttpTarget::parse(url) {
         return Some((t, false));
     }
-    let rest = url.strip_prefix("https://")?;
-    let t = HttpTarget::parse(&format!("http://{rest}"))?;
-    let connect = match t.connect.strip_suffix(":80") {
-        // No port was written: HTTPS's default.
-        Some(host) if !t.authority.ends_with(":80") => format!("{host}:443"),
-        _ => t.connect.clone(),
-    };
-    Some((HttpTarget { connect, ..t }, true))
+    if url.strip_prefix("https://")?.starts_with('/') {
+        return None;
+    }
+    let u = url::Url::parse(url).ok()?;
+    Some((HttpTarget::of_url(&u)?, true))
 }
 
 fn tls_config() -> Option<Arc<ClientConfig>> {

@@ -44,7 +44,12 @@ pub fn request(
 }
 
 fn labels(l: &Labels) -> Vec<KeyValue> {
-    l.iter().map(|(k, v)| kv(k, AttrValue::Static(v))).collect()
+    l.iter()
+        .map(|(k, v)| match v {
+            std::borrow::Cow::Borrowed(s) => kv(k, AttrValue::Static(s)),
+            std::borrow::Cow::Owned(s) => kv(k, AttrValue::Text(s.clone())),
+        })
+        .collect()
 }
 
 fn number(attrs: Vec<KeyValue>, start: u64, now: u64, v: u64) -> NumberDataPoint {

@@ -28,6 +28,7 @@ mod queries;
 mod read;
 pub(crate) mod rows;
 mod schema;
+mod usage_db;
 
 use queries::Q;
 use rows::*;
@@ -671,6 +672,7 @@ impl<'c> StoreConn<'c> {
                 finish(st)
             }
             StoreWrite::InsertLineage(row) => self.insert_lineage(row),
+            StoreWrite::InsertUsage(r) => self.insert_usage(r),
         }
     }
 

@@ -113,4 +113,20 @@ queries! {
     LineageChildren = "SELECT session_id, kind, parent_id, parent_event_id, \
         source_session_id, created_at FROM bae_session_lineage WHERE parent_id = ?1 \
         ORDER BY rowid";
+    InsertUsage = "INSERT OR IGNORE INTO bae_usage (event_seq, session_id, turn_seq, \
+        client_key_id, profile_id, provider, model, compaction, created_ms, input_tokens, \
+        output_tokens, cache_write_tokens, cache_read_tokens, turn_event_id) \
+        VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)";
+    UsageSessionTurns = "SELECT provider, turn_seq, count(*), sum(input_tokens), sum(output_tokens), sum(cache_write_tokens), sum(cache_read_tokens), min(turn_event_id) \
+        FROM bae_usage WHERE session_id = ?1 AND created_ms >= ?2 AND created_ms < ?3 \
+        GROUP BY turn_seq, provider ORDER BY turn_seq, provider";
+    UsageSession = "SELECT provider, 0, count(*), sum(input_tokens), sum(output_tokens), sum(cache_write_tokens), sum(cache_read_tokens) FROM bae_usage \
+        WHERE session_id = ?1 AND created_ms >= ?2 AND created_ms < ?3 \
+        GROUP BY provider ORDER BY provider";
+    UsageKey = "SELECT provider, 0, count(*), sum(input_tokens), sum(output_tokens), sum(cache_write_tokens), sum(cache_read_tokens) FROM bae_usage \
+        WHERE client_key_id = ?1 AND created_ms >= ?2 AND created_ms < ?3 \
+        GROUP BY provider ORDER BY provider";
+    UsageProfile = "SELECT provider, 0, count(*), sum(input_tokens), sum(output_tokens), sum(cache_write_tokens), sum(cache_read_tokens) FROM bae_usage \
+        WHERE profile_id = ?1 AND created_ms >= ?2 AND created_ms < ?3 \
+        GROUP BY provider ORDER BY provider";
 }

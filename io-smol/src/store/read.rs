@@ -129,6 +129,12 @@ impl<'c> StoreConn<'c> {
                 limit,
                 state,
             } => self.session_list(*after, *limit, *state),
+            StoreRead::Usage {
+                scope,
+                since_ms,
+                until_ms,
+                by_turn,
+            } => self.usage_sums(scope, (*since_ms, *until_ms), *by_turn),
             StoreRead::Events {
                 session_id,
                 after_seq,

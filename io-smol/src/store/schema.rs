@@ -193,4 +193,26 @@ pub const EXTRA_TABLES: &[&str] = &[
      )",
     "CREATE INDEX IF NOT EXISTS bae_idx_session_lineage_parent
          ON bae_session_lineage(parent_id)",
+    // Usage accounting (extension): one row per successful provider
+    // attempt, keyed by its `provider.response` event's seq, written in
+    // that event's transaction (`usage_db.rs`).
+    "CREATE TABLE IF NOT EXISTS bae_usage (
+         event_seq          INTEGER PRIMARY KEY,
+         session_id         TEXT NOT NULL,
+         turn_seq           INTEGER NOT NULL,
+         turn_event_id      TEXT NOT NULL,
+         client_key_id      TEXT NOT NULL,
+         profile_id         TEXT NOT NULL,
+         provider           TEXT NOT NULL,
+         model              TEXT NOT NULL,
+         compaction         INTEGER NOT NULL,
+         created_ms         INTEGER NOT NULL,
+         input_tokens       INTEGER NOT NULL,
+         output_tokens      INTEGER NOT NULL,
+         cache_write_tokens INTEGER NOT NULL,
+         cache_read_tokens  INTEGER NOT NULL
+     )",
+    "CREATE INDEX IF NOT EXISTS bae_idx_usage_session ON bae_usage(session_id, turn_seq)",
+    "CREATE INDEX IF NOT EXISTS bae_idx_usage_key ON bae_usage(client_key_id, created_ms)",
+    "CREATE INDEX IF NOT EXISTS bae_idx_usage_profile ON bae_usage(profile_id, created_ms)",
 ];

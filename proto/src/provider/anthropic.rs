@@ -4,7 +4,7 @@ use std::borrow::Cow;
 
 use serde_json::Value;
 
-use super::{to_json_text, ProviderResponse, Usage};
+use super::{to_json_text, ProviderResponse, Tokens, Usage};
 
 /// The wire tool list's JSON: `logged_json` (the text of `tools`) itself
 /// unless a definition has a `null` description, which the wire omits.
@@ -39,7 +39,8 @@ pub(super) fn wire_tools(tools: &[Value]) -> Value {
 /// The raw body is the canonical response as is; any 2xx JSON body is a
 /// success.
 pub(super) fn parse(mut raw: Value) -> ProviderResponse {
-    let usage = raw.get("usage").and_then(usage);
+    let tokens = raw.get("usage").and_then(tokens);
+    let usage = tokens.map(|t| spec_usage(&t));
     let truncated = (raw.get("stop_reason").and_then(Value::as_str) == Some("max_tokens"))
         .then_some("stop_reason max_tokens");
     // The body is rendered before its content moves out: no copy of it.
@@ -52,20 +53,30 @@ pub(super) fn parse(mut raw: Value) -> ProviderResponse {
         body_json,
         content,
         usage,
+        tokens,
         truncated,
     }
 }
 
-/// §7.1: input includes both cache counters (C-080); both base numbers must
-/// be non-negative integers or the whole usage is `None` (C-079).
-pub(super) fn usage(u: &Value) -> Option<Usage> {
+/// The reply's `usage` by kind; both base numbers must be non-negative
+/// integers or there is none (C-079); a cache counter that is absent (or
+/// not such a number) counts 0.
+pub(super) fn tokens(u: &Value) -> Option<Tokens> {
     let input = u.get("input_tokens")?.as_u64()?;
     let output = u.get("output_tokens")?.as_u64()?;
     let cache = |k: &str| u.get(k).and_then(Value::as_u64).unwrap_or(0);
-    Some(Usage {
-        input_tokens: input
-            .saturating_add(cache("cache_read_input_tokens"))
-            .saturating_add(cache("cache_creation_input_tokens")),
-        output_tokens: output,
+    Some(Tokens {
+        input,
+        output,
+        cache_write: cache("cache_creation_input_tokens"),
+        cache_read: cache("cache_read_input_tokens"),
     })
+}
+
+/// §7.1: input includes both cache counters (C-080).
+pub(super) fn spec_usage(t: &Tokens) -> Usage {
+    Usage {
+        input_tokens: t.prompt(),
+        output_tokens: t.output,
+    }
 }

@@ -23,7 +23,8 @@ pub(super) fn parse(body: &[u8]) -> Option<ProviderResponse> {
     let text = std::str::from_utf8(body).ok()?;
     let members: Members = serde_json::from_str(text).ok()?;
     let body_json = crate::wire::json::compact(text)?;
-    let usage = members.usage.as_ref().and_then(anthropic::usage);
+    let tokens = members.usage.as_ref().and_then(anthropic::tokens);
+    let usage = tokens.as_ref().map(anthropic::spec_usage);
     let truncated = (members.stop_reason.as_ref().and_then(Value::as_str) == Some("max_tokens"))
         .then_some("stop_reason max_tokens");
     let content = match members.content {
@@ -34,6 +35,7 @@ pub(super) fn parse(body: &[u8]) -> Option<ProviderResponse> {
         body_json,
         content,
         usage,
+        tokens,
         truncated,
     })
 }
@@ -126,6 +128,7 @@ mod tests {
             let want = whole(body);
             assert_eq!(fast.content, want.content, "{body}");
             assert_eq!(fast.usage, want.usage, "{body}");
+            assert_eq!(fast.tokens, want.tokens, "{body}");
             assert_eq!(fast.truncated, want.truncated, "{body}");
             let (a, b): (Value, Value) = (
                 serde_json::from_str(&fast.body_json).unwrap(),

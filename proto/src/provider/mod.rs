@@ -13,9 +13,11 @@
 
 mod anthropic;
 mod anthropic_reply;
+mod history_text;
 mod message;
 mod normalize;
 mod openai;
+mod request_text;
 pub mod retry;
 pub mod sse;
 pub mod stream;
@@ -25,8 +27,13 @@ use std::fmt;
 
 use serde_json::{json, Value};
 
+pub use history_text::HistoryText;
 pub use message::{HistoryItem, Message};
 pub use normalize::{normalize_anthropic, Normalized};
+pub use request_text::{
+    build as build_request, Built, Cache, Caching, Spec, BYTES_PER_TOKEN, DEFAULT_MIN_CACHE_TOKENS,
+    EXTENDED_TTL_BETA,
+};
 
 /// Default Anthropic base URL (§2).
 pub const DEFAULT_ANTHROPIC_BASE: &str = "https://api.anthropic.com";
@@ -365,6 +372,36 @@ impl Usage {
     }
 }
 
+/// The tokens one successful call was billed for, by kind (usage
+/// accounting): `input` is what was neither written to nor read from the
+/// provider's prompt cache, so the four add up to the prompt and the
+/// reply. Anthropic reports each; OpenAI's `prompt_tokens` includes its
+/// `prompt_tokens_details.cached_tokens` (read) and it bills no writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Tokens {
+    pub input: u64,
+    pub output: u64,
+    pub cache_write: u64,
+    pub cache_read: u64,
+}
+
+impl Tokens {
+    /// Adds `other` (saturating).
+    pub fn add(&mut self, other: &Tokens) {
+        self.input = self.input.saturating_add(other.input);
+        self.output = self.output.saturating_add(other.output);
+        self.cache_write = self.cache_write.saturating_add(other.cache_write);
+        self.cache_read = self.cache_read.saturating_add(other.cache_read);
+    }
+
+    /// The prompt: input, cache writes and cache reads.
+    pub fn prompt(&self) -> u64 {
+        (self.input)
+            .saturating_add(self.cache_write)
+            .saturating_add(self.cache_read)
+    }
+}
+
 /// A successful (2xx, usable) provider response.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ProviderResponse {
@@ -375,6 +412,8 @@ pub struct ProviderResponse {
     pub content: Vec<Value>,
     /// `None` is logged as `usage: null` (C-079).
     pub usage: Option<Usage>,
+    /// The same usage by kind (`None` exactly when `usage` is).
+    pub tokens: Option<Tokens>,
     /// `Some("stop_reason max_tokens")` / `Some("finish_reason length")`
     /// when the provider cut the reply off (§7.2); compaction reports
     /// `summary truncated: <this>`.

@@ -3,7 +3,7 @@
 
 use serde_json::{json, Map, Value};
 
-use super::{joined_text, text_block, to_json_text, ParseError, ProviderResponse, Usage};
+use super::{joined_text, text_block, to_json_text, ParseError, ProviderResponse, Tokens, Usage};
 
 /// Canonical messages → Chat Completions messages (§6.2 table).
 pub(super) fn translate_messages<M: std::borrow::Borrow<Value>>(messages: &[M]) -> Vec<Value> {
@@ -172,10 +172,27 @@ pub(super) fn parse(raw: Value) -> Result<ProviderResponse, ParseError> {
             output_tokens: u.get("completion_tokens")?.as_u64()?,
         })
     });
+    let tokens = usage.map(|u| {
+        // Cached prompt tokens are part of `prompt_tokens`; a count larger
+        // than the prompt is taken as the whole prompt.
+        let cached = (raw.get("usage"))
+            .and_then(|u| u.get("prompt_tokens_details"))
+            .and_then(|d| d.get("cached_tokens"))
+            .and_then(Value::as_u64)
+            .unwrap_or(0)
+            .min(u.input_tokens);
+        Tokens {
+            input: u.input_tokens - cached,
+            output: u.output_tokens,
+            cache_write: 0,
+            cache_read: cached,
+        }
+    });
     Ok(ProviderResponse {
         body_json: to_json_text(&raw),
         content,
         usage,
+        tokens,
         truncated,
     })
 }

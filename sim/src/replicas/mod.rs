@@ -279,6 +279,8 @@ impl ReplicaWorld {
                 retry: None,
                 limits: None,
                 stream: None,
+                cache: None,
+                prices: None,
             }],
             durable_drivers: sw.durable_drivers,
             ..Config::default()

@@ -480,6 +480,8 @@ impl World {
                 max_tokens: 512,
                 retry: None,
                 limits: None,
+                cache: None,
+                prices: None,
                 stream: swarm.stream.settings.filter(|_| swarm.stream.primary),
             }],
             turn_timeout_ms: swarm.turn_timeout_ms,
@@ -513,6 +515,8 @@ impl World {
                 max_tokens: 256,
                 retry: None,
                 limits: None,
+                cache: None,
+                prices: None,
                 stream: swarm.stream.settings.filter(|_| swarm.stream.fallback),
             });
         }

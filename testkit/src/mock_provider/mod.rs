@@ -22,7 +22,12 @@ use proto::http::peer::{self as wire, BodyDecoder};
 
 mod limits;
 pub use limits::{http_date_in, LimitStats, Limited};
+pub mod cache;
+mod render;
 mod stream;
+
+pub use cache::{CacheCall, CacheConfig};
+use render::render;
 pub use stream::{StreamClose, StreamFault, StreamTiming, Streamed};
 
 /// Default usage reported by the convenience constructors.
@@ -334,6 +339,8 @@ struct State {
     seq: u64,
     /// The concurrency limit, when one is set (`limits.rs`).
     limits: limits::Limits,
+    /// Prompt caching as the providers bill it, once enabled.
+    cache: Option<cache::Cache>,
     /// Pacing of streamed replies without their own.
     timing: StreamTiming,
     /// Clients that closed their connection mid-stream.
@@ -404,6 +411,7 @@ impl MockProvider {
                 shutdown: false,
                 seq: 0,
                 limits: limits::Limits::default(),
+                cache: None,
                 timing: StreamTiming::default(),
                 closes: Vec::new(),
                 writes: Default::default(),
@@ -454,6 +462,18 @@ impl MockProvider {
     /// Forget recorded requests (the script is kept).
     pub fn clear_requests(&self) {
         self.shared.lock().requests.clear();
+    }
+
+    /// From now on, bill every request through a prompt cache that behaves
+    /// like the provider's (`cache.rs`): replies report the cache's usage
+    /// (the script's output tokens kept).
+    pub fn enable_cache(&self, config: CacheConfig) {
+        self.shared.lock().cache = Some(cache::Cache::new(config));
+    }
+
+    /// What the cache made of each request so far, in order.
+    pub fn cache_calls(&self) -> Vec<CacheCall> {
+        (self.shared.lock().cache.as_ref()).map_or_else(Vec::new, |c| c.calls.clone())
     }
 
     /// Wait until at least `n` requests were received (or `timeout`), then
@@ -573,10 +593,16 @@ fn serve_conn(mut conn: TcpStream, ordinal: u64, shared: &Shared) -> io::Result<
         let endpoint = Endpoint::of_path(&req.head.target);
         let body: Value = serde_json::from_slice(&req.body).unwrap_or(Value::Null);
         let stream = stream::wants_stream(&body);
-        let (reply, seq, counted) = {
+        let (reply, seq, billed, counted) = {
             let mut st = shared.lock();
             st.seq += 1;
             let seq = st.seq;
+            let billed = match st.cache.as_mut() {
+                Some(c) if endpoint != Endpoint::Unknown => {
+                    Some(c.bill(endpoint, &body, Instant::now()))
+                }
+                _ => None,
+            };
             st.requests.push(RecordedRequest {
                 method: req.head.method.clone(),
                 path: req.head.target.clone(),
@@ -588,6 +614,11 @@ fn serve_conn(mut conn: TcpStream, ordinal: u64, shared: &Shared) -> io::Result<
             let refused = limits::enter(&mut st);
             let reply = if let Some(refusal) = refused.clone() {
                 refusal
+            } else if let Some(Err(cache::Refused(body))) = &billed {
+                Reply::Json {
+                    status: 400,
+                    body: body.clone(),
+                }
             } else if endpoint == Endpoint::Unknown {
                 Reply::Json {
                     status: 404,
@@ -599,7 +630,7 @@ fn serve_conn(mut conn: TcpStream, ordinal: u64, shared: &Shared) -> io::Result<
                     .or_else(|| st.default.clone())
                     .unwrap_or_else(|| Reply::text("ok"))
             };
-            (reply, seq, refused.is_none())
+            (reply, seq, billed.and_then(Result::ok), refused.is_none())
         };
         shared.cond.notify_all();
         let to = Answer {
@@ -607,6 +638,7 @@ fn serve_conn(mut conn: TcpStream, ordinal: u64, shared: &Shared) -> io::Result<
             seq,
             close: wants_close,
             stream,
+            billed: billed.as_ref(),
         };
         let answered = answer(&mut conn, shared, reply, to);
         if counted {
@@ -621,12 +653,14 @@ fn serve_conn(mut conn: TcpStream, ordinal: u64, shared: &Shared) -> io::Result<
 
 /// Who a reply goes to.
 #[derive(Clone, Copy)]
-struct Answer {
+struct Answer<'a> {
     endpoint: Endpoint,
     seq: u64,
     close: bool,
     /// The request asked for `"stream": true`.
     stream: bool,
+    /// What the prompt cache billed it, when enabled.
+    billed: Option<&'a CacheCall>,
 }
 
 /// Write the reply; Ok(false) means the connection must be dropped.
@@ -636,7 +670,17 @@ fn answer(conn: &mut TcpStream, shared: &Shared, reply: Reply, to: Answer) -> io
         seq,
         close,
         stream,
+        billed,
     } = to;
+    // A reply's usage is what the cache billed, streamed or not (a
+    // streamed reply's events are encoded from this very body).
+    let billed_body = |reply: Reply| {
+        let mut body = render(reply, endpoint, seq);
+        if let Some(call) = billed {
+            cache::apply(&mut body, call);
+        }
+        body
+    };
     let (status, content_type, body) = match reply {
         Reply::Delay(d, inner) => {
             if shared.sleep_or_shutdown(d) {
@@ -657,11 +701,11 @@ fn answer(conn: &mut TcpStream, shared: &Shared, reply: Reply, to: Answer) -> io
             return answer(conn, shared, s.reply, to)
         }
         Reply::Stream(s) => {
-            let body = render(s.reply.clone(), endpoint, seq);
+            let body = billed_body(s.reply.clone());
             return stream::answer(conn, shared, *s, body, endpoint, seq);
         }
         reply if stream && reply.renders_body() => {
-            let body = render(reply.clone(), endpoint, seq);
+            let body = billed_body(reply.clone());
             let s = Streamed {
                 reply,
                 timing: None,
@@ -679,11 +723,14 @@ fn answer(conn: &mut TcpStream, shared: &Shared, reply: Reply, to: Answer) -> io
             "application/json".to_string(),
             body.to_string().into_bytes(),
         ),
-        other => (
-            200,
-            "application/json".to_string(),
-            render(other, endpoint, seq).to_string().into_bytes(),
-        ),
+        other => {
+            let body = billed_body(other);
+            (
+                200,
+                "application/json".to_string(),
+                body.to_string().into_bytes(),
+            )
+        }
     };
     let head = format!(
         "HTTP/1.1 {status} {}\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\nconnection: {}\r\n\r\n",
@@ -696,123 +743,4 @@ fn answer(conn: &mut TcpStream, shared: &Shared, reply: Reply, to: Answer) -> io
     conn.write_all(&out)?;
     conn.flush()?;
     Ok(true)
-}
-
-fn anthropic_body(
-    seq: u64,
-    content: Vec<Value>,
-    stop_reason: &str,
-    usage: Option<(u64, u64)>,
-) -> Value {
-    let mut v = json!({
-        "id": format!("msg_mock_{seq:06}"),
-        "type": "message",
-        "role": "assistant",
-        "model": "mock",
-        "content": content,
-        "stop_reason": stop_reason,
-        "stop_sequence": null,
-    });
-    if let Some((i, o)) = usage {
-        v["usage"] = json!({"input_tokens": i, "output_tokens": o});
-    }
-    v
-}
-
-fn openai_body(
-    seq: u64,
-    content: Option<String>,
-    tool_calls: Vec<Value>,
-    finish_reason: &str,
-    usage: Option<(u64, u64)>,
-) -> Value {
-    let mut message = json!({"role": "assistant", "content": content});
-    if !tool_calls.is_empty() {
-        message["tool_calls"] = Value::Array(tool_calls);
-    }
-    let mut v = json!({
-        "id": format!("chatcmpl-mock-{seq:06}"),
-        "object": "chat.completion",
-        "created": 0,
-        "model": "mock",
-        "choices": [{"index": 0, "message": message, "finish_reason": finish_reason}],
-    });
-    if let Some((i, o)) = usage {
-        v["usage"] = json!({"prompt_tokens": i, "completion_tokens": o, "total_tokens": i + o});
-    }
-    v
-}
-
-/// Render a body-producing reply for `endpoint` (Unknown renders as Anthropic).
-fn render(reply: Reply, endpoint: Endpoint, seq: u64) -> Value {
-    let openai = endpoint == Endpoint::Openai;
-    match reply {
-        Reply::Text {
-            text,
-            usage,
-            truncated,
-        } => {
-            if openai {
-                let finish = if truncated { "length" } else { "stop" };
-                openai_body(seq, Some(text), vec![], finish, usage)
-            } else {
-                let stop = if truncated { "max_tokens" } else { "end_turn" };
-                anthropic_body(
-                    seq,
-                    vec![json!({"type": "text", "text": text})],
-                    stop,
-                    usage,
-                )
-            }
-        }
-        Reply::ToolUse { text, calls, usage } => {
-            if openai {
-                let calls = calls
-                    .into_iter()
-                    .map(|(id, name, input)| {
-                        json!({"id": id, "type": "function",
-                               "function": {"name": name, "arguments": input.to_string()}})
-                    })
-                    .collect();
-                openai_body(seq, text, calls, "tool_calls", usage)
-            } else {
-                let mut blocks: Vec<Value> = text
-                    .into_iter()
-                    .map(|t| json!({"type": "text", "text": t}))
-                    .collect();
-                blocks.extend(
-                    calls
-                        .into_iter()
-                        .map(|(id, name, input)| json!({"type": "tool_use", "id": id, "name": name, "input": input})),
-                );
-                anthropic_body(seq, blocks, "tool_use", usage)
-            }
-        }
-        Reply::AnthropicText {
-            text,
-            usage,
-            stop_reason,
-        } => anthropic_body(
-            seq,
-            vec![json!({"type": "text", "text": text})],
-            &stop_reason,
-            usage,
-        ),
-        Reply::AnthropicToolUse { blocks, usage } => anthropic_body(seq, blocks, "tool_use", usage),
-        Reply::OpenaiText {
-            text,
-            usage,
-            finish_reason,
-        } => openai_body(seq, text, vec![], &finish_reason, usage),
-        Reply::OpenaiToolCalls {
-            content,
-            calls,
-            usage,
-        } => openai_body(seq, content, calls, "tool_calls", usage),
-        Reply::Json { body, .. } => body,
-        Reply::Raw { body, .. } => Value::String(body),
-        Reply::Delay(_, inner) => render(*inner, endpoint, seq),
-        Reply::Stream(s) => render(s.reply, endpoint, seq),
-        Reply::Hang | Reply::Close | Reply::Limited(_) => Value::Null,
-    }
 }

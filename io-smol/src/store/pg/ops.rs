@@ -33,6 +33,23 @@ macro_rules! pg_queries {
 }
 
 pg_queries! {
+    InsertUsage = "INSERT INTO bae_usage (event_seq, session_id, turn_seq, client_key_id, \
+        profile_id, provider, model, compaction, created_ms, input_tokens, output_tokens, \
+        cache_write_tokens, cache_read_tokens, turn_event_id) \
+        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) \
+        ON CONFLICT (event_seq) DO NOTHING";
+    // Sums by provider entry (and turn): `$1` the scope's id, `$2..$3` the
+    // window, `$4` whether by turn.
+    UsageSession = "SELECT provider, CASE WHEN $4 THEN turn_seq ELSE 0 END AS t, \
+        COUNT(*)::BIGINT, SUM(input_tokens)::BIGINT, SUM(output_tokens)::BIGINT, SUM(cache_write_tokens)::BIGINT, SUM(cache_read_tokens)::BIGINT, MIN(turn_event_id) FROM bae_usage \
+        WHERE session_id = $1 AND created_ms >= $2 AND created_ms < $3 \
+        GROUP BY t, provider ORDER BY t, provider";
+    UsageKey = "SELECT provider, 0::BIGINT, COUNT(*)::BIGINT, SUM(input_tokens)::BIGINT, SUM(output_tokens)::BIGINT, SUM(cache_write_tokens)::BIGINT, SUM(cache_read_tokens)::BIGINT FROM bae_usage \
+        WHERE client_key_id = $1 AND created_ms >= $2 AND created_ms < $3 AND $4::BOOLEAN IS NOT NULL \
+        GROUP BY provider ORDER BY provider";
+    UsageProfile = "SELECT provider, 0::BIGINT, COUNT(*)::BIGINT, SUM(input_tokens)::BIGINT, SUM(output_tokens)::BIGINT, SUM(cache_write_tokens)::BIGINT, SUM(cache_read_tokens)::BIGINT FROM bae_usage \
+        WHERE profile_id = $1 AND created_ms >= $2 AND created_ms < $3 AND $4::BOOLEAN IS NOT NULL \
+        GROUP BY provider ORDER BY provider";
     InsertProfile = "INSERT INTO profiles (id, name, provider_config, fallback_configs, \
         mcp_servers, allowed_tools, available_sandboxes, created_at, updated_at, deleted_at) \
         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)";
@@ -480,6 +497,30 @@ fn apply(
                 ],
             )
         }
+        StoreWrite::InsertUsage(r) => {
+            let n = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+            let t = &r.tokens;
+            exec(
+                tx,
+                Pq::InsertUsage,
+                &[
+                    &n(r.event_seq),
+                    &r.session_id,
+                    &n(r.turn_seq),
+                    &r.client_key_id,
+                    &r.profile_id,
+                    &r.provider,
+                    &r.model,
+                    &r.compaction,
+                    &n(r.created_ms),
+                    &n(t.input),
+                    &n(t.output),
+                    &n(t.cache_write),
+                    &n(t.cache_read),
+                    &r.turn_event_id,
+                ],
+            )
+        }
     }
 }
 
@@ -654,6 +695,39 @@ pub(crate) fn read_with(
                 out.extend(stored_session(c, stmts, &id, *drivers_since)?);
             }
             ReadResult::Sessions(out)
+        }
+        StoreRead::Usage {
+            scope,
+            since_ms,
+            until_ms,
+            by_turn,
+        } => {
+            use engine::store::UsageScope;
+            let (q, id) = match scope {
+                UsageScope::Session(id) => (Pq::UsageSession, id),
+                UsageScope::ClientKey(id) => (Pq::UsageKey, id),
+                UsageScope::Profile(id) => (Pq::UsageProfile, id),
+            };
+            let since = i64::try_from(since_ms.unwrap_or(0)).unwrap_or(i64::MAX);
+            let until = until_ms.map_or(i64::MAX, |u| i64::try_from(u).unwrap_or(i64::MAX));
+            let rows = c.query(stmts.get(q), &[id, &since, &until, by_turn])?;
+            let n = |r: &Row, i: usize| r.int(i).map(|v| u64::try_from(v).unwrap_or(0));
+            let mut sums = Vec::with_capacity(rows.len());
+            for r in &rows {
+                sums.push(engine::usage::Sum {
+                    provider: r.text(0)?,
+                    turn_seq: by_turn.then(|| n(r, 1)).transpose()?,
+                    turn_event_id: by_turn.then(|| r.text(7)).transpose()?,
+                    calls: n(r, 2)?,
+                    tokens: proto::provider::Tokens {
+                        input: n(r, 3)?,
+                        output: n(r, 4)?,
+                        cache_write: n(r, 5)?,
+                        cache_read: n(r, 6)?,
+                    },
+                });
+            }
+            ReadResult::Usage(sums)
         }
         StoreRead::SessionList {
             after,

@@ -23,7 +23,7 @@ pub struct PgMigration {
 }
 
 /// Highest migration version this binary knows.
-pub const PG_LATEST_VERSION: i64 = 5;
+pub const PG_LATEST_VERSION: i64 = 7;
 
 /// Oldest PostgreSQL server accepted (`server_version_num`).
 pub const PG_MIN_SERVER_VERSION: i32 = 130000;
@@ -40,6 +40,7 @@ pub const PG_TABLES: &[&str] = &[
     "session_leases",
     "replica_lanes",
     "bae_session_lineage",
+    "bae_usage",
 ];
 
 pub const PG_MIGRATIONS: &[PgMigration] = &[
@@ -173,4 +174,49 @@ pub const PG_MIGRATIONS: &[PgMigration] = &[
               DROP INDEX bae_idx_session_leases_owner;
               CREATE INDEX bae_idx_session_leases_token ON session_leases(token);",
     },
+    // Usage accounting (extension): one row per successful provider
+    // attempt, keyed by its `provider.response` event's seq, written in
+    // that event's transaction.
+    PgMigration {
+        version: 7,
+        name: "usage",
+        sql: "CREATE TABLE bae_usage (
+                  event_seq          BIGINT PRIMARY KEY,
+                  session_id         TEXT NOT NULL,
+                  turn_seq           BIGINT NOT NULL,
+                  turn_event_id      TEXT NOT NULL,
+                  client_key_id      TEXT NOT NULL,
+                  profile_id         TEXT NOT NULL,
+                  provider           TEXT NOT NULL,
+                  model              TEXT NOT NULL,
+                  compaction         BOOLEAN NOT NULL,
+                  created_ms         BIGINT NOT NULL,
+                  input_tokens       BIGINT NOT NULL,
+                  output_tokens      BIGINT NOT NULL,
+                  cache_write_tokens BIGINT NOT NULL,
+                  cache_read_tokens  BIGINT NOT NULL
+              );
+              CREATE INDEX bae_idx_usage_session ON bae_usage(session_id, turn_seq);
+              CREATE INDEX bae_idx_usage_key ON bae_usage(client_key_id, created_ms);
+              CREATE INDEX bae_idx_usage_profile ON bae_usage(profile_id, created_ms);",
+    },
 ];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two branches once both added a "version 5": the versions must run
+    /// 1, 2, 3… without a gap or repeat, and the binary's maximum must be
+    /// the last of them, or a fresh database refuses to start.
+    #[test]
+    fn migrations_are_numbered_in_order_up_to_the_latest() {
+        for (i, m) in PG_MIGRATIONS.iter().enumerate() {
+            assert_eq!(m.version, i as i64 + 1, "migration {}", m.name);
+        }
+        assert_eq!(
+            PG_MIGRATIONS.last().map(|m| m.version),
+            Some(PG_LATEST_VERSION)
+        );
+    }
+}

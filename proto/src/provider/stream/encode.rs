@@ -82,6 +82,12 @@ fn anthropic(body: &Value, max_chars: usize) -> Vec<String> {
     }
     let mut usage_delta = Map::new();
     if let Some(Value::Object(usage)) = start.get_mut("usage") {
+        // A reply billed through the prompt cache repeats every counter in
+        // `message_delta`, as the API does today; others send the output
+        // count only, as it used to.
+        if usage.keys().any(|k| k.starts_with("cache_")) {
+            usage_delta = usage.clone();
+        }
         if let Some(out) = usage.get_mut("output_tokens") {
             usage_delta.insert("output_tokens".into(), out.clone());
             *out = json!(1);

@@ -64,6 +64,35 @@ fn an_anthropic_stream_assembles_to_the_unstreamed_reply() {
     assert!(frags.iter().all(|f| f.index != 3));
 }
 
+/// A reply billed through the prompt cache: `message_delta` repeats every
+/// counter (the API's current shape), and the assembled usage is the
+/// unstreamed reply's, cache counters included.
+#[test]
+fn cache_counters_survive_message_start_and_message_delta() {
+    let mut body = anthropic_body();
+    body["usage"] = json!({"input_tokens": 7, "cache_creation_input_tokens": 1500,
+        "cache_read_input_tokens": 9000, "output_tokens": 40});
+    let evs = events(Kind::Anthropic, &body, 3);
+    let data = |name: &str| -> Value {
+        let ev = evs
+            .iter()
+            .find(|e| e.starts_with(&format!("event: {name}\n")))
+            .unwrap();
+        serde_json::from_str(ev.lines().nth(1).unwrap().trim_start_matches("data: ")).unwrap()
+    };
+    let start = &data("message_start")["message"]["usage"];
+    assert_eq!(start["cache_read_input_tokens"], 9000);
+    assert_eq!(start["output_tokens"], 1);
+    let delta = &data("message_delta")["usage"];
+    assert_eq!(delta["cache_creation_input_tokens"], 1500);
+    assert_eq!(delta["output_tokens"], 40);
+    let want = parse_response(Kind::Anthropic, body.to_string().as_bytes()).unwrap();
+    let (got, _) = run(Kind::Anthropic, &joined(&evs));
+    let got = got.unwrap();
+    assert_eq!(got.tokens, want.tokens);
+    assert_eq!(got.body_json, body.to_string());
+}
+
 #[test]
 fn an_openai_stream_assembles_to_the_unstreamed_reply() {
     let body = openai_body();

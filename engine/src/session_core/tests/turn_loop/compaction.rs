@@ -55,7 +55,7 @@ fn a_manual_compaction_replaces_the_history() {
     assert!(json.contains("session.compaction.completed"));
     let history = h.core.history.as_ref().unwrap();
     assert_eq!(history.len(), 2);
-    assert_eq!(history[1]["content"][0]["text"], "the gist");
+    assert_eq!(history.value(1).unwrap()["content"][0]["text"], "the gist");
     assert!(h.seen.contains(&Seen::HistoryRebuilt));
     assert!(holder_is_free(&h.core));
 }

@@ -53,6 +53,8 @@ fn entry(name: &str) -> ProviderEntry {
         max_tokens: 1024,
         retry: None,
         limits: None,
+        cache: None,
+        prices: None,
         stream: None,
     }
 }
@@ -120,6 +122,9 @@ impl World for FakeWorld {
     fn max_output(&self) -> usize {
         64
     }
+    fn prompt_cache_key(&self) -> String {
+        crate::usage::prompt_cache_key("s1")
+    }
 }
 
 /// Something the harness saw the core ask for, in order.
@@ -173,7 +178,7 @@ struct Harness {
 impl Harness {
     fn new() -> Self {
         let mut core = SessionCore::default();
-        core.history = Some(Vec::new());
+        core.history = Some(proto::provider::HistoryText::new());
         Harness {
             core,
             world: FakeWorld::new(),
@@ -262,8 +267,8 @@ impl Harness {
             Effect::SessionError => self.seen.push(Seen::SessionError),
             Effect::LoadHistory => {
                 self.seen.push(Seen::LoadHistory);
-                let loaded = (self.stored_history.clone())
-                    .map(|h| (h.into_iter().map(Into::into).collect(), Some((10, 5))));
+                let loaded =
+                    (self.stored_history.clone()).map(|h| (h.into_iter().collect(), Some((10, 5))));
                 self.core.history_loaded(loaded, &self.world);
             }
             Effect::RestoreMcp => {
