@@ -1,5 +1,5 @@
 //! `baectl` end to end: the real `baectl` binary against the real `baesrv`
-//! (spec 03 §4, §6; docs/operations.md "baectl reference").
+//! (spec 03 §4, §6; docs/baectl.md).
 //!
 //! Every run clears inherited `BAE_*` variables and points baectl at the
 //! test server through `BAE_ADMIN_ADDR` / `BAE_ADMIN_KEY_FILE` unless a

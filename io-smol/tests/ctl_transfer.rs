@@ -1,6 +1,6 @@
 //! `baectl sessions fork|rewind|export|import|lineage` end to end: the real
 //! `baectl` binary against the real `baesrv` (docs/extensions.md, "Forks,
-//! exports and imports"; docs/operations.md, "baectl reference").
+//! exports and imports"; docs/baectl.md).
 
 mod live_support;
 mod transfer_support;
