@@ -176,7 +176,7 @@ fn graceful_restart_and_repeated_crashes_keep_everything() {
     let conn = db(&s);
     assert_eq!(
         query(&conn, "SELECT MAX(version) FROM schema_version")[0][0].as_deref(),
-        Some(latest_schema_version(&s))
+        Some(latest_schema_version(&s).as_str())
     );
     assert_eq!(
         query(

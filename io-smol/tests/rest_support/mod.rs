@@ -347,10 +347,10 @@ pub fn execute(s: &Server, sql: &str) {
 }
 
 /// The newest schema version of the server's store (SQLite: spec 08's 9).
-pub fn latest_schema_version(s: &Server) -> &'static str {
+pub fn latest_schema_version(s: &Server) -> String {
     match s.database_url() {
-        Some(_) => "4",
-        None => "9",
+        Some(_) => io_smol::store::pg::PG_LATEST_VERSION.to_string(),
+        None => io_smol::store::LATEST_VERSION.to_string(),
     }
 }
 
