@@ -1,7 +1,7 @@
 //! Engine settings, fixed at start ([`Config`]), and the provider registry
 //! entries they hold. Re-exported at the crate root.
 
-use crate::{history_cache, mcp, replicas, usage};
+use crate::{history_cache, mcp, overload, provider_limits, replicas, usage, RetryPolicy};
 
 /// One `[[providers.entries]]` registry entry, as the engine needs it.
 #[derive(Debug, Clone, PartialEq)]
@@ -15,6 +15,12 @@ pub struct ProviderEntry {
     /// Raw credential template; resolved only by the driver, per call.
     pub auth_template: String,
     pub max_tokens: u32,
+    /// `retry`: failed attempts tried again on this entry (`None`: the
+    /// reference's walk, every failure goes to the fallback).
+    pub retry: Option<RetryPolicy>,
+    /// `limits`: calls in flight, requests and input tokens per minute,
+    /// shared by every session (`None`: unlimited).
+    pub limits: Option<provider_limits::EntryLimits>,
     /// Prompt caching (opt-in; `None`: requests are the reference's).
     pub cache: Option<proto::provider::Caching>,
     /// Prices per million tokens, for cost estimates (`None`: no cost).
@@ -140,6 +146,9 @@ pub struct Config {
     /// `[telemetry]` span export: the engine queues [`crate::telemetry::Fact`]s
     /// for [`crate::Engine::drain_telemetry`] (off: nothing is recorded).
     pub telemetry: bool,
+    /// `BAE_OVERLOAD_*`: bounds past which new client requests get `503`
+    /// at once (off by default).
+    pub overload: overload::OverloadLimits,
     /// Replica mode (`BAE_REPLICA_ADVERTISE`, PostgreSQL only): session
     /// leases, forwarding, seq lanes. `None`: a lone server.
     pub replica: Option<replicas::ReplicaSettings>,
@@ -206,6 +215,7 @@ impl Default for Config {
             metrics_disabled: Vec::new(),
             metrics_no_auth: false,
             telemetry: false,
+            overload: overload::OverloadLimits::default(),
             replica: None,
             #[cfg(feature = "planted-bugs")]
             planted: None,

@@ -108,9 +108,7 @@ impl Engine {
             return;
         };
         // The provider stops generating what nobody will read.
-        for call in self.calls.remove_session(session_id) {
-            self.outputs.push_back(crate::Output::AbortProvider(call));
-        }
+        self.abort_calls(session_id);
         if let Some(request) = t.streaming_deltas() {
             let reason = Some(jsonrpc::DiscardReason::Cancelled);
             self.deltas_ended(session_id, &request, reason);

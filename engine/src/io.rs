@@ -61,8 +61,14 @@ pub struct ProviderCall {
 /// What came back from a [`ProviderCall`].
 #[derive(Debug, Clone, PartialEq)]
 pub enum ProviderReply {
-    /// An HTTP response was obtained (any status).
-    Http { status: u16, body: Vec<u8> },
+    /// An HTTP response was obtained (any status), with what its headers
+    /// advised about calling again (read by the driver for non-2xx
+    /// statuses; a retry policy uses it).
+    Http {
+        status: u16,
+        body: Vec<u8>,
+        advice: proto::provider::retry::RetryAdvice,
+    },
     /// No usable HTTP response: connect/TLS/IO/timeout. Text has URLs removed.
     Transport(String),
     /// The credential template could not be resolved (unset `${VAR}`…).

@@ -47,9 +47,11 @@ pub mod mcp;
 pub mod mem_store;
 pub mod metrics;
 mod model;
+pub mod overload;
 pub mod pipeline;
 #[cfg(feature = "planted-bugs")]
 pub mod planted;
+pub mod provider_limits;
 mod replica_route;
 pub mod replicas;
 pub mod residency;
@@ -78,6 +80,7 @@ use proto::jsonrpc::codes;
 
 /// Provider-facing history rebuilt from the log with plain store reads.
 pub use ids::{CallId, ConnId};
+pub use session_core::retry::RetryPolicy;
 pub use store::{ReadId, ReadResult, Snapshot, StoreRead, StoreWrite};
 pub use time::{MonoMs, UnixMs};
 
@@ -120,6 +123,8 @@ pub struct Engine {
     /// Provider calls in flight, by the session whose turn made them, and
     /// the watchdog deadlines of streamed ones.
     calls: calls::Calls,
+    /// Every provider entry's shared limits, queues and retry timers.
+    provider_limits: provider_limits::ProviderLimits,
     next_call: CallId,
     /// Every session's MCP connection set.
     mcp: mcp::McpHub,
@@ -151,6 +156,8 @@ pub struct Engine {
     residency: residency::Residency,
     /// Exports, imports, forks and lineage answers in progress.
     transfers: transfer::Transfers,
+    /// Overload bounds and refusals (`BAE_OVERLOAD_*`).
+    overload: overload::Overload,
     shutting_down: bool,
 }
 
@@ -207,6 +214,9 @@ impl Engine {
         };
         let telemetry = telemetry::Telemetry::new(config.telemetry);
         let histories = history_cache::HistoryCache::new(config.history_cache);
+        let overload = overload::Overload::new(config.overload);
+        let limits = config.providers.iter().map(|p| (p.name.as_str(), p.limits));
+        let provider_limits = provider_limits::ProviderLimits::new(limits, now.mono);
         let transfers = transfer::Transfers::new(config.max_import_bytes);
         let mut engine = Engine {
             sandbox,
@@ -231,6 +241,7 @@ impl Engine {
             running: BTreeMap::new(),
             next_turn: turn::TurnId(1),
             calls: calls::Calls::default(),
+            provider_limits,
             next_call: CallId(1),
             quiet: Vec::new(),
             idem: idempotency::Keys::restore(&snapshot.idempotency),
@@ -240,6 +251,7 @@ impl Engine {
             replicas,
             residency,
             transfers,
+            overload,
             shutting_down: false,
         };
         // Spec 04 §5 step 11: re-provision every active profile's images.
@@ -273,6 +285,7 @@ impl Engine {
             Input::Shutdown => self.on_shutdown(),
             Input::Catalog(update) => self.on_catalog(*update),
         }
+        self.route_limit_notices();
         self.pump_mcp();
         self.evict_idle_sessions();
     }
@@ -287,6 +300,8 @@ impl Engine {
         self.check_provider_streams();
         self.mcp.handle_timeout(now.mono);
         self.sandbox.handle_timeout(now.mono);
+        self.provider_limits.tick(now.mono);
+        self.route_limit_notices();
         self.pump_mcp();
         self.evict_idle_sessions();
     }
@@ -310,6 +325,7 @@ impl Engine {
             mcp,
             self.sandbox.poll_timeout(),
             self.residency.next_deadline(),
+            self.provider_limits.poll_timeout(),
             self.calls.next_deadline(),
         ]
         .into_iter()
@@ -321,6 +337,13 @@ impl Engine {
     /// unless [`Config::telemetry`]); drain after every input.
     pub fn drain_telemetry(&mut self, out: &mut Vec<telemetry::Fact>) {
         self.telemetry.drain_into(out);
+    }
+
+    /// The driver's store backlog (writes emitted and not yet committed,
+    /// [`pipeline::Pipeline::backlog`]), for overload control; drivers
+    /// report it after every input.
+    pub fn note_store_backlog(&mut self, writes: usize) {
+        self.overload.note_backlog(writes);
     }
 
     /// Number of connections the engine is tracking (for drivers' shutdown).
