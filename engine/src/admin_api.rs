@@ -109,7 +109,7 @@ impl Engine {
             return self.metrics_request(conn, &req);
         }
         if crate::admin_ui::is_ui_path(&path) {
-            return self.serve_admin_ui(conn, &req);
+            return self.reply(conn, crate::admin_ui::serve(&req));
         }
         let Some(r) = route(&path) else {
             return self.problem(conn, ProblemType::NotFound, "no such route");
@@ -685,7 +685,7 @@ impl Engine {
                     .filter(|s| s.state == crate::store::SessionState::Open)
                     .count() as u64,
             sessions_total: stored.total + c.sessions.len() as u64,
-            events_total: self.events_total,
+            events_total: self.log.events_total(),
             profiles: c.profiles.values().filter(|p| p.is_live()).count() as u64,
             client_keys: c.client_key_order.len() as u64,
             mcp_sessions_live: self.mcp.live_sessions() as u64,

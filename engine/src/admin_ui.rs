@@ -7,7 +7,7 @@
 use proto::http::{Method, Request};
 use proto::wire::problem::ProblemType;
 
-use crate::{ConnId, Engine};
+use crate::respond::Reply;
 
 /// One embedded file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,24 +76,30 @@ pub(crate) fn asset(path: &str) -> Option<Asset> {
     }
 }
 
-impl Engine {
-    /// Answers a console path: the file, `404` for an unknown file under
-    /// the prefix, `405` for any method but `GET`.
-    pub(crate) fn serve_admin_ui(&mut self, conn: ConnId, req: &Request) {
-        let Some(file) = asset(req.path()) else {
-            return self.problem(conn, ProblemType::NotFound, "no such route");
-        };
-        if req.method != Method::Get {
-            return self.problem(conn, ProblemType::MethodNotAllowed, "method not allowed");
-        }
-        let headers = [
-            ("Cache-Control", CACHE_CONTROL),
-            ("Content-Security-Policy", CSP),
-            ("X-Content-Type-Options", "nosniff"),
-            ("Referrer-Policy", "no-referrer"),
-            ("X-Frame-Options", "DENY"),
-        ];
-        self.respond_with(conn, 200, Some(file.content_type), &headers, file.body);
+/// Headers of every console file.
+const HEADERS: &[(&str, &str)] = &[
+    ("Cache-Control", CACHE_CONTROL),
+    ("Content-Security-Policy", CSP),
+    ("X-Content-Type-Options", "nosniff"),
+    ("Referrer-Policy", "no-referrer"),
+    ("X-Frame-Options", "DENY"),
+];
+
+/// The answer to a console path: the file, `404` for an unknown file under
+/// the prefix, `405` for any method but `GET`. A pure function of the
+/// request: the admin router sends it.
+pub(crate) fn serve(req: &Request) -> Reply {
+    let Some(file) = asset(req.path()) else {
+        return Reply::problem(ProblemType::NotFound, "no such route");
+    };
+    if req.method != Method::Get {
+        return Reply::problem(ProblemType::MethodNotAllowed, "method not allowed");
+    }
+    Reply {
+        status: 200,
+        content_type: file.content_type,
+        headers: HEADERS,
+        body: file.body.into(),
     }
 }
 
@@ -117,6 +123,27 @@ mod tests {
         assert_eq!(asset("/admin/uix"), None);
         assert!(is_ui_path("/admin/ui") && is_ui_path("/admin/ui/x"));
         assert!(!is_ui_path("/admin/uix") && !is_ui_path("/admin/v1/profiles"));
+    }
+
+    #[test]
+    fn console_requests_are_answered_with_the_file_or_a_problem() {
+        let req = |method: Method, path: &str| {
+            let headers = proto::http::Headers::with_capacity(0, 0);
+            Request::new(method, path.to_string(), 1, headers, Vec::new(), true)
+        };
+        let ok = serve(&req(Method::Get, "/admin/ui/app.css"));
+        assert_eq!((ok.status, ok.content_type), (200, CSS.content_type));
+        assert_eq!(&*ok.body, CSS.body);
+        assert!(ok.headers.contains(&("Content-Security-Policy", CSP)));
+        let missing = serve(&req(Method::Get, "/admin/ui/nope.js"));
+        assert_eq!(
+            (missing.status, missing.content_type),
+            (404, "application/json")
+        );
+        let post = serve(&req(Method::Post, "/admin/ui"));
+        assert_eq!(post.status, 405);
+        let detail: serde_json::Value = serde_json::from_slice(&post.body).unwrap();
+        assert_eq!(detail["detail"], "method not allowed");
     }
 
     #[test]

@@ -1,10 +1,15 @@
-//! Key digests, constant-time comparison and bearer-header parsing.
+//! Key digests, constant-time comparison, bearer-header parsing, and the
+//! one-time upgrade of legacy Argon2id digests.
 //!
 //! Keys are uniformly random 192-bit tokens, so an unsalted SHA-256 digest is
 //! as strong as a slow KDF here and lets independently written hash files
 //! (baectl) verify identically (spec 08 §4.2).
 
+use argon2::password_hash::{PasswordHash, PasswordVerifier};
 use sha2::{Digest, Sha256};
+
+use crate::store::StoreWrite;
+use crate::time::MonoMs;
 
 /// SHA-256 of the token bytes.
 pub fn digest(token: &str) -> [u8; 32] {
@@ -67,6 +72,75 @@ pub fn bearer(header: Option<&[u8]>) -> Result<&str, BearerError> {
     Ok(token)
 }
 
+/// After a failed Argon2id verification, further ones are refused for this
+/// long: the memory-hard check runs on the engine thread, so it must not be
+/// an amplification lever.
+const LEGACY_FAILURE_PAUSE_MS: u64 = 1_000;
+
+/// Verifies tokens against legacy Argon2id digests (older baectl hash
+/// files and older databases; spec 08 §4.2, 03 §5.1), at most one failing
+/// attempt per [`LEGACY_FAILURE_PAUSE_MS`]. The catalogue owns it and
+/// replaces a verified row's digest by SHA-256.
+#[derive(Debug, Default)]
+pub struct LegacyUpgrade {
+    /// When the last verification failed.
+    last_failure: Option<MonoMs>,
+}
+
+/// A legacy row a token verified against: its new digest, to store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Upgraded {
+    pub key_id: String,
+    pub digest: [u8; 32],
+}
+
+impl Upgraded {
+    /// The write that makes the upgrade durable.
+    pub fn write(&self) -> StoreWrite {
+        StoreWrite::SetKeyHash {
+            id: self.key_id.clone(),
+            key_hash: hex(&self.digest),
+        }
+    }
+}
+
+impl LegacyUpgrade {
+    /// The row among `candidates` (key id, PHC string) that `token`
+    /// verifies against; `None` when none does, or while paused after a
+    /// failure.
+    pub fn verify(
+        &mut self,
+        candidates: &[(String, Box<str>)],
+        token: &str,
+        now: MonoMs,
+    ) -> Option<Upgraded> {
+        if candidates.is_empty() {
+            return None;
+        }
+        if (self.last_failure).is_some_and(|t| now < t + LEGACY_FAILURE_PAUSE_MS) {
+            return None;
+        }
+        for (id, phc) in candidates {
+            let verified = PasswordHash::new(phc)
+                .map(|h| {
+                    argon2::Argon2::default()
+                        .verify_password(token.as_bytes(), &h)
+                        .is_ok()
+                })
+                .unwrap_or(false);
+            if verified {
+                tracing::info!(key_id = %id, "legacy Argon2id key digest upgraded to SHA-256");
+                return Some(Upgraded {
+                    key_id: id.clone(),
+                    digest: digest(token),
+                });
+            }
+        }
+        self.last_failure = Some(now);
+        None
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -95,6 +169,42 @@ mod tests {
         assert!(ct_eq(&a, &b));
         b[31] ^= 1;
         assert!(!ct_eq(&a, &b));
+    }
+
+    /// A PHC string for `token` with small parameters (fast in tests).
+    fn legacy_phc(token: &str) -> Box<str> {
+        use argon2::password_hash::{PasswordHasher, SaltString};
+        let params = argon2::Params::new(64, 1, 1, None).unwrap();
+        let a = argon2::Argon2::new(argon2::Algorithm::Argon2id, argon2::Version::V0x13, params);
+        let salt = SaltString::from_b64("c29tZXNhbHRzb21lc2FsdA").unwrap();
+        a.hash_password(token.as_bytes(), &salt)
+            .unwrap()
+            .to_string()
+            .into()
+    }
+
+    /// C-236: a legacy row verifies once and yields its SHA-256 upgrade; a
+    /// failure pauses further verifications for a second.
+    #[test]
+    fn legacy_upgrade_verifies_and_pauses_after_a_failure_c236() {
+        let rows = vec![("key_1".to_string(), legacy_phc("bae_admin_right"))];
+        let mut legacy = LegacyUpgrade::default();
+        assert_eq!(legacy.verify(&[], "bae_admin_right", MonoMs(0)), None);
+        assert_eq!(legacy.verify(&rows, "bae_admin_wrong", MonoMs(10)), None);
+        // Paused: even the right token is not checked.
+        assert_eq!(legacy.verify(&rows, "bae_admin_right", MonoMs(1009)), None);
+        let up = legacy
+            .verify(&rows, "bae_admin_right", MonoMs(1010))
+            .unwrap();
+        assert_eq!(up.key_id, "key_1");
+        assert_eq!(up.digest, digest("bae_admin_right"));
+        assert_eq!(
+            up.write(),
+            StoreWrite::SetKeyHash {
+                id: "key_1".into(),
+                key_hash: digest_hex("bae_admin_right"),
+            }
+        );
     }
 
     #[test]

@@ -203,8 +203,11 @@ impl Engine {
             KeyScope::Session(_) => "invalid session key",
             KeyScope::Admin => "invalid admin key",
         };
-        match self.authenticate(scope, token) {
-            Some(k) => {
+        match self.catalog.authenticate(scope, token, self.now.mono) {
+            Some((k, upgrade)) => {
+                if let Some(w) = upgrade {
+                    self.write(w);
+                }
                 self.touch_key(&k.id);
                 Some(k)
             }

@@ -1,10 +1,14 @@
-//! The engine's side of the connection table: accepted connections are fed
-//! to [`crate::connections::Table`], and each complete request it yields is
-//! routed to the client or admin front layer; answers go back out through
-//! it, and it decides between closing and the next pipelined request.
+//! The engine's HTTP edge: accepted connections are fed to
+//! [`crate::connections::Table`], and each complete request it yields is
+//! routed to the client or admin front layer; answers (buffered responses,
+//! problems, [`Reply`]s) go back out through it, and it decides between
+//! closing and the next pipelined request.
+
+use proto::wire::problem::ProblemType;
 
 use crate::connections::{Finished, Polled};
 use crate::history_load::HistoryLoader;
+use crate::respond::Reply;
 use crate::{ConnId, Engine, Listener, Output, ReadResult};
 
 /// A request waiting for a store read.
@@ -214,8 +218,116 @@ impl Engine {
         self.conns.closes_after(conn)
     }
 
+    // ---- Buffered responses: JSON bodies, RFC 7807 problems, pages ----
+
+    /// Sends a [`Reply`] and finishes the request.
+    pub(crate) fn reply(&mut self, conn: ConnId, r: Reply) {
+        let content_type = Some(r.content_type);
+        self.respond_with(conn, r.status, content_type, r.headers, &r.body);
+    }
+
+    /// Writes a complete response and finishes the request.
+    pub(crate) fn respond(
+        &mut self,
+        conn: ConnId,
+        status: u16,
+        content_type: Option<&str>,
+        body: &[u8],
+    ) {
+        self.respond_with(conn, status, content_type, &[], body);
+    }
+
+    /// A complete response that reveals no stored state (`/healthz`,
+    /// `/api/v1/meta`): never held behind other clients' commits.
+    pub(crate) fn respond_ungated(
+        &mut self,
+        conn: ConnId,
+        status: u16,
+        content_type: Option<&str>,
+        body: &[u8],
+    ) {
+        self.respond_gated(conn, status, content_type, &[], body, false);
+    }
+
+    /// [`Engine::respond`] with `extra` headers after `Content-Type`.
+    pub(crate) fn respond_with(
+        &mut self,
+        conn: ConnId,
+        status: u16,
+        content_type: Option<&str>,
+        extra: &[(&str, &str)],
+        body: &[u8],
+    ) {
+        self.respond_gated(conn, status, content_type, extra, body, true);
+    }
+
+    /// One complete response; `gated`: held until earlier writes commit.
+    fn respond_gated(
+        &mut self,
+        conn: ConnId,
+        status: u16,
+        content_type: Option<&str>,
+        extra: &[(&str, &str)],
+        body: &[u8],
+        gated: bool,
+    ) {
+        let close = self.closes_after(conn);
+        self.log_request(conn, status);
+        let bytes = proto::http::encode_response(status, content_type, extra, body, close);
+        if gated {
+            self.send(conn, bytes);
+        } else {
+            self.send_ungated(conn, bytes);
+        }
+        self.finish_request(conn);
+    }
+
+    pub(crate) fn respond_json(&mut self, conn: ConnId, status: u16, body: &[u8]) {
+        self.respond(conn, status, Some("application/json"), body);
+    }
+
+    pub(crate) fn respond_value<T: serde::Serialize>(
+        &mut self,
+        conn: ConnId,
+        status: u16,
+        value: &T,
+    ) {
+        match serde_json::to_vec(value) {
+            Ok(body) => self.respond_json(conn, status, &body),
+            Err(_) => self.problem(conn, ProblemType::Internal, "internal error"),
+        }
+    }
+
+    /// An RFC 7807 error body (`type`, `title`, `status`, `detail`).
+    pub(crate) fn problem(&mut self, conn: ConnId, kind: ProblemType, detail: &str) {
+        self.reply(conn, Reply::problem(kind, detail));
+    }
+
+    /// A complete response whose body is already built (an events page
+    /// rendered by the store): a large body goes out as its own write
+    /// instead of being copied behind the head.
+    pub(crate) fn respond_owned(
+        &mut self,
+        conn: ConnId,
+        status: u16,
+        content_type: &str,
+        body: Vec<u8>,
+    ) {
+        const COPY_BELOW: usize = 16 * 1024;
+        if body.len() < COPY_BELOW {
+            return self.respond(conn, status, Some(content_type), &body);
+        }
+        let close = self.closes_after(conn);
+        self.log_request(conn, status);
+        let head =
+            proto::http::encode_response_head(status, Some(content_type), &[], body.len(), close);
+        self.send(conn, head);
+        self.send(conn, body);
+        self.finish_request(conn);
+    }
+
     pub(crate) fn on_read_done(&mut self, id: crate::ReadId, result: Result<ReadResult, String>) {
-        let Some(pending) = self.pending_reads.remove(&id) else {
+        let Some(pending) = self.reads.take(id) else {
             return;
         };
         match pending {

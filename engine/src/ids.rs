@@ -36,6 +36,46 @@ macro_rules! handle {
     };
 }
 
+/// Things in flight by the token their answer will carry (store reads
+/// now): hands out the next token and gives the entry back once when the
+/// answer arrives. An answer whose entry was forgotten finds nothing.
+#[derive(Debug)]
+pub struct InFlight<K, V> {
+    next: K,
+    pending: IdMap<K, V>,
+}
+
+impl<K, V> InFlight<K, V>
+where
+    K: Copy + Eq + std::hash::Hash + std::ops::AddAssign<u64>,
+{
+    /// An empty table whose first token is `first`.
+    pub fn starting_at(first: K) -> Self {
+        InFlight {
+            next: first,
+            pending: IdMap::default(),
+        }
+    }
+
+    /// Registers `entry`; the token its answer carries.
+    pub fn issue(&mut self, entry: V) -> K {
+        let token = self.next;
+        self.next += 1;
+        self.pending.insert(token, entry);
+        token
+    }
+
+    /// The entry of `token`, removed (`None`: forgotten or unknown).
+    pub fn take(&mut self, token: K) -> Option<V> {
+        self.pending.remove(&token)
+    }
+
+    /// Forgets the entries `keep` refuses (their answers will find nothing).
+    pub fn retain(&mut self, mut keep: impl FnMut(&V) -> bool) {
+        self.pending.retain(|_, v| keep(v));
+    }
+}
+
 handle! {
     /// One accepted TCP connection (chosen by the driver).
     ConnId;
@@ -161,4 +201,22 @@ shared_id! {
     KeyId;
     /// A profile's id (`pro_…`).
     ProfileId;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn in_flight_tokens_are_fresh_and_each_answer_is_taken_once() {
+        let mut reads: InFlight<ReadId, &str> = InFlight::starting_at(ReadId(1));
+        let (a, b, c) = (reads.issue("a"), reads.issue("b"), reads.issue("c"));
+        assert_eq!((a, b, c), (ReadId(1), ReadId(2), ReadId(3)));
+        reads.retain(|v| *v != "b");
+        assert_eq!(reads.take(b), None, "forgotten");
+        assert_eq!(reads.take(a), Some("a"));
+        assert_eq!(reads.take(a), None, "answered once");
+        assert_eq!(reads.take(ReadId(9)), None, "never issued");
+        assert_eq!(reads.issue("d"), ReadId(4));
+    }
 }

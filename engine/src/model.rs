@@ -18,9 +18,9 @@ use crate::auth;
 pub use crate::decls::{DeclPool, ToolMap};
 use crate::ids::{IdMap, IdSet, KeyId, ProfileId, SessionId};
 use crate::store::{
-    KeyRole, KeyRow, ProfileRow, SessionCounts, SessionRow, SessionState, Snapshot,
+    KeyRole, KeyRow, ProfileRow, SessionCounts, SessionRow, SessionState, Snapshot, StoreWrite,
 };
-use crate::time::Stamp;
+use crate::time::{MonoMs, Stamp};
 
 /// Id text shared by every index that holds it.
 pub type SharedId = Arc<str>;
@@ -182,6 +182,8 @@ pub struct Catalog {
     pub sessions: IdMap<SessionId, Box<Session>>,
     /// Registered drivers per session (durable: rebuilt from the log).
     pub drivers: IdMap<SessionId, BTreeSet<KeyId>>,
+    /// Rate-limited verification of legacy Argon2id digests.
+    legacy: auth::LegacyUpgrade,
 }
 
 impl Catalog {
@@ -416,6 +418,27 @@ impl Catalog {
             .filter_map(|id| self.keys.get(id))
             .find(|k| k.matches(&d))
             .map(|k| &**k)
+    }
+
+    /// The key of `scope` that `token` authenticates as, if any, and the
+    /// write to emit when that took upgrading its digest. SHA-256 rows are
+    /// compared in constant time; a matching legacy Argon2id row is
+    /// verified once and its digest replaced by SHA-256.
+    pub fn authenticate(
+        &mut self,
+        scope: KeyScope<'_>,
+        token: &str,
+        now: MonoMs,
+    ) -> Option<(Key, Option<StoreWrite>)> {
+        let candidates = self.candidates(scope, token);
+        if let Some(k) = self.match_digest(candidates, token) {
+            return Some((k.clone(), None));
+        }
+        let legacy = self.legacy_candidates(candidates, token);
+        let upgraded = self.legacy.verify(&legacy, token, now)?;
+        let key = self.keys.get_mut(upgraded.key_id.as_str())?;
+        key.hash = StoredHash::Sha256(upgraded.digest);
+        Some(((**key).clone(), Some(upgraded.write())))
     }
 
     /// Legacy Argon2id rows among `candidates` that `token` could belong to

@@ -18,7 +18,8 @@ pub enum Bug {
     /// (subscribe.rs).
     ReplaySkipsBoundary,
     /// Events are published to streams before their write is emitted, so the
-    /// driver can deliver them before they are committed (log.rs).
+    /// driver can deliver them before they are committed
+    /// (`Engine::append_event_text`, lib.rs).
     DeliverBeforeCommit,
     /// A resumed turn records the first tool_result twice (turn/mod.rs
     /// `acquire`).

@@ -158,7 +158,7 @@ impl Engine {
             return;
         }
         r.adopt(id);
-        self.next_seq = r.align(self.next_seq.max(c.max_seq.saturating_add(1)));
+        self.log.skip_past(c.max_seq, |seq| r.align(seq));
         let known = self.catalog.sessions.contains_key(id);
         let session = self.catalog.session_from_row(&c.session);
         if known {

@@ -1,114 +1,35 @@
-//! Buffered REST responses: JSON bodies, RFC 7807 problems, event pages.
+//! Response and frame values built without the engine: a complete
+//! buffered [`Reply`] (sent by the HTTP edge, `conn.rs`), the EventView
+//! rendering of a stored row, and a chat turn's result as frame parts.
 
 use proto::wire::problem::{Problem, ProblemType};
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use crate::bytes::Bytes;
 use crate::store::EventRow;
-use crate::{ConnId, Engine};
 
-impl Engine {
-    /// Writes a complete response and finishes the request.
-    pub(crate) fn respond(
-        &mut self,
-        conn: ConnId,
-        status: u16,
-        content_type: Option<&str>,
-        body: &[u8],
-    ) {
-        self.respond_with(conn, status, content_type, &[], body);
-    }
+/// A complete buffered response built without the engine (by a pure front
+/// layer, e.g. the console's files), sent by `Engine::reply`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Reply {
+    pub status: u16,
+    pub content_type: &'static str,
+    /// Headers after `Content-Type`.
+    pub headers: &'static [(&'static str, &'static str)],
+    pub body: Cow<'static, [u8]>,
+}
 
-    /// A complete response that reveals no stored state (`/healthz`,
-    /// `/api/v1/meta`): never held behind other clients' commits.
-    pub(crate) fn respond_ungated(
-        &mut self,
-        conn: ConnId,
-        status: u16,
-        content_type: Option<&str>,
-        body: &[u8],
-    ) {
-        self.respond_gated(conn, status, content_type, &[], body, false);
-    }
-
-    /// [`Engine::respond`] with `extra` headers after `Content-Type`.
-    pub(crate) fn respond_with(
-        &mut self,
-        conn: ConnId,
-        status: u16,
-        content_type: Option<&str>,
-        extra: &[(&str, &str)],
-        body: &[u8],
-    ) {
-        self.respond_gated(conn, status, content_type, extra, body, true);
-    }
-
-    /// One complete response; `gated`: held until earlier writes commit.
-    fn respond_gated(
-        &mut self,
-        conn: ConnId,
-        status: u16,
-        content_type: Option<&str>,
-        extra: &[(&str, &str)],
-        body: &[u8],
-        gated: bool,
-    ) {
-        let close = self.closes_after(conn);
-        self.log_request(conn, status);
-        let bytes = proto::http::encode_response(status, content_type, extra, body, close);
-        if gated {
-            self.send(conn, bytes);
-        } else {
-            self.send_ungated(conn, bytes);
-        }
-        self.finish_request(conn);
-    }
-
-    pub(crate) fn respond_json(&mut self, conn: ConnId, status: u16, body: &[u8]) {
-        self.respond(conn, status, Some("application/json"), body);
-    }
-
-    pub(crate) fn respond_value<T: serde::Serialize>(
-        &mut self,
-        conn: ConnId,
-        status: u16,
-        value: &T,
-    ) {
-        match serde_json::to_vec(value) {
-            Ok(body) => self.respond_json(conn, status, &body),
-            Err(_) => self.problem(conn, ProblemType::Internal, "internal error"),
-        }
-    }
-
+impl Reply {
     /// An RFC 7807 error body (`type`, `title`, `status`, `detail`).
-    pub(crate) fn problem(&mut self, conn: ConnId, kind: ProblemType, detail: &str) {
-        let p = Problem::new(kind, detail);
-        let status = kind.status();
-        self.respond_json(conn, status, &p.to_json());
-    }
-
-    /// A complete response whose body is already built (an events page
-    /// rendered by the store): a large body goes out as its own write
-    /// instead of being copied behind the head.
-    pub(crate) fn respond_owned(
-        &mut self,
-        conn: ConnId,
-        status: u16,
-        content_type: &str,
-        body: Vec<u8>,
-    ) {
-        const COPY_BELOW: usize = 16 * 1024;
-        if body.len() < COPY_BELOW {
-            return self.respond(conn, status, Some(content_type), &body);
+    pub fn problem(kind: ProblemType, detail: &str) -> Reply {
+        Reply {
+            status: kind.status(),
+            content_type: "application/json",
+            headers: &[],
+            body: Problem::new(kind, detail).to_json().into(),
         }
-        let close = self.closes_after(conn);
-        self.log_request(conn, status);
-        let head =
-            proto::http::encode_response_head(status, Some(content_type), &[], body.len(), close);
-        self.send(conn, head);
-        self.send(conn, body);
-        self.finish_request(conn);
     }
 }
 

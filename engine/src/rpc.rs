@@ -302,7 +302,7 @@ impl Engine {
         if matches!(stream.kind, StreamKind::Subscribe(_)) {
             // A replay read still in flight belongs to this stream: a later
             // request on the same keep-alive connection must not get its rows.
-            self.pending_reads.retain(|_, p| {
+            self.reads.retain(|p| {
                 !matches!(p, PendingRead::ReplayStart { conn: c } | PendingRead::ReplayPage { conn: c } if *c == conn)
             });
         }

@@ -131,7 +131,7 @@ impl Engine {
         if self.config.durable_drivers {
             0
         } else {
-            self.boot_seq
+            self.log.boot_seq()
         }
     }
 
@@ -267,19 +267,13 @@ impl Engine {
         let ids: Vec<String> = (0..plan.events.len())
             .map(|_| self.new_id(IdKind::Event))
             .collect();
-        let step = self.replicas.as_ref().map_or(1, |r| r.step());
-        let mut seq = self.next_seq;
         let mut ids = ids.into_iter();
+        let log = &mut self.log;
         let rows = plan.rows(
             &session_id,
             || ids.next().unwrap_or_default(),
-            || {
-                seq += step;
-                seq - step
-            },
+            || log.next_seq(),
         );
-        self.next_seq = seq;
-        self.events_total += rows.len() as u64;
         let events = rows.len();
         for row in rows {
             self.write(crate::StoreWrite::InsertEvent(row));
