@@ -462,7 +462,7 @@ impl Engine {
     /// streams, parked pause).
     pub(crate) fn teardown_session(&mut self, session_id: &str) {
         self.catalog.drivers.remove(session_id);
-        self.driver_ext.retain(|(s, _), _| s != session_id);
+        self.sessions.forget_drivers(session_id);
         self.teardown_sandbox(session_id);
         self.end_live_session(session_id);
         self.mcp.close_session(session_id);

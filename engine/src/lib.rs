@@ -35,7 +35,6 @@ mod client_api;
 mod conn;
 mod connections;
 mod decls;
-mod extensions;
 pub mod faults;
 pub mod history_cache;
 pub mod history_load;
@@ -54,13 +53,12 @@ pub mod replicas;
 pub mod residency;
 mod respond;
 mod rpc;
-mod rpc_sandbox;
 pub mod sandbox;
 mod session_core;
 mod session_load;
 mod session_mcp;
 mod session_sandbox;
-mod steer;
+mod sessions;
 pub mod store;
 mod streams;
 mod subscribe;
@@ -70,7 +68,7 @@ pub mod transfer;
 mod turn;
 pub mod usage;
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 
 use model::Catalog;
 use proto::jsonrpc::codes;
@@ -455,15 +453,9 @@ pub struct Engine {
     next_seq: u64,
     next_read: ReadId,
     pending_reads: crate::ids::IdMap<ReadId, conn::PendingRead>,
-    /// Runtime state of open sessions (gate, waiters, history cache).
-    live: BTreeMap<ids::SessionId, session_core::SessionCore>,
-    /// Which of `live`'s history caches to drop when idle.
-    history_cache: history_cache::HistoryCache,
-    /// Sessions whose gate may have queued waiters: a superset, pruned
-    /// when a gate is seen without any. The gate timer, and a closing
-    /// connection's queue exit, look only here instead of at every live
-    /// session (a long-running server keeps many).
-    waiting: BTreeSet<ids::SessionId>,
+    /// Every session's runtime parts (core, pending create, drivers'
+    /// extensions, MCP restore) and the indices over them.
+    sessions: sessions::Sessions,
     /// Connections with an open NDJSON stream, per session (fan-out index).
     streams: streams::Hub,
     /// The session each running turn (or compaction) belongs to; the turn
@@ -478,12 +470,6 @@ pub struct Engine {
     mcp: mcp::McpHub,
     /// Every session's remote sandbox and subagents; image status.
     sandbox: sandbox::SandboxHub,
-    /// Creates waiting for their MCP connects: session → (request, 201 body).
-    pending_creates: BTreeMap<String, (ConnId, Vec<u8>)>,
-    /// Extensions each driver opted into at registration, by (session, key).
-    driver_ext: BTreeMap<(String, String), proto::jsonrpc::Extensions>,
-    /// Turns waiting for their session's MCP servers to be restored.
-    mcp_restoring: BTreeMap<ids::SessionId, turn::TurnId>,
     /// MCP calls in flight, by the session and turn that made them.
     mcp_calls: crate::ids::IdMap<mcp::CallToken, (ids::SessionId, turn::TurnId)>,
     next_mcp_call: mcp::CallToken,
@@ -566,9 +552,6 @@ impl Engine {
         let mut engine = Engine {
             sandbox,
             mcp,
-            pending_creates: BTreeMap::new(),
-            mcp_restoring: BTreeMap::new(),
-            driver_ext: BTreeMap::new(),
             mcp_calls: Default::default(),
             next_mcp_call: mcp::CallToken(1),
             config,
@@ -579,10 +562,8 @@ impl Engine {
             conns,
             next_seq,
             next_read: ReadId(1),
+            sessions: sessions::Sessions::new(histories, faults),
             pending_reads: Default::default(),
-            live: BTreeMap::new(),
-            history_cache: histories,
-            waiting: BTreeSet::new(),
             streams: streams::Hub::default(),
             running: BTreeMap::new(),
             next_turn: turn::TurnId(1),
@@ -662,8 +643,8 @@ impl Engine {
             .poll_timeout()
             .filter(|_| !self.faults.mcp_timer_not_armed());
         [
-            self.next_gate_deadline(),
-            self.history_cache.next_deadline(),
+            self.sessions.next_gate_deadline(),
+            self.sessions.next_history_deadline(),
             self.next_keepalive(),
             self.conns.next_deadline(),
             mcp,
@@ -742,7 +723,7 @@ impl Engine {
                 _ => {}
             }
         }
-        for live in self.live.values_mut() {
+        for live in self.sessions.cores_mut() {
             live.gate.drain();
         }
         self.telemetry.shutdown();
