@@ -115,6 +115,8 @@ impl Driver {
                 model: MODEL.into(),
                 auth_template: "${TOKEN}".into(),
                 max_tokens: MAX_TOKENS,
+                retry: None,
+                limits: None,
                 cache: None,
                 prices: None,
                 stream: None,
@@ -310,6 +312,7 @@ fn anthropic_reply(turn: usize, input_tokens: u64) -> ProviderReply {
     ProviderReply::Http {
         status: 200,
         body: body.to_string().into_bytes(),
+        advice: Default::default(),
     }
 }
 

@@ -50,6 +50,8 @@ fn main() {
         model: "claude-bench".into(),
         auth_template: "${TOKEN}".into(),
         max_tokens: 1024,
+        retry: None,
+        limits: None,
         cache: None,
         prices: None,
         stream: None,

@@ -32,6 +32,8 @@ enum Route<'a> {
     Providers,
     Config,
     SandboxStatus,
+    /// Extension: provider queues, retries and overload figures.
+    Traffic,
 }
 
 fn route(path: &str) -> Option<Route<'_>> {
@@ -64,6 +66,7 @@ fn route(path: &str) -> Option<Route<'_>> {
         ["providers"] => Some(Route::Providers),
         ["config"] => Some(Route::Config),
         ["sandbox-status"] => Some(Route::SandboxStatus),
+        ["traffic"] => Some(Route::Traffic),
         _ => None,
     }
 }
@@ -180,6 +183,22 @@ impl Engine {
                 self.respond_json(conn, 200, body.as_bytes());
             }
             (Route::SandboxStatus, Method::Get) => self.sandbox_status(conn),
+            (Route::Traffic, Method::Get) => {
+                let entries = self.provider_limits.status(self.now.mono);
+                let retry = |name: &str| {
+                    let p = self.config.provider(name)?.retry.as_ref()?;
+                    Some(json!({
+                        "max_retries": p.max_retries,
+                        "max_wait_ms": p.max_wait_ms,
+                        "backoff_ms": p.backoff_ms,
+                        "statuses": p.statuses,
+                        "transport": p.transport,
+                    }))
+                };
+                let status = self.overload.status();
+                let body = crate::metrics::traffic::status_json(&entries, retry, &status);
+                self.respond_value(conn, 200, &body);
+            }
             (Route::Usage(scope), Method::Get) => self.usage_request(conn, &req, scope),
             _ => self.problem(conn, ProblemType::MethodNotAllowed, "method not allowed"),
         }
@@ -637,7 +656,13 @@ impl Engine {
 
     pub(crate) fn answer_metrics(&mut self, conn: ConnId, rt: &crate::metrics::RuntimeStats) {
         let gauges = self.gauges();
-        let body = self.metrics.render(&gauges, rt);
+        let mut body = self.metrics.render(&gauges, rt);
+        let entries = self.provider_limits.status(self.now.mono);
+        let watched = |name: &str| {
+            (self.config.provider(name)).is_some_and(|p| p.limits.is_some() || p.retry.is_some())
+        };
+        let status = self.overload.status();
+        crate::metrics::traffic::render_prometheus(&mut body, &entries, watched, &status);
         let content_type = "text/plain; version=0.0.4; charset=utf-8";
         self.respond(conn, 200, Some(content_type), body.as_bytes());
     }

@@ -20,6 +20,9 @@ pub struct Calls {
 struct Route {
     session: SessionId,
     check: Option<MonoMs>,
+    /// A streamed call: an abort closes it, and the driver reports nothing
+    /// more of it.
+    streamed: bool,
 }
 
 impl Calls {
@@ -28,7 +31,13 @@ impl Calls {
         if let Some(at) = check {
             self.checks.insert((at, call));
         }
-        self.routes.insert(call, Route { session, check });
+        let streamed = check.is_some();
+        let route = Route {
+            session,
+            check,
+            streamed,
+        };
+        self.routes.insert(call, route);
     }
 
     /// The session whose turn made `call`.
@@ -46,14 +55,14 @@ impl Calls {
     }
 
     /// Every call of `session` leaves (its turn was cancelled or the
-    /// session closed), in call order.
-    pub fn remove_session(&mut self, session: &str) -> Vec<CallId> {
-        let mut calls: Vec<CallId> = (self.routes.iter())
+    /// session closed), in call order, each with whether it streams.
+    pub fn remove_session(&mut self, session: &str) -> Vec<(CallId, bool)> {
+        let mut calls: Vec<(CallId, bool)> = (self.routes.iter())
             .filter(|(_, r)| r.session.as_str() == session)
-            .map(|(c, _)| *c)
+            .map(|(c, r)| (*c, r.streamed))
             .collect();
         calls.sort();
-        for c in &calls {
+        for (c, _) in &calls {
             self.remove(*c);
         }
         calls
@@ -114,7 +123,8 @@ mod tests {
         c.rearm(CallId(1), MonoMs(90));
         c.rearm(CallId(1), MonoMs(70));
         assert_eq!(c.next_deadline(), Some(MonoMs(70)));
-        assert_eq!(c.remove_session("a"), vec![CallId(1), CallId(3)]);
+        let gone = c.remove_session("a");
+        assert_eq!(gone, vec![(CallId(1), true), (CallId(3), true)]);
         assert_eq!(c.next_deadline(), None);
         assert_eq!(c.session(CallId(2)).map(|s| s.as_str()), Some("b"));
         c.rearm(CallId(9), MonoMs(1));

@@ -81,6 +81,10 @@ impl Engine {
         if req.method != allowed(&r) {
             return self.problem(conn, ProblemType::MethodNotAllowed, "method not allowed");
         }
+        // Overload: refused before any work, probes excepted.
+        if !ready && !matches!(r, Route::Health | Route::Meta) && self.refuse_if_overloaded(conn) {
+            return;
+        }
         // Replica mode: a session's requests run at its owner; reading its
         // event log only needs the session to be known here.
         let scoped = match r {
@@ -122,6 +126,42 @@ impl Engine {
             Route::Rpc(id) => self.rpc_request(conn, req, id),
             Route::Fork(id, rewind) => self.fork_client(conn, &req, id, rewind),
         }
+    }
+
+    /// Past an overload bound (`BAE_OVERLOAD_*`): `503 overloaded` with
+    /// `Retry-After`, and `true`.
+    fn refuse_if_overloaded(&mut self, conn: ConnId) -> bool {
+        if !self.overload.is_on() {
+            return false;
+        }
+        let waiting = match self.overload.watches_waiting() {
+            true => self.sessions.queued_requests(),
+            false => 0,
+        };
+        let Some(cause) = self.overload.check(waiting) else {
+            return false;
+        };
+        let p = proto::wire::problem::Problem {
+            type_: "overloaded".into(),
+            title: "Service Unavailable".into(),
+            status: 503,
+            detail: cause.detail().into(),
+        };
+        let retry_after = self.overload.retry_after();
+        let headers = [("retry-after", retry_after.as_str())];
+        // Reveals nothing stored: not held behind other clients' commits.
+        let close = self.closes_after(conn);
+        self.log_request(conn, 503);
+        let bytes = proto::http::encode_response(
+            503,
+            Some("application/json"),
+            &headers,
+            &p.to_json(),
+            close,
+        );
+        self.send_ungated(conn, bytes);
+        self.finish_request(conn);
+        true
     }
 
     /// Authenticates a client key (`bae_…`); answers 401 on failure.

@@ -45,9 +45,11 @@ pub mod mcp;
 pub mod mem_store;
 pub mod metrics;
 mod model;
+pub mod overload;
 pub mod pipeline;
 #[cfg(feature = "planted-bugs")]
 pub mod planted;
+pub mod provider_limits;
 mod replica_route;
 pub mod replicas;
 pub mod residency;
@@ -75,6 +77,7 @@ use proto::jsonrpc::codes;
 
 /// Provider-facing history rebuilt from the log with plain store reads.
 pub use ids::{CallId, ConnId};
+pub use session_core::retry::RetryPolicy;
 pub use store::{ReadId, ReadResult, Snapshot, StoreRead, StoreWrite};
 pub use time::{MonoMs, UnixMs};
 
@@ -132,8 +135,14 @@ pub struct ProviderCall {
 /// What came back from a [`ProviderCall`].
 #[derive(Debug, Clone, PartialEq)]
 pub enum ProviderReply {
-    /// An HTTP response was obtained (any status).
-    Http { status: u16, body: Vec<u8> },
+    /// An HTTP response was obtained (any status), with what its headers
+    /// advised about calling again (read by the driver for non-2xx
+    /// statuses; a retry policy uses it).
+    Http {
+        status: u16,
+        body: Vec<u8>,
+        advice: proto::provider::retry::RetryAdvice,
+    },
     /// No usable HTTP response: connect/TLS/IO/timeout. Text has URLs removed.
     Transport(String),
     /// The credential template could not be resolved (unset `${VAR}`…).
@@ -240,6 +249,12 @@ pub struct ProviderEntry {
     /// Raw credential template; resolved only by the driver, per call.
     pub auth_template: String,
     pub max_tokens: u32,
+    /// `retry`: failed attempts tried again on this entry (`None`: the
+    /// reference's walk, every failure goes to the fallback).
+    pub retry: Option<RetryPolicy>,
+    /// `limits`: calls in flight, requests and input tokens per minute,
+    /// shared by every session (`None`: unlimited).
+    pub limits: Option<provider_limits::EntryLimits>,
     /// Prompt caching (opt-in; `None`: requests are the reference's).
     pub cache: Option<proto::provider::Caching>,
     /// Prices per million tokens, for cost estimates (`None`: no cost).
@@ -365,6 +380,9 @@ pub struct Config {
     /// `[telemetry]` span export: the engine queues [`telemetry::Fact`]s
     /// for [`Engine::drain_telemetry`] (off: nothing is recorded).
     pub telemetry: bool,
+    /// `BAE_OVERLOAD_*`: bounds past which new client requests get `503`
+    /// at once (off by default).
+    pub overload: overload::OverloadLimits,
     /// Replica mode (`BAE_REPLICA_ADVERTISE`, PostgreSQL only): session
     /// leases, forwarding, seq lanes. `None`: a lone server.
     pub replica: Option<replicas::ReplicaSettings>,
@@ -431,6 +449,7 @@ impl Default for Config {
             metrics_disabled: Vec::new(),
             metrics_no_auth: false,
             telemetry: false,
+            overload: overload::OverloadLimits::default(),
             replica: None,
             #[cfg(feature = "planted-bugs")]
             planted: None,
@@ -465,6 +484,8 @@ pub struct Engine {
     /// Provider calls in flight, by the session whose turn made them, and
     /// the watchdog deadlines of streamed ones.
     calls: calls::Calls,
+    /// Every provider entry's shared limits, queues and retry timers.
+    provider_limits: provider_limits::ProviderLimits,
     next_call: CallId,
     /// Every session's MCP connection set.
     mcp: mcp::McpHub,
@@ -496,6 +517,8 @@ pub struct Engine {
     transfers: transfer::Transfers,
     /// The first seq this process assigned: later registrations are its.
     boot_seq: u64,
+    /// Overload bounds and refusals (`BAE_OVERLOAD_*`).
+    overload: overload::Overload,
     shutting_down: bool,
 }
 
@@ -548,6 +571,9 @@ impl Engine {
         };
         let telemetry = telemetry::Telemetry::new(config.telemetry);
         let histories = history_cache::HistoryCache::new(config.history_cache);
+        let overload = overload::Overload::new(config.overload);
+        let limits = config.providers.iter().map(|p| (p.name.as_str(), p.limits));
+        let provider_limits = provider_limits::ProviderLimits::new(limits, now.mono);
         let transfers = transfer::Transfers::new(config.max_import_bytes);
         let mut engine = Engine {
             sandbox,
@@ -568,6 +594,7 @@ impl Engine {
             running: BTreeMap::new(),
             next_turn: turn::TurnId(1),
             calls: calls::Calls::default(),
+            provider_limits,
             next_call: CallId(1),
             quiet: Vec::new(),
             idem: idempotency::Keys::restore(&snapshot.idempotency),
@@ -580,6 +607,7 @@ impl Engine {
             residency,
             transfers,
             boot_seq: next_seq,
+            overload,
             shutting_down: false,
         };
         // Spec 04 §5 step 11: re-provision every active profile's images.
@@ -613,6 +641,7 @@ impl Engine {
             Input::Shutdown => self.on_shutdown(),
             Input::Catalog(update) => self.on_catalog(*update),
         }
+        self.route_limit_notices();
         self.pump_mcp();
         self.evict_idle_sessions();
     }
@@ -627,6 +656,8 @@ impl Engine {
         self.check_provider_streams();
         self.mcp.handle_timeout(now.mono);
         self.sandbox.handle_timeout(now.mono);
+        self.provider_limits.tick(now.mono);
+        self.route_limit_notices();
         self.pump_mcp();
         self.evict_idle_sessions();
     }
@@ -650,6 +681,7 @@ impl Engine {
             mcp,
             self.sandbox.poll_timeout(),
             self.residency.next_deadline(),
+            self.provider_limits.poll_timeout(),
             self.calls.next_deadline(),
         ]
         .into_iter()
@@ -661,6 +693,13 @@ impl Engine {
     /// unless [`Config::telemetry`]); drain after every input.
     pub fn drain_telemetry(&mut self, out: &mut Vec<telemetry::Fact>) {
         self.telemetry.drain_into(out);
+    }
+
+    /// The driver's store backlog (writes emitted and not yet committed,
+    /// [`pipeline::Pipeline::backlog`]), for overload control; drivers
+    /// report it after every input.
+    pub fn note_store_backlog(&mut self, writes: usize) {
+        self.overload.note_backlog(writes);
     }
 
     /// Number of connections the engine is tracking (for drivers' shutdown).

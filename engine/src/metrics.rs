@@ -10,6 +10,8 @@ use std::borrow::Cow;
 use std::collections::BTreeSet;
 use std::fmt::Write;
 
+pub mod traffic;
+
 /// Upper bounds (ms) of the latency histogram buckets.
 const LATENCY_BUCKETS_MS: [u64; 14] = [
     1, 2, 5, 10, 25, 50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 60_000,

@@ -110,6 +110,10 @@ pub struct Pipeline {
     fenced: bool,
     /// Jobs handed to the worker and not yet completed.
     outstanding: usize,
+    /// Writes emitted and not yet committed, and the size of each sealed
+    /// batch not yet committed (the store backlog, for overload control).
+    uncommitted: usize,
+    sealed: VecDeque<(u64, usize)>,
     /// Empty unless the simulator planted a pipeline bug.
     pub faults: crate::faults::Faults,
 }
@@ -171,9 +175,11 @@ impl Pipeline {
             }
             self.touches.insert(id.clone(), self.pending.len());
             self.pending.push(StoreWrite::TouchKey { id, at });
+            self.uncommitted += 1;
             return;
         }
         self.pending.push(w);
+        self.uncommitted += 1;
     }
 
     /// A delivery: `Some` when it may be dispatched now, `None` when it was
@@ -235,6 +241,7 @@ impl Pipeline {
         if !self.pending.is_empty() {
             let batch = self.next_batch;
             self.next_batch += 1;
+            self.sealed.push_back((batch, self.pending.len()));
             let writes = std::mem::take(&mut self.pending);
             let fenced = self.fenced && !self.faults.skip_fence();
             let fence = fenced.then(|| crate::replicas::Fence::of(&writes));
@@ -265,6 +272,10 @@ impl Pipeline {
     pub fn committed(&mut self, batch: u64) -> Vec<Delivery> {
         self.outstanding = self.outstanding.saturating_sub(1);
         self.committed = self.committed.max(batch);
+        while let Some(&(_, n)) = self.sealed.front().filter(|(b, _)| *b <= batch) {
+            self.sealed.pop_front();
+            self.uncommitted = self.uncommitted.saturating_sub(n);
+        }
         let mut out = Vec::new();
         while self
             .held
@@ -294,6 +305,11 @@ impl Pipeline {
             && self.queued.is_empty()
             && self.outstanding == 0
             && self.held.is_empty()
+    }
+
+    /// Writes emitted and not yet committed: the store's backlog.
+    pub fn backlog(&self) -> usize {
+        self.uncommitted
     }
 
     /// Number of held deliveries (diagnostics).
@@ -338,6 +354,23 @@ mod tests {
             timeout_ms: 1_000,
             stream: false,
         })
+    }
+
+    #[test]
+    fn the_backlog_counts_writes_until_their_batch_commits() {
+        let mut p = Pipeline::new();
+        p.write(revoke("a"));
+        p.write(touch());
+        p.write(touch());
+        assert_eq!(p.backlog(), 2, "a repeated stamp is one write");
+        let _ = p.take_submission().unwrap();
+        p.write(revoke("b"));
+        assert_eq!(p.backlog(), 3);
+        assert!(p.committed(1).is_empty());
+        assert_eq!(p.backlog(), 1);
+        let _ = p.take_submission().unwrap();
+        p.committed(2);
+        assert_eq!(p.backlog(), 0);
     }
 
     #[test]

@@ -281,6 +281,7 @@ fn all_providers_failed_c084_c085() {
     h.replies.push_back(engine::ProviderReply::Http {
         status: 500,
         body: b"boom".to_vec(),
+        advice: Default::default(),
     });
     let frames = h.rpc(&sid, &skey, &json!({"jsonrpc": "2.0", "id": 2, "method": "session.sendMessage", "params": {"message": {"content": "hi"}}}));
     let result = &frames.last().unwrap()["result"];
@@ -399,6 +400,7 @@ fn history_reload_after_restart_fails_cleanly_then_recovers() {
     h.replies.push_back(engine::ProviderReply::Http {
         status: 200,
         body: body.to_string().into_bytes(),
+        advice: Default::default(),
     });
     send(&mut h, &sid, &skey, json!("first"));
     h.replies.push_back(anthropic_text("the summary"));
@@ -500,6 +502,7 @@ fn auto_compaction_strictly_above_threshold_c179_c180() {
         engine::ProviderReply::Http {
         status: 200,
         body: json!({"role": "assistant", "content": [{"type": "text", "text": "x"}], "stop_reason": "end_turn", "usage": {"input_tokens": i, "output_tokens": o}}).to_string().into_bytes(),
+        advice: Default::default(),
     }
     };
     h.replies.push_back(reply(900, 100));

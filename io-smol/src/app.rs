@@ -502,6 +502,8 @@ pub fn engine_config(env: &Env, file: &FileConfig, run_label: &str) -> engine::C
             model: p.model.clone(),
             auth_template: p.auth_token.clone(),
             max_tokens: p.max_tokens,
+            retry: p.retry.clone(),
+            limits: p.limits,
             cache: p.cache,
             prices: p.prices,
             stream: p.stream.map(|s| engine::StreamSettings {
@@ -554,6 +556,7 @@ pub fn engine_config(env: &Env, file: &FileConfig, run_label: &str) -> engine::C
         sandbox_exec_timeout_ms: duration_ms(env.sandbox_exec_timeout),
         sandbox_max_output: env.sandbox_max_output,
         subagent_timeout_ms: duration_ms(env.subagent_timeout),
+        overload: env.overload,
         sandbox_labels: vec![
             ("bae.db".to_string(), store_label(env)),
             ("bae.run".to_string(), run_label.to_string()),

@@ -135,6 +135,7 @@ impl Threads {
     }
 
     fn input(&mut self, input: Input) {
+        self.engine.note_store_backlog(self.pipe.backlog());
         self.engine.handle_input(self.clock.now(), input);
     }
 

@@ -30,7 +30,7 @@ fn find_member(body: &[u8], key: &[u8]) -> Option<Value> {
 
 pub fn describe(r: &ProviderReply) -> String {
     match r {
-        ProviderReply::Http { status, body } => {
+        ProviderReply::Http { status, body, .. } => {
             let text = String::from_utf8_lossy(body);
             let kinds: Vec<&str> = ["\"tool_use\"", "\"text\""]
                 .into_iter()
@@ -70,11 +70,13 @@ impl Provider {
                 status: 500,
                 body: br#"{"type":"error","error":{"type":"api_error","message":"simulated overload"}}"#
                     .to_vec(),
+                advice: Default::default(),
             }
         } else if r < sw.provider_http500 + sw.provider_malformed {
             ProviderReply::Http {
                 status: 200,
                 body: br#"{"id":"msg_cut","type":"message","content":[{"type":"te"#.to_vec(),
+                advice: Default::default(),
             }
         } else if r < sw.provider_http500 + sw.provider_malformed + sw.provider_transport {
             ProviderReply::Transport("connection reset by peer".into())
@@ -152,6 +154,7 @@ impl Provider {
         ProviderReply::Http {
             status: 200,
             body: msg.to_string().into_bytes(),
+            advice: Default::default(),
         }
     }
 }

@@ -287,7 +287,9 @@ impl StreamSim {
         let call = call.id;
         let rng = &mut self.rng;
         let body = match &reply {
-            ProviderReply::Http { status: 200, body } => serde_json::from_slice::<Value>(body).ok(),
+            ProviderReply::Http {
+                status: 200, body, ..
+            } => serde_json::from_slice::<Value>(body).ok(),
             _ => None,
         };
         let Some(body) = body else {
@@ -296,7 +298,9 @@ impl StreamSim {
             // malformed 2xx body as body bytes, which the engine reads as a
             // plain JSON body).
             return match reply {
-                ProviderReply::Http { status: 200, body } => Plan {
+                ProviderReply::Http {
+                    status: 200, body, ..
+                } => Plan {
                     chunks: split(rng, &body, sw, latency),
                     end: Some((1, ProviderReply::Streamed)),
                 },

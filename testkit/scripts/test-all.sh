@@ -31,7 +31,7 @@ threads_suites=(
   ext_gapless ext_idempotent ext_steer ext_turn_control
   live_gate live_providers live_restart live_session_basics live_streaming live_subscribe live_tools
   metrics_endpoint rest_auth rest_bad_input rest_sessions restart_persistence rpc_envelope
-  sdk_wire_shapes security_storage security_wire
+  sdk_wire_shapes security_storage security_wire traffic_limits traffic_retry
 )
 args=()
 for t in "${threads_suites[@]}"; do args+=(--test "$t"); done

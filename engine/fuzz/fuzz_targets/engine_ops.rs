@@ -256,6 +256,8 @@ impl World {
             model: "m".into(),
             auth_template: "${TOKEN}".into(),
             max_tokens: 64,
+            retry: None,
+            limits: None,
         };
         let config = Config {
             providers: vec![entry("main"), entry("backup")],
@@ -667,6 +669,7 @@ fn provider_reply(r: PReply) -> ProviderReply {
     let ok = |v: serde_json::Value| ProviderReply::Http {
         status: 200,
         body: v.to_string().into_bytes(),
+        advice: Default::default(),
     };
     match r {
         PReply::Text => ok(
@@ -692,11 +695,13 @@ fn provider_reply(r: PReply) -> ProviderReply {
         PReply::Status { status } => ProviderReply::Http {
             status,
             body: b"{}".to_vec(),
+            advice: Default::default(),
         },
         PReply::Transport => ProviderReply::Transport("reset".into()),
         PReply::Garbage { bytes } => ProviderReply::Http {
             status: 200,
             body: bytes,
+            advice: Default::default(),
         },
     }
 }

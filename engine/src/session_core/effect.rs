@@ -53,6 +53,9 @@ pub struct Log {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Call {
     pub entry: ProviderEntry,
+    /// The id the engine gave it when it asked for its slot
+    /// ([`Effect::Admit`]); `None`: the engine picks one now.
+    pub ticket: Option<crate::CallId>,
     pub attempt: usize,
     pub url: String,
     /// Headers without the credential.
@@ -61,15 +64,29 @@ pub struct Call {
     pub body: Vec<u8>,
 }
 
+/// What an attempt waiting for its provider slot asks for.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Admission {
+    /// Its registry entry's name.
+    pub entry: String,
+    /// Its request's estimated input tokens
+    /// ([`crate::provider_limits::estimate_tokens`]).
+    pub tokens: u64,
+    /// A retry's wait before it may leave.
+    pub delay: Option<super::retry::Delay>,
+}
+
 /// Measurements for metrics and spans (spec 04 §7).
 #[derive(Debug, Clone, PartialEq)]
 pub enum Fact {
-    /// A provider reply came back for the call in flight.
+    /// A provider reply came back for the call in flight; `input_tokens`
+    /// is the usage it reported (it settles the entry's token bucket).
     ProviderReturned {
         call: crate::CallId,
         kind: proto::provider::Kind,
         ok: bool,
         latency_ms: u64,
+        input_tokens: Option<u64>,
     },
     /// A `tool_use` was classified (its `tool.call` is logged).
     ToolCalled {
@@ -139,6 +156,11 @@ pub enum Effect {
     /// Call a provider; answer with [`super::SessionCore::call_sent`], then
     /// later [`super::SessionCore::on_reply`].
     Call(Box<Call>),
+    /// A prepared attempt on a limited entry, or a retry, asks for its
+    /// slot: answer with [`super::SessionCore::admission`], then (when it
+    /// must wait) [`super::SessionCore::admitted`] or
+    /// [`super::SessionCore::admission_expired`].
+    Admit(Admission),
     /// `tools/call` on the MCP server that serves `tool`; answer with
     /// [`super::SessionCore::on_mcp_done`].
     CallMcp {

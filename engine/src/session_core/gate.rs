@@ -66,6 +66,11 @@ impl Gate {
         self.queue.iter()
     }
 
+    /// How many requests wait (overload control).
+    pub fn waiting(&self) -> usize {
+        self.queue.len()
+    }
+
     /// Whether anyone is queued (only then can the gate have a deadline).
     pub fn has_waiters(&self) -> bool {
         !self.queue.is_empty()

@@ -14,6 +14,7 @@ mod effect;
 mod gate;
 pub mod merge;
 mod request;
+pub mod retry;
 pub mod round;
 mod session;
 pub(crate) mod steer;
@@ -21,10 +22,11 @@ mod stream;
 #[cfg(test)]
 mod tests;
 mod tools;
+mod traffic;
 mod turn;
 pub mod walk;
 
-pub use effect::{Call, ChainError, Effect, Ending, Fact, Log, SubagentAnswer, World};
+pub use effect::{Admission, Call, ChainError, Effect, Ending, Fact, Log, SubagentAnswer, World};
 pub use gate::{Arrival, Gate, Limits, Refusal, Start};
 pub use session::SessionCore;
 pub use steer::SteerRefusal;

@@ -14,6 +14,7 @@ use proto::provider::stream::{Assembler, Fragment, StreamError, StreamLimits};
 use proto::provider::Kind;
 
 use super::effect::{Effect, World};
+use super::retry::Failure;
 use super::walk::{self, Streamed};
 use super::SessionCore;
 use crate::streams::DeltaBatch;
@@ -158,11 +159,18 @@ impl SessionCore {
         now: MonoMs,
     ) {
         let deltas = stream.deltas;
+        // For the entry's retry policy: a status before the stream started
+        // is judged as unstreamed, a fault of the stream itself as a
+        // transport failure (retried only with `transport = true`).
+        let failure = match &reply {
+            ProviderReply::Streamed => Failure::Transport,
+            _ => Failure::of(&reply),
+        };
         let outcome = match &reply {
             ProviderReply::Streamed => Some(stream.asm.finish()),
             // A 2xx body the driver read whole (a server that does not
             // stream): the same reader takes it.
-            ProviderReply::Http { status, body } if (200..300).contains(status) => {
+            ProviderReply::Http { status, body, .. } if (200..300).contains(status) => {
                 let mut ignored = Vec::new();
                 let fed = stream.asm.feed(body, &mut ignored);
                 Some(fed.and_then(|_| stream.asm.finish()))
@@ -173,19 +181,23 @@ impl SessionCore {
         let failed = !matches!(outcome, Some(Ok(_)));
         self.end_deltas(deltas, failed.then_some(DiscardReason::Failed));
         match outcome {
-            None => self.walk(|a| walk::on_reply(a, reply), world, now),
-            Some(Ok(resp)) => self.walk(|a| walk::on_stream(a, Streamed::Reply(resp)), world, now),
-            Some(Err(e)) => self.walk(|a| walk::on_stream(a, failure(&e)), world, now),
+            None => self.walk(failure, |a| walk::on_reply(a, reply), world, now),
+            Some(Ok(resp)) => {
+                let answered = |a| walk::on_stream(a, Streamed::Reply(resp));
+                self.walk(Failure::Other, answered, world, now)
+            }
+            Some(Err(e)) => self.walk(failure, |a| walk::on_stream(a, fault(&e)), world, now),
         }
     }
 
     /// A stream fault while it ran: the call is closed and the attempt
-    /// fails (the fallback walk goes on).
+    /// fails (a retry under its entry's policy, or the fallback walk).
     fn stream_failed(&mut self, call: CallId, e: StreamError, world: &dyn World, now: MonoMs) {
         let deltas = (self.turn_mut().and_then(|t| t.stream.take())).is_some_and(|s| s.deltas);
         self.emit(Effect::AbortCall(call));
         self.end_deltas(deltas, Some(DiscardReason::Failed));
-        self.walk(|a| walk::on_stream(a, failure(&e)), world, now);
+        let failed = |a| walk::on_stream(a, fault(&e));
+        self.walk(Failure::Transport, failed, world, now);
     }
 
     /// The watchdog of streamed call `call` at `now`: `Some(next check)`
@@ -212,7 +224,8 @@ impl SessionCore {
             } else {
                 c.end_deltas(stream.deltas, Some(DiscardReason::Failed));
                 let failed = Streamed::Failed { error, body: None };
-                c.walk(|a| walk::on_stream(a, failed), world, now);
+                let failed = |a| walk::on_stream(a, failed);
+                c.walk(Failure::Transport, failed, world, now);
             }
         });
         None
@@ -236,7 +249,7 @@ impl super::TurnLoop {
     }
 }
 
-fn failure(e: &StreamError) -> Streamed {
+fn fault(e: &StreamError) -> Streamed {
     Streamed::Failed {
         error: e.to_string(),
         body: e.body().map(str::to_string),

@@ -12,6 +12,7 @@ use serde_json::{json, Value};
 use super::compaction::{self, Run};
 use super::effect::{Call, ChainError, Effect, Ending, Fact, LogTag, World};
 use super::request::RequestPayload;
+use super::retry::Failure;
 use super::round::Round;
 use super::walk::{self, Next};
 use super::{merge, steer, Idem, SessionCore, Takeover, UserMessage};
@@ -72,6 +73,12 @@ pub struct TurnLoop {
     pub(super) iteration: u32,
     /// The provider call in flight and when it left.
     pub(super) call: Option<(CallId, MonoMs)>,
+    /// Retries made of the current attempt (its entry's retry policy).
+    pub(super) retries: u32,
+    /// The wait before the next send: a retry's delay.
+    pub(super) delay: Option<super::retry::Delay>,
+    /// A prepared attempt waiting for its slot or its retry time.
+    pub(super) pending: Option<Box<super::traffic::Pending>>,
     /// That call's streamed reply, when its entry streams.
     pub(super) stream: Option<Box<super::stream::AttemptStream>>,
     /// Event id of the turn's `client.message.send` (deltas name it).
@@ -112,6 +119,9 @@ impl TurnLoop {
             attempt: 0,
             iteration: 0,
             call: None,
+            retries: 0,
+            delay: None,
+            pending: None,
             stream: None,
             input_event: None,
             request_event: None,
@@ -291,6 +301,8 @@ impl SessionCore {
         }
         t.iteration += 1;
         t.attempt = 0;
+        t.retries = 0;
+        t.delay = None;
         self.apply_steers();
         // The tool list is recomputed for every round trip (spec 05 §9 3a):
         // an `updateClientTools` applies to the next provider call, never to
@@ -381,15 +393,10 @@ impl SessionCore {
             mut body,
             ..
         } = built;
-        self.emit(Effect::Log(super::effect::Log {
-            event: EventType::ProviderRequest,
-            payload,
-            quiet: false,
-            tag: LogTag::Request,
-            grew: None,
-        }));
-        // After every member the prompt cache reads: a streamed call keeps
-        // the byte-stable prefix of an unstreamed one.
+        // The `provider.request` is logged when the call leaves (after its
+        // admission, docs/extensions.md "Provider traffic"). After every
+        // member the prompt cache reads: a streamed call keeps the
+        // byte-stable prefix of an unstreamed one.
         if entry.stream.is_some() {
             provider::stream::with_stream(entry.kind, &mut body);
         }
@@ -397,14 +404,16 @@ impl SessionCore {
             provider::AuthHeader::XApiKey => crate::AuthPlacement::XApiKey,
             provider::AuthHeader::Bearer => crate::AuthPlacement::Bearer,
         };
-        self.emit(Effect::Call(Box::new(Call {
+        let call = Call {
             entry,
+            ticket: None,
             attempt,
             url,
             headers,
             auth,
             body,
-        })));
+        };
+        self.dispatch_attempt(payload, call);
     }
 
     /// The engine sent the call of an [`Effect::Call`] as `call` at `now`;
@@ -437,15 +446,20 @@ impl SessionCore {
         }
         self.step(|c| match c.turn_mut().and_then(|t| t.stream.take()) {
             Some(stream) => c.stream_ended(*stream, reply, world, now),
-            None => c.walk(|a| walk::on_reply(a, reply), world, now),
+            None => {
+                let failure = Failure::of(&reply);
+                c.walk(failure, |a| walk::on_reply(a, reply), world, now)
+            }
         });
         true
     }
 
-    /// The attempt in flight is over: `decide` tells what its end means,
-    /// and the turn goes on accordingly.
+    /// The attempt in flight is over: `decide` tells what its end means
+    /// (`failure`: how it failed, for its entry's retry policy), and the
+    /// turn goes on accordingly: a retry of the same entry, or the walk.
     pub(super) fn walk(
         &mut self,
+        failure: Failure,
         decide: impl FnOnce(walk::Attempt) -> walk::Walked,
         world: &dyn World,
         now: MonoMs,
@@ -457,24 +471,50 @@ impl SessionCore {
             return;
         };
         t.stream = None;
-        let Some((kind, entry, model)) =
-            (t.chain.get(t.attempt)).map(|e| (e.kind, e.name.clone(), e.model.clone()))
-        else {
+        let Some(attempt) = self.current_attempt() else {
             return self.fail(codes::INTERNAL_ERROR, "Internal error");
         };
-        let attempt = walk::Attempt {
-            index: t.attempt,
-            chain_len: t.chain.len(),
-            kind,
-            compaction: t.is_compaction(),
+        let mut walked = decide(attempt);
+        let input_tokens = match &walked.next {
+            Next::Answer(r) => r.usage.as_ref().map(|u| u.input_tokens),
+            _ => None,
         };
-        let walked = decide(attempt);
         self.fact(Fact::ProviderReturned {
             call,
-            kind,
+            kind: attempt.kind,
             ok: walked.ok,
             latency_ms: now - started,
+            input_tokens,
         });
+        if !walked.ok && self.retried(failure, &mut walked) {
+            for (event, payload) in walked.events {
+                self.log_text(event, payload);
+            }
+            return self.send_attempt(world);
+        }
+        self.after_walk(attempt, walked, world, now);
+    }
+
+    /// The attempt now: its place in the chain, the entry's kind.
+    pub(super) fn current_attempt(&self) -> Option<walk::Attempt> {
+        let t = self.turn()?;
+        Some(walk::Attempt {
+            index: t.attempt,
+            chain_len: t.chain.len(),
+            kind: t.chain.get(t.attempt)?.kind,
+            compaction: t.is_compaction(),
+        })
+    }
+
+    /// Logs what an attempt's end means and goes on: the answer, the next
+    /// entry of the chain, or the end of the round trip.
+    pub(super) fn after_walk(
+        &mut self,
+        attempt: walk::Attempt,
+        walked: walk::Walked,
+        world: &dyn World,
+        now: MonoMs,
+    ) {
         for (event, payload) in walked.events {
             self.log_text(event, payload);
         }
@@ -483,15 +523,19 @@ impl SessionCore {
         }
         if let (Next::Answer(resp), true) = (&walked.next, walked.ok) {
             if let Some(tokens) = resp.tokens {
+                let mut named = None;
                 if let Some(t) = self.turn_mut() {
                     t.tokens.add(&tokens);
+                    named = (t.chain.get(t.attempt)).map(|e| (e.name.clone(), e.model.clone()));
                 }
-                self.fact(Fact::Tokens {
-                    entry,
-                    model,
-                    tokens,
-                    compaction: attempt.compaction,
-                });
+                if let Some((entry, model)) = named {
+                    self.fact(Fact::Tokens {
+                        entry,
+                        model,
+                        tokens,
+                        compaction: attempt.compaction,
+                    });
+                }
             }
         }
         match walked.next {
@@ -509,6 +553,7 @@ impl SessionCore {
             Next::Fallback => {
                 if let Some(t) = self.turn_mut() {
                     t.attempt += 1;
+                    t.retries = 0;
                 }
                 self.send_attempt(world)
             }

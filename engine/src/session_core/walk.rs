@@ -63,7 +63,7 @@ pub fn on_reply(attempt: Attempt, reply: ProviderReply) -> Walked {
         ProviderReply::Credential(msg) | ProviderReply::Transport(msg) => {
             (Value::Null, msg, Value::Null)
         }
-        ProviderReply::Http { status, body } if !(200..300).contains(&status) => (
+        ProviderReply::Http { status, body, .. } if !(200..300).contains(&status) => (
             json!(status),
             provider::http_error_text(status),
             Value::String(String::from_utf8_lossy(&body).into_owned()),
@@ -81,6 +81,12 @@ pub fn on_reply(attempt: Attempt, reply: ProviderReply) -> Walked {
         ),
     };
     failed(attempt, status, error, body)
+}
+
+/// An attempt that failed before any response (its provider slot was not
+/// granted in time): `status: null`, `error`, `body: null`.
+pub fn on_failure(attempt: Attempt, error: String) -> Walked {
+    failed(attempt, Value::Null, error, Value::Null)
 }
 
 /// The meaning of a streamed attempt's end: the same events and steps as

@@ -161,6 +161,14 @@ impl Sessions {
             .min()
     }
 
+    /// Requests queued on every session's gate (overload watch).
+    pub(crate) fn queued_requests(&self) -> usize {
+        (self.waiting.iter())
+            .filter_map(|id| self.core(id))
+            .map(|c| c.gate.waiting())
+            .sum()
+    }
+
     /// Sessions whose pause deadline has passed with someone waiting (the
     /// index is pruned of gates without waiters on the way).
     pub(crate) fn due_gates(&mut self, now: MonoMs) -> Vec<SessionId> {

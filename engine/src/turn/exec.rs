@@ -53,6 +53,7 @@ impl Engine {
                 }
             }
             Effect::Call(call) => self.perform_call(session_id, *call),
+            Effect::Admit(admission) => self.perform_admit(session_id, admission),
             Effect::CallMcp {
                 tool_use_id,
                 tool,
@@ -151,8 +152,14 @@ impl Engine {
             return;
         };
         let (turn, conn) = (t.id, t.conn);
-        let id = self.next_call;
-        self.next_call += 1;
+        let id = match call.ticket {
+            Some(id) => id,
+            None => {
+                let id = self.next_call;
+                self.next_call += 1;
+                id
+            }
+        };
         let now = self.now.mono;
         let check = (self.sessions.core_mut(session_id)).and_then(|core| core.call_sent(id, now));
         self.calls
@@ -172,6 +179,34 @@ impl Engine {
         }));
     }
 
+    /// An attempt asks for its provider slot (a limited entry, or a
+    /// retry's wait): it gets its call id now, and leaves now or when the
+    /// limits say ([`Engine::route_limit_notices`]). A backoff's jitter is
+    /// drawn from the engine's entropy.
+    fn perform_admit(&mut self, session_id: &str, a: crate::session_core::Admission) {
+        use crate::provider_limits::{Ask, Verdict};
+        use crate::session_core::retry::Delay;
+        let id = self.next_call;
+        self.next_call += 1;
+        let now = self.now.mono;
+        let wait = a.delay.map(|d| match d {
+            Delay::Advised(ms) => ms,
+            Delay::Backoff { .. } => d.resolve(u64::from_le_bytes(self.random_bytes::<8>())),
+        });
+        if a.delay.is_some() {
+            self.provider_limits.note_retry(&a.entry);
+        }
+        let ask = Ask {
+            call: id,
+            session: self.catalog.session_id(session_id),
+            entry: &a.entry,
+            tokens: a.tokens,
+            not_before: wait.map(|ms| now + ms),
+        };
+        let go = self.provider_limits.ask(now, ask) == Verdict::Go;
+        self.core_step(session_id, |c, _, _| c.admission(id, go));
+    }
+
     fn perform_fact(&mut self, session_id: &str, fact: Fact) {
         let turn = self.running_turn_id(session_id);
         match fact {
@@ -180,8 +215,10 @@ impl Engine {
                 kind,
                 ok,
                 latency_ms,
+                input_tokens,
             } => {
                 self.metrics.provider_returned(kind, ok, latency_ms);
+                (self.provider_limits).done(self.now.mono, call, input_tokens);
                 self.telemetry.attempt_end(call, ok);
             }
             Fact::ToolCalled {

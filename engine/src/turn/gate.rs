@@ -116,9 +116,7 @@ impl Engine {
         // terminal frame, like every other stream of the session.
         if let Some(mut t) = self.take_turn(session_id) {
             self.retire_steers(std::mem::take(&mut t.steers), "the session closed");
-            for call in self.calls.remove_session(session_id) {
-                self.outputs.push_back(crate::Output::AbortProvider(call));
-            }
+            self.abort_calls(session_id);
             self.mcp_calls.retain(|_, (s, _)| **s != *session_id);
             for conn in t.streams() {
                 self.end_stream(conn);
@@ -225,9 +223,7 @@ impl Engine {
             return;
         };
         // The provider stops generating what nobody will read.
-        for call in self.calls.remove_session(session_id) {
-            self.outputs.push_back(crate::Output::AbortProvider(call));
-        }
+        self.abort_calls(session_id);
         if let Some(request) = t.streaming_deltas() {
             let reason = Some(jsonrpc::DiscardReason::Cancelled);
             self.deltas_ended(session_id, &request, reason);

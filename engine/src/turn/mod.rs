@@ -341,6 +341,22 @@ impl Engine {
         });
     }
 
+    /// Every provider call of `session_id` stops (its turn was cancelled
+    /// or the session closed). A streamed one's connection is closed, so
+    /// its slot in the provider limits is free at once; an unstreamed one
+    /// runs to its end and keeps its slot until its (ignored) reply.
+    /// Attempts still waiting for a slot or a retry leave their queue.
+    pub(crate) fn abort_calls(&mut self, session_id: &str) {
+        let now = self.now.mono;
+        for (call, streamed) in self.calls.remove_session(session_id) {
+            if streamed {
+                self.provider_limits.done(now, call, None);
+            }
+            self.outputs.push_back(crate::Output::AbortProvider(call));
+        }
+        self.provider_limits.leave(now, session_id);
+    }
+
     /// Body bytes of a streamed call, for the turn that made it.
     pub(crate) fn on_provider_chunk(&mut self, call: crate::CallId, bytes: &[u8]) {
         let Some(session_id) = self.calls.session(call).cloned() else {
@@ -370,16 +386,51 @@ impl Engine {
         }
     }
 
-    /// A provider reply, for the turn that made the call.
+    /// A provider reply, for the turn that made the call. An advised
+    /// instant becomes a delay against the engine's wall clock here.
     pub(crate) fn on_provider_done(&mut self, call: crate::CallId, reply: crate::ProviderReply) {
         let Some(session_id) = self.calls.remove(call) else {
-            return;
+            return self.provider_limits.done(self.now.mono, call, None);
         };
+        let mut reply = reply;
+        if let crate::ProviderReply::Http { advice, .. } = &mut reply {
+            if let Some(ms) = advice.delay_ms(self.now.unix.0) {
+                *advice = proto::provider::retry::RetryAdvice::AfterMs(ms);
+            }
+        }
         let taken = self.with_core(&session_id, |core, world, now| {
             core.on_reply(call, reply, world, now)
         });
         if taken != Some(true) {
             self.telemetry.attempt_end(call, false);
+        }
+        // Its slot is free (the core's fact settled it, with its usage, if
+        // the turn still waited).
+        self.provider_limits.done(self.now.mono, call, None);
+    }
+
+    /// Routes what the provider limits decided: a waiting attempt leaves,
+    /// or fails for having waited too long.
+    pub(crate) fn route_limit_notices(&mut self) {
+        use crate::provider_limits::Notice;
+        while let Some(n) = self.provider_limits.poll_notice() {
+            match n {
+                Notice::Go { call, session } => {
+                    let taken = self.with_core(&session, |c, _, _| c.admitted(call));
+                    if taken != Some(true) {
+                        self.provider_limits.done(self.now.mono, call, None);
+                    }
+                }
+                Notice::Expired {
+                    call,
+                    session,
+                    waited_ms,
+                } => {
+                    self.with_core(&session, |c, w, now| {
+                        c.admission_expired(call, waited_ms, w, now)
+                    });
+                }
+            }
         }
     }
 

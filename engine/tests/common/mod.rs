@@ -374,6 +374,7 @@ pub fn anthropic_text(text: &str) -> ProviderReply {
     ProviderReply::Http {
         status: 200,
         body: body.to_string().into_bytes(),
+        advice: Default::default(),
     }
 }
 
@@ -385,6 +386,7 @@ pub fn anthropic_tool_use(blocks: Value) -> ProviderReply {
     ProviderReply::Http {
         status: 200,
         body: body.to_string().into_bytes(),
+        advice: Default::default(),
     }
 }
 
@@ -397,6 +399,8 @@ pub fn config() -> Config {
             model: "claude-test".into(),
             auth_template: "${TOKEN}".into(),
             max_tokens: 1024,
+            retry: None,
+            limits: None,
             cache: None,
             prices: None,
             stream: None,

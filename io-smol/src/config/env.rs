@@ -5,8 +5,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::env_values::{
-    is_truthy, parse_addr, parse_whole, positive_seconds, positive_usize, resident_sessions,
-    seconds, whole, whole_usize,
+    is_truthy, overload, parse_addr, parse_whole, positive_seconds, positive_usize,
+    resident_sessions, seconds, whole, whole_usize,
 };
 use super::{Cli, ConfigError};
 
@@ -203,6 +203,10 @@ pub struct Env {
     /// `BAE_SANDBOX_NETWORK`: resource limits passed to `run` as
     /// `--memory`, `--cpus`, `--network` (unset = the engine's defaults).
     pub sandbox_limits: SandboxLimits,
+    /// Extensions `BAE_OVERLOAD_MAX_WAITING`, `BAE_OVERLOAD_MAX_STORE_BACKLOG`
+    /// (unset = not watched) and `BAE_OVERLOAD_RETRY_AFTER` (default 1 s):
+    /// new client requests get `503` past either bound.
+    pub overload: engine::overload::OverloadLimits,
 }
 
 /// Optional resource limits of remote sandbox containers.
@@ -428,6 +432,7 @@ pub fn parse_env(get: impl Fn(&str) -> Option<String>) -> Result<Env, ConfigErro
         1024 * 1024,
     )?;
     let sandbox_limits = sandbox_limits(&get)?;
+    let overload = overload(&get)?;
     let durable_drivers = get("BAE_DURABLE_DRIVERS")
         .map(|v| is_truthy(&v))
         .unwrap_or(false);
@@ -521,6 +526,7 @@ pub fn parse_env(get: impl Fn(&str) -> Option<String>) -> Result<Env, ConfigErro
         sandbox_exec_timeout,
         sandbox_max_output,
         sandbox_limits,
+        overload,
         max_queued_turns,
         ndjson_keepalive,
         durable_drivers,

@@ -53,6 +53,32 @@ fn defaults() {
 }
 
 #[test]
+fn overload_bounds_are_off_unless_set_and_refuse_junk() {
+    let off = env_of(&[]).unwrap().overload;
+    assert!(!off.is_on());
+    assert_eq!(off.retry_after_s, 1);
+    let on = env_of(&[
+        ("BAE_OVERLOAD_MAX_WAITING", "100"),
+        ("BAE_OVERLOAD_MAX_STORE_BACKLOG", " 5000 "),
+        ("BAE_OVERLOAD_RETRY_AFTER", "2"),
+    ])
+    .unwrap()
+    .overload;
+    assert_eq!(on.max_waiting, Some(100));
+    assert_eq!(on.max_store_backlog, Some(5000));
+    assert_eq!(on.retry_after_s, 2);
+    for (var, bad) in [
+        ("BAE_OVERLOAD_MAX_WAITING", "0"),
+        ("BAE_OVERLOAD_MAX_STORE_BACKLOG", "-1"),
+        ("BAE_OVERLOAD_RETRY_AFTER", "0"),
+        ("BAE_OVERLOAD_MAX_WAITING", "lots"),
+    ] {
+        let e = env_of(&[(var, bad)]).unwrap_err().to_string();
+        assert!(e.contains(var), "{e}");
+    }
+}
+
+#[test]
 fn sqlite_cache_kib() {
     let kib = |v: &str| env_of(&[("BAE_SQLITE_CACHE_KIB", v)]).map(|e| e.sqlite_cache_kib);
     assert_eq!(kib(" 4096 ").unwrap(), 4096);

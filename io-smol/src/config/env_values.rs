@@ -128,3 +128,26 @@ pub(super) fn resident_sessions(value: Option<String>) -> Result<Option<usize>, 
     )
     .map(Some)
 }
+
+/// `BAE_OVERLOAD_*`: the bounds past which new client requests get `503`
+/// (each unset = not watched; both unset = off).
+pub(super) fn overload(
+    get: &impl Fn(&str) -> Option<String>,
+) -> Result<engine::overload::OverloadLimits, ConfigError> {
+    let bound = |var: &'static str| match get(var) {
+        None => Ok(None),
+        Some(v) => positive_usize(var, Some(v), 1).map(Some),
+    };
+    let max_waiting = bound("BAE_OVERLOAD_MAX_WAITING")?;
+    let max_store_backlog = bound("BAE_OVERLOAD_MAX_STORE_BACKLOG")?;
+    let retry_after = positive_seconds(
+        "BAE_OVERLOAD_RETRY_AFTER",
+        get("BAE_OVERLOAD_RETRY_AFTER"),
+        1,
+    )?;
+    Ok(engine::overload::OverloadLimits {
+        max_waiting,
+        max_store_backlog,
+        retry_after_s: retry_after.as_secs(),
+    })
+}

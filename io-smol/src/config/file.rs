@@ -18,6 +18,7 @@ use url::Url;
 
 use super::subst::{substitute, SubstError};
 use super::toml_de;
+use super::traffic;
 use super::ConfigError;
 
 /// Default provider `max_tokens`.
@@ -147,6 +148,10 @@ pub struct ProviderEntry {
     pub auth_token: String,
     /// Default [`DEFAULT_MAX_TOKENS`].
     pub max_tokens: u32,
+    /// Extension `[providers.entries.retry]` (`config/traffic.rs`).
+    pub retry: Option<engine::RetryPolicy>,
+    /// Extension `[providers.entries.limits]`.
+    pub limits: Option<engine::provider_limits::EntryLimits>,
     /// Extension: prompt caching (`prompt_cache = true`; `None`: off).
     /// Read by `caching.rs` from the entry's table after the derive (so
     /// its keys keep their own messages), see [`parse_document`].
@@ -205,6 +210,8 @@ impl fmt::Debug for ProviderEntry {
             .field("model", &self.model)
             .field("auth_token", &super::REDACTED)
             .field("max_tokens", &self.max_tokens)
+            .field("retry", &self.retry)
+            .field("limits", &self.limits)
             .field("cache", &self.cache)
             .field("prices", &self.prices)
             .field("stream", &self.stream)
@@ -438,7 +445,8 @@ struct Providers {
 }
 
 /// One `[[providers.entries]]` entry as written; [`ProviderEntry`] folds
-/// the `stream*` keys into one optional value. Unknown keys are ignored by
+/// the `stream*` keys into one optional value (the `retry` and `limits`
+/// tables are read by `config/traffic.rs`). Unknown keys are ignored by
 /// contract, so no `deny_unknown_fields`.
 #[derive(Deserialize)]
 #[serde(expecting = "a table")]
@@ -451,6 +459,10 @@ struct ProviderEntryTable {
     auth_token: String,
     #[serde(default = "default_max_tokens")]
     max_tokens: u32,
+    #[serde(default, deserialize_with = "traffic::retry")]
+    retry: Option<engine::RetryPolicy>,
+    #[serde(default, deserialize_with = "traffic::limits")]
+    limits: Option<engine::provider_limits::EntryLimits>,
     #[serde(default)]
     stream: bool,
     // The settings apply only with `stream = true`, and are checked either way.
@@ -479,6 +491,8 @@ impl From<ProviderEntryTable> for ProviderEntry {
             model: t.model,
             auth_token: t.auth_token,
             max_tokens: t.max_tokens,
+            retry: t.retry,
+            limits: t.limits,
             // Read from the entry's table after the derive (caching.rs).
             cache: None,
             prices: None,

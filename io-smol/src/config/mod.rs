@@ -28,6 +28,7 @@ mod redact;
 mod replica;
 mod subst;
 mod toml_de;
+mod traffic;
 
 use std::fmt;
 use std::net::SocketAddr;

@@ -120,7 +120,7 @@ pub(super) struct StreamingCall {
 
 fn log_reply(id: CallId, reply: &ProviderReply) {
     match reply {
-        ProviderReply::Http { status, body } => {
+        ProviderReply::Http { status, body, .. } => {
             tracing::debug!(
                 call = id.0,
                 status,

@@ -446,6 +446,7 @@ impl Driver {
     fn input(&mut self, input: Input) {
         let now = self.clock.now();
         let started = Instant::now();
+        self.engine.note_store_backlog(self.pipe.backlog());
         self.engine.handle_input(now, input);
         self.steps.observe(started.elapsed().as_micros() as u64);
         self.drain_outputs();

@@ -11,6 +11,7 @@ use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use engine::{AuthPlacement, ProviderCall, ProviderReply};
+use proto::provider::retry::RetryAdvice;
 
 use crate::config::{process_env, substitute};
 
@@ -126,13 +127,27 @@ pub fn perform_with_env(
         Err(ureq::Error::Transport(t)) => return ProviderReply::Transport(transport_text(&t)),
     };
     let status = response.status();
+    let advice = match status {
+        200..=299 => RetryAdvice::None,
+        _ => {
+            let names = response.headers_names();
+            let pairs: Vec<(&str, &str)> = (names.iter())
+                .filter_map(|n| Some((n.as_str(), response.header(n)?)))
+                .collect();
+            RetryAdvice::from_headers(pairs)
+        }
+    };
     let mut body = Vec::new();
     match response
         .into_reader()
         .take(MAX_RESPONSE_BYTES)
         .read_to_end(&mut body)
     {
-        Ok(_) => ProviderReply::Http { status, body },
+        Ok(_) => ProviderReply::Http {
+            status,
+            body,
+            advice,
+        },
         Err(e) => {
             ProviderReply::Transport(strip_urls(&format!("error reading response body: {e}")))
         }

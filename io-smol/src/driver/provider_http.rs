@@ -29,6 +29,7 @@ use std::time::Instant;
 use engine::{AuthPlacement, ProviderCall, ProviderReply};
 use futures_lite::{future, AsyncReadExt, AsyncWriteExt};
 use proto::http::response::{Mode, ResponseDecoder, ResponseEvent};
+use proto::provider::retry::RetryAdvice;
 use smol::net::TcpStream;
 
 use super::provider::{self, strip_urls};
@@ -197,8 +198,12 @@ pub async fn perform_with_env(
         ))
     };
     match future::or(exchange, timed_out).await {
-        Ok((_, _, true)) => ProviderReply::Streamed,
-        Ok((status, body, false)) => ProviderReply::Http { status, body },
+        Ok(r) if r.streamed => ProviderReply::Streamed,
+        Ok(r) => ProviderReply::Http {
+            status: r.status,
+            body: r.body,
+            advice: r.advice,
+        },
         Err(e) => ProviderReply::Transport(strip_urls(&e)),
     }
 }
@@ -237,14 +242,14 @@ async fn exchange(
     target: &HttpTarget,
     request: &[u8],
     chunks: Option<&Chunks>,
-) -> Result<(u16, Vec<u8>, bool), String> {
+) -> Result<Response, String> {
     if let Some(stream) = pool.take(&target.connect, Instant::now()) {
         match round_trip(stream, request, chunks).await {
-            Ok((status, body, streamed, keep)) => {
+            Ok((response, keep)) => {
                 if let Some(stream) = keep {
                     pool.put(&target.connect, stream, Instant::now());
                 }
-                return Ok((status, body, streamed));
+                return Ok(response);
             }
             Err(Failure::BeforeResponse(_)) => {}
             Err(Failure::During(e)) => return Err(e),
@@ -255,11 +260,11 @@ async fn exchange(
         .map_err(|e| format!("Connection Failed: Connect error: {e}"))?;
     let _ = stream.set_nodelay(true);
     match round_trip(stream, request, chunks).await {
-        Ok((status, body, streamed, keep)) => {
+        Ok((response, keep)) => {
             if let Some(stream) = keep {
                 pool.put(&target.connect, stream, Instant::now());
             }
-            Ok((status, body, streamed))
+            Ok(response)
         }
         Err(Failure::BeforeResponse(e) | Failure::During(e)) => Err(e),
     }
@@ -274,20 +279,31 @@ enum Failure {
     During(String),
 }
 
-/// Writes the request and reads one response: the status, the body
-/// (a streamed call's 2xx body went to `chunks` instead: `true`), and the
+/// One response, read.
+struct Response {
+    status: u16,
+    body: Vec<u8>,
+    /// What a non-2xx response's headers advised about calling again.
+    advice: RetryAdvice,
+    /// A streamed call's 2xx body went to its chunks, not `body`.
+    streamed: bool,
+}
+
+/// Writes the request and reads one response (a streamed call's 2xx body
+/// goes to `chunks` instead), and the
 /// connection when it may carry another request.
 async fn round_trip(
     mut stream: TcpStream,
     request: &[u8],
     chunks: Option<&Chunks>,
-) -> Result<(u16, Vec<u8>, bool, Option<TcpStream>), Failure> {
+) -> Result<(Response, Option<TcpStream>), Failure> {
     if let Err(e) = stream.write_all(request).await {
         return Err(Failure::BeforeResponse(io_text("sending the request", &e)));
     }
     let mut decoder = ResponseDecoder::with_mode(Mode::Lenient);
     let mut buf = vec![0u8; READ_CHUNK];
     let mut status = None;
+    let mut advice = RetryAdvice::None;
     let mut close = false;
     let mut body = Vec::new();
     let mut streamed = false;
@@ -301,6 +317,10 @@ async fn round_trip(
                         .is_some_and(|v| v.eq_ignore_ascii_case("close"))
                         || matches!(head.framing, proto::http::response::Framing::UntilClose);
                     status = Some(head.status);
+                    if !(200..300).contains(&head.status) {
+                        let headers = head.headers.iter().map(|(n, v)| (n.as_str(), v.as_str()));
+                        advice = RetryAdvice::from_headers(headers);
+                    }
                 }
                 Ok(Some(ResponseEvent::Data(d))) => {
                     if let Some(chunks) =
@@ -321,7 +341,13 @@ async fn round_trip(
                 Ok(Some(ResponseEvent::End { .. })) => {
                     let status = status.unwrap_or(0);
                     let keep = (!close && decoder.buffered().is_empty()).then_some(stream);
-                    return Ok((status, body, streamed, keep));
+                    let response = Response {
+                        status,
+                        body,
+                        advice,
+                        streamed,
+                    };
+                    return Ok((response, keep));
                 }
                 Ok(None) => break,
                 Err(e) => return Err(Failure::During(format!("Network Error: {e}"))),

@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 
 use engine::{ProviderCall, ProviderReply};
 use proto::http::response::{Mode, ResponseDecoder, ResponseEvent};
+use proto::provider::retry::RetryAdvice;
 use rustls::pki_types::ServerName;
 use rustls::{ClientConfig, ClientConnection, RootCertStore, StreamOwned};
 
@@ -212,11 +213,19 @@ fn exchange(
     let mut decoder = ResponseDecoder::with_mode(Mode::Lenient);
     let mut buf = vec![0u8; 16 * 1024];
     let mut status = None;
+    let mut advice = RetryAdvice::None;
     let mut body = Vec::new();
     loop {
         loop {
             match decoder.poll() {
-                Ok(Some(ResponseEvent::Head(head))) => status = Some(head.status),
+                Ok(Some(ResponseEvent::Head(head))) => {
+                    status = Some(head.status);
+                    // A retry policy reads what an error status advised.
+                    if !(200..300).contains(&head.status) {
+                        let headers = head.headers.iter().map(|(n, v)| (n.as_str(), v.as_str()));
+                        advice = RetryAdvice::from_headers(headers);
+                    }
+                }
                 Ok(Some(ResponseEvent::Data(d))) => match status {
                     Some(s) if (200..300).contains(&s) => chunk(d.to_vec()),
                     _ => {
@@ -233,7 +242,11 @@ fn exchange(
                     let status = status.unwrap_or(0);
                     return Ok(match (200..300).contains(&status) {
                         true => ProviderReply::Streamed,
-                        false => ProviderReply::Http { status, body },
+                        false => ProviderReply::Http {
+                            status,
+                            body,
+                            advice,
+                        },
                     });
                 }
                 Ok(None) => break,

@@ -18,6 +18,7 @@ mod message;
 mod normalize;
 mod openai;
 mod request_text;
+pub mod retry;
 pub mod sse;
 pub mod stream;
 

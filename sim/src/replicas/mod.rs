@@ -276,6 +276,8 @@ impl ReplicaWorld {
                 model: "sim-model".into(),
                 auth_template: "${SIM_TOKEN}".into(),
                 max_tokens: 512,
+                retry: None,
+                limits: None,
                 stream: None,
                 cache: None,
                 prices: None,

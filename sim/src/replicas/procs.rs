@@ -341,6 +341,7 @@ impl ReplicaWorld {
                 let reply = ProviderReply::Http {
                     status: 200,
                     body: provider_text(self.provider_calls),
+                    advice: Default::default(),
                 };
                 let ev = ProcEv::Provider {
                     call: call.id,

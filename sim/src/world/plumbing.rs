@@ -11,6 +11,7 @@ impl World {
             return;
         }
         let now = self.now();
+        self.engine.note_store_backlog(self.io.pipe.backlog());
         self.transfer.copying.clear();
         let r = catch_unwind(AssertUnwindSafe(|| self.engine.handle_input(now, input)));
         if let Err(p) = r {

@@ -20,6 +20,8 @@ use serde_json::{json, Value};
 
 use proto::http::peer::{self as wire, BodyDecoder};
 
+mod limits;
+pub use limits::{http_date_in, LimitStats, Limited};
 pub mod cache;
 mod render;
 mod stream;
@@ -86,6 +88,9 @@ pub enum Reply {
     Hang,
     /// Drop the connection without answering.
     Close,
+    /// A rate-limit or overload status in the endpoint's error shape, with
+    /// headers such as `retry-after` (`limits.rs`).
+    Limited(Box<Limited>),
     /// The inner reply with its own stream pacing or fault, for a request
     /// that asks for a stream (`stream.rs`); unstreamed it is the inner
     /// reply.
@@ -332,6 +337,8 @@ struct State {
     accepted: u64,
     shutdown: bool,
     seq: u64,
+    /// The concurrency limit, when one is set (`limits.rs`).
+    limits: limits::Limits,
     /// Prompt caching as the providers bill it, once enabled.
     cache: Option<cache::Cache>,
     /// Pacing of streamed replies without their own.
@@ -403,6 +410,7 @@ impl MockProvider {
                 accepted: 0,
                 shutdown: false,
                 seq: 0,
+                limits: limits::Limits::default(),
                 cache: None,
                 timing: StreamTiming::default(),
                 closes: Vec::new(),
@@ -585,7 +593,7 @@ fn serve_conn(mut conn: TcpStream, ordinal: u64, shared: &Shared) -> io::Result<
         let endpoint = Endpoint::of_path(&req.head.target);
         let body: Value = serde_json::from_slice(&req.body).unwrap_or(Value::Null);
         let stream = stream::wants_stream(&body);
-        let (reply, seq, billed) = {
+        let (reply, seq, billed, counted) = {
             let mut st = shared.lock();
             st.seq += 1;
             let seq = st.seq;
@@ -603,7 +611,10 @@ fn serve_conn(mut conn: TcpStream, ordinal: u64, shared: &Shared) -> io::Result<
                 raw_body: req.body,
                 connection: ordinal,
             });
-            let reply = if let Some(Err(cache::Refused(body))) = &billed {
+            let refused = limits::enter(&mut st);
+            let reply = if let Some(refusal) = refused.clone() {
+                refusal
+            } else if let Some(Err(cache::Refused(body))) = &billed {
                 Reply::Json {
                     status: 400,
                     body: body.clone(),
@@ -619,7 +630,7 @@ fn serve_conn(mut conn: TcpStream, ordinal: u64, shared: &Shared) -> io::Result<
                     .or_else(|| st.default.clone())
                     .unwrap_or_else(|| Reply::text("ok"))
             };
-            (reply, seq, billed.and_then(Result::ok))
+            (reply, seq, billed.and_then(Result::ok), refused.is_none())
         };
         shared.cond.notify_all();
         let to = Answer {
@@ -629,7 +640,11 @@ fn serve_conn(mut conn: TcpStream, ordinal: u64, shared: &Shared) -> io::Result<
             stream,
             billed: billed.as_ref(),
         };
-        if !answer(&mut conn, shared, reply, to)? || wants_close {
+        let answered = answer(&mut conn, shared, reply, to);
+        if counted {
+            limits::leave(&mut shared.lock());
+        }
+        if !answered? || wants_close {
             let _ = conn.shutdown(Shutdown::Both);
             return Ok(());
         }
@@ -681,6 +696,7 @@ fn answer(conn: &mut TcpStream, shared: &Shared, reply: Reply, to: Answer) -> io
             return Ok(false);
         }
         Reply::Close => return Ok(false),
+        Reply::Limited(l) => return limits::answer(conn, &l, endpoint, close),
         Reply::Stream(s) if !stream || !s.reply.renders_body() => {
             return answer(conn, shared, s.reply, to)
         }

@@ -120,6 +120,6 @@ pub(super) fn render(reply: Reply, endpoint: Endpoint, seq: u64) -> Value {
         Reply::Raw { body, .. } => Value::String(body),
         Reply::Delay(_, inner) => render(*inner, endpoint, seq),
         Reply::Stream(s) => render(s.reply, endpoint, seq),
-        Reply::Hang | Reply::Close => Value::Null,
+        Reply::Hang | Reply::Close | Reply::Limited(_) => Value::Null,
     }
 }

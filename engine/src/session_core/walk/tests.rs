@@ -15,6 +15,7 @@ fn ok(body: &str) -> ProviderReply {
     ProviderReply::Http {
         status: 200,
         body: body.as_bytes().to_vec(),
+        advice: Default::default(),
     }
 }
 
@@ -53,6 +54,7 @@ fn a_failed_primary_falls_back_with_a_session_error() {
     let reply = ProviderReply::Http {
         status: 500,
         body: b"boom".to_vec(),
+        advice: Default::default(),
     };
     let w = on_reply(attempt(0, 2, false), reply);
     assert!(!w.ok && !w.session_error);

@@ -9,6 +9,7 @@ mod compaction;
 mod steer;
 mod stream;
 mod tools;
+mod traffic;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -50,6 +51,8 @@ fn entry(name: &str) -> ProviderEntry {
         model: "m".into(),
         auth_template: "${TOKEN}".into(),
         max_tokens: 1024,
+        retry: None,
+        limits: None,
         cache: None,
         prices: None,
         stream: None,
@@ -134,6 +137,8 @@ enum Seen {
     RestoreMcp,
     /// A provider call: (call id, attempt, request body).
     Call(CallId, usize, Value),
+    /// An attempt asked for its slot, and got this id.
+    Admit(CallId, crate::session_core::Admission),
     CallMcp(String, String),
     Exec(usize, String),
     Subagent(String),
@@ -164,6 +169,8 @@ struct Harness {
     mcp_at_once: bool,
     /// What a `Subagent` is answered with.
     subagent: SubagentAnswer,
+    /// Whether an `Admit` is granted at once (else the test admits).
+    admit_at_once: bool,
     /// The watchdog check the last streamed call asked for.
     check: Option<MonoMs>,
 }
@@ -187,6 +194,7 @@ impl Harness {
                 text: "{}".into(),
                 is_error: false,
             },
+            admit_at_once: true,
             check: None,
         }
     }
@@ -270,11 +278,20 @@ impl Harness {
                 }
             }
             Effect::Call(call) => {
-                let id = self.next_call;
-                self.next_call += 1;
+                let id = call.ticket.unwrap_or_else(|| {
+                    let id = self.next_call;
+                    self.next_call += 1;
+                    id
+                });
                 let body: Value = serde_json::from_slice(&call.body).unwrap();
                 self.seen.push(Seen::Call(id, call.attempt, body));
                 self.check = self.core.call_sent(id, self.now);
+            }
+            Effect::Admit(a) => {
+                let id = self.next_call;
+                self.next_call += 1;
+                self.seen.push(Seen::Admit(id, a));
+                self.core.admission(id, self.admit_at_once);
             }
             Effect::CallMcp { tool, input, .. } => {
                 self.seen.push(Seen::CallMcp(tool, input.to_string()))
@@ -420,6 +437,7 @@ fn ok_usage(content: Value, input: u64, output: u64) -> ProviderReply {
     ProviderReply::Http {
         status: 200,
         body: body.to_string().into_bytes(),
+        advice: Default::default(),
     }
 }
 
@@ -435,6 +453,7 @@ fn failed(status: u16) -> ProviderReply {
     ProviderReply::Http {
         status,
         body: b"{\"error\":\"boom\"}".to_vec(),
+        advice: Default::default(),
     }
 }
 

@@ -368,3 +368,133 @@ fn a_streamed_compaction_sends_no_deltas() {
     assert_eq!(h.deltas().len(), before);
     assert!(h.events().contains(&EventType::SessionCompactionCompleted));
 }
+
+/// Streamed attempts under provider traffic (docs/extensions.md, "Provider
+/// traffic"): the admission, the retry of an error status answered before
+/// the stream, and a stream fault retried only with `transport = true`.
+mod traffic {
+    use super::*;
+    use crate::provider_limits::EntryLimits;
+    use crate::session_core::retry::{Delay, RetryPolicy};
+    use proto::provider::retry::RetryAdvice;
+
+    fn retrying(policy: RetryPolicy) -> ProviderEntry {
+        ProviderEntry {
+            retry: Some(policy),
+            ..streaming("primary")
+        }
+    }
+
+    fn admissions(h: &Harness) -> Vec<(CallId, Option<Delay>)> {
+        (h.seen.iter())
+            .filter_map(|s| match s {
+                Seen::Admit(id, a) => Some((*id, a.delay)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// A chunk and then an Anthropic `error` event: a fault of the stream.
+    fn fault_mid_stream(h: &mut Harness) {
+        let events = encode::events(Kind::Anthropic, &body_of(text("abcdefgh")), 2);
+        h.chunk(5, events[..4].concat().as_bytes());
+        assert!(!h.deltas().is_empty());
+        let error = encode::error(Kind::Anthropic, "overloaded_error", "Overloaded");
+        h.chunk(5, error.as_bytes());
+    }
+
+    #[test]
+    fn a_streamed_attempt_waits_for_its_slot_before_its_request_is_logged() {
+        let limited = ProviderEntry {
+            limits: Some(EntryLimits {
+                max_concurrent: Some(1),
+                requests_per_minute: None,
+                input_tokens_per_minute: None,
+                max_wait_ms: 500,
+            }),
+            ..streaming("primary")
+        };
+        let mut h = Harness::streamed(vec![limited]);
+        h.admit_at_once = false;
+        h.send("k1", json!("hi"));
+        assert_eq!(h.events(), [EventType::ClientMessageSend]);
+        let [(ticket, None)] = admissions(&h)[..] else {
+            panic!("{:?}", admissions(&h));
+        };
+        assert!(h.core.admitted(ticket));
+        h.drive();
+        assert_eq!(h.last_call(), Some(ticket));
+        assert_eq!(h.last_body()["stream"], true);
+        h.chunk(5, &stream_of(&body_of(text("hello"))));
+        let request = h.id_of(EventType::ProviderRequest);
+        assert!(h.deltas().iter().all(|d| d.request == request));
+        h.reply(1, ProviderReply::Streamed);
+        assert!(matches!(h.ending(), Some(Ending::Completed(m)) if m.contains("hello")));
+    }
+
+    /// The status answered before any stream is retried as unstreamed; a
+    /// fault of the retry's stream walks to the fallback (transport off).
+    #[test]
+    fn an_advised_429_before_the_stream_is_retried_and_a_stream_fault_falls_back() {
+        let mut h = Harness::streamed(vec![retrying(RetryPolicy::default()), entry("fallback")]);
+        h.send("k1", json!("hi"));
+        let limited = ProviderReply::Http {
+            status: 429,
+            body: b"{\"type\":\"error\"}".to_vec(),
+            advice: RetryAdvice::AfterMs(1000),
+        };
+        h.reply(5, limited);
+        assert_eq!(
+            admissions(&h)[..],
+            [(CallId(2), Some(Delay::Advised(1000)))]
+        );
+        assert!(h.payloads(EventType::SessionError).is_empty());
+        assert_eq!(h.last_call(), Some(CallId(2)), "the retry left");
+        assert_eq!(h.last_body()["stream"], true);
+        fault_mid_stream(&mut h);
+        assert_eq!(admissions(&h).len(), 1, "a stream fault is not retried");
+        h.answer(text("from the fallback"));
+        let attempts: Vec<_> = (h.payloads(EventType::ProviderRequest).iter())
+            .map(|r| r["attempt"].clone())
+            .collect();
+        assert_eq!(attempts, [0, 0, 1]);
+        let responses = h.payloads(EventType::ProviderResponse);
+        assert_eq!(responses[0]["status"], 429);
+        assert_eq!(
+            responses[1]["error"],
+            "provider stream error: overloaded_error: Overloaded"
+        );
+        assert_eq!(h.payloads(EventType::SessionError).len(), 1);
+        assert!(matches!(h.ending(), Some(Ending::Completed(m)) if m.contains("fallback")));
+    }
+
+    /// With `transport = true` a fault mid-stream is retried on the same
+    /// entry: the failed stream's deltas are discarded, the retry's deltas
+    /// name its own request.
+    #[test]
+    fn with_transport_retries_a_stream_fault_is_retried_on_the_same_entry() {
+        let policy = RetryPolicy {
+            transport: true,
+            ..RetryPolicy::default()
+        };
+        let mut h = Harness::streamed(vec![retrying(policy)]);
+        h.send("k1", json!("hi"));
+        fault_mid_stream(&mut h);
+        assert_eq!(h.count(|s| matches!(s, Seen::Abort(CallId(1)))), 1);
+        let discarded = h.count(|s| matches!(s, Seen::DeltasEnded(_, Some(DiscardReason::Failed))));
+        assert_eq!(discarded, 1);
+        let [(ticket, Some(Delay::Backoff { .. }))] = admissions(&h)[..] else {
+            panic!("{:?}", admissions(&h));
+        };
+        assert_eq!(h.last_call(), Some(ticket));
+        let first = h.deltas().len();
+        h.chunk(5, &stream_of(&body_of(text("second try"))));
+        let request = h.id_of(EventType::ProviderRequest);
+        assert!(h.deltas()[first..].iter().all(|d| d.request == request));
+        h.reply(1, ProviderReply::Streamed);
+        let requests = h.payloads(EventType::ProviderRequest);
+        assert!(requests.len() == 2 && requests.iter().all(|r| r["attempt"] == 0));
+        assert!(h.payloads(EventType::SessionError).is_empty());
+        assert!(matches!(h.ending(), Some(Ending::Completed(m)) if m.contains("second try")));
+    }
+}

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# The engine's shape figures (issue 42: the endpoint / session split), counted
+# from the sources. Run from the repository root.
+set -euo pipefail
+src=engine/src
+fields=$(awk '/^pub struct Engine \{/{on=1;next} on&&/^\}/{on=0} on&&/^    [a-z_]+:/{n++} END{print n+0}' $src/lib.rs)
+files=$(grep -rl --include=*.rs '^impl Engine\b' $src | sort)
+methods=$(for f in $files; do awk '/^impl Engine[ {]/{on=1;next} on&&/^\}/{on=0} on&&/^    (pub(\(crate\))? )?fn /{n++} END{print n+0}' "$f"; done | awk "{s+=\$1} END{print s}")
+inproc=$(grep -rE --include=*.rs '^\s*#\[test\]' engine proto sim io-smol/src testkit | wc -l)
+binary=$(grep -rE --include=*.rs '^\s*#\[test\]' io-smol/tests | wc -l)
+echo "Engine fields:            $fields"
+echo "methods in impl Engine:   $methods"
+echo "files with impl Engine:   $(echo "$files" | grep -c .)"
+echo "in-process #[test]s:      $inproc (engine, proto, sim, testkit, io-smol/src)"
+echo "binary-booting #[test]s:  $binary (io-smol/tests)"
