@@ -37,13 +37,14 @@ pub fn main_with_args(args: &[String]) -> i32 {
 }
 
 /// [`main_with_args`] on `runtime`: everything but the runtime (flags,
-/// environment, configuration, database, exit codes) is shared. Such a
-/// runtime exports no telemetry (`Boot::telemetry` stays `None`).
+/// environment, configuration, database, exit codes, telemetry export) is
+/// shared. Such a runtime cannot forward requests, so replica mode is
+/// refused.
 pub fn main_with_runtime(args: &[String], runtime: Runtime) -> i32 {
     main_inner(args, runtime, false)
 }
 
-fn main_inner(args: &[String], runtime: Runtime, exports_telemetry: bool) -> i32 {
+fn main_inner(args: &[String], runtime: Runtime, smol_runtime: bool) -> i32 {
     crate::heap_trim::tune();
     // §5 step 1: flags (rotate+disable flags are rejected by the parser).
     let cli = match config::parse_cli(args) {
@@ -67,7 +68,7 @@ fn main_inner(args: &[String], runtime: Runtime, exports_telemetry: bool) -> i32
             0
         }
         Command::Migrate => migrate(&cli),
-        Command::Serve => serve(&cli, runtime, exports_telemetry),
+        Command::Serve => serve(&cli, runtime, smol_runtime),
     }
 }
 
@@ -247,7 +248,7 @@ fn migrate(cli: &Cli) -> i32 {
 }
 
 /// `baesrv serve`: the startup sequence of spec 04 §5.
-fn serve(cli: &Cli, runtime: Runtime, exports_telemetry: bool) -> i32 {
+fn serve(cli: &Cli, runtime: Runtime, smol_runtime: bool) -> i32 {
     // Step 2.
     let env = match read_env(cli) {
         Ok(env) => env,
@@ -264,21 +265,12 @@ fn serve(cli: &Cli, runtime: Runtime, exports_telemetry: bool) -> i32 {
         Ok(h) => h,
         Err(e) => return config_error(&e),
     };
-    let telemetry = match exports_telemetry {
-        true => match crate::otel::init(&file.telemetry, headers, &env.otel_log) {
-            Ok(t) => t,
-            Err(e) => return config_error(&e),
-        },
-        false => None,
+    let telemetry = match crate::otel::init(&file.telemetry, headers, &env.otel_log) {
+        Ok(t) => t,
+        Err(e) => return config_error(&e),
     };
     // Step 5.
     init_logging(&env.log);
-    if file.telemetry.enabled && !exports_telemetry {
-        tracing::warn!(
-            "[telemetry] enabled = true, but this runtime exports no telemetry; \
-             use baesrv for OpenTelemetry export"
-        );
-    }
     // Step 6 (registries were validated by the loader).
     tracing::info!(
         mcp_servers = file.mcp.servers.len(),
@@ -316,7 +308,7 @@ fn serve(cli: &Cli, runtime: Runtime, exports_telemetry: bool) -> i32 {
     };
     // Replica mode: a lane and the lease renewer before the snapshot, so
     // the seqs it starts from are past everything this lane ever held.
-    let replica = match start_replica(&env, &mut store, exports_telemetry) {
+    let replica = match start_replica(&env, &mut store, smol_runtime) {
         Ok(r) => r,
         Err(code) => return code,
     };

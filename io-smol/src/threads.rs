@@ -1,7 +1,8 @@
 //! `baesrv-threads`: the same engine, pipeline and store on std threads
 //! (blocking sockets; one engine, one store, a reader and a writer per
 //! connection, one per provider call): proof that the engine is
-//! runtime-agnostic (docs/porting.md). MCP and container sandboxes fail.
+//! runtime-agnostic (docs/porting.md). MCP servers, container sandboxes
+//! and provider calls use the transports both runtimes share (`driver/`).
 
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
@@ -10,15 +11,16 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use engine::mcp::McpEvent;
+use engine::mcp::{McpConnId, McpEvent};
 use engine::pipeline::{Delivery, Job, Pipeline, Routed};
+use engine::sandbox::{OpId, SandboxReply};
 use engine::{ConnId, Engine, Input, Listener};
 
+use crate::driver::mcp::McpTransports;
 use crate::driver::provider_stream::{self, Abort};
+use crate::driver::reports::Reports;
+use crate::driver::sandbox::Sandboxes;
 use crate::driver::{provider, serve_store_jobs, Boot, Clock, DriverSettings, StoreDone};
-
-const MCP_UNSUPPORTED: &str = "MCP servers are not supported by baesrv-threads";
-const SANDBOX_UNSUPPORTED: &str = "container sandboxes are not supported by baesrv-threads";
 
 enum Ev {
     Accepted(Listener, TcpStream),
@@ -26,7 +28,24 @@ enum Ev {
     Provider(engine::CallId, engine::ProviderReply),
     ProviderChunk(engine::CallId, Vec<u8>),
     Store(StoreDone),
+    Mcp(McpConnId, McpEvent),
+    Sandbox(OpId, SandboxReply),
     Signal,
+}
+
+/// The transports' tasks report on the engine thread's queue (unbounded:
+/// a send never waits).
+#[derive(Clone)]
+struct Queue(mpsc::Sender<Ev>);
+
+impl Reports for Queue {
+    async fn mcp(&self, conn: McpConnId, event: McpEvent) -> bool {
+        self.0.send(Ev::Mcp(conn, event)).is_ok()
+    }
+
+    async fn sandbox(&self, op: OpId, reply: SandboxReply) -> bool {
+        self.0.send(Ev::Sandbox(op, reply)).is_ok()
+    }
 }
 
 /// Runs the server until a graceful shutdown completes (see
@@ -59,6 +78,12 @@ pub fn run(boot: Boot) -> io::Result<()> {
         }
     });
     let mut d = Threads {
+        mcp: McpTransports::new(Queue(tx.clone())),
+        sandboxes: Sandboxes::new(
+            boot.settings.sandbox_driver,
+            boot.settings.sandbox_run_args.clone(),
+            Queue(tx.clone()),
+        ),
         engine: boot.engine,
         clock: boot.clock,
         pipe: Pipeline::new(),
@@ -70,6 +95,7 @@ pub fn run(boot: Boot) -> io::Result<()> {
         jobs_tx,
         deadline: None,
         settings: boot.settings,
+        otel: boot.telemetry,
     };
     d.serve(&rx);
     // Commit what is still pending, then let the store thread end.
@@ -84,6 +110,15 @@ pub fn run(boot: Boot) -> io::Result<()> {
             Err(_) => break,
         }
     }
+    // MCP children are killed and reaped before the process ends; spans
+    // are flushed within what remains of the shutdown budget (spec 04 §5.1).
+    futures_lite::future::block_on(d.mcp.shutdown(Duration::from_secs(2)));
+    if let Some(o) = d.otel.take() {
+        let left = d.deadline.map_or(Duration::ZERO, |t| {
+            t.saturating_duration_since(Instant::now())
+        });
+        o.shutdown(&mut d.engine, left);
+    }
     drop(d);
     let _ = store_thread.join();
     Ok(())
@@ -91,6 +126,8 @@ pub fn run(boot: Boot) -> io::Result<()> {
 
 struct Threads {
     engine: Engine,
+    mcp: McpTransports<Queue>,
+    sandboxes: Sandboxes<Queue>,
     clock: Clock,
     pipe: Pipeline,
     /// Each connection's writer: bytes, or `None` to close.
@@ -104,6 +141,7 @@ struct Threads {
     jobs_tx: mpsc::Sender<Vec<Job>>,
     deadline: Option<Instant>,
     settings: DriverSettings,
+    otel: Option<crate::otel::Exporter>,
 }
 
 impl Threads {
@@ -117,7 +155,8 @@ impl Threads {
                 }
             }
             let timer = self.engine.poll_timeout().map(|t| self.clock.instant_at(t));
-            let wake = [timer, self.deadline].into_iter().flatten().min();
+            let otel = self.otel.as_ref().and_then(|o| o.next_due());
+            let wake = [timer, self.deadline, otel].into_iter().flatten().min();
             let ev = match wake {
                 Some(at) => rx.recv_timeout(at.saturating_duration_since(Instant::now())),
                 None => rx.recv().map_err(|_| mpsc::RecvTimeoutError::Disconnected),
@@ -126,6 +165,9 @@ impl Threads {
                 Ok(ev) => self.handle(ev),
                 Err(mpsc::RecvTimeoutError::Timeout) => {}
                 Err(mpsc::RecvTimeoutError::Disconnected) => return,
+            }
+            if let Some(o) = &mut self.otel {
+                o.pump(&mut self.engine);
             }
             let now = self.clock.now();
             if self.engine.poll_timeout().is_some_and(|t| t <= now.mono) {
@@ -174,6 +216,11 @@ impl Threads {
                 }
             }
             Ev::Store(done) => self.store_done(done),
+            Ev::Mcp(conn, event) => self.input(Input::Mcp { conn, event }),
+            Ev::Sandbox(op, reply) => {
+                self.sandboxes.finished(op);
+                self.input(Input::Sandbox { op, reply });
+            }
             Ev::Signal if self.deadline.is_some() => self.deadline = Some(Instant::now()),
             Ev::Signal => {
                 self.deadline = Some(Instant::now() + self.settings.shutdown_timeout);
@@ -214,24 +261,20 @@ impl Threads {
         thread::spawn(move || write_loop(conn, writer, wrx, tx));
     }
 
-    /// Every engine output, then the store submission; inputs the outputs
-    /// cause here (unsupported MCP / sandbox commands) loop back in.
+    /// Every engine output, then the store submission.
     fn drain(&mut self) {
         while let Some(out) = self.engine.poll_output() {
             match self.pipe.route(out) {
                 Some(Routed::Dispatch(d)) => self.dispatch(d),
-                Some(Routed::Mcp(engine::mcp::McpCommand::Open { conn, .. })) => {
-                    let event = McpEvent::OpenFailed(MCP_UNSUPPORTED.into());
-                    self.input(Input::Mcp { conn, event });
-                }
-                Some(Routed::Sandbox(cmd)) => {
-                    if let Some((op, reply)) = cmd.unsupported(SANDBOX_UNSUPPORTED) {
-                        self.input(Input::Sandbox { op, reply });
-                    }
-                }
+                Some(Routed::Mcp(cmd)) => self.mcp.perform(cmd),
+                Some(Routed::Sandbox(cmd)) => self.sandboxes.perform(cmd),
                 Some(Routed::Abort(call)) => self.abort_provider(call),
-                Some(Routed::Mcp(_)) | None => {}
+                None => {}
             }
+        }
+        // Span facts leave with the outputs of the same input.
+        if let Some(o) = &mut self.otel {
+            o.pump(&mut self.engine);
         }
         if let Some(jobs) = self.pipe.take_submission() {
             if self.jobs_tx.send(jobs).is_err() {

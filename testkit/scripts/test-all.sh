@@ -24,14 +24,16 @@ args=()
 for t in "${resident_suites[@]}"; do args+=(--test "$t"); done
 BAE_TEST_RESIDENT_SESSIONS=0 cargo test -p io-smol "${args[@]}" "$@"
 
-# The second runtime (std threads, docs/porting.md) against the end-to-end
-# suites that need no MCP server or container engine.
+# The second runtime (std threads, docs/porting.md) against every
+# end-to-end suite but the replica ones (it cannot forward requests).
 threads_suites=(
-  admin_api admin_keys compaction_auto compaction_manual
+  admin_api admin_keys admin_ui cli_config compaction_auto compaction_manual ctl_transfer
   ext_gapless ext_idempotent ext_steer ext_turn_control
-  live_gate live_providers live_restart live_session_basics live_streaming live_subscribe live_tools
-  metrics_endpoint rest_auth rest_bad_input rest_sessions restart_persistence rpc_envelope
-  sdk_wire_shapes security_storage security_wire traffic_limits traffic_retry
+  live_gate live_history_storage live_providers live_restart live_session_basics live_streaming
+  live_subscribe live_tools mcp_http mcp_lifecycle mcp_reconnect mcp_stdio metrics_endpoint
+  prompt_cache rest_auth rest_bad_input rest_sessions restart_persistence rpc_envelope
+  sandbox_remote sdk_wire_shapes security_storage security_stress security_wire subagent_remote
+  telemetry_otlp traffic_limits traffic_retry transfer_export transfer_fork usage_accounting
 )
 args=()
 for t in "${threads_suites[@]}"; do args+=(--test "$t"); done

@@ -74,22 +74,6 @@ pub enum SandboxCommand {
     Kill { op: OpId },
 }
 
-impl SandboxCommand {
-    /// The reply of a runtime that cannot run containers: every operation
-    /// fails with `DriverError::Unsupported(why)` (a stop succeeds: nothing
-    /// runs); `None` for `Kill`, which has no reply.
-    pub fn unsupported(&self, why: &str) -> Option<(OpId, SandboxReply)> {
-        let err = || DriverError::Unsupported(why.to_string());
-        Some(match self {
-            SandboxCommand::EnsureImage { op, .. } => (*op, SandboxReply::Ensured(Err(err()))),
-            SandboxCommand::Start { op, .. } => (*op, SandboxReply::Started(Err(err()))),
-            SandboxCommand::Exec { op, .. } => (*op, SandboxReply::Exec(Err(err()))),
-            SandboxCommand::Stop { op, .. } => (*op, SandboxReply::Stopped(Ok(()))),
-            SandboxCommand::Kill { .. } => return None,
-        })
-    }
-}
-
 /// The driver's answer to the command of `op`.
 #[derive(Debug, Clone, PartialEq)]
 pub enum SandboxReply {

@@ -18,16 +18,16 @@ use smol::channel::{self, Sender};
 use smol::process::{Child, Command};
 use smol::Timer;
 
-use super::Event;
+use super::reports::Reports;
 use crate::config::{process_env, substitute};
 
 /// Longest stderr line kept for a debug log record.
 const STDERR_LOG_BYTES: usize = 512;
 
 /// The driver's MCP transports.
-pub struct McpTransports {
+pub struct McpTransports<R: Reports> {
     conns: HashMap<McpConnId, Handle>,
-    events: Sender<Event>,
+    events: R,
     /// stdio children not yet reaped (shutdown waits for them).
     children: Arc<AtomicUsize>,
 }
@@ -49,8 +49,8 @@ struct HttpConn {
     timeout: Duration,
 }
 
-impl McpTransports {
-    pub(super) fn new(events: Sender<Event>) -> Self {
+impl<R: Reports> McpTransports<R> {
+    pub fn new(events: R) -> Self {
         McpTransports {
             conns: HashMap::new(),
             events,
@@ -82,7 +82,7 @@ impl McpTransports {
                         let event =
                             blocking::unblock(move || http.post(exchange, &message, session_id))
                                 .await;
-                        let _ = tx.send(Event::Mcp(conn, event)).await;
+                        let _ = tx.mcp(conn, event).await;
                     })
                     .detach();
                 }
@@ -145,7 +145,7 @@ impl McpTransports {
                     Err(e) => McpEvent::OpenFailed(e),
                 };
                 smol::spawn(async move {
-                    let _ = tx.send(Event::Mcp(conn, event)).await;
+                    let _ = tx.mcp(conn, event).await;
                 })
                 .detach();
             }
@@ -155,19 +155,19 @@ impl McpTransports {
 
 /// One stdio server: spawn (with `${VAR}`s resolved), then move lines both
 /// ways until the engine closes it or the child exits.
-async fn run_stdio(
+async fn run_stdio<R: Reports>(
     conn: McpConnId,
     command: String,
     args: Vec<String>,
     max_line: usize,
     msgs: channel::Receiver<StdioMsg>,
-    events: Sender<Event>,
+    events: R,
     children: Arc<AtomicUsize>,
 ) {
     let report = |event: McpEvent| {
         let events = events.clone();
         async move {
-            let _ = events.send(Event::Mcp(conn, event)).await;
+            let _ = events.mcp(conn, event).await;
         }
     };
     let resolved = substitute(&command, process_env).and_then(|c| {
@@ -297,21 +297,17 @@ fn is_transient(e: &io::Error) -> bool {
     e.kind() == io::ErrorKind::WouldBlock || matches!(e.raw_os_error(), Some(11 | 12 | 23 | 24))
 }
 
-async fn read_lines(
+async fn read_lines<R: Reports>(
     conn: McpConnId,
     stdout: smol::process::ChildStdout,
     max: usize,
-    events: Sender<Event>,
+    events: R,
 ) {
     let mut reader = BufReader::new(stdout);
     let reason = loop {
         match read_line_limited(&mut reader, max).await {
             Ok(Some(line)) => {
-                if events
-                    .send(Event::Mcp(conn, McpEvent::Line(line)))
-                    .await
-                    .is_err()
-                {
+                if !events.mcp(conn, McpEvent::Line(line)).await {
                     return;
                 }
             }
@@ -320,9 +316,7 @@ async fn read_lines(
             Err(e) => break Some(format!("reading from MCP server failed: {e}")),
         }
     };
-    let _ = events
-        .send(Event::Mcp(conn, McpEvent::Closed(reason)))
-        .await;
+    let _ = events.mcp(conn, McpEvent::Closed(reason)).await;
 }
 
 /// The next line without its `\n` (`None` at EOF). A line longer than `max`

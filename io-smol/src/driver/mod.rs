@@ -36,7 +36,8 @@ pub mod mcp;
 pub mod provider;
 pub mod provider_http;
 pub mod provider_stream;
-mod sandbox;
+pub mod reports;
+pub mod sandbox;
 mod store_jobs;
 
 pub use entropy::OsEntropy;
@@ -296,8 +297,8 @@ pub fn run(boot: Boot) -> io::Result<()> {
 
 struct Driver {
     engine: Engine,
-    mcp: mcp::McpTransports,
-    sandboxes: sandbox::Sandboxes,
+    mcp: mcp::McpTransports<Sender<Event>>,
+    sandboxes: sandbox::Sandboxes<Sender<Event>>,
     clock: Clock,
     pipe: Pipeline,
     lease_watch: Option<crate::store::pg::renewer::LeaseWatch>,

@@ -13,23 +13,23 @@ use futures_lite::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use smol::channel::{self, Sender};
 use smol::process::Command;
 
-use super::Event;
+use super::reports::Reports;
 use crate::config::SandboxDriver;
 
 /// Longest failure detail kept from the CLI's output.
 const DETAIL_BYTES: usize = 1024;
 
-pub struct Sandboxes {
+pub struct Sandboxes<R: Reports> {
     driver: SandboxDriver,
     /// Resource-limit flags for `run` (`--memory`, `--cpus`, `--network`).
     run_args: Vec<String>,
-    events: Sender<Event>,
+    events: R,
     /// Kill switches of running execs, by op.
     kills: HashMap<OpId, Sender<()>>,
 }
 
-impl Sandboxes {
-    pub(super) fn new(driver: SandboxDriver, run_args: Vec<String>, events: Sender<Event>) -> Self {
+impl<R: Reports> Sandboxes<R> {
+    pub fn new(driver: SandboxDriver, run_args: Vec<String>, events: R) -> Self {
         Sandboxes {
             driver,
             run_args,
@@ -75,7 +75,7 @@ impl Sandboxes {
             Err(e) => {
                 let reply = work.fail(e);
                 smol::spawn(async move {
-                    let _ = tx.send(Event::Sandbox(op, reply)).await;
+                    let _ = tx.sandbox(op, reply).await;
                 })
                 .detach();
                 return;
@@ -88,7 +88,7 @@ impl Sandboxes {
         }
         smol::spawn(async move {
             let reply = work.run(cli, apple, kill_rx).await;
-            let _ = tx.send(Event::Sandbox(op, reply)).await;
+            let _ = tx.sandbox(op, reply).await;
         })
         .detach();
     }
