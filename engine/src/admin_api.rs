@@ -157,13 +157,13 @@ impl Engine {
             }
             (Route::CancelTurn(id), Method::Post) => {
                 let body = match self.cancel_gate(id, None) {
-                    crate::extensions::Cancelled::Running => {
+                    crate::turn::Cancelled::Running => {
                         json!({"cancelled": true, "state": "running"})
                     }
-                    crate::extensions::Cancelled::Paused => {
+                    crate::turn::Cancelled::Paused => {
                         json!({"cancelled": true, "state": "paused"})
                     }
-                    crate::extensions::Cancelled::Compaction => {
+                    crate::turn::Cancelled::Compaction => {
                         json!({"cancelled": false, "reason": "a compaction is running; it cannot be cancelled"})
                     }
                     _ => json!({"cancelled": false}),
@@ -689,7 +689,7 @@ impl Engine {
             profiles: c.profiles.values().filter(|p| p.is_live()).count() as u64,
             client_keys: c.client_key_order.len() as u64,
             mcp_sessions_live: self.mcp.live_sessions() as u64,
-            turns_pending: (self.live.values())
+            turns_pending: (self.sessions.cores())
                 .filter(|l| matches!(l.gate.holder(), crate::turn::Holder::Paused(_)))
                 .count() as u64,
             sandboxes_live: self.sandbox.live_sandboxes() as u64,

@@ -135,10 +135,7 @@ impl Engine {
             return false;
         }
         let waiting = match self.overload.watches_waiting() {
-            true => (self.waiting.iter())
-                .filter_map(|id| self.live.get(id))
-                .map(|l| l.gate.waiting())
-                .sum(),
+            true => self.sessions.queued_requests(),
             false => 0,
         };
         let Some(cause) = self.overload.check(waiting) else {
@@ -508,7 +505,7 @@ impl Engine {
     /// streams, parked pause).
     pub(crate) fn teardown_session(&mut self, session_id: &str) {
         self.catalog.drivers.remove(session_id);
-        self.driver_ext.retain(|(s, _), _| s != session_id);
+        self.sessions.forget_drivers(session_id);
         self.teardown_sandbox(session_id);
         self.end_live_session(session_id);
         self.mcp.close_session(session_id);

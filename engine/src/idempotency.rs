@@ -267,7 +267,7 @@ impl Engine {
     fn attach_retry(&mut self, conn: ConnId, session_id: &str, key_id: &str, key: &str) -> bool {
         let mine =
             |t: &TurnLoop| &*t.key_id == key_id && t.idem.as_ref().is_some_and(|i| i.key == key);
-        let running = (self.live.get_mut(session_id))
+        let running = (self.sessions.core_mut(session_id))
             .and_then(|c| c.turn_mut())
             .filter(|t| mine(t));
         if let Some(t) = running {
@@ -282,7 +282,8 @@ impl Engine {
         if self.faults.idem_queued_retry_runs() {
             return false;
         }
-        let waiter = (self.live.get_mut(session_id)).and_then(|l| l.gate.queued_idem(key_id, key));
+        let waiter =
+            (self.sessions.core_mut(session_id)).and_then(|l| l.gate.queued_idem(key_id, key));
         let Some(idem) = waiter else {
             return false;
         };

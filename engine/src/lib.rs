@@ -35,7 +35,6 @@ mod config;
 mod conn;
 mod connections;
 mod decls;
-mod extensions;
 pub mod faults;
 pub mod history_cache;
 pub mod history_load;
@@ -57,13 +56,12 @@ pub mod replicas;
 pub mod residency;
 mod respond;
 mod rpc;
-mod rpc_sandbox;
 pub mod sandbox;
 mod session_core;
 mod session_load;
 mod session_mcp;
 mod session_sandbox;
-mod steer;
+mod sessions;
 pub mod store;
 mod streams;
 mod subscribe;
@@ -73,7 +71,7 @@ pub mod transfer;
 mod turn;
 pub mod usage;
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 
 use model::Catalog;
 use proto::jsonrpc::codes;
@@ -105,15 +103,9 @@ pub struct Engine {
     log: log::EventLog,
     /// Store reads in flight and what each answer is for.
     reads: ids::InFlight<ReadId, conn::PendingRead>,
-    /// Runtime state of open sessions (gate, waiters, history cache).
-    live: BTreeMap<ids::SessionId, session_core::SessionCore>,
-    /// Which of `live`'s history caches to drop when idle.
-    history_cache: history_cache::HistoryCache,
-    /// Sessions whose gate may have queued waiters: a superset, pruned
-    /// when a gate is seen without any. The gate timer, and a closing
-    /// connection's queue exit, look only here instead of at every live
-    /// session (a long-running server keeps many).
-    waiting: BTreeSet<ids::SessionId>,
+    /// Every session's runtime parts (core, pending create, drivers'
+    /// extensions, MCP restore) and the indices over them.
+    sessions: sessions::Sessions,
     /// Connections with an open NDJSON stream, per session (fan-out index).
     streams: streams::Hub,
     /// The session each running turn (or compaction) belongs to; the turn
@@ -130,12 +122,6 @@ pub struct Engine {
     mcp: mcp::McpHub,
     /// Every session's remote sandbox and subagents; image status.
     sandbox: sandbox::SandboxHub,
-    /// Creates waiting for their MCP connects: session → (request, 201 body).
-    pending_creates: BTreeMap<String, (ConnId, Vec<u8>)>,
-    /// Extensions each driver opted into at registration, by (session, key).
-    driver_ext: BTreeMap<(String, String), proto::jsonrpc::Extensions>,
-    /// Turns waiting for their session's MCP servers to be restored.
-    mcp_restoring: BTreeMap<ids::SessionId, turn::TurnId>,
     /// MCP calls in flight, by the session and turn that made them.
     mcp_calls: crate::ids::IdMap<mcp::CallToken, (ids::SessionId, turn::TurnId)>,
     next_mcp_call: mcp::CallToken,
@@ -221,9 +207,6 @@ impl Engine {
         let mut engine = Engine {
             sandbox,
             mcp,
-            pending_creates: BTreeMap::new(),
-            mcp_restoring: BTreeMap::new(),
-            driver_ext: BTreeMap::new(),
             mcp_calls: Default::default(),
             next_mcp_call: mcp::CallToken(1),
             config,
@@ -234,9 +217,7 @@ impl Engine {
             conns,
             log,
             reads: ids::InFlight::starting_at(ReadId(1)),
-            live: BTreeMap::new(),
-            history_cache: histories,
-            waiting: BTreeSet::new(),
+            sessions: sessions::Sessions::new(histories, faults),
             streams: streams::Hub::default(),
             running: BTreeMap::new(),
             next_turn: turn::TurnId(1),
@@ -318,8 +299,8 @@ impl Engine {
             .poll_timeout()
             .filter(|_| !self.faults.mcp_timer_not_armed());
         [
-            self.next_gate_deadline(),
-            self.history_cache.next_deadline(),
+            self.sessions.next_gate_deadline(),
+            self.sessions.next_history_deadline(),
             self.next_keepalive(),
             self.conns.next_deadline(),
             mcp,
@@ -457,7 +438,7 @@ impl Engine {
                 _ => {}
             }
         }
-        for live in self.live.values_mut() {
+        for live in self.sessions.cores_mut() {
             live.gate.drain();
         }
         self.telemetry.shutdown();

@@ -178,16 +178,15 @@ impl Engine {
             let key = Key::from_row(row, &self.catalog);
             self.catalog.insert_key(key);
         }
-        if self.live.get(id).is_some_and(|l| l.history.is_some()) {
-            self.live.remove(id);
-            self.history_cache.forget(id);
+        if self.sessions.core(id).is_some_and(|l| l.history.is_some()) {
+            self.sessions.drop_core(id);
         }
         // Registrations live with the owner: drivers register again after
         // a move, unless they are durable (`BAE_DURABLE_DRIVERS`): then the
         // claim read them from the log, exactly as a restart does (and,
         // as after a restart, without their opted-in extensions).
         self.catalog.drivers.remove(id);
-        self.driver_ext.retain(|(s, _), _| s != id);
+        self.sessions.forget_drivers(id);
         if c.session.state == SessionState::Open && !c.drivers.is_empty() {
             let sid = self.catalog.session_id(id);
             for d in &c.drivers {

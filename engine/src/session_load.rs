@@ -167,9 +167,7 @@ impl Engine {
                 continue;
             }
             // An idle runtime entry holds only a cached history: it goes too.
-            if self.live.remove(id.as_str()).is_some() {
-                self.history_cache.forget(&id);
-            }
+            self.sessions.drop_core(&id);
             if let Some((s, drivers)) = self.catalog.remove_session(&id) {
                 self.residency.evicted(s.state, drivers);
             }
@@ -185,17 +183,10 @@ impl Engine {
     /// runtime entry does unless it is idle with nothing but a cached
     /// history (a cache: eviction drops it, as the history cache would).
     fn pinned(&self, id: &str) -> bool {
-        let busy = |l: &crate::session_core::SessionCore| {
-            !matches!(l.gate.holder(), crate::turn::Holder::Free)
-                || l.gate.has_waiters()
-                || l.backoff.is_some()
-        };
-        self.live.get(id).is_some_and(busy)
+        self.sessions.holds(id)
             || self.streams.has_session(id)
             || self.mcp.has_session(id)
             || self.sandbox.tracks(id)
-            || self.pending_creates.contains_key(id)
-            || self.mcp_restoring.contains_key(id)
             || self.residency.is_loading(id)
     }
     /// Creates the session of a fork or an import (`crate::transfer`) in

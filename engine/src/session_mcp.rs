@@ -4,6 +4,7 @@
 //! closes the set.
 
 use crate::mcp::{McpNotice, McpServerSpec};
+use crate::sessions::PendingCreate;
 use crate::{ConnId, Engine, Output};
 
 impl Engine {
@@ -58,19 +59,19 @@ impl Engine {
         if servers.is_empty() {
             return self.respond_json(conn, 201, &body);
         }
-        self.pending_creates
-            .insert(session_id.to_string(), (conn, body));
+        let id = self.catalog.session_id(session_id);
+        self.sessions.park_create(id, PendingCreate { conn, body });
         let now = self.now.mono;
         self.mcp.connect_session(session_id, servers, now);
     }
 
     fn release_create(&mut self, session_id: &str) {
-        if let Some((conn, body)) = self.pending_creates.remove(session_id) {
+        if let Some(PendingCreate { conn, body }) = self.sessions.take_create(session_id) {
             if self.conns.contains_key(&conn) {
                 self.respond_json(conn, 201, &body);
             }
         }
-        if let Some(turn_id) = self.mcp_restoring.remove(session_id) {
+        if let Some(turn_id) = self.sessions.take_mcp_wait(session_id) {
             if self.running_turn_id(session_id) == Some(turn_id) {
                 self.with_core(session_id, |core, world, _| core.mcp_ready(world));
             }
@@ -108,7 +109,7 @@ impl Engine {
         if servers.is_empty() || self.mcp.has_session(&session_id) {
             return false;
         }
-        self.mcp_restoring.insert(session_id.clone(), turn_id);
+        self.sessions.await_mcp(session_id.clone(), turn_id);
         let now = self.now.mono;
         self.mcp.connect_session(&session_id, servers, now);
         true

@@ -18,14 +18,18 @@ impl Engine {
     /// Performs `session_id`'s queued effects until none is left (an
     /// effect's answer may queue more, which come first).
     pub(crate) fn run_effects(&mut self, session_id: &str) {
-        while let Some(effect) = self.live.get_mut(session_id).and_then(|c| c.poll_effect()) {
+        while let Some(effect) = self
+            .sessions
+            .core_mut(session_id)
+            .and_then(|c| c.poll_effect())
+        {
             self.perform(session_id, effect);
         }
     }
 
     /// The running turn's id and driver.
     fn running_turn(&self, session_id: &str) -> Option<(TurnId, crate::ids::KeyId)> {
-        let t = self.live.get(session_id)?.turn()?;
+        let t = self.sessions.core(session_id)?.turn()?;
         Some((t.id, t.key_id.clone()))
     }
 
@@ -104,7 +108,7 @@ impl Engine {
                 let msg = format!("steer_rejected: not applied: {why}");
                 self.terminal_error(conn, codes::STEER_REJECTED, &msg);
             }
-            Effect::HistoryRebuilt => self.history_built(session_id),
+            Effect::HistoryRebuilt => self.sessions.history_built(session_id),
             Effect::Deltas(batch) => {
                 let (limits, now) = (self.delta_limits(), self.now.mono);
                 for (conn, bytes) in self.streams.deltas(session_id, &batch, limits, now) {
@@ -126,7 +130,7 @@ impl Engine {
     /// Appends the event for the turn's driver, its own input unechoed on
     /// its streams, and tells the core.
     fn perform_log(&mut self, session_id: &str, log: Log) {
-        let Some(t) = self.live.get(session_id).and_then(|c| c.turn()) else {
+        let Some(t) = self.sessions.core(session_id).and_then(|c| c.turn()) else {
             return;
         };
         let key_id = t.key_id.clone();
@@ -134,17 +138,17 @@ impl Engine {
             self.quiet = t.streams();
         }
         if let Some(bytes) = log.grew {
-            self.history_cache.grew(session_id, bytes);
+            self.sessions.history_grew(session_id, bytes);
         }
         let ev = self.append_event_text(session_id, Some(&key_id), log.event, log.payload);
         self.quiet.clear();
-        if let Some(core) = self.live.get_mut(session_id) {
+        if let Some(core) = self.sessions.core_mut(session_id) {
             core.logged(log.tag, &ev);
         }
     }
 
     fn perform_call(&mut self, session_id: &str, call: crate::session_core::Call) {
-        let Some(t) = self.live.get(session_id).and_then(|c| c.turn()) else {
+        let Some(t) = self.sessions.core(session_id).and_then(|c| c.turn()) else {
             return;
         };
         let (turn, conn) = (t.id, t.conn);
@@ -157,7 +161,7 @@ impl Engine {
             }
         };
         let now = self.now.mono;
-        let check = (self.live.get_mut(session_id)).and_then(|core| core.call_sent(id, now));
+        let check = (self.sessions.core_mut(session_id)).and_then(|core| core.call_sent(id, now));
         self.calls
             .insert(id, self.catalog.session_id(session_id), check);
         if self.telemetry.enabled() {
@@ -278,7 +282,7 @@ impl Engine {
         compaction: bool,
     ) {
         self.metrics.provider_tokens(&entry, &tokens);
-        let Some(t) = self.live.get(session_id).and_then(|c| c.turn()) else {
+        let Some(t) = self.sessions.core(session_id).and_then(|c| c.turn()) else {
             return;
         };
         let (Some(&event_seq), Some(&turn_seq), Some(turn_event_id)) = (
@@ -308,7 +312,7 @@ impl Engine {
 
     /// Takes `session_id`'s turn out of its core.
     pub(crate) fn take_turn(&mut self, session_id: &str) -> Option<Box<TurnLoop>> {
-        let t = self.live.get_mut(session_id)?.take_turn()?;
+        let t = self.sessions.core_mut(session_id)?.take_turn()?;
         self.running.remove(&t.id);
         Some(t)
     }
@@ -376,7 +380,7 @@ impl Engine {
             return self.release_gate(session_id);
         }
         // A compaction never waits on a pause (spec 07 §4.2 step 4).
-        let refused = match self.live.get_mut(session_id) {
+        let refused = match self.sessions.core_mut(session_id) {
             Some(core) => core.gate.park(pause),
             None => Vec::new(),
         };

@@ -1,24 +1,46 @@
 //! The engine's side of the FIFO turn gate (spec 01 §8): it routes the
 //! session core's gate answers (admit, refuse) to turns and streams, fires
 //! the abandonment timer, forgets departed waiters, and drops it all when a
-//! session closes. The gate's rules live in `session_core`.
+//! session closes. The gate's rules live in `session_core`. Also the
+//! opt-in turn control (docs/extensions.md): `session.cancelTurn` (and the
+//! admin API's cancel) retire what holds or waits on the gate, and
+//! `turn.queue` waiters hear their new positions; only a client that named
+//! the extension at registration sees any of it.
 
-use super::Waiter;
+use proto::jsonrpc::{self, Extension};
+use proto::wire::json;
+use serde_json::json;
+
+use super::{Holder, Waiter};
 use crate::rpc::StreamKind;
 use crate::{ConnId, Engine};
 use proto::jsonrpc::codes;
+
+/// Terminal error of a request whose turn (or queued request) was cancelled.
+const CANCELLED: i64 = jsonrpc::codes::TURN_CANCELLED;
+
+/// What a cancel found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Cancelled {
+    Nothing,
+    Running,
+    Paused,
+    Queued(usize),
+    /// A compaction holds the gate; it is not cancellable.
+    Compaction,
+}
 
 impl Engine {
     /// Frees the gate and admits the next live waiter.
     pub(crate) fn release_gate(&mut self, session_id: &str) {
         let now = self.now.mono;
         let conns = &self.conns;
-        let Some(live) = self.live.get_mut(session_id) else {
+        let Some(live) = self.sessions.core_mut(session_id) else {
             return;
         };
         let start = live.gate.release(now, |c| conns.contains_key(&c));
         if !live.gate.has_waiters() {
-            self.waiting.remove(session_id);
+            self.sessions.unwait(session_id);
         }
         match start {
             Some(start) => self.start_admitted(session_id, start),
@@ -28,41 +50,41 @@ impl Engine {
 
     /// Records that `session_id`'s gate may now have waiters.
     pub(crate) fn note_waiting(&mut self, session_id: &str) {
-        if !self.waiting.contains(session_id) {
-            let id = match self.live.get_key_value(session_id) {
-                Some((id, _)) => id.clone(),
-                None => self.catalog.session_id(session_id),
-            };
-            self.waiting.insert(id);
+        if !self.sessions.is_waiting(session_id) {
+            let id = (self.sessions.known_id(session_id))
+                .unwrap_or_else(|| self.catalog.session_id(session_id));
+            self.sessions.note_waiting(id);
         }
     }
 
-    /// Earliest pause deadline with someone waiting behind it.
-    pub(crate) fn next_gate_deadline(&self) -> Option<crate::MonoMs> {
-        (self.waiting.iter())
-            .filter_map(|id| self.live.get(id)?.gate.deadline())
-            .min()
+    /// A gate's state changed: when the session went idle, the history
+    /// cache may give histories up.
+    pub(crate) fn note_gate_idle(&mut self, session_id: &str) {
+        if self.sessions.gate_idle(session_id, self.now.mono) {
+            self.drop_idle_histories();
+        }
+    }
+
+    /// Drops the histories the cache gives up; their sessions are no
+    /// longer known to be empty (the next arrival reads the log). Runs on
+    /// every timer tick and whenever a session goes idle.
+    pub(crate) fn drop_idle_histories(&mut self) {
+        for id in self.sessions.drop_idle_histories(self.now.mono) {
+            if let Some(s) = self.catalog.sessions.get_mut(&id) {
+                s.fresh = false;
+            }
+        }
     }
 
     /// The engine's own abandonment timer: a waiter behind an expired pause
     /// retires it without needing a new arrival.
     pub(crate) fn fire_gate_deadlines(&mut self) {
         let now = self.now.mono;
-        let live = &self.live;
-        self.waiting
-            .retain(|id| live.get(id).is_some_and(|l| l.gate.has_waiters()));
-        let due: Vec<crate::ids::SessionId> = (self.waiting.iter())
-            .filter(|id| {
-                let deadline = live.get(id.as_str()).and_then(|l| l.gate.deadline());
-                deadline.is_some_and(|d| d <= now)
-            })
-            .cloned()
-            .collect();
-        for session_id in due {
+        for session_id in self.sessions.due_gates(now) {
             let conns = &self.conns;
             let start = self
-                .live
-                .get_mut(session_id.as_str())
+                .sessions
+                .core_mut(session_id.as_str())
                 .and_then(|l| l.gate.tick(now, |c| conns.contains_key(&c)));
             if let Some(start) = start {
                 self.start_admitted(&session_id, start);
@@ -73,29 +95,14 @@ impl Engine {
     /// A connection went away: it leaves any queue; a running turn keeps
     /// going without its consumer.
     pub(crate) fn forget_conn_in_turns(&mut self, conn: ConnId) {
-        let mut moved = Vec::new();
-        let mut emptied = Vec::new();
-        for id in &self.waiting {
-            let Some(live) = self.live.get_mut(id) else {
-                emptied.push(id.clone());
-                continue;
-            };
-            if live.gate.forget(conn) {
-                moved.push(id.clone());
-            }
-            if !live.gate.has_waiters() {
-                emptied.push(id.clone());
-            }
-        }
-        for id in emptied {
-            self.waiting.remove(&id);
-        }
-        for id in moved {
+        for id in self.sessions.forget_conn(conn) {
             self.tell_queue_positions(&id);
         }
-        let Engine { running, live, .. } = self;
+        let Engine {
+            running, sessions, ..
+        } = self;
         for session_id in running.values() {
-            if let Some(t) = live.get_mut(session_id).and_then(|c| c.turn_mut()) {
+            if let Some(t) = sessions.core_mut(session_id).and_then(|c| c.turn_mut()) {
                 t.forget_stream(conn);
             }
         }
@@ -115,9 +122,7 @@ impl Engine {
                 self.end_stream(conn);
             }
         }
-        self.waiting.remove(session_id);
-        self.history_cache.forget(session_id);
-        let Some(mut live) = self.live.remove(session_id) else {
+        let Some(mut live) = self.sessions.drop_core(session_id) else {
             return;
         };
         let waiters: Vec<Waiter> = live.gate.drain();
@@ -130,6 +135,130 @@ impl Engine {
                     s.kind = StreamKind::Single;
                 }
                 self.terminal_error(conn, codes::APPLICATION_ERROR, &msg);
+            }
+        }
+    }
+
+    /// `session.cancelTurn` (extension `turn.cancel`): the caller's running
+    /// or paused turn, else its queued requests.
+    pub(crate) fn cancel_turn(&mut self, conn: ConnId, session_id: &str, key_id: &str) {
+        if !self.require_driver(conn, session_id, key_id, "session.cancelTurn") {
+            return;
+        }
+        let outcome = self.cancel_gate(session_id, Some(key_id));
+        let body = match outcome {
+            Cancelled::Nothing => json!({"cancelled": false}),
+            Cancelled::Running => json!({"cancelled": true, "state": "running"}),
+            Cancelled::Paused => json!({"cancelled": true, "state": "paused"}),
+            Cancelled::Queued(n) => json!({"cancelled": true, "state": "queued", "requests": n}),
+            Cancelled::Compaction => {
+                return self.terminal_error(
+                    conn,
+                    codes::APPLICATION_ERROR,
+                    "a compaction is running; it cannot be cancelled",
+                )
+            }
+        };
+        self.terminal_result(conn, &json::text(&body));
+    }
+
+    /// Cancels what holds the session's gate (only if `owner` holds it,
+    /// when given), else `owner`'s queued requests.
+    pub(crate) fn cancel_gate(&mut self, session_id: &str, owner: Option<&str>) -> Cancelled {
+        let mine = |k: &str| owner.is_none() || owner == Some(k);
+        if let Some(Holder::Running) = self.sessions.core(session_id).map(|l| l.gate.holder()) {
+            let running = (self.sessions.core(session_id))
+                .and_then(|c| c.turn())
+                .map(|t| (t.key_id.clone(), t.is_compaction()));
+            match running {
+                Some((_, true)) => return Cancelled::Compaction,
+                Some((key, false)) if mine(&key) => {
+                    self.cancel_running(session_id);
+                    return Cancelled::Running;
+                }
+                _ => {}
+            }
+        }
+        let cancelled =
+            (self.sessions.core_mut(session_id)).and_then(|l| l.gate.cancel_pause(owner));
+        if let Some(owner_key) = cancelled {
+            // Logged now; the next arrival (the owner's too) retires it
+            // with error results for every open tool_use.
+            self.log_abandoned(session_id, &owner_key);
+            self.fire_gate_deadlines();
+            return Cancelled::Paused;
+        }
+        let Some(owner) = owner else {
+            return Cancelled::Nothing;
+        };
+        let Some(live) = self.sessions.core_mut(session_id) else {
+            return Cancelled::Nothing;
+        };
+        let theirs = live.gate.remove_queued_of(owner);
+        if theirs.is_empty() {
+            return Cancelled::Nothing;
+        }
+        for w in &theirs {
+            for conn in w.streams() {
+                if let Some(s) = self.stream_mut(conn) {
+                    s.kind = StreamKind::Single;
+                }
+                self.terminal_error(
+                    conn,
+                    CANCELLED,
+                    "turn_cancelled: the request was cancelled while queued",
+                );
+            }
+        }
+        self.tell_queue_positions(session_id);
+        Cancelled::Queued(theirs.len())
+    }
+
+    /// Stops a running chat turn: its provider or tool call is abandoned
+    /// (a late reply is dropped), its request ends with [`CANCELLED`], the
+    /// gate passes on. Nothing of the turn's in-memory tool rounds reaches
+    /// the history, so no `tool_use` is left without a result.
+    fn cancel_running(&mut self, session_id: &str) {
+        let Some(mut t) = self.take_turn(session_id) else {
+            return;
+        };
+        // The provider stops generating what nobody will read.
+        self.abort_calls(session_id);
+        if let Some(request) = t.streaming_deltas() {
+            let reason = Some(jsonrpc::DiscardReason::Cancelled);
+            self.deltas_ended(session_id, &request, reason);
+        }
+        let tokens: Vec<_> = self
+            .mcp_calls
+            .iter()
+            .filter(|(_, (_, turn))| *turn == t.id)
+            .map(|(token, _)| *token)
+            .collect();
+        for token in tokens {
+            self.mcp_calls.remove(&token);
+            self.mcp.abandon(token);
+        }
+        tracing::info!(session = %session_id, "turn cancelled");
+        self.retire_steers(std::mem::take(&mut t.steers), "the turn was cancelled");
+        let msg = "turn_cancelled: the turn was cancelled";
+        self.idem_finished(session_id, &t, || {
+            serde_json::json!({"error": {"code": CANCELLED, "message": msg}}).to_string()
+        });
+        for conn in t.streams() {
+            self.terminal_error(conn, CANCELLED, msg);
+        }
+        self.release_gate(session_id);
+    }
+
+    /// Extension `turn.queue`: every opted-in waiter whose position changed
+    /// hears its new one.
+    pub(crate) fn tell_queue_positions(&mut self, session_id: &str) {
+        let Some(live) = self.sessions.core_mut(session_id) else {
+            return;
+        };
+        for (conn, position) in live.gate.position_changes() {
+            if self.stream_has(conn, Extension::TurnQueue) {
+                self.frame(conn, &jsonrpc::queue_frame(position));
             }
         }
     }

@@ -5,8 +5,6 @@
 //! (`world.rs`), feeds it inputs, and performs the effects it asks for
 //! (`exec.rs`).
 
-mod cache;
-pub mod compact;
 mod exec;
 mod gate;
 mod recover;
@@ -28,19 +26,15 @@ use proto::wire::EventType;
 pub const UNAVAILABLE_TEXT: &str = "The provider is currently unavailable.";
 
 pub use crate::ids::TurnId;
+pub(crate) use gate::Cancelled;
 
 pub use crate::session_core::{Holder, Mode, Op, Pause, Takeover, UserMessage, Waiter};
 
 impl Engine {
     pub(crate) fn live_mut(&mut self, session_id: &str) -> &mut SessionCore {
-        let id = match self.live.get_key_value(session_id) {
-            Some((id, _)) => id.clone(),
-            None => self.catalog.session_id(session_id),
-        };
-        let faults = self.faults;
-        self.live
-            .entry(id)
-            .or_insert_with(|| SessionCore::new(faults))
+        let id = (self.sessions.known_id(session_id))
+            .unwrap_or_else(|| self.catalog.session_id(session_id));
+        self.sessions.core_or_new(id)
     }
 
     /// `session.sendMessage`: pre-gate checks, then the arrival rules.
@@ -96,7 +90,7 @@ impl Engine {
             .is_some_and(|s| s.fresh);
         let (now, limits) = (self.now.mono, self.gate_limits());
         let waiter = Waiter::new(conn, self.catalog.key_id(key_id), op);
-        self.history_cache.busy(session_id);
+        self.sessions.history_busy(session_id);
         let live = self.live_mut(session_id);
         let empty = live.history.is_none() && fresh;
         if empty {
@@ -112,7 +106,7 @@ impl Engine {
             self.note_waiting(session_id);
         }
         if empty {
-            self.history_built(session_id);
+            self.sessions.history_built(session_id);
         }
         self.route_arrival(conn, session_id, arrival);
         if recover {
@@ -296,14 +290,14 @@ impl Engine {
     ) -> Option<R> {
         let now = self.now.mono;
         let Engine {
-            live,
+            sessions,
             catalog,
             config,
             mcp,
             sandbox,
             ..
         } = self;
-        let core = live.get_mut(session_id)?;
+        let core = sessions.core_mut(session_id)?;
         let world = world::EngineWorld {
             session_id,
             catalog,
@@ -477,7 +471,7 @@ impl Engine {
 
     /// The id of the turn holding `session_id`'s gate.
     pub(crate) fn running_turn_id(&self, session_id: &str) -> Option<TurnId> {
-        Some(self.live.get(session_id)?.turn()?.id)
+        Some(self.sessions.core(session_id)?.turn()?.id)
     }
 
     pub(crate) fn set_state(&mut self, session_id: &str, state: SessionState) {

@@ -41,7 +41,7 @@ impl Engine {
         let live = self.live_mut(session_id);
         live.history = Some(history);
         live.newest_usage = load.newest_usage.flatten();
-        self.history_built(session_id);
+        self.sessions.history_built(session_id);
         match paused_seq {
             Some(paused_seq) => {
                 // Server results were logged between the preceding message
@@ -146,7 +146,7 @@ impl Engine {
     }
 
     fn recovery_failed(&mut self, session_id: &str) {
-        self.history_cache.forget(session_id);
+        self.sessions.history_forget(session_id);
         let live = self.live_mut(session_id);
         live.history = None;
         let waiters: Vec<Waiter> = live.gate.recovery_failed();

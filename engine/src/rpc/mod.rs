@@ -1,13 +1,20 @@
 //! `POST /api/v1/sessions/{id}/rpc`: authentication before the stream
 //! opens, the JSON-RPC envelope (spec 01 §5), NDJSON framing, and the
-//! methods that do not take the turn gate.
+//! methods that do not take the turn gate (the local sandbox and subagent
+//! reports among them); the driver checks every gated method starts
+//! with, and `front`'s checks of the gated ones' params before they are
+//! routed to their session. The remote sandbox and subagent methods live
+//! in `session_sandbox.rs`.
 
 use proto::http::Request;
 use proto::jsonrpc::{self, Call, Extension, Extensions, Parsed};
 use proto::wire::json;
 use serde_json::{json, Value};
 
+mod front;
+
 use crate::conn::PendingRead;
+use crate::session_core::{Op, SteerRefusal};
 use crate::{ConnId, Engine};
 use proto::jsonrpc::codes;
 use proto::wire::EventType;
@@ -66,21 +73,113 @@ impl Engine {
         match call.typed_params() {
             P::RegisterDriver(p) => self.register_driver(conn, session_id, key_id, p),
             P::CancelTurn => self.cancel_turn(conn, session_id, key_id),
-            P::SteerTurn(p) => self.steer_turn(conn, session_id, key_id, p),
+            P::SteerTurn(p) => {
+                if self.require_open_driver(conn, session_id, key_id, "session.steerTurn") {
+                    let steered = front::steer_content(p).and_then(|content| {
+                        (self.sessions.core_mut(session_id))
+                            .map_or(Err(SteerRefusal::NotRunning), |core| {
+                                core.steer(conn, key_id, content)
+                            })
+                            .map_err(front::steer_rejected)
+                    });
+                    if let Err(e) = steered {
+                        self.terminal_error(conn, e.code, &e.message);
+                    }
+                }
+            }
             P::SendMessage(p) => self.send_message(conn, session_id, key_id, p),
-            P::Compact(p) => self.compact(conn, session_id, key_id, p),
+            P::Compact(p) => {
+                if self.require_open_driver(conn, session_id, key_id, "session.compact") {
+                    match front::compact_prompt(p) {
+                        Ok(prompt) => self.arrive(conn, session_id, key_id, Op::Compact(prompt)),
+                        Err(e) => self.terminal_error(conn, e.code, &e.message),
+                    }
+                }
+            }
             P::UpdateClientTools(p) => self.update_client_tools(conn, session_id, key_id, p),
             P::StartRemoteSandbox(p) => self.start_remote_sandbox(conn, session_id, key_id, p),
             P::StopRemoteSandbox => self.stop_remote_sandbox(conn, session_id, key_id),
             P::ExecRemoteSandbox(p) => self.exec_remote_sandbox(conn, session_id, key_id, p),
-            P::ReportLocalSandbox(p) => self.report_local_sandbox(conn, session_id, key_id, p),
-            P::ReportLocalSubagent(p) => self.report_local_subagent(conn, session_id, key_id, p),
+            P::ReportLocalSandbox(p) => {
+                let report = p.map(|r| (r.event_type(), r.payload()));
+                let method = "session.reportLocalSandbox";
+                self.record_report(conn, session_id, key_id, method, report);
+            }
+            P::ReportLocalSubagent(p) => {
+                let report = p.map(|r| (r.event_type(), r.payload()));
+                let method = "session.reportLocalSubagent";
+                self.record_report(conn, session_id, key_id, method, report);
+            }
             P::CancelSubagent(p) => self.cancel_subagent(conn, session_id, key_id, p),
             P::Subscribe(p) => self.subscribe(conn, session_id, p),
             P::Unsubscribe => {
                 self.unsubscribe_all(session_id);
                 self.terminal_result(conn, r#"{"unsubscribed":true}"#);
             }
+        }
+    }
+
+    /// The first check of every gated method: `-32001` unless the caller
+    /// registered as a driver.
+    pub(crate) fn require_driver(
+        &mut self,
+        conn: ConnId,
+        session_id: &str,
+        key_id: &str,
+        method: &str,
+    ) -> bool {
+        if self.is_driver(session_id, key_id) {
+            return true;
+        }
+        self.terminal_error(
+            conn,
+            codes::DRIVER_NOT_REGISTERED,
+            &format!("call session.registerDriver before {method}"),
+        );
+        false
+    }
+
+    /// `-32001`, then `-32000` unless the session is open (the pre-checks of
+    /// the methods with an open-state check, spec 01 §6.1).
+    pub(crate) fn require_open_driver(
+        &mut self,
+        conn: ConnId,
+        session_id: &str,
+        key_id: &str,
+        method: &str,
+    ) -> bool {
+        if !self.require_driver(conn, session_id, key_id, method) {
+            return false;
+        }
+        match self.open_state_error(session_id) {
+            Some(msg) => {
+                self.terminal_error(conn, codes::APPLICATION_ERROR, &msg);
+                false
+            }
+            None => true,
+        }
+    }
+
+    /// The local sandbox and subagent telemetry reports (spec 06 §5.7,
+    /// §6.6): a client-reported lifecycle claim: driver check, params, one
+    /// event.
+    fn record_report(
+        &mut self,
+        conn: ConnId,
+        session_id: &str,
+        key_id: &str,
+        method: &str,
+        report: Result<(proto::wire::EventType, Value), String>,
+    ) {
+        if !self.require_driver(conn, session_id, key_id, method) {
+            return;
+        }
+        match report {
+            Ok((event_type, payload)) => {
+                self.append_event(session_id, Some(key_id), event_type, payload);
+                self.terminal_result(conn, r#"{"reported":true}"#);
+            }
+            Err(msg) => self.terminal_error(conn, codes::INVALID_PARAMS, &msg),
         }
     }
 
@@ -190,8 +289,11 @@ impl Engine {
         match asked {
             None => self.terminal_result(conn, r#"{"registered":true}"#),
             Some(ext) => {
-                self.driver_ext
-                    .insert((session_id.to_string(), key_id.to_string()), ext);
+                let (sid, kid) = (
+                    self.catalog.session_id(session_id),
+                    self.catalog.key_id(key_id),
+                );
+                self.sessions.register_driver(sid, kid, ext);
                 let body = json!({"registered": true, "extensions": ext.names()});
                 self.terminal_result(conn, &json::text(&body));
             }
@@ -205,10 +307,7 @@ impl Engine {
 
     /// What `key_id` opted into when it registered on the session.
     pub(crate) fn driver_extensions(&self, session_id: &str, key_id: &str) -> Extensions {
-        self.driver_ext
-            .get(&(session_id.to_string(), key_id.to_string()))
-            .copied()
-            .unwrap_or_default()
+        self.sessions.driver_extensions(session_id, key_id)
     }
 
     // ---- NDJSON stream plumbing -------------------------------------------
