@@ -1,6 +1,7 @@
 //! The engine's modules import each other without cycles (issue 10): each
 //! top-level module's `crate::<module>` references, comments left out, form
-//! a graph whose only shared node is the crate root (`lib.rs`, which routes).
+//! a graph whose only shared node is the crate root (`lib.rs`, which routes);
+//! and only the endpoint's named files extend `Engine` (issue 42).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -69,4 +70,68 @@ fn modules_import_each_other_without_cycles() {
             }
         }
     }
+}
+
+/// Issue 42: the engine is the endpoint (construction, routing, the HTTP
+/// and JSON-RPC front layers, the effects of session cores); behaviour
+/// that belongs to one session or one component lives in that component's
+/// own `impl`. These are the only files that may extend `Engine`
+/// (docs/architecture.md, "The endpoint and the files that extend it"); the list may
+/// shrink, and a new file needs a reason there.
+const ENGINE_FILES: &[&str] = &[
+    "admin_api.rs",
+    "client_api.rs",
+    "conn.rs",
+    "idempotency.rs",
+    "lib.rs",
+    "replica_route.rs",
+    "rpc/mod.rs",
+    "session_load.rs",
+    "session_mcp.rs",
+    "session_sandbox.rs",
+    "subscribe.rs",
+    "turn/exec.rs",
+    "turn/gate.rs",
+    "turn/mod.rs",
+    "turn/recover.rs",
+    "turn/tools.rs",
+];
+
+#[test]
+fn impl_engine_stays_in_the_named_files() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    sources(&src, &mut files);
+    let mut found: Vec<String> = files
+        .iter()
+        .filter(|f| {
+            std::fs::read_to_string(f)
+                .unwrap()
+                .lines()
+                .any(|l| l.starts_with("impl Engine ") || l.starts_with("impl Engine{"))
+        })
+        .map(|f| {
+            f.strip_prefix(&src)
+                .unwrap()
+                .to_string_lossy()
+                .replace('\\', "/")
+        })
+        .collect();
+    found.sort();
+    let extra: Vec<&String> = found
+        .iter()
+        .filter(|f| !ENGINE_FILES.contains(&f.as_str()))
+        .collect();
+    assert!(
+        extra.is_empty(),
+        "`impl Engine` outside the named files: {extra:?} (put the behaviour in its component, or name the file here and in docs/architecture.md)"
+    );
+    let stale: Vec<&&str> = ENGINE_FILES
+        .iter()
+        .filter(|f| !found.iter().any(|g| g == *f))
+        .collect();
+    assert!(
+        stale.is_empty(),
+        "named files that no longer extend Engine: {stale:?} (drop them from the list)"
+    );
 }
