@@ -42,6 +42,8 @@ use testkit::fixtures::provider_toml;
 use testkit::http::next_rpc_id;
 use testkit::{rpc_request, HttpClient, MockProvider, Reply, Server, ServerOptions};
 
+mod live_support;
+
 const ITERATIONS: usize = 20;
 const WORKERS: usize = 3;
 /// Cap on regular (non-solo) sessions still taking turns, and on all of
@@ -1374,7 +1376,7 @@ fn kill9_at_random_points_loses_nothing_acknowledged() {
     ]);
     let durable_drivers = std::env::var("CRASH_DURABLE_DRIVERS").is_ok_and(|v| v == "1");
     let mut opts = ServerOptions::new()
-        .bin(env!("CARGO_BIN_EXE_baesrv"))
+        .bin(live_support::bin())
         .config(config)
         .env("BAE_TURN_TIMEOUT", "0");
     if durable_drivers {

@@ -12,10 +12,12 @@ use serde_json::{json, Value};
 use testkit::fixtures::{self, provider_toml, unique_name};
 use testkit::{MockProvider, Server, ServerOptions};
 
+mod live_support;
+
 const MARK: &str = "\u{2022}\u{2022}\u{2022}\u{2022}\u{2022}\u{2022}\u{2022}\u{2022}";
 
 fn opts() -> ServerOptions {
-    ServerOptions::new().bin(env!("CARGO_BIN_EXE_baesrv"))
+    ServerOptions::new().bin(live_support::bin())
 }
 
 struct Run {

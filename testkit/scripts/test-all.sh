@@ -27,7 +27,8 @@ BAE_TEST_RESIDENT_SESSIONS=0 cargo test -p io-smol "${args[@]}" "$@"
 # The second runtime (std threads, docs/porting.md) against every
 # end-to-end suite but the replica ones (it cannot forward requests).
 threads_suites=(
-  admin_api admin_keys admin_ui cli_config compaction_auto compaction_manual ctl_transfer
+  admin_api admin_keys admin_ui cli_config compaction_auto compaction_manual crash_kill9 ctl_admin
+  ctl_transfer
   ext_gapless ext_idempotent ext_steer ext_turn_control
   live_gate live_history_storage live_providers live_restart live_session_basics live_streaming
   live_subscribe live_tools mcp_http mcp_lifecycle mcp_reconnect mcp_stdio metrics_endpoint
