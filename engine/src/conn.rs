@@ -202,14 +202,13 @@ impl Engine {
         }
     }
 
-    /// The current request of `conn` is fully answered: close or move on to
-    /// the next pipelined request.
+    /// The current request of `conn` is fully answered: close, or leave the
+    /// connection for [`Engine::settle`] to move on to its next pipelined
+    /// request.
     pub(crate) fn finish_request(&mut self, conn: ConnId) {
         self.telemetry.http_end(conn);
-        match self.conns.finish(conn) {
-            Finished::Close => self.close_conn(conn),
-            Finished::Next => self.pump(conn),
-            Finished::Gone => {}
+        if self.conns.finish(conn) == Finished::Close {
+            self.close_conn(conn);
         }
     }
 

@@ -5,7 +5,7 @@
 //! a request means is the front layers' business; an open NDJSON response
 //! on a connection is the stream hub's (`streams.rs`).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use proto::http::{Decoded, Method, Rejection, Request, RequestDecoder};
 
@@ -83,6 +83,10 @@ pub struct Table {
     conns: BTreeMap<ConnId, Conn>,
     /// `(deadline, conn)` of connections waiting for request bytes.
     deadlines: BTreeSet<(MonoMs, ConnId)>,
+    /// Connections whose request was answered and that may hold the next
+    /// pipelined one: the engine dispatches it once the input that
+    /// answered is handled, never from inside another handler.
+    ready: VecDeque<ConnId>,
 }
 
 impl Table {
@@ -91,6 +95,7 @@ impl Table {
             settings,
             conns: BTreeMap::new(),
             deadlines: BTreeSet::new(),
+            ready: VecDeque::new(),
         }
     }
 
@@ -241,10 +246,21 @@ impl Table {
         };
         c.busy = false;
         if c.keep_alive {
+            self.ready.push_back(conn);
             Finished::Next
         } else {
             Finished::Close
         }
+    }
+
+    /// The next connection to look at for a pipelined request (see
+    /// [`Table::finish`]).
+    pub fn take_ready(&mut self) -> Option<ConnId> {
+        self.ready.pop_front()
+    }
+
+    pub fn has_ready(&self) -> bool {
+        !self.ready.is_empty()
     }
 
     /// The peer is gone: forgets the connection and its deadline.

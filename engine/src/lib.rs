@@ -266,9 +266,7 @@ impl Engine {
             Input::Shutdown => self.on_shutdown(),
             Input::Catalog(update) => self.on_catalog(*update),
         }
-        self.route_limit_notices();
-        self.pump_mcp();
-        self.evict_idle_sessions();
+        self.settle();
     }
 
     /// Fires every timer due at `now`.
@@ -282,8 +280,29 @@ impl Engine {
         self.mcp.handle_timeout(now.mono);
         self.sandbox.handle_timeout(now.mono);
         self.provider_limits.tick(now.mono);
-        self.route_limit_notices();
-        self.pump_mcp();
+        self.settle();
+    }
+
+    /// Works off what the input left for later until nothing is left:
+    /// turn streams that ended, connections free for their next pipelined
+    /// request, provider admissions, the hubs' notices and commands. The
+    /// handlers only record these, so none of them re-enters another.
+    fn settle(&mut self) {
+        loop {
+            for conn in self.streams.take_ended_turns() {
+                // The turn runs on without a consumer.
+                self.forget_conn_in_turns(conn);
+            }
+            if let Some(conn) = self.conns.take_ready() {
+                self.pump(conn);
+                continue;
+            }
+            self.route_limit_notices();
+            self.pump_mcp();
+            if !self.streams.has_ended_turns() && !self.conns.has_ready() {
+                break;
+            }
+        }
         self.evict_idle_sessions();
     }
 

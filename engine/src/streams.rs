@@ -134,6 +134,9 @@ pub struct Hub {
     streams: BTreeMap<ConnId, Stream>,
     /// Streams per session, in connection order (the fan-out index).
     by_session: BTreeMap<String, BTreeSet<ConnId>>,
+    /// Turn streams ended since the engine last looked: their turns stop
+    /// listing them once the input that ended them is handled.
+    ended_turns: Vec<ConnId>,
 }
 
 impl Hub {
@@ -166,6 +169,9 @@ impl Hub {
     /// connection is gone).
     pub fn end(&mut self, conn: ConnId) -> Option<Stream> {
         let stream = self.streams.remove(&conn)?;
+        if matches!(stream.kind, StreamKind::Turn) {
+            self.ended_turns.push(conn);
+        }
         if let Some(set) = self.by_session.get_mut(&stream.session_id) {
             set.remove(&conn);
             if set.is_empty() {
@@ -173,6 +179,15 @@ impl Hub {
             }
         }
         Some(stream)
+    }
+
+    pub fn has_ended_turns(&self) -> bool {
+        !self.ended_turns.is_empty()
+    }
+
+    /// The turn streams ended since the last call.
+    pub fn take_ended_turns(&mut self) -> Vec<ConnId> {
+        std::mem::take(&mut self.ended_turns)
     }
 
     pub fn get(&self, conn: ConnId) -> Option<&Stream> {

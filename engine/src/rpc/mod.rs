@@ -394,10 +394,6 @@ impl Engine {
         let Some(stream) = self.streams.end(conn) else {
             return;
         };
-        if matches!(stream.kind, StreamKind::Turn) {
-            // The turn runs on without a consumer.
-            self.forget_conn_in_turns(conn);
-        }
         if matches!(stream.kind, StreamKind::Subscribe(_)) {
             // A replay read still in flight belongs to this stream: a later
             // request on the same keep-alive connection must not get its rows.
