@@ -8,6 +8,7 @@ use serde_json::{json, Value};
 
 use crate::conn::{LoadFor, PendingRead};
 use crate::model::{Key, StoredHash};
+use crate::services::Services;
 use crate::store::{KeyRole, KeyRow, ProfileRow, ReadResult, SessionState, StoreRead, StoreWrite};
 use crate::{auth, transfer, ConnId, Engine};
 
@@ -109,10 +110,12 @@ impl Engine {
             return self.metrics_request(conn, &req);
         }
         if crate::admin_ui::is_ui_path(&path) {
-            return self.reply(conn, crate::admin_ui::serve(&req));
+            return self.svc.reply(conn, crate::admin_ui::serve(&req));
         }
         let Some(r) = route(&path) else {
-            return self.problem(conn, ProblemType::NotFound, "no such route");
+            return self
+                .svc
+                .problem(conn, ProblemType::NotFound, "no such route");
         };
         if !self.auth_admin(conn, &req) {
             return;
@@ -127,7 +130,9 @@ impl Engine {
                 return;
             }
             if !self.catalog.sessions.contains_key(id) {
-                return self.problem(conn, ProblemType::NotFound, &format!("no session {id}"));
+                return self
+                    .svc
+                    .problem(conn, ProblemType::NotFound, &format!("no session {id}"));
             }
         }
         if let Route::Usage(crate::store::UsageScope::Session(id)) = &r {
@@ -144,8 +149,8 @@ impl Engine {
             (Route::Keys, Method::Post) => self.create_key(conn, &req),
             (Route::Keys, Method::Get) => self.list_keys(conn, &req),
             (Route::Key(id), Method::Delete) => self.revoke_key(conn, id),
-            (Route::Sessions, Method::Get) => self.list_sessions(conn, &req),
-            (Route::SessionEvents(id), Method::Get) => self.events_page(conn, &req, id),
+            (Route::Sessions, Method::Get) => self.svc.list_sessions(conn, &req),
+            (Route::SessionEvents(id), Method::Get) => self.svc.events_page(conn, &req, id),
             (Route::Export(id), Method::Get) => self.export_session(conn, id),
             (Route::Import, Method::Post) => self.import_session(conn, &req),
             (Route::Fork(id, rewind), Method::Post) => {
@@ -168,25 +173,25 @@ impl Engine {
                     }
                     _ => json!({"cancelled": false}),
                 };
-                self.respond_value(conn, 200, &body);
+                self.svc.respond_value(conn, 200, &body);
             }
             (Route::McpServers, Method::Get) => {
-                let body = self.config.admin_mcp_servers_json.clone();
-                self.respond_json(conn, 200, body.as_bytes());
+                let body = self.svc.config.admin_mcp_servers_json.clone();
+                self.svc.respond_json(conn, 200, body.as_bytes());
             }
             (Route::Providers, Method::Get) => {
-                let body = self.config.admin_providers_json.clone();
-                self.respond_json(conn, 200, body.as_bytes());
+                let body = self.svc.config.admin_providers_json.clone();
+                self.svc.respond_json(conn, 200, body.as_bytes());
             }
             (Route::Config, Method::Get) => {
-                let body = self.config.admin_config_json.clone();
-                self.respond_json(conn, 200, body.as_bytes());
+                let body = self.svc.config.admin_config_json.clone();
+                self.svc.respond_json(conn, 200, body.as_bytes());
             }
             (Route::SandboxStatus, Method::Get) => self.sandbox_status(conn),
             (Route::Traffic, Method::Get) => {
-                let entries = self.provider_limits.status(self.now.mono);
+                let entries = self.provider_limits.status(self.svc.now.mono);
                 let retry = |name: &str| {
-                    let p = self.config.provider(name)?.retry.as_ref()?;
+                    let p = self.svc.config.provider(name)?.retry.as_ref()?;
                     Some(json!({
                         "max_retries": p.max_retries,
                         "max_wait_ms": p.max_wait_ms,
@@ -197,61 +202,30 @@ impl Engine {
                 };
                 let status = self.overload.status();
                 let body = crate::metrics::traffic::status_json(&entries, retry, &status);
-                self.respond_value(conn, 200, &body);
+                self.svc.respond_value(conn, 200, &body);
             }
             (Route::Usage(scope), Method::Get) => self.usage_request(conn, &req, scope),
-            _ => self.problem(conn, ProblemType::MethodNotAllowed, "method not allowed"),
+            _ => self
+                .svc
+                .problem(conn, ProblemType::MethodNotAllowed, "method not allowed"),
         }
-    }
-
-    fn auth_admin(&mut self, conn: ConnId, req: &Request) -> bool {
-        self.config.admin_auth_disabled
-            || self
-                .auth_bearer(conn, req, crate::model::KeyScope::Admin)
-                .is_some()
-    }
-
-    fn page_params(&mut self, conn: ConnId, req: &Request) -> Option<(usize, usize)> {
-        let cursor = req.query_param("cursor");
-        let limit = req.query_param("limit");
-        match proto::wire::parse_page_query(cursor.as_deref(), limit.as_deref()) {
-            Ok((after, limit)) => Some((after.unwrap_or(0) as usize, limit)),
-            Err(detail) => {
-                self.problem(conn, ProblemType::BadRequest, &detail);
-                None
-            }
-        }
-    }
-
-    fn profile_view(&self, row: &ProfileRow) -> Value {
-        json!({
-            "id": row.id,
-            "name": row.name,
-            "primary_provider": row.primary_provider,
-            "fallback_providers": row.fallback_providers,
-            "mcp_servers": row.mcp_servers,
-            "allowed_tools": row.allowed_tools,
-            "available_sandboxes": row.available_sandboxes,
-            "created_at": row.created_at,
-            "updated_at": row.updated_at,
-        })
     }
 
     fn create_profile(&mut self, conn: ConnId, req: &Request) {
         let body = match proto::wire::admin::ProfileBody::parse(&req.body) {
             Ok(b) => b,
-            Err(detail) => return self.problem(conn, ProblemType::BadRequest, &detail),
+            Err(detail) => return self.svc.problem(conn, ProblemType::BadRequest, &detail),
         };
         if self.catalog.profile_names.contains(&body.name) {
-            return self.problem(
+            return self.svc.problem(
                 conn,
                 ProblemType::DuplicateName,
                 "a profile with that name already exists",
             );
         }
-        let now = self.timestamp();
+        let now = self.svc.timestamp();
         let row = ProfileRow {
-            id: self.new_id(IdKind::Profile),
+            id: self.svc.new_id(IdKind::Profile),
             name: body.name,
             primary_provider: body.primary_provider,
             fallback_providers: body.fallback_providers,
@@ -264,44 +238,49 @@ impl Engine {
         };
         let created = json!({"id": row.id, "name": row.name, "created_at": row.created_at});
         let id = row.id.clone();
-        self.write(StoreWrite::InsertProfile(row.clone()));
+        self.svc.write(StoreWrite::InsertProfile(row.clone()));
         self.catalog.insert_profile(row);
         self.provision_profile(&id);
-        self.respond_value(conn, 201, &created);
+        self.svc.respond_value(conn, 201, &created);
     }
 
     fn list_profiles(&mut self, conn: ConnId, req: &Request) {
-        let Some((after, limit)) = self.page_params(conn, req) else {
+        let Some((after, limit)) = self.svc.page_params(conn, req) else {
             return;
         };
         let (items, next) = page_of(&self.catalog.profile_order, after, limit, |id| {
             self.catalog
                 .live_profile(id)
-                .map(|p| self.profile_view(&p.row))
+                .map(|p| self.svc.profile_view(&p.row))
         });
-        self.respond_value(conn, 200, &json!({"items": items, "next_cursor": next}));
+        self.svc
+            .respond_value(conn, 200, &json!({"items": items, "next_cursor": next}));
     }
 
     fn get_profile(&mut self, conn: ConnId, id: &str) {
         match self.catalog.live_profile(id) {
             Some(p) => {
-                let view = self.profile_view(&p.row);
-                self.respond_value(conn, 200, &view);
+                let view = self.svc.profile_view(&p.row);
+                self.svc.respond_value(conn, 200, &view);
             }
-            None => self.problem(conn, ProblemType::NotFound, &format!("no profile {id}")),
+            None => self
+                .svc
+                .problem(conn, ProblemType::NotFound, &format!("no profile {id}")),
         }
     }
 
     fn replace_profile(&mut self, conn: ConnId, req: &Request, id: &str) {
         let body = match proto::wire::admin::ProfileBody::parse(&req.body) {
             Ok(b) => b,
-            Err(detail) => return self.problem(conn, ProblemType::BadRequest, &detail),
+            Err(detail) => return self.svc.problem(conn, ProblemType::BadRequest, &detail),
         };
         let Some(current) = self.catalog.live_profile(id).map(|p| p.row.clone()) else {
-            return self.problem(conn, ProblemType::NotFound, &format!("no profile {id}"));
+            return self
+                .svc
+                .problem(conn, ProblemType::NotFound, &format!("no profile {id}"));
         };
         if body.name != current.name && self.catalog.profile_names.contains(&body.name) {
-            return self.problem(
+            return self.svc.problem(
                 conn,
                 ProblemType::DuplicateName,
                 "a profile with that name already exists",
@@ -316,25 +295,27 @@ impl Engine {
             allowed_tools: body.allowed_tools.into_iter().map(Value::String).collect(),
             available_sandboxes: body.available_sandboxes,
             created_at: current.created_at.clone(),
-            updated_at: self.timestamp(),
+            updated_at: self.svc.timestamp(),
             deleted_at: None,
         };
         // The old name stays reserved, exactly like the UNIQUE column would
         // keep it only if another row held it; a renamed row frees it.
         self.catalog.profile_names.remove(&current.name);
         self.catalog.profile_names.insert(row.name.clone());
-        let view = self.profile_view(&row);
-        self.write(StoreWrite::UpdateProfile(row.clone()));
+        let view = self.svc.profile_view(&row);
+        self.svc.write(StoreWrite::UpdateProfile(row.clone()));
         if let Some(p) = self.catalog.profiles.get_mut(id) {
             p.row = row;
         }
         self.provision_profile(id);
-        self.respond_value(conn, 200, &view);
+        self.svc.respond_value(conn, 200, &view);
     }
 
     fn delete_profile(&mut self, conn: ConnId, id: &str) {
         let Some(mut row) = self.catalog.live_profile(id).map(|p| p.row.clone()) else {
-            return self.problem(conn, ProblemType::NotFound, &format!("no profile {id}"));
+            return self
+                .svc
+                .problem(conn, ProblemType::NotFound, &format!("no profile {id}"));
         };
         let in_use = self
             .catalog
@@ -345,35 +326,37 @@ impl Engine {
         if in_use > 0 {
             let detail =
                 format!("profile has {in_use} active client key(s); revoke them before deleting");
-            return self.problem(conn, ProblemType::ProfileInUse, &detail);
+            return self.svc.problem(conn, ProblemType::ProfileInUse, &detail);
         }
-        row.deleted_at = Some(self.timestamp());
-        self.write(StoreWrite::UpdateProfile(row.clone()));
+        row.deleted_at = Some(self.svc.timestamp());
+        self.svc.write(StoreWrite::UpdateProfile(row.clone()));
         if let Some(p) = self.catalog.profiles.get_mut(id) {
             p.row = row;
         }
-        self.respond(conn, 204, None, b"");
+        self.svc.respond(conn, 204, None, b"");
     }
 
     fn create_key(&mut self, conn: ConnId, req: &Request) {
         let body = match proto::wire::admin::CreateKeyBody::parse(&req.body) {
             Ok(b) => b,
-            Err(detail) => return self.problem(conn, ProblemType::BadRequest, &detail),
+            Err(detail) => return self.svc.problem(conn, ProblemType::BadRequest, &detail),
         };
         if self.catalog.live_profile(&body.profile_id).is_none() {
             let detail = format!("no active profile {}", body.profile_id);
-            return self.problem(conn, ProblemType::ProfileUnavailable, &detail);
+            return self
+                .svc
+                .problem(conn, ProblemType::ProfileUnavailable, &detail);
         }
-        let secret = self.new_secret(SecretKind::Client);
+        let secret = self.svc.new_secret(SecretKind::Client);
         let row = KeyRow {
-            id: self.new_id(IdKind::Key),
+            id: self.svc.new_id(IdKind::Key),
             name: body.name,
             key_hash: auth::digest_hex(&secret),
             key_prefix: secret[..8].to_string(),
             role: KeyRole::Client,
             profile_id: Some(body.profile_id),
             client_id: None,
-            created_at: self.timestamp(),
+            created_at: self.svc.timestamp(),
             last_used_at: None,
             deleted_at: None,
         };
@@ -387,13 +370,13 @@ impl Engine {
         });
         let mut key = Key::from_row(&row, &self.catalog);
         key.hash = StoredHash::Sha256(auth::digest(&secret));
-        self.write(StoreWrite::InsertKey(row));
+        self.svc.write(StoreWrite::InsertKey(row));
         self.catalog.insert_key(key);
-        self.respond_value(conn, 201, &created);
+        self.svc.respond_value(conn, 201, &created);
     }
 
     fn list_keys(&mut self, conn: ConnId, req: &Request) {
-        let Some((after, limit)) = self.page_params(conn, req) else {
+        let Some((after, limit)) = self.svc.page_params(conn, req) else {
             return;
         };
         let (items, next) = page_of(&self.catalog.client_key_order, after, limit, |id| {
@@ -412,7 +395,8 @@ impl Engine {
                     })
                 })
         });
-        self.respond_value(conn, 200, &json!({"items": items, "next_cursor": next}));
+        self.svc
+            .respond_value(conn, 200, &json!({"items": items, "next_cursor": next}));
     }
 
     /// Revocation cascade (spec 03 §4.2), in one batch of writes. When the
@@ -421,7 +405,7 @@ impl Engine {
     /// slips between the read and the cascade).
     fn revoke_key(&mut self, conn: ConnId, id: &str) {
         if !self.is_client_key(id) {
-            return self.no_client_key(conn, id);
+            return self.svc.no_client_key(conn, id);
         }
         if !self.residency.lazy() {
             return self.revoke_now(conn, id);
@@ -429,10 +413,10 @@ impl Engine {
         self.residency.hold();
         let read = StoreRead::SessionsOfClient {
             client_id: id.to_string(),
-            drivers_since: self.drivers_since(),
+            drivers_since: self.svc.drivers_since(),
         };
         let key_id = id.to_string();
-        self.read(read, PendingRead::Revoke { conn, key_id });
+        self.svc.read(read, PendingRead::Revoke { conn, key_id });
     }
 
     pub(crate) fn on_revoke_read(
@@ -447,7 +431,9 @@ impl Engine {
             other => {
                 let e = other.err().unwrap_or_else(|| "unexpected answer".into());
                 tracing::error!(error = %e, "revocation read failed");
-                return self.problem(conn, ProblemType::Internal, "internal error");
+                return self
+                    .svc
+                    .problem(conn, ProblemType::Internal, "internal error");
             }
         };
         for s in stored {
@@ -455,7 +441,7 @@ impl Engine {
         }
         // Revoked meanwhile by another request: that one answered 204.
         if !self.is_client_key(key_id) {
-            return self.no_client_key(conn, key_id);
+            return self.svc.no_client_key(conn, key_id);
         }
         self.revoke_now(conn, key_id);
     }
@@ -464,15 +450,10 @@ impl Engine {
         (self.catalog.keys.get(id)).is_some_and(|k| k.role == KeyRole::Client)
     }
 
-    fn no_client_key(&mut self, conn: ConnId, id: &str) {
-        let detail = format!("no active client key {id}");
-        self.problem(conn, ProblemType::NotFound, &detail);
-    }
-
     fn revoke_now(&mut self, conn: ConnId, id: &str) {
-        let at = self.timestamp();
+        let at = self.svc.timestamp();
         self.catalog.remove_key(id);
-        self.write(StoreWrite::RevokeKey {
+        self.svc.write(StoreWrite::RevokeKey {
             id: id.to_string(),
             at: at.clone(),
         });
@@ -485,7 +466,7 @@ impl Engine {
             .collect();
         if self.replica_mode() {
             // Session keys minted on other replicas may not be known here.
-            self.write(StoreWrite::RevokeSessionKeysOf {
+            self.svc.write(StoreWrite::RevokeSessionKeysOf {
                 client_id: id.to_string(),
                 at: at.clone(),
             });
@@ -495,7 +476,7 @@ impl Engine {
         let mut touched: Vec<String> = Vec::new();
         for (key_id, session_id) in session_keys {
             self.catalog.remove_key(&key_id);
-            self.write(StoreWrite::RevokeKey {
+            self.svc.write(StoreWrite::RevokeKey {
                 id: key_id,
                 at: at.clone(),
             });
@@ -527,33 +508,7 @@ impl Engine {
                 self.close_session(&session_id, id, "client_key_revoked");
             }
         }
-        self.respond(conn, 204, None, b"");
-    }
-
-    fn list_sessions(&mut self, conn: ConnId, req: &Request) {
-        let filter = match req.query_param("state").as_deref() {
-            None | Some("") => None,
-            Some(v) => match SessionState::parse(v) {
-                Some(s) => Some(s),
-                None => {
-                    let detail = format!(
-                        "invalid state filter \"{v}\"; expected one of open, closed, error"
-                    );
-                    return self.problem(conn, ProblemType::BadRequest, &detail);
-                }
-            },
-        };
-        let Some((after, limit)) = self.page_params(conn, req) else {
-            return;
-        };
-        // The store holds every session (the catalogue may not); the
-        // cursor is the last row's position there.
-        let read = StoreRead::SessionList {
-            after: after as u64,
-            limit,
-            state: filter,
-        };
-        self.read(read, PendingRead::SessionList { conn });
+        self.svc.respond(conn, 204, None, b"");
     }
 
     /// `GET /admin/v1/{sessions|keys|profiles}/{id}/usage[?since=&until=]`
@@ -570,7 +525,7 @@ impl Engine {
                         let detail = format!(
                             "{name}: expected a UTC time like 2026-01-02, 2026-01-02T03:04:05Z or 2026-01-02T03:04:05.000Z"
                         );
-                        return self.problem(conn, ProblemType::BadRequest, &detail);
+                        return self.svc.problem(conn, ProblemType::BadRequest, &detail);
                     }
                 }
             }
@@ -578,7 +533,11 @@ impl Engine {
         let scope_json = match &scope {
             UsageScope::Session(id) => {
                 if !self.catalog.sessions.contains_key(id.as_str()) {
-                    return self.problem(conn, ProblemType::NotFound, &format!("no session {id}"));
+                    return self.svc.problem(
+                        conn,
+                        ProblemType::NotFound,
+                        &format!("no session {id}"),
+                    );
                 }
                 format!("\"session_id\":{}", proto::wire::json::string(id))
             }
@@ -595,82 +554,28 @@ impl Engine {
             until_ms: window[1],
             by_turn,
         };
-        self.read(read, PendingRead::Usage { conn, scope_json });
-    }
-
-    pub(crate) fn on_usage(
-        &mut self,
-        conn: ConnId,
-        scope: &str,
-        result: Result<ReadResult, String>,
-    ) {
-        let Ok(ReadResult::Usage(sums)) = result else {
-            if let Err(e) = &result {
-                tracing::error!(error = %e, "usage read failed");
-            }
-            return self.problem(conn, ProblemType::Internal, "internal error");
-        };
-        let prices = |name: &str| self.config.provider(name).and_then(|p| p.prices);
-        let body = crate::usage::render(scope, &sums, prices);
-        self.respond_json(conn, 200, body.as_bytes());
-    }
-
-    pub(crate) fn on_session_list(&mut self, conn: ConnId, result: Result<ReadResult, String>) {
-        let Ok(ReadResult::SessionList { rows, more }) = result else {
-            if let Err(e) = &result {
-                tracing::error!(error = %e, "session list read failed");
-            }
-            return self.problem(conn, ProblemType::Internal, "internal error");
-        };
-        let next = rows.last().filter(|_| more).map(|(pos, _)| pos.to_string());
-        let items: Vec<Value> = rows
-            .into_iter()
-            .map(|(_, s)| {
-                json!({
-                    "id": s.id,
-                    "profile_id": s.profile_id,
-                    "state": s.state.as_str(),
-                    "client_version": s.client_version,
-                    "created_at": s.created_at,
-                    "closed_at": s.closed_at,
-                })
-            })
-            .collect();
-        self.respond_value(conn, 200, &json!({"items": items, "next_cursor": next}));
-    }
-
-    /// `GET /metrics` (Prometheus text format): admin auth unless
-    /// `BAE_METRICS_NO_AUTH`; the store thread adds process figures.
-    fn metrics_request(&mut self, conn: ConnId, req: &Request) {
-        if req.method != Method::Get {
-            return self.problem(conn, ProblemType::MethodNotAllowed, "method not allowed");
-        }
-        if !self.config.metrics_no_auth && !self.auth_admin(conn, req) {
-            return;
-        }
-        self.read(
-            crate::store::StoreRead::Runtime,
-            crate::conn::PendingRead::Metrics { conn },
-        );
+        self.svc.read(read, PendingRead::Usage { conn, scope_json });
     }
 
     pub(crate) fn answer_metrics(&mut self, conn: ConnId, rt: &crate::metrics::RuntimeStats) {
         let gauges = self.gauges();
-        let mut body = self.metrics.render(&gauges, rt);
-        let entries = self.provider_limits.status(self.now.mono);
+        let mut body = self.svc.metrics.render(&gauges, rt);
+        let entries = self.provider_limits.status(self.svc.now.mono);
         let watched = |name: &str| {
-            (self.config.provider(name)).is_some_and(|p| p.limits.is_some() || p.retry.is_some())
+            (self.svc.config.provider(name))
+                .is_some_and(|p| p.limits.is_some() || p.retry.is_some())
         };
         let status = self.overload.status();
         crate::metrics::traffic::render_prometheus(&mut body, &entries, watched, &status);
         let content_type = "text/plain; version=0.0.4; charset=utf-8";
-        self.respond(conn, 200, Some(content_type), body.as_bytes());
+        self.svc
+            .respond(conn, 200, Some(content_type), body.as_bytes());
     }
 
     /// The instruments of spec 04 §7.2 now (those `[telemetry.metrics]
     /// disabled` names are left out), for the driver's OTLP exporter.
     pub fn metrics_snapshot(&self) -> Vec<crate::metrics::Instrument> {
-        self.metrics.instruments(&self.gauges())
+        self.svc.metrics.instruments(&self.gauges())
     }
 
     /// The gauges, read from the engine's state.
@@ -685,7 +590,7 @@ impl Engine {
                     .filter(|s| s.state == crate::store::SessionState::Open)
                     .count() as u64,
             sessions_total: stored.total + c.sessions.len() as u64,
-            events_total: self.log.events_total(),
+            events_total: self.svc.log.events_total(),
             profiles: c.profiles.values().filter(|p| p.is_live()).count() as u64,
             client_keys: c.client_key_order.len() as u64,
             mcp_sessions_live: self.mcp.live_sessions() as u64,
@@ -696,7 +601,7 @@ impl Engine {
             subagents_active: self.sandbox.active_subagents() as u64,
             drivers_registered: stored.drivers
                 + c.drivers.values().map(|d| d.len() as u64).sum::<u64>(),
-            connections: self.conns.len() as u64,
+            connections: self.svc.conns.len() as u64,
         }
     }
     // ---- Forks, exports and imports (`crate::transfer`) ----------------
@@ -704,14 +609,16 @@ impl Engine {
     /// `GET /admin/v1/sessions/{id}/export`: the export document, streamed.
     fn export_session(&mut self, conn: ConnId, id: &str) {
         let Some(session) = self.catalog.sessions.get(id).map(|s| s.to_row()) else {
-            return self.problem(conn, ProblemType::NotFound, &format!("no session {id}"));
+            return self
+                .svc
+                .problem(conn, ProblemType::NotFound, &format!("no session {id}"));
         };
         let start = transfer::ExportStart {
             profile: (self.catalog.profiles.get(session.profile_id.as_str()))
                 .map(|p| p.row.clone()),
             session,
-            server_version: self.config.version.clone(),
-            exported_at: self.timestamp(),
+            server_version: self.svc.config.version.clone(),
+            exported_at: self.svc.timestamp(),
         };
         let outs = self.transfers.export(conn, start);
         self.run_transfer(conn, outs);
@@ -721,14 +628,14 @@ impl Engine {
     fn import_session(&mut self, conn: ConnId, req: &Request) {
         let Some(key_id) = req.query_param("client_key_id") else {
             let detail = "client_key_id is required: the client key that gets the session";
-            return self.problem(conn, ProblemType::BadRequest, detail);
+            return self.svc.problem(conn, ProblemType::BadRequest, detail);
         };
         let keep_id = match req.query_param("keep_id").as_deref() {
             None | Some("false") | Some("0") => false,
             Some("true") | Some("1") => true,
             Some(_) => {
                 let detail = "keep_id must be true or false";
-                return self.problem(conn, ProblemType::BadRequest, detail);
+                return self.svc.problem(conn, ProblemType::BadRequest, detail);
             }
         };
         let own = (self.catalog.keys.get(key_id.as_str())).and_then(|k| k.profile_id.clone());
@@ -759,15 +666,15 @@ impl Engine {
     ) {
         let body = match proto::wire::fork::parse_fork(body, rewind) {
             Ok(b) => b,
-            Err(detail) => return self.problem(conn, ProblemType::BadRequest, &detail),
+            Err(detail) => return self.svc.problem(conn, ProblemType::BadRequest, &detail),
         };
         if creator.is_some() && (body.client_key_id.is_some() || body.profile_id.is_some()) {
             let detail = "client_key_id and profile_id are for the admin API: a creator's fork \
                           keeps the session's profile and key";
-            return self.problem(conn, ProblemType::BadRequest, detail);
+            return self.svc.problem(conn, ProblemType::BadRequest, detail);
         }
         let Some(parent) = self.catalog.sessions.get(parent_id) else {
-            return self.problem(
+            return self.svc.problem(
                 conn,
                 ProblemType::NotFound,
                 &format!("no session {parent_id}"),
@@ -812,13 +719,14 @@ impl Engine {
         let key = (self.catalog.keys.get(key_id)).filter(|k| k.role == KeyRole::Client);
         let Some(key) = key else {
             let detail = format!("no active client key {key_id}");
-            self.problem(conn, ProblemType::NotFound, &detail);
+            self.svc.problem(conn, ProblemType::NotFound, &detail);
             return false;
         };
         let mismatch = key.profile_id.as_deref() != Some(profile_id);
         let Some(profile) = self.catalog.live_profile(profile_id) else {
             let detail = format!("no active profile {profile_id}");
-            self.problem(conn, ProblemType::ProfileUnavailable, &detail);
+            self.svc
+                .problem(conn, ProblemType::ProfileUnavailable, &detail);
             return false;
         };
         let checked = match declarations.map(transfer::Declarations::typed) {
@@ -830,13 +738,15 @@ impl Engine {
         if mismatch {
             let detail =
                 format!("client key {key_id} belongs to another profile than {profile_id}");
-            self.problem(conn, ProblemType::ProfileMismatch, &detail);
-        } else if self.provider(&primary).is_none() {
+            self.svc
+                .problem(conn, ProblemType::ProfileMismatch, &detail);
+        } else if self.svc.provider(&primary).is_none() {
             let detail =
                 format!("primary provider \"{primary}\" is not configured in bae-config.toml");
-            self.problem(conn, ProblemType::PrimaryProviderUnavailable, &detail);
+            self.svc
+                .problem(conn, ProblemType::PrimaryProviderUnavailable, &detail);
         } else if let Err((kind, detail)) = checked {
-            self.problem(conn, kind, &detail);
+            self.svc.problem(conn, kind, &detail);
         } else {
             return true;
         }
@@ -848,10 +758,10 @@ impl Engine {
         use transfer::Out;
         for out in outs {
             match out {
-                Out::Read(read) => self.read(read, PendingRead::Transfer { conn }),
+                Out::Read(read) => self.svc.read(read, PendingRead::Transfer { conn }),
                 Out::StreamHead(name) => {
-                    let close = self.closes_after(conn);
-                    self.log_request(conn, 200);
+                    let close = self.svc.closes_after(conn);
+                    self.svc.log_request(conn, 200);
                     let disposition = format!("attachment; filename=\"{name}\"");
                     let extra = [("Content-Disposition", disposition.as_str())];
                     let head = proto::http::encode_stream_head_with(
@@ -860,18 +770,142 @@ impl Engine {
                         &extra,
                         close,
                     );
-                    self.send(conn, head);
+                    self.svc.send(conn, head);
                 }
-                Out::Chunk(bytes) => self.send(conn, bytes),
+                Out::Chunk(bytes) => self.svc.send(conn, bytes),
                 Out::Finish => {
-                    self.send(conn, proto::http::LAST_CHUNK.to_vec());
-                    self.finish_request(conn);
+                    self.svc.send(conn, proto::http::LAST_CHUNK.to_vec());
+                    self.svc.finish_request(conn);
                 }
-                Out::Abort => self.close_conn(conn),
-                Out::Json(status, body) => self.respond_json(conn, status, body.as_bytes()),
-                Out::Problem(kind, detail) => self.problem(conn, kind, &detail),
+                Out::Abort => self.svc.close_conn(conn),
+                Out::Json(status, body) => self.svc.respond_json(conn, status, body.as_bytes()),
+                Out::Problem(kind, detail) => self.svc.problem(conn, kind, &detail),
                 Out::Create(plan) => self.create_copy(conn, *plan),
             }
         }
+    }
+
+    pub(crate) fn auth_admin(&mut self, conn: ConnId, req: &Request) -> bool {
+        self.svc.config.admin_auth_disabled
+            || self
+                .auth_bearer(conn, req, crate::model::KeyScope::Admin)
+                .is_some()
+    }
+
+    /// `GET /metrics` (Prometheus text format): admin auth unless
+    /// `BAE_METRICS_NO_AUTH`; the store thread adds process figures.
+    pub(crate) fn metrics_request(&mut self, conn: ConnId, req: &Request) {
+        if req.method != Method::Get {
+            return self
+                .svc
+                .problem(conn, ProblemType::MethodNotAllowed, "method not allowed");
+        }
+        if !self.svc.config.metrics_no_auth && !self.auth_admin(conn, req) {
+            return;
+        }
+        self.svc.read(
+            crate::store::StoreRead::Runtime,
+            crate::conn::PendingRead::Metrics { conn },
+        );
+    }
+}
+
+impl Services {
+    pub(crate) fn page_params(&mut self, conn: ConnId, req: &Request) -> Option<(usize, usize)> {
+        let cursor = req.query_param("cursor");
+        let limit = req.query_param("limit");
+        match proto::wire::parse_page_query(cursor.as_deref(), limit.as_deref()) {
+            Ok((after, limit)) => Some((after.unwrap_or(0) as usize, limit)),
+            Err(detail) => {
+                self.problem(conn, ProblemType::BadRequest, &detail);
+                None
+            }
+        }
+    }
+
+    pub(crate) fn profile_view(&self, row: &ProfileRow) -> Value {
+        json!({
+            "id": row.id,
+            "name": row.name,
+            "primary_provider": row.primary_provider,
+            "fallback_providers": row.fallback_providers,
+            "mcp_servers": row.mcp_servers,
+            "allowed_tools": row.allowed_tools,
+            "available_sandboxes": row.available_sandboxes,
+            "created_at": row.created_at,
+            "updated_at": row.updated_at,
+        })
+    }
+
+    pub(crate) fn no_client_key(&mut self, conn: ConnId, id: &str) {
+        let detail = format!("no active client key {id}");
+        self.problem(conn, ProblemType::NotFound, &detail);
+    }
+
+    pub(crate) fn list_sessions(&mut self, conn: ConnId, req: &Request) {
+        let filter = match req.query_param("state").as_deref() {
+            None | Some("") => None,
+            Some(v) => match SessionState::parse(v) {
+                Some(s) => Some(s),
+                None => {
+                    let detail = format!(
+                        "invalid state filter \"{v}\"; expected one of open, closed, error"
+                    );
+                    return self.problem(conn, ProblemType::BadRequest, &detail);
+                }
+            },
+        };
+        let Some((after, limit)) = self.page_params(conn, req) else {
+            return;
+        };
+        // The store holds every session (the catalogue may not); the
+        // cursor is the last row's position there.
+        let read = StoreRead::SessionList {
+            after: after as u64,
+            limit,
+            state: filter,
+        };
+        self.read(read, PendingRead::SessionList { conn });
+    }
+
+    pub(crate) fn on_usage(
+        &mut self,
+        conn: ConnId,
+        scope: &str,
+        result: Result<ReadResult, String>,
+    ) {
+        let Ok(ReadResult::Usage(sums)) = result else {
+            if let Err(e) = &result {
+                tracing::error!(error = %e, "usage read failed");
+            }
+            return self.problem(conn, ProblemType::Internal, "internal error");
+        };
+        let prices = |name: &str| self.config.provider(name).and_then(|p| p.prices);
+        let body = crate::usage::render(scope, &sums, prices);
+        self.respond_json(conn, 200, body.as_bytes());
+    }
+
+    pub(crate) fn on_session_list(&mut self, conn: ConnId, result: Result<ReadResult, String>) {
+        let Ok(ReadResult::SessionList { rows, more }) = result else {
+            if let Err(e) = &result {
+                tracing::error!(error = %e, "session list read failed");
+            }
+            return self.problem(conn, ProblemType::Internal, "internal error");
+        };
+        let next = rows.last().filter(|_| more).map(|(pos, _)| pos.to_string());
+        let items: Vec<Value> = rows
+            .into_iter()
+            .map(|(_, s)| {
+                json!({
+                    "id": s.id,
+                    "profile_id": s.profile_id,
+                    "state": s.state.as_str(),
+                    "client_version": s.client_version,
+                    "created_at": s.created_at,
+                    "closed_at": s.closed_at,
+                })
+            })
+            .collect();
+        self.respond_value(conn, 200, &json!({"items": items, "next_cursor": next}));
     }
 }

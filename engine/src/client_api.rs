@@ -12,6 +12,7 @@ use crate::conn::{LoadFor, PendingRead};
 use crate::ids::SessionId;
 use crate::model::{check_declarations, set_declarations};
 use crate::model::{Key, KeyScope, Session, StoredHash};
+use crate::services::Services;
 use crate::store::{KeyRole, KeyRow, SessionRow, SessionState, StoreRead, StoreWrite};
 use crate::time::Stamp;
 use crate::{auth, ConnId, Engine};
@@ -76,10 +77,14 @@ impl Engine {
     fn route_client_with(&mut self, conn: ConnId, req: Request, ready: bool) {
         let path = req.path().to_owned();
         let Some(r) = route(&path) else {
-            return self.problem(conn, ProblemType::NotFound, "no such route");
+            return self
+                .svc
+                .problem(conn, ProblemType::NotFound, "no such route");
         };
         if req.method != allowed(&r) {
-            return self.problem(conn, ProblemType::MethodNotAllowed, "method not allowed");
+            return self
+                .svc
+                .problem(conn, ProblemType::MethodNotAllowed, "method not allowed");
         }
         // Overload: refused before any work, probes excepted.
         if !ready && !matches!(r, Route::Health | Route::Meta) && self.refuse_if_overloaded(conn) {
@@ -111,12 +116,13 @@ impl Engine {
         match r {
             Route::Health => {
                 tracing::debug!("GET /healthz");
-                self.respond_ungated(conn, 200, None, b"");
+                self.svc.respond_ungated(conn, 200, None, b"");
             }
             Route::Meta => {
-                let body = json!({"version": self.config.version, "api_versions": ["v1"]});
+                let body = json!({"version": self.svc.config.version, "api_versions": ["v1"]});
                 let body = json::text(&body);
-                self.respond_ungated(conn, 200, Some("application/json"), body.as_bytes());
+                self.svc
+                    .respond_ungated(conn, 200, Some("application/json"), body.as_bytes());
             }
             Route::Sessions => self.create_session(conn, &req),
             Route::Join(id) => self.join_session(conn, &req, id),
@@ -150,8 +156,8 @@ impl Engine {
         let retry_after = self.overload.retry_after();
         let headers = [("retry-after", retry_after.as_str())];
         // Reveals nothing stored: not held behind other clients' commits.
-        let close = self.closes_after(conn);
-        self.log_request(conn, 503);
+        let close = self.svc.closes_after(conn);
+        self.svc.log_request(conn, 503);
         let bytes = proto::http::encode_response(
             503,
             Some("application/json"),
@@ -159,8 +165,8 @@ impl Engine {
             &p.to_json(),
             close,
         );
-        self.send_ungated(conn, bytes);
-        self.finish_request(conn);
+        self.svc.send_ungated(conn, bytes);
+        self.svc.finish_request(conn);
         true
     }
 
@@ -191,7 +197,8 @@ impl Engine {
         let token = match auth::bearer(req.header("authorization")) {
             Ok(t) => t,
             Err(e) => {
-                self.problem(conn, ProblemType::Unauthorized, e.detail());
+                self.svc
+                    .problem(conn, ProblemType::Unauthorized, e.detail());
                 return None;
             }
         };
@@ -200,16 +207,16 @@ impl Engine {
             KeyScope::Session(_) => "invalid session key",
             KeyScope::Admin => "invalid admin key",
         };
-        match self.catalog.authenticate(scope, token, self.now.mono) {
+        match self.catalog.authenticate(scope, token, self.svc.now.mono) {
             Some((k, upgrade)) => {
                 if let Some(w) = upgrade {
-                    self.write(w);
+                    self.svc.write(w);
                 }
                 self.touch_key(&k.id);
                 Some(k)
             }
             None => {
-                self.problem(conn, ProblemType::Unauthorized, invalid);
+                self.svc.problem(conn, ProblemType::Unauthorized, invalid);
                 None
             }
         }
@@ -217,11 +224,11 @@ impl Engine {
 
     /// Stamps `last_used_at` (best effort, never a durability point).
     pub(crate) fn touch_key(&mut self, key_id: &str) {
-        let at = self.timestamp();
+        let at = self.svc.timestamp();
         if let Some(k) = self.catalog.keys.get_mut(key_id) {
-            k.last_used_at = Some(Stamp::At(self.now.unix));
+            k.last_used_at = Some(Stamp::At(self.svc.now.unix));
         }
-        self.write(StoreWrite::TouchKey {
+        self.svc.write(StoreWrite::TouchKey {
             id: key_id.to_string(),
             at,
         });
@@ -234,11 +241,11 @@ impl Engine {
         };
         // 2. Body shape.
         if let Err(detail) = require_json(req) {
-            return self.problem(conn, ProblemType::BadRequest, detail);
+            return self.svc.problem(conn, ProblemType::BadRequest, detail);
         }
         let body = match proto::wire::parse_open(&req.body) {
             Ok(b) => b,
-            Err(detail) => return self.problem(conn, ProblemType::BadRequest, &detail),
+            Err(detail) => return self.svc.problem(conn, ProblemType::BadRequest, &detail),
         };
         // 3. The compaction minimum is checked by `parse_open`, before the
         // profile is loaded: no audit row (C-018).
@@ -256,10 +263,10 @@ impl Engine {
             &body.sandbox_tools,
             &body.subagent_tools,
         ) {
-            return self.problem(conn, kind, &detail);
+            return self.svc.problem(conn, kind, &detail);
         }
         // 9. Session row, session key and `session.open`, atomically.
-        let session_id = self.new_id(IdKind::Session);
+        let session_id = self.svc.new_id(IdKind::Session);
         let mut session = Session {
             id: SessionId::new(&session_id),
             creator: key.id.clone(),
@@ -270,7 +277,7 @@ impl Engine {
             sandbox_tools: Default::default(),
             subagent_tools: Default::default(),
             compaction: body.compaction.clone(),
-            created_at: Stamp::At(self.now.unix),
+            created_at: Stamp::At(self.svc.now.unix),
             closed_at: None,
             fresh: true,
             mcp_checked: true,
@@ -284,10 +291,10 @@ impl Engine {
             &body.sandbox_tools,
             &body.subagent_tools,
         );
-        self.write(StoreWrite::InsertSession(session.to_row()));
+        self.svc.write(StoreWrite::InsertSession(session.to_row()));
         self.admit_session(session);
         self.lease_new_session(&session_id);
-        (self.telemetry).session_open(&session_id, &profile_id, &key.id);
+        (self.svc.telemetry).session_open(&session_id, &profile_id, &key.id);
 
         let session_key = self.mint_session_key(&session_id, &key);
         let payload = declaration_payload(
@@ -296,7 +303,8 @@ impl Engine {
             &body.sandbox_tools,
             &body.subagent_tools,
         );
-        self.append_event_text(&session_id, Some(&key.id), EventType::SessionOpen, payload);
+        self.svc
+            .append_event_text(&session_id, Some(&key.id), EventType::SessionOpen, payload);
         let response = self.open_answer(&session_id, &session_key, &profile_id);
         // 10. MCP servers connect before the 201 (spec 06 §4.1).
         self.connect_mcp_then_respond(
@@ -314,14 +322,14 @@ impl Engine {
         };
         // 2–3. Body, then the compaction key in any form (C-031, C-032).
         if let Err(detail) = require_json(req) {
-            return self.problem(conn, ProblemType::BadRequest, detail);
+            return self.svc.problem(conn, ProblemType::BadRequest, detail);
         }
         let body = match proto::wire::parse_join(&req.body) {
             Ok(b) => b,
-            Err(detail) => return self.problem(conn, ProblemType::BadRequest, &detail),
+            Err(detail) => return self.svc.problem(conn, ProblemType::BadRequest, &detail),
         };
         if body.compaction_present {
-            return self.problem(
+            return self.svc.problem(
                 conn,
                 ProblemType::BadRequest,
                 "compaction is a session-level setting fixed at creation and cannot be set on join",
@@ -329,7 +337,7 @@ impl Engine {
         }
         // 4–5. Session lookup and state.
         let Some(session) = self.catalog.sessions.get(session_id) else {
-            return self.problem(
+            return self.svc.problem(
                 conn,
                 ProblemType::NotFound,
                 &format!("no session {session_id}"),
@@ -337,12 +345,12 @@ impl Engine {
         };
         if session.state != SessionState::Open {
             let detail = format!("session is already {}", session.state.as_str());
-            return self.problem(conn, ProblemType::SessionClosed, &detail);
+            return self.svc.problem(conn, ProblemType::SessionClosed, &detail);
         }
         // 6. Profile boundary: nothing logged, nothing minted (C-036).
         let profile_id = session.profile_id.clone();
         if key.profile_id.as_deref() != Some(&*profile_id) {
-            return self.problem(
+            return self.svc.problem(
                 conn,
                 ProblemType::ProfileMismatch,
                 "this client key belongs to a different profile than the session",
@@ -360,12 +368,14 @@ impl Engine {
             &body.sandbox_tools,
             &body.subagent_tools,
         ) {
-            return self.problem(conn, kind, &detail);
+            return self.svc.problem(conn, kind, &detail);
         }
         // 10. Replace the joiner's entries, mint its key, log the join.
         let catalog = &mut self.catalog;
         let Some(session) = catalog.sessions.get_mut(session_id) else {
-            return self.problem(conn, ProblemType::Internal, "internal error");
+            return self
+                .svc
+                .problem(conn, ProblemType::Internal, "internal error");
         };
         set_declarations(
             session,
@@ -376,7 +386,7 @@ impl Engine {
             &body.subagent_tools,
         );
         let row = session.to_row();
-        self.write(StoreWrite::SetSessionTools {
+        self.svc.write(StoreWrite::SetSessionTools {
             id: row.id.clone(),
             client_tools: row.client_tools,
             sandbox_tools: row.sandbox_tools,
@@ -389,9 +399,10 @@ impl Engine {
             &body.sandbox_tools,
             &body.subagent_tools,
         );
-        self.append_event_text(session_id, Some(&key.id), EventType::SessionJoin, payload);
+        self.svc
+            .append_event_text(session_id, Some(&key.id), EventType::SessionJoin, payload);
         let response = self.open_answer(session_id, &session_key, &profile_id);
-        self.respond_json(conn, 201, response.as_bytes());
+        self.svc.respond_json(conn, 201, response.as_bytes());
     }
 
     fn participants(&mut self, conn: ConnId, req: &Request, session_id: &str) {
@@ -404,7 +415,8 @@ impl Engine {
             .get(session_id)
             .map(|d| d.iter().map(|k| k.to_string()).collect())
             .unwrap_or_default();
-        self.respond_value(conn, 200, &json!({ "drivers": drivers }));
+        self.svc
+            .respond_value(conn, 200, &json!({ "drivers": drivers }));
     }
 
     /// `POST /api/v1/sessions/{id}/fork|rewind`: only the session key of
@@ -422,7 +434,7 @@ impl Engine {
             (Some(client), Some(creator)) if client == creator => {
                 self.fork_session(conn, &req.body, session_id, Some(&client), rewind)
             }
-            _ => self.problem(
+            _ => self.svc.problem(
                 conn,
                 ProblemType::ForkNotAllowed,
                 "only the session's creator may fork it (or the admin API)",
@@ -434,27 +446,7 @@ impl Engine {
         if self.auth_session(conn, req, session_id).is_none() {
             return;
         }
-        self.events_page(conn, req, session_id);
-    }
-
-    /// Shared by both ports: validates `cursor`/`limit` and reads one page.
-    pub(crate) fn events_page(&mut self, conn: ConnId, req: &Request, session_id: &str) {
-        let cursor = req.query_param("cursor");
-        let limit = req.query_param("limit");
-        let (after, limit) =
-            match proto::wire::parse_page_query(cursor.as_deref(), limit.as_deref()) {
-                Ok(v) => v,
-                Err(detail) => return self.problem(conn, ProblemType::BadRequest, &detail),
-            };
-        self.read(
-            StoreRead::EventsPage {
-                session_id: session_id.to_string(),
-                after_seq: after.unwrap_or(0),
-                limit,
-                max_bytes: self.config.max_page_bytes,
-            },
-            PendingRead::EventsPage { conn },
-        );
+        self.svc.events_page(conn, req, session_id);
     }
 
     fn close_session_rest(&mut self, conn: ConnId, req: &Request, session_id: &str) {
@@ -468,36 +460,38 @@ impl Engine {
                 let creator = creator.unwrap_or_default();
                 self.close_session(session_id, &creator, "client_close");
                 let body = json!({"session_id": session_id, "state": "closed"});
-                self.respond_value(conn, 200, &body);
+                self.svc.respond_value(conn, 200, &body);
             }
             Some(other) => {
                 self.teardown_session(session_id);
                 let detail = format!("session is already {}", other.as_str());
-                self.problem(conn, ProblemType::SessionClosed, &detail);
+                self.svc.problem(conn, ProblemType::SessionClosed, &detail);
             }
-            None => self.problem(conn, ProblemType::Unauthorized, "invalid session key"),
+            None => self
+                .svc
+                .problem(conn, ProblemType::Unauthorized, "invalid session key"),
         }
     }
 
     /// `open → closed` with its `session.close` event, then runtime teardown.
     pub(crate) fn close_session(&mut self, session_id: &str, attributed_to: &str, reason: &str) {
-        let at = self.timestamp();
+        let at = self.svc.timestamp();
         if let Some(s) = self.catalog.sessions.get_mut(session_id) {
             s.state = SessionState::Closed;
-            s.closed_at = Some(Stamp::At(self.now.unix));
+            s.closed_at = Some(Stamp::At(self.svc.now.unix));
         }
-        self.write(StoreWrite::SetSessionState {
+        self.svc.write(StoreWrite::SetSessionState {
             id: session_id.to_string(),
             state: SessionState::Closed,
             closed_at: Some(at),
         });
-        self.append_event(
+        self.svc.append_event(
             session_id,
             Some(attributed_to),
             EventType::SessionClose,
             json!({ "reason": reason }),
         );
-        self.telemetry.session_end(session_id, false);
+        self.svc.telemetry.session_end(session_id, false);
         self.teardown_session(session_id);
     }
 
@@ -526,25 +520,27 @@ impl Engine {
         let Some(profile) = self.catalog.live_profile(profile_id).cloned() else {
             self.audit_session(key_id, profile_id, &tool_names, None);
             let detail = format!("the profile bound to this {bound_to} is no longer available");
-            self.problem(conn, ProblemType::ProfileUnavailable, &detail);
+            self.svc
+                .problem(conn, ProblemType::ProfileUnavailable, &detail);
             return None;
         };
-        if self.provider(&profile.row.primary_provider).is_some() {
+        if self.svc.provider(&profile.row.primary_provider).is_some() {
             return Some(profile);
         }
         let primary = profile.row.primary_provider.clone();
         tracing::error!(profile_id, primary_provider = %primary, "primary provider is not configured in the [providers] registry");
         self.audit_session(key_id, profile_id, &tool_names, Some(&primary));
         let detail = format!("primary provider \"{primary}\" is not configured in bae-config.toml");
-        self.problem(conn, ProblemType::PrimaryProviderUnavailable, &detail);
+        self.svc
+            .problem(conn, ProblemType::PrimaryProviderUnavailable, &detail);
         None
     }
 
     /// Inserts a session key bound to `session_id` for `client`; returns the
     /// plaintext (shown once).
     pub(crate) fn mint_session_key(&mut self, session_id: &str, client: &Key) -> String {
-        let secret = self.new_secret(SecretKind::Session);
-        let id = self.new_id(IdKind::Key);
+        let secret = self.svc.new_secret(SecretKind::Session);
+        let id = self.svc.new_id(IdKind::Key);
         let row = KeyRow {
             id,
             name: session_id.to_string(),
@@ -553,13 +549,13 @@ impl Engine {
             role: KeyRole::Session,
             profile_id: client.profile_id.as_deref().map(String::from),
             client_id: Some(client.id.to_string()),
-            created_at: self.timestamp(),
+            created_at: self.svc.timestamp(),
             last_used_at: None,
             deleted_at: None,
         };
         let mut key = Key::from_row(&row, &self.catalog);
         key.hash = StoredHash::Sha256(auth::digest(&secret));
-        self.write(StoreWrite::InsertKey(row));
+        self.svc.write(StoreWrite::InsertKey(row));
         self.catalog.insert_key(key);
         secret
     }
@@ -573,7 +569,7 @@ impl Engine {
         tools: &[&str],
         primary: Option<&str>,
     ) {
-        let id = self.new_id(IdKind::Session);
+        let id = self.svc.new_id(IdKind::Session);
         let named: Vec<Value> = tools.iter().map(|n| json!({ "name": n })).collect();
         let per_key = |list: Value| {
             let mut m = Map::new();
@@ -590,10 +586,10 @@ impl Engine {
             sandbox_tools: per_key(json!([])),
             subagent_tools: per_key(json!([])),
             compaction: None,
-            created_at: self.timestamp(),
+            created_at: self.svc.timestamp(),
             closed_at: None,
         };
-        self.write(StoreWrite::InsertSession(row.clone()));
+        self.svc.write(StoreWrite::InsertSession(row.clone()));
         let session = self.catalog.session_from_row(&row);
         self.admit_session(session);
         let payload = match primary {
@@ -604,11 +600,8 @@ impl Engine {
                 "primary_provider": p,
             }),
         };
-        self.append_event(&id, Some(key_id), EventType::SessionError, payload);
-    }
-
-    pub(crate) fn provider(&self, name: &str) -> Option<&crate::ProviderEntry> {
-        self.config.provider(name)
+        self.svc
+            .append_event(&id, Some(key_id), EventType::SessionError, payload);
     }
 
     /// The create and join answer, `{"session_id", "session_key",
@@ -647,7 +640,7 @@ impl Engine {
         out.push_str(",\"mcp_servers\":");
         json::push_str_array(out, p.row.mcp_servers.iter().map(String::as_str));
         out.push_str(",\"provider\":");
-        match self.provider(&p.row.primary_provider) {
+        match self.svc.provider(&p.row.primary_provider) {
             Some(e) => {
                 out.push_str("{\"provider\":");
                 json::push_str(out, e.kind.as_str());
@@ -658,6 +651,32 @@ impl Engine {
             None => out.push_str("{\"provider\":null,\"model\":null}"),
         }
         out.push('}');
+    }
+}
+
+impl Services {
+    /// Shared by both ports: validates `cursor`/`limit` and reads one page.
+    pub(crate) fn events_page(&mut self, conn: ConnId, req: &Request, session_id: &str) {
+        let cursor = req.query_param("cursor");
+        let limit = req.query_param("limit");
+        let (after, limit) =
+            match proto::wire::parse_page_query(cursor.as_deref(), limit.as_deref()) {
+                Ok(v) => v,
+                Err(detail) => return self.problem(conn, ProblemType::BadRequest, &detail),
+            };
+        self.read(
+            StoreRead::EventsPage {
+                session_id: session_id.to_string(),
+                after_seq: after.unwrap_or(0),
+                limit,
+                max_bytes: self.config.max_page_bytes,
+            },
+            PendingRead::EventsPage { conn },
+        );
+    }
+
+    pub(crate) fn provider(&self, name: &str) -> Option<&crate::ProviderEntry> {
+        self.config.provider(name)
     }
 }
 

@@ -9,6 +9,7 @@ use proto::wire::problem::ProblemType;
 use crate::connections::{Finished, Polled};
 use crate::history_load::HistoryLoader;
 use crate::respond::Reply;
+use crate::services::Services;
 use crate::{ConnId, Engine, Listener, Output, ReadResult};
 
 /// A request waiting for a store read.
@@ -70,44 +71,44 @@ pub enum LoadFor {
 
 impl Engine {
     pub(crate) fn on_accepted(&mut self, conn: ConnId, listener: Listener) {
-        self.conns.accept(conn, listener);
+        self.svc.conns.accept(conn, listener);
         if self.shutting_down {
-            self.close_conn(conn);
+            self.svc.close_conn(conn);
         } else {
-            self.conns.arm_read_deadline(conn, self.now.mono);
+            self.svc.conns.arm_read_deadline(conn, self.svc.now.mono);
         }
     }
 
     pub(crate) fn on_received(&mut self, conn: ConnId, bytes: &[u8]) {
-        if !self.conns.receive(conn, bytes) {
+        if !self.svc.conns.receive(conn, bytes) {
             // A client that keeps pipelining while a request is answered
             // must not grow the buffer without bound.
             tracing::debug!(
                 conn = conn.0,
                 "pipelined input over the buffer cap; closing"
             );
-            return self.close_conn(conn);
+            return self.svc.close_conn(conn);
         }
         self.pump(conn);
     }
 
     pub(crate) fn on_flushed(&mut self, conn: ConnId, bytes: usize) {
-        self.conns.flushed(conn, bytes);
-        self.stream_flushed(conn, bytes);
+        self.svc.conns.flushed(conn, bytes);
+        self.svc.stream_flushed(conn, bytes);
         if self.transfers.has(conn) {
-            let unflushed = self.conns.get(&conn).map_or(0, |c| c.unflushed);
+            let unflushed = self.svc.conns.get(&conn).map_or(0, |c| c.unflushed);
             let outs = self.transfers.flushed(conn, unflushed);
             self.run_transfer(conn, outs);
         }
     }
 
     pub(crate) fn on_closed(&mut self, conn: ConnId) {
-        if self.conns.remove(conn).is_none() {
+        if self.svc.conns.remove(conn).is_none() {
             return;
         }
-        self.streams.end(conn);
+        self.svc.streams.end(conn);
         self.transfers.forget(conn);
-        self.telemetry.http_end(conn);
+        self.svc.telemetry.http_end(conn);
         self.forget_conn_in_turns(conn);
     }
 
@@ -115,15 +116,15 @@ impl Engine {
     /// dry.
     pub(crate) fn pump(&mut self, conn: ConnId) {
         let keep_alive = !self.shutting_down;
-        while let Some(polled) = self.conns.poll(conn, self.now.mono, keep_alive) {
+        while let Some(polled) = self.svc.conns.poll(conn, self.svc.now.mono, keep_alive) {
             match polled {
                 Polled::Waiting => return,
-                Polled::Continue => self.send(conn, proto::http::CONTINUE_100.to_vec()),
+                Polled::Continue => self.svc.send(conn, proto::http::CONTINUE_100.to_vec()),
                 Polled::Request(req, listener) => {
-                    if self.telemetry.enabled() {
+                    if self.svc.telemetry.enabled() {
                         let method = req.method.as_str();
                         let traceparent = req.header("traceparent");
-                        (self.telemetry).http_begin(
+                        (self.svc.telemetry).http_begin(
                             conn,
                             listener,
                             method,
@@ -143,13 +144,89 @@ impl Engine {
                         reason = rejection.reason,
                         "rejected request"
                     );
-                    self.send(conn, proto::http::encode_rejection(&rejection));
-                    return self.close_conn(conn);
+                    self.svc
+                        .send(conn, proto::http::encode_rejection(&rejection));
+                    return self.svc.close_conn(conn);
                 }
             }
         }
     }
 
+    pub(crate) fn on_read_done(&mut self, id: crate::ReadId, result: Result<ReadResult, String>) {
+        let Some(pending) = self.svc.reads.take(id) else {
+            return;
+        };
+        match pending {
+            PendingRead::EventsPage { conn } => match result {
+                Ok(ReadResult::Page(body)) => {
+                    self.svc.respond_owned(conn, 200, "application/json", body)
+                }
+                Ok(_) | Err(_) => {
+                    if let Err(e) = &result {
+                        tracing::error!(error = %e, "event page read failed");
+                    }
+                    self.svc.problem(
+                        conn,
+                        proto::wire::problem::ProblemType::Internal,
+                        "internal error",
+                    );
+                }
+            },
+            PendingRead::ReplayStart { conn } => self.svc.on_replay_start(conn, result),
+            PendingRead::ReplayPage { conn } => self.svc.on_replay_page(conn, result),
+            PendingRead::IdemReplay { conn, message } => {
+                self.svc.on_idem_replay(conn, message, result)
+            }
+            PendingRead::TurnHistory { turn, loader } => {
+                // A turn that ended meanwhile needs no more reads.
+                if !self.running.contains_key(&turn) {
+                    return;
+                }
+                let again = |loader| PendingRead::TurnHistory { turn, loader };
+                if let Some(done) = self.svc.continue_history_load(loader, result, again) {
+                    self.on_turn_history(turn, done);
+                }
+            }
+            PendingRead::Recover { loader } => {
+                let session_id = loader.session_id().to_string();
+                let again = |loader| PendingRead::Recover { loader };
+                if let Some(done) = self.svc.continue_history_load(loader, result, again) {
+                    self.on_recover(&session_id, done);
+                }
+            }
+            PendingRead::RecoverPause {
+                session_id,
+                paused_seq,
+            } => self.on_recover_pause(&session_id, paused_seq, result),
+            PendingRead::Claim { session_id, then } => {
+                self.on_claim_done(&session_id, then, result)
+            }
+            PendingRead::LoadSession {
+                session_id,
+                conn,
+                req,
+                then,
+            } => self.on_session_loaded(&session_id, (conn, *req, then), result),
+            PendingRead::Revoke { conn, key_id } => self.on_revoke_read(conn, &key_id, result),
+            PendingRead::SessionList { conn } => self.svc.on_session_list(conn, result),
+            PendingRead::Transfer { conn } => {
+                let unflushed = self.svc.conns.get(&conn).map_or(0, |c| c.unflushed);
+                let outs = self.transfers.read_done(conn, result, unflushed);
+                self.run_transfer(conn, outs);
+            }
+            PendingRead::Usage { conn, scope_json } => self.svc.on_usage(conn, &scope_json, result),
+            PendingRead::Metrics { conn } => {
+                let rt = match result {
+                    Ok(ReadResult::Runtime(rt)) => rt,
+                    _ => Default::default(),
+                };
+                self.answer_metrics(conn, &rt);
+            }
+        }
+    }
+}
+
+impl Services {
     /// Closes idle connections and answers stalled partial requests 408.
     pub(crate) fn expire_reads(&mut self) {
         for expired in self.conns.expire(self.now.mono) {
@@ -261,7 +338,7 @@ impl Engine {
     }
 
     /// One complete response; `gated`: held until earlier writes commit.
-    fn respond_gated(
+    pub(crate) fn respond_gated(
         &mut self,
         conn: ConnId,
         status: u16,
@@ -323,76 +400,5 @@ impl Engine {
         self.send(conn, head);
         self.send(conn, body);
         self.finish_request(conn);
-    }
-
-    pub(crate) fn on_read_done(&mut self, id: crate::ReadId, result: Result<ReadResult, String>) {
-        let Some(pending) = self.reads.take(id) else {
-            return;
-        };
-        match pending {
-            PendingRead::EventsPage { conn } => match result {
-                Ok(ReadResult::Page(body)) => {
-                    self.respond_owned(conn, 200, "application/json", body)
-                }
-                Ok(_) | Err(_) => {
-                    if let Err(e) = &result {
-                        tracing::error!(error = %e, "event page read failed");
-                    }
-                    self.problem(
-                        conn,
-                        proto::wire::problem::ProblemType::Internal,
-                        "internal error",
-                    );
-                }
-            },
-            PendingRead::ReplayStart { conn } => self.on_replay_start(conn, result),
-            PendingRead::ReplayPage { conn } => self.on_replay_page(conn, result),
-            PendingRead::IdemReplay { conn, message } => self.on_idem_replay(conn, message, result),
-            PendingRead::TurnHistory { turn, loader } => {
-                // A turn that ended meanwhile needs no more reads.
-                if !self.running.contains_key(&turn) {
-                    return;
-                }
-                let again = |loader| PendingRead::TurnHistory { turn, loader };
-                if let Some(done) = self.continue_history_load(loader, result, again) {
-                    self.on_turn_history(turn, done);
-                }
-            }
-            PendingRead::Recover { loader } => {
-                let session_id = loader.session_id().to_string();
-                let again = |loader| PendingRead::Recover { loader };
-                if let Some(done) = self.continue_history_load(loader, result, again) {
-                    self.on_recover(&session_id, done);
-                }
-            }
-            PendingRead::RecoverPause {
-                session_id,
-                paused_seq,
-            } => self.on_recover_pause(&session_id, paused_seq, result),
-            PendingRead::Claim { session_id, then } => {
-                self.on_claim_done(&session_id, then, result)
-            }
-            PendingRead::LoadSession {
-                session_id,
-                conn,
-                req,
-                then,
-            } => self.on_session_loaded(&session_id, (conn, *req, then), result),
-            PendingRead::Revoke { conn, key_id } => self.on_revoke_read(conn, &key_id, result),
-            PendingRead::SessionList { conn } => self.on_session_list(conn, result),
-            PendingRead::Transfer { conn } => {
-                let unflushed = self.conns.get(&conn).map_or(0, |c| c.unflushed);
-                let outs = self.transfers.read_done(conn, result, unflushed);
-                self.run_transfer(conn, outs);
-            }
-            PendingRead::Usage { conn, scope_json } => self.on_usage(conn, &scope_json, result),
-            PendingRead::Metrics { conn } => {
-                let rt = match result {
-                    Ok(ReadResult::Runtime(rt)) => rt,
-                    _ => Default::default(),
-                };
-                self.answer_metrics(conn, &rt);
-            }
-        }
     }
 }

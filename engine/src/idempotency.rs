@@ -20,6 +20,7 @@ use sha2::{Digest, Sha256};
 
 use crate::conn::PendingRead;
 use crate::rpc::StreamKind;
+use crate::services::Services;
 use crate::session_core::{TurnLoop, UserMessage};
 use crate::store::{IdempotencyRow, ReadResult, StoreRead, StoreWrite};
 use crate::{ConnId, Engine};
@@ -185,7 +186,7 @@ impl Engine {
         let id: KeyId = (session_id.to_string(), key_id.to_string(), key.clone());
         let (started, outcome) = match self.idem.entries.get(&id) {
             None => {
-                let created_ms = self.now.unix.0;
+                let created_ms = self.svc.now.unix.0;
                 self.idem.order.push_back((created_ms, id.clone()));
                 let entry = Entry {
                     digest,
@@ -201,7 +202,7 @@ impl Engine {
                 return false;
             }
             Some(e) if e.digest != digest => {
-                self.terminal_error(
+                self.svc.terminal_error(
                     conn,
                     IDEMPOTENCY_KEY_REUSED,
                     "idempotency_key_reused: this key was used with a different message",
@@ -211,14 +212,14 @@ impl Engine {
             Some(e) => (e.started, e.outcome.clone()),
         };
         if let Some(outcome) = outcome {
-            self.replay_outcome(conn, session_id, &outcome);
+            self.svc.replay_outcome(conn, session_id, &outcome);
             return true;
         }
         if self.attach_retry(conn, session_id, key_id, &key) {
             return true;
         }
         if started {
-            self.terminal_error(
+            self.svc.terminal_error(
                 conn,
                 IDEMPOTENT_TURN_INTERRUPTED,
                 "idempotent_turn_interrupted: the server restarted while this key's turn was running; its events are in the session log",
@@ -259,7 +260,7 @@ impl Engine {
         let Some(outcome) = outcome else {
             return false;
         };
-        self.replay_outcome(conn, session_id, &outcome);
+        self.svc.replay_outcome(conn, session_id, &outcome);
         true
     }
 
@@ -274,12 +275,12 @@ impl Engine {
             if let Some(i) = t.idem.as_mut() {
                 i.watchers.push(conn);
             }
-            if let Some(s) = self.stream_mut(conn) {
+            if let Some(s) = self.svc.stream_mut(conn) {
                 s.kind = StreamKind::Turn;
             }
             return true;
         }
-        if self.faults.idem_queued_retry_runs() {
+        if self.svc.faults.idem_queued_retry_runs() {
             return false;
         }
         let waiter =
@@ -288,13 +289,65 @@ impl Engine {
             return false;
         };
         idem.watchers.push(conn);
-        if let Some(s) = self.stream_mut(conn) {
+        if let Some(s) = self.svc.stream_mut(conn) {
             s.kind = StreamKind::Queued;
         }
         true
     }
 
-    fn replay_outcome(&mut self, conn: ConnId, session_id: &str, outcome: &str) {
+    /// The key's request took the gate: durable from the next commit.
+    pub(crate) fn idem_started(&mut self, session_id: &str, key_id: &str, key: &str) {
+        self.put_idem(session_id, key_id, key, |e| e.started = true);
+    }
+
+    /// The key's request answered: `outcome` renders what a retry gets
+    /// (called only for a request that has a key).
+    pub(crate) fn idem_finished(
+        &mut self,
+        session_id: &str,
+        t: &TurnLoop,
+        outcome: impl FnOnce() -> String,
+    ) {
+        let Some(idem) = &t.idem else {
+            return;
+        };
+        let text = outcome();
+        self.put_idem(session_id, &t.key_id, &idem.key, |e| e.outcome = Some(text));
+    }
+
+    fn put_idem(&mut self, session_id: &str, key_id: &str, key: &str, f: impl FnOnce(&mut Entry)) {
+        let id: KeyId = (session_id.to_string(), key_id.to_string(), key.to_string());
+        let Some(e) = self.idem.entries.get_mut(&id) else {
+            return;
+        };
+        f(e);
+        let row = IdempotencyRow {
+            session_id: id.0,
+            client_key_id: id.1,
+            key: id.2,
+            digest: e.digest.clone(),
+            created_ms: e.created_ms,
+            outcome: e.outcome.clone(),
+        };
+        self.svc.write(StoreWrite::PutIdempotency(row));
+    }
+
+    /// Drops keys past the retention, in memory and in the store.
+    pub(crate) fn expire_idempotency(&mut self) {
+        let before_ms = self
+            .svc
+            .now
+            .unix
+            .0
+            .saturating_sub(self.svc.config.idempotency_retention_ms);
+        if self.idem.expire(before_ms) {
+            self.svc.write(StoreWrite::ExpireIdempotency { before_ms });
+        }
+    }
+}
+
+impl Services {
+    pub(crate) fn replay_outcome(&mut self, conn: ConnId, session_id: &str, outcome: &str) {
         let parsed: Value = serde_json::from_str(outcome).unwrap_or(Value::Null);
         if let Some(err) = parsed.get("error") {
             let code = err
@@ -338,55 +391,6 @@ impl Engine {
                 self.terminal_result_parts(conn, &parts);
             }
             _ => self.terminal_error(conn, codes::INTERNAL_ERROR, "Internal error"),
-        }
-    }
-
-    /// The key's request took the gate: durable from the next commit.
-    pub(crate) fn idem_started(&mut self, session_id: &str, key_id: &str, key: &str) {
-        self.put_idem(session_id, key_id, key, |e| e.started = true);
-    }
-
-    /// The key's request answered: `outcome` renders what a retry gets
-    /// (called only for a request that has a key).
-    pub(crate) fn idem_finished(
-        &mut self,
-        session_id: &str,
-        t: &TurnLoop,
-        outcome: impl FnOnce() -> String,
-    ) {
-        let Some(idem) = &t.idem else {
-            return;
-        };
-        let text = outcome();
-        self.put_idem(session_id, &t.key_id, &idem.key, |e| e.outcome = Some(text));
-    }
-
-    fn put_idem(&mut self, session_id: &str, key_id: &str, key: &str, f: impl FnOnce(&mut Entry)) {
-        let id: KeyId = (session_id.to_string(), key_id.to_string(), key.to_string());
-        let Some(e) = self.idem.entries.get_mut(&id) else {
-            return;
-        };
-        f(e);
-        let row = IdempotencyRow {
-            session_id: id.0,
-            client_key_id: id.1,
-            key: id.2,
-            digest: e.digest.clone(),
-            created_ms: e.created_ms,
-            outcome: e.outcome.clone(),
-        };
-        self.write(StoreWrite::PutIdempotency(row));
-    }
-
-    /// Drops keys past the retention, in memory and in the store.
-    pub(crate) fn expire_idempotency(&mut self) {
-        let before_ms = self
-            .now
-            .unix
-            .0
-            .saturating_sub(self.config.idempotency_retention_ms);
-        if self.idem.expire(before_ms) {
-            self.write(StoreWrite::ExpireIdempotency { before_ms });
         }
     }
 }

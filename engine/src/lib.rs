@@ -57,6 +57,7 @@ pub mod residency;
 mod respond;
 mod rpc;
 pub mod sandbox;
+mod services;
 mod session_core;
 mod session_load;
 mod session_mcp;
@@ -75,6 +76,7 @@ use std::collections::{BTreeMap, VecDeque};
 
 use model::Catalog;
 use proto::jsonrpc::codes;
+use services::Services;
 
 /// Provider-facing history rebuilt from the log with plain store reads.
 pub use ids::{CallId, ConnId};
@@ -90,24 +92,14 @@ pub use io::{AuthPlacement, Entropy, Input, Listener, Now, Output, ProviderCall,
 
 /// The protocol engine. See the crate docs for the driving contract.
 pub struct Engine {
-    config: Config,
-    entropy: Box<dyn Entropy>,
-    outputs: VecDeque<Output>,
-    /// Time of the input being handled.
-    now: Now,
+    /// What every part speaks through: configuration, time, ids, the
+    /// connections and their streams, the event log, store reads and
+    /// writes, the output queue, metrics and telemetry.
+    svc: Services,
     catalog: Catalog,
-    // Ordered maps wherever iteration order reaches the outputs: the same
-    // inputs must give the same outputs (the simulator depends on it).
-    conns: connections::Table,
-    /// Event seq assignment and the number of events stored.
-    log: log::EventLog,
-    /// Store reads in flight and what each answer is for.
-    reads: ids::InFlight<ReadId, conn::PendingRead>,
     /// Every session's runtime parts (core, pending create, drivers'
     /// extensions, MCP restore) and the indices over them.
     sessions: sessions::Sessions,
-    /// Connections with an open NDJSON stream, per session (fan-out index).
-    streams: streams::Hub,
     /// The session each running turn (or compaction) belongs to; the turn
     /// itself lives in the session's core.
     running: BTreeMap<turn::TurnId, ids::SessionId>,
@@ -125,17 +117,8 @@ pub struct Engine {
     /// MCP calls in flight, by the session and turn that made them.
     mcp_calls: crate::ids::IdMap<mcp::CallToken, (ids::SessionId, turn::TurnId)>,
     next_mcp_call: mcp::CallToken,
-    /// While set, events are not echoed on these connections' streams (a
-    /// request's own recorded input, spec 01 §7).
-    quiet: Vec<ConnId>,
     /// `sendMessage` idempotency keys (extension `send.idempotent`).
     idem: idempotency::Keys,
-    /// The planted bug (if any), handed to the components that host one.
-    faults: faults::Faults,
-    /// Counters and histograms of `GET /metrics`.
-    metrics: metrics::Metrics,
-    /// Span facts for the driver's exporter (spec 04 §7.1).
-    telemetry: telemetry::Telemetry,
     /// Replica mode: claimed sessions and the seq lane (`None`: alone).
     replicas: Option<replicas::Replicas>,
     /// Which sessions the catalogue holds, and counts of the others.
@@ -204,31 +187,34 @@ impl Engine {
         let limits = config.providers.iter().map(|p| (p.name.as_str(), p.limits));
         let provider_limits = provider_limits::ProviderLimits::new(limits, now.mono);
         let transfers = transfer::Transfers::new(config.max_import_bytes);
-        let mut engine = Engine {
-            sandbox,
-            mcp,
-            mcp_calls: Default::default(),
-            next_mcp_call: mcp::CallToken(1),
+        let svc = Services {
             config,
             entropy,
             outputs: VecDeque::new(),
             now,
-            catalog,
             conns,
             log,
             reads: ids::InFlight::starting_at(ReadId(1)),
-            sessions: sessions::Sessions::new(histories, faults),
             streams: streams::Hub::default(),
+            quiet: Vec::new(),
+            faults,
+            metrics,
+            telemetry,
+        };
+        let mut engine = Engine {
+            svc,
+            sandbox,
+            mcp,
+            mcp_calls: Default::default(),
+            next_mcp_call: mcp::CallToken(1),
+            catalog,
+            sessions: sessions::Sessions::new(histories, faults),
             running: BTreeMap::new(),
             next_turn: turn::TurnId(1),
             calls: calls::Calls::default(),
             provider_limits,
             next_call: CallId(1),
-            quiet: Vec::new(),
             idem: idempotency::Keys::restore(&snapshot.idempotency),
-            faults,
-            metrics,
-            telemetry,
             replicas,
             residency,
             transfers,
@@ -252,7 +238,7 @@ impl Engine {
 
     /// Feeds one thing that happened.
     pub fn handle_input(&mut self, now: Now, input: Input) {
-        self.now = now;
+        self.svc.now = now;
         match input {
             Input::Accepted { conn, listener } => self.on_accepted(conn, listener),
             Input::Received { conn, bytes } => self.on_received(conn, &bytes),
@@ -271,11 +257,11 @@ impl Engine {
 
     /// Fires every timer due at `now`.
     pub fn handle_timeout(&mut self, now: Now) {
-        self.now = now;
+        self.svc.now = now;
         self.fire_gate_deadlines();
         self.drop_idle_histories();
-        self.send_keepalives();
-        self.expire_reads();
+        self.svc.send_keepalives();
+        self.svc.expire_reads();
         self.check_provider_streams();
         self.mcp.handle_timeout(now.mono);
         self.sandbox.handle_timeout(now.mono);
@@ -289,17 +275,17 @@ impl Engine {
     /// handlers only record these, so none of them re-enters another.
     fn settle(&mut self) {
         loop {
-            for conn in self.streams.take_ended_turns() {
+            for conn in self.svc.streams.take_ended_turns() {
                 // The turn runs on without a consumer.
                 self.forget_conn_in_turns(conn);
             }
-            if let Some(conn) = self.conns.take_ready() {
+            if let Some(conn) = self.svc.conns.take_ready() {
                 self.pump(conn);
                 continue;
             }
             self.route_limit_notices();
             self.pump_mcp();
-            if !self.streams.has_ended_turns() && !self.conns.has_ready() {
+            if !self.svc.streams.has_ended_turns() && !self.svc.conns.has_ready() {
                 break;
             }
         }
@@ -308,7 +294,7 @@ impl Engine {
 
     /// Next thing to do, in order. Drain it completely after every input.
     pub fn poll_output(&mut self) -> Option<Output> {
-        self.outputs.pop_front()
+        self.svc.outputs.pop_front()
     }
 
     /// Monotonic deadline of the next timer, if any.
@@ -316,12 +302,12 @@ impl Engine {
         let mcp = self
             .mcp
             .poll_timeout()
-            .filter(|_| !self.faults.mcp_timer_not_armed());
+            .filter(|_| !self.svc.faults.mcp_timer_not_armed());
         [
             self.sessions.next_gate_deadline(),
             self.sessions.next_history_deadline(),
-            self.next_keepalive(),
-            self.conns.next_deadline(),
+            self.svc.next_keepalive(),
+            self.svc.conns.next_deadline(),
             mcp,
             self.sandbox.poll_timeout(),
             self.residency.next_deadline(),
@@ -336,7 +322,7 @@ impl Engine {
     /// Moves the span facts queued since the last call to `out` (empty
     /// unless [`Config::telemetry`]); drain after every input.
     pub fn drain_telemetry(&mut self, out: &mut Vec<telemetry::Fact>) {
-        self.telemetry.drain_into(out);
+        self.svc.telemetry.drain_into(out);
     }
 
     /// The driver's store backlog (writes emitted and not yet committed,
@@ -348,93 +334,7 @@ impl Engine {
 
     /// Number of connections the engine is tracking (for drivers' shutdown).
     pub fn connection_count(&self) -> usize {
-        self.conns.len()
-    }
-
-    fn random_bytes<const N: usize>(&mut self) -> [u8; N] {
-        let mut b = [0u8; N];
-        self.entropy.fill(&mut b);
-        b
-    }
-
-    /// A fresh `<prefix>` + 32-hex id (time-ordered unless configured).
-    fn new_id(&mut self, kind: proto::wire::ids::IdKind) -> String {
-        let random = self.random_bytes::<16>();
-        let bytes = self.config.id_order.bytes(self.now.unix.0, random);
-        proto::wire::ids::make_id(kind, bytes)
-    }
-
-    /// A fresh secret token (192 bits of entropy).
-    fn new_secret(&mut self, kind: proto::wire::ids::SecretKind) -> String {
-        let bytes = self.random_bytes::<24>();
-        proto::wire::ids::make_secret(kind, bytes)
-    }
-
-    /// `created_at` text for the current input.
-    fn timestamp(&self) -> String {
-        proto::wire::time::format_created_at(self.now.unix.0)
-    }
-
-    /// Appends one event to `session_id`'s log and publishes it. (Message
-    /// events come only from session cores, which extend their cached
-    /// history themselves.)
-    pub(crate) fn append_event(
-        &mut self,
-        session_id: &str,
-        client_key_id: Option<&str>,
-        event_type: proto::wire::EventType,
-        payload: serde_json::Value,
-    ) -> log::Appended {
-        let payload = proto::wire::json::text(&payload);
-        self.append_event_text(session_id, client_key_id, event_type, payload)
-    }
-
-    /// [`Engine::append_event`] for a payload already rendered as compact
-    /// JSON text (a large `provider.request` is built as text so that its
-    /// history is never copied as a value tree). The write is emitted
-    /// before the publication, so the driver commits before any stream
-    /// sees the event.
-    pub(crate) fn append_event_text(
-        &mut self,
-        session_id: &str,
-        client_key_id: Option<&str>,
-        event_type: proto::wire::EventType,
-        payload: String,
-    ) -> log::Appended {
-        let id = self.new_id(proto::wire::ids::IdKind::Event);
-        let created_at = self.timestamp();
-        let row = (self.log).row(
-            id,
-            session_id,
-            client_key_id,
-            event_type,
-            payload,
-            created_at,
-        );
-        tracing::trace!(session_id, event_type = event_type.as_str(), payload = %row.payload, "event");
-        let json = respond::escaped(respond::event_json(&row));
-        let appended = log::Appended {
-            seq: row.seq,
-            id: row.id.clone(),
-            json,
-        };
-        if self.faults.deliver_before_commit() {
-            self.publish(session_id, &appended);
-            self.write(StoreWrite::InsertEvent(row));
-            return appended;
-        }
-        self.write(StoreWrite::InsertEvent(row));
-        self.publish(session_id, &appended);
-        appended
-    }
-
-    fn write(&mut self, w: StoreWrite) {
-        self.outputs.push_back(Output::Write(w));
-    }
-
-    fn read(&mut self, read: StoreRead, then: conn::PendingRead) {
-        let id = self.reads.issue(then);
-        self.outputs.push_back(Output::Read { id, read });
+        self.svc.conns.len()
     }
 
     /// Graceful shutdown: no new requests or admissions; subscriptions end
@@ -442,17 +342,18 @@ impl Engine {
     /// waits for them up to `BAE_SHUTDOWN_TIMEOUT`).
     fn on_shutdown(&mut self) {
         self.shutting_down = true;
-        let ids: Vec<ConnId> = self.conns.keys().copied().collect();
+        let ids: Vec<ConnId> = self.svc.conns.keys().copied().collect();
         for id in ids {
-            if let Some(c) = self.conns.get_mut(&id) {
+            if let Some(c) = self.svc.conns.get_mut(&id) {
                 c.keep_alive = false;
             }
-            let kind = self.streams.get(id).map(|s| &s.kind);
+            let kind = self.svc.streams.get(id).map(|s| &s.kind);
             match kind {
-                None if !self.conns.get(&id).is_some_and(|c| c.busy) => self.close_conn(id),
-                Some(rpc::StreamKind::Subscribe(_)) => self.end_stream(id),
+                None if !self.svc.conns.get(&id).is_some_and(|c| c.busy) => self.svc.close_conn(id),
+                Some(rpc::StreamKind::Subscribe(_)) => self.svc.end_stream(id),
                 Some(rpc::StreamKind::Queued) => {
-                    self.terminal_error(id, codes::APPLICATION_ERROR, "server is shutting down")
+                    self.svc
+                        .terminal_error(id, codes::APPLICATION_ERROR, "server is shutting down")
                 }
                 _ => {}
             }
@@ -460,6 +361,6 @@ impl Engine {
         for live in self.sessions.cores_mut() {
             live.gate.drain();
         }
-        self.telemetry.shutdown();
+        self.svc.telemetry.shutdown();
     }
 }

@@ -9,6 +9,7 @@ use proto::http::Request;
 use crate::conn::PendingRead;
 use crate::model::Key;
 use crate::replicas::{self, ClaimFor, Forward, FORWARDED_HEADER};
+use crate::services::Services;
 use crate::store::{CatalogUpdate, Claimed, KeyRole, Lease, ReadResult, SessionState, StoreRead};
 use crate::{ConnId, Engine, Output};
 
@@ -36,7 +37,7 @@ impl Engine {
         {
             return false;
         }
-        self.claim(
+        self.svc.claim(
             session_id,
             ClaimFor::Request {
                 conn,
@@ -53,24 +54,9 @@ impl Engine {
             return;
         };
         r.adopt(session_id);
-        self.write(crate::StoreWrite::LeaseNewSession {
+        self.svc.write(crate::StoreWrite::LeaseNewSession {
             session_id: session_id.to_string(),
         });
-    }
-
-    pub(crate) fn claim(&mut self, session_id: &str, then: ClaimFor) {
-        // Durable registrations follow the session to its new owner, as
-        // they survive a restart; otherwise drivers register again.
-        let drivers_since = match self.config.durable_drivers {
-            true => 0,
-            false => u64::MAX,
-        };
-        let read = StoreRead::ClaimLease {
-            session_id: session_id.to_string(),
-            drivers_since,
-        };
-        let session_id = session_id.to_string();
-        self.read(read, PendingRead::Claim { session_id, then });
     }
 
     pub(crate) fn on_claim_done(
@@ -95,54 +81,18 @@ impl Engine {
         let ClaimFor::Request { conn, req } = then else {
             return;
         };
-        if self.conns.get(&conn).is_none() {
+        if self.svc.conns.get(&conn).is_none() {
             return;
         }
         match lease {
             Ok(Lease::Mine(_)) | Ok(Lease::NoSession) => self.route_client_ready(conn, *req),
-            Ok(Lease::Elsewhere { addr }) => self.forward(conn, &req, session_id, addr),
+            Ok(Lease::Elsewhere { addr }) => self.svc.forward(conn, &req, session_id, addr),
             Err(e) => {
                 tracing::error!(session = session_id, error = %e, "session lease claim failed");
-                self.unavailable(conn, "the session's owner could not be determined; retry");
+                self.svc
+                    .unavailable(conn, "the session's owner could not be determined; retry");
             }
         }
-    }
-
-    /// A `503 replica_unavailable` answer that finishes the request.
-    fn unavailable(&mut self, conn: ConnId, detail: &str) {
-        let close = self.closes_after(conn);
-        self.log_request(conn, 503);
-        self.send(conn, replicas::unavailable(detail, close));
-        self.finish_request(conn);
-    }
-
-    /// Hands `conn` with `req` to the owner at `addr`.
-    fn forward(&mut self, conn: ConnId, req: &Request, session_id: &str, addr: String) {
-        if req.header(FORWARDED_HEADER).is_some() {
-            // The replica that sent it saw us as the owner; the lease moved
-            // since. The client retries through the load balancer.
-            return self.unavailable(conn, "the session is moving between replicas; retry");
-        }
-        tracing::info!(
-            target: "baesrv::client",
-            method = %req.method.as_str(),
-            path = %req.path(),
-            session = session_id,
-            to = %addr,
-            "forwarded to the session's owner"
-        );
-        self.conns.take_current(conn);
-        self.telemetry.http_end(conn);
-        self.conns.remove(conn);
-        self.streams.end(conn);
-        let request = replicas::forward_request(req, &self.config.version);
-        let unreachable = replicas::unavailable("the session's owner is unreachable; retry", true);
-        self.outputs.push_back(Output::Forward(Forward {
-            conn,
-            to: addr,
-            request,
-            unreachable,
-        }));
     }
 
     /// The lease of a session is ours: replace what the catalogue knew of
@@ -158,7 +108,7 @@ impl Engine {
             return;
         }
         r.adopt(id);
-        self.log.skip_past(c.max_seq, |seq| r.align(seq));
+        self.svc.log.skip_past(c.max_seq, |seq| r.align(seq));
         let known = self.catalog.sessions.contains_key(id);
         let session = self.catalog.session_from_row(&c.session);
         if known {
@@ -279,8 +229,62 @@ impl Engine {
             if self.owns_session(&session_id) {
                 self.close_if_orphaned(&session_id, &by);
             } else {
-                self.claim(&session_id, ClaimFor::Cascade { by });
+                self.svc.claim(&session_id, ClaimFor::Cascade { by });
             }
         }
+    }
+}
+
+impl Services {
+    pub(crate) fn claim(&mut self, session_id: &str, then: ClaimFor) {
+        // Durable registrations follow the session to its new owner, as
+        // they survive a restart; otherwise drivers register again.
+        let drivers_since = match self.config.durable_drivers {
+            true => 0,
+            false => u64::MAX,
+        };
+        let read = StoreRead::ClaimLease {
+            session_id: session_id.to_string(),
+            drivers_since,
+        };
+        let session_id = session_id.to_string();
+        self.read(read, PendingRead::Claim { session_id, then });
+    }
+
+    /// A `503 replica_unavailable` answer that finishes the request.
+    pub(crate) fn unavailable(&mut self, conn: ConnId, detail: &str) {
+        let close = self.closes_after(conn);
+        self.log_request(conn, 503);
+        self.send(conn, replicas::unavailable(detail, close));
+        self.finish_request(conn);
+    }
+
+    /// Hands `conn` with `req` to the owner at `addr`.
+    pub(crate) fn forward(&mut self, conn: ConnId, req: &Request, session_id: &str, addr: String) {
+        if req.header(FORWARDED_HEADER).is_some() {
+            // The replica that sent it saw us as the owner; the lease moved
+            // since. The client retries through the load balancer.
+            return self.unavailable(conn, "the session is moving between replicas; retry");
+        }
+        tracing::info!(
+            target: "baesrv::client",
+            method = %req.method.as_str(),
+            path = %req.path(),
+            session = session_id,
+            to = %addr,
+            "forwarded to the session's owner"
+        );
+        self.conns.take_current(conn);
+        self.telemetry.http_end(conn);
+        self.conns.remove(conn);
+        self.streams.end(conn);
+        let request = replicas::forward_request(req, &self.config.version);
+        let unreachable = replicas::unavailable("the session's owner is unreachable; retry", true);
+        self.outputs.push_back(Output::Forward(Forward {
+            conn,
+            to: addr,
+            request,
+            unreachable,
+        }));
     }
 }

@@ -8,6 +8,7 @@ use proto::http::Request;
 use crate::conn::{LoadFor, PendingRead};
 use crate::model::{Key, Session};
 use crate::residency::PINNED_PER_PASS;
+use crate::services::Services;
 use crate::store::{KeyRole, ReadResult, SessionState, StoreRead, StoredSession};
 use crate::{ConnId, Engine};
 
@@ -43,7 +44,7 @@ impl Engine {
         }
         let read = StoreRead::LoadSession {
             session_id: session_id.to_string(),
-            drivers_since: self.drivers_since(),
+            drivers_since: self.svc.drivers_since(),
         };
         let pending = PendingRead::LoadSession {
             session_id: session_id.to_string(),
@@ -52,7 +53,7 @@ impl Engine {
             then,
         };
         self.residency.loading(session_id);
-        self.read(read, pending);
+        self.svc.read(read, pending);
         true
     }
 
@@ -76,14 +77,15 @@ impl Engine {
             other => {
                 let e = other.err().unwrap_or_else(|| "unexpected answer".into());
                 tracing::error!(error = %e, "session load failed");
-                if self.conns.get(&conn).is_some() {
+                if self.svc.conns.get(&conn).is_some() {
                     use proto::wire::problem::ProblemType;
-                    self.problem(conn, ProblemType::Internal, "internal error");
+                    self.svc
+                        .problem(conn, ProblemType::Internal, "internal error");
                 }
                 return;
             }
         }
-        if self.conns.get(&conn).is_none() {
+        if self.svc.conns.get(&conn).is_none() {
             return;
         }
         match then {
@@ -125,21 +127,11 @@ impl Engine {
         self.residency.loaded(state, drivers);
     }
 
-    /// Registrations a loaded session brings back: those made since this
-    /// process started, or all of them with durable drivers.
-    pub(crate) fn drivers_since(&self) -> u64 {
-        if self.config.durable_drivers {
-            0
-        } else {
-            self.log.boot_seq()
-        }
-    }
-
     /// Evicts the least recently used idle sessions beyond the budget.
     /// Pinned sessions go to the back of the queue; a pass that meets only
     /// pinned ones gives up until a session is added or a second passes.
     pub(crate) fn evict_idle_sessions(&mut self) {
-        let now = self.now.mono;
+        let now = self.svc.now.mono;
         let mut excess = self.residency.excess(self.catalog.sessions.len(), now);
         if excess == 0 {
             return;
@@ -184,7 +176,7 @@ impl Engine {
     /// history (a cache: eviction drops it, as the history cache would).
     fn pinned(&self, id: &str) -> bool {
         self.sessions.holds(id)
-            || self.streams.has_session(id)
+            || self.svc.streams.has_session(id)
             || self.mcp.has_session(id)
             || self.sandbox.tracks(id)
             || self.residency.is_loading(id)
@@ -209,17 +201,19 @@ impl Engine {
                 .map(|k| (**k).clone()),
             self.catalog.live_profile(&profile_id).cloned(),
         ) else {
-            return self.problem(conn, ProblemType::Internal, "internal error");
+            return self
+                .svc
+                .problem(conn, ProblemType::Internal, "internal error");
         };
         if let Some(id) = plan.keep_id.as_deref() {
             if self.catalog.sessions.contains_key(id) || self.residency.is_loading(id) {
                 let detail = format!("session {id} exists; import without keep_id to get a new id");
-                return self.problem(conn, ProblemType::SessionExists, &detail);
+                return self.svc.problem(conn, ProblemType::SessionExists, &detail);
             }
         }
         let session_id = match plan.keep_id.take() {
             Some(id) => id,
-            None => self.new_id(IdKind::Session),
+            None => self.svc.new_id(IdKind::Session),
         };
         let mut session = Session {
             id: crate::ids::SessionId::new(&session_id),
@@ -231,7 +225,7 @@ impl Engine {
             sandbox_tools: Default::default(),
             subagent_tools: Default::default(),
             compaction: plan.compaction.clone(),
-            created_at: crate::time::Stamp::At(self.now.unix),
+            created_at: crate::time::Stamp::At(self.svc.now.unix),
             closed_at: plan.closed_at.as_deref().map(crate::time::Stamp::from_text),
             // Its history is in the copied log (read on first use), and its
             // MCP servers are connected below, as at a create.
@@ -244,22 +238,23 @@ impl Engine {
         session.client_tools.set(pool, &key.id, &d.tools);
         session.sandbox_tools.set(pool, &key.id, &d.sandbox_tools);
         session.subagent_tools.set(pool, &key.id, &d.subagent_tools);
-        self.write(crate::StoreWrite::InsertSession(session.to_row()));
+        self.svc
+            .write(crate::StoreWrite::InsertSession(session.to_row()));
         // Before the events: a reader of the writes (the simulator's
         // checker) knows them as copied when it meets them.
-        let lineage = plan.lineage(&session_id, &self.timestamp());
-        self.write(crate::StoreWrite::InsertLineage(lineage));
+        let lineage = plan.lineage(&session_id, &self.svc.timestamp());
+        self.svc.write(crate::StoreWrite::InsertLineage(lineage));
         self.admit_session(session);
         self.lease_new_session(&session_id);
         if plan.state == SessionState::Open {
-            (self.telemetry).session_open(&session_id, &profile_id, &key.id);
+            (self.svc.telemetry).session_open(&session_id, &profile_id, &key.id);
         }
         let session_key = self.mint_session_key(&session_id, &key);
         let ids: Vec<String> = (0..plan.events.len())
-            .map(|_| self.new_id(IdKind::Event))
+            .map(|_| self.svc.new_id(IdKind::Event))
             .collect();
         let mut ids = ids.into_iter();
-        let log = &mut self.log;
+        let log = &mut self.svc.log;
         let rows = plan.rows(
             &session_id,
             || ids.next().unwrap_or_default(),
@@ -267,7 +262,7 @@ impl Engine {
         );
         let events = rows.len();
         for row in rows {
-            self.write(crate::StoreWrite::InsertEvent(row));
+            self.svc.write(crate::StoreWrite::InsertEvent(row));
         }
         // The client port answers as a create does, with the profile.
         let open = matches!(plan.answer, Answer::Fork { admin: false, .. })
@@ -276,8 +271,20 @@ impl Engine {
         let body = body.into_bytes();
         if plan.state != SessionState::Open {
             // An ended session (an import of one) takes no turn.
-            return self.respond_json(conn, 201, &body);
+            return self.svc.respond_json(conn, 201, &body);
         }
         self.connect_mcp_then_respond(conn, &session_id, &profile.row.mcp_servers, body);
+    }
+}
+
+impl Services {
+    /// Registrations a loaded session brings back: those made since this
+    /// process started, or all of them with durable drivers.
+    pub(crate) fn drivers_since(&self) -> u64 {
+        if self.config.durable_drivers {
+            0
+        } else {
+            self.log.boot_seq()
+        }
     }
 }

@@ -25,11 +25,11 @@ impl Engine {
                 continue;
             }
             if let Some(cmd) = self.mcp.poll_command() {
-                self.outputs.push_back(Output::Mcp(cmd));
+                self.svc.outputs.push_back(Output::Mcp(cmd));
                 continue;
             }
             match self.sandbox.poll_command() {
-                Some(cmd) => self.outputs.push_back(Output::Sandbox(cmd)),
+                Some(cmd) => self.svc.outputs.push_back(Output::Sandbox(cmd)),
                 None => return,
             }
         }
@@ -47,7 +47,7 @@ impl Engine {
     ) {
         let mut servers: Vec<McpServerSpec> = Vec::with_capacity(names.len());
         for name in names {
-            match self.config.mcp_servers.iter().find(|s| &s.name == name) {
+            match self.svc.config.mcp_servers.iter().find(|s| &s.name == name) {
                 Some(spec) => servers.push(spec.clone()),
                 None => tracing::error!(
                     server = %name,
@@ -57,18 +57,18 @@ impl Engine {
             }
         }
         if servers.is_empty() {
-            return self.respond_json(conn, 201, &body);
+            return self.svc.respond_json(conn, 201, &body);
         }
         let id = self.catalog.session_id(session_id);
         self.sessions.park_create(id, PendingCreate { conn, body });
-        let now = self.now.mono;
+        let now = self.svc.now.mono;
         self.mcp.connect_session(session_id, servers, now);
     }
 
     fn release_create(&mut self, session_id: &str) {
         if let Some(PendingCreate { conn, body }) = self.sessions.take_create(session_id) {
-            if self.conns.contains_key(&conn) {
-                self.respond_json(conn, 201, &body);
+            if self.svc.conns.contains_key(&conn) {
+                self.svc.respond_json(conn, 201, &body);
             }
         }
         if let Some(turn_id) = self.sessions.take_mcp_wait(session_id) {
@@ -102,7 +102,7 @@ impl Engine {
             .unwrap_or_default();
         let servers: Vec<McpServerSpec> = names
             .iter()
-            .filter_map(|n| self.config.mcp_servers.iter().find(|s| &s.name == n))
+            .filter_map(|n| self.svc.config.mcp_servers.iter().find(|s| &s.name == n))
             .filter(|s| s.reconnect)
             .cloned()
             .collect();
@@ -110,7 +110,7 @@ impl Engine {
             return false;
         }
         self.sessions.await_mcp(session_id.clone(), turn_id);
-        let now = self.now.mono;
+        let now = self.svc.now.mono;
         self.mcp.connect_session(&session_id, servers, now);
         true
     }

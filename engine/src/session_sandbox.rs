@@ -9,6 +9,7 @@ use serde_json::{json, Value};
 use crate::sandbox::{
     CancelOutcome, ExecOutput, Handle, Requester, SandboxNotice, StartRefused, StopReason,
 };
+use crate::services::Services;
 use crate::{ConnId, Engine};
 use proto::jsonrpc::codes;
 use proto::wire::EventType;
@@ -37,7 +38,8 @@ impl Engine {
             .collect();
         items.sort_by(|a, b| a.0.cmp(&b.0));
         let items: Vec<Value> = items.into_iter().map(|(_, v)| v).collect();
-        self.respond_value(conn, 200, &json!({ "items": items }));
+        self.svc
+            .respond_value(conn, 200, &json!({ "items": items }));
     }
 
     /// Routes one hub notice (called from the subsystem pump).
@@ -55,7 +57,9 @@ impl Engine {
                 handle,
                 reason,
                 result,
-            } => self.sandbox_stopped(&session_id, requester, &handle, reason, result),
+            } => self
+                .svc
+                .sandbox_stopped(&session_id, requester, &handle, reason, result),
             SandboxNotice::Executed {
                 session_id,
                 requester,
@@ -71,9 +75,10 @@ impl Engine {
                 Requester::Teardown { .. } => {}
             },
             SandboxNotice::SubagentEnded { session_id, status } => {
-                self.subagent_span_end(&status);
+                self.svc.subagent_span_end(&status);
                 if let Some((kind, payload)) = status.terminal_event() {
-                    self.append_event(&session_id, Some(&status.key_id), kind, payload);
+                    self.svc
+                        .append_event(&session_id, Some(&status.key_id), kind, payload);
                 }
             }
             SandboxNotice::Provisioned {
@@ -86,22 +91,6 @@ impl Engine {
                     tracing::warn!(profile = %profile_id, %image, error = %e, "sandbox image provisioning failed")
                 }
             },
-        }
-    }
-
-    fn rpc_alive(&self, requester: &Requester) -> Option<(ConnId, String)> {
-        match requester {
-            Requester::Rpc { conn, key_id } if self.conns.contains_key(conn) => {
-                Some((*conn, key_id.clone()))
-            }
-            _ => None,
-        }
-    }
-
-    fn requester_key(requester: &Requester) -> Option<&str> {
-        match requester {
-            Requester::Rpc { key_id, .. } | Requester::Teardown { key_id } => Some(key_id),
-            Requester::Turn { .. } => None,
         }
     }
 
@@ -118,7 +107,7 @@ impl Engine {
         }
         let image = match params {
             Ok(p) => p.image,
-            Err(msg) => return self.terminal_error(conn, codes::INVALID_PARAMS, &msg),
+            Err(msg) => return self.svc.terminal_error(conn, codes::INVALID_PARAMS, &msg),
         };
         let profile_id = self
             .catalog
@@ -126,7 +115,7 @@ impl Engine {
             .get(session_id)
             .map(|s| s.profile_id.clone());
         let Some(profile) = profile_id.and_then(|p| self.catalog.live_profile(&p)) else {
-            return self.terminal_error(
+            return self.svc.terminal_error(
                 conn,
                 codes::APPLICATION_ERROR,
                 "profile_unavailable: the profile bound to this session is no longer available",
@@ -134,7 +123,7 @@ impl Engine {
         };
         if !profile.row.available_sandboxes.contains(&image) {
             let e = RpcError::sandbox_image_not_allowed(&image);
-            return self.terminal_error(conn, e.code, &e.message);
+            return self.svc.terminal_error(conn, e.code, &e.message);
         }
         let requester = Requester::Rpc {
             conn,
@@ -142,14 +131,14 @@ impl Engine {
         };
         if let Err(StartRefused::AlreadyRunning) = self.sandbox.start(session_id, &image, requester)
         {
-            return self.terminal_error(
+            return self.svc.terminal_error(
                 conn,
                 codes::APPLICATION_ERROR,
                 "a remote sandbox is already running for this session; call session.stopRemoteSandbox first",
             );
         }
         let start = json!({"image": image, "dispatch": "remote"});
-        self.append_event(
+        self.svc.append_event(
             session_id,
             Some(key_id),
             EventType::SessionSandboxStart,
@@ -164,25 +153,25 @@ impl Engine {
         image: &str,
         result: Result<Handle, String>,
     ) {
-        let key = Self::requester_key(&requester).map(str::to_string);
+        let key = Services::requester_key(&requester).map(str::to_string);
         match result {
             Ok(handle) => {
                 let payload = json!({
                     "image": image, "sandbox_id": handle.container, "dispatch": "remote", "unsandboxed": false,
                 });
-                self.append_event(
+                self.svc.append_event(
                     session_id,
                     key.as_deref(),
                     EventType::SessionSandboxRunning,
                     payload,
                 );
                 // The running event's `created_at` (same input, same stamp).
-                let started_at = self.timestamp();
-                if let Some((conn, _)) = self.rpc_alive(&requester) {
+                let started_at = self.svc.timestamp();
+                if let Some((conn, _)) = self.svc.rpc_alive(&requester) {
                     let body = json!({
                         "sandbox_id": handle.container, "image": image, "started_at": started_at,
                     });
-                    self.terminal_result(conn, &json::text(&body));
+                    self.svc.terminal_result(conn, &json::text(&body));
                 }
             }
             Err(detail) => {
@@ -192,16 +181,16 @@ impl Engine {
                 // A start still running when the session closed ends
                 // silently: nothing is appended after the close's teardown.
                 if !self.is_closed(session_id) {
-                    self.append_event(
+                    self.svc.append_event(
                         session_id,
                         key.as_deref(),
                         EventType::SessionSandboxError,
                         payload,
                     );
                 }
-                if let Some((conn, _)) = self.rpc_alive(&requester) {
+                if let Some((conn, _)) = self.svc.rpc_alive(&requester) {
                     let e = RpcError::sandbox_start_failed(&detail);
-                    self.terminal_error(conn, e.code, &e.message);
+                    self.svc.terminal_error(conn, e.code, &e.message);
                 }
             }
         }
@@ -220,15 +209,194 @@ impl Engine {
             .sandbox
             .stop(session_id, requester, StopReason::Explicit)
         {
-            Some(handle) => self.log_stop(session_id, key_id, &handle, StopReason::Explicit),
+            Some(handle) => self
+                .svc
+                .log_stop(session_id, key_id, &handle, StopReason::Explicit),
             None => {
                 let e = RpcError::sandbox_not_running();
-                self.terminal_error(conn, e.code, &e.message);
+                self.svc.terminal_error(conn, e.code, &e.message);
             }
         }
     }
 
-    fn log_stop(&mut self, session_id: &str, key_id: &str, handle: &Handle, reason: StopReason) {
+    /// The session was closed (its teardown already ran).
+    fn is_closed(&self, session_id: &str) -> bool {
+        !matches!(
+            self.catalog.sessions.get(session_id),
+            Some(s) if s.state != crate::store::SessionState::Closed
+        )
+    }
+
+    /// `session.execRemoteSandbox` (spec 06 §5.6): no event on success.
+    pub(crate) fn exec_remote_sandbox(
+        &mut self,
+        conn: ConnId,
+        session_id: &str,
+        key_id: &str,
+        params: Parsed<ExecRemoteSandboxParams>,
+    ) {
+        if !self.require_driver(conn, session_id, key_id, "session.execRemoteSandbox") {
+            return;
+        }
+        let command = match params {
+            Ok(p) => p.command,
+            Err(msg) => return self.svc.terminal_error(conn, codes::INVALID_PARAMS, &msg),
+        };
+        let requester = Requester::Rpc {
+            conn,
+            key_id: key_id.to_string(),
+        };
+        let now = self.svc.now.mono;
+        if self
+            .sandbox
+            .exec(session_id, &command, requester, now)
+            .is_none()
+        {
+            let e = RpcError::sandbox_not_running();
+            self.svc.terminal_error(conn, e.code, &e.message);
+        }
+    }
+
+    fn manual_exec_done(
+        &mut self,
+        conn: ConnId,
+        key_id: &str,
+        session_id: &str,
+        handle: &Handle,
+        result: Result<ExecOutput, String>,
+    ) {
+        match result {
+            Ok(out) => {
+                if self.svc.conns.contains_key(&conn) {
+                    let (stdout, stderr) = crate::session_core::marked_streams(
+                        &out,
+                        self.svc.config.sandbox_max_output,
+                    );
+                    let body =
+                        json!({"stdout": stdout, "stderr": stderr, "exit_code": out.exit_code});
+                    self.svc.terminal_result(conn, &json::text(&body));
+                }
+            }
+            Err(detail) => {
+                if !self.is_closed(session_id) {
+                    self.svc
+                        .log_sandbox_error(session_id, Some(key_id), handle, "exec", &detail);
+                }
+                if self.svc.conns.contains_key(&conn) {
+                    self.svc.terminal_error(
+                        conn,
+                        codes::APPLICATION_ERROR,
+                        &format!("sandbox exec failed: {detail}"),
+                    );
+                }
+            }
+        }
+    }
+
+    /// `session.cancelSubagent` (spec 06 §6.5).
+    pub(crate) fn cancel_subagent(
+        &mut self,
+        conn: ConnId,
+        session_id: &str,
+        key_id: &str,
+        params: Parsed<proto::jsonrpc::CancelSubagentParams>,
+    ) {
+        if !self.require_driver(conn, session_id, key_id, "session.cancelSubagent") {
+            return;
+        }
+        let id = match params {
+            Ok(p) => p.subagent_id,
+            Err(msg) => return self.svc.terminal_error(conn, codes::INVALID_PARAMS, &msg),
+        };
+        match self.sandbox.cancel(session_id, &id) {
+            CancelOutcome::NotFound => {
+                let e = RpcError::subagent_not_found(&id);
+                self.svc.terminal_error(conn, e.code, &e.message);
+            }
+            CancelOutcome::Cancelled(status) => {
+                self.svc.subagent_span_end(&status);
+                if let Some((kind, payload)) = status.terminal_event() {
+                    self.svc
+                        .append_event(session_id, Some(key_id), kind, payload);
+                }
+                let body = json!({"cancelled": true, "subagent_id": id, "was_running": true});
+                self.svc.terminal_result(conn, &json::text(&body));
+            }
+            CancelOutcome::AlreadyTerminal => {
+                let body = json!({"cancelled": true, "subagent_id": id, "was_running": false});
+                self.svc.terminal_result(conn, &json::text(&body));
+            }
+        }
+    }
+
+    /// Session close (spec 01 §4.3 step 2): running remote subagents are
+    /// cancelled, then the sandbox stops; all attributed to the creator.
+    pub(crate) fn teardown_sandbox(&mut self, session_id: &str) {
+        let Some(creator) = self
+            .catalog
+            .sessions
+            .get(session_id)
+            .map(|s| s.creator.clone())
+        else {
+            return;
+        };
+        let (cancelled, handle) = self.sandbox.close_session(session_id, &creator);
+        for status in cancelled {
+            self.svc.subagent_span_end(&status);
+            if let Some((kind, payload)) = status.terminal_event() {
+                self.svc
+                    .append_event(session_id, Some(&creator), kind, payload);
+            }
+        }
+        if let Some(handle) = handle {
+            self.svc
+                .log_stop(session_id, &creator, &handle, StopReason::SessionClose);
+        }
+    }
+
+    /// `session.sandbox.available` images with their provisioning status.
+    pub(crate) fn sandbox_images_json(&self, profile_id: &str, images: &[String]) -> Vec<Value> {
+        images
+            .iter()
+            .map(|i| self.sandbox.image_json(profile_id, i))
+            .collect()
+    }
+
+    /// A profile was created or replaced: (re)provision its images.
+    pub(crate) fn provision_profile(&mut self, profile_id: &str) {
+        let images = self
+            .catalog
+            .live_profile(profile_id)
+            .map(|p| p.row.available_sandboxes.clone())
+            .unwrap_or_default();
+        self.sandbox.provision(profile_id, &images);
+    }
+}
+
+impl Services {
+    pub(crate) fn rpc_alive(&self, requester: &Requester) -> Option<(ConnId, String)> {
+        match requester {
+            Requester::Rpc { conn, key_id } if self.conns.contains_key(conn) => {
+                Some((*conn, key_id.clone()))
+            }
+            _ => None,
+        }
+    }
+
+    pub(crate) fn requester_key(requester: &Requester) -> Option<&str> {
+        match requester {
+            Requester::Rpc { key_id, .. } | Requester::Teardown { key_id } => Some(key_id),
+            Requester::Turn { .. } => None,
+        }
+    }
+
+    pub(crate) fn log_stop(
+        &mut self,
+        session_id: &str,
+        key_id: &str,
+        handle: &Handle,
+        reason: StopReason,
+    ) {
         let payload = json!({
             "image": handle.image, "sandbox_id": handle.container, "reason": reason.as_str(), "dispatch": "remote",
         });
@@ -240,7 +408,7 @@ impl Engine {
         );
     }
 
-    fn sandbox_stopped(
+    pub(crate) fn sandbox_stopped(
         &mut self,
         session_id: &str,
         requester: Requester,
@@ -248,7 +416,7 @@ impl Engine {
         reason: StopReason,
         result: Result<(), String>,
     ) {
-        let key = Self::requester_key(&requester).map(str::to_string);
+        let key = Services::requester_key(&requester).map(str::to_string);
         match result {
             Ok(()) => {
                 let payload = json!({
@@ -279,14 +447,6 @@ impl Engine {
         }
     }
 
-    /// The session was closed (its teardown already ran).
-    fn is_closed(&self, session_id: &str) -> bool {
-        !matches!(
-            self.catalog.sessions.get(session_id),
-            Some(s) if s.state != crate::store::SessionState::Closed
-        )
-    }
-
     pub(crate) fn log_sandbox_error(
         &mut self,
         session_id: &str,
@@ -301,150 +461,11 @@ impl Engine {
         });
         self.append_event(session_id, key_id, EventType::SessionSandboxError, payload);
     }
-
-    /// `session.execRemoteSandbox` (spec 06 §5.6): no event on success.
-    pub(crate) fn exec_remote_sandbox(
-        &mut self,
-        conn: ConnId,
-        session_id: &str,
-        key_id: &str,
-        params: Parsed<ExecRemoteSandboxParams>,
-    ) {
-        if !self.require_driver(conn, session_id, key_id, "session.execRemoteSandbox") {
-            return;
-        }
-        let command = match params {
-            Ok(p) => p.command,
-            Err(msg) => return self.terminal_error(conn, codes::INVALID_PARAMS, &msg),
-        };
-        let requester = Requester::Rpc {
-            conn,
-            key_id: key_id.to_string(),
-        };
-        let now = self.now.mono;
-        if self
-            .sandbox
-            .exec(session_id, &command, requester, now)
-            .is_none()
-        {
-            let e = RpcError::sandbox_not_running();
-            self.terminal_error(conn, e.code, &e.message);
-        }
-    }
-
-    fn manual_exec_done(
-        &mut self,
-        conn: ConnId,
-        key_id: &str,
-        session_id: &str,
-        handle: &Handle,
-        result: Result<ExecOutput, String>,
-    ) {
-        match result {
-            Ok(out) => {
-                if self.conns.contains_key(&conn) {
-                    let (stdout, stderr) =
-                        crate::session_core::marked_streams(&out, self.config.sandbox_max_output);
-                    let body =
-                        json!({"stdout": stdout, "stderr": stderr, "exit_code": out.exit_code});
-                    self.terminal_result(conn, &json::text(&body));
-                }
-            }
-            Err(detail) => {
-                if !self.is_closed(session_id) {
-                    self.log_sandbox_error(session_id, Some(key_id), handle, "exec", &detail);
-                }
-                if self.conns.contains_key(&conn) {
-                    self.terminal_error(
-                        conn,
-                        codes::APPLICATION_ERROR,
-                        &format!("sandbox exec failed: {detail}"),
-                    );
-                }
-            }
-        }
-    }
-
-    /// `session.cancelSubagent` (spec 06 §6.5).
-    pub(crate) fn cancel_subagent(
-        &mut self,
-        conn: ConnId,
-        session_id: &str,
-        key_id: &str,
-        params: Parsed<proto::jsonrpc::CancelSubagentParams>,
-    ) {
-        if !self.require_driver(conn, session_id, key_id, "session.cancelSubagent") {
-            return;
-        }
-        let id = match params {
-            Ok(p) => p.subagent_id,
-            Err(msg) => return self.terminal_error(conn, codes::INVALID_PARAMS, &msg),
-        };
-        match self.sandbox.cancel(session_id, &id) {
-            CancelOutcome::NotFound => {
-                let e = RpcError::subagent_not_found(&id);
-                self.terminal_error(conn, e.code, &e.message);
-            }
-            CancelOutcome::Cancelled(status) => {
-                self.subagent_span_end(&status);
-                if let Some((kind, payload)) = status.terminal_event() {
-                    self.append_event(session_id, Some(key_id), kind, payload);
-                }
-                let body = json!({"cancelled": true, "subagent_id": id, "was_running": true});
-                self.terminal_result(conn, &json::text(&body));
-            }
-            CancelOutcome::AlreadyTerminal => {
-                let body = json!({"cancelled": true, "subagent_id": id, "was_running": false});
-                self.terminal_result(conn, &json::text(&body));
-            }
-        }
-    }
-
-    /// Session close (spec 01 §4.3 step 2): running remote subagents are
-    /// cancelled, then the sandbox stops; all attributed to the creator.
-    pub(crate) fn teardown_sandbox(&mut self, session_id: &str) {
-        let Some(creator) = self
-            .catalog
-            .sessions
-            .get(session_id)
-            .map(|s| s.creator.clone())
-        else {
-            return;
-        };
-        let (cancelled, handle) = self.sandbox.close_session(session_id, &creator);
-        for status in cancelled {
-            self.subagent_span_end(&status);
-            if let Some((kind, payload)) = status.terminal_event() {
-                self.append_event(session_id, Some(&creator), kind, payload);
-            }
-        }
-        if let Some(handle) = handle {
-            self.log_stop(session_id, &creator, &handle, StopReason::SessionClose);
-        }
-    }
-
-    /// `session.sandbox.available` images with their provisioning status.
-    pub(crate) fn sandbox_images_json(&self, profile_id: &str, images: &[String]) -> Vec<Value> {
-        images
-            .iter()
-            .map(|i| self.sandbox.image_json(profile_id, i))
-            .collect()
-    }
-
-    /// A profile was created or replaced: (re)provision its images.
-    pub(crate) fn provision_profile(&mut self, profile_id: &str) {
-        let images = self
-            .catalog
-            .live_profile(profile_id)
-            .map(|p| p.row.available_sandboxes.clone())
-            .unwrap_or_default();
-        self.sandbox.provision(profile_id, &images);
-    }
 }
 
-impl Engine {
+impl Services {
     /// Ends a subagent's `bae.subagent` span at its terminal state.
-    fn subagent_span_end(&mut self, status: &crate::sandbox::SubagentStatus) {
+    pub(crate) fn subagent_span_end(&mut self, status: &crate::sandbox::SubagentStatus) {
         use crate::sandbox::SubagentState as S;
         use crate::telemetry::SubagentEnd;
         let end = match status.state {

@@ -21,6 +21,7 @@ use proto::jsonrpc::codes;
 /// Rows per replay read (spec 01 §6.3).
 const REPLAY_PAGE: usize = 200;
 
+use crate::services::Services;
 use crate::streams::{FlowLimits, Live};
 pub use crate::streams::{Phase, Subscription};
 
@@ -29,6 +30,23 @@ pub use crate::streams::{Phase, Subscription};
 const SHARE_VIEW_FROM: usize = 4096;
 
 impl Engine {
+    /// Session closed: every stream of it ends cleanly. A gapless
+    /// subscription still behind (stalled or reading the store) would lose
+    /// the events up to the close, which it was promised: it reads on to
+    /// the end of the log first (found by sim seed 135).
+    pub(crate) fn end_live_session(&mut self, session_id: &str) {
+        for conn in self.svc.subscriptions(session_id) {
+            let gapless = self.svc.stream_has(conn, Extension::SubscribeGapless);
+            match self.svc.sub_mut(conn) {
+                Some(sub) if gapless && sub.phase != Phase::Live => sub.ends_at_close = true,
+                _ => self.svc.end_stream(conn),
+            }
+        }
+        self.drop_live(session_id);
+    }
+}
+
+impl Services {
     pub(crate) fn subscribe(
         &mut self,
         conn: ConnId,
@@ -67,7 +85,7 @@ impl Engine {
         }
     }
 
-    fn sub_mut(&mut self, conn: ConnId) -> Option<&mut Subscription> {
+    pub(crate) fn sub_mut(&mut self, conn: ConnId) -> Option<&mut Subscription> {
         match self.stream_mut(conn).map(|s| &mut s.kind) {
             Some(StreamKind::Subscribe(sub)) => Some(sub),
             _ => None,
@@ -76,7 +94,7 @@ impl Engine {
 
     /// First switch to live delivery: the `subscribe.replay_complete`
     /// marker between replayed and live events, once per stream.
-    fn caught_up(&mut self, conn: ConnId) {
+    pub(crate) fn caught_up(&mut self, conn: ConnId) {
         let Some(sub) = self.sub_mut(conn) else {
             return;
         };
@@ -107,7 +125,7 @@ impl Engine {
 
     /// Reads the next page after the last delivered seq. Everything
     /// published before this read is visible to it, so the buffer restarts.
-    fn read_page(&mut self, conn: ConnId) {
+    pub(crate) fn read_page(&mut self, conn: ConnId) {
         let Some(s) = self.stream_mut(conn) else {
             return;
         };
@@ -131,7 +149,7 @@ impl Engine {
     }
 
     /// Whether a gapless stream is over its window.
-    fn over_window(&self, conn: ConnId) -> bool {
+    pub(crate) fn over_window(&self, conn: ConnId) -> bool {
         (self.streams.get(conn)).is_some_and(|s| s.over_window(self.config.subscriber_window_bytes))
     }
 
@@ -202,7 +220,7 @@ impl Engine {
         }
     }
 
-    fn replay_failed(&mut self, conn: ConnId) {
+    pub(crate) fn replay_failed(&mut self, conn: ConnId) {
         let frame = jsonrpc::error_frame(
             Some(&Value::Null),
             codes::APPLICATION_ERROR,
@@ -220,7 +238,7 @@ impl Engine {
         }
     }
 
-    fn subscriptions(&self, session_id: &str) -> Vec<ConnId> {
+    pub(crate) fn subscriptions(&self, session_id: &str) -> Vec<ConnId> {
         self.session_streams(session_id)
             .into_iter()
             .filter(|c| {
@@ -230,21 +248,6 @@ impl Engine {
                 )
             })
             .collect()
-    }
-
-    /// Session closed: every stream of it ends cleanly. A gapless
-    /// subscription still behind (stalled or reading the store) would lose
-    /// the events up to the close, which it was promised: it reads on to
-    /// the end of the log first (found by sim seed 135).
-    pub(crate) fn end_live_session(&mut self, session_id: &str) {
-        for conn in self.subscriptions(session_id) {
-            let gapless = self.stream_has(conn, Extension::SubscribeGapless);
-            match self.sub_mut(conn) {
-                Some(sub) if gapless && sub.phase != Phase::Live => sub.ends_at_close = true,
-                _ => self.end_stream(conn),
-            }
-        }
-        self.drop_live(session_id);
     }
 
     /// Fans a committed event out to the session's live streams.
@@ -276,12 +279,12 @@ impl Engine {
 
     /// Writes one live event unless already delivered (see
     /// [`crate::streams::Hub::deliver`]).
-    fn deliver(&mut self, conn: ConnId, ev: &Appended) {
+    pub(crate) fn deliver(&mut self, conn: ConnId, ev: &Appended) {
         let live = self.streams.deliver(conn, ev, self.flow_limits());
         self.act_live(conn, ev, live);
     }
 
-    fn act_live(&mut self, conn: ConnId, ev: &Appended, live: Live) {
+    pub(crate) fn act_live(&mut self, conn: ConnId, ev: &Appended, live: Live) {
         match live {
             Live::Skip => {}
             Live::Frame => self.event_frame(conn, ev),
@@ -293,7 +296,7 @@ impl Engine {
     /// history) leaves as three sends, its shared rendering between the
     /// frame's head and tail, not copied into a frame of its own: a long
     /// session's turns would copy their history once more for each.
-    fn event_frame(&mut self, conn: ConnId, ev: &Appended) {
+    pub(crate) fn event_frame(&mut self, conn: ConnId, ev: &Appended) {
         use proto::jsonrpc::{EVENT_FRAME_HEAD, EVENT_FRAME_TAIL};
         if ev.json.len() < SHARE_VIEW_FROM {
             return self.encoded_frame(conn, crate::store::encode_event_frame(&ev.json));
@@ -313,14 +316,14 @@ impl Engine {
         self.send(conn, tail);
     }
 
-    fn flow_limits(&self) -> FlowLimits {
+    pub(crate) fn flow_limits(&self) -> FlowLimits {
         FlowLimits {
             lag_limit: self.config.subscriber_lag_limit,
             window_bytes: self.config.subscriber_window_bytes,
         }
     }
 
-    fn lagged(&mut self, conn: ConnId) {
+    pub(crate) fn lagged(&mut self, conn: ConnId) {
         self.frame(conn, jsonrpc::LAGGED_FRAME);
         self.end_stream(conn);
     }

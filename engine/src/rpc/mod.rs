@@ -14,6 +14,7 @@ use serde_json::{json, Value};
 mod front;
 
 use crate::conn::PendingRead;
+use crate::services::Services;
 use crate::session_core::{Op, SteerRefusal};
 use crate::{ConnId, Engine};
 use proto::jsonrpc::codes;
@@ -27,29 +28,29 @@ impl Engine {
             return;
         };
         // From here on the answer is always 200 NDJSON (C-050).
-        let close = self.closes_after(conn);
-        self.log_request(conn, 200);
-        self.send(
+        let close = self.svc.closes_after(conn);
+        self.svc.log_request(conn, 200);
+        self.svc.send(
             conn,
             proto::http::encode_stream_head(200, "application/x-ndjson", close),
         );
-        self.open_stream(conn, session_id, None);
+        self.svc.open_stream(conn, session_id, None);
         let call = match jsonrpc::decode_call(&req.body) {
             Ok(call) => call,
             Err(e) => {
                 if let Some(frame) = e.frame() {
-                    self.frame(conn, &frame);
+                    self.svc.frame(conn, &frame);
                 }
-                return self.end_stream(conn);
+                return self.svc.end_stream(conn);
             }
         };
-        if let Some(s) = self.stream_mut(conn) {
+        if let Some(s) = self.svc.stream_mut(conn) {
             s.id = call.id.clone();
         }
         // The acting client key is the one the session key was minted for.
         let acting = key.client_id.clone().unwrap_or(key.id);
         let ext = self.driver_extensions(session_id, &acting);
-        if let Some(s) = self.stream_mut(conn) {
+        if let Some(s) = self.svc.stream_mut(conn) {
             s.ext = ext;
         }
         self.dispatch_rpc(conn, session_id, &acting, call);
@@ -60,13 +61,15 @@ impl Engine {
         // Extension methods answer as unknown to a client that did not opt
         // in (the reference wire).
         let opted = match call.method {
-            jsonrpc::Method::CancelTurn => self.stream_has(conn, Extension::TurnCancel),
-            jsonrpc::Method::SteerTurn => self.stream_has(conn, Extension::TurnSteer),
+            jsonrpc::Method::CancelTurn => self.svc.stream_has(conn, Extension::TurnCancel),
+            jsonrpc::Method::SteerTurn => self.svc.stream_has(conn, Extension::TurnSteer),
             _ => true,
         };
         if !opted {
             let msg = format!("Method not found: {}", call.method);
-            return self.terminal_error(conn, jsonrpc::codes::METHOD_NOT_FOUND, &msg);
+            return self
+                .svc
+                .terminal_error(conn, jsonrpc::codes::METHOD_NOT_FOUND, &msg);
         }
         // Typed params; each handler answers a parse error only after its
         // own checks (spec 01 §6).
@@ -83,7 +86,7 @@ impl Engine {
                             .map_err(front::steer_rejected)
                     });
                     if let Err(e) = steered {
-                        self.terminal_error(conn, e.code, &e.message);
+                        self.svc.terminal_error(conn, e.code, &e.message);
                     }
                 }
             }
@@ -92,7 +95,7 @@ impl Engine {
                 if self.require_open_driver(conn, session_id, key_id, "session.compact") {
                     match front::compact_prompt(p) {
                         Ok(prompt) => self.arrive(conn, session_id, key_id, Op::Compact(prompt)),
-                        Err(e) => self.terminal_error(conn, e.code, &e.message),
+                        Err(e) => self.svc.terminal_error(conn, e.code, &e.message),
                     }
                 }
             }
@@ -111,10 +114,10 @@ impl Engine {
                 self.record_report(conn, session_id, key_id, method, report);
             }
             P::CancelSubagent(p) => self.cancel_subagent(conn, session_id, key_id, p),
-            P::Subscribe(p) => self.subscribe(conn, session_id, p),
+            P::Subscribe(p) => self.svc.subscribe(conn, session_id, p),
             P::Unsubscribe => {
-                self.unsubscribe_all(session_id);
-                self.terminal_result(conn, r#"{"unsubscribed":true}"#);
+                self.svc.unsubscribe_all(session_id);
+                self.svc.terminal_result(conn, r#"{"unsubscribed":true}"#);
             }
         }
     }
@@ -131,7 +134,7 @@ impl Engine {
         if self.is_driver(session_id, key_id) {
             return true;
         }
-        self.terminal_error(
+        self.svc.terminal_error(
             conn,
             codes::DRIVER_NOT_REGISTERED,
             &format!("call session.registerDriver before {method}"),
@@ -153,7 +156,8 @@ impl Engine {
         }
         match self.open_state_error(session_id) {
             Some(msg) => {
-                self.terminal_error(conn, codes::APPLICATION_ERROR, &msg);
+                self.svc
+                    .terminal_error(conn, codes::APPLICATION_ERROR, &msg);
                 false
             }
             None => true,
@@ -176,10 +180,11 @@ impl Engine {
         }
         match report {
             Ok((event_type, payload)) => {
-                self.append_event(session_id, Some(key_id), event_type, payload);
-                self.terminal_result(conn, r#"{"reported":true}"#);
+                self.svc
+                    .append_event(session_id, Some(key_id), event_type, payload);
+                self.svc.terminal_result(conn, r#"{"reported":true}"#);
             }
-            Err(msg) => self.terminal_error(conn, codes::INVALID_PARAMS, &msg),
+            Err(msg) => self.svc.terminal_error(conn, codes::INVALID_PARAMS, &msg),
         }
     }
 
@@ -197,7 +202,7 @@ impl Engine {
         }
         let parsed = match params {
             Ok(p) => p,
-            Err(msg) => return self.terminal_error(conn, codes::INVALID_PARAMS, &msg),
+            Err(msg) => return self.svc.terminal_error(conn, codes::INVALID_PARAMS, &msg),
         };
         let profile_id = self.profile_of(session_id);
         let Some(allowed) = self.catalog.live_profile(&profile_id).map(|p| {
@@ -207,25 +212,29 @@ impl Engine {
                 .filter_map(|v| v.as_str().map(str::to_string))
                 .collect::<Vec<_>>()
         }) else {
-            return self.terminal_error(conn, codes::INTERNAL_ERROR, "Internal error");
+            return self
+                .svc
+                .terminal_error(conn, codes::INTERNAL_ERROR, "Internal error");
         };
         if let Err(e) = parsed.check_allowed(&allowed) {
-            return self.terminal_error(conn, e.code, &e.message);
+            return self.svc.terminal_error(conn, e.code, &e.message);
         }
         let catalog = &mut self.catalog;
         let Some(session) = catalog.sessions.get_mut(session_id) else {
-            return self.terminal_error(conn, codes::INTERNAL_ERROR, "Internal error");
+            return self
+                .svc
+                .terminal_error(conn, codes::INTERNAL_ERROR, "Internal error");
         };
         let tools: Vec<Value> = parsed.tools.iter().map(|t| t.to_value()).collect();
         session.client_tools.set(&mut catalog.decls, key_id, &tools);
         let row = session.to_row();
-        self.write(crate::store::StoreWrite::SetSessionTools {
+        self.svc.write(crate::store::StoreWrite::SetSessionTools {
             id: row.id,
             client_tools: row.client_tools,
             sandbox_tools: row.sandbox_tools,
             subagent_tools: row.subagent_tools,
         });
-        self.terminal_result(conn, r#"{"updated":true}"#);
+        self.svc.terminal_result(conn, r#"{"updated":true}"#);
     }
 
     /// The profile a session is bound to; empty (no live profile has that
@@ -250,13 +259,15 @@ impl Engine {
         params: Parsed<jsonrpc::RegisterDriverParams>,
     ) {
         if let Some(msg) = self.open_state_error(session_id) {
-            return self.terminal_error(conn, codes::APPLICATION_ERROR, &msg);
+            return self
+                .svc
+                .terminal_error(conn, codes::APPLICATION_ERROR, &msg);
         }
         // Extension opt-in (docs/extensions.md); without the param the
         // reference behaviour and answer are unchanged.
         let asked = match params {
             Ok(p) => p.extensions,
-            Err(msg) => return self.terminal_error(conn, codes::INVALID_PARAMS, &msg),
+            Err(msg) => return self.svc.terminal_error(conn, codes::INVALID_PARAMS, &msg),
         };
         let (sid, kid) = (
             self.catalog.session_id(session_id),
@@ -264,7 +275,7 @@ impl Engine {
         );
         let newly = self.catalog.drivers.entry(sid).or_default().insert(kid);
         if newly {
-            self.append_event(
+            self.svc.append_event(
                 session_id,
                 Some(key_id),
                 EventType::SessionDriverRegister,
@@ -278,7 +289,7 @@ impl Engine {
                 .unwrap_or_default();
             if !images.is_empty() {
                 let list = self.sandbox_images_json(&profile_id, &images);
-                self.append_event(
+                self.svc.append_event(
                     session_id,
                     Some(key_id),
                     EventType::SessionSandboxAvailable,
@@ -287,7 +298,7 @@ impl Engine {
             }
         }
         match asked {
-            None => self.terminal_result(conn, r#"{"registered":true}"#),
+            None => self.svc.terminal_result(conn, r#"{"registered":true}"#),
             Some(ext) => {
                 let (sid, kid) = (
                     self.catalog.session_id(session_id),
@@ -295,24 +306,26 @@ impl Engine {
                 );
                 self.sessions.register_driver(sid, kid, ext);
                 let body = json!({"registered": true, "extensions": ext.names()});
-                self.terminal_result(conn, &json::text(&body));
+                self.svc.terminal_result(conn, &json::text(&body));
             }
         }
-    }
-
-    /// Whether the stream on `conn` opted into `e`.
-    pub(crate) fn stream_has(&self, conn: ConnId, e: Extension) -> bool {
-        self.streams.has(conn, e)
     }
 
     /// What `key_id` opted into when it registered on the session.
     pub(crate) fn driver_extensions(&self, session_id: &str, key_id: &str) -> Extensions {
         self.sessions.driver_extensions(session_id, key_id)
     }
+}
+
+impl Services {
+    /// Whether the stream on `conn` opted into `e`.
+    pub(crate) fn stream_has(&self, conn: ConnId, e: Extension) -> bool {
+        self.streams.has(conn, e)
+    }
 
     // ---- NDJSON stream plumbing -------------------------------------------
 
-    fn open_stream(&mut self, conn: ConnId, session_id: &str, id: Option<Value>) {
+    pub(crate) fn open_stream(&mut self, conn: ConnId, session_id: &str, id: Option<Value>) {
         let Some(unflushed) = self.conns.get(&conn).map(|c| c.unflushed) else {
             return;
         };

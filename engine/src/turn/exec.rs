@@ -9,6 +9,7 @@ use serde_json::json;
 use super::{Mode, TurnId, UNAVAILABLE_TEXT};
 use crate::conn::PendingRead;
 use crate::history_load::HistoryLoader;
+use crate::services::Services;
 use crate::session_core::{Effect, Ending, Fact, Log, Refusal, TurnLoop};
 use crate::store::SessionState;
 use crate::telemetry::{ToolChild, TurnEnd};
@@ -42,7 +43,8 @@ impl Engine {
                     return;
                 };
                 let (loader, read) = HistoryLoader::start(session_id);
-                self.read(read, PendingRead::TurnHistory { turn, loader });
+                self.svc
+                    .read(read, PendingRead::TurnHistory { turn, loader });
             }
             Effect::RestoreMcp => {
                 let Some(turn) = self.running_turn_id(session_id) else {
@@ -66,12 +68,14 @@ impl Engine {
                 self.next_mcp_call += 1;
                 self.mcp_calls
                     .insert(token, (self.catalog.session_id(session_id), turn));
-                let now = self.now.mono;
+                let now = self.svc.now.mono;
                 self.mcp.call(session_id, &tool, &input, token, now);
-                if self.telemetry.enabled() {
+                if self.svc.telemetry.enabled() {
                     let server = self.mcp.route(session_id, &tool).unwrap_or("");
                     let child = ToolChild::Mcp { server };
-                    self.telemetry.tool_child_begin(turn, &tool_use_id, child);
+                    self.svc
+                        .telemetry
+                        .tool_child_begin(turn, &tool_use_id, child);
                 }
             }
             Effect::Exec {
@@ -83,9 +87,10 @@ impl Engine {
                     return;
                 };
                 let requester = crate::sandbox::Requester::Turn { turn, index };
-                let now = self.now.mono;
+                let now = self.svc.now.mono;
                 self.sandbox.exec(session_id, &command, requester, now);
-                self.telemetry
+                self.svc
+                    .telemetry
                     .tool_child_begin(turn, &tool_use_id, ToolChild::Sandbox);
             }
             Effect::Subagent {
@@ -102,25 +107,25 @@ impl Engine {
             }
             Effect::SteerApplied { conn, event_id } => {
                 let body = json!({"steered": true, "event_id": event_id});
-                self.terminal_result(conn, &json::text(&body));
+                self.svc.terminal_result(conn, &json::text(&body));
             }
             Effect::SteerRetired { conn, why } => {
                 let msg = format!("steer_rejected: not applied: {why}");
-                self.terminal_error(conn, codes::STEER_REJECTED, &msg);
+                self.svc.terminal_error(conn, codes::STEER_REJECTED, &msg);
             }
             Effect::HistoryRebuilt => self.sessions.history_built(session_id),
             Effect::Deltas(batch) => {
-                let (limits, now) = (self.delta_limits(), self.now.mono);
-                for (conn, bytes) in self.streams.deltas(session_id, &batch, limits, now) {
-                    self.send_ungated(conn, bytes);
+                let (limits, now) = (self.svc.delta_limits(), self.svc.now.mono);
+                for (conn, bytes) in self.svc.streams.deltas(session_id, &batch, limits, now) {
+                    self.svc.send_ungated(conn, bytes);
                 }
             }
             Effect::DeltasEnded { request, reason } => {
-                self.deltas_ended(session_id, &request, reason);
+                self.svc.deltas_ended(session_id, &request, reason);
             }
             Effect::AbortCall(call) => {
                 self.calls.remove(call);
-                self.outputs.push_back(Output::AbortProvider(call));
+                self.svc.outputs.push_back(Output::AbortProvider(call));
             }
             Effect::Fact(fact) => self.perform_fact(session_id, fact),
             Effect::End(ending) => self.end_turn(session_id, ending),
@@ -135,13 +140,15 @@ impl Engine {
         };
         let key_id = t.key_id.clone();
         if log.quiet {
-            self.quiet = t.streams();
+            self.svc.quiet = t.streams();
         }
         if let Some(bytes) = log.grew {
             self.sessions.history_grew(session_id, bytes);
         }
-        let ev = self.append_event_text(session_id, Some(&key_id), log.event, log.payload);
-        self.quiet.clear();
+        let ev = self
+            .svc
+            .append_event_text(session_id, Some(&key_id), log.event, log.payload);
+        self.svc.quiet.clear();
         if let Some(core) = self.sessions.core_mut(session_id) {
             core.logged(log.tag, &ev);
         }
@@ -160,23 +167,25 @@ impl Engine {
                 id
             }
         };
-        let now = self.now.mono;
+        let now = self.svc.now.mono;
         let check = (self.sessions.core_mut(session_id)).and_then(|core| core.call_sent(id, now));
         self.calls
             .insert(id, self.catalog.session_id(session_id), check);
-        if self.telemetry.enabled() {
-            (self.telemetry).attempt_begin(id, turn, conn, &call.entry, call.attempt);
+        if self.svc.telemetry.enabled() {
+            (self.svc.telemetry).attempt_begin(id, turn, conn, &call.entry, call.attempt);
         }
-        self.outputs.push_back(Output::CallProvider(ProviderCall {
-            id,
-            url: call.url,
-            headers: call.headers,
-            auth_template: call.entry.auth_template,
-            auth: call.auth,
-            body: call.body,
-            timeout_ms: self.config.provider_timeout_ms,
-            stream: call.entry.stream.is_some(),
-        }));
+        self.svc
+            .outputs
+            .push_back(Output::CallProvider(ProviderCall {
+                id,
+                url: call.url,
+                headers: call.headers,
+                auth_template: call.entry.auth_template,
+                auth: call.auth,
+                body: call.body,
+                timeout_ms: self.svc.config.provider_timeout_ms,
+                stream: call.entry.stream.is_some(),
+            }));
     }
 
     /// An attempt asks for its provider slot (a limited entry, or a
@@ -188,10 +197,10 @@ impl Engine {
         use crate::session_core::retry::Delay;
         let id = self.next_call;
         self.next_call += 1;
-        let now = self.now.mono;
+        let now = self.svc.now.mono;
         let wait = a.delay.map(|d| match d {
             Delay::Advised(ms) => ms,
-            Delay::Backoff { .. } => d.resolve(u64::from_le_bytes(self.random_bytes::<8>())),
+            Delay::Backoff { .. } => d.resolve(u64::from_le_bytes(self.svc.random_bytes::<8>())),
         });
         if a.delay.is_some() {
             self.provider_limits.note_retry(&a.entry);
@@ -217,9 +226,9 @@ impl Engine {
                 latency_ms,
                 input_tokens,
             } => {
-                self.metrics.provider_returned(kind, ok, latency_ms);
-                (self.provider_limits).done(self.now.mono, call, input_tokens);
-                self.telemetry.attempt_end(call, ok);
+                self.svc.metrics.provider_returned(kind, ok, latency_ms);
+                (self.provider_limits).done(self.svc.now.mono, call, input_tokens);
+                self.svc.telemetry.attempt_end(call, ok);
             }
             Fact::ToolCalled {
                 tool_use_id,
@@ -227,9 +236,9 @@ impl Engine {
                 dispatch,
                 input_bytes,
             } => {
-                self.metrics.tool_called(dispatch);
-                if let Some(turn) = turn.filter(|_| self.telemetry.enabled()) {
-                    (self.telemetry).dispatch_begin(
+                self.svc.metrics.tool_called(dispatch);
+                if let Some(turn) = turn.filter(|_| self.svc.telemetry.enabled()) {
+                    (self.svc.telemetry).dispatch_begin(
                         turn,
                         &tool_use_id,
                         &name,
@@ -245,12 +254,12 @@ impl Engine {
                 output_bytes,
                 latency_ms,
             } => {
-                if let Some(turn) = turn.filter(|_| self.telemetry.enabled()) {
+                if let Some(turn) = turn.filter(|_| self.svc.telemetry.enabled()) {
                     let result = Some((is_error, output_bytes));
-                    (self.telemetry).dispatch_end(turn, &tool_use_id, result);
+                    (self.svc.telemetry).dispatch_end(turn, &tool_use_id, result);
                 }
                 if let Some(latency_ms) = latency_ms {
-                    self.metrics.tool_finished(dispatch, latency_ms);
+                    self.svc.metrics.tool_finished(dispatch, latency_ms);
                 }
             }
             Fact::Tokens {
@@ -265,7 +274,7 @@ impl Engine {
                 exit_code,
             } => {
                 if let Some(turn) = turn {
-                    (self.telemetry).tool_child_end(turn, &tool_use_id, ok, exit_code);
+                    (self.svc.telemetry).tool_child_end(turn, &tool_use_id, ok, exit_code);
                 }
             }
         }
@@ -281,7 +290,7 @@ impl Engine {
         tokens: proto::provider::Tokens,
         compaction: bool,
     ) {
-        self.metrics.provider_tokens(&entry, &tokens);
+        self.svc.metrics.provider_tokens(&entry, &tokens);
         let Some(t) = self.sessions.core(session_id).and_then(|c| c.turn()) else {
             return;
         };
@@ -304,10 +313,10 @@ impl Engine {
             provider: entry,
             model,
             compaction,
-            created_ms: self.now.unix.0,
+            created_ms: self.svc.now.unix.0,
             tokens,
         };
-        self.write(crate::store::StoreWrite::InsertUsage(row));
+        self.svc.write(crate::store::StoreWrite::InsertUsage(row));
     }
 
     /// Takes `session_id`'s turn out of its core.
@@ -345,24 +354,26 @@ impl Engine {
             Ending::Compacted(completed) => {
                 if let Some(conn) = t.conn {
                     match completed {
-                        Some(json) => self.terminal_result(conn, &json),
-                        None => {
-                            self.terminal_error(conn, codes::APPLICATION_ERROR, "compaction failed")
-                        }
+                        Some(json) => self.svc.terminal_result(conn, &json),
+                        None => self.svc.terminal_error(
+                            conn,
+                            codes::APPLICATION_ERROR,
+                            "compaction failed",
+                        ),
                     }
                 }
                 return self.release_gate(session_id);
             }
         };
         if matches!(t.mode, Mode::Chat) {
-            self.metrics.turn_ended(outcome);
-            self.telemetry.turn_end(t.id, session_id, end);
+            self.svc.metrics.turn_ended(outcome);
+            self.svc.telemetry.turn_end(t.id, session_id, end);
         }
         let why = match pause {
             Some(_) => "the turn paused for client tools before its next provider call",
             None => "the turn ended before its next provider call",
         };
-        self.retire_steers(std::mem::take(&mut t.steers), why);
+        self.svc.retire_steers(std::mem::take(&mut t.steers), why);
         self.idem_finished(session_id, &t, || {
             crate::idempotency::result_outcome(&message, &t.event_seqs)
         });
@@ -370,13 +381,13 @@ impl Engine {
         if !streams.is_empty() {
             let result = crate::respond::turn_result_parts(&message, &t.events);
             for conn in streams {
-                self.terminal_result_parts(conn, &result);
+                self.svc.terminal_result_parts(conn, &result);
             }
         }
         let Some(pause) = pause else {
             return self.release_gate(session_id);
         };
-        if self.faults.release_gate_on_pause() {
+        if self.svc.faults.release_gate_on_pause() {
             return self.release_gate(session_id);
         }
         // A compaction never waits on a pause (spec 07 §4.2 step 4).
@@ -385,24 +396,26 @@ impl Engine {
             None => Vec::new(),
         };
         for w in refused {
-            self.refuse(w, Refusal::TurnInProgress);
+            self.svc.refuse(w, Refusal::TurnInProgress);
         }
     }
 
     /// Error terminal for a request holding the gate (nothing else recorded).
     fn fail_turn(&mut self, session_id: &str, mut t: Box<TurnLoop>, code: i64, message: &str) {
         let why = crate::session_core::steer::WHY_FAILED;
-        self.retire_steers(std::mem::take(&mut t.steers), why);
-        (self.telemetry).turn_end(t.id, session_id, TurnEnd::Failed);
+        self.svc.retire_steers(std::mem::take(&mut t.steers), why);
+        (self.svc.telemetry).turn_end(t.id, session_id, TurnEnd::Failed);
         self.idem_finished(session_id, &t, || {
             json!({"error": {"code": code, "message": message}}).to_string()
         });
         for conn in t.streams() {
-            self.terminal_error(conn, code, message);
+            self.svc.terminal_error(conn, code, message);
         }
         self.release_gate(session_id);
     }
+}
 
+impl Services {
     /// The windows of delta delivery (extension `turn.deltas`).
     pub(crate) fn delta_limits(&self) -> crate::streams::DeltaLimits {
         crate::streams::DeltaLimits {

@@ -33,8 +33,8 @@ pub(crate) enum Cancelled {
 impl Engine {
     /// Frees the gate and admits the next live waiter.
     pub(crate) fn release_gate(&mut self, session_id: &str) {
-        let now = self.now.mono;
-        let conns = &self.conns;
+        let now = self.svc.now.mono;
+        let conns = &self.svc.conns;
         let Some(live) = self.sessions.core_mut(session_id) else {
             return;
         };
@@ -60,7 +60,7 @@ impl Engine {
     /// A gate's state changed: when the session went idle, the history
     /// cache may give histories up.
     pub(crate) fn note_gate_idle(&mut self, session_id: &str) {
-        if self.sessions.gate_idle(session_id, self.now.mono) {
+        if self.sessions.gate_idle(session_id, self.svc.now.mono) {
             self.drop_idle_histories();
         }
     }
@@ -69,7 +69,7 @@ impl Engine {
     /// longer known to be empty (the next arrival reads the log). Runs on
     /// every timer tick and whenever a session goes idle.
     pub(crate) fn drop_idle_histories(&mut self) {
-        for id in self.sessions.drop_idle_histories(self.now.mono) {
+        for id in self.sessions.drop_idle_histories(self.svc.now.mono) {
             if let Some(s) = self.catalog.sessions.get_mut(&id) {
                 s.fresh = false;
             }
@@ -79,9 +79,9 @@ impl Engine {
     /// The engine's own abandonment timer: a waiter behind an expired pause
     /// retires it without needing a new arrival.
     pub(crate) fn fire_gate_deadlines(&mut self) {
-        let now = self.now.mono;
+        let now = self.svc.now.mono;
         for session_id in self.sessions.due_gates(now) {
-            let conns = &self.conns;
+            let conns = &self.svc.conns;
             let start = self
                 .sessions
                 .core_mut(session_id.as_str())
@@ -115,11 +115,12 @@ impl Engine {
         // late provider reply is ignored) and its stream ends without a
         // terminal frame, like every other stream of the session.
         if let Some(mut t) = self.take_turn(session_id) {
-            self.retire_steers(std::mem::take(&mut t.steers), "the session closed");
+            self.svc
+                .retire_steers(std::mem::take(&mut t.steers), "the session closed");
             self.abort_calls(session_id);
             self.mcp_calls.retain(|_, (s, _)| **s != *session_id);
             for conn in t.streams() {
-                self.end_stream(conn);
+                self.svc.end_stream(conn);
             }
         }
         let Some(mut live) = self.sessions.drop_core(session_id) else {
@@ -131,10 +132,11 @@ impl Engine {
                 .open_state_error(session_id)
                 .unwrap_or_else(|| "session no longer exists".into());
             for conn in w.streams() {
-                if let Some(s) = self.stream_mut(conn) {
+                if let Some(s) = self.svc.stream_mut(conn) {
                     s.kind = StreamKind::Single;
                 }
-                self.terminal_error(conn, codes::APPLICATION_ERROR, &msg);
+                self.svc
+                    .terminal_error(conn, codes::APPLICATION_ERROR, &msg);
             }
         }
     }
@@ -152,14 +154,14 @@ impl Engine {
             Cancelled::Paused => json!({"cancelled": true, "state": "paused"}),
             Cancelled::Queued(n) => json!({"cancelled": true, "state": "queued", "requests": n}),
             Cancelled::Compaction => {
-                return self.terminal_error(
+                return self.svc.terminal_error(
                     conn,
                     codes::APPLICATION_ERROR,
                     "a compaction is running; it cannot be cancelled",
                 )
             }
         };
-        self.terminal_result(conn, &json::text(&body));
+        self.svc.terminal_result(conn, &json::text(&body));
     }
 
     /// Cancels what holds the session's gate (only if `owner` holds it,
@@ -184,7 +186,7 @@ impl Engine {
         if let Some(owner_key) = cancelled {
             // Logged now; the next arrival (the owner's too) retires it
             // with error results for every open tool_use.
-            self.log_abandoned(session_id, &owner_key);
+            self.svc.log_abandoned(session_id, &owner_key);
             self.fire_gate_deadlines();
             return Cancelled::Paused;
         }
@@ -200,10 +202,10 @@ impl Engine {
         }
         for w in &theirs {
             for conn in w.streams() {
-                if let Some(s) = self.stream_mut(conn) {
+                if let Some(s) = self.svc.stream_mut(conn) {
                     s.kind = StreamKind::Single;
                 }
-                self.terminal_error(
+                self.svc.terminal_error(
                     conn,
                     CANCELLED,
                     "turn_cancelled: the request was cancelled while queued",
@@ -226,7 +228,7 @@ impl Engine {
         self.abort_calls(session_id);
         if let Some(request) = t.streaming_deltas() {
             let reason = Some(jsonrpc::DiscardReason::Cancelled);
-            self.deltas_ended(session_id, &request, reason);
+            self.svc.deltas_ended(session_id, &request, reason);
         }
         let tokens: Vec<_> = self
             .mcp_calls
@@ -239,13 +241,14 @@ impl Engine {
             self.mcp.abandon(token);
         }
         tracing::info!(session = %session_id, "turn cancelled");
-        self.retire_steers(std::mem::take(&mut t.steers), "the turn was cancelled");
+        self.svc
+            .retire_steers(std::mem::take(&mut t.steers), "the turn was cancelled");
         let msg = "turn_cancelled: the turn was cancelled";
         self.idem_finished(session_id, &t, || {
             serde_json::json!({"error": {"code": CANCELLED, "message": msg}}).to_string()
         });
         for conn in t.streams() {
-            self.terminal_error(conn, CANCELLED, msg);
+            self.svc.terminal_error(conn, CANCELLED, msg);
         }
         self.release_gate(session_id);
     }
@@ -257,8 +260,8 @@ impl Engine {
             return;
         };
         for (conn, position) in live.gate.position_changes() {
-            if self.stream_has(conn, Extension::TurnQueue) {
-                self.frame(conn, &jsonrpc::queue_frame(position));
+            if self.svc.stream_has(conn, Extension::TurnQueue) {
+                self.svc.frame(conn, &jsonrpc::queue_frame(position));
             }
         }
     }

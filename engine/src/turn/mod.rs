@@ -16,6 +16,7 @@ use serde_json::json;
 use crate::conn::PendingRead;
 use crate::history_load::{HistoryLoad, HistoryLoader, Progress};
 use crate::rpc::StreamKind;
+use crate::services::Services;
 use crate::session_core::{Arrival, Limits, Refusal, SessionCore, Start, TurnLoop, World};
 use crate::store::{ReadResult, SessionState, StoreWrite};
 use crate::{ConnId, Engine};
@@ -48,14 +49,18 @@ impl Engine {
         if !self.require_driver(conn, session_id, key_id, "session.sendMessage") {
             return;
         }
-        let idempotent = self.stream_has(conn, proto::jsonrpc::Extension::SendIdempotent);
+        let idempotent = self
+            .svc
+            .stream_has(conn, proto::jsonrpc::Extension::SendIdempotent);
         if let Some(msg) = self.open_state_error(session_id) {
             // A finished key still gets its answer once the session is no
             // longer open (its turn may have been what ended it).
             if idempotent && self.replay_finished(conn, session_id, key_id, &params) {
                 return;
             }
-            return self.terminal_error(conn, codes::APPLICATION_ERROR, &msg);
+            return self
+                .svc
+                .terminal_error(conn, codes::APPLICATION_ERROR, &msg);
         }
         let mut message = match params.message {
             Ok(m) => UserMessage {
@@ -63,12 +68,12 @@ impl Engine {
                 content: m.content,
                 idem: None,
             },
-            Err(msg) => return self.terminal_error(conn, codes::INVALID_PARAMS, &msg),
+            Err(msg) => return self.svc.terminal_error(conn, codes::INVALID_PARAMS, &msg),
         };
         if idempotent {
             let key = match params.idempotency_key {
                 Ok(k) => k,
-                Err(msg) => return self.terminal_error(conn, codes::INVALID_PARAMS, &msg),
+                Err(msg) => return self.svc.terminal_error(conn, codes::INVALID_PARAMS, &msg),
             };
             if let Some(key) = key {
                 if self.idempotent_send(conn, session_id, key_id, key, &mut message) {
@@ -88,7 +93,7 @@ impl Engine {
             .sessions
             .get(session_id)
             .is_some_and(|s| s.fresh);
-        let (now, limits) = (self.now.mono, self.gate_limits());
+        let (now, limits) = (self.svc.now.mono, self.gate_limits());
         let waiter = Waiter::new(conn, self.catalog.key_id(key_id), op);
         self.sessions.history_busy(session_id);
         let live = self.live_mut(session_id);
@@ -111,14 +116,14 @@ impl Engine {
         self.route_arrival(conn, session_id, arrival);
         if recover {
             let (loader, read) = HistoryLoader::start(session_id);
-            self.read(read, PendingRead::Recover { loader });
+            self.svc.read(read, PendingRead::Recover { loader });
         }
         self.note_gate_idle(session_id);
     }
 
     fn gate_limits(&self) -> Limits {
         Limits {
-            max_queued: self.config.max_queued_per_session,
+            max_queued: self.svc.config.max_queued_per_session,
             shutting_down: self.shutting_down,
         }
     }
@@ -128,30 +133,12 @@ impl Engine {
         match arrival {
             Arrival::Start(start) => self.start_admitted(session_id, start),
             Arrival::Queued => {
-                if let Some(s) = self.stream_mut(conn) {
+                if let Some(s) = self.svc.stream_mut(conn) {
                     s.kind = StreamKind::Queued;
                 }
                 self.tell_queue_positions(session_id);
             }
-            Arrival::Refused(w, why) => self.refuse(w, why),
-        }
-    }
-
-    /// Answers every stream of a request the gate would not take.
-    pub(crate) fn refuse(&mut self, w: Waiter, why: Refusal) {
-        let (code, message) = match why {
-            Refusal::ShuttingDown => (codes::APPLICATION_ERROR, "server is shutting down"),
-            Refusal::QueueFull => (
-                codes::APPLICATION_ERROR,
-                "turn queue full: too many requests are waiting on this session",
-            ),
-            Refusal::TurnInProgress => (
-                codes::TURN_IN_PROGRESS,
-                "turn in progress: resolve the paused turn before compacting",
-            ),
-        };
-        for conn in w.streams() {
-            self.terminal_error(conn, code, message);
+            Arrival::Refused(w, why) => self.svc.refuse(w, why),
         }
     }
 
@@ -165,7 +152,7 @@ impl Engine {
             Op::Send(message) => {
                 if let Takeover::Retire(p) = &takeover {
                     if !p.cancelled {
-                        self.log_abandoned(session_id, &p.owner);
+                        self.svc.log_abandoned(session_id, &p.owner);
                     }
                 }
                 self.acquire(waiter.conn, session_id, &waiter.key_id, message, takeover);
@@ -187,19 +174,14 @@ impl Engine {
             .is_some_and(|d| d.contains(key_id))
     }
 
-    pub(crate) fn log_abandoned(&mut self, session_id: &str, owner: &str) {
-        let payload = json!({"reason": "driver_turn_abandoned", "owner_client_key_id": owner});
-        self.append_event(session_id, Some(owner), EventType::SessionError, payload);
-    }
-
     /// Makes `conn`'s request the gate holder of `session_id` with a fresh
     /// turn in `mode`, and returns the turn's id.
     fn hold_gate(&mut self, conn: ConnId, session_id: &str, key_id: &str, mode: Mode) -> TurnId {
         let turn_id = self.next_turn;
         self.next_turn += 1;
         self.tell_queue_positions(session_id);
-        let conn_alive = self.stream_mut(conn).is_some();
-        if let Some(s) = self.stream_mut(conn) {
+        let conn_alive = self.svc.stream_mut(conn).is_some();
+        if let Some(s) = self.svc.stream_mut(conn) {
             s.kind = StreamKind::Turn;
         }
         let key_id = self.catalog.key_id(key_id);
@@ -221,16 +203,16 @@ impl Engine {
         takeover: Takeover,
     ) {
         let turn_id = self.hold_gate(conn, session_id, key_id, Mode::Chat);
-        if self.telemetry.enabled() {
+        if self.svc.telemetry.enabled() {
             let profile_id = self.profile_of(session_id);
             let conn = self.live_mut(session_id).turn().and_then(|t| t.conn);
             let resumed = matches!(takeover, Takeover::Resume(_));
             let session = (session_id, profile_id.as_str(), key_id);
-            (self.telemetry).turn_begin(turn_id, conn, session, resumed);
+            (self.svc.telemetry).turn_begin(turn_id, conn, session, resumed);
         }
         if let Some(idem) = message.idem.take() {
             for w in &idem.watchers {
-                if let Some(s) = self.stream_mut(*w) {
+                if let Some(s) = self.svc.stream_mut(*w) {
                     s.kind = StreamKind::Turn;
                 }
             }
@@ -261,7 +243,7 @@ impl Engine {
             // cancelled pause logged its abandonment at the cancel (found
             // by sim seed 514: a compaction logged a second one).
             if !p.cancelled {
-                self.log_abandoned(session_id, &p.owner);
+                self.svc.log_abandoned(session_id, &p.owner);
             }
         }
         self.with_core(session_id, |core, world, _| {
@@ -279,51 +261,6 @@ impl Engine {
         let r = self.core_step(session_id, f)?;
         self.run_effects(session_id);
         Some(r)
-    }
-
-    /// [`Engine::with_core`] without performing the effects: for answers
-    /// given while they are being performed (the caller's loop goes on).
-    pub(crate) fn core_step<R>(
-        &mut self,
-        session_id: &str,
-        f: impl FnOnce(&mut SessionCore, &dyn World, crate::MonoMs) -> R,
-    ) -> Option<R> {
-        let now = self.now.mono;
-        let Engine {
-            sessions,
-            catalog,
-            config,
-            mcp,
-            sandbox,
-            ..
-        } = self;
-        let core = sessions.core_mut(session_id)?;
-        let world = world::EngineWorld {
-            session_id,
-            catalog,
-            config,
-            mcp,
-            sandbox,
-        };
-        Some(f(core, &world, now))
-    }
-
-    /// Feeds a history load the answer to its last read: asks for the next
-    /// one (and returns `None`) or returns the outcome.
-    pub(crate) fn continue_history_load(
-        &mut self,
-        loader: HistoryLoader,
-        result: Result<ReadResult, String>,
-        again: impl FnOnce(HistoryLoader) -> PendingRead,
-    ) -> Option<Result<HistoryLoad, String>> {
-        match loader.advance(result) {
-            Progress::Read(loader, read) => {
-                self.read(read, again(loader));
-                None
-            }
-            Progress::Done(load) => Some(Ok(load)),
-            Progress::Failed(e) => Some(Err(e)),
-        }
     }
 
     /// The history a turn's [`crate::session_core::Effect::LoadHistory`]
@@ -347,12 +284,14 @@ impl Engine {
     /// runs to its end and keeps its slot until its (ignored) reply.
     /// Attempts still waiting for a slot or a retry leave their queue.
     pub(crate) fn abort_calls(&mut self, session_id: &str) {
-        let now = self.now.mono;
+        let now = self.svc.now.mono;
         for (call, streamed) in self.calls.remove_session(session_id) {
             if streamed {
                 self.provider_limits.done(now, call, None);
             }
-            self.outputs.push_back(crate::Output::AbortProvider(call));
+            self.svc
+                .outputs
+                .push_back(crate::Output::AbortProvider(call));
         }
         self.provider_limits.leave(now, session_id);
     }
@@ -373,7 +312,7 @@ impl Engine {
     /// Streamed calls whose watchdog check is due: each core judges its
     /// own, and arms the next check while the stream lives.
     pub(crate) fn check_provider_streams(&mut self) {
-        for call in self.calls.due(self.now.mono) {
+        for call in self.calls.due(self.svc.now.mono) {
             let Some(session_id) = self.calls.session(call).cloned() else {
                 continue;
             };
@@ -390,11 +329,11 @@ impl Engine {
     /// instant becomes a delay against the engine's wall clock here.
     pub(crate) fn on_provider_done(&mut self, call: crate::CallId, reply: crate::ProviderReply) {
         let Some(session_id) = self.calls.remove(call) else {
-            return self.provider_limits.done(self.now.mono, call, None);
+            return self.provider_limits.done(self.svc.now.mono, call, None);
         };
         let mut reply = reply;
         if let crate::ProviderReply::Http { advice, .. } = &mut reply {
-            if let Some(ms) = advice.delay_ms(self.now.unix.0) {
+            if let Some(ms) = advice.delay_ms(self.svc.now.unix.0) {
                 *advice = proto::provider::retry::RetryAdvice::AfterMs(ms);
             }
         }
@@ -402,11 +341,11 @@ impl Engine {
             core.on_reply(call, reply, world, now)
         });
         if taken != Some(true) {
-            self.telemetry.attempt_end(call, false);
+            self.svc.telemetry.attempt_end(call, false);
         }
         // Its slot is free (the core's fact settled it, with its usage, if
         // the turn still waited).
-        self.provider_limits.done(self.now.mono, call, None);
+        self.provider_limits.done(self.svc.now.mono, call, None);
     }
 
     /// Routes what the provider limits decided: a waiting attempt leaves,
@@ -418,7 +357,7 @@ impl Engine {
                 Notice::Go { call, session } => {
                     let taken = self.with_core(&session, |c, _, _| c.admitted(call));
                     if taken != Some(true) {
-                        self.provider_limits.done(self.now.mono, call, None);
+                        self.provider_limits.done(self.svc.now.mono, call, None);
                     }
                 }
                 Notice::Expired {
@@ -480,12 +419,12 @@ impl Engine {
         if (self.catalog.sessions.get(session_id)).is_some_and(|s| s.state != SessionState::Open) {
             return;
         }
-        let at = self.timestamp();
+        let at = self.svc.timestamp();
         if let Some(s) = self.catalog.sessions.get_mut(session_id) {
             s.state = state;
-            s.closed_at = Some(crate::time::Stamp::At(self.now.unix));
+            s.closed_at = Some(crate::time::Stamp::At(self.svc.now.unix));
         }
-        self.write(StoreWrite::SetSessionState {
+        self.svc.write(StoreWrite::SetSessionState {
             id: session_id.to_string(),
             state,
             closed_at: Some(at),
@@ -494,7 +433,77 @@ impl Engine {
         // MCP servers: free their children now rather than at DELETE.
         if state == SessionState::Error {
             self.mcp.close_session(session_id);
-            self.telemetry.session_end(session_id, true);
+            self.svc.telemetry.session_end(session_id, true);
+        }
+    }
+
+    /// [`Engine::with_core`] without performing the effects: for answers
+    /// given while they are being performed (the caller's loop goes on).
+    pub(crate) fn core_step<R>(
+        &mut self,
+        session_id: &str,
+        f: impl FnOnce(&mut SessionCore, &dyn World, crate::MonoMs) -> R,
+    ) -> Option<R> {
+        let now = self.svc.now.mono;
+        let Engine {
+            sessions,
+            catalog,
+            svc,
+            mcp,
+            sandbox,
+            ..
+        } = self;
+        let core = sessions.core_mut(session_id)?;
+        let world = world::EngineWorld {
+            session_id,
+            catalog,
+            config: &svc.config,
+            mcp,
+            sandbox,
+        };
+        Some(f(core, &world, now))
+    }
+}
+
+impl Services {
+    /// Answers every stream of a request the gate would not take.
+    pub(crate) fn refuse(&mut self, w: Waiter, why: Refusal) {
+        let (code, message) = match why {
+            Refusal::ShuttingDown => (codes::APPLICATION_ERROR, "server is shutting down"),
+            Refusal::QueueFull => (
+                codes::APPLICATION_ERROR,
+                "turn queue full: too many requests are waiting on this session",
+            ),
+            Refusal::TurnInProgress => (
+                codes::TURN_IN_PROGRESS,
+                "turn in progress: resolve the paused turn before compacting",
+            ),
+        };
+        for conn in w.streams() {
+            self.terminal_error(conn, code, message);
+        }
+    }
+
+    pub(crate) fn log_abandoned(&mut self, session_id: &str, owner: &str) {
+        let payload = json!({"reason": "driver_turn_abandoned", "owner_client_key_id": owner});
+        self.append_event(session_id, Some(owner), EventType::SessionError, payload);
+    }
+
+    /// Feeds a history load the answer to its last read: asks for the next
+    /// one (and returns `None`) or returns the outcome.
+    pub(crate) fn continue_history_load(
+        &mut self,
+        loader: HistoryLoader,
+        result: Result<ReadResult, String>,
+        again: impl FnOnce(HistoryLoader) -> PendingRead,
+    ) -> Option<Result<HistoryLoad, String>> {
+        match loader.advance(result) {
+            Progress::Read(loader, read) => {
+                self.read(read, again(loader));
+                None
+            }
+            Progress::Done(load) => Some(Ok(load)),
+            Progress::Failed(e) => Some(Err(e)),
         }
     }
 }

@@ -49,7 +49,7 @@ impl Engine {
                 let after_seq = (n.checked_sub(2))
                     .and_then(|i| load.messages.get(i))
                     .map_or(0, |m| m.0);
-                self.read(
+                self.svc.read(
                     StoreRead::Events {
                         session_id: session_id.to_string(),
                         after_seq,
@@ -123,7 +123,7 @@ impl Engine {
             deadline: if cancelled {
                 crate::MonoMs(0)
             } else {
-                self.now.mono + self.config.turn_timeout_ms
+                self.svc.now.mono + self.svc.config.turn_timeout_ms
             },
             expected,
             server_results,
@@ -138,7 +138,7 @@ impl Engine {
     fn recovered(&mut self, session_id: &str, pause: Option<Pause>) {
         let waiters: Vec<Waiter> = self.live_mut(session_id).gate.recovered(pause);
         for w in waiters {
-            if self.conns.contains_key(&w.conn) {
+            if self.svc.conns.contains_key(&w.conn) {
                 self.arrive(w.conn, session_id, &w.key_id, w.op);
             }
         }
@@ -154,7 +154,8 @@ impl Engine {
         // by sim seed 2732: one waited until the server shut down).
         for w in waiters {
             for conn in w.streams() {
-                self.terminal_error(conn, codes::APPLICATION_ERROR, "session loop failed");
+                self.svc
+                    .terminal_error(conn, codes::APPLICATION_ERROR, "session loop failed");
             }
         }
     }

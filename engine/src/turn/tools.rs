@@ -64,7 +64,7 @@ impl Engine {
         }) else {
             return error(format!("unknown harness \"{harness}\""));
         };
-        let max = self.config.max_subagents_per_session;
+        let max = self.svc.config.max_subagents_per_session;
         if self.sandbox.running_subagents(session_id) as u64 >= max {
             return error(format!("subagent limit reached (max {max} per session)"));
         }
@@ -85,7 +85,7 @@ impl Engine {
             &model,
             arg_mode.then_some(prompt.as_str()),
         );
-        let id = self.new_id(proto::wire::ids::IdKind::Subagent);
+        let id = self.svc.new_id(proto::wire::ids::IdKind::Subagent);
         let spec = crate::sandbox::LaunchSpec {
             id: id.clone(),
             harness: harness.clone(),
@@ -95,9 +95,9 @@ impl Engine {
             timeout_ms: entry.timeout_secs.map(|s| s.saturating_mul(1000)),
             key_id: key_id.to_string(),
         };
-        let now = self.now.mono;
+        let now = self.svc.now.mono;
         self.sandbox.launch(session_id, spec, now);
-        (self.telemetry).subagent_begin(turn_id, tool_use_id, session_id, &id);
+        (self.svc.telemetry).subagent_begin(turn_id, tool_use_id, session_id, &id);
         SubagentAnswer::Launched { id, harness, model }
     }
 }
