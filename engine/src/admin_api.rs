@@ -187,7 +187,7 @@ impl Engine {
                 let body = self.svc.config.admin_config_json.clone();
                 self.svc.respond_json(conn, 200, body.as_bytes());
             }
-            (Route::SandboxStatus, Method::Get) => self.sandbox_status(conn),
+            (Route::SandboxStatus, Method::Get) => self.sandbox_cx().sandbox_status(conn),
             (Route::Traffic, Method::Get) => {
                 let entries = self.provider_limits.status(self.svc.now.mono);
                 let retry = |name: &str| {
@@ -240,7 +240,7 @@ impl Engine {
         let id = row.id.clone();
         self.svc.write(StoreWrite::InsertProfile(row.clone()));
         self.catalog.insert_profile(row);
-        self.provision_profile(&id);
+        self.sandbox_cx().provision_profile(&id);
         self.svc.respond_value(conn, 201, &created);
     }
 
@@ -307,7 +307,7 @@ impl Engine {
         if let Some(p) = self.catalog.profiles.get_mut(id) {
             p.row = row;
         }
-        self.provision_profile(id);
+        self.sandbox_cx().provision_profile(id);
         self.svc.respond_value(conn, 200, &view);
     }
 

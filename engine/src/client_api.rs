@@ -500,8 +500,9 @@ impl Engine {
     pub(crate) fn teardown_session(&mut self, session_id: &str) {
         self.catalog.drivers.remove(session_id);
         self.sessions.forget_drivers(session_id);
-        self.teardown_sandbox(session_id);
-        self.end_live_session(session_id);
+        self.sandbox_cx().teardown_sandbox(session_id);
+        self.svc.end_subscriptions(session_id);
+        self.drop_live(session_id);
         self.mcp.close_session(session_id);
     }
 

@@ -21,9 +21,10 @@ use sha2::{Digest, Sha256};
 use crate::conn::PendingRead;
 use crate::rpc::StreamKind;
 use crate::services::Services;
+use crate::session_core::SessionCore;
 use crate::session_core::{TurnLoop, UserMessage};
 use crate::store::{IdempotencyRow, ReadResult, StoreRead, StoreWrite};
-use crate::{ConnId, Engine};
+use crate::ConnId;
 use proto::jsonrpc::codes;
 
 /// (session id, client key id, idempotency key).
@@ -169,32 +170,38 @@ fn canonical(v: &Value, out: &mut String) {
     }
 }
 
-impl Engine {
+/// The key's checks and records. They speak to the wire through
+/// [`Services`] and see only the session whose request it is (`core`), so
+/// the table stays a component of its own.
+impl Keys {
     /// Runs the key's checks. `true`: answered (replayed, attached or
     /// refused). `false`: a first use, now recorded in memory and carried
     /// on `message`.
-    pub(crate) fn idempotent_send(
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn send(
         &mut self,
+        svc: &mut Services,
+        core: Option<&mut SessionCore>,
         conn: ConnId,
         session_id: &str,
         key_id: &str,
         key: String,
         message: &mut UserMessage,
     ) -> bool {
-        self.expire_idempotency();
+        self.expire_due(svc);
         let digest = digest(message);
         let id: KeyId = (session_id.to_string(), key_id.to_string(), key.clone());
-        let (started, outcome) = match self.idem.entries.get(&id) {
+        let (started, outcome) = match self.entries.get(&id) {
             None => {
-                let created_ms = self.svc.now.unix.0;
-                self.idem.order.push_back((created_ms, id.clone()));
+                let created_ms = svc.now.unix.0;
+                self.order.push_back((created_ms, id.clone()));
                 let entry = Entry {
                     digest,
                     created_ms,
                     started: false,
                     outcome: None,
                 };
-                self.idem.entries.insert(id, entry);
+                self.entries.insert(id, entry);
                 message.idem = Some(Idem {
                     key,
                     watchers: Vec::new(),
@@ -202,7 +209,7 @@ impl Engine {
                 return false;
             }
             Some(e) if e.digest != digest => {
-                self.svc.terminal_error(
+                svc.terminal_error(
                     conn,
                     IDEMPOTENCY_KEY_REUSED,
                     "idempotency_key_reused: this key was used with a different message",
@@ -212,14 +219,14 @@ impl Engine {
             Some(e) => (e.started, e.outcome.clone()),
         };
         if let Some(outcome) = outcome {
-            self.svc.replay_outcome(conn, session_id, &outcome);
+            svc.replay_outcome(conn, session_id, &outcome);
             return true;
         }
-        if self.attach_retry(conn, session_id, key_id, &key) {
+        if Keys::attach_retry(svc, core, conn, key_id, &key) {
             return true;
         }
         if started {
-            self.svc.terminal_error(
+            svc.terminal_error(
                 conn,
                 IDEMPOTENT_TURN_INTERRUPTED,
                 "idempotent_turn_interrupted: the server restarted while this key's turn was running; its events are in the session log",
@@ -237,7 +244,8 @@ impl Engine {
     /// Replays the answer of a finished key whose message matches; `false`
     /// (nothing written) otherwise.
     pub(crate) fn replay_finished(
-        &mut self,
+        &self,
+        svc: &mut Services,
         conn: ConnId,
         session_id: &str,
         key_id: &str,
@@ -253,57 +261,69 @@ impl Engine {
         };
         let key = key.clone();
         let id: KeyId = (session_id.to_string(), key_id.to_string(), key);
-        let outcome = match self.idem.entries.get(&id) {
+        let outcome = match self.entries.get(&id) {
             Some(e) if e.digest == digest(&message) => e.outcome.clone(),
             _ => None,
         };
         let Some(outcome) = outcome else {
             return false;
         };
-        self.svc.replay_outcome(conn, session_id, &outcome);
+        svc.replay_outcome(conn, session_id, &outcome);
         true
     }
 
     /// A retry of a request still waiting or running joins its stream.
-    fn attach_retry(&mut self, conn: ConnId, session_id: &str, key_id: &str, key: &str) -> bool {
+    fn attach_retry(
+        svc: &mut Services,
+        core: Option<&mut SessionCore>,
+        conn: ConnId,
+        key_id: &str,
+        key: &str,
+    ) -> bool {
         let mine =
             |t: &TurnLoop| &*t.key_id == key_id && t.idem.as_ref().is_some_and(|i| i.key == key);
-        let running = (self.sessions.core_mut(session_id))
-            .and_then(|c| c.turn_mut())
-            .filter(|t| mine(t));
+        let Some(core) = core else {
+            return false;
+        };
+        let running = core.turn_mut().filter(|t| mine(t));
         if let Some(t) = running {
             if let Some(i) = t.idem.as_mut() {
                 i.watchers.push(conn);
             }
-            if let Some(s) = self.svc.stream_mut(conn) {
+            if let Some(s) = svc.stream_mut(conn) {
                 s.kind = StreamKind::Turn;
             }
             return true;
         }
-        if self.svc.faults.idem_queued_retry_runs() {
+        if svc.faults.idem_queued_retry_runs() {
             return false;
         }
-        let waiter =
-            (self.sessions.core_mut(session_id)).and_then(|l| l.gate.queued_idem(key_id, key));
-        let Some(idem) = waiter else {
+        let Some(idem) = core.gate.queued_idem(key_id, key) else {
             return false;
         };
         idem.watchers.push(conn);
-        if let Some(s) = self.svc.stream_mut(conn) {
+        if let Some(s) = svc.stream_mut(conn) {
             s.kind = StreamKind::Queued;
         }
         true
     }
 
     /// The key's request took the gate: durable from the next commit.
-    pub(crate) fn idem_started(&mut self, session_id: &str, key_id: &str, key: &str) {
-        self.put_idem(session_id, key_id, key, |e| e.started = true);
+    pub(crate) fn started(
+        &mut self,
+        svc: &mut Services,
+        session_id: &str,
+        key_id: &str,
+        key: &str,
+    ) {
+        self.put(svc, session_id, key_id, key, |e| e.started = true);
     }
 
     /// The key's request answered: `outcome` renders what a retry gets
     /// (called only for a request that has a key).
-    pub(crate) fn idem_finished(
+    pub(crate) fn finished(
         &mut self,
+        svc: &mut Services,
         session_id: &str,
         t: &TurnLoop,
         outcome: impl FnOnce() -> String,
@@ -312,12 +332,21 @@ impl Engine {
             return;
         };
         let text = outcome();
-        self.put_idem(session_id, &t.key_id, &idem.key, |e| e.outcome = Some(text));
+        self.put(svc, session_id, &t.key_id, &idem.key, |e| {
+            e.outcome = Some(text)
+        });
     }
 
-    fn put_idem(&mut self, session_id: &str, key_id: &str, key: &str, f: impl FnOnce(&mut Entry)) {
+    fn put(
+        &mut self,
+        svc: &mut Services,
+        session_id: &str,
+        key_id: &str,
+        key: &str,
+        f: impl FnOnce(&mut Entry),
+    ) {
         let id: KeyId = (session_id.to_string(), key_id.to_string(), key.to_string());
-        let Some(e) = self.idem.entries.get_mut(&id) else {
+        let Some(e) = self.entries.get_mut(&id) else {
             return;
         };
         f(e);
@@ -329,19 +358,14 @@ impl Engine {
             created_ms: e.created_ms,
             outcome: e.outcome.clone(),
         };
-        self.svc.write(StoreWrite::PutIdempotency(row));
+        svc.write(StoreWrite::PutIdempotency(row));
     }
 
     /// Drops keys past the retention, in memory and in the store.
-    pub(crate) fn expire_idempotency(&mut self) {
-        let before_ms = self
-            .svc
-            .now
-            .unix
-            .0
-            .saturating_sub(self.svc.config.idempotency_retention_ms);
-        if self.idem.expire(before_ms) {
-            self.svc.write(StoreWrite::ExpireIdempotency { before_ms });
+    fn expire_due(&mut self, svc: &mut Services) {
+        let before_ms = (svc.now.unix.0).saturating_sub(svc.config.idempotency_retention_ms);
+        if self.expire(before_ms) {
+            svc.write(StoreWrite::ExpireIdempotency { before_ms });
         }
     }
 }

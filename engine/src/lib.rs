@@ -60,7 +60,6 @@ pub mod sandbox;
 mod services;
 mod session_core;
 mod session_load;
-mod session_mcp;
 mod session_sandbox;
 mod sessions;
 pub mod store;
@@ -74,8 +73,10 @@ pub mod usage;
 
 use std::collections::{BTreeMap, VecDeque};
 
+use mcp::McpNotice;
 use model::Catalog;
 use proto::jsonrpc::codes;
+use sandbox::{Requester, SandboxNotice};
 use services::Services;
 
 /// Provider-facing history rebuilt from the log with plain store reads.
@@ -230,7 +231,7 @@ impl Engine {
             .map(|p| p.row.id.clone())
             .collect();
         for id in profiles {
-            engine.provision_profile(&id);
+            engine.sandbox_cx().provision_profile(&id);
         }
         engine.pump_mcp();
         engine
@@ -335,6 +336,97 @@ impl Engine {
     /// Number of connections the engine is tracking (for drivers' shutdown).
     pub fn connection_count(&self) -> usize {
         self.svc.conns.len()
+    }
+
+    /// Moves the sub-state machines' commands to the outputs and routes
+    /// their notices until all are drained (a notice may make a turn start
+    /// the next call).
+    pub(crate) fn pump_mcp(&mut self) {
+        loop {
+            if let Some(notice) = self.mcp.poll_notice() {
+                match notice {
+                    McpNotice::SessionReady { session_id } => self.release_create(&session_id),
+                    McpNotice::CallDone { token, outcome } => self.on_mcp_call_done(token, outcome),
+                }
+                continue;
+            }
+            if let Some(notice) = self.sandbox.poll_notice() {
+                self.on_sandbox_notice(notice);
+                continue;
+            }
+            if let Some(cmd) = self.mcp.poll_command() {
+                self.svc.outputs.push_back(Output::Mcp(cmd));
+                continue;
+            }
+            match self.sandbox.poll_command() {
+                Some(cmd) => self.svc.outputs.push_back(Output::Sandbox(cmd)),
+                None => return,
+            }
+        }
+    }
+
+    /// The sandbox hub with what its RPCs and lifecycle read and write.
+    fn sandbox_cx(&mut self) -> session_sandbox::SandboxCx<'_> {
+        session_sandbox::SandboxCx {
+            sandbox: &mut self.sandbox,
+            catalog: &self.catalog,
+            svc: &mut self.svc,
+        }
+    }
+
+    /// Routes one hub notice (called from the subsystem pump).
+    pub(crate) fn on_sandbox_notice(&mut self, notice: SandboxNotice) {
+        match notice {
+            SandboxNotice::Started {
+                session_id,
+                requester,
+                image,
+                result,
+            } => self
+                .sandbox_cx()
+                .sandbox_started(&session_id, requester, &image, result),
+            SandboxNotice::Stopped {
+                session_id,
+                requester,
+                handle,
+                reason,
+                result,
+            } => self
+                .svc
+                .sandbox_stopped(&session_id, requester, &handle, reason, result),
+            SandboxNotice::Executed {
+                session_id,
+                requester,
+                handle,
+                result,
+            } => match requester {
+                Requester::Turn { turn, index } => {
+                    self.on_sandbox_tool_done(turn, index, &session_id, &handle, result)
+                }
+                Requester::Rpc { conn, key_id } => {
+                    self.sandbox_cx()
+                        .manual_exec_done(conn, &key_id, &session_id, &handle, result)
+                }
+                Requester::Teardown { .. } => {}
+            },
+            SandboxNotice::SubagentEnded { session_id, status } => {
+                self.svc.subagent_span_end(&status);
+                if let Some((kind, payload)) = status.terminal_event() {
+                    self.svc
+                        .append_event(&session_id, Some(&status.key_id), kind, payload);
+                }
+            }
+            SandboxNotice::Provisioned {
+                profile_id,
+                image,
+                result,
+            } => match result {
+                Ok(()) => tracing::info!(profile = %profile_id, %image, "sandbox image available"),
+                Err(e) => {
+                    tracing::warn!(profile = %profile_id, %image, error = %e, "sandbox image provisioning failed")
+                }
+            },
+        }
     }
 
     /// Graceful shutdown: no new requests or admissions; subscriptions end

@@ -181,7 +181,7 @@ impl Engine {
                     let id = p.id.clone();
                     self.catalog.insert_profile(p);
                     if live {
-                        self.provision_profile(&id);
+                        self.sandbox_cx().provision_profile(&id);
                     }
                 }
             }

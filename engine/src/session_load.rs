@@ -1,14 +1,17 @@
 //! Sessions into and out of the catalogue (`crate::residency`): a request
 //! naming a session the catalogue does not hold waits for one store read
 //! that brings it back; idle sessions beyond the budget are evicted after
-//! every input.
+//! every input. A new session's MCP servers are connected after its row
+//! and `session.open` exist and before its `201` goes out (spec 06 §4.1).
 
 use proto::http::Request;
 
 use crate::conn::{LoadFor, PendingRead};
+use crate::mcp::McpServerSpec;
 use crate::model::{Key, Session};
 use crate::residency::PINNED_PER_PASS;
 use crate::services::Services;
+use crate::sessions::PendingCreate;
 use crate::store::{KeyRole, ReadResult, SessionState, StoreRead, StoredSession};
 use crate::{ConnId, Engine};
 
@@ -274,6 +277,49 @@ impl Engine {
             return self.svc.respond_json(conn, 201, &body);
         }
         self.connect_mcp_then_respond(conn, &session_id, &profile.row.mcp_servers, body);
+    }
+
+    /// Answers a create with `body` once the profile's MCP servers are
+    /// connected (all at once; unknown names are logged and skipped, and
+    /// nothing fails the create).
+    pub(crate) fn connect_mcp_then_respond(
+        &mut self,
+        conn: ConnId,
+        session_id: &str,
+        names: &[String],
+        body: Vec<u8>,
+    ) {
+        let mut servers: Vec<McpServerSpec> = Vec::with_capacity(names.len());
+        for name in names {
+            match self.svc.config.mcp_servers.iter().find(|s| &s.name == name) {
+                Some(spec) => servers.push(spec.clone()),
+                None => tracing::error!(
+                    server = %name,
+                    session = %session_id,
+                    "profile references an MCP server that is not in [mcp.servers]; skipped"
+                ),
+            }
+        }
+        if servers.is_empty() {
+            return self.svc.respond_json(conn, 201, &body);
+        }
+        let id = self.catalog.session_id(session_id);
+        self.sessions.park_create(id, PendingCreate { conn, body });
+        let now = self.svc.now.mono;
+        self.mcp.connect_session(session_id, servers, now);
+    }
+
+    pub(crate) fn release_create(&mut self, session_id: &str) {
+        if let Some(PendingCreate { conn, body }) = self.sessions.take_create(session_id) {
+            if self.svc.conns.contains_key(&conn) {
+                self.svc.respond_json(conn, 201, &body);
+            }
+        }
+        if let Some(turn_id) = self.sessions.take_mcp_wait(session_id) {
+            if self.running_turn_id(session_id) == Some(turn_id) {
+                self.with_core(session_id, |core, world, _| core.mcp_ready(world));
+            }
+        }
     }
 }
 

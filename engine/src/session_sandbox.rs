@@ -6,15 +6,27 @@ use proto::jsonrpc::{ExecRemoteSandboxParams, Parsed, RpcError, StartRemoteSandb
 use proto::wire::json;
 use serde_json::{json, Value};
 
-use crate::sandbox::{
-    CancelOutcome, ExecOutput, Handle, Requester, SandboxNotice, StartRefused, StopReason,
-};
+use crate::model::Catalog;
+use crate::sandbox::SandboxHub;
+use crate::sandbox::{CancelOutcome, ExecOutput, Handle, Requester, StartRefused, StopReason};
 use crate::services::Services;
-use crate::{ConnId, Engine};
+use crate::ConnId;
 use proto::jsonrpc::codes;
 use proto::wire::EventType;
 
-impl Engine {
+/// What the sandbox RPCs and lifecycle need of the endpoint: the sandbox
+/// hub (every session's sandbox and subagents), the catalogue (profiles'
+/// images, sessions' state and declarations) and the services. Built by
+/// [`Engine::sandbox_cx`](crate::Engine); it cannot reach gates or turns.
+pub(crate) struct SandboxCx<'a> {
+    pub sandbox: &'a mut SandboxHub,
+    pub catalog: &'a Catalog,
+    pub svc: &'a mut Services,
+}
+
+/// Driver checks ran in the RPC dispatch (`-32001` before anything else,
+/// spec 01 §6.1).
+impl SandboxCx<'_> {
     /// Provisioning status of every active profile's images (spec 03 §4.7).
     pub(crate) fn sandbox_status(&mut self, conn: ConnId) {
         let mut items: Vec<(String, Value)> = self
@@ -42,58 +54,6 @@ impl Engine {
             .respond_value(conn, 200, &json!({ "items": items }));
     }
 
-    /// Routes one hub notice (called from the subsystem pump).
-    pub(crate) fn on_sandbox_notice(&mut self, notice: SandboxNotice) {
-        match notice {
-            SandboxNotice::Started {
-                session_id,
-                requester,
-                image,
-                result,
-            } => self.sandbox_started(&session_id, requester, &image, result),
-            SandboxNotice::Stopped {
-                session_id,
-                requester,
-                handle,
-                reason,
-                result,
-            } => self
-                .svc
-                .sandbox_stopped(&session_id, requester, &handle, reason, result),
-            SandboxNotice::Executed {
-                session_id,
-                requester,
-                handle,
-                result,
-            } => match requester {
-                Requester::Turn { turn, index } => {
-                    self.on_sandbox_tool_done(turn, index, &session_id, &handle, result)
-                }
-                Requester::Rpc { conn, key_id } => {
-                    self.manual_exec_done(conn, &key_id, &session_id, &handle, result)
-                }
-                Requester::Teardown { .. } => {}
-            },
-            SandboxNotice::SubagentEnded { session_id, status } => {
-                self.svc.subagent_span_end(&status);
-                if let Some((kind, payload)) = status.terminal_event() {
-                    self.svc
-                        .append_event(&session_id, Some(&status.key_id), kind, payload);
-                }
-            }
-            SandboxNotice::Provisioned {
-                profile_id,
-                image,
-                result,
-            } => match result {
-                Ok(()) => tracing::info!(profile = %profile_id, %image, "sandbox image available"),
-                Err(e) => {
-                    tracing::warn!(profile = %profile_id, %image, error = %e, "sandbox image provisioning failed")
-                }
-            },
-        }
-    }
-
     /// `session.startRemoteSandbox` (spec 06 §5.3).
     pub(crate) fn start_remote_sandbox(
         &mut self,
@@ -102,9 +62,6 @@ impl Engine {
         key_id: &str,
         params: Parsed<StartRemoteSandboxParams>,
     ) {
-        if !self.require_open_driver(conn, session_id, key_id, "session.startRemoteSandbox") {
-            return;
-        }
         let image = match params {
             Ok(p) => p.image,
             Err(msg) => return self.svc.terminal_error(conn, codes::INVALID_PARAMS, &msg),
@@ -146,7 +103,7 @@ impl Engine {
         );
     }
 
-    fn sandbox_started(
+    pub(crate) fn sandbox_started(
         &mut self,
         session_id: &str,
         requester: Requester,
@@ -198,9 +155,6 @@ impl Engine {
 
     /// `session.stopRemoteSandbox` (spec 06 §5.4): the handle goes first.
     pub(crate) fn stop_remote_sandbox(&mut self, conn: ConnId, session_id: &str, key_id: &str) {
-        if !self.require_driver(conn, session_id, key_id, "session.stopRemoteSandbox") {
-            return;
-        }
         let requester = Requester::Rpc {
             conn,
             key_id: key_id.to_string(),
@@ -235,9 +189,6 @@ impl Engine {
         key_id: &str,
         params: Parsed<ExecRemoteSandboxParams>,
     ) {
-        if !self.require_driver(conn, session_id, key_id, "session.execRemoteSandbox") {
-            return;
-        }
         let command = match params {
             Ok(p) => p.command,
             Err(msg) => return self.svc.terminal_error(conn, codes::INVALID_PARAMS, &msg),
@@ -257,7 +208,7 @@ impl Engine {
         }
     }
 
-    fn manual_exec_done(
+    pub(crate) fn manual_exec_done(
         &mut self,
         conn: ConnId,
         key_id: &str,
@@ -301,9 +252,6 @@ impl Engine {
         key_id: &str,
         params: Parsed<proto::jsonrpc::CancelSubagentParams>,
     ) {
-        if !self.require_driver(conn, session_id, key_id, "session.cancelSubagent") {
-            return;
-        }
         let id = match params {
             Ok(p) => p.subagent_id,
             Err(msg) => return self.svc.terminal_error(conn, codes::INVALID_PARAMS, &msg),

@@ -15,7 +15,7 @@ use crate::conn::PendingRead;
 use crate::log::Appended;
 use crate::rpc::StreamKind;
 use crate::store::{ReadResult, RenderedEvent, StoreRead};
-use crate::{ConnId, Engine};
+use crate::ConnId;
 use proto::jsonrpc::codes;
 
 /// Rows per replay read (spec 01 §6.3).
@@ -29,24 +29,21 @@ pub use crate::streams::{Phase, Subscription};
 /// not copied (`Engine::event_frame`).
 const SHARE_VIEW_FROM: usize = 4096;
 
-impl Engine {
-    /// Session closed: every stream of it ends cleanly. A gapless
+impl Services {
+    /// Session closed: every subscription of it ends cleanly. A gapless
     /// subscription still behind (stalled or reading the store) would lose
     /// the events up to the close, which it was promised: it reads on to
     /// the end of the log first (found by sim seed 135).
-    pub(crate) fn end_live_session(&mut self, session_id: &str) {
-        for conn in self.svc.subscriptions(session_id) {
-            let gapless = self.svc.stream_has(conn, Extension::SubscribeGapless);
-            match self.svc.sub_mut(conn) {
+    pub(crate) fn end_subscriptions(&mut self, session_id: &str) {
+        for conn in self.subscriptions(session_id) {
+            let gapless = self.stream_has(conn, Extension::SubscribeGapless);
+            match self.sub_mut(conn) {
                 Some(sub) if gapless && sub.phase != Phase::Live => sub.ends_at_close = true,
-                _ => self.svc.end_stream(conn),
+                _ => self.end_stream(conn),
             }
         }
-        self.drop_live(session_id);
     }
-}
 
-impl Services {
     pub(crate) fn subscribe(
         &mut self,
         conn: ConnId,

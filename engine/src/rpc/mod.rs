@@ -100,9 +100,22 @@ impl Engine {
                 }
             }
             P::UpdateClientTools(p) => self.update_client_tools(conn, session_id, key_id, p),
-            P::StartRemoteSandbox(p) => self.start_remote_sandbox(conn, session_id, key_id, p),
-            P::StopRemoteSandbox => self.stop_remote_sandbox(conn, session_id, key_id),
-            P::ExecRemoteSandbox(p) => self.exec_remote_sandbox(conn, session_id, key_id, p),
+            P::StartRemoteSandbox(p) => {
+                if self.require_open_driver(conn, session_id, key_id, "session.startRemoteSandbox")
+                {
+                    (self.sandbox_cx()).start_remote_sandbox(conn, session_id, key_id, p)
+                }
+            }
+            P::StopRemoteSandbox => {
+                if self.require_driver(conn, session_id, key_id, "session.stopRemoteSandbox") {
+                    (self.sandbox_cx()).stop_remote_sandbox(conn, session_id, key_id)
+                }
+            }
+            P::ExecRemoteSandbox(p) => {
+                if self.require_driver(conn, session_id, key_id, "session.execRemoteSandbox") {
+                    (self.sandbox_cx()).exec_remote_sandbox(conn, session_id, key_id, p)
+                }
+            }
             P::ReportLocalSandbox(p) => {
                 let report = p.map(|r| (r.event_type(), r.payload()));
                 let method = "session.reportLocalSandbox";
@@ -113,7 +126,11 @@ impl Engine {
                 let method = "session.reportLocalSubagent";
                 self.record_report(conn, session_id, key_id, method, report);
             }
-            P::CancelSubagent(p) => self.cancel_subagent(conn, session_id, key_id, p),
+            P::CancelSubagent(p) => {
+                if self.require_driver(conn, session_id, key_id, "session.cancelSubagent") {
+                    (self.sandbox_cx()).cancel_subagent(conn, session_id, key_id, p)
+                }
+            }
             P::Subscribe(p) => self.svc.subscribe(conn, session_id, p),
             P::Unsubscribe => {
                 self.svc.unsubscribe_all(session_id);
@@ -288,7 +305,7 @@ impl Engine {
                 .map(|p| p.row.available_sandboxes.clone())
                 .unwrap_or_default();
             if !images.is_empty() {
-                let list = self.sandbox_images_json(&profile_id, &images);
+                let list = self.sandbox_cx().sandbox_images_json(&profile_id, &images);
                 self.svc.append_event(
                     session_id,
                     Some(key_id),

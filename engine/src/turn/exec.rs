@@ -101,8 +101,13 @@ impl Engine {
                 let Some((turn, key_id)) = self.running_turn(session_id) else {
                     return;
                 };
-                let answer =
-                    self.subagent_tool(session_id, (turn, &key_id), &tool_use_id, &name, &input);
+                let answer = self.sandbox_cx().subagent_tool(
+                    session_id,
+                    (turn, &key_id),
+                    &tool_use_id,
+                    &name,
+                    &input,
+                );
                 self.core_step(session_id, |c, w, now| c.subagent_answered(answer, w, now));
             }
             Effect::SteerApplied { conn, event_id } => {
@@ -374,7 +379,7 @@ impl Engine {
             None => "the turn ended before its next provider call",
         };
         self.svc.retire_steers(std::mem::take(&mut t.steers), why);
-        self.idem_finished(session_id, &t, || {
+        self.idem.finished(&mut self.svc, session_id, &t, || {
             crate::idempotency::result_outcome(&message, &t.event_seqs)
         });
         let streams = t.streams();
@@ -405,13 +410,50 @@ impl Engine {
         let why = crate::session_core::steer::WHY_FAILED;
         self.svc.retire_steers(std::mem::take(&mut t.steers), why);
         (self.svc.telemetry).turn_end(t.id, session_id, TurnEnd::Failed);
-        self.idem_finished(session_id, &t, || {
+        self.idem.finished(&mut self.svc, session_id, &t, || {
             json!({"error": {"code": code, "message": message}}).to_string()
         });
         for conn in t.streams() {
             self.svc.terminal_error(conn, code, message);
         }
         self.release_gate(session_id);
+    }
+
+    /// Extension (`reconnect = true` servers): a session that existed
+    /// before this process started has no MCP connections; its first chat
+    /// turn connects the profile's reconnecting servers before the first
+    /// provider call. Returns whether turn `turn_id` now waits for them.
+    pub(crate) fn restore_mcp(&mut self, session_id: &str, turn_id: crate::turn::TurnId) -> bool {
+        let session_id = self.catalog.session_id(session_id);
+        let Some(session) = self.catalog.sessions.get(session_id.as_str()) else {
+            return false;
+        };
+        // A session created by this process connected them at open.
+        if session.mcp_checked {
+            return false;
+        }
+        let profile_id = session.profile_id.clone();
+        if let Some(s) = self.catalog.sessions.get_mut(session_id.as_str()) {
+            s.mcp_checked = true;
+        }
+        let names = self
+            .catalog
+            .live_profile(&profile_id)
+            .map(|p| p.row.mcp_servers.clone())
+            .unwrap_or_default();
+        let servers: Vec<crate::mcp::McpServerSpec> = names
+            .iter()
+            .filter_map(|n| self.svc.config.mcp_servers.iter().find(|s| &s.name == n))
+            .filter(|s| s.reconnect)
+            .cloned()
+            .collect();
+        if servers.is_empty() || self.mcp.has_session(&session_id) {
+            return false;
+        }
+        self.sessions.await_mcp(session_id.clone(), turn_id);
+        let now = self.svc.now.mono;
+        self.mcp.connect_session(&session_id, servers, now);
+        true
     }
 }
 

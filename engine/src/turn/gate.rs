@@ -244,7 +244,7 @@ impl Engine {
         self.svc
             .retire_steers(std::mem::take(&mut t.steers), "the turn was cancelled");
         let msg = "turn_cancelled: the turn was cancelled";
-        self.idem_finished(session_id, &t, || {
+        self.idem.finished(&mut self.svc, session_id, &t, || {
             serde_json::json!({"error": {"code": CANCELLED, "message": msg}}).to_string()
         });
         for conn in t.streams() {

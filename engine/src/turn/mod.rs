@@ -55,7 +55,11 @@ impl Engine {
         if let Some(msg) = self.open_state_error(session_id) {
             // A finished key still gets its answer once the session is no
             // longer open (its turn may have been what ended it).
-            if idempotent && self.replay_finished(conn, session_id, key_id, &params) {
+            if idempotent
+                && self
+                    .idem
+                    .replay_finished(&mut self.svc, conn, session_id, key_id, &params)
+            {
                 return;
             }
             return self
@@ -76,7 +80,9 @@ impl Engine {
                 Err(msg) => return self.svc.terminal_error(conn, codes::INVALID_PARAMS, &msg),
             };
             if let Some(key) = key {
-                if self.idempotent_send(conn, session_id, key_id, key, &mut message) {
+                let core = self.sessions.core_mut(session_id);
+                let svc = &mut self.svc;
+                if (self.idem).send(svc, core, conn, session_id, key_id, key, &mut message) {
                     return;
                 }
             }
@@ -216,7 +222,8 @@ impl Engine {
                     s.kind = StreamKind::Turn;
                 }
             }
-            self.idem_started(session_id, key_id, &idem.key);
+            self.idem
+                .started(&mut self.svc, session_id, key_id, &idem.key);
             if let Some(t) = self.live_mut(session_id).turn_mut() {
                 t.idem = Some(idem);
             }

@@ -7,9 +7,9 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use crate::session_core::SubagentAnswer;
-use crate::Engine;
+use crate::session_sandbox::SandboxCx;
 
-impl Engine {
+impl SandboxCx<'_> {
     /// A turn's subagent tool: the status tool's report, or a launch
     /// checked in the documented order and started in the session's
     /// sandbox (the core then logs `session.subagent.start` and
