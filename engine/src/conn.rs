@@ -179,7 +179,7 @@ impl Engine {
             }
             PendingRead::TurnHistory { turn, loader } => {
                 // A turn that ended meanwhile needs no more reads.
-                if !self.running.contains_key(&turn) {
+                if self.routes.turn_session(turn).is_none() {
                     return;
                 }
                 let again = |loader| PendingRead::TurnHistory { turn, loader };

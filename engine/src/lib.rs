@@ -55,6 +55,7 @@ mod replica_route;
 pub mod replicas;
 pub mod residency;
 mod respond;
+mod routes;
 mod rpc;
 pub mod sandbox;
 mod services;
@@ -71,7 +72,7 @@ pub mod transfer;
 mod turn;
 pub mod usage;
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 
 use mcp::McpNotice;
 use model::Catalog;
@@ -101,23 +102,14 @@ pub struct Engine {
     /// Every session's runtime parts (core, pending create, drivers'
     /// extensions, MCP restore) and the indices over them.
     sessions: sessions::Sessions,
-    /// The session each running turn (or compaction) belongs to; the turn
-    /// itself lives in the session's core.
-    running: BTreeMap<turn::TurnId, ids::SessionId>,
-    next_turn: turn::TurnId,
-    /// Provider calls in flight, by the session whose turn made them, and
-    /// the watchdog deadlines of streamed ones.
-    calls: calls::Calls,
+    /// Turns, provider calls and MCP calls in flight, by session.
+    routes: routes::Routes,
     /// Every provider entry's shared limits, queues and retry timers.
     provider_limits: provider_limits::ProviderLimits,
-    next_call: CallId,
     /// Every session's MCP connection set.
     mcp: mcp::McpHub,
     /// Every session's remote sandbox and subagents; image status.
     sandbox: sandbox::SandboxHub,
-    /// MCP calls in flight, by the session and turn that made them.
-    mcp_calls: crate::ids::IdMap<mcp::CallToken, (ids::SessionId, turn::TurnId)>,
-    next_mcp_call: mcp::CallToken,
     /// `sendMessage` idempotency keys (extension `send.idempotent`).
     idem: idempotency::Keys,
     /// Replica mode: claimed sessions and the seq lane (`None`: alone).
@@ -206,15 +198,10 @@ impl Engine {
             svc,
             sandbox,
             mcp,
-            mcp_calls: Default::default(),
-            next_mcp_call: mcp::CallToken(1),
             catalog,
             sessions: sessions::Sessions::new(histories, faults),
-            running: BTreeMap::new(),
-            next_turn: turn::TurnId(1),
-            calls: calls::Calls::default(),
+            routes: routes::Routes::default(),
             provider_limits,
-            next_call: CallId(1),
             idem: idempotency::Keys::restore(&snapshot.idempotency),
             replicas,
             residency,
@@ -313,7 +300,7 @@ impl Engine {
             self.sandbox.poll_timeout(),
             self.residency.next_deadline(),
             self.provider_limits.poll_timeout(),
-            self.calls.next_deadline(),
+            self.routes.calls.next_deadline(),
         ]
         .into_iter()
         .flatten()

@@ -64,10 +64,8 @@ impl Engine {
                 let Some(turn) = self.running_turn_id(session_id) else {
                     return;
                 };
-                let token = self.next_mcp_call;
-                self.next_mcp_call += 1;
-                self.mcp_calls
-                    .insert(token, (self.catalog.session_id(session_id), turn));
+                let session = self.catalog.session_id(session_id);
+                let token = self.routes.start_mcp_call(session, turn);
                 let now = self.svc.now.mono;
                 self.mcp.call(session_id, &tool, &input, token, now);
                 if self.svc.telemetry.enabled() {
@@ -129,7 +127,7 @@ impl Engine {
                 self.svc.deltas_ended(session_id, &request, reason);
             }
             Effect::AbortCall(call) => {
-                self.calls.remove(call);
+                self.routes.calls.remove(call);
                 self.svc.outputs.push_back(Output::AbortProvider(call));
             }
             Effect::Fact(fact) => self.perform_fact(session_id, fact),
@@ -166,16 +164,11 @@ impl Engine {
         let (turn, conn) = (t.id, t.conn);
         let id = match call.ticket {
             Some(id) => id,
-            None => {
-                let id = self.next_call;
-                self.next_call += 1;
-                id
-            }
+            None => self.routes.new_call(),
         };
         let now = self.svc.now.mono;
         let check = (self.sessions.core_mut(session_id)).and_then(|core| core.call_sent(id, now));
-        self.calls
-            .insert(id, self.catalog.session_id(session_id), check);
+        (self.routes.calls).insert(id, self.catalog.session_id(session_id), check);
         if self.svc.telemetry.enabled() {
             (self.svc.telemetry).attempt_begin(id, turn, conn, &call.entry, call.attempt);
         }
@@ -200,8 +193,7 @@ impl Engine {
     fn perform_admit(&mut self, session_id: &str, a: crate::session_core::Admission) {
         use crate::provider_limits::{Ask, Verdict};
         use crate::session_core::retry::Delay;
-        let id = self.next_call;
-        self.next_call += 1;
+        let id = self.routes.new_call();
         let now = self.svc.now.mono;
         let wait = a.delay.map(|d| match d {
             Delay::Advised(ms) => ms,
@@ -327,7 +319,7 @@ impl Engine {
     /// Takes `session_id`'s turn out of its core.
     pub(crate) fn take_turn(&mut self, session_id: &str) -> Option<Box<TurnLoop>> {
         let t = self.sessions.core_mut(session_id)?.take_turn()?;
-        self.running.remove(&t.id);
+        self.routes.end_turn(t.id);
         Some(t)
     }
 

@@ -99,9 +99,9 @@ impl Engine {
             self.tell_queue_positions(&id);
         }
         let Engine {
-            running, sessions, ..
+            routes, sessions, ..
         } = self;
-        for session_id in running.values() {
+        for session_id in routes.running_sessions() {
             if let Some(t) = sessions.core_mut(session_id).and_then(|c| c.turn_mut()) {
                 t.forget_stream(conn);
             }
@@ -118,7 +118,7 @@ impl Engine {
             self.svc
                 .retire_steers(std::mem::take(&mut t.steers), "the session closed");
             self.abort_calls(session_id);
-            self.mcp_calls.retain(|_, (s, _)| **s != *session_id);
+            self.routes.forget_mcp_calls(session_id);
             for conn in t.streams() {
                 self.svc.end_stream(conn);
             }
@@ -230,14 +230,7 @@ impl Engine {
             let reason = Some(jsonrpc::DiscardReason::Cancelled);
             self.svc.deltas_ended(session_id, &request, reason);
         }
-        let tokens: Vec<_> = self
-            .mcp_calls
-            .iter()
-            .filter(|(_, (_, turn))| *turn == t.id)
-            .map(|(token, _)| *token)
-            .collect();
-        for token in tokens {
-            self.mcp_calls.remove(&token);
+        for token in self.routes.end_mcp_calls_of(t.id) {
             self.mcp.abandon(token);
         }
         tracing::info!(session = %session_id, "turn cancelled");

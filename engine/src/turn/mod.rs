@@ -183,8 +183,7 @@ impl Engine {
     /// Makes `conn`'s request the gate holder of `session_id` with a fresh
     /// turn in `mode`, and returns the turn's id.
     fn hold_gate(&mut self, conn: ConnId, session_id: &str, key_id: &str, mode: Mode) -> TurnId {
-        let turn_id = self.next_turn;
-        self.next_turn += 1;
+        let turn_id = (self.routes).start_turn(self.catalog.session_id(session_id));
         self.tell_queue_positions(session_id);
         let conn_alive = self.svc.stream_mut(conn).is_some();
         if let Some(s) = self.svc.stream_mut(conn) {
@@ -193,8 +192,6 @@ impl Engine {
         let key_id = self.catalog.key_id(key_id);
         let turn = TurnLoop::new(turn_id, key_id, conn_alive.then_some(conn), mode);
         self.live_mut(session_id).begin(turn);
-        self.running
-            .insert(turn_id, self.catalog.session_id(session_id));
         turn_id
     }
 
@@ -273,7 +270,7 @@ impl Engine {
     /// The history a turn's [`crate::session_core::Effect::LoadHistory`]
     /// asked for was read.
     pub(crate) fn on_turn_history(&mut self, turn_id: TurnId, result: Result<HistoryLoad, String>) {
-        let Some(session_id) = self.running.get(&turn_id).cloned() else {
+        let Some(session_id) = self.routes.turn_session(turn_id).cloned() else {
             return;
         };
         let loaded = result.map(|load| {
@@ -292,7 +289,7 @@ impl Engine {
     /// Attempts still waiting for a slot or a retry leave their queue.
     pub(crate) fn abort_calls(&mut self, session_id: &str) {
         let now = self.svc.now.mono;
-        for (call, streamed) in self.calls.remove_session(session_id) {
+        for (call, streamed) in self.routes.calls.remove_session(session_id) {
             if streamed {
                 self.provider_limits.done(now, call, None);
             }
@@ -305,29 +302,29 @@ impl Engine {
 
     /// Body bytes of a streamed call, for the turn that made it.
     pub(crate) fn on_provider_chunk(&mut self, call: crate::CallId, bytes: &[u8]) {
-        let Some(session_id) = self.calls.session(call).cloned() else {
+        let Some(session_id) = self.routes.calls.session(call).cloned() else {
             return;
         };
         let rearm = self.with_core(&session_id, |core, world, now| {
             core.on_chunk(call, bytes, world, now)
         });
         if let Some(Some(Some(at))) = rearm {
-            self.calls.rearm(call, at);
+            self.routes.calls.rearm(call, at);
         }
     }
 
     /// Streamed calls whose watchdog check is due: each core judges its
     /// own, and arms the next check while the stream lives.
     pub(crate) fn check_provider_streams(&mut self) {
-        for call in self.calls.due(self.svc.now.mono) {
-            let Some(session_id) = self.calls.session(call).cloned() else {
+        for call in self.routes.calls.due(self.svc.now.mono) {
+            let Some(session_id) = self.routes.calls.session(call).cloned() else {
                 continue;
             };
             let next = self.with_core(&session_id, |core, world, now| {
                 core.stream_check(call, world, now)
             });
             if let Some(Some(at)) = next {
-                self.calls.rearm(call, at);
+                self.routes.calls.rearm(call, at);
             }
         }
     }
@@ -335,7 +332,7 @@ impl Engine {
     /// A provider reply, for the turn that made the call. An advised
     /// instant becomes a delay against the engine's wall clock here.
     pub(crate) fn on_provider_done(&mut self, call: crate::CallId, reply: crate::ProviderReply) {
-        let Some(session_id) = self.calls.remove(call) else {
+        let Some(session_id) = self.routes.calls.remove(call) else {
             return self.provider_limits.done(self.svc.now.mono, call, None);
         };
         let mut reply = reply;
@@ -386,7 +383,7 @@ impl Engine {
         token: crate::mcp::CallToken,
         outcome: proto::mcp::CallOutcome,
     ) {
-        let Some((session_id, turn)) = self.mcp_calls.remove(&token) else {
+        let Some((session_id, turn)) = self.routes.end_mcp_call(token) else {
             return;
         };
         if self.running_turn_id(&session_id) != Some(turn) {

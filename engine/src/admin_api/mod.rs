@@ -1,16 +1,17 @@
 //! Admin-port REST surface (spec 03): profiles, client keys and the
 //! revocation cascade, read-only sessions and events, registry snapshots.
+//! Profiles and client keys are the catalogue's own (`registry.rs`).
+
+mod registry;
 
 use proto::http::{Method, Request};
-use proto::wire::ids::{IdKind, SecretKind};
 use proto::wire::problem::ProblemType;
 use serde_json::{json, Value};
 
 use crate::conn::{LoadFor, PendingRead};
-use crate::model::{Key, StoredHash};
 use crate::services::Services;
-use crate::store::{KeyRole, KeyRow, ProfileRow, ReadResult, SessionState, StoreRead, StoreWrite};
-use crate::{auth, transfer, ConnId, Engine};
+use crate::store::{KeyRole, ProfileRow, ReadResult, SessionState, StoreRead, StoreWrite};
+use crate::{transfer, ConnId, Engine};
 
 enum Route<'a> {
     Profiles,
@@ -72,28 +73,6 @@ fn route(path: &str) -> Option<Route<'_>> {
     }
 }
 
-/// A page of an append-only ordering: the cursor is the position after the
-/// last item returned, so later inserts and removals never shift it.
-fn page_of<T, Id: std::ops::Deref<Target = str>>(
-    order: &[Id],
-    after: usize,
-    limit: usize,
-    mut item: impl FnMut(&str) -> Option<T>,
-) -> (Vec<T>, Option<String>) {
-    let mut items = Vec::new();
-    let mut pos = after;
-    while let Some(id) = order.get(pos) {
-        if let Some(v) = item(id) {
-            if items.len() == limit {
-                return (items, Some(pos.to_string()));
-            }
-            items.push(v);
-        }
-        pos += 1;
-    }
-    (items, None)
-}
-
 impl Engine {
     pub(crate) fn route_admin(&mut self, conn: ConnId, req: Request) {
         self.route_admin_with(conn, req, false);
@@ -141,13 +120,23 @@ impl Engine {
             }
         }
         match (r, &req.method) {
-            (Route::Profiles, Method::Post) => self.create_profile(conn, &req),
-            (Route::Profiles, Method::Get) => self.list_profiles(conn, &req),
-            (Route::Profile(id), Method::Get) => self.get_profile(conn, id),
-            (Route::Profile(id), Method::Put) => self.replace_profile(conn, &req, id),
-            (Route::Profile(id), Method::Delete) => self.delete_profile(conn, id),
-            (Route::Keys, Method::Post) => self.create_key(conn, &req),
-            (Route::Keys, Method::Get) => self.list_keys(conn, &req),
+            (Route::Profiles, Method::Post) => {
+                if let Some(id) = self.catalog.create_profile(&mut self.svc, conn, &req) {
+                    self.sandbox_cx().provision_profile(&id);
+                }
+            }
+            (Route::Profiles, Method::Get) => self.catalog.list_profiles(&mut self.svc, conn, &req),
+            (Route::Profile(id), Method::Get) => self.catalog.get_profile(&mut self.svc, conn, id),
+            (Route::Profile(id), Method::Put) => {
+                if (self.catalog).replace_profile(&mut self.svc, conn, &req, id) {
+                    self.sandbox_cx().provision_profile(id);
+                }
+            }
+            (Route::Profile(id), Method::Delete) => {
+                self.catalog.delete_profile(&mut self.svc, conn, id)
+            }
+            (Route::Keys, Method::Post) => self.catalog.create_key(&mut self.svc, conn, &req),
+            (Route::Keys, Method::Get) => self.catalog.list_keys(&mut self.svc, conn, &req),
             (Route::Key(id), Method::Delete) => self.revoke_key(conn, id),
             (Route::Sessions, Method::Get) => self.svc.list_sessions(conn, &req),
             (Route::SessionEvents(id), Method::Get) => self.svc.events_page(conn, &req, id),
@@ -211,200 +200,12 @@ impl Engine {
         }
     }
 
-    fn create_profile(&mut self, conn: ConnId, req: &Request) {
-        let body = match proto::wire::admin::ProfileBody::parse(&req.body) {
-            Ok(b) => b,
-            Err(detail) => return self.svc.problem(conn, ProblemType::BadRequest, &detail),
-        };
-        if self.catalog.profile_names.contains(&body.name) {
-            return self.svc.problem(
-                conn,
-                ProblemType::DuplicateName,
-                "a profile with that name already exists",
-            );
-        }
-        let now = self.svc.timestamp();
-        let row = ProfileRow {
-            id: self.svc.new_id(IdKind::Profile),
-            name: body.name,
-            primary_provider: body.primary_provider,
-            fallback_providers: body.fallback_providers,
-            mcp_servers: body.mcp_servers,
-            allowed_tools: body.allowed_tools.into_iter().map(Value::String).collect(),
-            available_sandboxes: body.available_sandboxes,
-            created_at: now.clone(),
-            updated_at: now,
-            deleted_at: None,
-        };
-        let created = json!({"id": row.id, "name": row.name, "created_at": row.created_at});
-        let id = row.id.clone();
-        self.svc.write(StoreWrite::InsertProfile(row.clone()));
-        self.catalog.insert_profile(row);
-        self.sandbox_cx().provision_profile(&id);
-        self.svc.respond_value(conn, 201, &created);
-    }
-
-    fn list_profiles(&mut self, conn: ConnId, req: &Request) {
-        let Some((after, limit)) = self.svc.page_params(conn, req) else {
-            return;
-        };
-        let (items, next) = page_of(&self.catalog.profile_order, after, limit, |id| {
-            self.catalog
-                .live_profile(id)
-                .map(|p| self.svc.profile_view(&p.row))
-        });
-        self.svc
-            .respond_value(conn, 200, &json!({"items": items, "next_cursor": next}));
-    }
-
-    fn get_profile(&mut self, conn: ConnId, id: &str) {
-        match self.catalog.live_profile(id) {
-            Some(p) => {
-                let view = self.svc.profile_view(&p.row);
-                self.svc.respond_value(conn, 200, &view);
-            }
-            None => self
-                .svc
-                .problem(conn, ProblemType::NotFound, &format!("no profile {id}")),
-        }
-    }
-
-    fn replace_profile(&mut self, conn: ConnId, req: &Request, id: &str) {
-        let body = match proto::wire::admin::ProfileBody::parse(&req.body) {
-            Ok(b) => b,
-            Err(detail) => return self.svc.problem(conn, ProblemType::BadRequest, &detail),
-        };
-        let Some(current) = self.catalog.live_profile(id).map(|p| p.row.clone()) else {
-            return self
-                .svc
-                .problem(conn, ProblemType::NotFound, &format!("no profile {id}"));
-        };
-        if body.name != current.name && self.catalog.profile_names.contains(&body.name) {
-            return self.svc.problem(
-                conn,
-                ProblemType::DuplicateName,
-                "a profile with that name already exists",
-            );
-        }
-        let row = ProfileRow {
-            id: current.id.clone(),
-            name: body.name,
-            primary_provider: body.primary_provider,
-            fallback_providers: body.fallback_providers,
-            mcp_servers: body.mcp_servers,
-            allowed_tools: body.allowed_tools.into_iter().map(Value::String).collect(),
-            available_sandboxes: body.available_sandboxes,
-            created_at: current.created_at.clone(),
-            updated_at: self.svc.timestamp(),
-            deleted_at: None,
-        };
-        // The old name stays reserved, exactly like the UNIQUE column would
-        // keep it only if another row held it; a renamed row frees it.
-        self.catalog.profile_names.remove(&current.name);
-        self.catalog.profile_names.insert(row.name.clone());
-        let view = self.svc.profile_view(&row);
-        self.svc.write(StoreWrite::UpdateProfile(row.clone()));
-        if let Some(p) = self.catalog.profiles.get_mut(id) {
-            p.row = row;
-        }
-        self.sandbox_cx().provision_profile(id);
-        self.svc.respond_value(conn, 200, &view);
-    }
-
-    fn delete_profile(&mut self, conn: ConnId, id: &str) {
-        let Some(mut row) = self.catalog.live_profile(id).map(|p| p.row.clone()) else {
-            return self
-                .svc
-                .problem(conn, ProblemType::NotFound, &format!("no profile {id}"));
-        };
-        let in_use = self
-            .catalog
-            .keys
-            .values()
-            .filter(|k| k.role == KeyRole::Client && k.profile_id.as_deref() == Some(id))
-            .count();
-        if in_use > 0 {
-            let detail =
-                format!("profile has {in_use} active client key(s); revoke them before deleting");
-            return self.svc.problem(conn, ProblemType::ProfileInUse, &detail);
-        }
-        row.deleted_at = Some(self.svc.timestamp());
-        self.svc.write(StoreWrite::UpdateProfile(row.clone()));
-        if let Some(p) = self.catalog.profiles.get_mut(id) {
-            p.row = row;
-        }
-        self.svc.respond(conn, 204, None, b"");
-    }
-
-    fn create_key(&mut self, conn: ConnId, req: &Request) {
-        let body = match proto::wire::admin::CreateKeyBody::parse(&req.body) {
-            Ok(b) => b,
-            Err(detail) => return self.svc.problem(conn, ProblemType::BadRequest, &detail),
-        };
-        if self.catalog.live_profile(&body.profile_id).is_none() {
-            let detail = format!("no active profile {}", body.profile_id);
-            return self
-                .svc
-                .problem(conn, ProblemType::ProfileUnavailable, &detail);
-        }
-        let secret = self.svc.new_secret(SecretKind::Client);
-        let row = KeyRow {
-            id: self.svc.new_id(IdKind::Key),
-            name: body.name,
-            key_hash: auth::digest_hex(&secret),
-            key_prefix: secret[..8].to_string(),
-            role: KeyRole::Client,
-            profile_id: Some(body.profile_id),
-            client_id: None,
-            created_at: self.svc.timestamp(),
-            last_used_at: None,
-            deleted_at: None,
-        };
-        let created = json!({
-            "id": row.id,
-            "name": row.name,
-            "key": secret,
-            "prefix": row.key_prefix,
-            "profile_id": row.profile_id,
-            "created_at": row.created_at,
-        });
-        let mut key = Key::from_row(&row, &self.catalog);
-        key.hash = StoredHash::Sha256(auth::digest(&secret));
-        self.svc.write(StoreWrite::InsertKey(row));
-        self.catalog.insert_key(key);
-        self.svc.respond_value(conn, 201, &created);
-    }
-
-    fn list_keys(&mut self, conn: ConnId, req: &Request) {
-        let Some((after, limit)) = self.svc.page_params(conn, req) else {
-            return;
-        };
-        let (items, next) = page_of(&self.catalog.client_key_order, after, limit, |id| {
-            self.catalog
-                .keys
-                .get(id)
-                .filter(|k| k.role == KeyRole::Client)
-                .map(|k| {
-                    json!({
-                        "id": k.id,
-                        "name": k.name,
-                        "prefix": k.prefix,
-                        "profile_id": k.profile_id,
-                        "created_at": k.created_at,
-                        "last_used_at": k.last_used_at,
-                    })
-                })
-        });
-        self.svc
-            .respond_value(conn, 200, &json!({"items": items, "next_cursor": next}));
-    }
-
     /// Revocation cascade (spec 03 §4.2), in one batch of writes. When the
     /// catalogue may not hold every session, the sessions the key's
     /// session keys reach are read first (evictions wait meanwhile, so none
     /// slips between the read and the cascade).
     fn revoke_key(&mut self, conn: ConnId, id: &str) {
-        if !self.is_client_key(id) {
+        if !self.catalog.is_client_key(id) {
             return self.svc.no_client_key(conn, id);
         }
         if !self.residency.lazy() {
@@ -440,14 +241,10 @@ impl Engine {
             self.insert_stored(s);
         }
         // Revoked meanwhile by another request: that one answered 204.
-        if !self.is_client_key(key_id) {
+        if !self.catalog.is_client_key(key_id) {
             return self.svc.no_client_key(conn, key_id);
         }
         self.revoke_now(conn, key_id);
-    }
-
-    fn is_client_key(&self, id: &str) -> bool {
-        (self.catalog.keys.get(id)).is_some_and(|k| k.role == KeyRole::Client)
     }
 
     fn revoke_now(&mut self, conn: ConnId, id: &str) {
