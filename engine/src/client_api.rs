@@ -11,7 +11,7 @@ use serde_json::{json, Map, Value};
 use crate::conn::{LoadFor, PendingRead};
 use crate::ids::SessionId;
 use crate::model::{check_declarations, set_declarations};
-use crate::model::{Key, KeyScope, Session, StoredHash};
+use crate::model::{Catalog, Key, Session, StoredHash};
 use crate::services::Services;
 use crate::store::{KeyRole, KeyRow, SessionRow, SessionState, StoreRead, StoreWrite};
 use crate::time::Stamp;
@@ -126,8 +126,8 @@ impl Engine {
             }
             Route::Sessions => self.create_session(conn, &req),
             Route::Join(id) => self.join_session(conn, &req, id),
-            Route::Participants(id) => self.participants(conn, &req, id),
-            Route::Events(id) => self.session_events(conn, &req, id),
+            Route::Participants(id) => self.catalog.participants(&mut self.svc, conn, &req, id),
+            Route::Events(id) => self.catalog.session_events(&mut self.svc, conn, &req, id),
             Route::Session(id) => self.close_session_rest(conn, &req, id),
             Route::Rpc(id) => self.rpc_request(conn, req, id),
             Route::Fork(id, rewind) => self.fork_client(conn, &req, id, rewind),
@@ -170,73 +170,9 @@ impl Engine {
         true
     }
 
-    /// Authenticates a client key (`bae_…`); answers 401 on failure.
-    fn auth_client(&mut self, conn: ConnId, req: &Request) -> Option<Key> {
-        self.auth_bearer(conn, req, KeyScope::Client)
-    }
-
-    /// Authenticates a session key bound to `session_id`; 401 on failure
-    /// (also for an unknown session: the key cannot match anything).
-    pub(crate) fn auth_session(
-        &mut self,
-        conn: ConnId,
-        req: &Request,
-        session_id: &str,
-    ) -> Option<Key> {
-        self.auth_bearer(conn, req, KeyScope::Session(session_id))
-    }
-
-    /// Bearer authentication against the keys of one scope: `401` with the
-    /// reference detail texts on failure, `last_used_at` stamped on success.
-    pub(crate) fn auth_bearer(
-        &mut self,
-        conn: ConnId,
-        req: &Request,
-        scope: KeyScope<'_>,
-    ) -> Option<Key> {
-        let token = match auth::bearer(req.header("authorization")) {
-            Ok(t) => t,
-            Err(e) => {
-                self.svc
-                    .problem(conn, ProblemType::Unauthorized, e.detail());
-                return None;
-            }
-        };
-        let invalid = match scope {
-            KeyScope::Client => "invalid client key",
-            KeyScope::Session(_) => "invalid session key",
-            KeyScope::Admin => "invalid admin key",
-        };
-        match self.catalog.authenticate(scope, token, self.svc.now.mono) {
-            Some((k, upgrade)) => {
-                if let Some(w) = upgrade {
-                    self.svc.write(w);
-                }
-                self.touch_key(&k.id);
-                Some(k)
-            }
-            None => {
-                self.svc.problem(conn, ProblemType::Unauthorized, invalid);
-                None
-            }
-        }
-    }
-
-    /// Stamps `last_used_at` (best effort, never a durability point).
-    pub(crate) fn touch_key(&mut self, key_id: &str) {
-        let at = self.svc.timestamp();
-        if let Some(k) = self.catalog.keys.get_mut(key_id) {
-            k.last_used_at = Some(Stamp::At(self.svc.now.unix));
-        }
-        self.svc.write(StoreWrite::TouchKey {
-            id: key_id.to_string(),
-            at,
-        });
-    }
-
     fn create_session(&mut self, conn: ConnId, req: &Request) {
         // 1. Auth before the body is even looked at (C-011).
-        let Some(key) = self.auth_client(conn, req) else {
+        let Some(key) = self.catalog.auth_client(&mut self.svc, conn, req) else {
             return;
         };
         // 2. Body shape.
@@ -296,7 +232,9 @@ impl Engine {
         self.lease_new_session(&session_id);
         (self.svc.telemetry).session_open(&session_id, &profile_id, &key.id);
 
-        let session_key = self.mint_session_key(&session_id, &key);
+        let session_key = self
+            .catalog
+            .mint_session_key(&mut self.svc, &session_id, &key);
         let payload = declaration_payload(
             body.client_version.as_deref(),
             &body.tools,
@@ -305,7 +243,9 @@ impl Engine {
         );
         self.svc
             .append_event_text(&session_id, Some(&key.id), EventType::SessionOpen, payload);
-        let response = self.open_answer(&session_id, &session_key, &profile_id);
+        let response =
+            self.catalog
+                .open_answer(&mut self.svc, &session_id, &session_key, &profile_id);
         // 10. MCP servers connect before the 201 (spec 06 §4.1).
         self.connect_mcp_then_respond(
             conn,
@@ -317,7 +257,7 @@ impl Engine {
 
     fn join_session(&mut self, conn: ConnId, req: &Request, session_id: &str) {
         // 1. Auth.
-        let Some(key) = self.auth_client(conn, req) else {
+        let Some(key) = self.catalog.auth_client(&mut self.svc, conn, req) else {
             return;
         };
         // 2–3. Body, then the compaction key in any form (C-031, C-032).
@@ -392,7 +332,9 @@ impl Engine {
             sandbox_tools: row.sandbox_tools,
             subagent_tools: row.subagent_tools,
         });
-        let session_key = self.mint_session_key(session_id, &key);
+        let session_key = self
+            .catalog
+            .mint_session_key(&mut self.svc, session_id, &key);
         let payload = declaration_payload(
             body.client_version.as_deref(),
             &body.tools,
@@ -401,28 +343,19 @@ impl Engine {
         );
         self.svc
             .append_event_text(session_id, Some(&key.id), EventType::SessionJoin, payload);
-        let response = self.open_answer(session_id, &session_key, &profile_id);
+        let response =
+            self.catalog
+                .open_answer(&mut self.svc, session_id, &session_key, &profile_id);
         self.svc.respond_json(conn, 201, response.as_bytes());
-    }
-
-    fn participants(&mut self, conn: ConnId, req: &Request, session_id: &str) {
-        if self.auth_session(conn, req, session_id).is_none() {
-            return;
-        }
-        let drivers: Vec<String> = self
-            .catalog
-            .drivers
-            .get(session_id)
-            .map(|d| d.iter().map(|k| k.to_string()).collect())
-            .unwrap_or_default();
-        self.svc
-            .respond_value(conn, 200, &json!({ "drivers": drivers }));
     }
 
     /// `POST /api/v1/sessions/{id}/fork|rewind`: only the session key of
     /// the session's creator may fork it here (the admin API may too).
     fn fork_client(&mut self, conn: ConnId, req: &Request, session_id: &str, rewind: bool) {
-        let Some(key) = self.auth_session(conn, req, session_id) else {
+        let Some(key) = self
+            .catalog
+            .auth_session(&mut self.svc, conn, req, session_id)
+        else {
             return;
         };
         let creator = self
@@ -442,15 +375,12 @@ impl Engine {
         }
     }
 
-    fn session_events(&mut self, conn: ConnId, req: &Request, session_id: &str) {
-        if self.auth_session(conn, req, session_id).is_none() {
-            return;
-        }
-        self.svc.events_page(conn, req, session_id);
-    }
-
     fn close_session_rest(&mut self, conn: ConnId, req: &Request, session_id: &str) {
-        if self.auth_session(conn, req, session_id).is_none() {
+        if self
+            .catalog
+            .auth_session(&mut self.svc, conn, req, session_id)
+            .is_none()
+        {
             return;
         }
         let session = self.catalog.sessions.get(session_id);
@@ -537,30 +467,6 @@ impl Engine {
         None
     }
 
-    /// Inserts a session key bound to `session_id` for `client`; returns the
-    /// plaintext (shown once).
-    pub(crate) fn mint_session_key(&mut self, session_id: &str, client: &Key) -> String {
-        let secret = self.svc.new_secret(SecretKind::Session);
-        let id = self.svc.new_id(IdKind::Key);
-        let row = KeyRow {
-            id,
-            name: session_id.to_string(),
-            key_hash: auth::digest_hex(&secret),
-            key_prefix: secret[..8].to_string(),
-            role: KeyRole::Session,
-            profile_id: client.profile_id.as_deref().map(String::from),
-            client_id: Some(client.id.to_string()),
-            created_at: self.svc.timestamp(),
-            last_used_at: None,
-            deleted_at: None,
-        };
-        let mut key = Key::from_row(&row, &self.catalog);
-        key.hash = StoredHash::Sha256(auth::digest(&secret));
-        self.svc.write(StoreWrite::InsertKey(row));
-        self.catalog.insert_key(key);
-        secret
-    }
-
     /// A separate `error` session recording a rejected create/join (spec 01
     /// §4.4). No session key is minted for it.
     fn audit_session(
@@ -603,55 +509,6 @@ impl Engine {
         };
         self.svc
             .append_event(&id, Some(key_id), EventType::SessionError, payload);
-    }
-
-    /// The create and join answer, `{"session_id", "session_key",
-    /// "profile"}`, written as text: the bytes `serde_json` gives for the
-    /// same object, without building it (an open is a hot path).
-    pub(crate) fn open_answer(
-        &self,
-        session_id: &str,
-        session_key: &str,
-        profile_id: &str,
-    ) -> String {
-        let mut out = String::with_capacity(256);
-        out.push_str("{\"session_id\":");
-        json::push_str(&mut out, session_id);
-        out.push_str(",\"session_key\":");
-        json::push_str(&mut out, session_key);
-        out.push_str(",\"profile\":");
-        self.push_sanitized_profile(&mut out, profile_id);
-        out.push('}');
-        out
-    }
-
-    /// The client-facing profile: no tokens, no env names, no base URL, no
-    /// fallbacks; the primary provider only as its kind and model.
-    fn push_sanitized_profile(&self, out: &mut String, profile_id: &str) {
-        let Some(p) = self.catalog.profiles.get(profile_id) else {
-            return out.push_str("null");
-        };
-        out.push_str("{\"id\":");
-        json::push_str(out, &p.row.id);
-        out.push_str(",\"name\":");
-        json::push_str(out, &p.row.name);
-        out.push_str(",\"allowed_tools\":");
-        // Raw values of any type (the reference does not check them).
-        out.push_str(&serde_json::to_string(&p.row.allowed_tools).unwrap_or_default());
-        out.push_str(",\"mcp_servers\":");
-        json::push_str_array(out, p.row.mcp_servers.iter().map(String::as_str));
-        out.push_str(",\"provider\":");
-        match self.svc.provider(&p.row.primary_provider) {
-            Some(e) => {
-                out.push_str("{\"provider\":");
-                json::push_str(out, e.kind.as_str());
-                out.push_str(",\"model\":");
-                json::push_str(out, &e.model);
-                out.push('}');
-            }
-            None => out.push_str("{\"provider\":null,\"model\":null}"),
-        }
-        out.push('}');
     }
 }
 
@@ -717,4 +574,121 @@ fn declaration_payload(
     json::push_str_array(&mut out, subagent_tools.iter().map(|t| t.name.as_str()));
     out.push('}');
     out
+}
+
+impl Catalog {
+    pub(crate) fn participants(
+        &mut self,
+        svc: &mut Services,
+        conn: ConnId,
+        req: &Request,
+        session_id: &str,
+    ) {
+        if self.auth_session(svc, conn, req, session_id).is_none() {
+            return;
+        }
+        let drivers: Vec<String> = self
+            .drivers
+            .get(session_id)
+            .map(|d| d.iter().map(|k| k.to_string()).collect())
+            .unwrap_or_default();
+        svc.respond_value(conn, 200, &json!({ "drivers": drivers }));
+    }
+
+    pub(crate) fn session_events(
+        &mut self,
+        svc: &mut Services,
+        conn: ConnId,
+        req: &Request,
+        session_id: &str,
+    ) {
+        if self.auth_session(svc, conn, req, session_id).is_none() {
+            return;
+        }
+        svc.events_page(conn, req, session_id);
+    }
+
+    /// Inserts a session key bound to `session_id` for `client`; returns the
+    /// plaintext (shown once).
+    pub(crate) fn mint_session_key(
+        &mut self,
+        svc: &mut Services,
+        session_id: &str,
+        client: &Key,
+    ) -> String {
+        let secret = svc.new_secret(SecretKind::Session);
+        let id = svc.new_id(IdKind::Key);
+        let row = KeyRow {
+            id,
+            name: session_id.to_string(),
+            key_hash: auth::digest_hex(&secret),
+            key_prefix: secret[..8].to_string(),
+            role: KeyRole::Session,
+            profile_id: client.profile_id.as_deref().map(String::from),
+            client_id: Some(client.id.to_string()),
+            created_at: svc.timestamp(),
+            last_used_at: None,
+            deleted_at: None,
+        };
+        let mut key = Key::from_row(&row, &self);
+        key.hash = StoredHash::Sha256(auth::digest(&secret));
+        svc.write(StoreWrite::InsertKey(row));
+        self.insert_key(key);
+        secret
+    }
+
+    /// The create and join answer, `{"session_id", "session_key",
+    /// "profile"}`, written as text: the bytes `serde_json` gives for the
+    /// same object, without building it (an open is a hot path).
+    pub(crate) fn open_answer(
+        &self,
+        svc: &Services,
+        session_id: &str,
+        session_key: &str,
+        profile_id: &str,
+    ) -> String {
+        let mut out = String::with_capacity(256);
+        out.push_str("{\"session_id\":");
+        json::push_str(&mut out, session_id);
+        out.push_str(",\"session_key\":");
+        json::push_str(&mut out, session_key);
+        out.push_str(",\"profile\":");
+        self.push_sanitized_profile(svc, &mut out, profile_id);
+        out.push('}');
+        out
+    }
+
+    /// The client-facing profile: no tokens, no env names, no base URL, no
+    /// fallbacks; the primary provider only as its kind and model.
+    pub(crate) fn push_sanitized_profile(
+        &self,
+        svc: &Services,
+        out: &mut String,
+        profile_id: &str,
+    ) {
+        let Some(p) = self.profiles.get(profile_id) else {
+            return out.push_str("null");
+        };
+        out.push_str("{\"id\":");
+        json::push_str(out, &p.row.id);
+        out.push_str(",\"name\":");
+        json::push_str(out, &p.row.name);
+        out.push_str(",\"allowed_tools\":");
+        // Raw values of any type (the reference does not check them).
+        out.push_str(&serde_json::to_string(&p.row.allowed_tools).unwrap_or_default());
+        out.push_str(",\"mcp_servers\":");
+        json::push_str_array(out, p.row.mcp_servers.iter().map(String::as_str));
+        out.push_str(",\"provider\":");
+        match svc.provider(&p.row.primary_provider) {
+            Some(e) => {
+                out.push_str("{\"provider\":");
+                json::push_str(out, e.kind.as_str());
+                out.push_str(",\"model\":");
+                json::push_str(out, &e.model);
+                out.push('}');
+            }
+            None => out.push_str("{\"provider\":null,\"model\":null}"),
+        }
+        out.push('}');
+    }
 }

@@ -38,13 +38,13 @@ pub enum PendingRead {
     Metrics { conn: ConnId },
     /// The events after a paused assistant message (owner, server results).
     RecoverPause { session_id: String, paused_seq: u64 },
-    /// Replica mode: a session lease claim (`replica_route.rs`).
+    /// Replica mode: a session lease claim (`placement.rs`).
     Claim {
         session_id: String,
         then: crate::replicas::ClaimFor,
     },
     /// A request naming a session the catalogue does not hold
-    /// (`session_load.rs`).
+    /// (`placement.rs`).
     LoadSession {
         session_id: String,
         conn: ConnId,

@@ -51,7 +51,8 @@ pub mod pipeline;
 #[cfg(feature = "planted-bugs")]
 pub mod planted;
 pub mod provider_limits;
-mod replica_route;
+
+mod placement;
 pub mod replicas;
 pub mod residency;
 mod respond;
@@ -60,7 +61,6 @@ mod rpc;
 pub mod sandbox;
 mod services;
 mod session_core;
-mod session_load;
 mod session_sandbox;
 mod sessions;
 pub mod store;

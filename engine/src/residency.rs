@@ -4,7 +4,7 @@
 //! most `budget` idle ones besides, the most recently used. An idle session
 //! beyond the budget is evicted: its record, session keys and driver
 //! registrations leave memory, and the next request naming it loads them
-//! back with one store read (`crate::session_load`), as a restart would,
+//! back with one store read (`crate::placement`), as a restart would,
 //! except that registrations made by this process come back too. A session
 //! is in use (pinned) while anything refers to it: a runtime entry (gate,
 //! turn, cached history), an open stream, MCP connections, a sandbox, a

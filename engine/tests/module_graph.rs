@@ -83,13 +83,11 @@ const ENGINE_FILES: &[&str] = &[
     "client_api.rs",
     "conn.rs",
     "lib.rs",
-    "replica_route.rs",
+    "placement.rs",
     "rpc/mod.rs",
-    "session_load.rs",
     "turn/exec.rs",
     "turn/gate.rs",
     "turn/mod.rs",
-    "turn/recover.rs",
 ];
 
 #[test]

@@ -193,7 +193,9 @@ impl Engine {
                 let body = crate::metrics::traffic::status_json(&entries, retry, &status);
                 self.svc.respond_value(conn, 200, &body);
             }
-            (Route::Usage(scope), Method::Get) => self.usage_request(conn, &req, scope),
+            (Route::Usage(scope), Method::Get) => {
+                self.catalog.usage_request(&mut self.svc, conn, &req, scope)
+            }
             _ => self
                 .svc
                 .problem(conn, ProblemType::MethodNotAllowed, "method not allowed"),
@@ -300,58 +302,12 @@ impl Engine {
             // Replica mode: only a session's owner writes its log; the
             // revocation's notice reaches every replica, and the owner (or,
             // for a session nobody holds, the first replica to take its
-            // lease) closes it (`replica_route.rs`).
+            // lease) closes it (`placement.rs`).
             if open && orphaned && self.owns_session(&session_id) {
                 self.close_session(&session_id, id, "client_key_revoked");
             }
         }
         self.svc.respond(conn, 204, None, b"");
-    }
-
-    /// `GET /admin/v1/{sessions|keys|profiles}/{id}/usage[?since=&until=]`
-    /// (extension, docs/extensions.md "Usage accounting"): sums of the
-    /// stored usage rows, a session's by turn too.
-    fn usage_request(&mut self, conn: ConnId, req: &Request, scope: crate::store::UsageScope) {
-        use crate::store::UsageScope;
-        let mut window = [None, None];
-        for (slot, name) in window.iter_mut().zip(["since", "until"]) {
-            if let Some(v) = req.query_param(name) {
-                match crate::usage::parse_instant(&v) {
-                    Some(ms) => *slot = Some(ms),
-                    None => {
-                        let detail = format!(
-                            "{name}: expected a UTC time like 2026-01-02, 2026-01-02T03:04:05Z or 2026-01-02T03:04:05.000Z"
-                        );
-                        return self.svc.problem(conn, ProblemType::BadRequest, &detail);
-                    }
-                }
-            }
-        }
-        let scope_json = match &scope {
-            UsageScope::Session(id) => {
-                if !self.catalog.sessions.contains_key(id.as_str()) {
-                    return self.svc.problem(
-                        conn,
-                        ProblemType::NotFound,
-                        &format!("no session {id}"),
-                    );
-                }
-                format!("\"session_id\":{}", proto::wire::json::string(id))
-            }
-            UsageScope::ClientKey(id) => format!("\"key_id\":{}", proto::wire::json::string(id)),
-            UsageScope::Profile(id) => {
-                format!("\"profile_id\":{}", proto::wire::json::string(id))
-            }
-        };
-        let scope_json = crate::usage::scope_members(&scope_json, window);
-        let by_turn = matches!(scope, UsageScope::Session(_));
-        let read = StoreRead::Usage {
-            scope,
-            since_ms: window[0],
-            until_ms: window[1],
-            by_turn,
-        };
-        self.svc.read(read, PendingRead::Usage { conn, scope_json });
     }
 
     pub(crate) fn answer_metrics(&mut self, conn: ConnId, rt: &crate::metrics::RuntimeStats) {
@@ -585,7 +541,8 @@ impl Engine {
     pub(crate) fn auth_admin(&mut self, conn: ConnId, req: &Request) -> bool {
         self.svc.config.admin_auth_disabled
             || self
-                .auth_bearer(conn, req, crate::model::KeyScope::Admin)
+                .catalog
+                .auth_bearer(&mut self.svc, conn, req, crate::model::KeyScope::Admin)
                 .is_some()
     }
 

@@ -9,9 +9,10 @@ use proto::wire::problem::ProblemType;
 use serde_json::{json, Value};
 
 use crate::auth;
+use crate::conn::PendingRead;
 use crate::model::{Catalog, Key, StoredHash};
 use crate::services::Services;
-use crate::store::{KeyRole, KeyRow, ProfileRow, StoreWrite};
+use crate::store::{KeyRole, KeyRow, ProfileRow, StoreRead, StoreWrite};
 use crate::ConnId;
 
 /// A page of an append-only ordering: the cursor is the position after the
@@ -233,5 +234,55 @@ impl Catalog {
 
     pub(crate) fn is_client_key(&self, id: &str) -> bool {
         (self.keys.get(id)).is_some_and(|k| k.role == KeyRole::Client)
+    }
+}
+
+impl Catalog {
+    /// `GET /admin/v1/{sessions|keys|profiles}/{id}/usage[?since=&until=]`
+    /// (extension, docs/extensions.md "Usage accounting"): sums of the
+    /// stored usage rows, a session's by turn too.
+    pub(crate) fn usage_request(
+        &mut self,
+        svc: &mut Services,
+        conn: ConnId,
+        req: &Request,
+        scope: crate::store::UsageScope,
+    ) {
+        use crate::store::UsageScope;
+        let mut window = [None, None];
+        for (slot, name) in window.iter_mut().zip(["since", "until"]) {
+            if let Some(v) = req.query_param(name) {
+                match crate::usage::parse_instant(&v) {
+                    Some(ms) => *slot = Some(ms),
+                    None => {
+                        let detail = format!(
+                            "{name}: expected a UTC time like 2026-01-02, 2026-01-02T03:04:05Z or 2026-01-02T03:04:05.000Z"
+                        );
+                        return svc.problem(conn, ProblemType::BadRequest, &detail);
+                    }
+                }
+            }
+        }
+        let scope_json = match &scope {
+            UsageScope::Session(id) => {
+                if !self.sessions.contains_key(id.as_str()) {
+                    return svc.problem(conn, ProblemType::NotFound, &format!("no session {id}"));
+                }
+                format!("\"session_id\":{}", proto::wire::json::string(id))
+            }
+            UsageScope::ClientKey(id) => format!("\"key_id\":{}", proto::wire::json::string(id)),
+            UsageScope::Profile(id) => {
+                format!("\"profile_id\":{}", proto::wire::json::string(id))
+            }
+        };
+        let scope_json = crate::usage::scope_members(&scope_json, window);
+        let by_turn = matches!(scope, UsageScope::Session(_));
+        let read = StoreRead::Usage {
+            scope,
+            since_ms: window[0],
+            until_ms: window[1],
+            by_turn,
+        };
+        svc.read(read, PendingRead::Usage { conn, scope_json });
     }
 }

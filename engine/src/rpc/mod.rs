@@ -11,6 +11,7 @@ use proto::jsonrpc::{self, Call, Extension, Extensions, Parsed};
 use proto::wire::json;
 use serde_json::{json, Value};
 
+mod drivers;
 mod front;
 
 use crate::conn::PendingRead;
@@ -24,7 +25,10 @@ pub use crate::streams::{Stream, StreamKind};
 
 impl Engine {
     pub(crate) fn rpc_request(&mut self, conn: ConnId, req: Request, session_id: &str) {
-        let Some(key) = self.auth_session(conn, &req, session_id) else {
+        let Some(key) = self
+            .catalog
+            .auth_session(&mut self.svc, conn, &req, session_id)
+        else {
             return;
         };
         // From here on the answer is always 200 NDJSON (C-050).
@@ -77,7 +81,13 @@ impl Engine {
             P::RegisterDriver(p) => self.register_driver(conn, session_id, key_id, p),
             P::CancelTurn => self.cancel_turn(conn, session_id, key_id),
             P::SteerTurn(p) => {
-                if self.require_open_driver(conn, session_id, key_id, "session.steerTurn") {
+                if self.catalog.require_open_driver(
+                    &mut self.svc,
+                    conn,
+                    session_id,
+                    key_id,
+                    "session.steerTurn",
+                ) {
                     let steered = front::steer_content(p).and_then(|content| {
                         (self.sessions.core_mut(session_id))
                             .map_or(Err(SteerRefusal::NotRunning), |core| {
@@ -92,42 +102,76 @@ impl Engine {
             }
             P::SendMessage(p) => self.send_message(conn, session_id, key_id, p),
             P::Compact(p) => {
-                if self.require_open_driver(conn, session_id, key_id, "session.compact") {
+                if self.catalog.require_open_driver(
+                    &mut self.svc,
+                    conn,
+                    session_id,
+                    key_id,
+                    "session.compact",
+                ) {
                     match front::compact_prompt(p) {
                         Ok(prompt) => self.arrive(conn, session_id, key_id, Op::Compact(prompt)),
                         Err(e) => self.svc.terminal_error(conn, e.code, &e.message),
                     }
                 }
             }
-            P::UpdateClientTools(p) => self.update_client_tools(conn, session_id, key_id, p),
+            P::UpdateClientTools(p) => {
+                self.catalog
+                    .update_client_tools(&mut self.svc, conn, session_id, key_id, p)
+            }
             P::StartRemoteSandbox(p) => {
-                if self.require_open_driver(conn, session_id, key_id, "session.startRemoteSandbox")
-                {
+                if self.catalog.require_open_driver(
+                    &mut self.svc,
+                    conn,
+                    session_id,
+                    key_id,
+                    "session.startRemoteSandbox",
+                ) {
                     (self.sandbox_cx()).start_remote_sandbox(conn, session_id, key_id, p)
                 }
             }
             P::StopRemoteSandbox => {
-                if self.require_driver(conn, session_id, key_id, "session.stopRemoteSandbox") {
+                if self.catalog.require_driver(
+                    &mut self.svc,
+                    conn,
+                    session_id,
+                    key_id,
+                    "session.stopRemoteSandbox",
+                ) {
                     (self.sandbox_cx()).stop_remote_sandbox(conn, session_id, key_id)
                 }
             }
             P::ExecRemoteSandbox(p) => {
-                if self.require_driver(conn, session_id, key_id, "session.execRemoteSandbox") {
+                if self.catalog.require_driver(
+                    &mut self.svc,
+                    conn,
+                    session_id,
+                    key_id,
+                    "session.execRemoteSandbox",
+                ) {
                     (self.sandbox_cx()).exec_remote_sandbox(conn, session_id, key_id, p)
                 }
             }
             P::ReportLocalSandbox(p) => {
                 let report = p.map(|r| (r.event_type(), r.payload()));
                 let method = "session.reportLocalSandbox";
-                self.record_report(conn, session_id, key_id, method, report);
+                self.catalog
+                    .record_report(&mut self.svc, conn, session_id, key_id, method, report);
             }
             P::ReportLocalSubagent(p) => {
                 let report = p.map(|r| (r.event_type(), r.payload()));
                 let method = "session.reportLocalSubagent";
-                self.record_report(conn, session_id, key_id, method, report);
+                self.catalog
+                    .record_report(&mut self.svc, conn, session_id, key_id, method, report);
             }
             P::CancelSubagent(p) => {
-                if self.require_driver(conn, session_id, key_id, "session.cancelSubagent") {
+                if self.catalog.require_driver(
+                    &mut self.svc,
+                    conn,
+                    session_id,
+                    key_id,
+                    "session.cancelSubagent",
+                ) {
                     (self.sandbox_cx()).cancel_subagent(conn, session_id, key_id, p)
                 }
             }
@@ -139,135 +183,6 @@ impl Engine {
         }
     }
 
-    /// The first check of every gated method: `-32001` unless the caller
-    /// registered as a driver.
-    pub(crate) fn require_driver(
-        &mut self,
-        conn: ConnId,
-        session_id: &str,
-        key_id: &str,
-        method: &str,
-    ) -> bool {
-        if self.is_driver(session_id, key_id) {
-            return true;
-        }
-        self.svc.terminal_error(
-            conn,
-            codes::DRIVER_NOT_REGISTERED,
-            &format!("call session.registerDriver before {method}"),
-        );
-        false
-    }
-
-    /// `-32001`, then `-32000` unless the session is open (the pre-checks of
-    /// the methods with an open-state check, spec 01 §6.1).
-    pub(crate) fn require_open_driver(
-        &mut self,
-        conn: ConnId,
-        session_id: &str,
-        key_id: &str,
-        method: &str,
-    ) -> bool {
-        if !self.require_driver(conn, session_id, key_id, method) {
-            return false;
-        }
-        match self.open_state_error(session_id) {
-            Some(msg) => {
-                self.svc
-                    .terminal_error(conn, codes::APPLICATION_ERROR, &msg);
-                false
-            }
-            None => true,
-        }
-    }
-
-    /// The local sandbox and subagent telemetry reports (spec 06 §5.7,
-    /// §6.6): a client-reported lifecycle claim: driver check, params, one
-    /// event.
-    fn record_report(
-        &mut self,
-        conn: ConnId,
-        session_id: &str,
-        key_id: &str,
-        method: &str,
-        report: Result<(proto::wire::EventType, Value), String>,
-    ) {
-        if !self.require_driver(conn, session_id, key_id, method) {
-            return;
-        }
-        match report {
-            Ok((event_type, payload)) => {
-                self.svc
-                    .append_event(session_id, Some(key_id), event_type, payload);
-                self.svc.terminal_result(conn, r#"{"reported":true}"#);
-            }
-            Err(msg) => self.svc.terminal_error(conn, codes::INVALID_PARAMS, &msg),
-        }
-    }
-
-    /// `session.updateClientTools` (spec 06 §3.2): full replacement of the
-    /// caller's own client tools, used from its next provider call.
-    fn update_client_tools(
-        &mut self,
-        conn: ConnId,
-        session_id: &str,
-        key_id: &str,
-        params: Parsed<jsonrpc::UpdateClientToolsParams>,
-    ) {
-        if !self.require_open_driver(conn, session_id, key_id, "session.updateClientTools") {
-            return;
-        }
-        let parsed = match params {
-            Ok(p) => p,
-            Err(msg) => return self.svc.terminal_error(conn, codes::INVALID_PARAMS, &msg),
-        };
-        let profile_id = self.profile_of(session_id);
-        let Some(allowed) = self.catalog.live_profile(&profile_id).map(|p| {
-            p.row
-                .allowed_tools
-                .iter()
-                .filter_map(|v| v.as_str().map(str::to_string))
-                .collect::<Vec<_>>()
-        }) else {
-            return self
-                .svc
-                .terminal_error(conn, codes::INTERNAL_ERROR, "Internal error");
-        };
-        if let Err(e) = parsed.check_allowed(&allowed) {
-            return self.svc.terminal_error(conn, e.code, &e.message);
-        }
-        let catalog = &mut self.catalog;
-        let Some(session) = catalog.sessions.get_mut(session_id) else {
-            return self
-                .svc
-                .terminal_error(conn, codes::INTERNAL_ERROR, "Internal error");
-        };
-        let tools: Vec<Value> = parsed.tools.iter().map(|t| t.to_value()).collect();
-        session.client_tools.set(&mut catalog.decls, key_id, &tools);
-        let row = session.to_row();
-        self.svc.write(crate::store::StoreWrite::SetSessionTools {
-            id: row.id,
-            client_tools: row.client_tools,
-            sandbox_tools: row.sandbox_tools,
-            subagent_tools: row.subagent_tools,
-        });
-        self.svc.terminal_result(conn, r#"{"updated":true}"#);
-    }
-
-    /// The profile a session is bound to; empty (no live profile has that
-    /// id) when the session is unknown, so callers take their
-    /// profile-unavailable path instead of panicking.
-    pub(crate) fn profile_of(&self, session_id: &str) -> String {
-        (self.catalog.sessions.get(session_id))
-            .map(|s| s.profile_id.to_string())
-            .unwrap_or_default()
-    }
-
-    /// `"session is <state>, not open"` unless the session is open.
-    pub(crate) fn open_state_error(&self, session_id: &str) -> Option<String> {
-        self.catalog.open_error(session_id)
-    }
-
     fn register_driver(
         &mut self,
         conn: ConnId,
@@ -275,7 +190,7 @@ impl Engine {
         key_id: &str,
         params: Parsed<jsonrpc::RegisterDriverParams>,
     ) {
-        if let Some(msg) = self.open_state_error(session_id) {
+        if let Some(msg) = self.catalog.open_state_error(session_id) {
             return self
                 .svc
                 .terminal_error(conn, codes::APPLICATION_ERROR, &msg);
@@ -298,7 +213,7 @@ impl Engine {
                 EventType::SessionDriverRegister,
                 json!({}),
             );
-            let profile_id = self.profile_of(session_id);
+            let profile_id = self.catalog.profile_of(session_id);
             let images = self
                 .catalog
                 .live_profile(&profile_id)

@@ -13,6 +13,7 @@ pub mod compaction;
 mod effect;
 mod gate;
 pub mod merge;
+pub(crate) mod recovery;
 mod request;
 pub mod retry;
 pub mod round;

@@ -5,16 +5,25 @@
 //! opt-in turn control (docs/extensions.md): `session.cancelTurn` (and the
 //! admin API's cancel) retire what holds or waits on the gate, and
 //! `turn.queue` waiters hear their new positions; only a client that named
-//! the extension at registration sees any of it.
+//! the extension at registration sees any of it. After a start, the first
+//! arrival rebuilds the gate (history and any parked pause) from the log.
 
 use proto::jsonrpc::{self, Extension};
 use proto::wire::json;
 use serde_json::json;
 
-use super::{Holder, Waiter};
+use super::{Holder, Pause, Waiter};
+use crate::conn::PendingRead;
+use crate::history_load::HistoryLoad;
 use crate::rpc::StreamKind;
+use crate::session_core::recovery;
+use crate::store::{ReadResult, StoreRead};
 use crate::{ConnId, Engine};
 use proto::jsonrpc::codes;
+
+/// Events read after a paused message (its tool rounds are bounded by the
+/// number of tool_use blocks; this is generous).
+const PAUSE_SCAN: usize = 4096;
 
 /// Terminal error of a request whose turn (or queued request) was cancelled.
 const CANCELLED: i64 = jsonrpc::codes::TURN_CANCELLED;
@@ -129,6 +138,7 @@ impl Engine {
         let waiters: Vec<Waiter> = live.gate.drain();
         for w in waiters {
             let msg = self
+                .catalog
                 .open_state_error(session_id)
                 .unwrap_or_else(|| "session no longer exists".into());
             for conn in w.streams() {
@@ -144,7 +154,13 @@ impl Engine {
     /// `session.cancelTurn` (extension `turn.cancel`): the caller's running
     /// or paused turn, else its queued requests.
     pub(crate) fn cancel_turn(&mut self, conn: ConnId, session_id: &str, key_id: &str) {
-        if !self.require_driver(conn, session_id, key_id, "session.cancelTurn") {
+        if !self.catalog.require_driver(
+            &mut self.svc,
+            conn,
+            session_id,
+            key_id,
+            "session.cancelTurn",
+        ) {
             return;
         }
         let outcome = self.cancel_gate(session_id, Some(key_id));
@@ -255,6 +271,101 @@ impl Engine {
         for (conn, position) in live.gate.position_changes() {
             if self.svc.stream_has(conn, Extension::TurnQueue) {
                 self.svc.frame(conn, &jsonrpc::queue_frame(position));
+            }
+        }
+    }
+
+    // ---- Recovery after a start ----------------------------------------
+    // The first arrival after a start rebuilds the session's history and
+    // any parked pause from the log (`session_core::recovery`); the owner
+    // of a restored pause gets a fresh `BAE_TURN_TIMEOUT` from then.
+
+    pub(crate) fn on_recover(&mut self, session_id: &str, result: Result<HistoryLoad, String>) {
+        let load = match result {
+            Ok(load) => load,
+            Err(e) => {
+                tracing::error!(error = %e, session_id, "history recovery read failed");
+                return self.recovery_failed(session_id);
+            }
+        };
+        let paused_seq = recovery::paused_seq(&load);
+        let after_seq = recovery::scan_from(&load);
+        let history = crate::history_load::history_text(&load);
+        let live = self.live_mut(session_id);
+        live.history = Some(history);
+        live.newest_usage = load.newest_usage.flatten();
+        self.sessions.history_built(session_id);
+        let Some(paused_seq) = paused_seq else {
+            return self.recovered(session_id, None);
+        };
+        let read = StoreRead::Events {
+            session_id: session_id.to_string(),
+            after_seq,
+            limit: PAUSE_SCAN,
+        };
+        let session_id = session_id.to_string();
+        (self.svc).read(
+            read,
+            PendingRead::RecoverPause {
+                session_id,
+                paused_seq,
+            },
+        );
+    }
+
+    pub(crate) fn on_recover_pause(
+        &mut self,
+        session_id: &str,
+        paused_seq: u64,
+        result: Result<ReadResult, String>,
+    ) {
+        let logged = match result {
+            Ok(ReadResult::Events(rows)) => recovery::restore_pause(&rows, paused_seq),
+            _ => None,
+        };
+        let Some(logged) = logged else {
+            return self.recovery_failed(session_id);
+        };
+        // A pause cancelled before the restart stays cancelled: the next
+        // arrival retires it at once.
+        let deadline = match logged.cancelled {
+            true => crate::MonoMs(0),
+            false => self.svc.now.mono + self.svc.config.turn_timeout_ms,
+        };
+        let pause = Pause {
+            owner: self.catalog.key_id(&logged.owner),
+            deadline,
+            expected: logged.expected,
+            server_results: logged.server_results,
+            auto_trigger: None,
+            cancelled: logged.cancelled,
+        };
+        tracing::info!(session_id, owner = %pause.owner, "restored a paused turn from the log");
+        self.recovered(session_id, Some(pause));
+    }
+
+    /// Recovery done: queued arrivals go through the arrival rules in order.
+    fn recovered(&mut self, session_id: &str, pause: Option<Pause>) {
+        let waiters: Vec<Waiter> = self.live_mut(session_id).gate.recovered(pause);
+        for w in waiters {
+            if self.svc.conns.contains_key(&w.conn) {
+                self.arrive(w.conn, session_id, &w.key_id, w.op);
+            }
+        }
+        self.note_gate_idle(session_id);
+    }
+
+    fn recovery_failed(&mut self, session_id: &str) {
+        self.sessions.history_forget(session_id);
+        let live = self.live_mut(session_id);
+        live.history = None;
+        let waiters: Vec<Waiter> = live.gate.recovery_failed();
+        // Idempotent retries attached to a waiter are answered too (found
+        // by sim seed 2732: one waited until the server shut down).
+        for w in waiters {
+            for conn in w.streams() {
+                self.svc
+                    .terminal_error(conn, codes::APPLICATION_ERROR, "session loop failed");
             }
         }
     }

@@ -7,7 +7,6 @@
 
 mod exec;
 mod gate;
-mod recover;
 mod tools;
 mod world;
 
@@ -46,13 +45,19 @@ impl Engine {
         key_id: &str,
         params: SendMessageCall,
     ) {
-        if !self.require_driver(conn, session_id, key_id, "session.sendMessage") {
+        if !self.catalog.require_driver(
+            &mut self.svc,
+            conn,
+            session_id,
+            key_id,
+            "session.sendMessage",
+        ) {
             return;
         }
         let idempotent = self
             .svc
             .stream_has(conn, proto::jsonrpc::Extension::SendIdempotent);
-        if let Some(msg) = self.open_state_error(session_id) {
+        if let Some(msg) = self.catalog.open_state_error(session_id) {
             // A finished key still gets its answer once the session is no
             // longer open (its turn may have been what ended it).
             if idempotent
@@ -173,13 +178,6 @@ impl Engine {
         }
     }
 
-    pub(crate) fn is_driver(&self, session_id: &str, key_id: &str) -> bool {
-        self.catalog
-            .drivers
-            .get(session_id)
-            .is_some_and(|d| d.contains(key_id))
-    }
-
     /// Makes `conn`'s request the gate holder of `session_id` with a fresh
     /// turn in `mode`, and returns the turn's id.
     fn hold_gate(&mut self, conn: ConnId, session_id: &str, key_id: &str, mode: Mode) -> TurnId {
@@ -207,7 +205,7 @@ impl Engine {
     ) {
         let turn_id = self.hold_gate(conn, session_id, key_id, Mode::Chat);
         if self.svc.telemetry.enabled() {
-            let profile_id = self.profile_of(session_id);
+            let profile_id = self.catalog.profile_of(session_id);
             let conn = self.live_mut(session_id).turn().and_then(|t| t.conn);
             let resumed = matches!(takeover, Takeover::Resume(_));
             let session = (session_id, profile_id.as_str(), key_id);

@@ -7,6 +7,8 @@
 //! it), stamps are 8-byte instants, empty tool maps allocate nothing, and
 //! map values are boxed so the tables' spare capacity stays small.
 
+mod bearer;
+
 use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
 
