@@ -109,7 +109,8 @@ impl Engine {
         self.svc.streams.end(conn);
         self.transfers.forget(conn);
         self.svc.telemetry.http_end(conn);
-        self.forget_conn_in_turns(conn);
+        self.sessions
+            .forget_conn_everywhere(&mut self.svc, &self.routes, conn);
     }
 
     /// Dispatches requests until one goes asynchronous or the buffer runs

@@ -247,7 +247,8 @@ impl Engine {
     pub fn handle_timeout(&mut self, now: Now) {
         self.svc.now = now;
         self.fire_gate_deadlines();
-        self.drop_idle_histories();
+        self.sessions
+            .drop_idle(&mut self.catalog, self.svc.now.mono);
         self.svc.send_keepalives();
         self.svc.expire_reads();
         self.check_provider_streams();
@@ -265,7 +266,8 @@ impl Engine {
         loop {
             for conn in self.svc.streams.take_ended_turns() {
                 // The turn runs on without a consumer.
-                self.forget_conn_in_turns(conn);
+                self.sessions
+                    .forget_conn_everywhere(&mut self.svc, &self.routes, conn);
             }
             if let Some(conn) = self.svc.conns.take_ready() {
                 self.pump(conn);

@@ -330,7 +330,7 @@ impl Engine {
             }
         }
         if let Some(turn_id) = self.sessions.take_mcp_wait(session_id) {
-            if self.running_turn_id(session_id) == Some(turn_id) {
+            if self.sessions.running_turn_id(session_id) == Some(turn_id) {
                 self.with_core(session_id, |core, world, _| core.mcp_ready(world));
             }
         }

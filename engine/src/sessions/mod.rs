@@ -10,12 +10,15 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use proto::jsonrpc::Extensions;
+use proto::jsonrpc::{Extension, Extensions};
 
 use crate::faults::Faults;
 use crate::history_cache::HistoryCache;
 use crate::ids::{KeyId, SessionId, TurnId};
-use crate::session_core::{Holder, SessionCore};
+use crate::model::Catalog;
+use crate::routes::Routes;
+use crate::services::Services;
+use crate::session_core::{Holder, SessionCore, TurnLoop};
 use crate::{ConnId, MonoMs};
 
 /// A create answered once its profile's MCP servers are connected.
@@ -337,6 +340,91 @@ impl Sessions {
             s.driver_ext.clear();
         }
         self.prune(id);
+    }
+
+    // ---- table operations the router asks for --------------------------
+
+    /// `id`'s core, made fresh when it has none (the catalogue interns the
+    /// id of a session the table does not hold yet).
+    pub(crate) fn core_of(&mut self, catalog: &Catalog, id: &str) -> &mut SessionCore {
+        let id = self.known_id(id).unwrap_or_else(|| catalog.session_id(id));
+        self.core_or_new(id)
+    }
+
+    /// Records that `id`'s gate may now have waiters (see [`Sessions::note_waiting`]).
+    pub(crate) fn mark_waiting(&mut self, catalog: &Catalog, id: &str) {
+        if !self.is_waiting(id) {
+            let id = self.known_id(id).unwrap_or_else(|| catalog.session_id(id));
+            self.note_waiting(id);
+        }
+    }
+
+    /// The id and owner of `id`'s running turn.
+    pub(crate) fn running_turn(&self, id: &str) -> Option<(TurnId, KeyId)> {
+        let t = self.core(id)?.turn()?;
+        Some((t.id, t.key_id.clone()))
+    }
+
+    pub(crate) fn running_turn_id(&self, id: &str) -> Option<TurnId> {
+        Some(self.core(id)?.turn()?.id)
+    }
+
+    /// Takes `id`'s turn out of its core; it routes nothing any more.
+    pub(crate) fn take_turn(&mut self, routes: &mut Routes, id: &str) -> Option<Box<TurnLoop>> {
+        let t = self.core_mut(id)?.take_turn()?;
+        routes.end_turn(t.id);
+        Some(t)
+    }
+
+    /// Tells the waiters of `id`'s gate that opted into `turn.queue` their
+    /// new positions.
+    pub(crate) fn tell_queue_positions(&mut self, svc: &mut Services, id: &str) {
+        let Some(core) = self.core_mut(id) else {
+            return;
+        };
+        for (conn, position) in core.gate.position_changes() {
+            if svc.stream_has(conn, Extension::TurnQueue) {
+                svc.frame(conn, &proto::jsonrpc::queue_frame(position));
+            }
+        }
+    }
+
+    /// A gate's state changed: when the session went idle, the history
+    /// cache may give histories up; their sessions are no longer known to
+    /// be empty (the next arrival reads the log).
+    pub(crate) fn note_gate_idle(&mut self, catalog: &mut Catalog, id: &str, now: MonoMs) {
+        if self.gate_idle(id, now) {
+            self.drop_idle(catalog, now);
+        }
+    }
+
+    /// Drops the histories the cache gives up (every timer tick, and
+    /// whenever a session goes idle).
+    pub(crate) fn drop_idle(&mut self, catalog: &mut Catalog, now: MonoMs) {
+        for id in self.drop_idle_histories(now) {
+            if let Some(s) = catalog.sessions.get_mut(&id) {
+                s.fresh = false;
+            }
+        }
+    }
+
+    /// A connection went away or its turn stream ended: it leaves every
+    /// queue (whose waiters hear their new positions), and running turns go
+    /// on without it.
+    pub(crate) fn forget_conn_everywhere(
+        &mut self,
+        svc: &mut Services,
+        routes: &Routes,
+        conn: ConnId,
+    ) {
+        for id in self.forget_conn(conn) {
+            self.tell_queue_positions(svc, &id);
+        }
+        for id in routes.running_sessions() {
+            if let Some(t) = self.core_mut(id).and_then(|c| c.turn_mut()) {
+                t.forget_stream(conn);
+            }
+        }
     }
 }
 

@@ -6,7 +6,7 @@ use proto::jsonrpc::codes;
 use proto::wire::json;
 use serde_json::json;
 
-use super::{Mode, TurnId, UNAVAILABLE_TEXT};
+use super::{Mode, UNAVAILABLE_TEXT};
 use crate::conn::PendingRead;
 use crate::history_load::HistoryLoader;
 use crate::services::Services;
@@ -28,18 +28,12 @@ impl Engine {
         }
     }
 
-    /// The running turn's id and driver.
-    fn running_turn(&self, session_id: &str) -> Option<(TurnId, crate::ids::KeyId)> {
-        let t = self.sessions.core(session_id)?.turn()?;
-        Some((t.id, t.key_id.clone()))
-    }
-
     fn perform(&mut self, session_id: &str, effect: Effect) {
         match effect {
             Effect::Log(log) => self.perform_log(session_id, log),
             Effect::SessionError => self.set_state(session_id, SessionState::Error),
             Effect::LoadHistory => {
-                let Some(turn) = self.running_turn_id(session_id) else {
+                let Some(turn) = self.sessions.running_turn_id(session_id) else {
                     return;
                 };
                 let (loader, read) = HistoryLoader::start(session_id);
@@ -47,7 +41,7 @@ impl Engine {
                     .read(read, PendingRead::TurnHistory { turn, loader });
             }
             Effect::RestoreMcp => {
-                let Some(turn) = self.running_turn_id(session_id) else {
+                let Some(turn) = self.sessions.running_turn_id(session_id) else {
                     return;
                 };
                 if !self.restore_mcp(session_id, turn) {
@@ -61,7 +55,7 @@ impl Engine {
                 tool,
                 input,
             } => {
-                let Some(turn) = self.running_turn_id(session_id) else {
+                let Some(turn) = self.sessions.running_turn_id(session_id) else {
                     return;
                 };
                 let session = self.catalog.session_id(session_id);
@@ -81,7 +75,7 @@ impl Engine {
                 tool_use_id,
                 command,
             } => {
-                let Some(turn) = self.running_turn_id(session_id) else {
+                let Some(turn) = self.sessions.running_turn_id(session_id) else {
                     return;
                 };
                 let requester = crate::sandbox::Requester::Turn { turn, index };
@@ -96,7 +90,7 @@ impl Engine {
                 name,
                 input,
             } => {
-                let Some((turn, key_id)) = self.running_turn(session_id) else {
+                let Some((turn, key_id)) = self.sessions.running_turn(session_id) else {
                     return;
                 };
                 let answer = self.sandbox_cx().subagent_tool(
@@ -214,7 +208,7 @@ impl Engine {
     }
 
     fn perform_fact(&mut self, session_id: &str, fact: Fact) {
-        let turn = self.running_turn_id(session_id);
+        let turn = self.sessions.running_turn_id(session_id);
         match fact {
             Fact::ProviderReturned {
                 call,
@@ -316,17 +310,10 @@ impl Engine {
         self.svc.write(crate::store::StoreWrite::InsertUsage(row));
     }
 
-    /// Takes `session_id`'s turn out of its core.
-    pub(crate) fn take_turn(&mut self, session_id: &str) -> Option<Box<TurnLoop>> {
-        let t = self.sessions.core_mut(session_id)?.take_turn()?;
-        self.routes.end_turn(t.id);
-        Some(t)
-    }
-
     /// The turn is over: its answer goes to its streams (and its
     /// idempotency key), then the gate is parked on a pause or passed on.
     fn end_turn(&mut self, session_id: &str, ending: Ending) {
-        let Some(mut t) = self.take_turn(session_id) else {
+        let Some(mut t) = self.sessions.take_turn(&mut self.routes, session_id) else {
             return;
         };
         use crate::metrics::TurnOutcome;

@@ -8,7 +8,7 @@
 //! the extension at registration sees any of it. After a start, the first
 //! arrival rebuilds the gate (history and any parked pause) from the log.
 
-use proto::jsonrpc::{self, Extension};
+use proto::jsonrpc;
 use proto::wire::json;
 use serde_json::json;
 
@@ -53,35 +53,9 @@ impl Engine {
         }
         match start {
             Some(start) => self.start_admitted(session_id, start),
-            None => self.note_gate_idle(session_id),
-        }
-    }
-
-    /// Records that `session_id`'s gate may now have waiters.
-    pub(crate) fn note_waiting(&mut self, session_id: &str) {
-        if !self.sessions.is_waiting(session_id) {
-            let id = (self.sessions.known_id(session_id))
-                .unwrap_or_else(|| self.catalog.session_id(session_id));
-            self.sessions.note_waiting(id);
-        }
-    }
-
-    /// A gate's state changed: when the session went idle, the history
-    /// cache may give histories up.
-    pub(crate) fn note_gate_idle(&mut self, session_id: &str) {
-        if self.sessions.gate_idle(session_id, self.svc.now.mono) {
-            self.drop_idle_histories();
-        }
-    }
-
-    /// Drops the histories the cache gives up; their sessions are no
-    /// longer known to be empty (the next arrival reads the log). Runs on
-    /// every timer tick and whenever a session goes idle.
-    pub(crate) fn drop_idle_histories(&mut self) {
-        for id in self.sessions.drop_idle_histories(self.svc.now.mono) {
-            if let Some(s) = self.catalog.sessions.get_mut(&id) {
-                s.fresh = false;
-            }
+            None => self
+                .sessions
+                .note_gate_idle(&mut self.catalog, session_id, self.svc.now.mono),
         }
     }
 
@@ -101,29 +75,13 @@ impl Engine {
         }
     }
 
-    /// A connection went away: it leaves any queue; a running turn keeps
-    /// going without its consumer.
-    pub(crate) fn forget_conn_in_turns(&mut self, conn: ConnId) {
-        for id in self.sessions.forget_conn(conn) {
-            self.tell_queue_positions(&id);
-        }
-        let Engine {
-            routes, sessions, ..
-        } = self;
-        for session_id in routes.running_sessions() {
-            if let Some(t) = sessions.core_mut(session_id).and_then(|c| c.turn_mut()) {
-                t.forget_stream(conn);
-            }
-        }
-    }
-
     /// Session closed or revoked: drop the gate, the pause and the waiters
     /// (who then fail the post-gate state check).
     pub(crate) fn drop_live(&mut self, session_id: &str) {
         // A closed session is terminal: its in-flight turn stops here (a
         // late provider reply is ignored) and its stream ends without a
         // terminal frame, like every other stream of the session.
-        if let Some(mut t) = self.take_turn(session_id) {
+        if let Some(mut t) = self.sessions.take_turn(&mut self.routes, session_id) {
             self.svc
                 .retire_steers(std::mem::take(&mut t.steers), "the session closed");
             self.abort_calls(session_id);
@@ -228,7 +186,8 @@ impl Engine {
                 );
             }
         }
-        self.tell_queue_positions(session_id);
+        self.sessions
+            .tell_queue_positions(&mut self.svc, session_id);
         Cancelled::Queued(theirs.len())
     }
 
@@ -237,7 +196,7 @@ impl Engine {
     /// gate passes on. Nothing of the turn's in-memory tool rounds reaches
     /// the history, so no `tool_use` is left without a result.
     fn cancel_running(&mut self, session_id: &str) {
-        let Some(mut t) = self.take_turn(session_id) else {
+        let Some(mut t) = self.sessions.take_turn(&mut self.routes, session_id) else {
             return;
         };
         // The provider stops generating what nobody will read.
@@ -262,19 +221,6 @@ impl Engine {
         self.release_gate(session_id);
     }
 
-    /// Extension `turn.queue`: every opted-in waiter whose position changed
-    /// hears its new one.
-    pub(crate) fn tell_queue_positions(&mut self, session_id: &str) {
-        let Some(live) = self.sessions.core_mut(session_id) else {
-            return;
-        };
-        for (conn, position) in live.gate.position_changes() {
-            if self.svc.stream_has(conn, Extension::TurnQueue) {
-                self.svc.frame(conn, &jsonrpc::queue_frame(position));
-            }
-        }
-    }
-
     // ---- Recovery after a start ----------------------------------------
     // The first arrival after a start rebuilds the session's history and
     // any parked pause from the log (`session_core::recovery`); the owner
@@ -291,7 +237,7 @@ impl Engine {
         let paused_seq = recovery::paused_seq(&load);
         let after_seq = recovery::scan_from(&load);
         let history = crate::history_load::history_text(&load);
-        let live = self.live_mut(session_id);
+        let live = self.sessions.core_of(&self.catalog, session_id);
         live.history = Some(history);
         live.newest_usage = load.newest_usage.flatten();
         self.sessions.history_built(session_id);
@@ -346,18 +292,23 @@ impl Engine {
 
     /// Recovery done: queued arrivals go through the arrival rules in order.
     fn recovered(&mut self, session_id: &str, pause: Option<Pause>) {
-        let waiters: Vec<Waiter> = self.live_mut(session_id).gate.recovered(pause);
+        let waiters: Vec<Waiter> = self
+            .sessions
+            .core_of(&self.catalog, session_id)
+            .gate
+            .recovered(pause);
         for w in waiters {
             if self.svc.conns.contains_key(&w.conn) {
                 self.arrive(w.conn, session_id, &w.key_id, w.op);
             }
         }
-        self.note_gate_idle(session_id);
+        self.sessions
+            .note_gate_idle(&mut self.catalog, session_id, self.svc.now.mono);
     }
 
     fn recovery_failed(&mut self, session_id: &str) {
         self.sessions.history_forget(session_id);
-        let live = self.live_mut(session_id);
+        let live = self.sessions.core_of(&self.catalog, session_id);
         live.history = None;
         let waiters: Vec<Waiter> = live.gate.recovery_failed();
         // Idempotent retries attached to a waiter are answered too (found

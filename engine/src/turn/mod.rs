@@ -31,12 +31,6 @@ pub(crate) use gate::Cancelled;
 pub use crate::session_core::{Holder, Mode, Op, Pause, Takeover, UserMessage, Waiter};
 
 impl Engine {
-    pub(crate) fn live_mut(&mut self, session_id: &str) -> &mut SessionCore {
-        let id = (self.sessions.known_id(session_id))
-            .unwrap_or_else(|| self.catalog.session_id(session_id));
-        self.sessions.core_or_new(id)
-    }
-
     /// `session.sendMessage`: pre-gate checks, then the arrival rules.
     pub(crate) fn send_message(
         &mut self,
@@ -107,7 +101,7 @@ impl Engine {
         let (now, limits) = (self.svc.now.mono, self.gate_limits());
         let waiter = Waiter::new(conn, self.catalog.key_id(key_id), op);
         self.sessions.history_busy(session_id);
-        let live = self.live_mut(session_id);
+        let live = self.sessions.core_of(&self.catalog, session_id);
         let empty = live.history.is_none() && fresh;
         if empty {
             live.history = Some(proto::provider::HistoryText::new());
@@ -119,7 +113,7 @@ impl Engine {
             (live.gate.enqueue(limits, waiter), start)
         };
         if live.gate.has_waiters() {
-            self.note_waiting(session_id);
+            self.sessions.mark_waiting(&self.catalog, session_id);
         }
         if empty {
             self.sessions.history_built(session_id);
@@ -129,7 +123,8 @@ impl Engine {
             let (loader, read) = HistoryLoader::start(session_id);
             self.svc.read(read, PendingRead::Recover { loader });
         }
-        self.note_gate_idle(session_id);
+        self.sessions
+            .note_gate_idle(&mut self.catalog, session_id, self.svc.now.mono);
     }
 
     fn gate_limits(&self) -> Limits {
@@ -147,7 +142,8 @@ impl Engine {
                 if let Some(s) = self.svc.stream_mut(conn) {
                     s.kind = StreamKind::Queued;
                 }
-                self.tell_queue_positions(session_id);
+                self.sessions
+                    .tell_queue_positions(&mut self.svc, session_id);
             }
             Arrival::Refused(w, why) => self.svc.refuse(w, why),
         }
@@ -182,14 +178,15 @@ impl Engine {
     /// turn in `mode`, and returns the turn's id.
     fn hold_gate(&mut self, conn: ConnId, session_id: &str, key_id: &str, mode: Mode) -> TurnId {
         let turn_id = (self.routes).start_turn(self.catalog.session_id(session_id));
-        self.tell_queue_positions(session_id);
+        self.sessions
+            .tell_queue_positions(&mut self.svc, session_id);
         let conn_alive = self.svc.stream_mut(conn).is_some();
         if let Some(s) = self.svc.stream_mut(conn) {
             s.kind = StreamKind::Turn;
         }
         let key_id = self.catalog.key_id(key_id);
         let turn = TurnLoop::new(turn_id, key_id, conn_alive.then_some(conn), mode);
-        self.live_mut(session_id).begin(turn);
+        self.sessions.core_of(&self.catalog, session_id).begin(turn);
         turn_id
     }
 
@@ -206,7 +203,11 @@ impl Engine {
         let turn_id = self.hold_gate(conn, session_id, key_id, Mode::Chat);
         if self.svc.telemetry.enabled() {
             let profile_id = self.catalog.profile_of(session_id);
-            let conn = self.live_mut(session_id).turn().and_then(|t| t.conn);
+            let conn = self
+                .sessions
+                .core_of(&self.catalog, session_id)
+                .turn()
+                .and_then(|t| t.conn);
             let resumed = matches!(takeover, Takeover::Resume(_));
             let session = (session_id, profile_id.as_str(), key_id);
             (self.svc.telemetry).turn_begin(turn_id, conn, session, resumed);
@@ -219,7 +220,7 @@ impl Engine {
             }
             self.idem
                 .started(&mut self.svc, session_id, key_id, &idem.key);
-            if let Some(t) = self.live_mut(session_id).turn_mut() {
+            if let Some(t) = self.sessions.core_of(&self.catalog, session_id).turn_mut() {
                 t.idem = Some(idem);
             }
         }
@@ -384,7 +385,7 @@ impl Engine {
         let Some((session_id, turn)) = self.routes.end_mcp_call(token) else {
             return;
         };
-        if self.running_turn_id(&session_id) != Some(turn) {
+        if self.sessions.running_turn_id(&session_id) != Some(turn) {
             return;
         }
         self.with_core(&session_id, |core, world, now| {
@@ -401,18 +402,13 @@ impl Engine {
         handle: &crate::sandbox::Handle,
         result: Result<crate::sandbox::ExecOutput, String>,
     ) {
-        if self.running_turn_id(session_id) != Some(turn) {
+        if self.sessions.running_turn_id(session_id) != Some(turn) {
             return;
         }
         let sandbox = (handle.image.as_str(), handle.container.as_str());
         self.with_core(session_id, |core, world, now| {
             core.on_exec_done(index, sandbox, result, world, now)
         });
-    }
-
-    /// The id of the turn holding `session_id`'s gate.
-    pub(crate) fn running_turn_id(&self, session_id: &str) -> Option<TurnId> {
-        Some(self.sessions.core(session_id)?.turn()?.id)
     }
 
     pub(crate) fn set_state(&mut self, session_id: &str, state: SessionState) {
