@@ -8,7 +8,7 @@ use proto::wire::json;
 use proto::wire::problem::ProblemType;
 use serde_json::{json, Map, Value};
 
-use crate::conn::{LoadFor, PendingRead};
+use crate::conn::{AnswerRead, LoadFor, PendingRead};
 use crate::ids::SessionId;
 use crate::model::{check_declarations, set_declarations};
 use crate::model::{Catalog, Key, Session, StoredHash};
@@ -529,7 +529,7 @@ impl Services {
                 limit,
                 max_bytes: self.config.max_page_bytes,
             },
-            PendingRead::EventsPage { conn },
+            PendingRead::Answer(AnswerRead::EventsPage { conn }),
         );
     }
 

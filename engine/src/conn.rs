@@ -12,19 +12,11 @@ use crate::respond::Reply;
 use crate::services::Services;
 use crate::{ConnId, Engine, Listener, Output, ReadResult};
 
-/// A request waiting for a store read.
+/// A store read in flight and what its answer is for, by its owner: the
+/// services answer their own reads; the rest are routed by the engine.
 pub enum PendingRead {
-    /// `GET …/events` on either port.
-    EventsPage { conn: ConnId },
-    /// `session.subscribe` resolving `since_event_id`.
-    ReplayStart { conn: ConnId },
-    /// `session.subscribe` replaying one page.
-    ReplayPage { conn: ConnId },
-    /// A retried idempotent `sendMessage` whose first answer is replayed.
-    IdemReplay {
-        conn: ConnId,
-        message: serde_json::Value,
-    },
+    /// Answered by [`Services`] alone (pages, replays, listings).
+    Answer(AnswerRead),
     /// A turn rebuilding provider-facing history after a restart (one of
     /// the load's reads).
     TurnHistory {
@@ -52,12 +44,27 @@ pub enum PendingRead {
         then: LoadFor,
     },
     /// A client key's revocation waiting for the stored sessions it
-    /// reaches (`admin_api.rs`).
+    /// reaches (`admin_api/mod.rs`).
     Revoke { conn: ConnId, key_id: String },
-    /// `GET /admin/v1/sessions` waiting for its rows.
-    SessionList { conn: ConnId },
     /// An export, import, fork or lineage answer (`crate::transfer`).
     Transfer { conn: ConnId },
+}
+
+/// A read whose answer goes straight back to the connection that asked.
+pub enum AnswerRead {
+    /// `GET …/events` on either port.
+    EventsPage { conn: ConnId },
+    /// `session.subscribe` resolving `since_event_id`.
+    ReplayStart { conn: ConnId },
+    /// `session.subscribe` replaying one page.
+    ReplayPage { conn: ConnId },
+    /// A retried idempotent `sendMessage` whose first answer is replayed.
+    IdemReplay {
+        conn: ConnId,
+        message: serde_json::Value,
+    },
+    /// `GET /admin/v1/sessions` waiting for its rows.
+    SessionList { conn: ConnId },
     /// A usage route waiting for its sums; `scope_json` leads the answer.
     Usage { conn: ConnId, scope_json: String },
 }
@@ -158,26 +165,7 @@ impl Engine {
             return;
         };
         match pending {
-            PendingRead::EventsPage { conn } => match result {
-                Ok(ReadResult::Page(body)) => {
-                    self.svc.respond_owned(conn, 200, "application/json", body)
-                }
-                Ok(_) | Err(_) => {
-                    if let Err(e) = &result {
-                        tracing::error!(error = %e, "event page read failed");
-                    }
-                    self.svc.problem(
-                        conn,
-                        proto::wire::problem::ProblemType::Internal,
-                        "internal error",
-                    );
-                }
-            },
-            PendingRead::ReplayStart { conn } => self.svc.on_replay_start(conn, result),
-            PendingRead::ReplayPage { conn } => self.svc.on_replay_page(conn, result),
-            PendingRead::IdemReplay { conn, message } => {
-                self.svc.on_idem_replay(conn, message, result)
-            }
+            PendingRead::Answer(read) => self.svc.on_answer_read(read, result),
             PendingRead::TurnHistory { turn, loader } => {
                 // A turn that ended meanwhile needs no more reads.
                 if self.routes.turn_session(turn).is_none() {
@@ -209,13 +197,11 @@ impl Engine {
                 then,
             } => self.on_session_loaded(&session_id, (conn, *req, then), result),
             PendingRead::Revoke { conn, key_id } => self.on_revoke_read(conn, &key_id, result),
-            PendingRead::SessionList { conn } => self.svc.on_session_list(conn, result),
             PendingRead::Transfer { conn } => {
                 let unflushed = self.svc.conns.get(&conn).map_or(0, |c| c.unflushed);
                 let outs = self.transfers.read_done(conn, result, unflushed);
                 self.run_transfer(conn, outs);
             }
-            PendingRead::Usage { conn, scope_json } => self.svc.on_usage(conn, &scope_json, result),
             PendingRead::Metrics { conn } => {
                 let rt = match result {
                     Ok(ReadResult::Runtime(rt)) => rt,
@@ -228,6 +214,33 @@ impl Engine {
 }
 
 impl Services {
+    /// Answers a read of its own: the page, replay or listing goes back
+    /// to the connection that asked.
+    pub(crate) fn on_answer_read(&mut self, read: AnswerRead, result: Result<ReadResult, String>) {
+        match read {
+            AnswerRead::EventsPage { conn } => match result {
+                Ok(ReadResult::Page(body)) => {
+                    self.respond_owned(conn, 200, "application/json", body)
+                }
+                Ok(_) | Err(_) => {
+                    if let Err(e) = &result {
+                        tracing::error!(error = %e, "event page read failed");
+                    }
+                    self.problem(
+                        conn,
+                        proto::wire::problem::ProblemType::Internal,
+                        "internal error",
+                    );
+                }
+            },
+            AnswerRead::ReplayStart { conn } => self.on_replay_start(conn, result),
+            AnswerRead::ReplayPage { conn } => self.on_replay_page(conn, result),
+            AnswerRead::IdemReplay { conn, message } => self.on_idem_replay(conn, message, result),
+            AnswerRead::SessionList { conn } => self.on_session_list(conn, result),
+            AnswerRead::Usage { conn, scope_json } => self.on_usage(conn, &scope_json, result),
+        }
+    }
+
     /// Closes idle connections and answers stalled partial requests 408.
     pub(crate) fn expire_reads(&mut self) {
         for expired in self.conns.expire(self.now.mono) {

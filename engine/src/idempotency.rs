@@ -18,7 +18,7 @@ use proto::jsonrpc::SendMessageCall;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
-use crate::conn::PendingRead;
+use crate::conn::{AnswerRead, PendingRead};
 use crate::rpc::StreamKind;
 use crate::services::Services;
 use crate::session_core::SessionCore;
@@ -396,7 +396,10 @@ impl Services {
             session_id: session_id.to_string(),
             seqs,
         };
-        self.read(read, PendingRead::IdemReplay { conn, message });
+        self.read(
+            read,
+            PendingRead::Answer(AnswerRead::IdemReplay { conn, message }),
+        );
     }
 
     pub(crate) fn on_idem_replay(

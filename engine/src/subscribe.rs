@@ -11,7 +11,7 @@
 use proto::jsonrpc::{self, Extension, Parsed, SubscribeParams};
 use serde_json::Value;
 
-use crate::conn::PendingRead;
+use crate::conn::{AnswerRead, PendingRead};
 use crate::log::Appended;
 use crate::rpc::StreamKind;
 use crate::store::{ReadResult, RenderedEvent, StoreRead};
@@ -76,7 +76,7 @@ impl Services {
                     session_id: session_id.to_string(),
                     event_id,
                 },
-                PendingRead::ReplayStart { conn },
+                PendingRead::Answer(AnswerRead::ReplayStart { conn }),
             ),
             None => self.caught_up(conn),
         }
@@ -141,7 +141,7 @@ impl Services {
                 limit: REPLAY_PAGE,
                 max_bytes,
             },
-            PendingRead::ReplayPage { conn },
+            PendingRead::Answer(AnswerRead::ReplayPage { conn }),
         );
     }
 

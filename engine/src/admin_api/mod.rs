@@ -8,7 +8,7 @@ use proto::http::{Method, Request};
 use proto::wire::problem::ProblemType;
 use serde_json::{json, Value};
 
-use crate::conn::{LoadFor, PendingRead};
+use crate::conn::{AnswerRead, LoadFor, PendingRead};
 use crate::services::Services;
 use crate::store::{KeyRole, ProfileRow, ReadResult, SessionState, StoreRead, StoreWrite};
 use crate::{transfer, ConnId, Engine};
@@ -619,7 +619,7 @@ impl Services {
             limit,
             state: filter,
         };
-        self.read(read, PendingRead::SessionList { conn });
+        self.read(read, PendingRead::Answer(AnswerRead::SessionList { conn }));
     }
 
     pub(crate) fn on_usage(

@@ -9,7 +9,7 @@ use proto::wire::problem::ProblemType;
 use serde_json::{json, Value};
 
 use crate::auth;
-use crate::conn::PendingRead;
+use crate::conn::{AnswerRead, PendingRead};
 use crate::model::{Catalog, Key, StoredHash};
 use crate::services::Services;
 use crate::store::{KeyRole, KeyRow, ProfileRow, StoreRead, StoreWrite};
@@ -283,6 +283,9 @@ impl Catalog {
             until_ms: window[1],
             by_turn,
         };
-        svc.read(read, PendingRead::Usage { conn, scope_json });
+        svc.read(
+            read,
+            PendingRead::Answer(AnswerRead::Usage { conn, scope_json }),
+        );
     }
 }

@@ -14,7 +14,7 @@ use serde_json::{json, Value};
 mod drivers;
 mod front;
 
-use crate::conn::PendingRead;
+use crate::conn::{AnswerRead, PendingRead};
 use crate::services::Services;
 use crate::session_core::{Op, SteerRefusal};
 use crate::{ConnId, Engine};
@@ -343,7 +343,7 @@ impl Services {
             // A replay read still in flight belongs to this stream: a later
             // request on the same keep-alive connection must not get its rows.
             self.reads.retain(|p| {
-                !matches!(p, PendingRead::ReplayStart { conn: c } | PendingRead::ReplayPage { conn: c } if *c == conn)
+                !matches!(p, PendingRead::Answer(AnswerRead::ReplayStart { conn: c } | AnswerRead::ReplayPage { conn: c }) if *c == conn)
             });
         }
         self.send(conn, proto::http::LAST_CHUNK.to_vec());
