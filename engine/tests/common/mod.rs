@@ -285,6 +285,136 @@ impl Harness {
         self.frames(conn)
     }
 
+    /// One request of raw bytes on a fresh connection on `listener`, with
+    /// the response's head kept (for content types and exact bodies).
+    pub fn raw(&mut self, listener: Listener, bytes: &[u8]) -> Reply {
+        let conn = self.connect(listener);
+        self.send_bytes(conn, bytes);
+        Reply::parse(&self.take(conn))
+    }
+
+    /// `POST` with an explicit (or absent) content type and raw body bytes.
+    pub fn post_raw(
+        &mut self,
+        listener: Listener,
+        path: &str,
+        token: &str,
+        content_type: Option<&str>,
+        body: &[u8],
+    ) -> Reply {
+        let mut req = format!(
+            "POST {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\nAuthorization: Bearer {token}\r\nContent-Length: {}\r\n",
+            body.len()
+        );
+        if let Some(ct) = content_type {
+            req.push_str(&format!("Content-Type: {ct}\r\n"));
+        }
+        req.push_str("\r\n");
+        let mut bytes = req.into_bytes();
+        bytes.extend_from_slice(body);
+        self.raw(listener, &bytes)
+    }
+
+    /// [`Harness::request`] keeping the response head.
+    pub fn reply(
+        &mut self,
+        listener: Listener,
+        method: &str,
+        path: &str,
+        token: Option<&str>,
+        body: Option<&Value>,
+    ) -> Reply {
+        self.raw(listener, &build_request(method, path, token, body))
+    }
+
+    /// Every item of a paginated list on `listener` (following `next_cursor`).
+    pub fn all_pages(&mut self, listener: Listener, path: &str, token: &str) -> Vec<Value> {
+        let sep = if path.contains('?') { '&' } else { '?' };
+        let mut out = Vec::new();
+        let mut cursor = String::new();
+        loop {
+            let url = format!("{path}{sep}limit=200&cursor={cursor}");
+            let (s, v) = self.request(listener, "GET", &url, Some(token), None);
+            assert_eq!(s, 200, "{url}: {v}");
+            out.extend(v["items"].as_array().expect("items").iter().cloned());
+            match v["next_cursor"].as_str() {
+                Some(n) => cursor = n.to_string(),
+                None => return out,
+            }
+        }
+    }
+
+    /// All events of a session through the client port.
+    pub fn events(&mut self, sid: &str, skey: &str) -> Vec<Value> {
+        let path = format!("/api/v1/sessions/{sid}/events");
+        self.all_pages(Listener::Client, &path, skey)
+    }
+
+    /// All events of a session through the admin port.
+    pub fn admin_events(&mut self, sid: &str) -> Vec<Value> {
+        let path = format!("/admin/v1/sessions/{sid}/events");
+        self.all_pages(Listener::Admin, &path, ADMIN_KEY)
+    }
+
+    /// Every admin session row.
+    pub fn admin_sessions(&mut self) -> Vec<Value> {
+        self.all_pages(Listener::Admin, "/admin/v1/sessions", ADMIN_KEY)
+    }
+
+    /// The admin session row of `sid`.
+    #[track_caller]
+    pub fn admin_session(&mut self, sid: &str) -> Value {
+        let rows = self.admin_sessions();
+        rows.into_iter()
+            .find(|r| r["id"] == sid)
+            .unwrap_or_else(|| panic!("session {sid} not in the admin list"))
+    }
+
+    /// A profile on provider `main` with these allowed tools; returns its id.
+    pub fn profile(&mut self, allowed_tools: &[&str]) -> String {
+        self.profile_on("main", allowed_tools)
+    }
+
+    /// A profile whose primary provider is `provider` (which may not exist).
+    pub fn profile_on(&mut self, provider: &str, allowed_tools: &[&str]) -> String {
+        let name = format!("p{}", self.next_conn);
+        let body = serde_json::json!({"name": name, "primary_provider": provider, "allowed_tools": allowed_tools});
+        let (s, p) = self.admin("POST", "/admin/v1/profiles", Some(&body));
+        assert_eq!(s, 201, "{p}");
+        p["id"].as_str().unwrap().to_string()
+    }
+
+    /// A client key of `profile_id`: (key id, plaintext).
+    pub fn key(&mut self, profile_id: &str) -> (String, String) {
+        let body = serde_json::json!({"name": "k", "profile_id": profile_id});
+        let (s, k) = self.admin("POST", "/admin/v1/keys", Some(&body));
+        assert_eq!(s, 201, "{k}");
+        (
+            k["id"].as_str().unwrap().to_string(),
+            k["key"].as_str().unwrap().to_string(),
+        )
+    }
+
+    /// Profile + key + session with an empty body.
+    pub fn fix(&mut self, allowed_tools: &[&str]) -> Fix {
+        let profile = self.profile(allowed_tools);
+        let (key_id, client_key) = self.key(&profile);
+        let (s, o) = self.client(
+            "POST",
+            "/api/v1/sessions",
+            &client_key,
+            Some(&serde_json::json!({})),
+        );
+        assert_eq!(s, 201, "{o}");
+        Fix {
+            profile,
+            key_id,
+            client_key,
+            sid: o["session_id"].as_str().unwrap().into(),
+            skey: o["session_key"].as_str().unwrap().into(),
+        }
+    }
+
     /// Profile + client key + open session; returns (client key, session id, session key).
     /// `session.registerDriver` for `key`, which must succeed.
     pub fn register_driver(&mut self, session_id: &str, key: &str) {
@@ -320,6 +450,163 @@ impl Harness {
             o["session_key"].as_str().unwrap().into(),
         )
     }
+}
+
+/// What [`Harness::fix`] made: a profile, one of its client keys and a
+/// session opened with it.
+pub struct Fix {
+    pub profile: String,
+    pub key_id: String,
+    pub client_key: String,
+    pub sid: String,
+    pub skey: String,
+}
+
+/// A response with its head: status, headers, raw body and the body as
+/// JSON (`Null` when empty, a string when not JSON).
+pub struct Reply {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub text: String,
+    pub json: Value,
+}
+
+impl Reply {
+    pub fn parse(raw: &[u8]) -> Reply {
+        let mut decoder = ResponseDecoder::new();
+        decoder.feed(raw);
+        let (mut status, mut headers, mut body) = (0, Vec::new(), Vec::new());
+        loop {
+            match decoder.poll() {
+                Ok(Some(ResponseEvent::Head(head))) => {
+                    status = head.status;
+                    headers = head.headers;
+                }
+                Ok(Some(ResponseEvent::Data(data))) => body.extend(data),
+                Ok(Some(ResponseEvent::End { .. }) | None) => break,
+                Err(e) => panic!(
+                    "malformed response ({e}): {:?}",
+                    String::from_utf8_lossy(raw)
+                ),
+            }
+        }
+        let text = String::from_utf8_lossy(&body).into_owned();
+        let json = if body.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_slice(&body).unwrap_or(Value::String(text.clone()))
+        };
+        Reply {
+            status,
+            headers,
+            text,
+            json,
+        }
+    }
+
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// Fixed RFC 7807 titles (spec 01 §3.1).
+pub fn title_of(status: u16) -> &'static str {
+    match status {
+        400 => "Bad Request",
+        401 => "Unauthorized",
+        403 => "Forbidden",
+        404 => "Not Found",
+        405 => "Method Not Allowed",
+        409 => "Conflict",
+        413 => "Payload Too Large",
+        422 => "Unprocessable Entity",
+        431 => "Request Header Fields Too Large",
+        500 => "Internal Server Error",
+        _ => "",
+    }
+}
+
+/// Asserts an RFC 7807 error (C-014): status, `type`, exactly the four
+/// members, the fixed title and `application/json`. Returns `detail`.
+#[track_caller]
+pub fn assert_problem(r: &Reply, status: u16, ty: &str) -> String {
+    assert_eq!(r.status, status, "status; body {}", r.text);
+    let ct = r.header("content-type").unwrap_or("");
+    assert!(
+        ct.starts_with("application/json"),
+        "problem content-type {ct:?}"
+    );
+    let obj = r
+        .json
+        .as_object()
+        .unwrap_or_else(|| panic!("not an object: {}", r.text));
+    let mut keys: Vec<&str> = obj.keys().map(String::as_str).collect();
+    keys.sort_unstable();
+    assert_eq!(
+        keys,
+        ["detail", "status", "title", "type"],
+        "members of {}",
+        r.text
+    );
+    assert_eq!(r.json["type"], ty, "type of {}", r.text);
+    assert_eq!(r.json["status"], status, "status member of {}", r.text);
+    let title = title_of(status);
+    if !title.is_empty() {
+        assert_eq!(r.json["title"], title, "title of {}", r.text);
+    }
+    r.json["detail"]
+        .as_str()
+        .expect("detail is a string")
+        .to_string()
+}
+
+/// Event types of a list of EventViews.
+pub fn types_of(evts: &[Value]) -> Vec<String> {
+    evts.iter()
+        .map(|e| e["event_type"].as_str().unwrap_or("?").to_string())
+        .collect()
+}
+
+/// True if `s` is `prefix` followed by exactly `n` lowercase hex digits.
+pub fn is_prefixed_hex(s: &str, prefix: &str, n: usize) -> bool {
+    s.strip_prefix(prefix).is_some_and(|rest| {
+        rest.len() == n
+            && rest
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    })
+}
+
+/// `YYYY-MM-DDTHH:MM:SS.sssZ`.
+pub fn is_timestamp(s: &str) -> bool {
+    let b = s.as_bytes();
+    let digits = [0, 1, 2, 3, 5, 6, 8, 9, 11, 12, 14, 15, 17, 18, 20, 21, 22];
+    b.len() == 24
+        && digits.iter().all(|&i| b[i].is_ascii_digit())
+        && [
+            (4, b'-'),
+            (7, b'-'),
+            (10, b'T'),
+            (13, b':'),
+            (16, b':'),
+            (19, b'.'),
+            (23, b'Z'),
+        ]
+        .iter()
+        .all(|&(i, c)| b[i] == c)
+}
+
+/// A client tool declaration with an object schema.
+pub fn tool(name: &str) -> Value {
+    serde_json::json!({"name": name, "description": name, "input_schema": {"type": "object"}})
+}
+
+/// A JSON-RPC 2.0 call.
+pub fn call(id: u64, method: &str, params: Value) -> Value {
+    serde_json::json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})
 }
 
 pub fn sha_hex(s: &str) -> String {
