@@ -56,6 +56,10 @@ pub struct Harness {
     pub reads_seen: Vec<engine::StoreRead>,
     /// The body of every provider call, in order.
     pub call_bodies: Vec<Vec<u8>>,
+    /// When set, every send is reported flushed at once (a reader that
+    /// keeps up); off, sent bytes stay unflushed (a reader that never
+    /// reads), which is what the lag bounds count.
+    pub auto_flush: bool,
     next_conn: ConnId,
 }
 
@@ -101,6 +105,7 @@ impl Harness {
             forwards: Vec::new(),
             reads_seen: Vec::new(),
             call_bodies: Vec::new(),
+            auto_flush: false,
             next_conn: ConnId(1),
         }
     }
@@ -144,6 +149,7 @@ impl Harness {
         loop {
             let mut progressed = false;
             let mut reads = Vec::new();
+            let mut flushed = Vec::new();
             while let Some(o) = self.engine.poll_output() {
                 progressed = true;
                 match o {
@@ -151,6 +157,9 @@ impl Harness {
                     Output::Send { conn, bytes } | Output::SendUngated { conn, bytes } => {
                         if matches!(bytes, engine::bytes::Bytes::Shared(_)) {
                             self.shared_sends += 1;
+                        }
+                        if self.auto_flush {
+                            flushed.push((conn, bytes.len()));
                         }
                         self.sent.entry(conn).or_default().extend(bytes.iter())
                     }
@@ -168,6 +177,11 @@ impl Harness {
                     Output::Sandbox(c) => self.sandbox.push_back(c),
                     Output::Forward(f) => self.forwards.push(f),
                 }
+            }
+            for (conn, bytes) in flushed {
+                progressed = true;
+                self.engine
+                    .handle_input(self.now, Input::Flushed { conn, bytes });
             }
             for (id, read) in reads {
                 let elsewhere = match &read {
@@ -395,6 +409,89 @@ impl Harness {
         )
     }
 
+    /// Delivers scripted provider replies pushed after their calls went
+    /// out (a provider answering later), and whatever follows from them.
+    pub fn pump(&mut self) {
+        self.drain();
+    }
+
+    /// A profile (`primary`, `fallbacks`, `allowed`), a client key and a
+    /// session opened with `body`; the creator registers as a driver.
+    pub fn open_driver(
+        &mut self,
+        primary: &str,
+        fallbacks: &[&str],
+        allowed: &[&str],
+        body: Value,
+    ) -> Live {
+        let profile = serde_json::json!({
+            "name": format!("p{}", self.next_conn),
+            "primary_provider": primary,
+            "fallback_providers": fallbacks,
+            "allowed_tools": allowed,
+        });
+        self.open_driver_with(&profile, body)
+    }
+
+    /// [`Harness::open_driver`] with a whole admin profile body.
+    pub fn open_driver_with(&mut self, profile: &Value, body: Value) -> Live {
+        let (s, p) = self.admin("POST", "/admin/v1/profiles", Some(profile));
+        assert_eq!(s, 201, "{p}");
+        let profile_id = p["id"].as_str().unwrap().to_string();
+        let (key_id, client_key) = self.key(&profile_id);
+        let (s, o) = self.client("POST", "/api/v1/sessions", &client_key, Some(&body));
+        assert_eq!(s, 201, "{o}");
+        let sid = o["session_id"].as_str().unwrap().to_string();
+        let a = Driver {
+            key_id,
+            client_key,
+            session_key: o["session_key"].as_str().unwrap().into(),
+        };
+        self.register_driver(&sid, &a.session_key);
+        Live { profile_id, sid, a }
+    }
+
+    /// A second client key on `live`'s profile joins with `body` and
+    /// registers as a driver.
+    pub fn join_driver(&mut self, live: &Live, body: Value) -> Driver {
+        let (key_id, client_key) = self.key(&live.profile_id);
+        let path = format!("/api/v1/sessions/{}/join", live.sid);
+        let (s, j) = self.client("POST", &path, &client_key, Some(&body));
+        assert_eq!(s, 201, "{j}");
+        let d = Driver {
+            key_id,
+            client_key,
+            session_key: j["session_key"].as_str().unwrap().into(),
+        };
+        self.register_driver(&live.sid, &d.session_key);
+        d
+    }
+
+    /// Starts `session.sendMessage` with `content` (its stream: `frames`).
+    pub fn send_start(&mut self, sid: &str, key: &str, content: Value) -> ConnId {
+        let params = serde_json::json!({"message": {"role": "user", "content": content}});
+        self.rpc_start(sid, key, &call(1, "session.sendMessage", params))
+    }
+
+    /// `session.sendMessage` that must finish now: (notifications, terminal).
+    #[track_caller]
+    pub fn send(&mut self, sid: &str, key: &str, content: Value) -> (Vec<Value>, Value) {
+        let conn = self.send_start(sid, key, content);
+        self.finished(conn)
+    }
+
+    /// The notifications and terminal frame of a finished call on `conn`.
+    #[track_caller]
+    pub fn finished(&self, conn: ConnId) -> (Vec<Value>, Value) {
+        let mut frames = self.frames(conn);
+        let terminal = frames.pop().expect("a frame");
+        assert!(
+            terminal.get("id").is_some(),
+            "no terminal frame yet: {terminal}"
+        );
+        (frames, terminal)
+    }
+
     /// Profile + key + session with an empty body.
     pub fn fix(&mut self, allowed_tools: &[&str]) -> Fix {
         let profile = self.profile(allowed_tools);
@@ -450,6 +547,86 @@ impl Harness {
             o["session_key"].as_str().unwrap().into(),
         )
     }
+}
+
+/// One client of a session: its key id and credentials.
+#[derive(Debug, Clone)]
+pub struct Driver {
+    pub key_id: String,
+    pub client_key: String,
+    pub session_key: String,
+}
+
+/// A profile with a session opened (and driven) by a first client.
+#[derive(Debug, Clone)]
+pub struct Live {
+    pub profile_id: String,
+    pub sid: String,
+    pub a: Driver,
+}
+
+/// `result.events` of a terminal frame.
+pub fn result_events(terminal: &Value) -> Vec<Value> {
+    terminal["result"]["events"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// The EventViews carried by notification frames.
+pub fn note_events(notes: &[Value]) -> Vec<Value> {
+    notes.iter().map(|n| n["params"].clone()).collect()
+}
+
+/// The first `session.error` with this `reason`.
+pub fn error_with_reason(events: &[Value], reason: &str) -> Option<Value> {
+    events
+        .iter()
+        .find(|e| e["event_type"] == "session.error" && e["payload"]["reason"] == reason)
+        .cloned()
+}
+
+/// Events of one type.
+pub fn of_type(events: &[Value], event_type: &str) -> Vec<Value> {
+    events
+        .iter()
+        .filter(|e| e["event_type"] == event_type)
+        .cloned()
+        .collect()
+}
+
+/// Event ids.
+pub fn ids(events: &[Value]) -> Vec<String> {
+    events
+        .iter()
+        .map(|e| e["id"].as_str().unwrap_or("?").to_string())
+        .collect()
+}
+
+/// The concatenated text blocks of a message.
+pub fn text_of(message: &Value) -> String {
+    message["content"]
+        .as_array()
+        .map(|blocks| {
+            blocks
+                .iter()
+                .filter(|b| b["type"] == "text")
+                .map(|b| b["text"].as_str().unwrap_or(""))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// A `tool_result` block.
+pub fn tool_result(id: &str, text: &str) -> Value {
+    serde_json::json!({"type": "tool_result", "tool_use_id": id, "content": text})
+}
+
+/// Asserts a JSON-RPC error terminal with `code` and exactly `message`.
+#[track_caller]
+pub fn assert_rpc_error(terminal: &Value, code: i64, message: &str) {
+    assert_eq!(terminal["error"]["code"], code, "{terminal}");
+    assert_eq!(terminal["error"]["message"], message, "{terminal}");
 }
 
 /// What [`Harness::fix`] made: a profile, one of its client keys and a
