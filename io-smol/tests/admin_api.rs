@@ -3,7 +3,7 @@
 //! redaction, auth disabled from the environment, sandbox pre-pulls, a
 //! live subscribe stream ended by a key revocation). Authentication,
 //! profiles, keys, session lists and events are tested in-process in
-//! `engine/tests/admin_flows.rs`.
+//! `engine/tests/admin_flows.rs` and `admin_key_flows.rs`.
 
 mod rest_support;
 

@@ -3,7 +3,7 @@
 //! audit row in SQLite, live subscribe streams closed on the socket). The
 //! check orders and bodies of create, join, participants, events and close
 //! (README checklist C-015–C-048; spec 01 §4) are tested in-process in
-//! `engine/tests/rest_session_flows.rs`.
+//! `engine/tests/rest_session_flows.rs` and `rest_session_route_flows.rs`.
 
 mod rest_support;
 
