@@ -1,7 +1,10 @@
 //! Streamed provider replies over the real binary (`stream = true` on a
 //! `[[providers.entries]]` entry; extension `turn.deltas`, docs/extensions.md),
 //! against testkit's mock provider streaming both wire formats. Runs under
-//! both runtimes (`BAE_TEST_RUNTIME=threads` for `baesrv-threads`).
+//! both runtimes (`BAE_TEST_RUNTIME=threads` for `baesrv-threads`). The
+//! faults of a streamed primary (cut, malformed, in-stream error, pings
+//! only, silence, size limit) are tested in-process in
+//! `engine/tests/streaming_flows.rs`.
 
 mod live_support;
 
@@ -9,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use live_support::*;
 use serde_json::{json, Value};
-use testkit::mock_provider::{StreamFault, StreamTiming};
+use testkit::mock_provider::StreamTiming;
 use testkit::{MockProvider, Reply, RpcStream, Server};
 
 /// One registry entry: `(name, kind, extra TOML lines)`.
@@ -215,133 +218,6 @@ fn anthropic_streams_log_what_unstreamed_calls_log() {
 #[test]
 fn openai_streams_log_what_unstreamed_calls_log() {
     same_log_streamed_or_not("openai");
-}
-
-/// A fault of the streamed primary: one failed attempt with a documented
-/// payload, the discard marker after its deltas, the fallback's answer.
-fn fault_falls_back(kind: &str, extra: &str, reply: Reply, error: &str) -> (Vec<Value>, Value) {
-    let mock = MockProvider::start();
-    mock.set_stream_timing(paced());
-    let stream = format!("{STREAM}\n{extra}");
-    let server = server(&mock, &[("primary", kind, &stream), ("fallback", kind, "")]);
-    let f = session(&server, &["primary", "fallback"], &["turn.deltas"]);
-    mock.push(reply);
-    mock.push(Reply::text("from the fallback"));
-    let started = Instant::now();
-    let mut s = send_stream(&server, &f.session_id, &f.a, json!("hi"));
-    let (notes, t) = drain(&mut s);
-    assert!(
-        started.elapsed() < Duration::from_secs(8),
-        "{:?}",
-        started.elapsed()
-    );
-    assert_eq!(text_of(&t["result"]["message"]), "from the fallback", "{t}");
-    let events = result_events(&t);
-    let failed = &of_type(&events, "provider.response")[0]["payload"];
-    assert_eq!(failed["ok"], false, "{failed}");
-    assert_eq!(failed["status"], Value::Null, "{failed}");
-    assert!(
-        failed["error"].as_str().unwrap().starts_with(error),
-        "{failed}"
-    );
-    assert_eq!(
-        error_with_reason(&events, "provider_call_failed").unwrap()["payload"]["detail"],
-        failed["error"]
-    );
-    // Nothing of the partial reply was logged as a message.
-    assert_eq!(of_type(&events, "server.message.send").len(), 1);
-    let d = deltas(&notes);
-    let marks = discards(&notes);
-    if !d.is_empty() {
-        assert_eq!(marks.len(), 1, "{notes:?}");
-        assert_eq!(marks[0]["reason"], "failed");
-        assert_eq!(marks[0]["request"], d[0]["request"]);
-        // The marker comes before the failed attempt's event.
-        let at = |m: &str| notes.iter().position(|n| n["method"] == m).unwrap();
-        let response = (notes.iter())
-            .position(|n| n["params"]["event_type"] == "provider.response")
-            .unwrap();
-        assert!(at("session.delta_discard") < response);
-    }
-    (notes, failed.clone())
-}
-
-#[test]
-fn a_stream_cut_mid_reply_falls_back() {
-    for kind in ["anthropic", "openai"] {
-        let reply =
-            Reply::text("a long answer cut in the middle").faulty(StreamFault::Cut { after: 6 });
-        let end = if kind == "anthropic" {
-            "message_stop"
-        } else {
-            "[DONE]"
-        };
-        let (notes, failed) = fault_falls_back(kind, "", reply, "provider stream ended before");
-        assert!(failed["error"].as_str().unwrap().ends_with(end), "{failed}");
-        assert!(!deltas(&notes).is_empty());
-    }
-}
-
-#[test]
-fn a_malformed_event_falls_back() {
-    for kind in ["anthropic", "openai"] {
-        let reply = Reply::text("some text here").faulty(StreamFault::Malformed { after: 3 });
-        fault_falls_back(kind, "", reply, "provider stream event is not valid");
-    }
-}
-
-#[test]
-fn an_error_event_mid_stream_falls_back_with_its_body() {
-    for kind in ["anthropic", "openai"] {
-        let reply = Reply::text("some text here").faulty(StreamFault::Error { after: 4 });
-        let (_, failed) = fault_falls_back(kind, "", reply, "provider stream error: ");
-        let body: Value = serde_json::from_str(failed["body"].as_str().unwrap()).unwrap();
-        assert_eq!(body["error"]["message"], "Overloaded", "{failed}");
-    }
-}
-
-#[test]
-fn a_stream_of_pings_only_times_out_and_falls_back() {
-    for kind in ["anthropic", "openai"] {
-        let reply = Reply::text("never finished").faulty(StreamFault::PingsForever { after: 3 });
-        let (_, failed) = fault_falls_back(
-            kind,
-            "stream_idle_timeout = 1",
-            reply,
-            "provider stream timed out",
-        );
-        assert_eq!(
-            failed["error"],
-            "provider stream timed out: only pings for 1000 ms"
-        );
-    }
-}
-
-#[test]
-fn a_silent_provider_times_out_on_its_first_byte() {
-    let reply = Reply::text("never sent").faulty(StreamFault::Silence { after: 0 });
-    let (_, failed) = fault_falls_back(
-        "anthropic",
-        "stream_first_byte_timeout = 1",
-        reply,
-        "provider stream timed out",
-    );
-    assert_eq!(
-        failed["error"],
-        "provider stream timed out: nothing received within 1000 ms"
-    );
-}
-
-#[test]
-fn a_reply_over_the_size_limit_falls_back() {
-    let reply = Reply::text("x".repeat(20_000));
-    let (_, failed) = fault_falls_back(
-        "openai",
-        "stream_max_bytes = 4096",
-        reply,
-        "provider stream larger",
-    );
-    assert_eq!(failed["error"], "provider stream larger than 4096 bytes");
 }
 
 /// `session.cancelTurn` while the reply streams: the terminal error at

@@ -13,6 +13,9 @@ use engine::{
 use proto::http::response::{ResponseDecoder, ResponseEvent};
 use serde_json::Value;
 
+mod wire;
+pub use wire::*;
+
 pub struct SeqEntropy(pub u64);
 
 impl Entropy for SeqEntropy {
@@ -56,6 +59,10 @@ pub struct Harness {
     pub reads_seen: Vec<engine::StoreRead>,
     /// The body of every provider call, in order.
     pub call_bodies: Vec<Vec<u8>>,
+    /// When set, every send is reported flushed at once (a reader that
+    /// keeps up); off, sent bytes stay unflushed (a reader that never
+    /// reads), which is what the lag bounds count.
+    pub auto_flush: bool,
     next_conn: ConnId,
 }
 
@@ -101,6 +108,7 @@ impl Harness {
             forwards: Vec::new(),
             reads_seen: Vec::new(),
             call_bodies: Vec::new(),
+            auto_flush: false,
             next_conn: ConnId(1),
         }
     }
@@ -144,6 +152,7 @@ impl Harness {
         loop {
             let mut progressed = false;
             let mut reads = Vec::new();
+            let mut flushed = Vec::new();
             while let Some(o) = self.engine.poll_output() {
                 progressed = true;
                 match o {
@@ -151,6 +160,9 @@ impl Harness {
                     Output::Send { conn, bytes } | Output::SendUngated { conn, bytes } => {
                         if matches!(bytes, engine::bytes::Bytes::Shared(_)) {
                             self.shared_sends += 1;
+                        }
+                        if self.auto_flush {
+                            flushed.push((conn, bytes.len()));
                         }
                         self.sent.entry(conn).or_default().extend(bytes.iter())
                     }
@@ -168,6 +180,11 @@ impl Harness {
                     Output::Sandbox(c) => self.sandbox.push_back(c),
                     Output::Forward(f) => self.forwards.push(f),
                 }
+            }
+            for (conn, bytes) in flushed {
+                progressed = true;
+                self.engine
+                    .handle_input(self.now, Input::Flushed { conn, bytes });
             }
             for (id, read) in reads {
                 let elsewhere = match &read {
@@ -283,6 +300,219 @@ impl Harness {
     pub fn rpc(&mut self, session_id: &str, key: &str, call: &Value) -> Vec<Value> {
         let conn = self.rpc_start(session_id, key, call);
         self.frames(conn)
+    }
+
+    /// One request of raw bytes on a fresh connection on `listener`, with
+    /// the response's head kept (for content types and exact bodies).
+    pub fn raw(&mut self, listener: Listener, bytes: &[u8]) -> Reply {
+        let conn = self.connect(listener);
+        self.send_bytes(conn, bytes);
+        Reply::parse(&self.take(conn))
+    }
+
+    /// `POST` with an explicit (or absent) content type and raw body bytes.
+    pub fn post_raw(
+        &mut self,
+        listener: Listener,
+        path: &str,
+        token: &str,
+        content_type: Option<&str>,
+        body: &[u8],
+    ) -> Reply {
+        let mut req = format!(
+            "POST {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\nAuthorization: Bearer {token}\r\nContent-Length: {}\r\n",
+            body.len()
+        );
+        if let Some(ct) = content_type {
+            req.push_str(&format!("Content-Type: {ct}\r\n"));
+        }
+        req.push_str("\r\n");
+        let mut bytes = req.into_bytes();
+        bytes.extend_from_slice(body);
+        self.raw(listener, &bytes)
+    }
+
+    /// [`Harness::request`] keeping the response head.
+    pub fn reply(
+        &mut self,
+        listener: Listener,
+        method: &str,
+        path: &str,
+        token: Option<&str>,
+        body: Option<&Value>,
+    ) -> Reply {
+        self.raw(listener, &build_request(method, path, token, body))
+    }
+
+    /// Every item of a paginated list on `listener` (following `next_cursor`).
+    pub fn all_pages(&mut self, listener: Listener, path: &str, token: &str) -> Vec<Value> {
+        let sep = if path.contains('?') { '&' } else { '?' };
+        let mut out = Vec::new();
+        let mut cursor = String::new();
+        loop {
+            let url = format!("{path}{sep}limit=200&cursor={cursor}");
+            let (s, v) = self.request(listener, "GET", &url, Some(token), None);
+            assert_eq!(s, 200, "{url}: {v}");
+            out.extend(v["items"].as_array().expect("items").iter().cloned());
+            match v["next_cursor"].as_str() {
+                Some(n) => cursor = n.to_string(),
+                None => return out,
+            }
+        }
+    }
+
+    /// All events of a session through the client port.
+    pub fn events(&mut self, sid: &str, skey: &str) -> Vec<Value> {
+        let path = format!("/api/v1/sessions/{sid}/events");
+        self.all_pages(Listener::Client, &path, skey)
+    }
+
+    /// All events of a session through the admin port.
+    pub fn admin_events(&mut self, sid: &str) -> Vec<Value> {
+        let path = format!("/admin/v1/sessions/{sid}/events");
+        self.all_pages(Listener::Admin, &path, ADMIN_KEY)
+    }
+
+    /// Every admin session row.
+    pub fn admin_sessions(&mut self) -> Vec<Value> {
+        self.all_pages(Listener::Admin, "/admin/v1/sessions", ADMIN_KEY)
+    }
+
+    /// The admin session row of `sid`.
+    #[track_caller]
+    pub fn admin_session(&mut self, sid: &str) -> Value {
+        let rows = self.admin_sessions();
+        rows.into_iter()
+            .find(|r| r["id"] == sid)
+            .unwrap_or_else(|| panic!("session {sid} not in the admin list"))
+    }
+
+    /// A profile on provider `main` with these allowed tools; returns its id.
+    pub fn profile(&mut self, allowed_tools: &[&str]) -> String {
+        self.profile_on("main", allowed_tools)
+    }
+
+    /// A profile whose primary provider is `provider` (which may not exist).
+    pub fn profile_on(&mut self, provider: &str, allowed_tools: &[&str]) -> String {
+        let name = format!("p{}", self.next_conn);
+        let body = serde_json::json!({"name": name, "primary_provider": provider, "allowed_tools": allowed_tools});
+        let (s, p) = self.admin("POST", "/admin/v1/profiles", Some(&body));
+        assert_eq!(s, 201, "{p}");
+        p["id"].as_str().unwrap().to_string()
+    }
+
+    /// A client key of `profile_id`: (key id, plaintext).
+    pub fn key(&mut self, profile_id: &str) -> (String, String) {
+        let body = serde_json::json!({"name": "k", "profile_id": profile_id});
+        let (s, k) = self.admin("POST", "/admin/v1/keys", Some(&body));
+        assert_eq!(s, 201, "{k}");
+        (
+            k["id"].as_str().unwrap().to_string(),
+            k["key"].as_str().unwrap().to_string(),
+        )
+    }
+
+    /// Delivers scripted provider replies pushed after their calls went
+    /// out (a provider answering later), and whatever follows from them.
+    pub fn pump(&mut self) {
+        self.drain();
+    }
+
+    /// A profile (`primary`, `fallbacks`, `allowed`), a client key and a
+    /// session opened with `body`; the creator registers as a driver.
+    pub fn open_driver(
+        &mut self,
+        primary: &str,
+        fallbacks: &[&str],
+        allowed: &[&str],
+        body: Value,
+    ) -> Live {
+        let profile = serde_json::json!({
+            "name": format!("p{}", self.next_conn),
+            "primary_provider": primary,
+            "fallback_providers": fallbacks,
+            "allowed_tools": allowed,
+        });
+        self.open_driver_with(&profile, body)
+    }
+
+    /// [`Harness::open_driver`] with a whole admin profile body.
+    pub fn open_driver_with(&mut self, profile: &Value, body: Value) -> Live {
+        let (s, p) = self.admin("POST", "/admin/v1/profiles", Some(profile));
+        assert_eq!(s, 201, "{p}");
+        let profile_id = p["id"].as_str().unwrap().to_string();
+        let (key_id, client_key) = self.key(&profile_id);
+        let (s, o) = self.client("POST", "/api/v1/sessions", &client_key, Some(&body));
+        assert_eq!(s, 201, "{o}");
+        let sid = o["session_id"].as_str().unwrap().to_string();
+        let a = Driver {
+            key_id,
+            client_key,
+            session_key: o["session_key"].as_str().unwrap().into(),
+        };
+        self.register_driver(&sid, &a.session_key);
+        Live { profile_id, sid, a }
+    }
+
+    /// A second client key on `live`'s profile joins with `body` and
+    /// registers as a driver.
+    pub fn join_driver(&mut self, live: &Live, body: Value) -> Driver {
+        let (key_id, client_key) = self.key(&live.profile_id);
+        let path = format!("/api/v1/sessions/{}/join", live.sid);
+        let (s, j) = self.client("POST", &path, &client_key, Some(&body));
+        assert_eq!(s, 201, "{j}");
+        let d = Driver {
+            key_id,
+            client_key,
+            session_key: j["session_key"].as_str().unwrap().into(),
+        };
+        self.register_driver(&live.sid, &d.session_key);
+        d
+    }
+
+    /// Starts `session.sendMessage` with `content` (its stream: `frames`).
+    pub fn send_start(&mut self, sid: &str, key: &str, content: Value) -> ConnId {
+        let params = serde_json::json!({"message": {"role": "user", "content": content}});
+        self.rpc_start(sid, key, &call(1, "session.sendMessage", params))
+    }
+
+    /// `session.sendMessage` that must finish now: (notifications, terminal).
+    #[track_caller]
+    pub fn send(&mut self, sid: &str, key: &str, content: Value) -> (Vec<Value>, Value) {
+        let conn = self.send_start(sid, key, content);
+        self.finished(conn)
+    }
+
+    /// The notifications and terminal frame of a finished call on `conn`.
+    #[track_caller]
+    pub fn finished(&self, conn: ConnId) -> (Vec<Value>, Value) {
+        let mut frames = self.frames(conn);
+        let terminal = frames.pop().expect("a frame");
+        assert!(
+            terminal.get("id").is_some(),
+            "no terminal frame yet: {terminal}"
+        );
+        (frames, terminal)
+    }
+
+    /// Profile + key + session with an empty body.
+    pub fn fix(&mut self, allowed_tools: &[&str]) -> Fix {
+        let profile = self.profile(allowed_tools);
+        let (key_id, client_key) = self.key(&profile);
+        let (s, o) = self.client(
+            "POST",
+            "/api/v1/sessions",
+            &client_key,
+            Some(&serde_json::json!({})),
+        );
+        assert_eq!(s, 201, "{o}");
+        Fix {
+            profile,
+            key_id,
+            client_key,
+            sid: o["session_id"].as_str().unwrap().into(),
+            skey: o["session_key"].as_str().unwrap().into(),
+        }
     }
 
     /// Profile + client key + open session; returns (client key, session id, session key).
