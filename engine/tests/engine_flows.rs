@@ -859,8 +859,9 @@ fn observers_share_one_rendering_of_each_live_event() {
 /// have queued waiters).
 #[test]
 fn gate_timer_admits_a_waiter_among_many_live_sessions_c183() {
-    // Idle histories kept for good: no cache timer besides the gate's.
-    let mut h = Harness::new(engine::Config {
+    // Idle histories kept for good: no cache timer besides the gate's
+    // (nor the residency's stalled-pass retry a zero budget would arm).
+    let mut h = Harness::as_configured(engine::Config {
         history_cache: engine::history_cache::Limits {
             budget_bytes: usize::MAX,
             idle_ms: u64::MAX,

@@ -68,6 +68,12 @@ pub struct Harness {
 
 impl Harness {
     pub fn new(config: Config) -> Self {
+        Harness::as_configured(test_residency(config))
+    }
+
+    /// [`Harness::new`] without `BAE_TEST_RESIDENT_SESSIONS`: for a test
+    /// whose assertions depend on the configured residency (its timers).
+    pub fn as_configured(config: Config) -> Self {
         let mut store = MemStore::default();
         store.apply(&engine::StoreWrite::InsertKey(KeyRow {
             id: "key_admin".into(),
@@ -121,7 +127,7 @@ impl Harness {
     /// [`Harness::restart`] from a snapshot of `scope`.
     pub fn restart_from(&mut self, config: Config, scope: engine::store::SnapshotScope) {
         self.engine = Engine::new(
-            config,
+            test_residency(config),
             Box::new(SeqEntropy(99)),
             self.store.snapshot_of(scope),
             self.now,
@@ -550,6 +556,23 @@ impl Harness {
             o["session_key"].as_str().unwrap().into(),
         )
     }
+}
+
+/// `BAE_TEST_RESIDENT_SESSIONS=<n>` (testkit/scripts/test-all.sh runs the
+/// engine tests again with 0): the resident-session budget of every test
+/// that does not set its own, so the flows also run with each idle session
+/// evicted after every input and loaded back by its next request.
+fn test_residency(mut config: Config) -> Config {
+    let default = Config::default().resident_sessions;
+    if config.resident_sessions == default {
+        if let Some(n) = std::env::var("BAE_TEST_RESIDENT_SESSIONS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+        {
+            config.resident_sessions = Some(n);
+        }
+    }
+    config
 }
 
 pub fn sha_hex(s: &str) -> String {
