@@ -243,9 +243,9 @@ impl Engine {
         );
         self.svc
             .append_event_text(&session_id, Some(&key.id), EventType::SessionOpen, payload);
-        let response =
-            self.catalog
-                .open_answer(&mut self.svc, &session_id, &session_key, &profile_id);
+        let response = self
+            .catalog
+            .open_answer(&self.svc, &session_id, &session_key, &profile_id);
         // 10. MCP servers connect before the 201 (spec 06 §4.1).
         self.connect_mcp_then_respond(
             conn,
@@ -343,9 +343,9 @@ impl Engine {
         );
         self.svc
             .append_event_text(session_id, Some(&key.id), EventType::SessionJoin, payload);
-        let response =
-            self.catalog
-                .open_answer(&mut self.svc, session_id, &session_key, &profile_id);
+        let response = self
+            .catalog
+            .open_answer(&self.svc, session_id, &session_key, &profile_id);
         self.svc.respond_json(conn, 201, response.as_bytes());
     }
 
@@ -630,7 +630,7 @@ impl Catalog {
             last_used_at: None,
             deleted_at: None,
         };
-        let mut key = Key::from_row(&row, &self);
+        let mut key = Key::from_row(&row, self);
         key.hash = StoredHash::Sha256(auth::digest(&secret));
         svc.write(StoreWrite::InsertKey(row));
         self.insert_key(key);
