@@ -101,7 +101,7 @@ impl Engine {
             Route::Health | Route::Meta | Route::Sessions => None,
         };
         if let Some((id, owner_only)) = scoped.filter(|_| !ready) {
-            if self.replica_mode() {
+            if self.replicas.is_some() {
                 if self.claim_first(conn, &req, id, owner_only) {
                     return;
                 }

@@ -1,16 +1,15 @@
-//! The engine's HTTP edge: accepted connections are fed to
-//! [`crate::connections::Table`], and each complete request it yields is
-//! routed to the client or admin front layer; answers (buffered responses,
-//! problems, [`Reply`]s) go back out through it, and it decides between
-//! closing and the next pipelined request.
+//! The engine's HTTP edge: answers (buffered responses, problems,
+//! [`Reply`]s) go out through the connection table, which decides between
+//! closing and the next pipelined request; the store reads in flight and
+//! what each answer is for. (Connection inputs are routed in `lib.rs`.)
 
 use proto::wire::problem::ProblemType;
 
-use crate::connections::{Finished, Polled};
+use crate::connections::Finished;
 use crate::history_load::HistoryLoader;
 use crate::respond::Reply;
 use crate::services::Services;
-use crate::{ConnId, Engine, Listener, Output, ReadResult};
+use crate::{ConnId, Listener, Output, ReadResult};
 
 /// A store read in flight and what its answer is for, by its owner: the
 /// services answer their own reads; the rest are routed by the engine.
@@ -74,143 +73,6 @@ pub enum AnswerRead {
 pub enum LoadFor {
     Client,
     Admin,
-}
-
-impl Engine {
-    pub(crate) fn on_accepted(&mut self, conn: ConnId, listener: Listener) {
-        self.svc.conns.accept(conn, listener);
-        if self.shutting_down {
-            self.svc.close_conn(conn);
-        } else {
-            self.svc.conns.arm_read_deadline(conn, self.svc.now.mono);
-        }
-    }
-
-    pub(crate) fn on_received(&mut self, conn: ConnId, bytes: &[u8]) {
-        if !self.svc.conns.receive(conn, bytes) {
-            // A client that keeps pipelining while a request is answered
-            // must not grow the buffer without bound.
-            tracing::debug!(
-                conn = conn.0,
-                "pipelined input over the buffer cap; closing"
-            );
-            return self.svc.close_conn(conn);
-        }
-        self.pump(conn);
-    }
-
-    pub(crate) fn on_flushed(&mut self, conn: ConnId, bytes: usize) {
-        self.svc.conns.flushed(conn, bytes);
-        self.svc.stream_flushed(conn, bytes);
-        if self.transfers.has(conn) {
-            let unflushed = self.svc.conns.get(&conn).map_or(0, |c| c.unflushed);
-            let outs = self.transfers.flushed(conn, unflushed);
-            self.run_transfer(conn, outs);
-        }
-    }
-
-    pub(crate) fn on_closed(&mut self, conn: ConnId) {
-        if self.svc.conns.remove(conn).is_none() {
-            return;
-        }
-        self.svc.streams.end(conn);
-        self.transfers.forget(conn);
-        self.svc.telemetry.http_end(conn);
-        self.sessions
-            .forget_conn_everywhere(&mut self.svc, &self.routes, conn);
-    }
-
-    /// Dispatches requests until one goes asynchronous or the buffer runs
-    /// dry.
-    pub(crate) fn pump(&mut self, conn: ConnId) {
-        let keep_alive = !self.shutting_down;
-        while let Some(polled) = self.svc.conns.poll(conn, self.svc.now.mono, keep_alive) {
-            match polled {
-                Polled::Waiting => return,
-                Polled::Continue => self.svc.send(conn, proto::http::CONTINUE_100.to_vec()),
-                Polled::Request(req, listener) => {
-                    if self.svc.telemetry.enabled() {
-                        let method = req.method.as_str();
-                        let traceparent = req.header("traceparent");
-                        (self.svc.telemetry).http_begin(
-                            conn,
-                            listener,
-                            method,
-                            req.path(),
-                            traceparent,
-                        );
-                    }
-                    match listener {
-                        Listener::Client => self.route_client(conn, *req),
-                        Listener::Admin => self.route_admin(conn, *req),
-                    }
-                }
-                Polled::Rejected(rejection) => {
-                    tracing::debug!(
-                        conn = conn.0,
-                        status = rejection.status,
-                        reason = rejection.reason,
-                        "rejected request"
-                    );
-                    self.svc
-                        .send(conn, proto::http::encode_rejection(&rejection));
-                    return self.svc.close_conn(conn);
-                }
-            }
-        }
-    }
-
-    pub(crate) fn on_read_done(&mut self, id: crate::ReadId, result: Result<ReadResult, String>) {
-        let Some(pending) = self.svc.reads.take(id) else {
-            return;
-        };
-        match pending {
-            PendingRead::Answer(read) => self.svc.on_answer_read(read, result),
-            PendingRead::TurnHistory { turn, loader } => {
-                // A turn that ended meanwhile needs no more reads.
-                if self.routes.turn_session(turn).is_none() {
-                    return;
-                }
-                let again = |loader| PendingRead::TurnHistory { turn, loader };
-                if let Some(done) = self.svc.continue_history_load(loader, result, again) {
-                    self.on_turn_history(turn, done);
-                }
-            }
-            PendingRead::Recover { loader } => {
-                let session_id = loader.session_id().to_string();
-                let again = |loader| PendingRead::Recover { loader };
-                if let Some(done) = self.svc.continue_history_load(loader, result, again) {
-                    self.on_recover(&session_id, done);
-                }
-            }
-            PendingRead::RecoverPause {
-                session_id,
-                paused_seq,
-            } => self.on_recover_pause(&session_id, paused_seq, result),
-            PendingRead::Claim { session_id, then } => {
-                self.on_claim_done(&session_id, then, result)
-            }
-            PendingRead::LoadSession {
-                session_id,
-                conn,
-                req,
-                then,
-            } => self.on_session_loaded(&session_id, (conn, *req, then), result),
-            PendingRead::Revoke { conn, key_id } => self.on_revoke_read(conn, &key_id, result),
-            PendingRead::Transfer { conn } => {
-                let unflushed = self.svc.conns.get(&conn).map_or(0, |c| c.unflushed);
-                let outs = self.transfers.read_done(conn, result, unflushed);
-                self.run_transfer(conn, outs);
-            }
-            PendingRead::Metrics { conn } => {
-                let rt = match result {
-                    Ok(ReadResult::Runtime(rt)) => rt,
-                    _ => Default::default(),
-                };
-                self.answer_metrics(conn, &rt);
-            }
-        }
-    }
 }
 
 impl Services {

@@ -74,6 +74,8 @@ pub mod usage;
 
 use std::collections::VecDeque;
 
+use conn::PendingRead;
+use connections::Polled;
 use mcp::McpNotice;
 use model::Catalog;
 use proto::jsonrpc::codes;
@@ -443,5 +445,144 @@ impl Engine {
             live.gate.drain();
         }
         self.svc.telemetry.shutdown();
+    }
+}
+
+// ---- Connections and store reads ---------------------------------------
+
+impl Engine {
+    pub(crate) fn on_accepted(&mut self, conn: ConnId, listener: Listener) {
+        self.svc.conns.accept(conn, listener);
+        if self.shutting_down {
+            self.svc.close_conn(conn);
+        } else {
+            self.svc.conns.arm_read_deadline(conn, self.svc.now.mono);
+        }
+    }
+
+    pub(crate) fn on_received(&mut self, conn: ConnId, bytes: &[u8]) {
+        if !self.svc.conns.receive(conn, bytes) {
+            // A client that keeps pipelining while a request is answered
+            // must not grow the buffer without bound.
+            tracing::debug!(
+                conn = conn.0,
+                "pipelined input over the buffer cap; closing"
+            );
+            return self.svc.close_conn(conn);
+        }
+        self.pump(conn);
+    }
+
+    pub(crate) fn on_flushed(&mut self, conn: ConnId, bytes: usize) {
+        self.svc.conns.flushed(conn, bytes);
+        self.svc.stream_flushed(conn, bytes);
+        if self.transfers.has(conn) {
+            let unflushed = self.svc.conns.get(&conn).map_or(0, |c| c.unflushed);
+            let outs = self.transfers.flushed(conn, unflushed);
+            self.run_transfer(conn, outs);
+        }
+    }
+
+    pub(crate) fn on_closed(&mut self, conn: ConnId) {
+        if self.svc.conns.remove(conn).is_none() {
+            return;
+        }
+        self.svc.streams.end(conn);
+        self.transfers.forget(conn);
+        self.svc.telemetry.http_end(conn);
+        self.sessions
+            .forget_conn_everywhere(&mut self.svc, &self.routes, conn);
+    }
+
+    /// Dispatches requests until one goes asynchronous or the buffer runs
+    /// dry.
+    pub(crate) fn pump(&mut self, conn: ConnId) {
+        let keep_alive = !self.shutting_down;
+        while let Some(polled) = self.svc.conns.poll(conn, self.svc.now.mono, keep_alive) {
+            match polled {
+                Polled::Waiting => return,
+                Polled::Continue => self.svc.send(conn, proto::http::CONTINUE_100.to_vec()),
+                Polled::Request(req, listener) => {
+                    if self.svc.telemetry.enabled() {
+                        let method = req.method.as_str();
+                        let traceparent = req.header("traceparent");
+                        (self.svc.telemetry).http_begin(
+                            conn,
+                            listener,
+                            method,
+                            req.path(),
+                            traceparent,
+                        );
+                    }
+                    match listener {
+                        Listener::Client => self.route_client(conn, *req),
+                        Listener::Admin => self.route_admin(conn, *req),
+                    }
+                }
+                Polled::Rejected(rejection) => {
+                    tracing::debug!(
+                        conn = conn.0,
+                        status = rejection.status,
+                        reason = rejection.reason,
+                        "rejected request"
+                    );
+                    self.svc
+                        .send(conn, proto::http::encode_rejection(&rejection));
+                    return self.svc.close_conn(conn);
+                }
+            }
+        }
+    }
+
+    pub(crate) fn on_read_done(&mut self, id: crate::ReadId, result: Result<ReadResult, String>) {
+        let Some(pending) = self.svc.reads.take(id) else {
+            return;
+        };
+        match pending {
+            PendingRead::Answer(read) => self.svc.on_answer_read(read, result),
+            PendingRead::TurnHistory { turn, loader } => {
+                // A turn that ended meanwhile needs no more reads.
+                if self.routes.turn_session(turn).is_none() {
+                    return;
+                }
+                let again = |loader| PendingRead::TurnHistory { turn, loader };
+                if let Some(done) = self.svc.continue_history_load(loader, result, again) {
+                    self.on_turn_history(turn, done);
+                }
+            }
+            PendingRead::Recover { loader } => {
+                let session_id = loader.session_id().to_string();
+                let again = |loader| PendingRead::Recover { loader };
+                if let Some(done) = self.svc.continue_history_load(loader, result, again) {
+                    self.on_recover(&session_id, done);
+                }
+            }
+            PendingRead::RecoverPause {
+                session_id,
+                paused_seq,
+            } => self.on_recover_pause(&session_id, paused_seq, result),
+            PendingRead::Claim { session_id, then } => {
+                self.on_claim_done(&session_id, then, result)
+            }
+            PendingRead::LoadSession {
+                session_id,
+                conn,
+                req,
+                then,
+            } => self.on_session_loaded(&session_id, (conn, *req, then), result),
+            PendingRead::Revoke { conn, key_id } => self.on_revoke_read(conn, &key_id, result),
+            PendingRead::Transfer { conn } => {
+                let unflushed = self.svc.conns.get(&conn).map_or(0, |c| c.unflushed);
+                let outs = self.transfers.read_done(conn, result, unflushed);
+                self.run_transfer(conn, outs);
+            }
+            PendingRead::Metrics { conn } => {
+                let rt = match result {
+                    Ok(ReadResult::Runtime(rt)) => rt,
+                    _ => Default::default(),
+                };
+                self.answer_metrics(conn, &rt);
+            }
+        }
     }
 }

@@ -352,10 +352,6 @@ impl Services {
 // ---- Replica mode: lease claims, adoption, catalogue notices ----------
 
 impl Engine {
-    pub(crate) fn replica_mode(&self) -> bool {
-        self.replicas.is_some()
-    }
-
     pub(crate) fn owns_session(&self, session_id: &str) -> bool {
         self.replicas.as_ref().is_none_or(|r| r.owns(session_id))
     }

@@ -81,7 +81,6 @@ fn modules_import_each_other_without_cycles() {
 const ENGINE_FILES: &[&str] = &[
     "admin_api/mod.rs",
     "client_api.rs",
-    "conn.rs",
     "lib.rs",
     "placement.rs",
     "rpc/mod.rs",

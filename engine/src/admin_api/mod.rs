@@ -263,7 +263,7 @@ impl Engine {
             .filter(|k| k.role == KeyRole::Session && k.client_id.as_deref() == Some(id))
             .map(|k| (k.id.to_string(), k.name.to_string()))
             .collect();
-        if self.replica_mode() {
+        if self.replicas.is_some() {
             // Session keys minted on other replicas may not be known here.
             self.svc.write(StoreWrite::RevokeSessionKeysOf {
                 client_id: id.to_string(),

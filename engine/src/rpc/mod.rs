@@ -7,7 +7,7 @@
 //! in `session_sandbox.rs`.
 
 use proto::http::Request;
-use proto::jsonrpc::{self, Call, Extension, Extensions, Parsed};
+use proto::jsonrpc::{self, Call, Extension, Parsed};
 use proto::wire::json;
 use serde_json::{json, Value};
 
@@ -53,7 +53,7 @@ impl Engine {
         }
         // The acting client key is the one the session key was minted for.
         let acting = key.client_id.clone().unwrap_or(key.id);
-        let ext = self.driver_extensions(session_id, &acting);
+        let ext = self.sessions.driver_extensions(session_id, &acting);
         if let Some(s) = self.svc.stream_mut(conn) {
             s.ext = ext;
         }
@@ -241,11 +241,6 @@ impl Engine {
                 self.svc.terminal_result(conn, &json::text(&body));
             }
         }
-    }
-
-    /// What `key_id` opted into when it registered on the session.
-    pub(crate) fn driver_extensions(&self, session_id: &str, key_id: &str) -> Extensions {
-        self.sessions.driver_extensions(session_id, key_id)
     }
 }
 
