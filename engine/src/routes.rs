@@ -99,3 +99,53 @@ impl Routes {
         self.mcp.retain(|_, (s, _)| s.as_str() != session);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sid(s: &str) -> SessionId {
+        SessionId::new(s)
+    }
+
+    #[test]
+    fn tokens_are_issued_in_order_and_route_to_their_session() {
+        let mut r = Routes::default();
+        let (t1, t2) = (r.start_turn(sid("a")), r.start_turn(sid("b")));
+        assert!(t1 < t2);
+        assert_eq!(r.turn_session(t1).map(|s| s.as_str()), Some("a"));
+        let running: Vec<&str> = r.running_sessions().map(|s| s.as_str()).collect();
+        assert_eq!(running, ["a", "b"]);
+        r.end_turn(t1);
+        assert!(r.turn_session(t1).is_none());
+        let (c1, c2) = (r.new_call(), r.new_call());
+        assert!(c1 < c2);
+        let m = r.start_mcp_call(sid("b"), t2);
+        assert_eq!(
+            r.end_mcp_call(m).map(|(s, t)| (s.to_string(), t)),
+            Some(("b".into(), t2))
+        );
+        assert!(
+            r.end_mcp_call(m).is_none(),
+            "an answered call routes nowhere"
+        );
+    }
+
+    #[test]
+    fn a_cancelled_turns_mcp_calls_leave_in_token_order_and_only_its_own() {
+        let mut r = Routes::default();
+        let (t1, t2) = (r.start_turn(sid("a")), r.start_turn(sid("b")));
+        let mine: Vec<CallToken> = (0..5).map(|_| r.start_mcp_call(sid("a"), t1)).collect();
+        let other = r.start_mcp_call(sid("b"), t2);
+        assert_eq!(r.end_mcp_calls_of(t1), mine);
+        assert!(r.end_mcp_calls_of(t1).is_empty());
+        r.forget_mcp_calls("a");
+        assert!(
+            r.end_mcp_call(other).is_some(),
+            "another session's call stays"
+        );
+        let again = r.start_mcp_call(sid("a"), t1);
+        r.forget_mcp_calls("a");
+        assert!(r.end_mcp_call(again).is_none());
+    }
+}

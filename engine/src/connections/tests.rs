@@ -213,3 +213,31 @@ fn the_current_request_is_logged_once() {
     assert_eq!((start, listener), (MonoMs(7), Listener::Admin));
     assert!(t.take_current(ConnId(1)).is_none());
 }
+
+/// A finished keep-alive request leaves its connection for the engine's
+/// `settle` to pump later (never from inside the answering handler); a
+/// closing one does not.
+#[test]
+fn a_finished_keep_alive_request_queues_the_connection_once_for_its_next() {
+    let mut t = table();
+    for c in [ConnId(1), ConnId(2)] {
+        t.accept(c, Listener::Client);
+        assert!(t.receive(c, GET));
+        assert_eq!(path_of(t.poll(c, MonoMs(0), true)), "/healthz");
+    }
+    assert!(!t.has_ready());
+    assert_eq!(t.finish(ConnId(2)), Finished::Next);
+    assert_eq!(t.finish(ConnId(1)), Finished::Next);
+    assert!(t.has_ready());
+    assert_eq!(t.take_ready(), Some(ConnId(2)), "in finishing order");
+    assert_eq!(t.take_ready(), Some(ConnId(1)));
+    assert_eq!(t.take_ready(), None);
+    let close = b"GET /healthz HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n";
+    t.accept(ConnId(3), Listener::Client);
+    assert!(t.receive(ConnId(3), close));
+    assert_eq!(path_of(t.poll(ConnId(3), MonoMs(0), true)), "/healthz");
+    assert_eq!(t.finish(ConnId(3)), Finished::Close);
+    assert!(!t.has_ready(), "a closing connection has no next request");
+    assert_eq!(t.finish(ConnId(9)), Finished::Gone);
+    assert!(!t.has_ready());
+}

@@ -193,3 +193,27 @@ fn a_gapless_subscriber_over_its_window_stalls_instead_of_lagging() {
         "nothing while stalled"
     );
 }
+
+/// An ended turn stream is reported once to the engine's `settle` (its turn
+/// then stops listing it); other kinds are not.
+#[test]
+fn ended_turn_streams_are_reported_once() {
+    let mut h = Hub::default();
+    h.open(ConnId(1), "s", 0, MonoMs(0));
+    h.open(ConnId(2), "s", 0, MonoMs(0));
+    if let Some(s) = h.get_mut(ConnId(1)) {
+        s.kind = StreamKind::Turn;
+    }
+    assert!(!h.has_ended_turns());
+    h.end(ConnId(2));
+    assert!(
+        !h.has_ended_turns(),
+        "a single-answer stream is not a turn's"
+    );
+    h.end(ConnId(1));
+    assert!(h.has_ended_turns());
+    assert_eq!(h.take_ended_turns(), [ConnId(1)]);
+    assert!(h.take_ended_turns().is_empty());
+    assert!(h.end(ConnId(1)).is_none());
+    assert!(!h.has_ended_turns(), "ending it again reports nothing");
+}
