@@ -140,7 +140,7 @@ impl Services {
         }
     }
 
-    /// [`Engine::send`] for bytes that reveal no stored state
+    /// [`Services::send`] for bytes that reveal no stored state
     /// ([`Output::SendUngated`]).
     pub(crate) fn send_ungated(&mut self, conn: ConnId, bytes: impl Into<crate::bytes::Bytes>) {
         let bytes = bytes.into();
@@ -201,7 +201,7 @@ impl Services {
         self.respond_gated(conn, status, content_type, &[], body, false);
     }
 
-    /// [`Engine::respond`] with `extra` headers after `Content-Type`.
+    /// [`Services::respond`] with `extra` headers after `Content-Type`.
     pub(crate) fn respond_with(
         &mut self,
         conn: ConnId,

@@ -9,20 +9,20 @@
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Bug {
     /// A turn that pauses for client tools releases the gate instead of
-    /// parking it (turn/mod.rs `end_turn`).
+    /// parking it (turn/exec.rs `end_turn`).
     GateReleasedOnPause,
-    /// The pause deadline is one millisecond early (turn/tools.rs, where a
-    /// turn pauses).
+    /// The pause deadline is one millisecond early (session_core/tools.rs,
+    /// where a turn pauses).
     AbandonTimerOffByOne,
     /// `session.subscribe` replay starts one event after `since_event_id`
     /// (subscribe.rs).
     ReplaySkipsBoundary,
     /// Events are published to streams before their write is emitted, so the
     /// driver can deliver them before they are committed
-    /// (`Engine::append_event_text`, lib.rs).
+    /// (`Services::append_event_text`, services.rs).
     DeliverBeforeCommit,
-    /// A resumed turn records the first tool_result twice (turn/mod.rs
-    /// `acquire`).
+    /// A resumed turn records the first tool_result twice (session_core/turn.rs,
+    /// where a continuation is merged).
     DuplicateToolResult,
     /// A released gate admits the newest waiter instead of the oldest
     /// (session_core/gate.rs `admit_next`).

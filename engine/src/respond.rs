@@ -11,7 +11,7 @@ use crate::bytes::Bytes;
 use crate::store::EventRow;
 
 /// A complete buffered response built without the engine (by a pure front
-/// layer, e.g. the console's files), sent by `Engine::reply`.
+/// layer, e.g. the console's files), sent by `Services::reply`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Reply {
     pub status: u16,

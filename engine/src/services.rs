@@ -2,7 +2,7 @@
 //! the time of the input being handled, ids and secrets from the injected
 //! entropy, the connection table and its NDJSON streams (answers, frames,
 //! subscriptions, live publication), the event log's seq lane, store reads
-//! and writes, the output queue, metrics and telemetry. The [`Engine`]
+//! and writes, the output queue, metrics and telemetry. The [`Engine`](crate::Engine)
 //! routes inputs to sessions and hubs; they act on the world only through
 //! these. Nothing here knows a session's gate or turn: whatever an answer
 //! leaves for later (a connection free for its next request, a turn stream
@@ -82,7 +82,7 @@ impl Services {
         self.append_event_text(session_id, client_key_id, event_type, payload)
     }
 
-    /// [`Engine::append_event`] for a payload already rendered as compact
+    /// [`Services::append_event`] for a payload already rendered as compact
     /// JSON text (a large `provider.request` is built as text so that its
     /// history is never copied as a value tree). The write is emitted
     /// before the publication, so the driver commits before any stream

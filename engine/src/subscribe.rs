@@ -26,7 +26,7 @@ use crate::streams::{FlowLimits, Live};
 pub use crate::streams::{Phase, Subscription};
 
 /// Events this large leave in their live frames as their shared rendering,
-/// not copied (`Engine::event_frame`).
+/// not copied (`Services::event_frame`).
 const SHARE_VIEW_FROM: usize = 4096;
 
 impl Services {

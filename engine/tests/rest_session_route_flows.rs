@@ -26,17 +26,6 @@ fn session_of(r: &Reply) -> (String, String) {
     )
 }
 
-/// Moves a session to `error` through provider exhaustion (C-085).
-fn make_error_session(h: &mut Harness, f: &Fix) {
-    h.register_driver(&f.sid, &f.skey);
-    h.replies
-        .push_back(engine::ProviderReply::Transport("refused".into()));
-    let msg = json!({"message": {"role": "user", "content": "hello"}});
-    let frames = h.rpc(&f.sid, &f.skey, &call(1, "session.sendMessage", msg));
-    assert!(frames.last().unwrap().get("result").is_some(), "{frames:?}");
-    assert_eq!(h.admin_session(&f.sid)["state"], "error");
-}
-
 // ------------------------------------------------- other session routes
 
 #[test]

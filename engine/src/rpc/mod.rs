@@ -294,7 +294,7 @@ impl Services {
         self.end_stream(conn);
     }
 
-    /// [`Engine::terminal_result`] for a result in parts (already
+    /// [`Services::terminal_result`] for a result in parts (already
     /// escaped): one chunk whose size line is computed up front, the parts
     /// sent as they are (shared ones without a copy).
     pub(crate) fn terminal_result_parts(&mut self, conn: ConnId, parts: &[crate::bytes::Bytes]) {

@@ -13,6 +13,7 @@ use engine::{
 use proto::http::response::{ResponseDecoder, ResponseEvent};
 use serde_json::Value;
 
+pub mod admin;
 mod wire;
 pub use wire::*;
 

@@ -4,7 +4,9 @@
 //! messages.
 
 use proto::http::response::{ResponseDecoder, ResponseEvent};
-use serde_json::Value;
+
+use super::Harness;
+use serde_json::{json, Value};
 
 /// One client of a session: its key id and credentials.
 #[derive(Debug, Clone)]
@@ -241,4 +243,15 @@ pub fn tool(name: &str) -> Value {
 /// A JSON-RPC 2.0 call.
 pub fn call(id: u64, method: &str, params: Value) -> Value {
     serde_json::json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})
+}
+
+/// Moves a session to `error` through provider exhaustion (C-085).
+pub fn make_error_session(h: &mut Harness, f: &Fix) {
+    h.register_driver(&f.sid, &f.skey);
+    h.replies
+        .push_back(engine::ProviderReply::Transport("refused".into()));
+    let msg = json!({"message": {"role": "user", "content": "hello"}});
+    let frames = h.rpc(&f.sid, &f.skey, &call(1, "session.sendMessage", msg));
+    assert!(frames.last().unwrap().get("result").is_some(), "{frames:?}");
+    assert_eq!(h.admin_session(&f.sid)["state"], "error");
 }
