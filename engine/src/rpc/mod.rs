@@ -15,20 +15,18 @@ mod drivers;
 mod front;
 
 use crate::conn::{AnswerRead, PendingRead};
+use crate::live::LiveCx;
 use crate::services::Services;
 use crate::session_core::{Op, SteerRefusal};
-use crate::{ConnId, Engine};
+use crate::ConnId;
 use proto::jsonrpc::codes;
 use proto::wire::EventType;
 
-pub use crate::streams::{Stream, StreamKind};
+use crate::streams::{Stream, StreamKind};
 
-impl Engine {
+impl LiveCx<'_> {
     pub(crate) fn rpc_request(&mut self, conn: ConnId, req: Request, session_id: &str) {
-        let Some(key) = self
-            .catalog
-            .auth_session(&mut self.svc, conn, &req, session_id)
-        else {
+        let Some(key) = self.catalog.auth_session(self.svc, conn, &req, session_id) else {
             return;
         };
         // From here on the answer is always 200 NDJSON (C-050).
@@ -82,7 +80,7 @@ impl Engine {
             P::CancelTurn => self.cancel_turn(conn, session_id, key_id),
             P::SteerTurn(p) => {
                 if self.catalog.require_open_driver(
-                    &mut self.svc,
+                    self.svc,
                     conn,
                     session_id,
                     key_id,
@@ -103,7 +101,7 @@ impl Engine {
             P::SendMessage(p) => self.send_message(conn, session_id, key_id, p),
             P::Compact(p) => {
                 if self.catalog.require_open_driver(
-                    &mut self.svc,
+                    self.svc,
                     conn,
                     session_id,
                     key_id,
@@ -115,13 +113,12 @@ impl Engine {
                     }
                 }
             }
-            P::UpdateClientTools(p) => {
-                self.catalog
-                    .update_client_tools(&mut self.svc, conn, session_id, key_id, p)
-            }
+            P::UpdateClientTools(p) => self
+                .catalog
+                .update_client_tools(self.svc, conn, session_id, key_id, p),
             P::StartRemoteSandbox(p) => {
                 if self.catalog.require_open_driver(
-                    &mut self.svc,
+                    self.svc,
                     conn,
                     session_id,
                     key_id,
@@ -132,7 +129,7 @@ impl Engine {
             }
             P::StopRemoteSandbox => {
                 if self.catalog.require_driver(
-                    &mut self.svc,
+                    self.svc,
                     conn,
                     session_id,
                     key_id,
@@ -143,7 +140,7 @@ impl Engine {
             }
             P::ExecRemoteSandbox(p) => {
                 if self.catalog.require_driver(
-                    &mut self.svc,
+                    self.svc,
                     conn,
                     session_id,
                     key_id,
@@ -156,17 +153,17 @@ impl Engine {
                 let report = p.map(|r| (r.event_type(), r.payload()));
                 let method = "session.reportLocalSandbox";
                 self.catalog
-                    .record_report(&mut self.svc, conn, session_id, key_id, method, report);
+                    .record_report(self.svc, conn, session_id, key_id, method, report);
             }
             P::ReportLocalSubagent(p) => {
                 let report = p.map(|r| (r.event_type(), r.payload()));
                 let method = "session.reportLocalSubagent";
                 self.catalog
-                    .record_report(&mut self.svc, conn, session_id, key_id, method, report);
+                    .record_report(self.svc, conn, session_id, key_id, method, report);
             }
             P::CancelSubagent(p) => {
                 if self.catalog.require_driver(
-                    &mut self.svc,
+                    self.svc,
                     conn,
                     session_id,
                     key_id,

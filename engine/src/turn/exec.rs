@@ -9,13 +9,14 @@ use serde_json::json;
 use super::{Mode, UNAVAILABLE_TEXT};
 use crate::conn::PendingRead;
 use crate::history_load::HistoryLoader;
+use crate::live::LiveCx;
 use crate::services::Services;
 use crate::session_core::{Effect, Ending, Fact, Log, Refusal, TurnLoop};
 use crate::store::SessionState;
 use crate::telemetry::{ToolChild, TurnEnd};
-use crate::{Engine, Output, ProviderCall};
+use crate::{Output, ProviderCall};
 
-impl Engine {
+impl LiveCx<'_> {
     /// Performs `session_id`'s queued effects until none is left (an
     /// effect's answer may queue more, which come first).
     pub(crate) fn run_effects(&mut self, session_id: &str) {
@@ -182,7 +183,7 @@ impl Engine {
 
     /// An attempt asks for its provider slot (a limited entry, or a
     /// retry's wait): it gets its call id now, and leaves now or when the
-    /// limits say ([`Engine::route_limit_notices`]). A backoff's jitter is
+    /// limits say ([`LiveCx::route_limit_notices`]). A backoff's jitter is
     /// drawn from the engine's entropy.
     fn perform_admit(&mut self, session_id: &str, a: crate::session_core::Admission) {
         use crate::provider_limits::{Ask, Verdict};
@@ -313,7 +314,7 @@ impl Engine {
     /// The turn is over: its answer goes to its streams (and its
     /// idempotency key), then the gate is parked on a pause or passed on.
     fn end_turn(&mut self, session_id: &str, ending: Ending) {
-        let Some(mut t) = self.sessions.take_turn(&mut self.routes, session_id) else {
+        let Some(mut t) = self.sessions.take_turn(self.routes, session_id) else {
             return;
         };
         use crate::metrics::TurnOutcome;
@@ -358,7 +359,7 @@ impl Engine {
             None => "the turn ended before its next provider call",
         };
         self.svc.retire_steers(std::mem::take(&mut t.steers), why);
-        self.idem.finished(&mut self.svc, session_id, &t, || {
+        self.idem.finished(self.svc, session_id, &t, || {
             crate::idempotency::result_outcome(&message, &t.event_seqs)
         });
         let streams = t.streams();
@@ -389,7 +390,7 @@ impl Engine {
         let why = crate::session_core::steer::WHY_FAILED;
         self.svc.retire_steers(std::mem::take(&mut t.steers), why);
         (self.svc.telemetry).turn_end(t.id, session_id, TurnEnd::Failed);
-        self.idem.finished(&mut self.svc, session_id, &t, || {
+        self.idem.finished(self.svc, session_id, &t, || {
             json!({"error": {"code": code, "message": message}}).to_string()
         });
         for conn in t.streams() {

@@ -15,10 +15,11 @@ use serde_json::json;
 use super::{Holder, Pause, Waiter};
 use crate::conn::PendingRead;
 use crate::history_load::HistoryLoad;
-use crate::rpc::StreamKind;
+use crate::live::LiveCx;
 use crate::session_core::recovery;
 use crate::store::{ReadResult, StoreRead};
-use crate::{ConnId, Engine};
+use crate::streams::StreamKind;
+use crate::ConnId;
 use proto::jsonrpc::codes;
 
 /// Events read after a paused message (its tool rounds are bounded by the
@@ -39,7 +40,7 @@ pub(crate) enum Cancelled {
     Compaction,
 }
 
-impl Engine {
+impl LiveCx<'_> {
     /// Frees the gate and admits the next live waiter.
     pub(crate) fn release_gate(&mut self, session_id: &str) {
         let now = self.svc.now.mono;
@@ -55,7 +56,7 @@ impl Engine {
             Some(start) => self.start_admitted(session_id, start),
             None => self
                 .sessions
-                .note_gate_idle(&mut self.catalog, session_id, self.svc.now.mono),
+                .note_gate_idle(self.catalog, session_id, self.svc.now.mono),
         }
     }
 
@@ -81,7 +82,7 @@ impl Engine {
         // A closed session is terminal: its in-flight turn stops here (a
         // late provider reply is ignored) and its stream ends without a
         // terminal frame, like every other stream of the session.
-        if let Some(mut t) = self.sessions.take_turn(&mut self.routes, session_id) {
+        if let Some(mut t) = self.sessions.take_turn(self.routes, session_id) {
             self.svc
                 .retire_steers(std::mem::take(&mut t.steers), "the session closed");
             self.abort_calls(session_id);
@@ -112,13 +113,10 @@ impl Engine {
     /// `session.cancelTurn` (extension `turn.cancel`): the caller's running
     /// or paused turn, else its queued requests.
     pub(crate) fn cancel_turn(&mut self, conn: ConnId, session_id: &str, key_id: &str) {
-        if !self.catalog.require_driver(
-            &mut self.svc,
-            conn,
-            session_id,
-            key_id,
-            "session.cancelTurn",
-        ) {
+        if !self
+            .catalog
+            .require_driver(self.svc, conn, session_id, key_id, "session.cancelTurn")
+        {
             return;
         }
         let outcome = self.cancel_gate(session_id, Some(key_id));
@@ -186,8 +184,7 @@ impl Engine {
                 );
             }
         }
-        self.sessions
-            .tell_queue_positions(&mut self.svc, session_id);
+        self.sessions.tell_queue_positions(self.svc, session_id);
         Cancelled::Queued(theirs.len())
     }
 
@@ -196,7 +193,7 @@ impl Engine {
     /// gate passes on. Nothing of the turn's in-memory tool rounds reaches
     /// the history, so no `tool_use` is left without a result.
     fn cancel_running(&mut self, session_id: &str) {
-        let Some(mut t) = self.sessions.take_turn(&mut self.routes, session_id) else {
+        let Some(mut t) = self.sessions.take_turn(self.routes, session_id) else {
             return;
         };
         // The provider stops generating what nobody will read.
@@ -212,7 +209,7 @@ impl Engine {
         self.svc
             .retire_steers(std::mem::take(&mut t.steers), "the turn was cancelled");
         let msg = "turn_cancelled: the turn was cancelled";
-        self.idem.finished(&mut self.svc, session_id, &t, || {
+        self.idem.finished(self.svc, session_id, &t, || {
             serde_json::json!({"error": {"code": CANCELLED, "message": msg}}).to_string()
         });
         for conn in t.streams() {
@@ -237,7 +234,7 @@ impl Engine {
         let paused_seq = recovery::paused_seq(&load);
         let after_seq = recovery::scan_from(&load);
         let history = crate::history_load::history_text(&load);
-        let live = self.sessions.core_of(&self.catalog, session_id);
+        let live = self.sessions.core_of(self.catalog, session_id);
         live.history = Some(history);
         live.newest_usage = load.newest_usage.flatten();
         self.sessions.history_built(session_id);
@@ -294,7 +291,7 @@ impl Engine {
     fn recovered(&mut self, session_id: &str, pause: Option<Pause>) {
         let waiters: Vec<Waiter> = self
             .sessions
-            .core_of(&self.catalog, session_id)
+            .core_of(self.catalog, session_id)
             .gate
             .recovered(pause);
         for w in waiters {
@@ -303,12 +300,12 @@ impl Engine {
             }
         }
         self.sessions
-            .note_gate_idle(&mut self.catalog, session_id, self.svc.now.mono);
+            .note_gate_idle(self.catalog, session_id, self.svc.now.mono);
     }
 
     fn recovery_failed(&mut self, session_id: &str) {
         self.sessions.history_forget(session_id);
-        let live = self.sessions.core_of(&self.catalog, session_id);
+        let live = self.sessions.core_of(self.catalog, session_id);
         live.history = None;
         let waiters: Vec<Waiter> = live.gate.recovery_failed();
         // Idempotent retries attached to a waiter are answered too (found

@@ -14,11 +14,12 @@ use serde_json::json;
 
 use crate::conn::PendingRead;
 use crate::history_load::{HistoryLoad, HistoryLoader, Progress};
-use crate::rpc::StreamKind;
+use crate::live::LiveCx;
 use crate::services::Services;
 use crate::session_core::{Arrival, Limits, Refusal, SessionCore, Start, TurnLoop, World};
 use crate::store::{ReadResult, SessionState, StoreWrite};
-use crate::{ConnId, Engine};
+use crate::streams::StreamKind;
+use crate::ConnId;
 use proto::jsonrpc::{codes, SendMessageCall};
 use proto::wire::EventType;
 
@@ -30,7 +31,7 @@ pub(crate) use gate::Cancelled;
 
 pub use crate::session_core::{Holder, Mode, Op, Pause, Takeover, UserMessage, Waiter};
 
-impl Engine {
+impl LiveCx<'_> {
     /// `session.sendMessage`: pre-gate checks, then the arrival rules.
     pub(crate) fn send_message(
         &mut self,
@@ -39,13 +40,10 @@ impl Engine {
         key_id: &str,
         params: SendMessageCall,
     ) {
-        if !self.catalog.require_driver(
-            &mut self.svc,
-            conn,
-            session_id,
-            key_id,
-            "session.sendMessage",
-        ) {
+        if !self
+            .catalog
+            .require_driver(self.svc, conn, session_id, key_id, "session.sendMessage")
+        {
             return;
         }
         let idempotent = self
@@ -57,7 +55,7 @@ impl Engine {
             if idempotent
                 && self
                     .idem
-                    .replay_finished(&mut self.svc, conn, session_id, key_id, &params)
+                    .replay_finished(self.svc, conn, session_id, key_id, &params)
             {
                 return;
             }
@@ -101,7 +99,7 @@ impl Engine {
         let (now, limits) = (self.svc.now.mono, self.gate_limits());
         let waiter = Waiter::new(conn, self.catalog.key_id(key_id), op);
         self.sessions.history_busy(session_id);
-        let live = self.sessions.core_of(&self.catalog, session_id);
+        let live = self.sessions.core_of(self.catalog, session_id);
         let empty = live.history.is_none() && fresh;
         if empty {
             live.history = Some(proto::provider::HistoryText::new());
@@ -113,7 +111,7 @@ impl Engine {
             (live.gate.enqueue(limits, waiter), start)
         };
         if live.gate.has_waiters() {
-            self.sessions.mark_waiting(&self.catalog, session_id);
+            self.sessions.mark_waiting(self.catalog, session_id);
         }
         if empty {
             self.sessions.history_built(session_id);
@@ -124,7 +122,7 @@ impl Engine {
             self.svc.read(read, PendingRead::Recover { loader });
         }
         self.sessions
-            .note_gate_idle(&mut self.catalog, session_id, self.svc.now.mono);
+            .note_gate_idle(self.catalog, session_id, self.svc.now.mono);
     }
 
     fn gate_limits(&self) -> Limits {
@@ -142,8 +140,7 @@ impl Engine {
                 if let Some(s) = self.svc.stream_mut(conn) {
                     s.kind = StreamKind::Queued;
                 }
-                self.sessions
-                    .tell_queue_positions(&mut self.svc, session_id);
+                self.sessions.tell_queue_positions(self.svc, session_id);
             }
             Arrival::Refused(w, why) => self.svc.refuse(w, why),
         }
@@ -178,15 +175,14 @@ impl Engine {
     /// turn in `mode`, and returns the turn's id.
     fn hold_gate(&mut self, conn: ConnId, session_id: &str, key_id: &str, mode: Mode) -> TurnId {
         let turn_id = (self.routes).start_turn(self.catalog.session_id(session_id));
-        self.sessions
-            .tell_queue_positions(&mut self.svc, session_id);
+        self.sessions.tell_queue_positions(self.svc, session_id);
         let conn_alive = self.svc.stream_mut(conn).is_some();
         if let Some(s) = self.svc.stream_mut(conn) {
             s.kind = StreamKind::Turn;
         }
         let key_id = self.catalog.key_id(key_id);
         let turn = TurnLoop::new(turn_id, key_id, conn_alive.then_some(conn), mode);
-        self.sessions.core_of(&self.catalog, session_id).begin(turn);
+        self.sessions.core_of(self.catalog, session_id).begin(turn);
         turn_id
     }
 
@@ -205,7 +201,7 @@ impl Engine {
             let profile_id = self.catalog.profile_of(session_id);
             let conn = self
                 .sessions
-                .core_of(&self.catalog, session_id)
+                .core_of(self.catalog, session_id)
                 .turn()
                 .and_then(|t| t.conn);
             let resumed = matches!(takeover, Takeover::Resume(_));
@@ -218,9 +214,8 @@ impl Engine {
                     s.kind = StreamKind::Turn;
                 }
             }
-            self.idem
-                .started(&mut self.svc, session_id, key_id, &idem.key);
-            if let Some(t) = self.sessions.core_of(&self.catalog, session_id).turn_mut() {
+            self.idem.started(self.svc, session_id, key_id, &idem.key);
+            if let Some(t) = self.sessions.core_of(self.catalog, session_id).turn_mut() {
                 t.idem = Some(idem);
             }
         }
@@ -435,7 +430,7 @@ impl Engine {
         }
     }
 
-    /// [`Engine::with_core`] without performing the effects: for answers
+    /// [`LiveCx::with_core`] without performing the effects: for answers
     /// given while they are being performed (the caller's loop goes on).
     pub(crate) fn core_step<R>(
         &mut self,
@@ -443,7 +438,7 @@ impl Engine {
         f: impl FnOnce(&mut SessionCore, &dyn World, crate::MonoMs) -> R,
     ) -> Option<R> {
         let now = self.svc.now.mono;
-        let Engine {
+        let LiveCx {
             sessions,
             catalog,
             svc,
