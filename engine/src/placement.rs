@@ -13,7 +13,7 @@
 
 use proto::http::Request;
 
-use crate::conn::{LoadFor, PendingRead};
+use crate::conn::{LoadFor, PendingRead, PlaceRead};
 use crate::mcp::McpServerSpec;
 use crate::model::{Catalog, Key, Session};
 use crate::replicas::{self, ClaimFor, Forward, FORWARDED_HEADER};
@@ -506,7 +506,10 @@ impl Services {
             drivers_since,
         };
         let session_id = session_id.to_string();
-        self.read(read, PendingRead::Claim { session_id, then });
+        self.read(
+            read,
+            PendingRead::Place(PlaceRead::Claim { session_id, then }),
+        );
     }
 
     /// A `503 replica_unavailable` answer that finishes the request.
@@ -584,14 +587,14 @@ impl Residency {
             session_id: session_id.to_string(),
             drivers_since: svc.drivers_since(),
         };
-        let pending = PendingRead::LoadSession {
+        let pending = PlaceRead::LoadSession {
             session_id: session_id.to_string(),
             conn,
             req: Box::new(req.clone()),
             then,
         };
         self.loading(session_id);
-        svc.read(read, pending);
+        svc.read(read, PendingRead::Place(pending));
         true
     }
 

@@ -8,7 +8,7 @@ use proto::http::{Method, Request};
 use proto::wire::problem::ProblemType;
 use serde_json::{json, Value};
 
-use crate::conn::{AnswerRead, LoadFor, PendingRead};
+use crate::conn::{AdminRead, AnswerRead, LoadFor, PendingRead};
 use crate::model::Catalog;
 use crate::services::Services;
 use crate::store::{KeyRole, ProfileRow, ReadResult, SessionState, StoreRead, StoreWrite};
@@ -238,7 +238,8 @@ impl Engine {
             drivers_since: self.svc.drivers_since(),
         };
         let key_id = id.to_string();
-        self.svc.read(read, PendingRead::Revoke { conn, key_id });
+        self.svc
+            .read(read, PendingRead::Admin(AdminRead::Revoke { conn, key_id }));
     }
 
     pub(crate) fn on_revoke_read(
@@ -530,7 +531,9 @@ impl Engine {
         use transfer::Out;
         for out in outs {
             match out {
-                Out::Read(read) => self.svc.read(read, PendingRead::Transfer { conn }),
+                Out::Read(read) => self
+                    .svc
+                    .read(read, PendingRead::Admin(AdminRead::Transfer { conn })),
                 Out::StreamHead(name) => {
                     let close = self.svc.closes_after(conn);
                     self.svc.log_request(conn, 200);
@@ -678,7 +681,7 @@ impl Catalog {
         }
         svc.read(
             crate::store::StoreRead::Runtime,
-            crate::conn::PendingRead::Metrics { conn },
+            PendingRead::Admin(AdminRead::Metrics { conn }),
         );
     }
 }

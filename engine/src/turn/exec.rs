@@ -7,7 +7,7 @@ use proto::wire::json;
 use serde_json::json;
 
 use super::{Mode, UNAVAILABLE_TEXT};
-use crate::conn::PendingRead;
+use crate::conn::{LiveRead, PendingRead};
 use crate::history_load::HistoryLoader;
 use crate::live::LiveCx;
 use crate::services::Services;
@@ -38,8 +38,10 @@ impl LiveCx<'_> {
                     return;
                 };
                 let (loader, read) = HistoryLoader::start(session_id);
-                self.svc
-                    .read(read, PendingRead::TurnHistory { turn, loader });
+                self.svc.read(
+                    read,
+                    PendingRead::Live(LiveRead::TurnHistory { turn, loader }),
+                );
             }
             Effect::RestoreMcp => {
                 let Some(turn) = self.sessions.running_turn_id(session_id) else {

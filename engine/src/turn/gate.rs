@@ -13,7 +13,7 @@ use proto::wire::json;
 use serde_json::json;
 
 use super::{Holder, Pause, Waiter};
-use crate::conn::PendingRead;
+use crate::conn::{LiveRead, PendingRead};
 use crate::history_load::HistoryLoad;
 use crate::live::LiveCx;
 use crate::session_core::recovery;
@@ -249,10 +249,10 @@ impl LiveCx<'_> {
         let session_id = session_id.to_string();
         (self.svc).read(
             read,
-            PendingRead::RecoverPause {
+            PendingRead::Live(LiveRead::RecoverPause {
                 session_id,
                 paused_seq,
-            },
+            }),
         );
     }
 

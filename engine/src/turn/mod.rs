@@ -12,7 +12,7 @@ mod world;
 
 use serde_json::json;
 
-use crate::conn::PendingRead;
+use crate::conn::{LiveRead, PendingRead};
 use crate::history_load::{HistoryLoad, HistoryLoader, Progress};
 use crate::live::LiveCx;
 use crate::services::Services;
@@ -119,7 +119,8 @@ impl LiveCx<'_> {
         self.route_arrival(conn, session_id, arrival);
         if recover {
             let (loader, read) = HistoryLoader::start(session_id);
-            self.svc.read(read, PendingRead::Recover { loader });
+            self.svc
+                .read(read, PendingRead::Live(LiveRead::Recover { loader }));
         }
         self.sessions
             .note_gate_idle(self.catalog, session_id, self.svc.now.mono);
