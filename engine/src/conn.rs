@@ -37,7 +37,10 @@ pub enum LiveRead {
     /// reads), then a parked pause.
     Recover { loader: HistoryLoader },
     /// The events after a paused assistant message (owner, server results).
-    RecoverPause { session_id: String, paused_seq: u64 },
+    RecoverPause {
+        session_id: crate::ids::SessionId,
+        paused_seq: u64,
+    },
 }
 
 /// A read that brings a session here.

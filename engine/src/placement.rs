@@ -254,8 +254,9 @@ impl Engine {
         }
         if let Some(turn_id) = self.sessions.take_mcp_wait(session_id) {
             if self.sessions.running_turn_id(session_id) == Some(turn_id) {
+                let sid = self.catalog.session_id(session_id);
                 self.live()
-                    .with_core(session_id, |core, world, _| core.mcp_ready(world));
+                    .with_core(&sid, |core, world, _| core.mcp_ready(world));
             }
         }
     }

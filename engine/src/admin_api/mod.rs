@@ -169,7 +169,8 @@ impl Engine {
                 self.run_transfer(conn, outs);
             }
             (Route::CancelTurn(id), Method::Post) => {
-                let body = match self.live().cancel_gate(id, None) {
+                let sid = self.catalog.session_id(id);
+                let body = match self.live().cancel_gate(&sid, None) {
                     crate::turn::Cancelled::Running => {
                         json!({"cancelled": true, "state": "running"})
                     }
