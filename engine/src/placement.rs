@@ -241,9 +241,9 @@ impl Engine {
             return self.svc.respond_json(conn, 201, &body);
         }
         let id = self.catalog.session_id(session_id);
-        self.sessions.park_create(id, PendingCreate { conn, body });
         let now = self.svc.now.mono;
-        self.mcp.connect_session(session_id, servers, now);
+        self.mcp.connect_session(&id, servers, now);
+        self.sessions.park_create(id, PendingCreate { conn, body });
     }
 
     pub(crate) fn release_create(&mut self, session_id: &str) {
