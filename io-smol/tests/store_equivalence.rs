@@ -402,6 +402,7 @@ fn store_matches_mem_store(mut open: impl FnMut(u64) -> Backend, after: impl Fn(
         let mut ids = Vec::new();
         let mut requests = Requests::new(seed);
         let mut lrng = Rng(seed.wrapping_mul(0xA24B_AED4_963E_E407) | 1);
+        let mut copies: Vec<&str> = Vec::new();
         for round in 0..60 {
             let n = 1 + rng.below(12);
             let mut batch: Vec<_> = (0..n)
@@ -424,10 +425,22 @@ fn store_matches_mem_store(mut open: impl FnMut(u64) -> Backend, after: impl Fn(
                         parent_event_id: format!("evt_{round}"),
                     },
                 };
+                // Now and then one of the read sessions becomes a copy of
+                // everything so far: the registrations up to here are its
+                // parent's, and no store recovers them (issue 38).
+                let copy = SESSIONS.iter().find(|s| !copies.contains(*s));
+                let (session_id, copied_through) = match copy {
+                    Some(s) if lrng.below(4) == 0 => {
+                        copies.push(s);
+                        (s.to_string(), seq)
+                    }
+                    _ => (format!("ses_f{round}"), lrng.below(seq + 1)),
+                };
                 batch.push(StoreWrite::InsertLineage(LineageRow {
-                    session_id: format!("ses_f{round}"),
+                    session_id,
                     origin,
                     created_at: T.into(),
+                    copied_through,
                 }));
             }
             conn.commit(&batch).unwrap();

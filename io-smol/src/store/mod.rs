@@ -49,7 +49,9 @@ pub use bootstrap::{
     bootstrap_admin_key, is_sha256_hex, is_valid_argon2id_phc, BootstrapError, BootstrapOutcome,
     BootstrapSettings, ADMIN_KEY_PREFIX, BOOTSTRAP_ADMIN_NAME, PROVISIONED_ADMIN_NAME,
 };
-pub use schema::{EXTRA_INDEXES, EXTRA_TABLES, LATEST_VERSION, MIGRATIONS, RETIRED_INDEXES};
+pub use schema::{
+    EXTRA_COLUMNS, EXTRA_INDEXES, EXTRA_TABLES, LATEST_VERSION, MIGRATIONS, RETIRED_INDEXES,
+};
 
 /// Busy timeout of every connection (spec 08 §1).
 pub const BUSY_TIMEOUT_MS: usize = 10_000;
@@ -379,17 +381,56 @@ impl Store {
                 tracing::info!(version, name, "applied database migration");
             }
         }
-        for sql in EXTRA_TABLES
-            .iter()
-            .chain(EXTRA_INDEXES)
-            .chain(RETIRED_INDEXES)
-        {
+        for sql in EXTRA_TABLES {
+            self.conn.execute(sql)?;
+        }
+        for &(table, column, decl) in EXTRA_COLUMNS {
+            self.add_column(table, column, decl)?;
+        }
+        for sql in EXTRA_INDEXES.iter().chain(RETIRED_INDEXES) {
             self.conn.execute(sql)?;
         }
         Ok(MigrateReport {
             from,
             to: LATEST_VERSION,
         })
+    }
+
+    /// Adds one of [`EXTRA_COLUMNS`] unless the table has it, under the
+    /// write lock (another process may be starting on the same file).
+    fn add_column(&self, table: &str, column: &str, decl: &str) -> Result<()> {
+        let mig = |e: sqlite::Error| StoreError::Migrate {
+            detail: format!("column {table}.{column}: {}", sqlite_text(&e)),
+        };
+        self.conn.execute("BEGIN IMMEDIATE").map_err(mig)?;
+        let run = || -> std::result::Result<bool, sqlite::Error> {
+            let mut st = self
+                .conn
+                .prepare("SELECT COUNT(*) FROM pragma_table_info(?1) WHERE name = ?2")?;
+            st.bind((1, table))?;
+            st.bind((2, column))?;
+            st.next()?;
+            if st.read::<i64, _>(0)? > 0 {
+                return Ok(false);
+            }
+            drop(st);
+            self.conn
+                .execute(format!("ALTER TABLE {table} ADD COLUMN {column} {decl}"))?;
+            Ok(true)
+        };
+        match run() {
+            Ok(added) => {
+                self.conn.execute("COMMIT").map_err(mig)?;
+                if added {
+                    tracing::info!(table, column, "added database column");
+                }
+                Ok(())
+            }
+            Err(e) => {
+                let _ = self.conn.execute("ROLLBACK");
+                Err(mig(e))
+            }
+        }
     }
 
     fn apply_migrations(&self, from: i64) -> Result<Vec<(i64, &'static str)>> {
