@@ -389,6 +389,7 @@ fn store_matches_mem_store(mut open: impl FnMut(u64) -> Backend, after: impl Fn(
     let mut max_pages = 0;
     let mut bounded = 0;
     let mut usage_kinds = [0usize; 3];
+    let mut copies_made = 0;
     for seed in 1..=6u64 {
         let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
         let mut store = open(seed);
@@ -617,6 +618,7 @@ fn store_matches_mem_store(mut open: impl FnMut(u64) -> Backend, after: impl Fn(
                 }] += 1;
             }
         }
+        copies_made += copies.len();
         drop(conn);
         for scope in [SnapshotScope::Full, SnapshotScope::Lazy] {
             same_snapshot(
@@ -632,6 +634,7 @@ fn store_matches_mem_store(mut open: impl FnMut(u64) -> Backend, after: impl Fn(
         "usage paging seen: {max_pages} pages at most"
     );
     assert!(bounded > 0, "no history was cut by a compaction");
+    assert!(copies_made >= 6, "{copies_made} read sessions became copies");
     assert!(
         usage_kinds.iter().all(|&n| n > 0),
         "usage outcomes {usage_kinds:?}"
