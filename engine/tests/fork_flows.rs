@@ -346,7 +346,11 @@ fn an_evicted_fork_reloads_without_its_parents_drivers() {
     let (_, t) = h.send(&fid, &fkey, json!("now registered"));
     assert!(t["result"].is_object(), "{t}");
     assert_eq!(drivers(&mut h, &fid, &fkey), json!([f.a.key_id]));
-    assert_eq!(drivers_gauge(&mut h), 3, "two on the parent, one on the fork");
+    assert_eq!(
+        drivers_gauge(&mut h),
+        3,
+        "two on the parent, one on the fork"
+    );
 }
 
 /// Issue 38 with `BAE_DURABLE_DRIVERS` (docs/extensions.md): a restart

@@ -634,7 +634,10 @@ fn store_matches_mem_store(mut open: impl FnMut(u64) -> Backend, after: impl Fn(
         "usage paging seen: {max_pages} pages at most"
     );
     assert!(bounded > 0, "no history was cut by a compaction");
-    assert!(copies_made >= 6, "{copies_made} read sessions became copies");
+    assert!(
+        copies_made >= 6,
+        "{copies_made} read sessions became copies"
+    );
     assert!(
         usage_kinds.iter().all(|&n| n > 0),
         "usage outcomes {usage_kinds:?}"
