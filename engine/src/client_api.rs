@@ -106,7 +106,14 @@ impl Engine {
                     return;
                 }
             } else if auth::bearer(req.header("authorization")).is_ok()
-                && self.load_first(conn, &req, id, LoadFor::Client)
+                && self.residency.load_first(
+                    &mut self.catalog,
+                    &mut self.svc,
+                    conn,
+                    &req,
+                    id,
+                    LoadFor::Client,
+                )
             {
                 // (A request without a usable bearer gets its 401 without
                 // costing a store read.)
@@ -129,7 +136,7 @@ impl Engine {
             Route::Participants(id) => self.catalog.participants(&mut self.svc, conn, &req, id),
             Route::Events(id) => self.catalog.session_events(&mut self.svc, conn, &req, id),
             Route::Session(id) => self.close_session_rest(conn, &req, id),
-            Route::Rpc(id) => self.rpc_request(conn, req, id),
+            Route::Rpc(id) => self.live().rpc_request(conn, req, id),
             Route::Fork(id, rewind) => self.fork_client(conn, &req, id, rewind),
         }
     }
@@ -228,7 +235,7 @@ impl Engine {
             &body.subagent_tools,
         );
         self.svc.write(StoreWrite::InsertSession(session.to_row()));
-        self.admit_session(session);
+        self.residency.admit(&mut self.catalog, session);
         self.lease_new_session(&session_id);
         (self.svc.telemetry).session_open(&session_id, &profile_id, &key.id);
 
@@ -432,7 +439,8 @@ impl Engine {
         self.sessions.forget_drivers(session_id);
         self.sandbox_cx().teardown_sandbox(session_id);
         self.svc.end_subscriptions(session_id);
-        self.drop_live(session_id);
+        let sid = self.catalog.session_id(session_id);
+        self.live().drop_live(&sid);
         self.mcp.close_session(session_id);
     }
 
@@ -498,7 +506,7 @@ impl Engine {
         };
         self.svc.write(StoreWrite::InsertSession(row.clone()));
         let session = self.catalog.session_from_row(&row);
-        self.admit_session(session);
+        self.residency.admit(&mut self.catalog, session);
         let payload = match primary {
             None => json!({"reason": "profile_unavailable", "profile_id": profile_id}),
             Some(p) => json!({

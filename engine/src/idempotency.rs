@@ -19,11 +19,11 @@ use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
 use crate::conn::{AnswerRead, PendingRead};
-use crate::rpc::StreamKind;
 use crate::services::Services;
 use crate::session_core::SessionCore;
 use crate::session_core::{TurnLoop, UserMessage};
 use crate::store::{IdempotencyRow, ReadResult, StoreRead, StoreWrite};
+use crate::streams::StreamKind;
 use crate::ConnId;
 use proto::jsonrpc::codes;
 

@@ -41,6 +41,7 @@ pub mod history_load;
 mod idempotency;
 pub mod ids;
 mod io;
+mod live;
 mod log;
 pub mod mcp;
 pub mod mem_store;
@@ -74,7 +75,7 @@ pub mod usage;
 
 use std::collections::VecDeque;
 
-use conn::PendingRead;
+use conn::{AdminRead, PendingRead, PlaceRead};
 use connections::Polled;
 use mcp::McpNotice;
 use model::Catalog;
@@ -235,8 +236,8 @@ impl Engine {
             Input::Flushed { conn, bytes } => self.on_flushed(conn, bytes),
             Input::Closed { conn } => self.on_closed(conn),
             Input::ReadDone { id, result } => self.on_read_done(id, result),
-            Input::ProviderDone { call, reply } => self.on_provider_done(call, reply),
-            Input::ProviderChunk { call, bytes } => self.on_provider_chunk(call, &bytes),
+            Input::ProviderDone { call, reply } => self.live().on_provider_done(call, reply),
+            Input::ProviderChunk { call, bytes } => self.live().on_provider_chunk(call, &bytes),
             Input::Mcp { conn, event } => self.mcp.handle(conn, event, now.mono),
             Input::Sandbox { op, reply } => self.sandbox.handle_reply(op, reply, now.mono),
             Input::Shutdown => self.on_shutdown(),
@@ -248,12 +249,12 @@ impl Engine {
     /// Fires every timer due at `now`.
     pub fn handle_timeout(&mut self, now: Now) {
         self.svc.now = now;
-        self.fire_gate_deadlines();
+        self.live().fire_gate_deadlines();
         self.sessions
             .drop_idle(&mut self.catalog, self.svc.now.mono);
         self.svc.send_keepalives();
         self.svc.expire_reads();
-        self.check_provider_streams();
+        self.live().check_provider_streams();
         self.mcp.handle_timeout(now.mono);
         self.sandbox.handle_timeout(now.mono);
         self.provider_limits.tick(now.mono);
@@ -275,7 +276,7 @@ impl Engine {
                 self.pump(conn);
                 continue;
             }
-            self.route_limit_notices();
+            self.live().route_limit_notices();
             self.pump_mcp();
             if !self.svc.streams.has_ended_turns() && !self.svc.conns.has_ready() {
                 break;
@@ -337,7 +338,9 @@ impl Engine {
             if let Some(notice) = self.mcp.poll_notice() {
                 match notice {
                     McpNotice::SessionReady { session_id } => self.release_create(&session_id),
-                    McpNotice::CallDone { token, outcome } => self.on_mcp_call_done(token, outcome),
+                    McpNotice::CallDone { token, outcome } => {
+                        self.live().on_mcp_call_done(token, outcome)
+                    }
                 }
                 continue;
             }
@@ -357,6 +360,22 @@ impl Engine {
     }
 
     /// The sandbox hub with what its RPCs and lifecycle read and write.
+    /// The live loop's view: what a JSON-RPC request, the turn gate and a
+    /// turn may touch.
+    fn live(&mut self) -> live::LiveCx<'_> {
+        live::LiveCx {
+            svc: &mut self.svc,
+            catalog: &mut self.catalog,
+            sessions: &mut self.sessions,
+            routes: &mut self.routes,
+            provider_limits: &mut self.provider_limits,
+            mcp: &mut self.mcp,
+            sandbox: &mut self.sandbox,
+            idem: &mut self.idem,
+            shutting_down: self.shutting_down,
+        }
+    }
+
     fn sandbox_cx(&mut self) -> session_sandbox::SandboxCx<'_> {
         session_sandbox::SandboxCx {
             sandbox: &mut self.sandbox,
@@ -392,7 +411,9 @@ impl Engine {
                 result,
             } => match requester {
                 Requester::Turn { turn, index } => {
-                    self.on_sandbox_tool_done(turn, index, &session_id, &handle, result)
+                    let sid = self.catalog.session_id(&session_id);
+                    self.live()
+                        .on_sandbox_tool_done(turn, index, &sid, &handle, result)
                 }
                 Requester::Rpc { conn, key_id } => {
                     self.sandbox_cx()
@@ -433,8 +454,8 @@ impl Engine {
             let kind = self.svc.streams.get(id).map(|s| &s.kind);
             match kind {
                 None if !self.svc.conns.get(&id).is_some_and(|c| c.busy) => self.svc.close_conn(id),
-                Some(rpc::StreamKind::Subscribe(_)) => self.svc.end_stream(id),
-                Some(rpc::StreamKind::Queued) => {
+                Some(streams::StreamKind::Subscribe(_)) => self.svc.end_stream(id),
+                Some(streams::StreamKind::Queued) => {
                     self.svc
                         .terminal_error(id, codes::APPLICATION_ERROR, "server is shutting down")
                 }
@@ -540,43 +561,25 @@ impl Engine {
         };
         match pending {
             PendingRead::Answer(read) => self.svc.on_answer_read(read, result),
-            PendingRead::TurnHistory { turn, loader } => {
-                // A turn that ended meanwhile needs no more reads.
-                if self.routes.turn_session(turn).is_none() {
-                    return;
-                }
-                let again = |loader| PendingRead::TurnHistory { turn, loader };
-                if let Some(done) = self.svc.continue_history_load(loader, result, again) {
-                    self.on_turn_history(turn, done);
-                }
-            }
-            PendingRead::Recover { loader } => {
-                let session_id = loader.session_id().to_string();
-                let again = |loader| PendingRead::Recover { loader };
-                if let Some(done) = self.svc.continue_history_load(loader, result, again) {
-                    self.on_recover(&session_id, done);
-                }
-            }
-            PendingRead::RecoverPause {
-                session_id,
-                paused_seq,
-            } => self.on_recover_pause(&session_id, paused_seq, result),
-            PendingRead::Claim { session_id, then } => {
+            PendingRead::Live(read) => self.live().on_read_done(read, result),
+            PendingRead::Place(PlaceRead::Claim { session_id, then }) => {
                 self.on_claim_done(&session_id, then, result)
             }
-            PendingRead::LoadSession {
+            PendingRead::Place(PlaceRead::LoadSession {
                 session_id,
                 conn,
                 req,
                 then,
-            } => self.on_session_loaded(&session_id, (conn, *req, then), result),
-            PendingRead::Revoke { conn, key_id } => self.on_revoke_read(conn, &key_id, result),
-            PendingRead::Transfer { conn } => {
+            }) => self.on_session_loaded(&session_id, (conn, *req, then), result),
+            PendingRead::Admin(AdminRead::Revoke { conn, key_id }) => {
+                self.on_revoke_read(conn, &key_id, result)
+            }
+            PendingRead::Admin(AdminRead::Transfer { conn }) => {
                 let unflushed = self.svc.conns.get(&conn).map_or(0, |c| c.unflushed);
                 let outs = self.transfers.read_done(conn, result, unflushed);
                 self.run_transfer(conn, outs);
             }
-            PendingRead::Metrics { conn } => {
+            PendingRead::Admin(AdminRead::Metrics { conn }) => {
                 let rt = match result {
                     Ok(ReadResult::Runtime(rt)) => rt,
                     _ => Default::default(),

@@ -13,11 +13,11 @@
 
 use proto::http::Request;
 
-use crate::conn::{LoadFor, PendingRead};
+use crate::conn::{LoadFor, PendingRead, PlaceRead};
 use crate::mcp::McpServerSpec;
-use crate::model::{Key, Session};
+use crate::model::{Catalog, Key, Session};
 use crate::replicas::{self, ClaimFor, Forward, FORWARDED_HEADER};
-use crate::residency::PINNED_PER_PASS;
+use crate::residency::{Residency, PINNED_PER_PASS};
 use crate::services::Services;
 use crate::sessions::PendingCreate;
 use crate::store::{
@@ -26,51 +26,7 @@ use crate::store::{
 use crate::{ConnId, Engine, Output};
 
 impl Engine {
-    /// Puts a new or loaded session into the catalogue as its most recent.
-    pub(crate) fn admit_session(&mut self, mut session: Session) {
-        session.touched = self.residency.touch(&session.id);
-        self.catalog.insert_session(session);
-        self.residency.added();
-    }
-
-    /// Whether a request naming `session_id` must wait for the session to
-    /// be loaded: the catalogue may not hold every stored session, and
-    /// this one is not held, or requests that came before this one still
-    /// wait for it (reads are answered in order, so requests reach the
-    /// session in the order they arrived). Otherwise the session (if held)
-    /// is touched.
-    pub(crate) fn load_first(
-        &mut self,
-        conn: ConnId,
-        req: &Request,
-        session_id: &str,
-        then: LoadFor,
-    ) -> bool {
-        if !self.residency.is_loading(session_id) {
-            if let Some(s) = self.catalog.sessions.get_mut(session_id) {
-                s.touched = self.residency.touch(&s.id);
-                return false;
-            }
-        }
-        if !self.residency.lazy() {
-            return false;
-        }
-        let read = StoreRead::LoadSession {
-            session_id: session_id.to_string(),
-            drivers_since: self.svc.drivers_since(),
-        };
-        let pending = PendingRead::LoadSession {
-            session_id: session_id.to_string(),
-            conn,
-            req: Box::new(req.clone()),
-            then,
-        };
-        self.residency.loading(session_id);
-        self.svc.read(read, pending);
-        true
-    }
-
-    /// The answer to a [`Engine::load_first`] read: the session (if it
+    /// The answer to a [`Residency::load_first`] read: the session (if it
     /// exists) joins the catalogue and the request is routed again.
     pub(crate) fn on_session_loaded(
         &mut self,
@@ -84,7 +40,7 @@ impl Engine {
         match result {
             Ok(ReadResult::Session(found)) => {
                 if let Some(stored) = found {
-                    self.insert_stored(*stored);
+                    self.residency.insert_stored(&mut self.catalog, *stored);
                 }
             }
             other => {
@@ -105,39 +61,6 @@ impl Engine {
             LoadFor::Client => self.route_client_ready(conn, req),
             LoadFor::Admin => self.route_admin_ready(conn, req),
         }
-    }
-
-    /// A stored session joins the catalogue with its session keys and (if
-    /// open) its driver registrations, unless it is held already (then the
-    /// catalogue's record is the newer).
-    pub(crate) fn insert_stored(&mut self, stored: StoredSession) {
-        if self
-            .catalog
-            .sessions
-            .contains_key(stored.session.id.as_str())
-        {
-            return;
-        }
-        let state = stored.session.state;
-        let session = self.catalog.session_from_row(&stored.session);
-        let sid = session.id.clone();
-        self.admit_session(session);
-        let own = |k: &&crate::store::KeyRow| {
-            k.role == KeyRole::Session && k.name == *sid && k.deleted_at.is_none()
-        };
-        for row in stored.keys.iter().filter(own) {
-            let key = Key::from_row(row, &self.catalog);
-            self.catalog.insert_key(key);
-        }
-        let mut drivers = 0;
-        if state == SessionState::Open {
-            for d in &stored.drivers {
-                let kid = self.catalog.key_id(d);
-                let set = self.catalog.drivers.entry(sid.clone()).or_default();
-                drivers += usize::from(set.insert(kid));
-            }
-        }
-        self.residency.loaded(state, drivers);
     }
 
     /// Evicts the least recently used idle sessions beyond the budget.
@@ -253,7 +176,7 @@ impl Engine {
         session.subagent_tools.set(pool, &key.id, &d.subagent_tools);
         self.svc
             .write(crate::StoreWrite::InsertSession(session.to_row()));
-        self.admit_session(session);
+        self.residency.admit(&mut self.catalog, session);
         self.lease_new_session(&session_id);
         if plan.state == SessionState::Open {
             (self.svc.telemetry).session_open(&session_id, &profile_id, &key.id);
@@ -334,7 +257,9 @@ impl Engine {
         }
         if let Some(turn_id) = self.sessions.take_mcp_wait(session_id) {
             if self.sessions.running_turn_id(session_id) == Some(turn_id) {
-                self.with_core(session_id, |core, world, _| core.mcp_ready(world));
+                let sid = self.catalog.session_id(session_id);
+                self.live()
+                    .with_core(&sid, |core, world, _| core.mcp_ready(world));
             }
         }
     }
@@ -585,7 +510,10 @@ impl Services {
             drivers_since,
         };
         let session_id = session_id.to_string();
-        self.read(read, PendingRead::Claim { session_id, then });
+        self.read(
+            read,
+            PendingRead::Place(PlaceRead::Claim { session_id, then }),
+        );
     }
 
     /// A `503 replica_unavailable` answer that finishes the request.
@@ -623,5 +551,83 @@ impl Services {
             request,
             unreachable,
         }));
+    }
+}
+
+/// Residency's side of placement: admitting a session to the catalogue.
+impl Residency {
+    /// Puts a new or loaded session into the catalogue as its most recent.
+    pub(crate) fn admit(&mut self, catalog: &mut Catalog, mut session: Session) {
+        session.touched = self.touch(&session.id);
+        catalog.insert_session(session);
+        self.added();
+    }
+
+    /// Whether a request naming `session_id` must wait for the session to
+    /// be loaded: the catalogue may not hold every stored session, and
+    /// this one is not held, or requests that came before this one still
+    /// wait for it (reads are answered in order, so requests reach the
+    /// session in the order they arrived). Otherwise the session (if held)
+    /// is touched.
+    pub(crate) fn load_first(
+        &mut self,
+        catalog: &mut Catalog,
+        svc: &mut Services,
+        conn: ConnId,
+        req: &Request,
+        session_id: &str,
+        then: LoadFor,
+    ) -> bool {
+        if !self.is_loading(session_id) {
+            if let Some(s) = catalog.sessions.get_mut(session_id) {
+                s.touched = self.touch(&s.id);
+                return false;
+            }
+        }
+        if !self.lazy() {
+            return false;
+        }
+        let read = StoreRead::LoadSession {
+            session_id: session_id.to_string(),
+            drivers_since: svc.drivers_since(),
+        };
+        let pending = PlaceRead::LoadSession {
+            session_id: session_id.to_string(),
+            conn,
+            req: Box::new(req.clone()),
+            then,
+        };
+        self.loading(session_id);
+        svc.read(read, PendingRead::Place(pending));
+        true
+    }
+
+    /// A stored session joins the catalogue with its session keys and (if
+    /// open) its driver registrations, unless it is held already (then the
+    /// catalogue's record is the newer).
+    pub(crate) fn insert_stored(&mut self, catalog: &mut Catalog, stored: StoredSession) {
+        if catalog.sessions.contains_key(stored.session.id.as_str()) {
+            return;
+        }
+        let state = stored.session.state;
+        let session = catalog.session_from_row(&stored.session);
+        let sid = session.id.clone();
+        self.admit(catalog, session);
+        let own = |k: &&crate::store::KeyRow| {
+            k.role == KeyRole::Session && k.name == *sid && k.deleted_at.is_none()
+        };
+        for row in stored.keys.iter().filter(own) {
+            let key = Key::from_row(row, catalog);
+            catalog.insert_key(key);
+        }
+        let mut drivers = 0;
+        if state == SessionState::Open {
+            for d in &stored.drivers {
+                let kid = catalog.key_id(d);
+                let set = catalog.drivers.entry(sid.clone()).or_default();
+                drivers += usize::from(set.insert(kid));
+            }
+        }
+        self.loaded(state, drivers);
     }
 }

@@ -13,8 +13,8 @@ use serde_json::Value;
 
 use crate::conn::{AnswerRead, PendingRead};
 use crate::log::Appended;
-use crate::rpc::StreamKind;
 use crate::store::{ReadResult, RenderedEvent, StoreRead};
+use crate::streams::StreamKind;
 use crate::ConnId;
 use proto::jsonrpc::codes;
 

@@ -83,10 +83,6 @@ const ENGINE_FILES: &[&str] = &[
     "client_api.rs",
     "lib.rs",
     "placement.rs",
-    "rpc/mod.rs",
-    "turn/exec.rs",
-    "turn/gate.rs",
-    "turn/mod.rs",
 ];
 
 #[test]

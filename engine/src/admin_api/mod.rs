@@ -8,7 +8,8 @@ use proto::http::{Method, Request};
 use proto::wire::problem::ProblemType;
 use serde_json::{json, Value};
 
-use crate::conn::{AnswerRead, LoadFor, PendingRead};
+use crate::conn::{AdminRead, AnswerRead, LoadFor, PendingRead};
+use crate::model::Catalog;
 use crate::services::Services;
 use crate::store::{KeyRole, ProfileRow, ReadResult, SessionState, StoreRead, StoreWrite};
 use crate::{transfer, ConnId, Engine};
@@ -86,7 +87,7 @@ impl Engine {
     fn route_admin_with(&mut self, conn: ConnId, req: Request, ready: bool) {
         let path = req.path().to_owned();
         if path == "/metrics" {
-            return self.metrics_request(conn, &req);
+            return self.catalog.metrics_request(&mut self.svc, conn, &req);
         }
         if crate::admin_ui::is_ui_path(&path) {
             return self.svc.reply(conn, crate::admin_ui::serve(&req));
@@ -96,7 +97,7 @@ impl Engine {
                 .svc
                 .problem(conn, ProblemType::NotFound, "no such route");
         };
-        if !self.auth_admin(conn, &req) {
+        if !self.catalog.auth_admin(&mut self.svc, conn, &req) {
             return;
         }
         if let Route::SessionEvents(id)
@@ -105,7 +106,16 @@ impl Engine {
         | Route::Fork(id, _)
         | Route::Lineage(id) = r
         {
-            if !ready && self.load_first(conn, &req, id, LoadFor::Admin) {
+            if !ready
+                && self.residency.load_first(
+                    &mut self.catalog,
+                    &mut self.svc,
+                    conn,
+                    &req,
+                    id,
+                    LoadFor::Admin,
+                )
+            {
                 return;
             }
             if !self.catalog.sessions.contains_key(id) {
@@ -115,7 +125,16 @@ impl Engine {
             }
         }
         if let Route::Usage(crate::store::UsageScope::Session(id)) = &r {
-            if !ready && self.load_first(conn, &req, id, LoadFor::Admin) {
+            if !ready
+                && self.residency.load_first(
+                    &mut self.catalog,
+                    &mut self.svc,
+                    conn,
+                    &req,
+                    id,
+                    LoadFor::Admin,
+                )
+            {
                 return;
             }
         }
@@ -150,7 +169,8 @@ impl Engine {
                 self.run_transfer(conn, outs);
             }
             (Route::CancelTurn(id), Method::Post) => {
-                let body = match self.cancel_gate(id, None) {
+                let sid = self.catalog.session_id(id);
+                let body = match self.live().cancel_gate(&sid, None) {
                     crate::turn::Cancelled::Running => {
                         json!({"cancelled": true, "state": "running"})
                     }
@@ -219,7 +239,8 @@ impl Engine {
             drivers_since: self.svc.drivers_since(),
         };
         let key_id = id.to_string();
-        self.svc.read(read, PendingRead::Revoke { conn, key_id });
+        self.svc
+            .read(read, PendingRead::Admin(AdminRead::Revoke { conn, key_id }));
     }
 
     pub(crate) fn on_revoke_read(
@@ -240,7 +261,7 @@ impl Engine {
             }
         };
         for s in stored {
-            self.insert_stored(s);
+            self.residency.insert_stored(&mut self.catalog, s);
         }
         // Revoked meanwhile by another request: that one answered 204.
         if !self.catalog.is_client_key(key_id) {
@@ -511,7 +532,9 @@ impl Engine {
         use transfer::Out;
         for out in outs {
             match out {
-                Out::Read(read) => self.svc.read(read, PendingRead::Transfer { conn }),
+                Out::Read(read) => self
+                    .svc
+                    .read(read, PendingRead::Admin(AdminRead::Transfer { conn })),
                 Out::StreamHead(name) => {
                     let close = self.svc.closes_after(conn);
                     self.svc.log_request(conn, 200);
@@ -536,31 +559,6 @@ impl Engine {
                 Out::Create(plan) => self.create_copy(conn, *plan),
             }
         }
-    }
-
-    pub(crate) fn auth_admin(&mut self, conn: ConnId, req: &Request) -> bool {
-        self.svc.config.admin_auth_disabled
-            || self
-                .catalog
-                .auth_bearer(&mut self.svc, conn, req, crate::model::KeyScope::Admin)
-                .is_some()
-    }
-
-    /// `GET /metrics` (Prometheus text format): admin auth unless
-    /// `BAE_METRICS_NO_AUTH`; the store thread adds process figures.
-    pub(crate) fn metrics_request(&mut self, conn: ConnId, req: &Request) {
-        if req.method != Method::Get {
-            return self
-                .svc
-                .problem(conn, ProblemType::MethodNotAllowed, "method not allowed");
-        }
-        if !self.svc.config.metrics_no_auth && !self.auth_admin(conn, req) {
-            return;
-        }
-        self.svc.read(
-            crate::store::StoreRead::Runtime,
-            crate::conn::PendingRead::Metrics { conn },
-        );
     }
 }
 
@@ -661,5 +659,30 @@ impl Services {
             })
             .collect();
         self.respond_value(conn, 200, &json!({"items": items, "next_cursor": next}));
+    }
+}
+
+impl Catalog {
+    /// Admin scope on the bearer key, unless admin auth is disabled.
+    pub(crate) fn auth_admin(&mut self, svc: &mut Services, conn: ConnId, req: &Request) -> bool {
+        svc.config.admin_auth_disabled
+            || self
+                .auth_bearer(svc, conn, req, crate::model::KeyScope::Admin)
+                .is_some()
+    }
+
+    /// `GET /metrics` (Prometheus text format): admin auth unless
+    /// `BAE_METRICS_NO_AUTH`; the store thread adds process figures.
+    pub(crate) fn metrics_request(&mut self, svc: &mut Services, conn: ConnId, req: &Request) {
+        if req.method != Method::Get {
+            return svc.problem(conn, ProblemType::MethodNotAllowed, "method not allowed");
+        }
+        if !svc.config.metrics_no_auth && !self.auth_admin(svc, conn, req) {
+            return;
+        }
+        svc.read(
+            crate::store::StoreRead::Runtime,
+            PendingRead::Admin(AdminRead::Metrics { conn }),
+        );
     }
 }

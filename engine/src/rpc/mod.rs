@@ -15,22 +15,22 @@ mod drivers;
 mod front;
 
 use crate::conn::{AnswerRead, PendingRead};
+use crate::ids::{KeyId, SessionId};
+use crate::live::LiveCx;
 use crate::services::Services;
 use crate::session_core::{Op, SteerRefusal};
-use crate::{ConnId, Engine};
+use crate::ConnId;
 use proto::jsonrpc::codes;
 use proto::wire::EventType;
 
-pub use crate::streams::{Stream, StreamKind};
+use crate::streams::{Stream, StreamKind};
 
-impl Engine {
+impl LiveCx<'_> {
     pub(crate) fn rpc_request(&mut self, conn: ConnId, req: Request, session_id: &str) {
-        let Some(key) = self
-            .catalog
-            .auth_session(&mut self.svc, conn, &req, session_id)
-        else {
+        let Some(key) = self.catalog.auth_session(self.svc, conn, &req, session_id) else {
             return;
         };
+        let session_id = &self.catalog.session_id(session_id);
         // From here on the answer is always 200 NDJSON (C-050).
         let close = self.svc.closes_after(conn);
         self.svc.log_request(conn, 200);
@@ -60,7 +60,7 @@ impl Engine {
         self.dispatch_rpc(conn, session_id, &acting, call);
     }
 
-    fn dispatch_rpc(&mut self, conn: ConnId, session_id: &str, key_id: &str, call: Call) {
+    fn dispatch_rpc(&mut self, conn: ConnId, session_id: &SessionId, key_id: &KeyId, call: Call) {
         use proto::jsonrpc::MethodParams as P;
         // Extension methods answer as unknown to a client that did not opt
         // in (the reference wire).
@@ -82,7 +82,7 @@ impl Engine {
             P::CancelTurn => self.cancel_turn(conn, session_id, key_id),
             P::SteerTurn(p) => {
                 if self.catalog.require_open_driver(
-                    &mut self.svc,
+                    self.svc,
                     conn,
                     session_id,
                     key_id,
@@ -103,7 +103,7 @@ impl Engine {
             P::SendMessage(p) => self.send_message(conn, session_id, key_id, p),
             P::Compact(p) => {
                 if self.catalog.require_open_driver(
-                    &mut self.svc,
+                    self.svc,
                     conn,
                     session_id,
                     key_id,
@@ -115,13 +115,12 @@ impl Engine {
                     }
                 }
             }
-            P::UpdateClientTools(p) => {
-                self.catalog
-                    .update_client_tools(&mut self.svc, conn, session_id, key_id, p)
-            }
+            P::UpdateClientTools(p) => self
+                .catalog
+                .update_client_tools(self.svc, conn, session_id, key_id, p),
             P::StartRemoteSandbox(p) => {
                 if self.catalog.require_open_driver(
-                    &mut self.svc,
+                    self.svc,
                     conn,
                     session_id,
                     key_id,
@@ -132,7 +131,7 @@ impl Engine {
             }
             P::StopRemoteSandbox => {
                 if self.catalog.require_driver(
-                    &mut self.svc,
+                    self.svc,
                     conn,
                     session_id,
                     key_id,
@@ -143,7 +142,7 @@ impl Engine {
             }
             P::ExecRemoteSandbox(p) => {
                 if self.catalog.require_driver(
-                    &mut self.svc,
+                    self.svc,
                     conn,
                     session_id,
                     key_id,
@@ -156,17 +155,17 @@ impl Engine {
                 let report = p.map(|r| (r.event_type(), r.payload()));
                 let method = "session.reportLocalSandbox";
                 self.catalog
-                    .record_report(&mut self.svc, conn, session_id, key_id, method, report);
+                    .record_report(self.svc, conn, session_id, key_id, method, report);
             }
             P::ReportLocalSubagent(p) => {
                 let report = p.map(|r| (r.event_type(), r.payload()));
                 let method = "session.reportLocalSubagent";
                 self.catalog
-                    .record_report(&mut self.svc, conn, session_id, key_id, method, report);
+                    .record_report(self.svc, conn, session_id, key_id, method, report);
             }
             P::CancelSubagent(p) => {
                 if self.catalog.require_driver(
-                    &mut self.svc,
+                    self.svc,
                     conn,
                     session_id,
                     key_id,
@@ -186,8 +185,8 @@ impl Engine {
     fn register_driver(
         &mut self,
         conn: ConnId,
-        session_id: &str,
-        key_id: &str,
+        session_id: &SessionId,
+        key_id: &KeyId,
         params: Parsed<jsonrpc::RegisterDriverParams>,
     ) {
         if let Some(msg) = self.catalog.open_state_error(session_id) {
@@ -201,10 +200,7 @@ impl Engine {
             Ok(p) => p.extensions,
             Err(msg) => return self.svc.terminal_error(conn, codes::INVALID_PARAMS, &msg),
         };
-        let (sid, kid) = (
-            self.catalog.session_id(session_id),
-            self.catalog.key_id(key_id),
-        );
+        let (sid, kid) = (session_id.clone(), key_id.clone());
         let newly = self.catalog.drivers.entry(sid).or_default().insert(kid);
         if newly {
             self.svc.append_event(
@@ -232,10 +228,7 @@ impl Engine {
         match asked {
             None => self.svc.terminal_result(conn, r#"{"registered":true}"#),
             Some(ext) => {
-                let (sid, kid) = (
-                    self.catalog.session_id(session_id),
-                    self.catalog.key_id(key_id),
-                );
+                let (sid, kid) = (session_id.clone(), key_id.clone());
                 self.sessions.register_driver(sid, kid, ext);
                 let body = json!({"registered": true, "extensions": ext.names()});
                 self.svc.terminal_result(conn, &json::text(&body));

@@ -7,18 +7,20 @@ use proto::wire::json;
 use serde_json::json;
 
 use super::{Mode, UNAVAILABLE_TEXT};
-use crate::conn::PendingRead;
+use crate::conn::{LiveRead, PendingRead};
 use crate::history_load::HistoryLoader;
+use crate::ids::SessionId;
+use crate::live::LiveCx;
 use crate::services::Services;
 use crate::session_core::{Effect, Ending, Fact, Log, Refusal, TurnLoop};
 use crate::store::SessionState;
 use crate::telemetry::{ToolChild, TurnEnd};
-use crate::{Engine, Output, ProviderCall};
+use crate::{Output, ProviderCall};
 
-impl Engine {
+impl LiveCx<'_> {
     /// Performs `session_id`'s queued effects until none is left (an
     /// effect's answer may queue more, which come first).
-    pub(crate) fn run_effects(&mut self, session_id: &str) {
+    pub(crate) fn run_effects(&mut self, session_id: &SessionId) {
         while let Some(effect) = self
             .sessions
             .core_mut(session_id)
@@ -28,7 +30,7 @@ impl Engine {
         }
     }
 
-    fn perform(&mut self, session_id: &str, effect: Effect) {
+    fn perform(&mut self, session_id: &SessionId, effect: Effect) {
         match effect {
             Effect::Log(log) => self.perform_log(session_id, log),
             Effect::SessionError => self.set_state(session_id, SessionState::Error),
@@ -37,8 +39,10 @@ impl Engine {
                     return;
                 };
                 let (loader, read) = HistoryLoader::start(session_id);
-                self.svc
-                    .read(read, PendingRead::TurnHistory { turn, loader });
+                self.svc.read(
+                    read,
+                    PendingRead::Live(LiveRead::TurnHistory { turn, loader }),
+                );
             }
             Effect::RestoreMcp => {
                 let Some(turn) = self.sessions.running_turn_id(session_id) else {
@@ -58,7 +62,7 @@ impl Engine {
                 let Some(turn) = self.sessions.running_turn_id(session_id) else {
                     return;
                 };
-                let session = self.catalog.session_id(session_id);
+                let session = session_id.clone();
                 let token = self.routes.start_mcp_call(session, turn);
                 let now = self.svc.now.mono;
                 self.mcp.call(session_id, &tool, &input, token, now);
@@ -131,7 +135,7 @@ impl Engine {
 
     /// Appends the event for the turn's driver, its own input unechoed on
     /// its streams, and tells the core.
-    fn perform_log(&mut self, session_id: &str, log: Log) {
+    fn perform_log(&mut self, session_id: &SessionId, log: Log) {
         let Some(t) = self.sessions.core(session_id).and_then(|c| c.turn()) else {
             return;
         };
@@ -151,7 +155,7 @@ impl Engine {
         }
     }
 
-    fn perform_call(&mut self, session_id: &str, call: crate::session_core::Call) {
+    fn perform_call(&mut self, session_id: &SessionId, call: crate::session_core::Call) {
         let Some(t) = self.sessions.core(session_id).and_then(|c| c.turn()) else {
             return;
         };
@@ -162,7 +166,7 @@ impl Engine {
         };
         let now = self.svc.now.mono;
         let check = (self.sessions.core_mut(session_id)).and_then(|core| core.call_sent(id, now));
-        (self.routes.calls).insert(id, self.catalog.session_id(session_id), check);
+        (self.routes.calls).insert(id, session_id.clone(), check);
         if self.svc.telemetry.enabled() {
             (self.svc.telemetry).attempt_begin(id, turn, conn, &call.entry, call.attempt);
         }
@@ -182,9 +186,9 @@ impl Engine {
 
     /// An attempt asks for its provider slot (a limited entry, or a
     /// retry's wait): it gets its call id now, and leaves now or when the
-    /// limits say ([`Engine::route_limit_notices`]). A backoff's jitter is
+    /// limits say ([`LiveCx::route_limit_notices`]). A backoff's jitter is
     /// drawn from the engine's entropy.
-    fn perform_admit(&mut self, session_id: &str, a: crate::session_core::Admission) {
+    fn perform_admit(&mut self, session_id: &SessionId, a: crate::session_core::Admission) {
         use crate::provider_limits::{Ask, Verdict};
         use crate::session_core::retry::Delay;
         let id = self.routes.new_call();
@@ -198,7 +202,7 @@ impl Engine {
         }
         let ask = Ask {
             call: id,
-            session: self.catalog.session_id(session_id),
+            session: session_id.clone(),
             entry: &a.entry,
             tokens: a.tokens,
             not_before: wait.map(|ms| now + ms),
@@ -207,7 +211,7 @@ impl Engine {
         self.core_step(session_id, |c, _, _| c.admission(id, go));
     }
 
-    fn perform_fact(&mut self, session_id: &str, fact: Fact) {
+    fn perform_fact(&mut self, session_id: &SessionId, fact: Fact) {
         let turn = self.sessions.running_turn_id(session_id);
         match fact {
             Fact::ProviderReturned {
@@ -275,7 +279,7 @@ impl Engine {
     /// batch of its `provider.response` (the event just appended).
     fn account(
         &mut self,
-        session_id: &str,
+        session_id: &SessionId,
         entry: String,
         model: String,
         tokens: proto::provider::Tokens,
@@ -312,8 +316,8 @@ impl Engine {
 
     /// The turn is over: its answer goes to its streams (and its
     /// idempotency key), then the gate is parked on a pause or passed on.
-    fn end_turn(&mut self, session_id: &str, ending: Ending) {
-        let Some(mut t) = self.sessions.take_turn(&mut self.routes, session_id) else {
+    fn end_turn(&mut self, session_id: &SessionId, ending: Ending) {
+        let Some(mut t) = self.sessions.take_turn(self.routes, session_id) else {
             return;
         };
         use crate::metrics::TurnOutcome;
@@ -358,7 +362,7 @@ impl Engine {
             None => "the turn ended before its next provider call",
         };
         self.svc.retire_steers(std::mem::take(&mut t.steers), why);
-        self.idem.finished(&mut self.svc, session_id, &t, || {
+        self.idem.finished(self.svc, session_id, &t, || {
             crate::idempotency::result_outcome(&message, &t.event_seqs)
         });
         let streams = t.streams();
@@ -385,11 +389,17 @@ impl Engine {
     }
 
     /// Error terminal for a request holding the gate (nothing else recorded).
-    fn fail_turn(&mut self, session_id: &str, mut t: Box<TurnLoop>, code: i64, message: &str) {
+    fn fail_turn(
+        &mut self,
+        session_id: &SessionId,
+        mut t: Box<TurnLoop>,
+        code: i64,
+        message: &str,
+    ) {
         let why = crate::session_core::steer::WHY_FAILED;
         self.svc.retire_steers(std::mem::take(&mut t.steers), why);
         (self.svc.telemetry).turn_end(t.id, session_id, TurnEnd::Failed);
-        self.idem.finished(&mut self.svc, session_id, &t, || {
+        self.idem.finished(self.svc, session_id, &t, || {
             json!({"error": {"code": code, "message": message}}).to_string()
         });
         for conn in t.streams() {
@@ -402,8 +412,11 @@ impl Engine {
     /// before this process started has no MCP connections; its first chat
     /// turn connects the profile's reconnecting servers before the first
     /// provider call. Returns whether turn `turn_id` now waits for them.
-    pub(crate) fn restore_mcp(&mut self, session_id: &str, turn_id: crate::turn::TurnId) -> bool {
-        let session_id = self.catalog.session_id(session_id);
+    pub(crate) fn restore_mcp(
+        &mut self,
+        session_id: &SessionId,
+        turn_id: crate::turn::TurnId,
+    ) -> bool {
         let Some(session) = self.catalog.sessions.get(session_id.as_str()) else {
             return false;
         };
@@ -426,12 +439,12 @@ impl Engine {
             .filter(|s| s.reconnect)
             .cloned()
             .collect();
-        if servers.is_empty() || self.mcp.has_session(&session_id) {
+        if servers.is_empty() || self.mcp.has_session(session_id) {
             return false;
         }
         self.sessions.await_mcp(session_id.clone(), turn_id);
         let now = self.svc.now.mono;
-        self.mcp.connect_session(&session_id, servers, now);
+        self.mcp.connect_session(session_id, servers, now);
         true
     }
 }

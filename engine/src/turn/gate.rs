@@ -13,12 +13,14 @@ use proto::wire::json;
 use serde_json::json;
 
 use super::{Holder, Pause, Waiter};
-use crate::conn::PendingRead;
+use crate::conn::{LiveRead, PendingRead};
 use crate::history_load::HistoryLoad;
-use crate::rpc::StreamKind;
+use crate::ids::{KeyId, SessionId};
+use crate::live::LiveCx;
 use crate::session_core::recovery;
 use crate::store::{ReadResult, StoreRead};
-use crate::{ConnId, Engine};
+use crate::streams::StreamKind;
+use crate::ConnId;
 use proto::jsonrpc::codes;
 
 /// Events read after a paused message (its tool rounds are bounded by the
@@ -39,9 +41,9 @@ pub(crate) enum Cancelled {
     Compaction,
 }
 
-impl Engine {
+impl LiveCx<'_> {
     /// Frees the gate and admits the next live waiter.
-    pub(crate) fn release_gate(&mut self, session_id: &str) {
+    pub(crate) fn release_gate(&mut self, session_id: &SessionId) {
         let now = self.svc.now.mono;
         let conns = &self.svc.conns;
         let Some(live) = self.sessions.core_mut(session_id) else {
@@ -55,7 +57,7 @@ impl Engine {
             Some(start) => self.start_admitted(session_id, start),
             None => self
                 .sessions
-                .note_gate_idle(&mut self.catalog, session_id, self.svc.now.mono),
+                .note_gate_idle(self.catalog, session_id, self.svc.now.mono),
         }
     }
 
@@ -77,11 +79,11 @@ impl Engine {
 
     /// Session closed or revoked: drop the gate, the pause and the waiters
     /// (who then fail the post-gate state check).
-    pub(crate) fn drop_live(&mut self, session_id: &str) {
+    pub(crate) fn drop_live(&mut self, session_id: &SessionId) {
         // A closed session is terminal: its in-flight turn stops here (a
         // late provider reply is ignored) and its stream ends without a
         // terminal frame, like every other stream of the session.
-        if let Some(mut t) = self.sessions.take_turn(&mut self.routes, session_id) {
+        if let Some(mut t) = self.sessions.take_turn(self.routes, session_id) {
             self.svc
                 .retire_steers(std::mem::take(&mut t.steers), "the session closed");
             self.abort_calls(session_id);
@@ -111,14 +113,11 @@ impl Engine {
 
     /// `session.cancelTurn` (extension `turn.cancel`): the caller's running
     /// or paused turn, else its queued requests.
-    pub(crate) fn cancel_turn(&mut self, conn: ConnId, session_id: &str, key_id: &str) {
-        if !self.catalog.require_driver(
-            &mut self.svc,
-            conn,
-            session_id,
-            key_id,
-            "session.cancelTurn",
-        ) {
+    pub(crate) fn cancel_turn(&mut self, conn: ConnId, session_id: &SessionId, key_id: &KeyId) {
+        if !self
+            .catalog
+            .require_driver(self.svc, conn, session_id, key_id, "session.cancelTurn")
+        {
             return;
         }
         let outcome = self.cancel_gate(session_id, Some(key_id));
@@ -140,7 +139,7 @@ impl Engine {
 
     /// Cancels what holds the session's gate (only if `owner` holds it,
     /// when given), else `owner`'s queued requests.
-    pub(crate) fn cancel_gate(&mut self, session_id: &str, owner: Option<&str>) -> Cancelled {
+    pub(crate) fn cancel_gate(&mut self, session_id: &SessionId, owner: Option<&str>) -> Cancelled {
         let mine = |k: &str| owner.is_none() || owner == Some(k);
         if let Some(Holder::Running) = self.sessions.core(session_id).map(|l| l.gate.holder()) {
             let running = (self.sessions.core(session_id))
@@ -186,8 +185,7 @@ impl Engine {
                 );
             }
         }
-        self.sessions
-            .tell_queue_positions(&mut self.svc, session_id);
+        self.sessions.tell_queue_positions(self.svc, session_id);
         Cancelled::Queued(theirs.len())
     }
 
@@ -195,8 +193,8 @@ impl Engine {
     /// (a late reply is dropped), its request ends with [`CANCELLED`], the
     /// gate passes on. Nothing of the turn's in-memory tool rounds reaches
     /// the history, so no `tool_use` is left without a result.
-    fn cancel_running(&mut self, session_id: &str) {
-        let Some(mut t) = self.sessions.take_turn(&mut self.routes, session_id) else {
+    fn cancel_running(&mut self, session_id: &SessionId) {
+        let Some(mut t) = self.sessions.take_turn(self.routes, session_id) else {
             return;
         };
         // The provider stops generating what nobody will read.
@@ -212,7 +210,7 @@ impl Engine {
         self.svc
             .retire_steers(std::mem::take(&mut t.steers), "the turn was cancelled");
         let msg = "turn_cancelled: the turn was cancelled";
-        self.idem.finished(&mut self.svc, session_id, &t, || {
+        self.idem.finished(self.svc, session_id, &t, || {
             serde_json::json!({"error": {"code": CANCELLED, "message": msg}}).to_string()
         });
         for conn in t.streams() {
@@ -226,18 +224,22 @@ impl Engine {
     // any parked pause from the log (`session_core::recovery`); the owner
     // of a restored pause gets a fresh `BAE_TURN_TIMEOUT` from then.
 
-    pub(crate) fn on_recover(&mut self, session_id: &str, result: Result<HistoryLoad, String>) {
+    pub(crate) fn on_recover(
+        &mut self,
+        session_id: &SessionId,
+        result: Result<HistoryLoad, String>,
+    ) {
         let load = match result {
             Ok(load) => load,
             Err(e) => {
-                tracing::error!(error = %e, session_id, "history recovery read failed");
+                tracing::error!(error = %e, %session_id, "history recovery read failed");
                 return self.recovery_failed(session_id);
             }
         };
         let paused_seq = recovery::paused_seq(&load);
         let after_seq = recovery::scan_from(&load);
         let history = crate::history_load::history_text(&load);
-        let live = self.sessions.core_of(&self.catalog, session_id);
+        let live = self.sessions.core_of(self.catalog, session_id);
         live.history = Some(history);
         live.newest_usage = load.newest_usage.flatten();
         self.sessions.history_built(session_id);
@@ -249,19 +251,19 @@ impl Engine {
             after_seq,
             limit: PAUSE_SCAN,
         };
-        let session_id = session_id.to_string();
+        let session_id = session_id.clone();
         (self.svc).read(
             read,
-            PendingRead::RecoverPause {
+            PendingRead::Live(LiveRead::RecoverPause {
                 session_id,
                 paused_seq,
-            },
+            }),
         );
     }
 
     pub(crate) fn on_recover_pause(
         &mut self,
-        session_id: &str,
+        session_id: &SessionId,
         paused_seq: u64,
         result: Result<ReadResult, String>,
     ) {
@@ -286,15 +288,15 @@ impl Engine {
             auto_trigger: None,
             cancelled: logged.cancelled,
         };
-        tracing::info!(session_id, owner = %pause.owner, "restored a paused turn from the log");
+        tracing::info!(%session_id, owner = %pause.owner, "restored a paused turn from the log");
         self.recovered(session_id, Some(pause));
     }
 
     /// Recovery done: queued arrivals go through the arrival rules in order.
-    fn recovered(&mut self, session_id: &str, pause: Option<Pause>) {
+    fn recovered(&mut self, session_id: &SessionId, pause: Option<Pause>) {
         let waiters: Vec<Waiter> = self
             .sessions
-            .core_of(&self.catalog, session_id)
+            .core_of(self.catalog, session_id)
             .gate
             .recovered(pause);
         for w in waiters {
@@ -303,12 +305,12 @@ impl Engine {
             }
         }
         self.sessions
-            .note_gate_idle(&mut self.catalog, session_id, self.svc.now.mono);
+            .note_gate_idle(self.catalog, session_id, self.svc.now.mono);
     }
 
-    fn recovery_failed(&mut self, session_id: &str) {
+    fn recovery_failed(&mut self, session_id: &SessionId) {
         self.sessions.history_forget(session_id);
-        let live = self.sessions.core_of(&self.catalog, session_id);
+        let live = self.sessions.core_of(self.catalog, session_id);
         live.history = None;
         let waiters: Vec<Waiter> = live.gate.recovery_failed();
         // Idempotent retries attached to a waiter are answered too (found

@@ -12,13 +12,15 @@ mod world;
 
 use serde_json::json;
 
-use crate::conn::PendingRead;
+use crate::conn::{LiveRead, PendingRead};
 use crate::history_load::{HistoryLoad, HistoryLoader, Progress};
-use crate::rpc::StreamKind;
+use crate::ids::{KeyId, SessionId};
+use crate::live::LiveCx;
 use crate::services::Services;
 use crate::session_core::{Arrival, Limits, Refusal, SessionCore, Start, TurnLoop, World};
 use crate::store::{ReadResult, SessionState, StoreWrite};
-use crate::{ConnId, Engine};
+use crate::streams::StreamKind;
+use crate::ConnId;
 use proto::jsonrpc::{codes, SendMessageCall};
 use proto::wire::EventType;
 
@@ -30,22 +32,19 @@ pub(crate) use gate::Cancelled;
 
 pub use crate::session_core::{Holder, Mode, Op, Pause, Takeover, UserMessage, Waiter};
 
-impl Engine {
+impl LiveCx<'_> {
     /// `session.sendMessage`: pre-gate checks, then the arrival rules.
     pub(crate) fn send_message(
         &mut self,
         conn: ConnId,
-        session_id: &str,
-        key_id: &str,
+        session_id: &SessionId,
+        key_id: &KeyId,
         params: SendMessageCall,
     ) {
-        if !self.catalog.require_driver(
-            &mut self.svc,
-            conn,
-            session_id,
-            key_id,
-            "session.sendMessage",
-        ) {
+        if !self
+            .catalog
+            .require_driver(self.svc, conn, session_id, key_id, "session.sendMessage")
+        {
             return;
         }
         let idempotent = self
@@ -57,7 +56,7 @@ impl Engine {
             if idempotent
                 && self
                     .idem
-                    .replay_finished(&mut self.svc, conn, session_id, key_id, &params)
+                    .replay_finished(self.svc, conn, session_id, key_id, &params)
             {
                 return;
             }
@@ -92,16 +91,16 @@ impl Engine {
     /// A gated request passed its pre-gate checks. The first one after a
     /// start rebuilds history and any parked pause from the log (the
     /// reference loses pauses on restart; spec 01 §10 note 3).
-    pub(crate) fn arrive(&mut self, conn: ConnId, session_id: &str, key_id: &str, op: Op) {
+    pub(crate) fn arrive(&mut self, conn: ConnId, session_id: &SessionId, key_id: &KeyId, op: Op) {
         let fresh = self
             .catalog
             .sessions
             .get(session_id)
             .is_some_and(|s| s.fresh);
         let (now, limits) = (self.svc.now.mono, self.gate_limits());
-        let waiter = Waiter::new(conn, self.catalog.key_id(key_id), op);
+        let waiter = Waiter::new(conn, key_id.clone(), op);
         self.sessions.history_busy(session_id);
-        let live = self.sessions.core_of(&self.catalog, session_id);
+        let live = self.sessions.core_of(self.catalog, session_id);
         let empty = live.history.is_none() && fresh;
         if empty {
             live.history = Some(proto::provider::HistoryText::new());
@@ -113,7 +112,7 @@ impl Engine {
             (live.gate.enqueue(limits, waiter), start)
         };
         if live.gate.has_waiters() {
-            self.sessions.mark_waiting(&self.catalog, session_id);
+            self.sessions.mark_waiting(self.catalog, session_id);
         }
         if empty {
             self.sessions.history_built(session_id);
@@ -121,10 +120,11 @@ impl Engine {
         self.route_arrival(conn, session_id, arrival);
         if recover {
             let (loader, read) = HistoryLoader::start(session_id);
-            self.svc.read(read, PendingRead::Recover { loader });
+            self.svc
+                .read(read, PendingRead::Live(LiveRead::Recover { loader }));
         }
         self.sessions
-            .note_gate_idle(&mut self.catalog, session_id, self.svc.now.mono);
+            .note_gate_idle(self.catalog, session_id, self.svc.now.mono);
     }
 
     fn gate_limits(&self) -> Limits {
@@ -135,15 +135,14 @@ impl Engine {
     }
 
     /// Acts on what the gate made of `conn`'s arrival.
-    fn route_arrival(&mut self, conn: ConnId, session_id: &str, arrival: Arrival) {
+    fn route_arrival(&mut self, conn: ConnId, session_id: &SessionId, arrival: Arrival) {
         match arrival {
             Arrival::Start(start) => self.start_admitted(session_id, start),
             Arrival::Queued => {
                 if let Some(s) = self.svc.stream_mut(conn) {
                     s.kind = StreamKind::Queued;
                 }
-                self.sessions
-                    .tell_queue_positions(&mut self.svc, session_id);
+                self.sessions.tell_queue_positions(self.svc, session_id);
             }
             Arrival::Refused(w, why) => self.svc.refuse(w, why),
         }
@@ -153,7 +152,7 @@ impl Engine {
     /// logged (a send's before it subscribes, so observers see it and the
     /// reclaiming caller does not, C-122; a compaction's after it attached,
     /// so it is streamed to it), then the turn or compaction starts.
-    pub(crate) fn start_admitted(&mut self, session_id: &str, start: Start) {
+    pub(crate) fn start_admitted(&mut self, session_id: &SessionId, start: Start) {
         let Start { waiter, takeover } = start;
         match waiter.op {
             Op::Send(message) => {
@@ -176,17 +175,22 @@ impl Engine {
 
     /// Makes `conn`'s request the gate holder of `session_id` with a fresh
     /// turn in `mode`, and returns the turn's id.
-    fn hold_gate(&mut self, conn: ConnId, session_id: &str, key_id: &str, mode: Mode) -> TurnId {
-        let turn_id = (self.routes).start_turn(self.catalog.session_id(session_id));
-        self.sessions
-            .tell_queue_positions(&mut self.svc, session_id);
+    fn hold_gate(
+        &mut self,
+        conn: ConnId,
+        session_id: &SessionId,
+        key_id: &KeyId,
+        mode: Mode,
+    ) -> TurnId {
+        let turn_id = (self.routes).start_turn(session_id.clone());
+        self.sessions.tell_queue_positions(self.svc, session_id);
         let conn_alive = self.svc.stream_mut(conn).is_some();
         if let Some(s) = self.svc.stream_mut(conn) {
             s.kind = StreamKind::Turn;
         }
-        let key_id = self.catalog.key_id(key_id);
+        let key_id = key_id.clone();
         let turn = TurnLoop::new(turn_id, key_id, conn_alive.then_some(conn), mode);
-        self.sessions.core_of(&self.catalog, session_id).begin(turn);
+        self.sessions.core_of(self.catalog, session_id).begin(turn);
         turn_id
     }
 
@@ -195,8 +199,8 @@ impl Engine {
     fn acquire(
         &mut self,
         conn: ConnId,
-        session_id: &str,
-        key_id: &str,
+        session_id: &SessionId,
+        key_id: &KeyId,
         mut message: UserMessage,
         takeover: Takeover,
     ) {
@@ -205,11 +209,11 @@ impl Engine {
             let profile_id = self.catalog.profile_of(session_id);
             let conn = self
                 .sessions
-                .core_of(&self.catalog, session_id)
+                .core_of(self.catalog, session_id)
                 .turn()
                 .and_then(|t| t.conn);
             let resumed = matches!(takeover, Takeover::Resume(_));
-            let session = (session_id, profile_id.as_str(), key_id);
+            let session = (session_id.as_str(), profile_id.as_str(), key_id.as_str());
             (self.svc.telemetry).turn_begin(turn_id, conn, session, resumed);
         }
         if let Some(idem) = message.idem.take() {
@@ -218,9 +222,8 @@ impl Engine {
                     s.kind = StreamKind::Turn;
                 }
             }
-            self.idem
-                .started(&mut self.svc, session_id, key_id, &idem.key);
-            if let Some(t) = self.sessions.core_of(&self.catalog, session_id).turn_mut() {
+            self.idem.started(self.svc, session_id, key_id, &idem.key);
+            if let Some(t) = self.sessions.core_of(self.catalog, session_id).turn_mut() {
                 t.idem = Some(idem);
             }
         }
@@ -234,8 +237,8 @@ impl Engine {
     fn acquire_compaction(
         &mut self,
         conn: ConnId,
-        session_id: &str,
-        key_id: &str,
+        session_id: &SessionId,
+        key_id: &KeyId,
         prompt: Option<String>,
         reclaimed: Option<Pause>,
     ) {
@@ -258,7 +261,7 @@ impl Engine {
     /// performs every effect it queued. `None` when the session has no core.
     pub(crate) fn with_core<R>(
         &mut self,
-        session_id: &str,
+        session_id: &SessionId,
         f: impl FnOnce(&mut SessionCore, &dyn World, crate::MonoMs) -> R,
     ) -> Option<R> {
         let r = self.core_step(session_id, f)?;
@@ -286,7 +289,7 @@ impl Engine {
     /// its slot in the provider limits is free at once; an unstreamed one
     /// runs to its end and keeps its slot until its (ignored) reply.
     /// Attempts still waiting for a slot or a retry leave their queue.
-    pub(crate) fn abort_calls(&mut self, session_id: &str) {
+    pub(crate) fn abort_calls(&mut self, session_id: &SessionId) {
         let now = self.svc.now.mono;
         for (call, streamed) in self.routes.calls.remove_session(session_id) {
             if streamed {
@@ -398,7 +401,7 @@ impl Engine {
         &mut self,
         turn: TurnId,
         index: usize,
-        session_id: &str,
+        session_id: &SessionId,
         handle: &crate::sandbox::Handle,
         result: Result<crate::sandbox::ExecOutput, String>,
     ) {
@@ -411,7 +414,7 @@ impl Engine {
         });
     }
 
-    pub(crate) fn set_state(&mut self, session_id: &str, state: SessionState) {
+    pub(crate) fn set_state(&mut self, session_id: &SessionId, state: SessionState) {
         // Terminal states are final (spec 02 §3): a turn still running when
         // its session was closed must not move it to `error`.
         if (self.catalog.sessions.get(session_id)).is_some_and(|s| s.state != SessionState::Open) {
@@ -435,15 +438,15 @@ impl Engine {
         }
     }
 
-    /// [`Engine::with_core`] without performing the effects: for answers
+    /// [`LiveCx::with_core`] without performing the effects: for answers
     /// given while they are being performed (the caller's loop goes on).
     pub(crate) fn core_step<R>(
         &mut self,
-        session_id: &str,
+        session_id: &SessionId,
         f: impl FnOnce(&mut SessionCore, &dyn World, crate::MonoMs) -> R,
     ) -> Option<R> {
         let now = self.svc.now.mono;
-        let Engine {
+        let LiveCx {
             sessions,
             catalog,
             svc,
