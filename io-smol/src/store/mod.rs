@@ -385,7 +385,7 @@ impl Store {
             self.conn.execute(sql)?;
         }
         for &(table, column, decl) in EXTRA_COLUMNS {
-            self.add_column(table, column, decl)?;
+            schema::add_column(&self.conn, table, column, decl)?;
         }
         for sql in EXTRA_INDEXES.iter().chain(RETIRED_INDEXES) {
             self.conn.execute(sql)?;
@@ -394,43 +394,6 @@ impl Store {
             from,
             to: LATEST_VERSION,
         })
-    }
-
-    /// Adds one of [`EXTRA_COLUMNS`] unless the table has it, under the
-    /// write lock (another process may be starting on the same file).
-    fn add_column(&self, table: &str, column: &str, decl: &str) -> Result<()> {
-        let mig = |e: sqlite::Error| StoreError::Migrate {
-            detail: format!("column {table}.{column}: {}", sqlite_text(&e)),
-        };
-        self.conn.execute("BEGIN IMMEDIATE").map_err(mig)?;
-        let run = || -> std::result::Result<bool, sqlite::Error> {
-            let mut st = self
-                .conn
-                .prepare("SELECT COUNT(*) FROM pragma_table_info(?1) WHERE name = ?2")?;
-            st.bind((1, table))?;
-            st.bind((2, column))?;
-            st.next()?;
-            if st.read::<i64, _>(0)? > 0 {
-                return Ok(false);
-            }
-            drop(st);
-            self.conn
-                .execute(format!("ALTER TABLE {table} ADD COLUMN {column} {decl}"))?;
-            Ok(true)
-        };
-        match run() {
-            Ok(added) => {
-                self.conn.execute("COMMIT").map_err(mig)?;
-                if added {
-                    tracing::info!(table, column, "added database column");
-                }
-                Ok(())
-            }
-            Err(e) => {
-                let _ = self.conn.execute("ROLLBACK");
-                Err(mig(e))
-            }
-        }
     }
 
     fn apply_migrations(&self, from: i64) -> Result<Vec<(i64, &'static str)>> {

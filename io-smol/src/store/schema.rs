@@ -230,3 +230,42 @@ pub const EXTRA_COLUMNS: &[(&str, &str, &str)] = &[
     // earlier versions) reads as 0: nothing is known to be copied.
     ("bae_session_lineage", "copied_through", "INTEGER"),
 ];
+
+/// Adds one of [`EXTRA_COLUMNS`] unless the table has it, under the write
+/// lock (another process may be starting on the same file).
+pub(super) fn add_column(
+    conn: &sqlite::Connection,
+    table: &str,
+    column: &str,
+    decl: &str,
+) -> super::Result<()> {
+    let mig = |e: sqlite::Error| super::StoreError::Migrate {
+        detail: format!("column {table}.{column}: {}", super::sqlite_text(&e)),
+    };
+    conn.execute("BEGIN IMMEDIATE").map_err(mig)?;
+    let run = || -> Result<bool, sqlite::Error> {
+        let mut st = conn.prepare("SELECT COUNT(*) FROM pragma_table_info(?1) WHERE name = ?2")?;
+        st.bind((1, table))?;
+        st.bind((2, column))?;
+        st.next()?;
+        if st.read::<i64, _>(0)? > 0 {
+            return Ok(false);
+        }
+        drop(st);
+        conn.execute(format!("ALTER TABLE {table} ADD COLUMN {column} {decl}"))?;
+        Ok(true)
+    };
+    match run() {
+        Ok(added) => {
+            conn.execute("COMMIT").map_err(mig)?;
+            if added {
+                tracing::info!(table, column, "added database column");
+            }
+            Ok(())
+        }
+        Err(e) => {
+            let _ = conn.execute("ROLLBACK");
+            Err(mig(e))
+        }
+    }
+}
