@@ -176,10 +176,6 @@ impl Engine {
         session.subagent_tools.set(pool, &key.id, &d.subagent_tools);
         self.svc
             .write(crate::StoreWrite::InsertSession(session.to_row()));
-        // Before the events: a reader of the writes (the simulator's
-        // checker) knows them as copied when it meets them.
-        let lineage = plan.lineage(&session_id, &self.svc.timestamp());
-        self.svc.write(crate::StoreWrite::InsertLineage(lineage));
         self.residency.admit(&mut self.catalog, session);
         self.lease_new_session(&session_id);
         if plan.state == SessionState::Open {
@@ -199,6 +195,13 @@ impl Engine {
             || log.next_seq(),
         );
         let events = rows.len();
+        // Before the events: a reader of the writes (the simulator's
+        // checker) knows them as copied when it meets them. It names the
+        // last copied seq: registrations up to it are the parent's, and
+        // the store recovers none of them (issue 38).
+        let copied_through = rows.last().map_or(0, |r| r.seq);
+        let lineage = plan.lineage(&session_id, &self.svc.timestamp(), copied_through);
+        self.svc.write(crate::StoreWrite::InsertLineage(lineage));
         for row in rows {
             self.svc.write(crate::StoreWrite::InsertEvent(row));
         }
