@@ -533,8 +533,8 @@ fn otlp_header_resolution() {
 }
 
 /// Found by the `config_inputs` fuzz target: a non-ASCII host in a URL that
-/// is invalid for another reason too (a port that is not a number) was not
-/// recognised as such and went to the URL parser's IDNA step, whose ASCII
+/// is invalid for another reason too (a port that is not a number), or
+/// percent-encoded bytes that are not UTF-8, were not recognised as such and went to the URL parser's IDNA step, whose ASCII
 /// fast path it misses; with uppercase letters in the host the IDNA adapter
 /// then trips a debug assertion, so a debug build panicked on the file. It
 /// is the non-ASCII host error whatever else is wrong with the URL.
@@ -555,6 +555,18 @@ fn a_non_ascii_host_is_named_even_when_the_port_is_bad() {
             "[[providers.entries]]\nname = \"p\"\nprovider = \"anthropic\"\nmodel = \"m\"\nauth_token = \"t\"\nbase_url = \"https:\\\\%C3%89X.example:99999999/v1\"\n",
             "[[providers.entries]] \"p\" base_url",
             "\u{c9}X.example",
+        ),
+        // Percent-encoded bytes that are not UTF-8: the parser decodes
+        // them to U+FFFD, so they are not ASCII either.
+        (
+            "[telemetry]\nenabled = true\notlp_endpoint = \"http://EX%FFAMPLE.com:4317\"\n",
+            "[telemetry] otlp_endpoint",
+            "EX\u{fffd}AMPLE.com",
+        ),
+        (
+            "[telemetry]\nenabled = true\notlp_endpoint = \"http://EX%FFAMPLE.com:43x\"\n",
+            "[telemetry] otlp_endpoint",
+            "EX\u{fffd}AMPLE.com",
         ),
     ];
     for (text, at, host) in cases {
