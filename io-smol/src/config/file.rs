@@ -737,9 +737,8 @@ fn non_ascii_host(url: &str) -> Option<String> {
         Some(host) => host,
         None => raw_host(rest),
     };
-    let host = percent_encoding::percent_decode_str(written)
-        .decode_utf8()
-        .ok()?;
+    // Bytes that are not UTF-8 decode to U+FFFD, as the URL parser reads them.
+    let host = percent_encoding::percent_decode_str(written).decode_utf8_lossy();
     (!host.is_ascii()).then(|| host.into_owned())
 }
 
