@@ -9,8 +9,9 @@
 # assertions and Rust's checks remain), unoptimised with debug assertions
 # (cargo fuzz --dev; a few seconds need no speed), and one target dir for
 # the three workspaces, so proto and engine are compiled once.
-# FUZZ_SMOKE_SANITIZER=address and FUZZ_SMOKE_PROFILE=release give the
-# long runs' build instead. Long runs are done by hand (docs/fuzzing.md).
+# FUZZ_SMOKE_PROFILE=release builds as the long runs do;
+# FUZZ_SMOKE_SANITIZER=address adds AddressSanitizer. Long runs are done by
+# hand (docs/fuzzing.md).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
