@@ -152,15 +152,12 @@ async fn serve(
     client: std::net::TcpListener,
     admin: std::net::TcpListener,
 ) -> io::Result<()> {
-    let tx = &core.rt.events_tx;
-    core.rt.acceptors = vec![
-        smol::spawn(accept_loop(
-            client.try_into()?,
-            Listener::Client,
-            tx.clone(),
-        )),
-        smol::spawn(accept_loop(admin.try_into()?, Listener::Admin, tx.clone())),
-    ];
+    for (l, which) in [(client, Listener::Client), (admin, Listener::Admin)] {
+        let tx = core.rt.events_tx.clone();
+        core.rt
+            .acceptors
+            .push(smol::spawn(accept_loop(l.try_into()?, which, tx)));
+    }
     let mut timer = Timer::never();
     let mut armed: Option<Instant> = None;
     loop {
@@ -168,11 +165,8 @@ async fn serve(
         if core.stopped() {
             break;
         }
-        let wake = core
-            .rt
-            .deadlines
-            .next()
-            .map_or(core.next_wake(), |d| d.min(core.next_wake()));
+        let wake = core.next_wake();
+        let wake = core.rt.deadlines.next().map_or(wake, |d| d.min(wake));
         // One timer for the whole loop, moved only to an earlier instant
         // (or once it has passed): async-io wakes its reactor thread for
         // every timer set, and the next wake mostly moves later (each
