@@ -439,7 +439,8 @@ impl Engine {
         self.sessions.forget_drivers(session_id);
         self.sandbox_cx().teardown_sandbox(session_id);
         self.svc.end_subscriptions(session_id);
-        self.live().drop_live(session_id);
+        let sid = self.catalog.session_id(session_id);
+        self.live().drop_live(&sid);
         self.mcp.close_session(session_id);
     }
 

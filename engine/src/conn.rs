@@ -12,10 +12,21 @@ use crate::services::Services;
 use crate::{ConnId, Listener, Output, ReadResult};
 
 /// A store read in flight and what its answer is for, by its owner: the
-/// services answer their own reads; the rest are routed by the engine.
+/// services answer their own reads, the live loop its history and pause
+/// reads, the endpoint its placement and admin reads.
 pub enum PendingRead {
     /// Answered by [`Services`] alone (pages, replays, listings).
     Answer(AnswerRead),
+    /// The live loop's (`crate::live::LiveCx`).
+    Live(LiveRead),
+    /// Where a session lives (`placement.rs`).
+    Place(PlaceRead),
+    /// The admin port's (`admin_api/mod.rs`).
+    Admin(AdminRead),
+}
+
+/// A read of the live loop: rebuilding a session's history or its pause.
+pub enum LiveRead {
     /// A turn rebuilding provider-facing history after a restart (one of
     /// the load's reads).
     TurnHistory {
@@ -25,25 +36,35 @@ pub enum PendingRead {
     /// First gated arrival after a start: history (one of the load's
     /// reads), then a parked pause.
     Recover { loader: HistoryLoader },
-    /// `GET /metrics` waiting for the store thread's figures.
-    Metrics { conn: ConnId },
     /// The events after a paused assistant message (owner, server results).
-    RecoverPause { session_id: String, paused_seq: u64 },
-    /// Replica mode: a session lease claim (`placement.rs`).
+    RecoverPause {
+        session_id: crate::ids::SessionId,
+        paused_seq: u64,
+    },
+}
+
+/// A read that brings a session here.
+pub enum PlaceRead {
+    /// Replica mode: a session lease claim.
     Claim {
         session_id: String,
         then: crate::replicas::ClaimFor,
     },
-    /// A request naming a session the catalogue does not hold
-    /// (`placement.rs`).
+    /// A request naming a session the catalogue does not hold.
     LoadSession {
         session_id: String,
         conn: ConnId,
         req: Box<proto::http::Request>,
         then: LoadFor,
     },
+}
+
+/// A read of the admin port.
+pub enum AdminRead {
+    /// `GET /metrics` waiting for the store thread's figures.
+    Metrics { conn: ConnId },
     /// A client key's revocation waiting for the stored sessions it
-    /// reaches (`admin_api/mod.rs`).
+    /// reaches.
     Revoke { conn: ConnId, key_id: String },
     /// An export, import, fork or lineage answer (`crate::transfer`).
     Transfer { conn: ConnId },

@@ -75,7 +75,7 @@ pub mod usage;
 
 use std::collections::VecDeque;
 
-use conn::PendingRead;
+use conn::{AdminRead, PendingRead, PlaceRead};
 use connections::Polled;
 use mcp::McpNotice;
 use model::Catalog;
@@ -411,8 +411,9 @@ impl Engine {
                 result,
             } => match requester {
                 Requester::Turn { turn, index } => {
+                    let sid = self.catalog.session_id(&session_id);
                     self.live()
-                        .on_sandbox_tool_done(turn, index, &session_id, &handle, result)
+                        .on_sandbox_tool_done(turn, index, &sid, &handle, result)
                 }
                 Requester::Rpc { conn, key_id } => {
                     self.sandbox_cx()
@@ -560,45 +561,25 @@ impl Engine {
         };
         match pending {
             PendingRead::Answer(read) => self.svc.on_answer_read(read, result),
-            PendingRead::TurnHistory { turn, loader } => {
-                // A turn that ended meanwhile needs no more reads.
-                if self.routes.turn_session(turn).is_none() {
-                    return;
-                }
-                let again = |loader| PendingRead::TurnHistory { turn, loader };
-                if let Some(done) = self.svc.continue_history_load(loader, result, again) {
-                    self.live().on_turn_history(turn, done);
-                }
-            }
-            PendingRead::Recover { loader } => {
-                let session_id = loader.session_id().to_string();
-                let again = |loader| PendingRead::Recover { loader };
-                if let Some(done) = self.svc.continue_history_load(loader, result, again) {
-                    self.live().on_recover(&session_id, done);
-                }
-            }
-            PendingRead::RecoverPause {
-                session_id,
-                paused_seq,
-            } => self
-                .live()
-                .on_recover_pause(&session_id, paused_seq, result),
-            PendingRead::Claim { session_id, then } => {
+            PendingRead::Live(read) => self.live().on_read_done(read, result),
+            PendingRead::Place(PlaceRead::Claim { session_id, then }) => {
                 self.on_claim_done(&session_id, then, result)
             }
-            PendingRead::LoadSession {
+            PendingRead::Place(PlaceRead::LoadSession {
                 session_id,
                 conn,
                 req,
                 then,
-            } => self.on_session_loaded(&session_id, (conn, *req, then), result),
-            PendingRead::Revoke { conn, key_id } => self.on_revoke_read(conn, &key_id, result),
-            PendingRead::Transfer { conn } => {
+            }) => self.on_session_loaded(&session_id, (conn, *req, then), result),
+            PendingRead::Admin(AdminRead::Revoke { conn, key_id }) => {
+                self.on_revoke_read(conn, &key_id, result)
+            }
+            PendingRead::Admin(AdminRead::Transfer { conn }) => {
                 let unflushed = self.svc.conns.get(&conn).map_or(0, |c| c.unflushed);
                 let outs = self.transfers.read_done(conn, result, unflushed);
                 self.run_transfer(conn, outs);
             }
-            PendingRead::Metrics { conn } => {
+            PendingRead::Admin(AdminRead::Metrics { conn }) => {
                 let rt = match result {
                     Ok(ReadResult::Runtime(rt)) => rt,
                     _ => Default::default(),

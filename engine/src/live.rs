@@ -5,6 +5,7 @@
 //! no business with (residency, replicas, transfers, overload bounds), so
 //! the type system keeps those decisions at the endpoint.
 
+use crate::conn::{LiveRead, PendingRead};
 use crate::idempotency::Keys;
 use crate::mcp::McpHub;
 use crate::model::Catalog;
@@ -14,6 +15,7 @@ use crate::sandbox::SandboxHub;
 use crate::services::Services;
 use crate::session_sandbox::SandboxCx;
 use crate::sessions::Sessions;
+use crate::store::ReadResult;
 
 pub(crate) struct LiveCx<'a> {
     pub svc: &'a mut Services,
@@ -39,6 +41,34 @@ impl LiveCx<'_> {
             sandbox: self.sandbox,
             catalog: self.catalog,
             svc: self.svc,
+        }
+    }
+
+    /// The answer to one of the live loop's reads: the next read of a
+    /// history load, or its outcome to the turn or the recovery.
+    pub(crate) fn on_read_done(&mut self, read: LiveRead, result: Result<ReadResult, String>) {
+        match read {
+            LiveRead::TurnHistory { turn, loader } => {
+                // A turn that ended meanwhile needs no more reads.
+                if self.routes.turn_session(turn).is_none() {
+                    return;
+                }
+                let again = |loader| PendingRead::Live(LiveRead::TurnHistory { turn, loader });
+                if let Some(done) = self.svc.continue_history_load(loader, result, again) {
+                    self.on_turn_history(turn, done);
+                }
+            }
+            LiveRead::Recover { loader } => {
+                let session_id = self.catalog.session_id(loader.session_id());
+                let again = |loader| PendingRead::Live(LiveRead::Recover { loader });
+                if let Some(done) = self.svc.continue_history_load(loader, result, again) {
+                    self.on_recover(&session_id, done);
+                }
+            }
+            LiveRead::RecoverPause {
+                session_id,
+                paused_seq,
+            } => self.on_recover_pause(&session_id, paused_seq, result),
         }
     }
 }

@@ -13,7 +13,7 @@
 
 use proto::http::Request;
 
-use crate::conn::{LoadFor, PendingRead};
+use crate::conn::{LoadFor, PendingRead, PlaceRead};
 use crate::mcp::McpServerSpec;
 use crate::model::{Catalog, Key, Session};
 use crate::replicas::{self, ClaimFor, Forward, FORWARDED_HEADER};
@@ -254,8 +254,9 @@ impl Engine {
         }
         if let Some(turn_id) = self.sessions.take_mcp_wait(session_id) {
             if self.sessions.running_turn_id(session_id) == Some(turn_id) {
+                let sid = self.catalog.session_id(session_id);
                 self.live()
-                    .with_core(session_id, |core, world, _| core.mcp_ready(world));
+                    .with_core(&sid, |core, world, _| core.mcp_ready(world));
             }
         }
     }
@@ -506,7 +507,10 @@ impl Services {
             drivers_since,
         };
         let session_id = session_id.to_string();
-        self.read(read, PendingRead::Claim { session_id, then });
+        self.read(
+            read,
+            PendingRead::Place(PlaceRead::Claim { session_id, then }),
+        );
     }
 
     /// A `503 replica_unavailable` answer that finishes the request.
@@ -584,14 +588,14 @@ impl Residency {
             session_id: session_id.to_string(),
             drivers_since: svc.drivers_since(),
         };
-        let pending = PendingRead::LoadSession {
+        let pending = PlaceRead::LoadSession {
             session_id: session_id.to_string(),
             conn,
             req: Box::new(req.clone()),
             then,
         };
         self.loading(session_id);
-        svc.read(read, pending);
+        svc.read(read, PendingRead::Place(pending));
         true
     }
 

@@ -8,7 +8,7 @@ use proto::http::{Method, Request};
 use proto::wire::problem::ProblemType;
 use serde_json::{json, Value};
 
-use crate::conn::{AnswerRead, LoadFor, PendingRead};
+use crate::conn::{AdminRead, AnswerRead, LoadFor, PendingRead};
 use crate::model::Catalog;
 use crate::services::Services;
 use crate::store::{KeyRole, ProfileRow, ReadResult, SessionState, StoreRead, StoreWrite};
@@ -169,7 +169,8 @@ impl Engine {
                 self.run_transfer(conn, outs);
             }
             (Route::CancelTurn(id), Method::Post) => {
-                let body = match self.live().cancel_gate(id, None) {
+                let sid = self.catalog.session_id(id);
+                let body = match self.live().cancel_gate(&sid, None) {
                     crate::turn::Cancelled::Running => {
                         json!({"cancelled": true, "state": "running"})
                     }
@@ -238,7 +239,8 @@ impl Engine {
             drivers_since: self.svc.drivers_since(),
         };
         let key_id = id.to_string();
-        self.svc.read(read, PendingRead::Revoke { conn, key_id });
+        self.svc
+            .read(read, PendingRead::Admin(AdminRead::Revoke { conn, key_id }));
     }
 
     pub(crate) fn on_revoke_read(
@@ -530,7 +532,9 @@ impl Engine {
         use transfer::Out;
         for out in outs {
             match out {
-                Out::Read(read) => self.svc.read(read, PendingRead::Transfer { conn }),
+                Out::Read(read) => self
+                    .svc
+                    .read(read, PendingRead::Admin(AdminRead::Transfer { conn })),
                 Out::StreamHead(name) => {
                     let close = self.svc.closes_after(conn);
                     self.svc.log_request(conn, 200);
@@ -678,7 +682,7 @@ impl Catalog {
         }
         svc.read(
             crate::store::StoreRead::Runtime,
-            crate::conn::PendingRead::Metrics { conn },
+            PendingRead::Admin(AdminRead::Metrics { conn }),
         );
     }
 }

@@ -15,6 +15,7 @@ mod drivers;
 mod front;
 
 use crate::conn::{AnswerRead, PendingRead};
+use crate::ids::{KeyId, SessionId};
 use crate::live::LiveCx;
 use crate::services::Services;
 use crate::session_core::{Op, SteerRefusal};
@@ -29,6 +30,7 @@ impl LiveCx<'_> {
         let Some(key) = self.catalog.auth_session(self.svc, conn, &req, session_id) else {
             return;
         };
+        let session_id = &self.catalog.session_id(session_id);
         // From here on the answer is always 200 NDJSON (C-050).
         let close = self.svc.closes_after(conn);
         self.svc.log_request(conn, 200);
@@ -58,7 +60,7 @@ impl LiveCx<'_> {
         self.dispatch_rpc(conn, session_id, &acting, call);
     }
 
-    fn dispatch_rpc(&mut self, conn: ConnId, session_id: &str, key_id: &str, call: Call) {
+    fn dispatch_rpc(&mut self, conn: ConnId, session_id: &SessionId, key_id: &KeyId, call: Call) {
         use proto::jsonrpc::MethodParams as P;
         // Extension methods answer as unknown to a client that did not opt
         // in (the reference wire).
@@ -183,8 +185,8 @@ impl LiveCx<'_> {
     fn register_driver(
         &mut self,
         conn: ConnId,
-        session_id: &str,
-        key_id: &str,
+        session_id: &SessionId,
+        key_id: &KeyId,
         params: Parsed<jsonrpc::RegisterDriverParams>,
     ) {
         if let Some(msg) = self.catalog.open_state_error(session_id) {
@@ -198,10 +200,7 @@ impl LiveCx<'_> {
             Ok(p) => p.extensions,
             Err(msg) => return self.svc.terminal_error(conn, codes::INVALID_PARAMS, &msg),
         };
-        let (sid, kid) = (
-            self.catalog.session_id(session_id),
-            self.catalog.key_id(key_id),
-        );
+        let (sid, kid) = (session_id.clone(), key_id.clone());
         let newly = self.catalog.drivers.entry(sid).or_default().insert(kid);
         if newly {
             self.svc.append_event(
@@ -229,10 +228,7 @@ impl LiveCx<'_> {
         match asked {
             None => self.svc.terminal_result(conn, r#"{"registered":true}"#),
             Some(ext) => {
-                let (sid, kid) = (
-                    self.catalog.session_id(session_id),
-                    self.catalog.key_id(key_id),
-                );
+                let (sid, kid) = (session_id.clone(), key_id.clone());
                 self.sessions.register_driver(sid, kid, ext);
                 let body = json!({"registered": true, "extensions": ext.names()});
                 self.svc.terminal_result(conn, &json::text(&body));

@@ -155,7 +155,7 @@ impl SessionCore {
         (run.upto, run.tail) = with_instruction(history, &run.instruction);
         t.chain = chain;
         t.attempt = 0;
-        self.send_attempt(world);
+        self.send_attempt(world, None);
     }
 
     /// A successful summary call: validate, then log the atomic trio (the

@@ -112,9 +112,9 @@ impl SessionCore {
         if self.waiting_call() != Some(call) {
             return None;
         }
-        let first = (self.turn()?.stream.as_ref()).is_some_and(|s| s.progress_at.is_none());
+        let first = (self.turn()?.stream()).is_some_and(|s| s.progress_at.is_none());
         self.step(|c| c.chunk(call, bytes, world, now));
-        let stream = self.turn().and_then(|t| t.stream.as_ref());
+        let stream = self.turn().and_then(|t| t.stream());
         Some(stream.filter(|_| first).map(|s| s.next_check()))
     }
 
@@ -125,7 +125,7 @@ impl SessionCore {
         let compaction = t.is_compaction();
         let (turn, request) = (t.input_event.clone(), t.request_event.clone());
         let attempt = t.attempt;
-        let Some(stream) = t.stream.as_mut() else {
+        let Some(stream) = t.stream_mut() else {
             return;
         };
         let mut fragments = Vec::new();
@@ -193,7 +193,8 @@ impl SessionCore {
     /// A stream fault while it ran: the call is closed and the attempt
     /// fails (a retry under its entry's policy, or the fallback walk).
     fn stream_failed(&mut self, call: CallId, e: StreamError, world: &dyn World, now: MonoMs) {
-        let deltas = (self.turn_mut().and_then(|t| t.stream.take())).is_some_and(|s| s.deltas);
+        let deltas =
+            (self.turn_mut().and_then(super::TurnLoop::take_stream)).is_some_and(|s| s.deltas);
         self.emit(Effect::AbortCall(call));
         self.end_deltas(deltas, Some(DiscardReason::Failed));
         let failed = |a| walk::on_stream(a, fault(&e));
@@ -207,13 +208,13 @@ impl SessionCore {
         if self.waiting_call() != Some(call) {
             return None;
         }
-        let stream = self.turn()?.stream.as_ref()?;
+        let stream = self.turn()?.stream()?;
         let Some(error) = stream.expired(now) else {
             return Some(stream.next_check());
         };
         let complete = stream.asm.is_complete();
         self.step(|c| {
-            let Some(stream) = c.turn_mut().and_then(|t| t.stream.take()) else {
+            let Some(stream) = c.turn_mut().and_then(super::TurnLoop::take_stream) else {
                 return;
             };
             c.emit(Effect::AbortCall(call));
@@ -244,7 +245,7 @@ impl super::TurnLoop {
     /// The `provider.request` id of the attempt in flight when deltas of it
     /// went out (a cancel then discards them).
     pub fn streaming_deltas(&self) -> Option<Arc<str>> {
-        let streaming = self.stream.as_ref().is_some_and(|s| s.deltas);
+        let streaming = self.stream().is_some_and(|s| s.deltas);
         self.request_event.clone().filter(|_| streaming)
     }
 }

@@ -60,7 +60,8 @@ impl SessionCore {
             });
         }
         if let Some(t) = self.turn_mut() {
-            t.round = Some(Box::new(Round::new(content, uses, dispatches, now)));
+            t.phase =
+                super::turn::Phase::Tools(Box::new(Round::new(content, uses, dispatches, now)));
         }
         self.run_server_tools(world, now);
     }
@@ -69,7 +70,7 @@ impl SessionCore {
     /// done.
     fn run_server_tools(&mut self, world: &dyn World, now: MonoMs) {
         loop {
-            let Some(round) = self.turn_mut().and_then(|t| t.round.as_mut()) else {
+            let Some(round) = self.turn_mut().and_then(|t| t.round_mut()) else {
                 return;
             };
             let Some((i, dispatch, tool_use)) = round.next_server_block(now) else {
@@ -120,14 +121,14 @@ impl SessionCore {
                 Dispatch::Client => {}
             }
             let block = self.sync_tool_result(&id, &name, input, dispatch, world, now);
-            if let Some(round) = self.turn_mut().and_then(|t| t.round.as_mut()) {
+            if let Some(round) = self.turn_mut().and_then(|t| t.round_mut()) {
                 round.push_result(block);
             }
         }
     }
 
     fn wait(&mut self, waiting: Waiting) {
-        if let Some(round) = self.turn_mut().and_then(|t| t.round.as_mut()) {
+        if let Some(round) = self.turn_mut().and_then(|t| t.round_mut()) {
             round.waiting = Some(waiting);
         }
     }
@@ -135,7 +136,7 @@ impl SessionCore {
     /// Takes the round's wait if it is `expected`; `None` otherwise (a late
     /// or stray outcome changes nothing).
     fn stop_waiting(&mut self, expected: impl Fn(&Waiting) -> bool) -> Option<(Waiting, String)> {
-        let round = self.turn_mut().and_then(|t| t.round.as_mut())?;
+        let round = self.turn_mut().and_then(|t| t.round_mut())?;
         if !round.waiting.as_ref().is_some_and(expected) {
             return None;
         }
@@ -247,7 +248,7 @@ impl SessionCore {
     }
 
     fn push_and_go_on(&mut self, block: Value, world: &dyn World, now: MonoMs) {
-        if let Some(round) = self.turn_mut().and_then(|t| t.round.as_mut()) {
+        if let Some(round) = self.turn_mut().and_then(|t| t.round_mut()) {
             round.push_result(block);
         }
         self.run_server_tools(world, now);
@@ -272,7 +273,7 @@ impl SessionCore {
         });
         self.log(EventType::ToolResult, payload);
         let started = (self.turn())
-            .and_then(|t| t.round.as_ref())
+            .and_then(|t| t.round())
             .map(|r| r.block_started);
         self.fact(Fact::ToolDone {
             tool_use_id: id.to_string(),
@@ -349,7 +350,7 @@ impl SessionCore {
         let Some(t) = self.turn_mut() else {
             return;
         };
-        let Some(round) = t.round.take() else {
+        let Some(round) = t.take_round() else {
             return;
         };
         let owner = t.key_id.clone();

@@ -8,7 +8,8 @@
 use proto::wire::EventType;
 
 use super::effect::{Admission, Call, Effect, Log, LogTag};
-use super::retry::{Decision, Failure};
+use super::retry::{Decision, Delay, Failure};
+use super::turn::Phase;
 use super::walk::{self, Walked};
 use super::{SessionCore, World};
 use crate::provider_limits::estimate_tokens;
@@ -27,8 +28,7 @@ pub struct Pending {
 impl SessionCore {
     /// Sends a prepared attempt now, or asks for its slot when its entry
     /// is limited or it is a retry.
-    pub(super) fn dispatch_attempt(&mut self, payload: String, call: Call) {
-        let delay = self.turn_mut().and_then(|t| t.delay.take());
+    pub(super) fn dispatch_attempt(&mut self, payload: String, call: Call, delay: Option<Delay>) {
         if call.entry.limits.is_none() && delay.is_none() {
             self.log_request(payload);
             return self.emit(Effect::Call(Box::new(call)));
@@ -39,7 +39,7 @@ impl SessionCore {
             delay,
         };
         if let Some(t) = self.turn_mut() {
-            t.pending = Some(Box::new(Pending {
+            t.phase = Phase::Admitting(Box::new(Pending {
                 ticket: None,
                 payload,
                 call,
@@ -64,7 +64,7 @@ impl SessionCore {
     /// `ticket`, and may leave now (`go`) or waits.
     pub fn admission(&mut self, ticket: CallId, go: bool) {
         self.step(|c| {
-            let Some(p) = c.turn_mut().and_then(|t| t.pending.as_mut()) else {
+            let Some(p) = c.turn_mut().and_then(|t| t.pending_mut()) else {
                 return;
             };
             p.ticket = Some(ticket);
@@ -75,7 +75,7 @@ impl SessionCore {
     }
 
     fn pending_ticket(&self) -> Option<CallId> {
-        self.turn()?.pending.as_ref()?.ticket
+        self.turn()?.pending()?.ticket
     }
 
     /// The waiting attempt `ticket` may leave now. `false`: no turn waits
@@ -89,7 +89,7 @@ impl SessionCore {
     }
 
     fn send_pending(&mut self) {
-        let Some(p) = self.turn_mut().and_then(|t| t.pending.take()) else {
+        let Some(p) = self.turn_mut().and_then(|t| t.take_pending()) else {
             return;
         };
         self.log_request(p.payload);
@@ -112,7 +112,7 @@ impl SessionCore {
             return false;
         }
         self.step(|c| {
-            let Some(p) = c.turn_mut().and_then(|t| t.pending.take()) else {
+            let Some(p) = c.turn_mut().and_then(|t| t.take_pending()) else {
                 return;
             };
             c.log_request(p.payload);
@@ -127,23 +127,19 @@ impl SessionCore {
     }
 
     /// Whether the failed attempt is tried again under its entry's retry
-    /// policy: then only its `provider.response` stays in `walked` (no
-    /// session error: the round trip has not failed yet).
-    pub(super) fn retried(&mut self, failure: Failure, walked: &mut Walked) -> bool {
-        let Some(t) = self.turn_mut() else {
-            return false;
-        };
-        let Some(policy) = t.chain.get(t.attempt).and_then(|e| e.retry.as_ref()) else {
-            return false;
-        };
+    /// policy, and after which delay: then only its `provider.response`
+    /// stays in `walked` (no session error: the round trip has not failed
+    /// yet).
+    pub(super) fn retried(&mut self, failure: Failure, walked: &mut Walked) -> Option<Delay> {
+        let t = self.turn_mut()?;
+        let policy = t.chain.get(t.attempt).and_then(|e| e.retry.as_ref())?;
         match policy.decide(failure, t.retries) {
             Decision::Retry(delay) => {
                 t.retries += 1;
-                t.delay = Some(delay);
                 walked.events.truncate(1);
-                true
+                Some(delay)
             }
-            Decision::Walk | Decision::TooLong { .. } => false,
+            Decision::Walk | Decision::TooLong { .. } => None,
         }
     }
 }

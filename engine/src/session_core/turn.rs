@@ -71,16 +71,10 @@ pub struct TurnLoop {
     pub(super) chain: Vec<ProviderEntry>,
     pub(super) attempt: usize,
     pub(super) iteration: u32,
-    /// The provider call in flight and when it left.
-    pub(super) call: Option<(CallId, MonoMs)>,
     /// Retries made of the current attempt (its entry's retry policy).
     pub(super) retries: u32,
-    /// The wait before the next send: a retry's delay.
-    pub(super) delay: Option<super::retry::Delay>,
-    /// A prepared attempt waiting for its slot or its retry time.
-    pub(super) pending: Option<Box<super::traffic::Pending>>,
-    /// That call's streamed reply, when its entry streams.
-    pub(super) stream: Option<Box<super::stream::AttemptStream>>,
+    /// What the turn waits on now.
+    pub(super) phase: Phase,
     /// Event id of the turn's `client.message.send` (deltas name it).
     pub(super) input_event: Option<std::sync::Arc<str>>,
     /// Event id of the current attempt's `provider.request`.
@@ -91,12 +85,126 @@ pub struct TurnLoop {
     pub tokens: provider::Tokens,
     /// Auto-compaction trigger carried from a resumed or retired pause.
     pub(super) carried_trigger: Option<u64>,
-    /// The tool round in progress (server tools may be asynchronous).
-    pub(super) round: Option<Box<Round>>,
     /// Ids of the compaction preamble and summary, once logged.
     pub(super) compaction_ids: Vec<String>,
+}
+
+/// What a turn waits on. One at a time: an attempt is admitted, then sent,
+/// then answered; a tool round runs between two round trips.
+#[derive(Default)]
+pub(super) enum Phase {
+    /// Nothing in flight: between two steps of the loop (or before the
+    /// session's history is ready).
+    #[default]
+    Idle,
     /// Waiting for the session's MCP servers to be reconnected.
-    pub(super) restoring_mcp: bool,
+    RestoringMcp,
+    /// A prepared attempt waiting for its slot or its retry time.
+    Admitting(Box<super::traffic::Pending>),
+    /// The provider call in flight, when it left, and its streamed reply
+    /// when its entry streams.
+    Calling {
+        call: CallId,
+        sent_at: MonoMs,
+        stream: Option<Box<super::stream::AttemptStream>>,
+    },
+    /// The tool round in progress (server tools may be asynchronous).
+    Tools(Box<Round>),
+}
+
+impl TurnLoop {
+    /// The provider call in flight.
+    pub(super) fn call(&self) -> Option<CallId> {
+        match self.phase {
+            Phase::Calling { call, .. } => Some(call),
+            _ => None,
+        }
+    }
+
+    /// The call in flight is over: its id and when it left.
+    pub(super) fn end_call(&mut self) -> Option<(CallId, MonoMs)> {
+        let Phase::Calling { call, sent_at, .. } = self.phase else {
+            return None;
+        };
+        self.phase = Phase::Idle;
+        Some((call, sent_at))
+    }
+
+    /// The streamed reply of the call in flight.
+    pub(super) fn stream(&self) -> Option<&super::stream::AttemptStream> {
+        match &self.phase {
+            Phase::Calling { stream, .. } => stream.as_deref(),
+            _ => None,
+        }
+    }
+
+    pub(super) fn stream_mut(&mut self) -> Option<&mut super::stream::AttemptStream> {
+        match &mut self.phase {
+            Phase::Calling { stream, .. } => stream.as_deref_mut(),
+            _ => None,
+        }
+    }
+
+    /// Takes the streamed reply; the call stays in flight until
+    /// [`TurnLoop::end_call`].
+    pub(super) fn take_stream(&mut self) -> Option<Box<super::stream::AttemptStream>> {
+        match &mut self.phase {
+            Phase::Calling { stream, .. } => stream.take(),
+            _ => None,
+        }
+    }
+
+    /// The attempt waiting for admission.
+    pub(super) fn pending_mut(&mut self) -> Option<&mut super::traffic::Pending> {
+        match &mut self.phase {
+            Phase::Admitting(p) => Some(p),
+            _ => None,
+        }
+    }
+
+    pub(super) fn pending(&self) -> Option<&super::traffic::Pending> {
+        match &self.phase {
+            Phase::Admitting(p) => Some(p),
+            _ => None,
+        }
+    }
+
+    /// The attempt waiting for admission leaves that phase.
+    pub(super) fn take_pending(&mut self) -> Option<Box<super::traffic::Pending>> {
+        if !matches!(self.phase, Phase::Admitting(_)) {
+            return None;
+        }
+        match std::mem::take(&mut self.phase) {
+            Phase::Admitting(p) => Some(p),
+            _ => None,
+        }
+    }
+
+    /// The tool round in progress.
+    pub(super) fn round(&self) -> Option<&Round> {
+        match &self.phase {
+            Phase::Tools(r) => Some(r),
+            _ => None,
+        }
+    }
+
+    pub(super) fn round_mut(&mut self) -> Option<&mut Round> {
+        match &mut self.phase {
+            Phase::Tools(r) => Some(r),
+            _ => None,
+        }
+    }
+
+    /// The tool round is over.
+    pub(super) fn take_round(&mut self) -> Option<Box<Round>> {
+        if !matches!(self.phase, Phase::Tools(_)) {
+            return None;
+        }
+        match std::mem::take(&mut self.phase) {
+            Phase::Tools(r) => Some(r),
+            _ => None,
+        }
+    }
 }
 
 impl TurnLoop {
@@ -118,19 +226,14 @@ impl TurnLoop {
             chain: Vec::new(),
             attempt: 0,
             iteration: 0,
-            call: None,
             retries: 0,
-            delay: None,
-            pending: None,
-            stream: None,
+            phase: Phase::Idle,
             input_event: None,
             request_event: None,
             last_usage: None,
             tokens: provider::Tokens::default(),
             carried_trigger: None,
-            round: None,
             compaction_ids: Vec::new(),
-            restoring_mcp: false,
         }
     }
 
@@ -265,7 +368,7 @@ impl SessionCore {
             Some(true) => self.compaction_history_ready(world),
             Some(false) => {
                 if let Some(t) = self.turn_mut() {
-                    t.restoring_mcp = true;
+                    t.phase = Phase::RestoringMcp;
                 }
                 self.emit(Effect::RestoreMcp);
             }
@@ -277,10 +380,10 @@ impl SessionCore {
     /// loop starts.
     pub fn mcp_ready(&mut self, world: &dyn World) {
         self.step(|c| {
-            let Some(t) = c.turn_mut().filter(|t| t.restoring_mcp) else {
+            let Some(t) = (c.turn_mut()).filter(|t| matches!(t.phase, Phase::RestoringMcp)) else {
                 return;
             };
-            t.restoring_mcp = false;
+            t.phase = Phase::Idle;
             t.tail.clear();
             t.iteration = 0;
             c.next_round(world);
@@ -302,7 +405,6 @@ impl SessionCore {
         t.iteration += 1;
         t.attempt = 0;
         t.retries = 0;
-        t.delay = None;
         self.apply_steers();
         // The tool list is recomputed for every round trip (spec 05 §9 3a):
         // an `updateClientTools` applies to the next provider call, never to
@@ -313,12 +415,12 @@ impl SessionCore {
         t.tools = world.tools(&t.key_id);
         // A list of JSON values always serialises.
         t.tools_json = serde_json::to_string(&t.tools).unwrap_or_default();
-        self.send_attempt(world);
+        self.send_attempt(world, None);
     }
 
     /// Logs `provider.request` for the current attempt and asks for the
     /// call.
-    pub(super) fn send_attempt(&mut self, world: &dyn World) {
+    pub(super) fn send_attempt(&mut self, world: &dyn World, delay: Option<super::retry::Delay>) {
         let Some(t) = self.turn.as_deref() else {
             return;
         };
@@ -413,23 +515,28 @@ impl SessionCore {
             auth,
             body,
         };
-        self.dispatch_attempt(payload, call);
+        self.dispatch_attempt(payload, call, delay);
     }
 
     /// The engine sent the call of an [`Effect::Call`] as `call` at `now`;
     /// a streamed one's first watchdog check is returned.
     pub fn call_sent(&mut self, call: CallId, now: MonoMs) -> Option<MonoMs> {
         let t = self.turn_mut()?;
-        t.call = Some((call, now));
-        let entry = t.chain.get(t.attempt)?;
-        t.stream = (entry.stream)
-            .map(|settings| Box::new(super::stream::AttemptStream::new(entry.kind, settings, now)));
-        t.stream.as_ref().map(|s| s.next_check())
+        let stream = (t.chain.get(t.attempt)).and_then(|entry| {
+            (entry.stream).map(|s| Box::new(super::stream::AttemptStream::new(entry.kind, s, now)))
+        });
+        let check = stream.as_ref().map(|s| s.next_check());
+        t.phase = Phase::Calling {
+            call,
+            sent_at: now,
+            stream,
+        };
+        check
     }
 
     /// The call the turn waits on.
     pub(super) fn waiting_call(&self) -> Option<CallId> {
-        self.turn().and_then(|t| t.call).map(|(c, _)| c)
+        self.turn().and_then(TurnLoop::call)
     }
 
     /// A provider reply. `false`: no turn waits for `call` (it ended or was
@@ -444,7 +551,7 @@ impl SessionCore {
         if self.waiting_call() != Some(call) {
             return false;
         }
-        self.step(|c| match c.turn_mut().and_then(|t| t.stream.take()) {
+        self.step(|c| match c.turn_mut().and_then(TurnLoop::take_stream) {
             Some(stream) => c.stream_ended(*stream, reply, world, now),
             None => {
                 let failure = Failure::of(&reply);
@@ -467,10 +574,9 @@ impl SessionCore {
         let Some(t) = self.turn_mut() else {
             return;
         };
-        let Some((call, started)) = t.call.take() else {
+        let Some((call, started)) = t.end_call() else {
             return;
         };
-        t.stream = None;
         let Some(attempt) = self.current_attempt() else {
             return self.fail(codes::INTERNAL_ERROR, "Internal error");
         };
@@ -486,11 +592,14 @@ impl SessionCore {
             latency_ms: now - started,
             input_tokens,
         });
-        if !walked.ok && self.retried(failure, &mut walked) {
+        if let Some(delay) = (!walked.ok)
+            .then(|| self.retried(failure, &mut walked))
+            .flatten()
+        {
             for (event, payload) in walked.events {
                 self.log_text(event, payload);
             }
-            return self.send_attempt(world);
+            return self.send_attempt(world, Some(delay));
         }
         self.after_walk(attempt, walked, world, now);
     }
@@ -555,7 +664,7 @@ impl SessionCore {
                     t.attempt += 1;
                     t.retries = 0;
                 }
-                self.send_attempt(world)
+                self.send_attempt(world, None)
             }
             Next::Exhausted if attempt.compaction => {
                 let why = format!("all {} providers failed", attempt.chain_len);

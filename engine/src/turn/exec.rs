@@ -7,8 +7,9 @@ use proto::wire::json;
 use serde_json::json;
 
 use super::{Mode, UNAVAILABLE_TEXT};
-use crate::conn::PendingRead;
+use crate::conn::{LiveRead, PendingRead};
 use crate::history_load::HistoryLoader;
+use crate::ids::SessionId;
 use crate::live::LiveCx;
 use crate::services::Services;
 use crate::session_core::{Effect, Ending, Fact, Log, Refusal, TurnLoop};
@@ -19,7 +20,7 @@ use crate::{Output, ProviderCall};
 impl LiveCx<'_> {
     /// Performs `session_id`'s queued effects until none is left (an
     /// effect's answer may queue more, which come first).
-    pub(crate) fn run_effects(&mut self, session_id: &str) {
+    pub(crate) fn run_effects(&mut self, session_id: &SessionId) {
         while let Some(effect) = self
             .sessions
             .core_mut(session_id)
@@ -29,7 +30,7 @@ impl LiveCx<'_> {
         }
     }
 
-    fn perform(&mut self, session_id: &str, effect: Effect) {
+    fn perform(&mut self, session_id: &SessionId, effect: Effect) {
         match effect {
             Effect::Log(log) => self.perform_log(session_id, log),
             Effect::SessionError => self.set_state(session_id, SessionState::Error),
@@ -38,8 +39,10 @@ impl LiveCx<'_> {
                     return;
                 };
                 let (loader, read) = HistoryLoader::start(session_id);
-                self.svc
-                    .read(read, PendingRead::TurnHistory { turn, loader });
+                self.svc.read(
+                    read,
+                    PendingRead::Live(LiveRead::TurnHistory { turn, loader }),
+                );
             }
             Effect::RestoreMcp => {
                 let Some(turn) = self.sessions.running_turn_id(session_id) else {
@@ -59,7 +62,7 @@ impl LiveCx<'_> {
                 let Some(turn) = self.sessions.running_turn_id(session_id) else {
                     return;
                 };
-                let session = self.catalog.session_id(session_id);
+                let session = session_id.clone();
                 let token = self.routes.start_mcp_call(session, turn);
                 let now = self.svc.now.mono;
                 self.mcp.call(session_id, &tool, &input, token, now);
@@ -132,7 +135,7 @@ impl LiveCx<'_> {
 
     /// Appends the event for the turn's driver, its own input unechoed on
     /// its streams, and tells the core.
-    fn perform_log(&mut self, session_id: &str, log: Log) {
+    fn perform_log(&mut self, session_id: &SessionId, log: Log) {
         let Some(t) = self.sessions.core(session_id).and_then(|c| c.turn()) else {
             return;
         };
@@ -152,7 +155,7 @@ impl LiveCx<'_> {
         }
     }
 
-    fn perform_call(&mut self, session_id: &str, call: crate::session_core::Call) {
+    fn perform_call(&mut self, session_id: &SessionId, call: crate::session_core::Call) {
         let Some(t) = self.sessions.core(session_id).and_then(|c| c.turn()) else {
             return;
         };
@@ -163,7 +166,7 @@ impl LiveCx<'_> {
         };
         let now = self.svc.now.mono;
         let check = (self.sessions.core_mut(session_id)).and_then(|core| core.call_sent(id, now));
-        (self.routes.calls).insert(id, self.catalog.session_id(session_id), check);
+        (self.routes.calls).insert(id, session_id.clone(), check);
         if self.svc.telemetry.enabled() {
             (self.svc.telemetry).attempt_begin(id, turn, conn, &call.entry, call.attempt);
         }
@@ -185,7 +188,7 @@ impl LiveCx<'_> {
     /// retry's wait): it gets its call id now, and leaves now or when the
     /// limits say ([`LiveCx::route_limit_notices`]). A backoff's jitter is
     /// drawn from the engine's entropy.
-    fn perform_admit(&mut self, session_id: &str, a: crate::session_core::Admission) {
+    fn perform_admit(&mut self, session_id: &SessionId, a: crate::session_core::Admission) {
         use crate::provider_limits::{Ask, Verdict};
         use crate::session_core::retry::Delay;
         let id = self.routes.new_call();
@@ -199,7 +202,7 @@ impl LiveCx<'_> {
         }
         let ask = Ask {
             call: id,
-            session: self.catalog.session_id(session_id),
+            session: session_id.clone(),
             entry: &a.entry,
             tokens: a.tokens,
             not_before: wait.map(|ms| now + ms),
@@ -208,7 +211,7 @@ impl LiveCx<'_> {
         self.core_step(session_id, |c, _, _| c.admission(id, go));
     }
 
-    fn perform_fact(&mut self, session_id: &str, fact: Fact) {
+    fn perform_fact(&mut self, session_id: &SessionId, fact: Fact) {
         let turn = self.sessions.running_turn_id(session_id);
         match fact {
             Fact::ProviderReturned {
@@ -276,7 +279,7 @@ impl LiveCx<'_> {
     /// batch of its `provider.response` (the event just appended).
     fn account(
         &mut self,
-        session_id: &str,
+        session_id: &SessionId,
         entry: String,
         model: String,
         tokens: proto::provider::Tokens,
@@ -313,7 +316,7 @@ impl LiveCx<'_> {
 
     /// The turn is over: its answer goes to its streams (and its
     /// idempotency key), then the gate is parked on a pause or passed on.
-    fn end_turn(&mut self, session_id: &str, ending: Ending) {
+    fn end_turn(&mut self, session_id: &SessionId, ending: Ending) {
         let Some(mut t) = self.sessions.take_turn(self.routes, session_id) else {
             return;
         };
@@ -386,7 +389,13 @@ impl LiveCx<'_> {
     }
 
     /// Error terminal for a request holding the gate (nothing else recorded).
-    fn fail_turn(&mut self, session_id: &str, mut t: Box<TurnLoop>, code: i64, message: &str) {
+    fn fail_turn(
+        &mut self,
+        session_id: &SessionId,
+        mut t: Box<TurnLoop>,
+        code: i64,
+        message: &str,
+    ) {
         let why = crate::session_core::steer::WHY_FAILED;
         self.svc.retire_steers(std::mem::take(&mut t.steers), why);
         (self.svc.telemetry).turn_end(t.id, session_id, TurnEnd::Failed);
@@ -403,8 +412,11 @@ impl LiveCx<'_> {
     /// before this process started has no MCP connections; its first chat
     /// turn connects the profile's reconnecting servers before the first
     /// provider call. Returns whether turn `turn_id` now waits for them.
-    pub(crate) fn restore_mcp(&mut self, session_id: &str, turn_id: crate::turn::TurnId) -> bool {
-        let session_id = self.catalog.session_id(session_id);
+    pub(crate) fn restore_mcp(
+        &mut self,
+        session_id: &SessionId,
+        turn_id: crate::turn::TurnId,
+    ) -> bool {
         let Some(session) = self.catalog.sessions.get(session_id.as_str()) else {
             return false;
         };
@@ -427,12 +439,12 @@ impl LiveCx<'_> {
             .filter(|s| s.reconnect)
             .cloned()
             .collect();
-        if servers.is_empty() || self.mcp.has_session(&session_id) {
+        if servers.is_empty() || self.mcp.has_session(session_id) {
             return false;
         }
         self.sessions.await_mcp(session_id.clone(), turn_id);
         let now = self.svc.now.mono;
-        self.mcp.connect_session(&session_id, servers, now);
+        self.mcp.connect_session(session_id, servers, now);
         true
     }
 }

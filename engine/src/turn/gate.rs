@@ -13,8 +13,9 @@ use proto::wire::json;
 use serde_json::json;
 
 use super::{Holder, Pause, Waiter};
-use crate::conn::PendingRead;
+use crate::conn::{LiveRead, PendingRead};
 use crate::history_load::HistoryLoad;
+use crate::ids::{KeyId, SessionId};
 use crate::live::LiveCx;
 use crate::session_core::recovery;
 use crate::store::{ReadResult, StoreRead};
@@ -42,7 +43,7 @@ pub(crate) enum Cancelled {
 
 impl LiveCx<'_> {
     /// Frees the gate and admits the next live waiter.
-    pub(crate) fn release_gate(&mut self, session_id: &str) {
+    pub(crate) fn release_gate(&mut self, session_id: &SessionId) {
         let now = self.svc.now.mono;
         let conns = &self.svc.conns;
         let Some(live) = self.sessions.core_mut(session_id) else {
@@ -78,7 +79,7 @@ impl LiveCx<'_> {
 
     /// Session closed or revoked: drop the gate, the pause and the waiters
     /// (who then fail the post-gate state check).
-    pub(crate) fn drop_live(&mut self, session_id: &str) {
+    pub(crate) fn drop_live(&mut self, session_id: &SessionId) {
         // A closed session is terminal: its in-flight turn stops here (a
         // late provider reply is ignored) and its stream ends without a
         // terminal frame, like every other stream of the session.
@@ -112,7 +113,7 @@ impl LiveCx<'_> {
 
     /// `session.cancelTurn` (extension `turn.cancel`): the caller's running
     /// or paused turn, else its queued requests.
-    pub(crate) fn cancel_turn(&mut self, conn: ConnId, session_id: &str, key_id: &str) {
+    pub(crate) fn cancel_turn(&mut self, conn: ConnId, session_id: &SessionId, key_id: &KeyId) {
         if !self
             .catalog
             .require_driver(self.svc, conn, session_id, key_id, "session.cancelTurn")
@@ -138,7 +139,7 @@ impl LiveCx<'_> {
 
     /// Cancels what holds the session's gate (only if `owner` holds it,
     /// when given), else `owner`'s queued requests.
-    pub(crate) fn cancel_gate(&mut self, session_id: &str, owner: Option<&str>) -> Cancelled {
+    pub(crate) fn cancel_gate(&mut self, session_id: &SessionId, owner: Option<&str>) -> Cancelled {
         let mine = |k: &str| owner.is_none() || owner == Some(k);
         if let Some(Holder::Running) = self.sessions.core(session_id).map(|l| l.gate.holder()) {
             let running = (self.sessions.core(session_id))
@@ -192,7 +193,7 @@ impl LiveCx<'_> {
     /// (a late reply is dropped), its request ends with [`CANCELLED`], the
     /// gate passes on. Nothing of the turn's in-memory tool rounds reaches
     /// the history, so no `tool_use` is left without a result.
-    fn cancel_running(&mut self, session_id: &str) {
+    fn cancel_running(&mut self, session_id: &SessionId) {
         let Some(mut t) = self.sessions.take_turn(self.routes, session_id) else {
             return;
         };
@@ -223,11 +224,15 @@ impl LiveCx<'_> {
     // any parked pause from the log (`session_core::recovery`); the owner
     // of a restored pause gets a fresh `BAE_TURN_TIMEOUT` from then.
 
-    pub(crate) fn on_recover(&mut self, session_id: &str, result: Result<HistoryLoad, String>) {
+    pub(crate) fn on_recover(
+        &mut self,
+        session_id: &SessionId,
+        result: Result<HistoryLoad, String>,
+    ) {
         let load = match result {
             Ok(load) => load,
             Err(e) => {
-                tracing::error!(error = %e, session_id, "history recovery read failed");
+                tracing::error!(error = %e, %session_id, "history recovery read failed");
                 return self.recovery_failed(session_id);
             }
         };
@@ -246,19 +251,19 @@ impl LiveCx<'_> {
             after_seq,
             limit: PAUSE_SCAN,
         };
-        let session_id = session_id.to_string();
+        let session_id = session_id.clone();
         (self.svc).read(
             read,
-            PendingRead::RecoverPause {
+            PendingRead::Live(LiveRead::RecoverPause {
                 session_id,
                 paused_seq,
-            },
+            }),
         );
     }
 
     pub(crate) fn on_recover_pause(
         &mut self,
-        session_id: &str,
+        session_id: &SessionId,
         paused_seq: u64,
         result: Result<ReadResult, String>,
     ) {
@@ -283,12 +288,12 @@ impl LiveCx<'_> {
             auto_trigger: None,
             cancelled: logged.cancelled,
         };
-        tracing::info!(session_id, owner = %pause.owner, "restored a paused turn from the log");
+        tracing::info!(%session_id, owner = %pause.owner, "restored a paused turn from the log");
         self.recovered(session_id, Some(pause));
     }
 
     /// Recovery done: queued arrivals go through the arrival rules in order.
-    fn recovered(&mut self, session_id: &str, pause: Option<Pause>) {
+    fn recovered(&mut self, session_id: &SessionId, pause: Option<Pause>) {
         let waiters: Vec<Waiter> = self
             .sessions
             .core_of(self.catalog, session_id)
@@ -303,7 +308,7 @@ impl LiveCx<'_> {
             .note_gate_idle(self.catalog, session_id, self.svc.now.mono);
     }
 
-    fn recovery_failed(&mut self, session_id: &str) {
+    fn recovery_failed(&mut self, session_id: &SessionId) {
         self.sessions.history_forget(session_id);
         let live = self.sessions.core_of(self.catalog, session_id);
         live.history = None;

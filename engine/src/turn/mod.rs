@@ -12,8 +12,9 @@ mod world;
 
 use serde_json::json;
 
-use crate::conn::PendingRead;
+use crate::conn::{LiveRead, PendingRead};
 use crate::history_load::{HistoryLoad, HistoryLoader, Progress};
+use crate::ids::{KeyId, SessionId};
 use crate::live::LiveCx;
 use crate::services::Services;
 use crate::session_core::{Arrival, Limits, Refusal, SessionCore, Start, TurnLoop, World};
@@ -36,8 +37,8 @@ impl LiveCx<'_> {
     pub(crate) fn send_message(
         &mut self,
         conn: ConnId,
-        session_id: &str,
-        key_id: &str,
+        session_id: &SessionId,
+        key_id: &KeyId,
         params: SendMessageCall,
     ) {
         if !self
@@ -90,14 +91,14 @@ impl LiveCx<'_> {
     /// A gated request passed its pre-gate checks. The first one after a
     /// start rebuilds history and any parked pause from the log (the
     /// reference loses pauses on restart; spec 01 §10 note 3).
-    pub(crate) fn arrive(&mut self, conn: ConnId, session_id: &str, key_id: &str, op: Op) {
+    pub(crate) fn arrive(&mut self, conn: ConnId, session_id: &SessionId, key_id: &KeyId, op: Op) {
         let fresh = self
             .catalog
             .sessions
             .get(session_id)
             .is_some_and(|s| s.fresh);
         let (now, limits) = (self.svc.now.mono, self.gate_limits());
-        let waiter = Waiter::new(conn, self.catalog.key_id(key_id), op);
+        let waiter = Waiter::new(conn, key_id.clone(), op);
         self.sessions.history_busy(session_id);
         let live = self.sessions.core_of(self.catalog, session_id);
         let empty = live.history.is_none() && fresh;
@@ -119,7 +120,8 @@ impl LiveCx<'_> {
         self.route_arrival(conn, session_id, arrival);
         if recover {
             let (loader, read) = HistoryLoader::start(session_id);
-            self.svc.read(read, PendingRead::Recover { loader });
+            self.svc
+                .read(read, PendingRead::Live(LiveRead::Recover { loader }));
         }
         self.sessions
             .note_gate_idle(self.catalog, session_id, self.svc.now.mono);
@@ -133,7 +135,7 @@ impl LiveCx<'_> {
     }
 
     /// Acts on what the gate made of `conn`'s arrival.
-    fn route_arrival(&mut self, conn: ConnId, session_id: &str, arrival: Arrival) {
+    fn route_arrival(&mut self, conn: ConnId, session_id: &SessionId, arrival: Arrival) {
         match arrival {
             Arrival::Start(start) => self.start_admitted(session_id, start),
             Arrival::Queued => {
@@ -150,7 +152,7 @@ impl LiveCx<'_> {
     /// logged (a send's before it subscribes, so observers see it and the
     /// reclaiming caller does not, C-122; a compaction's after it attached,
     /// so it is streamed to it), then the turn or compaction starts.
-    pub(crate) fn start_admitted(&mut self, session_id: &str, start: Start) {
+    pub(crate) fn start_admitted(&mut self, session_id: &SessionId, start: Start) {
         let Start { waiter, takeover } = start;
         match waiter.op {
             Op::Send(message) => {
@@ -173,14 +175,20 @@ impl LiveCx<'_> {
 
     /// Makes `conn`'s request the gate holder of `session_id` with a fresh
     /// turn in `mode`, and returns the turn's id.
-    fn hold_gate(&mut self, conn: ConnId, session_id: &str, key_id: &str, mode: Mode) -> TurnId {
-        let turn_id = (self.routes).start_turn(self.catalog.session_id(session_id));
+    fn hold_gate(
+        &mut self,
+        conn: ConnId,
+        session_id: &SessionId,
+        key_id: &KeyId,
+        mode: Mode,
+    ) -> TurnId {
+        let turn_id = (self.routes).start_turn(session_id.clone());
         self.sessions.tell_queue_positions(self.svc, session_id);
         let conn_alive = self.svc.stream_mut(conn).is_some();
         if let Some(s) = self.svc.stream_mut(conn) {
             s.kind = StreamKind::Turn;
         }
-        let key_id = self.catalog.key_id(key_id);
+        let key_id = key_id.clone();
         let turn = TurnLoop::new(turn_id, key_id, conn_alive.then_some(conn), mode);
         self.sessions.core_of(self.catalog, session_id).begin(turn);
         turn_id
@@ -191,8 +199,8 @@ impl LiveCx<'_> {
     fn acquire(
         &mut self,
         conn: ConnId,
-        session_id: &str,
-        key_id: &str,
+        session_id: &SessionId,
+        key_id: &KeyId,
         mut message: UserMessage,
         takeover: Takeover,
     ) {
@@ -205,7 +213,7 @@ impl LiveCx<'_> {
                 .turn()
                 .and_then(|t| t.conn);
             let resumed = matches!(takeover, Takeover::Resume(_));
-            let session = (session_id, profile_id.as_str(), key_id);
+            let session = (session_id.as_str(), profile_id.as_str(), key_id.as_str());
             (self.svc.telemetry).turn_begin(turn_id, conn, session, resumed);
         }
         if let Some(idem) = message.idem.take() {
@@ -229,8 +237,8 @@ impl LiveCx<'_> {
     fn acquire_compaction(
         &mut self,
         conn: ConnId,
-        session_id: &str,
-        key_id: &str,
+        session_id: &SessionId,
+        key_id: &KeyId,
         prompt: Option<String>,
         reclaimed: Option<Pause>,
     ) {
@@ -253,7 +261,7 @@ impl LiveCx<'_> {
     /// performs every effect it queued. `None` when the session has no core.
     pub(crate) fn with_core<R>(
         &mut self,
-        session_id: &str,
+        session_id: &SessionId,
         f: impl FnOnce(&mut SessionCore, &dyn World, crate::MonoMs) -> R,
     ) -> Option<R> {
         let r = self.core_step(session_id, f)?;
@@ -281,7 +289,7 @@ impl LiveCx<'_> {
     /// its slot in the provider limits is free at once; an unstreamed one
     /// runs to its end and keeps its slot until its (ignored) reply.
     /// Attempts still waiting for a slot or a retry leave their queue.
-    pub(crate) fn abort_calls(&mut self, session_id: &str) {
+    pub(crate) fn abort_calls(&mut self, session_id: &SessionId) {
         let now = self.svc.now.mono;
         for (call, streamed) in self.routes.calls.remove_session(session_id) {
             if streamed {
@@ -393,7 +401,7 @@ impl LiveCx<'_> {
         &mut self,
         turn: TurnId,
         index: usize,
-        session_id: &str,
+        session_id: &SessionId,
         handle: &crate::sandbox::Handle,
         result: Result<crate::sandbox::ExecOutput, String>,
     ) {
@@ -406,7 +414,7 @@ impl LiveCx<'_> {
         });
     }
 
-    pub(crate) fn set_state(&mut self, session_id: &str, state: SessionState) {
+    pub(crate) fn set_state(&mut self, session_id: &SessionId, state: SessionState) {
         // Terminal states are final (spec 02 §3): a turn still running when
         // its session was closed must not move it to `error`.
         if (self.catalog.sessions.get(session_id)).is_some_and(|s| s.state != SessionState::Open) {
@@ -434,7 +442,7 @@ impl LiveCx<'_> {
     /// given while they are being performed (the caller's loop goes on).
     pub(crate) fn core_step<R>(
         &mut self,
-        session_id: &str,
+        session_id: &SessionId,
         f: impl FnOnce(&mut SessionCore, &dyn World, crate::MonoMs) -> R,
     ) -> Option<R> {
         let now = self.svc.now.mono;
