@@ -435,11 +435,11 @@ impl Engine {
     /// Drops every piece of runtime state of a session (drivers, gate,
     /// streams, parked pause).
     pub(crate) fn teardown_session(&mut self, session_id: &str) {
+        let sid = self.catalog.session_id(session_id);
         self.catalog.drivers.remove(session_id);
         self.sessions.forget_drivers(session_id);
-        self.sandbox_cx().teardown_sandbox(session_id);
-        self.svc.end_subscriptions(session_id);
-        let sid = self.catalog.session_id(session_id);
+        self.sandbox_cx().teardown_sandbox(&sid);
+        self.svc.end_subscriptions(&sid);
         self.live().drop_live(&sid);
         self.mcp.close_session(session_id);
     }

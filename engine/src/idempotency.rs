@@ -19,6 +19,7 @@ use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
 use crate::conn::{AnswerRead, PendingRead};
+use crate::ids::SessionId;
 use crate::services::Services;
 use crate::session_core::SessionCore;
 use crate::session_core::{TurnLoop, UserMessage};
@@ -183,7 +184,7 @@ impl Keys {
         svc: &mut Services,
         core: Option<&mut SessionCore>,
         conn: ConnId,
-        session_id: &str,
+        session_id: &SessionId,
         key_id: &str,
         key: String,
         message: &mut UserMessage,
@@ -247,7 +248,7 @@ impl Keys {
         &self,
         svc: &mut Services,
         conn: ConnId,
-        session_id: &str,
+        session_id: &SessionId,
         key_id: &str,
         params: &SendMessageCall,
     ) -> bool {
@@ -312,7 +313,7 @@ impl Keys {
     pub(crate) fn started(
         &mut self,
         svc: &mut Services,
-        session_id: &str,
+        session_id: &SessionId,
         key_id: &str,
         key: &str,
     ) {
@@ -324,7 +325,7 @@ impl Keys {
     pub(crate) fn finished(
         &mut self,
         svc: &mut Services,
-        session_id: &str,
+        session_id: &SessionId,
         t: &TurnLoop,
         outcome: impl FnOnce() -> String,
     ) {
@@ -340,7 +341,7 @@ impl Keys {
     fn put(
         &mut self,
         svc: &mut Services,
-        session_id: &str,
+        session_id: &SessionId,
         key_id: &str,
         key: &str,
         f: impl FnOnce(&mut Entry),
@@ -371,7 +372,7 @@ impl Keys {
 }
 
 impl Services {
-    pub(crate) fn replay_outcome(&mut self, conn: ConnId, session_id: &str, outcome: &str) {
+    pub(crate) fn replay_outcome(&mut self, conn: ConnId, session_id: &SessionId, outcome: &str) {
         let parsed: Value = serde_json::from_str(outcome).unwrap_or(Value::Null);
         if let Some(err) = parsed.get("error") {
             let code = err

@@ -411,9 +411,8 @@ impl Engine {
                 result,
             } => match requester {
                 Requester::Turn { turn, index } => {
-                    let sid = self.catalog.session_id(&session_id);
                     self.live()
-                        .on_sandbox_tool_done(turn, index, &sid, &handle, result)
+                        .on_sandbox_tool_done(turn, index, &session_id, &handle, result)
                 }
                 Requester::Rpc { conn, key_id } => {
                     self.sandbox_cx()

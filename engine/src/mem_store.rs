@@ -303,10 +303,24 @@ impl MemStore {
         }
     }
 
+    /// Seq of the last event a fork or an import copied into `session_id`
+    /// (0: none): registrations up to it are not the session's own.
+    fn copied_through(&self, session_id: &str) -> u64 {
+        (self.lineage.iter())
+            .find(|l| l.session_id == session_id)
+            .map_or(0, |l| l.copied_through)
+    }
+
+    /// Whether `e` registers a driver of its own session (not a copied
+    /// registration of the session it was forked or imported from).
+    fn own_registration(&self, e: &EventRow) -> bool {
+        e.event_type == "session.driver.register" && e.seq > self.copied_through(&e.session_id)
+    }
+
     /// Distinct `(session, client key)` registrations on the `open` sessions.
     fn open_registrations(&self, open: &std::collections::HashSet<&str>) -> u64 {
         let pairs: std::collections::BTreeSet<(&str, &str)> = (self.events.values())
-            .filter(|e| e.event_type == "session.driver.register")
+            .filter(|e| self.own_registration(e))
             .filter(|e| open.contains(e.session_id.as_str()))
             .filter_map(|e| Some((e.session_id.as_str(), e.client_key_id.as_deref()?)))
             .collect();
@@ -319,8 +333,7 @@ impl MemStore {
         if s.state == SessionState::Open {
             for e in self.session_events(&s.id) {
                 let key = e.client_key_id.as_deref().unwrap_or_default();
-                let register = e.event_type == "session.driver.register";
-                if register
+                if self.own_registration(e)
                     && e.seq >= since
                     && !key.is_empty()
                     && !drivers.iter().any(|d| d == key)
@@ -380,7 +393,7 @@ impl MemStore {
             .collect();
         let mut drivers: Vec<(String, String)> = Vec::new();
         for e in self.events.values().filter(|_| !lazy) {
-            if e.event_type == "session.driver.register" && open.contains(e.session_id.as_str()) {
+            if self.own_registration(e) && open.contains(e.session_id.as_str()) {
                 let pair = (
                     e.session_id.clone(),
                     e.client_key_id.clone().unwrap_or_default(),

@@ -176,10 +176,6 @@ impl Engine {
         session.subagent_tools.set(pool, &key.id, &d.subagent_tools);
         self.svc
             .write(crate::StoreWrite::InsertSession(session.to_row()));
-        // Before the events: a reader of the writes (the simulator's
-        // checker) knows them as copied when it meets them.
-        let lineage = plan.lineage(&session_id, &self.svc.timestamp());
-        self.svc.write(crate::StoreWrite::InsertLineage(lineage));
         self.residency.admit(&mut self.catalog, session);
         self.lease_new_session(&session_id);
         if plan.state == SessionState::Open {
@@ -199,6 +195,13 @@ impl Engine {
             || log.next_seq(),
         );
         let events = rows.len();
+        // Before the events: a reader of the writes (the simulator's
+        // checker) knows them as copied when it meets them. It names the
+        // last copied seq: registrations up to it are the parent's, and
+        // the store recovers none of them (issue 38).
+        let copied_through = rows.last().map_or(0, |r| r.seq);
+        let lineage = plan.lineage(&session_id, &self.svc.timestamp(), copied_through);
+        self.svc.write(crate::StoreWrite::InsertLineage(lineage));
         for row in rows {
             self.svc.write(crate::StoreWrite::InsertEvent(row));
         }
@@ -241,9 +244,9 @@ impl Engine {
             return self.svc.respond_json(conn, 201, &body);
         }
         let id = self.catalog.session_id(session_id);
-        self.sessions.park_create(id, PendingCreate { conn, body });
         let now = self.svc.now.mono;
-        self.mcp.connect_session(session_id, servers, now);
+        self.mcp.connect_session(&id, servers, now);
+        self.sessions.park_create(id, PendingCreate { conn, body });
     }
 
     pub(crate) fn release_create(&mut self, session_id: &str) {

@@ -6,6 +6,7 @@ use proto::jsonrpc::{ExecRemoteSandboxParams, Parsed, RpcError, StartRemoteSandb
 use proto::wire::json;
 use serde_json::{json, Value};
 
+use crate::ids::SessionId;
 use crate::model::Catalog;
 use crate::sandbox::SandboxHub;
 use crate::sandbox::{CancelOutcome, ExecOutput, Handle, Requester, StartRefused, StopReason};
@@ -58,7 +59,7 @@ impl SandboxCx<'_> {
     pub(crate) fn start_remote_sandbox(
         &mut self,
         conn: ConnId,
-        session_id: &str,
+        session_id: &SessionId,
         key_id: &str,
         params: Parsed<StartRemoteSandboxParams>,
     ) {
@@ -105,7 +106,7 @@ impl SandboxCx<'_> {
 
     pub(crate) fn sandbox_started(
         &mut self,
-        session_id: &str,
+        session_id: &SessionId,
         requester: Requester,
         image: &str,
         result: Result<Handle, String>,
@@ -154,7 +155,12 @@ impl SandboxCx<'_> {
     }
 
     /// `session.stopRemoteSandbox` (spec 06 §5.4): the handle goes first.
-    pub(crate) fn stop_remote_sandbox(&mut self, conn: ConnId, session_id: &str, key_id: &str) {
+    pub(crate) fn stop_remote_sandbox(
+        &mut self,
+        conn: ConnId,
+        session_id: &SessionId,
+        key_id: &str,
+    ) {
         let requester = Requester::Rpc {
             conn,
             key_id: key_id.to_string(),
@@ -174,7 +180,7 @@ impl SandboxCx<'_> {
     }
 
     /// The session was closed (its teardown already ran).
-    fn is_closed(&self, session_id: &str) -> bool {
+    fn is_closed(&self, session_id: &SessionId) -> bool {
         !matches!(
             self.catalog.sessions.get(session_id),
             Some(s) if s.state != crate::store::SessionState::Closed
@@ -185,7 +191,7 @@ impl SandboxCx<'_> {
     pub(crate) fn exec_remote_sandbox(
         &mut self,
         conn: ConnId,
-        session_id: &str,
+        session_id: &SessionId,
         key_id: &str,
         params: Parsed<ExecRemoteSandboxParams>,
     ) {
@@ -212,7 +218,7 @@ impl SandboxCx<'_> {
         &mut self,
         conn: ConnId,
         key_id: &str,
-        session_id: &str,
+        session_id: &SessionId,
         handle: &Handle,
         result: Result<ExecOutput, String>,
     ) {
@@ -248,7 +254,7 @@ impl SandboxCx<'_> {
     pub(crate) fn cancel_subagent(
         &mut self,
         conn: ConnId,
-        session_id: &str,
+        session_id: &SessionId,
         key_id: &str,
         params: Parsed<proto::jsonrpc::CancelSubagentParams>,
     ) {
@@ -279,7 +285,7 @@ impl SandboxCx<'_> {
 
     /// Session close (spec 01 §4.3 step 2): running remote subagents are
     /// cancelled, then the sandbox stops; all attributed to the creator.
-    pub(crate) fn teardown_sandbox(&mut self, session_id: &str) {
+    pub(crate) fn teardown_sandbox(&mut self, session_id: &SessionId) {
         let Some(creator) = self
             .catalog
             .sessions
@@ -340,7 +346,7 @@ impl Services {
 
     pub(crate) fn log_stop(
         &mut self,
-        session_id: &str,
+        session_id: &SessionId,
         key_id: &str,
         handle: &Handle,
         reason: StopReason,
@@ -358,7 +364,7 @@ impl Services {
 
     pub(crate) fn sandbox_stopped(
         &mut self,
-        session_id: &str,
+        session_id: &SessionId,
         requester: Requester,
         handle: &Handle,
         reason: StopReason,
@@ -397,7 +403,7 @@ impl Services {
 
     pub(crate) fn log_sandbox_error(
         &mut self,
-        session_id: &str,
+        session_id: &SessionId,
         key_id: Option<&str>,
         handle: &Handle,
         phase: &str,

@@ -12,6 +12,7 @@ use proto::jsonrpc::{self, Extension, Parsed, SubscribeParams};
 use serde_json::Value;
 
 use crate::conn::{AnswerRead, PendingRead};
+use crate::ids::SessionId;
 use crate::log::Appended;
 use crate::store::{ReadResult, RenderedEvent, StoreRead};
 use crate::streams::StreamKind;
@@ -34,7 +35,7 @@ impl Services {
     /// subscription still behind (stalled or reading the store) would lose
     /// the events up to the close, which it was promised: it reads on to
     /// the end of the log first (found by sim seed 135).
-    pub(crate) fn end_subscriptions(&mut self, session_id: &str) {
+    pub(crate) fn end_subscriptions(&mut self, session_id: &SessionId) {
         for conn in self.subscriptions(session_id) {
             let gapless = self.stream_has(conn, Extension::SubscribeGapless);
             match self.sub_mut(conn) {
@@ -47,7 +48,7 @@ impl Services {
     pub(crate) fn subscribe(
         &mut self,
         conn: ConnId,
-        session_id: &str,
+        session_id: &SessionId,
         params: Parsed<SubscribeParams>,
     ) {
         let (since, asked) = match params {
@@ -229,13 +230,13 @@ impl Services {
 
     /// Ends every `session.subscribe` stream of the session (level-triggered:
     /// also those still replaying).
-    pub(crate) fn unsubscribe_all(&mut self, session_id: &str) {
+    pub(crate) fn unsubscribe_all(&mut self, session_id: &SessionId) {
         for conn in self.subscriptions(session_id) {
             self.end_stream(conn);
         }
     }
 
-    pub(crate) fn subscriptions(&self, session_id: &str) -> Vec<ConnId> {
+    pub(crate) fn subscriptions(&self, session_id: &SessionId) -> Vec<ConnId> {
         self.session_streams(session_id)
             .into_iter()
             .filter(|c| {

@@ -10,6 +10,7 @@
 mod common;
 
 use common::*;
+use engine::store::SnapshotScope;
 use engine::{ProviderEntry, ProviderReply};
 use proto::provider::Kind;
 use serde_json::{json, Value};
@@ -279,4 +280,105 @@ fn rewind_hands_the_message_back_to_edit_and_resend() {
     assert_eq!((s, p["type"].as_str()), (404, Some("not_found")));
     let (s, p) = client_fork(&mut h, &f.sid, &key, "rewind", json!({}));
     assert_eq!((s, p["type"].as_str()), (400, Some("bad_request")));
+}
+
+/// `GET …/participants` of `sid` with `key`: its drivers (C-040).
+fn drivers(h: &mut Harness, sid: &str, key: &str) -> Value {
+    let path = format!("/api/v1/sessions/{sid}/participants");
+    let (status, body) = h.client("GET", &path, key, None);
+    assert_eq!(status, 200, "{body}");
+    body["drivers"].clone()
+}
+
+/// The `bae_drivers_registered` gauge.
+fn drivers_gauge(h: &mut Harness) -> u64 {
+    let (status, body) = h.admin("GET", "/metrics", None);
+    assert_eq!(status, 200);
+    let text = body.as_str().unwrap_or_default().to_string();
+    (text.lines())
+        .find_map(|l| l.strip_prefix("bae_drivers_registered "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no bae_drivers_registered in {text}"))
+}
+
+/// A parent with two registered drivers (its creator and a joiner) and a
+/// text turn, and a fork of it by the creator that nobody registered in:
+/// `(parent, joiner, fork id, fork session key)`.
+fn parent_with_two_drivers_and_a_fork(h: &mut Harness) -> (Live, Driver, String, String) {
+    let f = with_tool(h, "main");
+    let joiner = h.join_driver(&f, json!({}));
+    h.replies.push_back(anthropic_text("hello"));
+    h.send(&f.sid, &f.a.session_key, json!("hi"));
+    let (s, answer) = client_fork(h, &f.sid, &f.a.session_key, "fork", json!({}));
+    assert_eq!(s, 201, "{answer}");
+    let fid = answer["session_id"].as_str().unwrap().to_string();
+    let fkey = answer["session_key"].as_str().unwrap().to_string();
+    // The copy is faithful: both registrations are in the fork's log.
+    let copied = of_type(&h.admin_events(&fid), "session.driver.register").len();
+    assert_eq!(copied, 2);
+    (f, joiner, fid, fkey)
+}
+
+/// Issue 38, C-040/C-064/C-069: a fork starts with no drivers, also once
+/// it was evicted and read back from the store (`BAE_RESIDENT_SESSIONS=0`),
+/// although its log holds its parent's registrations. Its creator must
+/// register (logged, as a first registration is), and that registration,
+/// the fork's own, comes back after the next eviction.
+#[test]
+fn an_evicted_fork_reloads_without_its_parents_drivers() {
+    let mut h = Harness::as_configured(engine::Config {
+        resident_sessions: Some(0),
+        ..registry()
+    });
+    let (f, joiner, fid, fkey) = parent_with_two_drivers_and_a_fork(&mut h);
+    let mut both = vec![f.a.key_id.clone(), joiner.key_id.clone()];
+    both.sort();
+    assert_eq!(drivers(&mut h, &f.sid, &f.a.session_key), json!(both));
+    assert_eq!(drivers(&mut h, &fid, &fkey), json!([]));
+    let (_, t) = h.send(&fid, &fkey, json!("not registered here"));
+    assert_eq!(t["error"]["code"], -32001, "{t}");
+    let before = h.admin_events(&fid).len();
+    h.register_driver(&fid, &fkey);
+    let after = h.admin_events(&fid);
+    assert_eq!(after.len(), before + 1, "the fork's first registration");
+    assert_eq!(drivers(&mut h, &fid, &fkey), json!([f.a.key_id]));
+    h.replies.push_back(anthropic_text("fork answer"));
+    let (_, t) = h.send(&fid, &fkey, json!("now registered"));
+    assert!(t["result"].is_object(), "{t}");
+    assert_eq!(drivers(&mut h, &fid, &fkey), json!([f.a.key_id]));
+    assert_eq!(
+        drivers_gauge(&mut h),
+        3,
+        "two on the parent, one on the fork"
+    );
+}
+
+/// Issue 38 with `BAE_DURABLE_DRIVERS` (docs/extensions.md): a restart
+/// rebuilds the registrations from the log, from a full snapshot or one
+/// session at a time, and a fork's copied registrations are not among
+/// them; its own are.
+#[test]
+fn durable_drivers_come_back_to_the_parent_not_to_its_forks() {
+    for scope in [SnapshotScope::Full, SnapshotScope::Lazy] {
+        let mut h = Harness::new(registry());
+        let (f, joiner, fid, fkey) = parent_with_two_drivers_and_a_fork(&mut h);
+        let (s, answer) = client_fork(&mut h, &f.sid, &f.a.session_key, "fork", json!({}));
+        assert_eq!(s, 201, "{answer}");
+        let gid = answer["session_id"].as_str().unwrap().to_string();
+        let gkey = answer["session_key"].as_str().unwrap().to_string();
+        h.register_driver(&gid, &gkey);
+        let durable = engine::Config {
+            durable_drivers: true,
+            ..registry()
+        };
+        h.restart_from(durable, scope);
+        let mut both = vec![f.a.key_id.clone(), joiner.key_id.clone()];
+        both.sort();
+        assert_eq!(drivers(&mut h, &f.sid, &f.a.session_key), json!(both));
+        assert_eq!(drivers(&mut h, &fid, &fkey), json!([]), "{scope:?}");
+        assert_eq!(drivers(&mut h, &gid, &gkey), json!([f.a.key_id]));
+        assert_eq!(drivers_gauge(&mut h), 3, "{scope:?}");
+        let (_, t) = h.send(&fid, &fkey, json!("not registered here"));
+        assert_eq!(t["error"]["code"], -32001, "{t}");
+    }
 }

@@ -3,6 +3,12 @@
 //! it from the log, and nothing a client sees changes. Each test runs the
 //! same timeline with the cache kept and with it dropped, and compares what
 //! the provider was sent.
+//!
+//! Every test runs with the configured residency ([`Harness::as_configured`],
+//! not `BAE_TEST_RESIDENT_SESSIONS`): they count the history loads and
+//! timers of sessions that stay in memory, and an evicted session drops its
+//! cached history by design (it is read back on its next turn, which
+//! `residency_flows.rs` covers) and arms the eviction pass's retry timer.
 
 mod common;
 
@@ -61,7 +67,7 @@ fn requests(result: &Value) -> Vec<Value> {
 /// Three text turns with `gap_ms` of quiet between them; the provider
 /// requests of each, and how many history loads the engine made.
 fn three_turns(config: Config, gap_ms: u64) -> (Vec<Value>, usize) {
-    let mut h = Harness::new(config);
+    let mut h = Harness::as_configured(config);
     let (_key, sid, skey) = h.open_session(&[], json!({}));
     h.register_driver(&sid, &skey);
     let mut sent = Vec::new();
@@ -108,7 +114,7 @@ fn over_budget_an_idle_history_goes_at_once() {
 
 #[test]
 fn a_paused_turn_keeps_its_history_however_long_it_waits() {
-    let mut h = Harness::new(with_cache(0, 0));
+    let mut h = Harness::as_configured(with_cache(0, 0));
     let (_key, sid, skey) = h.open_session(
         &["get_time"],
         json!({"tools": [{"name": "get_time", "input_schema": {"type": "object"}}]}),
@@ -150,7 +156,7 @@ fn a_paused_turn_keeps_its_history_however_long_it_waits() {
 #[test]
 fn compaction_bound_and_newest_usage_survive_a_dropped_cache() {
     let run = |config: Config| {
-        let mut h = Harness::new(config);
+        let mut h = Harness::as_configured(config);
         let (_key, sid, skey) = h.open_session(
             &[],
             json!({"compaction": {"mode": "client", "prompt": "keep"}}),
@@ -182,7 +188,7 @@ fn compaction_bound_and_newest_usage_survive_a_dropped_cache() {
 
 #[test]
 fn a_closed_session_leaves_nothing_cached() {
-    let mut h = Harness::new(with_cache(usize::MAX, 10_000));
+    let mut h = Harness::as_configured(with_cache(usize::MAX, 10_000));
     let (_key, sid, skey) = h.open_session(&[], json!({}));
     h.register_driver(&sid, &skey);
     h.replies.push_back(anthropic_text("hi"));

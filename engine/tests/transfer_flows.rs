@@ -382,3 +382,48 @@ fn an_import_over_the_body_limit_is_413() {
     let (s, _) = parse_response(&h.take(conn));
     assert_eq!(s, 413);
 }
+
+/// Issue 38, C-040/C-069: an imported session starts with no drivers,
+/// although its log holds the source's registrations and the key that gets
+/// it is the very key that registered there: not while it stays in memory,
+/// not once evicted and read back, not after a restart that rebuilds
+/// durable registrations from the log.
+#[test]
+fn an_import_brings_no_drivers_back() {
+    let mut h = Harness::as_configured(engine::Config {
+        resident_sessions: Some(0),
+        ..config()
+    });
+    let (_key, sid, _skey) = session_with_a_turn(&mut h);
+    let doc = export(&mut h, &sid);
+    let (_, keys) = h.admin("GET", "/admin/v1/keys", None);
+    let key_id = keys["items"][0]["id"].as_str().unwrap().to_string();
+    let registered_in_source = (events(&mut h, &sid).iter())
+        .filter(|e| e["event_type"] == "session.driver.register")
+        .map(|e| e["client_key_id"].clone())
+        .collect::<Vec<_>>();
+    assert_eq!(registered_in_source, [json!(key_id)]);
+    let (s, imported) = import(&mut h, &format!("client_key_id={key_id}"), doc.as_bytes());
+    assert_eq!(s, 201, "{imported}");
+    let iid = imported["session_id"].as_str().unwrap().to_string();
+    let ikey = imported["session_key"].as_str().unwrap().to_string();
+    let drivers = |h: &mut Harness| {
+        let path = format!("/api/v1/sessions/{iid}/participants");
+        let (status, p) = h.client("GET", &path, &ikey, None);
+        assert_eq!(status, 200, "{p}");
+        p["drivers"].clone()
+    };
+    assert_eq!(drivers(&mut h), json!([]));
+    let refused = send(&mut h, &iid, &ikey, json!("not registered here"));
+    assert_eq!(refused.last().unwrap()["error"]["code"], -32001);
+    h.restart_from(
+        engine::Config {
+            durable_drivers: true,
+            ..config()
+        },
+        engine::store::SnapshotScope::Full,
+    );
+    assert_eq!(drivers(&mut h), json!([]));
+    h.register_driver(&iid, &ikey);
+    assert_eq!(drivers(&mut h), json!([key_id]));
+}

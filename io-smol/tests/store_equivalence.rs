@@ -389,6 +389,7 @@ fn store_matches_mem_store(mut open: impl FnMut(u64) -> Backend, after: impl Fn(
     let mut max_pages = 0;
     let mut bounded = 0;
     let mut usage_kinds = [0usize; 3];
+    let mut copies_made = 0;
     for seed in 1..=6u64 {
         let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
         let mut store = open(seed);
@@ -402,6 +403,7 @@ fn store_matches_mem_store(mut open: impl FnMut(u64) -> Backend, after: impl Fn(
         let mut ids = Vec::new();
         let mut requests = Requests::new(seed);
         let mut lrng = Rng(seed.wrapping_mul(0xA24B_AED4_963E_E407) | 1);
+        let mut copies: Vec<&str> = Vec::new();
         for round in 0..60 {
             let n = 1 + rng.below(12);
             let mut batch: Vec<_> = (0..n)
@@ -424,10 +426,22 @@ fn store_matches_mem_store(mut open: impl FnMut(u64) -> Backend, after: impl Fn(
                         parent_event_id: format!("evt_{round}"),
                     },
                 };
+                // Now and then one of the read sessions becomes a copy of
+                // everything so far: the registrations up to here are its
+                // parent's, and no store recovers them (issue 38).
+                let copy = SESSIONS.iter().find(|s| !copies.contains(*s));
+                let (session_id, copied_through) = match copy {
+                    Some(s) if lrng.below(4) == 0 => {
+                        copies.push(s);
+                        (s.to_string(), seq)
+                    }
+                    _ => (format!("ses_f{round}"), lrng.below(seq + 1)),
+                };
                 batch.push(StoreWrite::InsertLineage(LineageRow {
-                    session_id: format!("ses_f{round}"),
+                    session_id,
                     origin,
                     created_at: T.into(),
+                    copied_through,
                 }));
             }
             conn.commit(&batch).unwrap();
@@ -604,6 +618,7 @@ fn store_matches_mem_store(mut open: impl FnMut(u64) -> Backend, after: impl Fn(
                 }] += 1;
             }
         }
+        copies_made += copies.len();
         drop(conn);
         for scope in [SnapshotScope::Full, SnapshotScope::Lazy] {
             same_snapshot(
@@ -619,6 +634,10 @@ fn store_matches_mem_store(mut open: impl FnMut(u64) -> Backend, after: impl Fn(
         "usage paging seen: {max_pages} pages at most"
     );
     assert!(bounded > 0, "no history was cut by a compaction");
+    assert!(
+        copies_made >= 6,
+        "{copies_made} read sessions became copies"
+    );
     assert!(
         usage_kinds.iter().all(|&n| n > 0),
         "usage outcomes {usage_kinds:?}"

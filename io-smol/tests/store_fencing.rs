@@ -319,3 +319,56 @@ fn a_lane_takeover_waits_for_the_fenced_transaction_in_flight() {
     assert_eq!(taken, lane, "then it takes the expired lane");
     assert!(waited >= Duration::from_millis(500), "{waited:?}");
 }
+
+/// Issue 38 (docs/extensions.md, "Forks and rewinds"): with durable
+/// drivers a replica taking a session's lease rebuilds its registrations
+/// from the log, but not those a fork or an import copied into it (up to
+/// its lineage row's `copied_through`): only the session's own.
+#[test]
+fn a_claim_brings_back_a_copys_own_registrations_only() {
+    use engine::store::{LineageRow, Origin};
+    let cluster = PgCluster::start();
+    let db = cluster.create_database();
+    let (mut a, lane_a) = replica(&cluster, &db, "a", 60_000);
+    let (mut b, _) = replica(&cluster, &db, "b", 60_000);
+    create_session(&mut a, 64 + lane_a);
+    let register = |seq: u64, key: &str| {
+        StoreWrite::InsertEvent(EventRow {
+            seq,
+            id: format!("evt_{seq:032x}"),
+            session_id: SID.into(),
+            client_key_id: Some(key.into()),
+            event_type: "session.driver.register".into(),
+            payload: "{}".into(),
+            created_at: T.into(),
+        })
+    };
+    let copied_through = 128 + lane_a;
+    let batch = [
+        StoreWrite::InsertLineage(LineageRow {
+            session_id: SID.into(),
+            origin: Origin::Fork {
+                parent_id: "ses_0".into(),
+                parent_event_id: "evt_0".into(),
+            },
+            created_at: T.into(),
+            copied_through,
+        }),
+        register(copied_through, "key_parent"),
+        register(192 + lane_a, "key_c"),
+    ];
+    commit(&mut a, &batch).unwrap();
+    cluster.admin_execute(
+        &db,
+        "UPDATE session_leases SET expires_at = now() - interval '1 second'",
+    );
+    let durable = StoreRead::ClaimLease {
+        session_id: SID.into(),
+        drivers_since: 0,
+    };
+    let claimed = match b.read(&durable) {
+        Ok(ReadResult::Lease(Lease::Mine(claimed))) => claimed,
+        other => panic!("the expired lease is taken: {other:?}"),
+    };
+    assert_eq!(claimed.drivers, ["key_c"]);
+}

@@ -108,7 +108,7 @@ fn migrate_then_serve_and_a_newer_schema_is_refused() {
         .iter()
         .map(|r| r.get::<_, i64>(0))
         .collect::<Vec<_>>();
-    assert_eq!(versions, vec![1, 2, 3, 4, 5, 6, 7]);
+    assert_eq!(versions, vec![1, 2, 3, 4, 5, 6, 7, 8]);
     let mut s = Server::start(pg_opts(&url));
     let f = fix(&s, &[]);
     s.stop();
@@ -121,7 +121,7 @@ fn migrate_then_serve_and_a_newer_schema_is_refused() {
     assert_eq!(out.code(), Some(1), "{}", out.stderr);
     assert!(
         out.stderr
-            .contains("database schema version 99 is newer than this binary supports (max 7)"),
+            .contains("database schema version 99 is newer than this binary supports (max 8)"),
         "{}",
         out.stderr
     );
@@ -378,6 +378,58 @@ mod in_process {
             payload: payload.into(),
             created_at: T.into(),
         })
+    }
+
+    /// Issue 38: migration 8 adds `bae_session_lineage.copied_through` to
+    /// a database of version 7; a row written before reads 0 (nothing
+    /// known to be copied), a new one keeps its boundary.
+    #[test]
+    fn migration_8_gives_lineage_rows_a_copied_boundary() {
+        use engine::store::{LineageRow, Origin};
+        let cluster = PgCluster::start();
+        let db = cluster.create_database();
+        let env = parse_env(|k| (k == "BAE_DATABASE_URL").then(|| cluster.app_url(&db))).unwrap();
+        let Database::Postgres { url, .. } = env.database else {
+            panic!("not postgres")
+        };
+        let mut c = postgres::Client::connect(&cluster.app_url(&db), postgres::NoTls).unwrap();
+        for m in &io_smol::store::pg::PG_MIGRATIONS[..7] {
+            c.batch_execute(m.sql).unwrap();
+            c.execute(
+                "INSERT INTO schema_version (version, applied_at) VALUES ($1, 'then')",
+                &[&m.version],
+            )
+            .unwrap();
+        }
+        c.batch_execute(
+            "INSERT INTO bae_session_lineage (session_id, kind, parent_id, parent_event_id, \
+             created_at) VALUES ('ses_old', 'fork', 'ses_p', 'evt_p', 't')",
+        )
+        .unwrap();
+        drop(c);
+        let mut pg = PgStore::connect(&url).unwrap();
+        let report = pg.migrate().unwrap();
+        assert_eq!((report.from, report.to), (7, 8));
+        pg.commit(&[StoreWrite::InsertLineage(LineageRow {
+            session_id: "ses_new".into(),
+            origin: Origin::Import {
+                source_session_id: "ses_src".into(),
+            },
+            created_at: T.into(),
+            copied_through: 41,
+        })])
+        .unwrap();
+        let mut lineage = |id: &str| match pg
+            .read(&StoreRead::Lineage {
+                session_id: id.into(),
+                children: false,
+            })
+            .unwrap()
+        {
+            ReadResult::Lineage { own: Some(l), .. } => l.copied_through,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!((lineage("ses_old"), lineage("ses_new")), (0, 41));
     }
 
     /// Client-chosen texts with a NUL (valid in JSON strings, not in a

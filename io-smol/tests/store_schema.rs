@@ -180,3 +180,128 @@ fn permission_failures_suggest_a_writable_location() {
     };
     assert!(!e.to_string().contains("writable"), "{e}");
 }
+
+/// Issue 38: a database whose `bae_session_lineage` predates the
+/// `copied_through` column (forward-only, outside the numbered migrations:
+/// `schema_version` stays 9) gets it at start, once; a row written before
+/// reads 0 (nothing known to be copied), a new one keeps its boundary, and
+/// a registration up to the boundary is not a driver of the copy.
+#[test]
+fn the_lineage_table_gains_the_copied_boundary_once() {
+    use engine::store::{
+        EventRow, LineageRow, Origin, ReadResult, SessionRow, SessionState, StoreRead, StoreWrite,
+    };
+    let dir = temp_dir("lineage-col");
+    let db = dir.join("bae.db");
+    {
+        let conn = sqlite::open(&db).unwrap();
+        for m in io_smol::store::MIGRATIONS {
+            conn.execute(m.sql).unwrap();
+            conn.execute(format!(
+                "INSERT INTO schema_version VALUES ({}, datetime('now'))",
+                m.version
+            ))
+            .unwrap();
+        }
+        // The table as the previous version created it, with a row.
+        conn.execute(
+            "CREATE TABLE bae_session_lineage (
+                 session_id        TEXT PRIMARY KEY,
+                 kind              TEXT NOT NULL,
+                 parent_id         TEXT,
+                 parent_event_id   TEXT,
+                 source_session_id TEXT,
+                 created_at        TEXT NOT NULL
+             );
+             INSERT INTO bae_session_lineage VALUES
+                 ('ses_old', 'fork', 'ses_p', 'evt_p', NULL, 't');",
+        )
+        .unwrap();
+    }
+    let columns = || {
+        scalar(
+            &db,
+            "SELECT COUNT(*) FROM pragma_table_info('bae_session_lineage') \
+             WHERE name = 'copied_through'",
+        )
+    };
+    assert_eq!(columns(), 0);
+    for _ in 0..2 {
+        let store = Store::open(&db, Synchronous::Normal).unwrap();
+        assert_eq!(store.migrate().unwrap().from, 9);
+    }
+    assert_eq!(columns(), 1);
+    assert_eq!(scalar(&db, "SELECT MAX(version) FROM schema_version"), 9);
+    let store = Store::open(&db, Synchronous::Normal).unwrap();
+    store.migrate().unwrap();
+    let lineage = |id: &str| match store
+        .read(&StoreRead::Lineage {
+            session_id: id.into(),
+            children: false,
+        })
+        .unwrap()
+    {
+        ReadResult::Lineage { own: Some(l), .. } => l,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(lineage("ses_old").copied_through, 0);
+    // A copy whose log holds a registration (seq 1, copied) and one of
+    // its own (seq 2).
+    let t = "2026-01-01T00:00:00.000Z";
+    let register = |seq: u64, key: &str| {
+        StoreWrite::InsertEvent(EventRow {
+            seq,
+            id: format!("evt_{seq}"),
+            session_id: "ses_new".into(),
+            client_key_id: Some(key.into()),
+            event_type: "session.driver.register".into(),
+            payload: "{}".into(),
+            created_at: t.into(),
+        })
+    };
+    let keys = "INSERT INTO profiles (id, name, provider_config, created_at, updated_at) \
+                VALUES ('pro_1', 'p', '{}', 't', 't'); \
+                INSERT INTO keys (id, name, key_hash, key_prefix, role, profile_id, created_at) \
+                VALUES ('key_a', 'a', 'h', 'p', 'client', 'pro_1', 't'), \
+                       ('key_b', 'b', 'h', 'p', 'client', 'pro_1', 't');";
+    sqlite::open(&db).unwrap().execute(keys).unwrap();
+    store
+        .commit(&[
+            StoreWrite::InsertSession(SessionRow {
+                id: "ses_new".into(),
+                client_key_id: "key_a".into(),
+                profile_id: "pro_1".into(),
+                state: SessionState::Open,
+                client_version: None,
+                client_tools: "{}".into(),
+                sandbox_tools: "{}".into(),
+                subagent_tools: "{}".into(),
+                compaction: None,
+                created_at: t.into(),
+                closed_at: None,
+            }),
+            StoreWrite::InsertLineage(LineageRow {
+                session_id: "ses_new".into(),
+                origin: Origin::Import {
+                    source_session_id: "ses_src".into(),
+                },
+                created_at: t.into(),
+                copied_through: 1,
+            }),
+            register(1, "key_b"),
+            register(2, "key_a"),
+        ])
+        .unwrap();
+    assert_eq!(lineage("ses_new").copied_through, 1);
+    let load = StoreRead::LoadSession {
+        session_id: "ses_new".into(),
+        drivers_since: 0,
+    };
+    let ReadResult::Session(Some(s)) = store.read(&load).unwrap() else {
+        panic!("no session")
+    };
+    assert_eq!(s.drivers, ["key_a"]);
+    let snap = store.load_snapshot().unwrap();
+    assert_eq!(snap.drivers, [("ses_new".to_string(), "key_a".to_string())]);
+    assert_eq!(snap.stored_sessions.drivers, 1);
+}

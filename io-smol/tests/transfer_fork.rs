@@ -158,3 +158,62 @@ fn a_reference_sdk_style_reader_reads_a_fork_without_unknown_frames() {
     assert_eq!(all[0]["event_type"], "session.open");
     assert!(all.iter().all(|e| e["session_id"] == fid.as_str()));
 }
+
+/// Issue 38 (docs/extensions.md, "Forks and rewinds"): with
+/// `BAE_DURABLE_DRIVERS` a restart rebuilds the registrations from the
+/// log, and a fork's log holds its parent's; they must not come back as
+/// the fork's drivers (C-040), its creator must register (C-069), and a
+/// registration made in a fork is the fork's own and comes back. On
+/// SQLite and on PostgreSQL.
+#[test]
+fn after_a_durable_restart_a_fork_has_none_of_its_parents_drivers() {
+    let cluster = testkit::pg::PgCluster::start();
+    let db = cluster.create_database();
+    for url in [String::new(), cluster.app_url(&db)] {
+        let mock = MockProvider::start();
+        let config = provider_toml(&[("main", "anthropic", &mock.base_url, "claude-x", "t1")]);
+        let mut server = Server::start(
+            opts(&config)
+                .env("BAE_DATABASE_URL", &url)
+                .env(DURABLE_DRIVERS.0, DURABLE_DRIVERS.1),
+        );
+        let f = with_tool(&server, "main");
+        let b = f.join_registered(&server, json!({}));
+        mock.push(Reply::text("hello"));
+        send(&server, &f.session_id, &f.a, json!("hi"));
+        let (s, answer) = client_fork(&server, &f.session_id, &f.a.session_key, "fork", json!({}));
+        assert_eq!(s, 201, "{answer}");
+        let fid = answer["session_id"].as_str().unwrap().to_string();
+        let fc = Client {
+            session_key: answer["session_key"].as_str().unwrap().into(),
+            ..f.a.clone()
+        };
+        let (gid, gc, _) = fork(&server, &f, json!({}));
+        let copied = of_type(&admin_events(&server, &fid), "session.driver.register");
+        assert_eq!(copied.len(), 2, "the fork's log is a faithful copy");
+
+        server.restart();
+        let mut both = vec![f.a.key_id.clone(), b.key_id.clone()];
+        both.sort();
+        let drivers = |sid: &str, c: &Client| {
+            let r = server
+                .client()
+                .bearer(&c.session_key)
+                .get(&format!("/api/v1/sessions/{sid}/participants"));
+            r.assert_status(200);
+            r.json()
+        };
+        assert_eq!(drivers(&f.session_id, &f.a), json!({"drivers": both}));
+        assert_eq!(drivers(&fid, &fc), json!({"drivers": []}), "{url}");
+        assert_eq!(drivers(&gid, &gc), json!({"drivers": [f.a.key_id]}));
+        let (_, t) = send(&server, &fid, &fc, json!("not registered here"));
+        assert_rpc_error(
+            &t,
+            -32001,
+            "call session.registerDriver before session.sendMessage",
+        );
+        mock.push(Reply::text("fork answer"));
+        let (_, t) = send(&server, &gid, &gc, json!("registered here"));
+        assert!(t["result"].is_object(), "{t}");
+    }
+}

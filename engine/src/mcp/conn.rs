@@ -3,6 +3,7 @@
 //! a deadline. Transport differences stay small: stdio answers arrive as
 //! lines matched by id, HTTP answers as the reply to the request's own POST.
 
+use crate::ids::SessionId;
 use proto::mcp::{self, errors, Answer, CallOutcome, McpMethod, McpTool};
 use serde_json::Value;
 
@@ -86,7 +87,7 @@ impl Outgoing {
 }
 
 pub(super) struct Conn {
-    session_id: String,
+    session_id: SessionId,
     spec: McpServerSpec,
     http: bool,
     timeout_ms: u64,
@@ -119,13 +120,13 @@ pub(super) struct Conn {
 
 impl Conn {
     pub(super) fn new(
-        session_id: &str,
+        session_id: &SessionId,
         spec: McpServerSpec,
         now: MonoMs,
         settings: &McpSettings,
     ) -> Self {
         Conn {
-            session_id: session_id.to_string(),
+            session_id: session_id.clone(),
             http: matches!(spec.transport, super::McpTransport::Http { .. }),
             spec,
             timeout_ms: settings.timeout_ms,
@@ -211,7 +212,7 @@ impl Conn {
         self.retry_at = MonoMs(0);
     }
 
-    pub(super) fn session_id(&self) -> &str {
+    pub(super) fn session_id(&self) -> &SessionId {
         &self.session_id
     }
 

@@ -17,6 +17,7 @@ mod conn;
 #[cfg(test)]
 mod tests;
 
+use crate::ids::SessionId;
 use std::collections::{BTreeMap, VecDeque};
 
 use proto::mcp::{CallOutcome, McpTool};
@@ -113,7 +114,7 @@ pub enum McpEvent {
 pub enum McpNotice {
     /// Every server of the session finished connecting (or failed and was
     /// skipped): the create request may be answered.
-    SessionReady { session_id: String },
+    SessionReady { session_id: SessionId },
     /// A [`McpHub::call`] finished.
     CallDone {
         token: CallToken,
@@ -145,7 +146,7 @@ struct Set {
 
 pub struct McpHub {
     settings: McpSettings,
-    sets: BTreeMap<String, Set>,
+    sets: BTreeMap<SessionId, Set>,
     conns: BTreeMap<McpConnId, Conn>,
     next_conn: McpConnId,
     commands: VecDeque<McpCommand>,
@@ -166,10 +167,15 @@ impl McpHub {
 
     /// Connects `servers` for a new session, all at once; a
     /// [`McpNotice::SessionReady`] follows when the last one is done.
-    pub fn connect_session(&mut self, session_id: &str, servers: Vec<McpServerSpec>, now: MonoMs) {
+    pub fn connect_session(
+        &mut self,
+        session_id: &SessionId,
+        servers: Vec<McpServerSpec>,
+        now: MonoMs,
+    ) {
         if servers.is_empty() {
             self.notices.push_back(McpNotice::SessionReady {
-                session_id: session_id.to_string(),
+                session_id: session_id.clone(),
             });
             return;
         }
@@ -190,7 +196,7 @@ impl McpHub {
             });
         }
         self.sets.insert(
-            session_id.to_string(),
+            session_id.clone(),
             Set {
                 connecting: ids.len(),
                 conns: ids,
@@ -292,7 +298,7 @@ impl McpHub {
     /// Session DELETE or revocation-close: every connection goes down. A
     /// create still waiting on its connects is released.
     pub fn close_session(&mut self, session_id: &str) {
-        let Some(set) = self.sets.remove(session_id) else {
+        let Some((session_id, set)) = self.sets.remove_entry(session_id) else {
             return;
         };
         for id in set.conns {
@@ -301,9 +307,8 @@ impl McpHub {
             }
         }
         if set.connecting > 0 {
-            self.notices.push_back(McpNotice::SessionReady {
-                session_id: session_id.to_string(),
-            });
+            self.notices
+                .push_back(McpNotice::SessionReady { session_id });
         }
     }
 
@@ -405,7 +410,7 @@ impl McpHub {
         c.set_tools(tools);
         c.reset_backoff();
         let queued = c.take_queued();
-        let session_id = c.session_id().to_string();
+        let session_id = c.session_id().clone();
         let name = c.server_name().to_string();
         if let Some(set) = self.sets.get_mut(&session_id) {
             rebuild(set, &self.conns);
@@ -439,7 +444,7 @@ impl McpHub {
     /// profile order and releases the create.
     fn connect_finished(&mut self, id: McpConnId, tools: Option<Vec<McpTool>>) {
         let session_id = match self.conns.get(&id) {
-            Some(c) => c.session_id().to_string(),
+            Some(c) => c.session_id().clone(),
             None => match self.sets.iter().find(|(_, s)| s.conns.contains(&id)) {
                 Some((sid, _)) => sid.clone(),
                 None => return,

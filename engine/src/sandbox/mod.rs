@@ -21,6 +21,7 @@ mod subagent;
 mod tests;
 mod vocab;
 
+use crate::ids::SessionId;
 use std::collections::{BTreeMap, VecDeque};
 
 use crate::MonoMs;
@@ -40,29 +41,29 @@ struct SessionBox {
 
 enum Op {
     Ensure {
-        session_id: String,
+        session_id: SessionId,
         image: String,
         requester: Requester,
     },
     Run {
-        session_id: String,
+        session_id: SessionId,
         image: String,
         requester: Requester,
     },
     Stop {
-        session_id: String,
+        session_id: SessionId,
         handle: Handle,
         requester: Requester,
         reason: StopReason,
     },
     Exec {
-        session_id: String,
+        session_id: SessionId,
         handle: Handle,
         requester: Requester,
         deadline: Option<MonoMs>,
     },
     Subagent {
-        session_id: String,
+        session_id: SessionId,
         id: String,
     },
     Provision {
@@ -75,7 +76,7 @@ enum Op {
 
 pub struct SandboxHub {
     settings: SandboxSettings,
-    boxes: BTreeMap<String, SessionBox>,
+    boxes: BTreeMap<SessionId, SessionBox>,
     ops: BTreeMap<OpId, Op>,
     next_op: OpId,
     images: BTreeMap<String, Vec<(String, ImageState)>>,
@@ -133,17 +134,17 @@ impl SandboxHub {
     /// while one starts or runs is refused).
     pub fn start(
         &mut self,
-        session_id: &str,
+        session_id: &SessionId,
         image: &str,
         requester: Requester,
     ) -> Result<(), StartRefused> {
-        let b = self.boxes.entry(session_id.to_string()).or_default();
+        let b = self.boxes.entry(session_id.clone()).or_default();
         if b.running.is_some() || b.starting {
             return Err(StartRefused::AlreadyRunning);
         }
         b.starting = true;
         let op = self.op(Op::Ensure {
-            session_id: session_id.to_string(),
+            session_id: session_id.clone(),
             image: image.to_string(),
             requester,
         });
@@ -158,13 +159,13 @@ impl SandboxHub {
     /// when no sandbox is running.
     pub fn stop(
         &mut self,
-        session_id: &str,
+        session_id: &SessionId,
         requester: Requester,
         reason: StopReason,
     ) -> Option<Handle> {
         let handle = self.boxes.get_mut(session_id)?.running.take()?;
         let op = self.op(Op::Stop {
-            session_id: session_id.to_string(),
+            session_id: session_id.clone(),
             handle: handle.clone(),
             requester,
             reason,
@@ -180,7 +181,7 @@ impl SandboxHub {
     /// holds the lock. `None` when no sandbox is running.
     pub fn exec(
         &mut self,
-        session_id: &str,
+        session_id: &SessionId,
         command: &str,
         requester: Requester,
         now: MonoMs,
@@ -197,7 +198,7 @@ impl SandboxHub {
 
     fn run_exec(
         &mut self,
-        session_id: &str,
+        session_id: &SessionId,
         handle: Handle,
         command: &str,
         requester: Requester,
@@ -207,7 +208,7 @@ impl SandboxHub {
             (self.settings.exec_timeout_ms > 0).then(|| now + self.settings.exec_timeout_ms);
         let container = handle.container.clone();
         let op = self.op(Op::Exec {
-            session_id: session_id.to_string(),
+            session_id: session_id.clone(),
             handle,
             requester,
             deadline,
@@ -226,7 +227,7 @@ impl SandboxHub {
 
     /// The lock is free: the next queued exec runs (against the handle as
     /// it is now; queued execs of a stopped sandbox fail).
-    fn unlock(&mut self, session_id: &str, now: MonoMs) {
+    fn unlock(&mut self, session_id: &SessionId, now: MonoMs) {
         let Some(b) = self.boxes.get_mut(session_id) else {
             return;
         };
@@ -243,7 +244,7 @@ impl SandboxHub {
                     container: String::new(),
                 };
                 self.notices.push_back(SandboxNotice::Executed {
-                    session_id: session_id.to_string(),
+                    session_id: session_id.clone(),
                     requester,
                     handle,
                     result: Err(
@@ -260,7 +261,7 @@ impl SandboxHub {
     /// sandbox (its handle returned; a `Stopped` notice follows).
     pub fn close_session(
         &mut self,
-        session_id: &str,
+        session_id: &SessionId,
         creator: &str,
     ) -> (Vec<SubagentStatus>, Option<Handle>) {
         let Some(b) = self.boxes.get_mut(session_id) else {
@@ -293,7 +294,7 @@ impl SandboxHub {
             });
             let text = DriverError::Runtime("the session was closed".into()).text(&h.image);
             self.notices.push_back(SandboxNotice::Executed {
-                session_id: session_id.to_string(),
+                session_id: session_id.clone(),
                 requester,
                 handle: h,
                 result: Err(text),
@@ -319,7 +320,7 @@ impl SandboxHub {
                 SandboxReply::Ensured(r),
             ) => match r {
                 Ok(()) if self.boxes.contains_key(&session_id) => {
-                    let mut labels = vec![("bae.session".to_string(), session_id.clone())];
+                    let mut labels = vec![("bae.session".to_string(), session_id.to_string())];
                     labels.extend(self.settings.labels.iter().cloned());
                     let op = self.op(Op::Run {
                         session_id,
@@ -448,7 +449,7 @@ impl SandboxHub {
 
     fn start_failed(
         &mut self,
-        session_id: String,
+        session_id: SessionId,
         requester: Requester,
         image: String,
         text: String,

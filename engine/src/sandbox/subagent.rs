@@ -2,6 +2,7 @@
 //! ends, times out or is cancelled; its output kept for the status tool
 //! (never in events), reported once, then evicted.
 
+use crate::ids::SessionId;
 use serde_json::{json, Value};
 
 use super::{DriverError, ExecOutput, Op, OpId, SandboxCommand, SandboxHub};
@@ -265,14 +266,14 @@ impl SandboxHub {
     /// Starts an accepted launch in the session's running sandbox.
     pub fn launch(
         &mut self,
-        session_id: &str,
+        session_id: &SessionId,
         spec: LaunchSpec,
         now: MonoMs,
     ) -> Option<SubagentStatus> {
         let container = self.handle(session_id)?.container.clone();
         let timeout_ms = spec.timeout_ms.unwrap_or(self.settings.subagent_timeout_ms);
         let op = self.op(Op::Subagent {
-            session_id: session_id.to_string(),
+            session_id: session_id.clone(),
             id: spec.id.clone(),
         });
         self.commands.push_back(SandboxCommand::Exec {
@@ -285,7 +286,7 @@ impl SandboxHub {
         let s = Subagent::new(spec, op, now + timeout_ms);
         let status = s.status();
         self.boxes
-            .entry(session_id.to_string())
+            .entry(session_id.clone())
             .or_default()
             .subagents
             .push(s);
@@ -293,7 +294,7 @@ impl SandboxHub {
     }
 
     /// `session.cancelSubagent`.
-    pub fn cancel(&mut self, session_id: &str, id: &str) -> CancelOutcome {
+    pub fn cancel(&mut self, session_id: &SessionId, id: &str) -> CancelOutcome {
         let Some(s) = self
             .boxes
             .get_mut(session_id)

@@ -1,6 +1,7 @@
 //! The sandbox hub in isolation: typed requests and driver replies in,
 //! commands and notices out, virtual time. No HTTP, no store.
 
+use crate::ids::SessionId;
 use serde_json::Value;
 
 use super::*;
@@ -49,7 +50,7 @@ fn out(stdout: &str, code: i64) -> ExecOutput {
 
 /// A session `s` with a running sandbox `c1` of image `img`.
 fn running(h: &mut SandboxHub) -> Handle {
-    h.start("s", "img", rpc(1)).unwrap();
+    h.start(&SessionId::new("s"), "img", rpc(1)).unwrap();
     let ensure = op_of(&cmds(h)[0]);
     h.handle_reply(ensure, SandboxReply::Ensured(Ok(())), MonoMs(0));
     let start = op_of(&cmds(h)[0]);
@@ -61,7 +62,7 @@ fn running(h: &mut SandboxHub) -> Handle {
 #[test]
 fn c139_start_ensures_the_image_then_runs_it_with_labels() {
     let mut h = hub();
-    h.start("s", "img", rpc(1)).unwrap();
+    h.start(&SessionId::new("s"), "img", rpc(1)).unwrap();
     let c = cmds(&mut h);
     assert!(matches!(&c[..], [SandboxCommand::EnsureImage { image, .. }] if image == "img"));
     h.handle_reply(op_of(&c[0]), SandboxReply::Ensured(Ok(())), MonoMs(0));
@@ -101,19 +102,19 @@ fn c139_start_ensures_the_image_then_runs_it_with_labels() {
 #[test]
 fn c140_one_sandbox_per_session_even_while_the_first_is_starting() {
     let mut h = hub();
-    h.start("s", "img", rpc(1)).unwrap();
+    h.start(&SessionId::new("s"), "img", rpc(1)).unwrap();
     assert_eq!(
-        h.start("s", "img", rpc(2)),
+        h.start(&SessionId::new("s"), "img", rpc(2)),
         Err(StartRefused::AlreadyRunning)
     );
     let mut h = hub();
     running(&mut h);
     assert_eq!(
-        h.start("s", "other", rpc(2)),
+        h.start(&SessionId::new("s"), "other", rpc(2)),
         Err(StartRefused::AlreadyRunning)
     );
     assert!(
-        h.start("t", "img", rpc(3)).is_ok(),
+        h.start(&SessionId::new("t"), "img", rpc(3)).is_ok(),
         "other sessions are independent"
     );
 }
@@ -121,7 +122,7 @@ fn c140_one_sandbox_per_session_even_while_the_first_is_starting() {
 #[test]
 fn c141_a_failed_ensure_or_run_reports_the_driver_text_and_allows_a_retry() {
     let mut h = hub();
-    h.start("s", "img", rpc(1)).unwrap();
+    h.start(&SessionId::new("s"), "img", rpc(1)).unwrap();
     let c = cmds(&mut h);
     h.handle_reply(
         op_of(&c[0]),
@@ -136,7 +137,7 @@ fn c141_a_failed_ensure_or_run_reports_the_driver_text_and_allows_a_retry() {
         &Err("sandbox image \"img\" error: pull failed".to_string())
     );
     assert!(h.cmds_empty());
-    h.start("s", "img", rpc(1)).unwrap();
+    h.start(&SessionId::new("s"), "img", rpc(1)).unwrap();
     let c = cmds(&mut h);
     h.handle_reply(op_of(&c[0]), SandboxReply::Ensured(Ok(())), MonoMs(0));
     let c = cmds(&mut h);
@@ -163,16 +164,19 @@ fn stop_removes_the_handle_before_the_driver_stops() {
     let mut h = hub();
     let handle = running(&mut h);
     assert_eq!(
-        h.stop("s", rpc(1), StopReason::Explicit),
+        h.stop(&SessionId::new("s"), rpc(1), StopReason::Explicit),
         Some(handle.clone())
     );
     assert!(h.handle("s").is_none(), "gone before the stop completes");
     assert_eq!(
-        h.exec("s", "ls", rpc(2), MonoMs(0)),
+        h.exec(&SessionId::new("s"), "ls", rpc(2), MonoMs(0)),
         None,
         "nothing dispatched against it"
     );
-    assert_eq!(h.stop("s", rpc(1), StopReason::Explicit), None);
+    assert_eq!(
+        h.stop(&SessionId::new("s"), rpc(1), StopReason::Explicit),
+        None
+    );
     let c = cmds(&mut h);
     assert!(matches!(&c[..], [SandboxCommand::Stop { container, .. }] if container == "c1"));
     h.handle_reply(op_of(&c[0]), SandboxReply::Stopped(Ok(())), MonoMs(0));
@@ -192,8 +196,14 @@ fn stop_removes_the_handle_before_the_driver_stops() {
 fn execs_hold_the_lock_one_at_a_time_in_order() {
     let mut h = hub();
     running(&mut h);
-    assert_eq!(h.exec("s", "one", rpc(1), MonoMs(0)), Some("c1".into()));
-    assert_eq!(h.exec("s", "two", rpc(2), MonoMs(0)), Some("c1".into()));
+    assert_eq!(
+        h.exec(&SessionId::new("s"), "one", rpc(1), MonoMs(0)),
+        Some("c1".into())
+    );
+    assert_eq!(
+        h.exec(&SessionId::new("s"), "two", rpc(2), MonoMs(0)),
+        Some("c1".into())
+    );
     let c = cmds(&mut h);
     assert_eq!(c.len(), 1, "the second waits for the lock");
     let SandboxCommand::Exec { command, stdin, .. } = &c[0] else {
@@ -217,8 +227,8 @@ fn execs_hold_the_lock_one_at_a_time_in_order() {
 fn an_exec_past_its_timeout_is_killed_and_reported_as_a_driver_error() {
     let mut h = hub();
     running(&mut h);
-    h.exec("s", "sleep 99", rpc(1), MonoMs(100));
-    h.exec("s", "next", rpc(2), MonoMs(100));
+    h.exec(&SessionId::new("s"), "sleep 99", rpc(1), MonoMs(100));
+    h.exec(&SessionId::new("s"), "next", rpc(2), MonoMs(100));
     let c = cmds(&mut h);
     let op = op_of(&c[0]);
     assert_eq!(h.poll_timeout(), Some(MonoMs(1_100)));
@@ -249,7 +259,7 @@ fn launch(h: &mut SandboxHub, id: &str, timeout: Option<u64>, now: u64) -> OpId 
         timeout_ms: timeout,
         key_id: "key_a".into(),
     };
-    h.launch("s", spec, MonoMs(now)).unwrap();
+    h.launch(&SessionId::new("s"), spec, MonoMs(now)).unwrap();
     let c = cmds(h);
     let SandboxCommand::Exec { stdin, command, .. } = &c[0] else {
         panic!("{c:?}")
@@ -314,13 +324,19 @@ fn c159_c160_c161_cancel_running_terminal_and_unknown() {
     let mut h = hub();
     running(&mut h);
     let op = launch(&mut h, "sba_a", None, 0);
-    let CancelOutcome::Cancelled(status) = h.cancel("s", "sba_a") else {
+    let CancelOutcome::Cancelled(status) = h.cancel(&SessionId::new("s"), "sba_a") else {
         panic!()
     };
     assert_eq!(cmds(&mut h), vec![SandboxCommand::Kill { op }]);
     assert_eq!(status.terminal_event().unwrap().1["reason"], "explicit");
-    assert_eq!(h.cancel("s", "sba_a"), CancelOutcome::AlreadyTerminal);
-    assert_eq!(h.cancel("s", "sba_nope"), CancelOutcome::NotFound);
+    assert_eq!(
+        h.cancel(&SessionId::new("s"), "sba_a"),
+        CancelOutcome::AlreadyTerminal
+    );
+    assert_eq!(
+        h.cancel(&SessionId::new("s"), "sba_nope"),
+        CancelOutcome::NotFound
+    );
     // A late exit after the cancel changes nothing.
     h.handle_reply(op, SandboxReply::Exec(Ok(out("", 0))), MonoMs(1));
     assert!(notices(&mut h).is_empty());
@@ -374,10 +390,10 @@ fn c148_c164_close_cancels_subagents_stops_the_sandbox_and_fails_queued_execs() 
     let mut h = hub();
     let handle = running(&mut h);
     let sub = launch(&mut h, "sba_a", None, 0);
-    h.exec("s", "one", rpc(1), MonoMs(0));
-    h.exec("s", "two", rpc(2), MonoMs(0));
+    h.exec(&SessionId::new("s"), "one", rpc(1), MonoMs(0));
+    h.exec(&SessionId::new("s"), "two", rpc(2), MonoMs(0));
     let exec = op_of(&cmds(&mut h)[0]);
-    let (cancelled, stopped) = h.close_session("s", "key_creator");
+    let (cancelled, stopped) = h.close_session(&SessionId::new("s"), "key_creator");
     assert_eq!(cancelled.len(), 1);
     assert_eq!(
         cancelled[0].terminal_event().unwrap().1["reason"],
@@ -402,11 +418,11 @@ fn c148_c164_close_cancels_subagents_stops_the_sandbox_and_fails_queued_execs() 
 #[test]
 fn a_start_finishing_after_close_stops_its_container() {
     let mut h = hub();
-    h.start("s", "img", rpc(1)).unwrap();
+    h.start(&SessionId::new("s"), "img", rpc(1)).unwrap();
     let ensure = op_of(&cmds(&mut h)[0]);
     h.handle_reply(ensure, SandboxReply::Ensured(Ok(())), MonoMs(0));
     let start = op_of(&cmds(&mut h)[0]);
-    h.close_session("s", "key_creator");
+    h.close_session(&SessionId::new("s"), "key_creator");
     h.handle_reply(start, SandboxReply::Started(Ok("c9".into())), MonoMs(1));
     let c = cmds(&mut h);
     assert!(

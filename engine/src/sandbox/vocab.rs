@@ -1,6 +1,7 @@
 //! The hub's vocabulary: what the engine and the driver exchange with it.
 
 use super::subagent::SubagentStatus;
+use crate::ids::SessionId;
 
 /// Correlates a [`SandboxCommand`] with its [`SandboxReply`].
 pub use crate::ids::OpId;
@@ -125,14 +126,14 @@ impl StopReason {
 pub enum SandboxNotice {
     /// A start finished: the handle, or the driver error text.
     Started {
-        session_id: String,
+        session_id: SessionId,
         requester: Requester,
         image: String,
         result: Result<Handle, String>,
     },
     /// A stop finished (the handle was removed when it began).
     Stopped {
-        session_id: String,
+        session_id: SessionId,
         requester: Requester,
         handle: Handle,
         reason: StopReason,
@@ -140,7 +141,7 @@ pub enum SandboxNotice {
     },
     /// An exec finished: the output, or the driver error text.
     Executed {
-        session_id: String,
+        session_id: SessionId,
         requester: Requester,
         handle: Handle,
         result: Result<ExecOutput, String>,
@@ -148,7 +149,7 @@ pub enum SandboxNotice {
     /// A remote subagent reached a terminal state on its own (exit,
     /// spawn failure, timeout).
     SubagentEnded {
-        session_id: String,
+        session_id: SessionId,
         status: SubagentStatus,
     },
     /// An image of a profile's `available_sandboxes` was provisioned.

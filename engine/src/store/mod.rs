@@ -142,6 +142,12 @@ pub struct LineageRow {
     pub session_id: String,
     pub origin: Origin,
     pub created_at: String,
+    /// Seq of the last event copied into the session from its parent or
+    /// document (0: none, or a row written before this was recorded).
+    /// Its log is a faithful copy up to here, registrations included; the
+    /// drivers a store recovers are only those registered after it (a
+    /// fork starts with no drivers, issue 38, docs/extensions.md).
+    pub copied_through: u64,
 }
 
 /// How a session of [`LineageRow`] came to be.
@@ -358,7 +364,8 @@ pub enum StoreRead {
     /// this replica when it is free or expired, else say who holds it,
     /// with the client keys of its `session.driver.register` events with
     /// `seq >= drivers_since` (all of them with durable drivers, none
-    /// otherwise: `u64::MAX`). Answered with [`ReadResult::Lease`] by the
+    /// otherwise: `u64::MAX`), never those copied into it
+    /// ([`LineageRow::copied_through`]). Answered with [`ReadResult::Lease`] by the
     /// PostgreSQL store; `MemStore` answers [`Lease::Mine`] from its own
     /// rows, SQLite with an error (replica mode needs PostgreSQL).
     ClaimLease {
@@ -369,7 +376,8 @@ pub enum StoreRead {
     /// (`crate::residency`): its row, its active session keys, and the
     /// client keys of its `session.driver.register` events with
     /// `seq >= drivers_since` (an open session's registrations since this
-    /// process started, or all of them with durable drivers). Answered with
+    /// process started, or all of them with durable drivers), never those
+    /// copied into it ([`LineageRow::copied_through`]). Answered with
     /// [`ReadResult::Session`].
     LoadSession {
         session_id: String,
@@ -478,7 +486,8 @@ pub struct StoredSession {
     /// Its active session keys.
     pub keys: Vec<KeyRow>,
     /// Distinct client key ids of its `session.driver.register` events
-    /// from the requested seq on, in log order (empty unless open).
+    /// from the requested seq on and after those it copied, in log order
+    /// (empty unless open).
     pub drivers: Vec<String>,
 }
 
@@ -587,8 +596,9 @@ pub struct Snapshot {
     /// Largest event `seq` in the database (0 when empty).
     pub max_event_seq: u64,
     /// `(session_id, client_key_id)` of every `session.driver.register`
-    /// event on an open session, in log order (used when durable driver
-    /// registrations are enabled).
+    /// event on an open session, in log order, but those a fork or an
+    /// import copied ([`LineageRow::copied_through`]) (used when durable
+    /// driver registrations are enabled).
     /// (None when lazy: each session's are read when it is loaded.)
     pub drivers: Vec<(String, String)>,
     /// Events in the log.
@@ -604,7 +614,7 @@ pub struct SessionCounts {
     pub total: u64,
     pub open: u64,
     /// Distinct `(session, client key)` pairs of `session.driver.register`
-    /// events on open sessions.
+    /// events on open sessions (not copied ones).
     pub drivers: u64,
 }
 

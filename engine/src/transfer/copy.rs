@@ -185,8 +185,9 @@ impl NewSession {
         json::text(&Value::Object(a))
     }
 
-    /// The lineage row of the created session.
-    pub fn lineage(&self, session_id: &str, created_at: &str) -> LineageRow {
+    /// The lineage row of the created session, whose copied events end at
+    /// seq `copied_through` (0: none copied).
+    pub fn lineage(&self, session_id: &str, created_at: &str, copied_through: u64) -> LineageRow {
         let origin = match &self.answer {
             Answer::Fork {
                 parent_id,
@@ -204,6 +205,7 @@ impl NewSession {
             session_id: session_id.to_string(),
             origin,
             created_at: created_at.to_string(),
+            copied_through,
         }
     }
 }

@@ -478,6 +478,7 @@ fn lineage_lists_ancestors_and_children() {
                 parent_event_id: "evt_x".into(),
             },
             created_at: "t".into(),
+            copied_through: 0,
         })
     };
     m.apply(&fork("ses_b", "ses_a"));

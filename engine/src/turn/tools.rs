@@ -3,6 +3,7 @@
 //! launch itself on the sandbox hub, and the synthesized status tool. The
 //! session core logs what comes of it.
 
+use crate::ids::SessionId;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -16,7 +17,7 @@ impl SandboxCx<'_> {
     /// `.running`).
     pub(super) fn subagent_tool(
         &mut self,
-        session_id: &str,
+        session_id: &SessionId,
         turn: (crate::ids::TurnId, &str),
         tool_use_id: &str,
         name: &str,

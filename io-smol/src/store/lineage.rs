@@ -18,6 +18,7 @@ impl StoreConn<'_> {
         st.bind((4, c.parent_event_id))?;
         st.bind((5, c.source_session_id))?;
         st.bind((6, row.created_at.as_str()))?;
+        st.bind((7, c.copied_through))?;
         finish(st)
     }
 
@@ -47,10 +48,13 @@ pub(crate) struct LineageCols<'a> {
     pub parent_id: Option<&'a str>,
     pub parent_event_id: Option<&'a str>,
     pub source_session_id: Option<&'a str>,
+    /// [`LineageRow::copied_through`] as the column stores it.
+    pub copied_through: i64,
 }
 
 impl<'a> LineageCols<'a> {
     pub fn of(row: &'a LineageRow) -> Self {
+        let copied_through = i64::try_from(row.copied_through).unwrap_or(i64::MAX);
         match &row.origin {
             Origin::Fork {
                 parent_id,
@@ -60,19 +64,21 @@ impl<'a> LineageCols<'a> {
                 parent_id: Some(parent_id),
                 parent_event_id: Some(parent_event_id),
                 source_session_id: None,
+                copied_through,
             },
             Origin::Import { source_session_id } => LineageCols {
                 kind: "import",
                 parent_id: None,
                 parent_event_id: None,
                 source_session_id: Some(source_session_id),
+                copied_through,
             },
         }
     }
 }
 
 /// A row of `session_id, kind, parent_id, parent_event_id,
-/// source_session_id, created_at`.
+/// source_session_id, created_at, copied_through` (NULL read as 0).
 pub(crate) fn lineage_row(c: &impl Cols) -> Result<LineageRow> {
     let origin = match c.text(1)?.as_str() {
         "fork" => Origin::Fork {
@@ -92,5 +98,6 @@ pub(crate) fn lineage_row(c: &impl Cols) -> Result<LineageRow> {
         session_id: c.text(0)?,
         origin,
         created_at: c.text(5)?,
+        copied_through: c.int(6)?.max(0) as u64,
     })
 }

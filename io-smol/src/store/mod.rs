@@ -49,7 +49,9 @@ pub use bootstrap::{
     bootstrap_admin_key, is_sha256_hex, is_valid_argon2id_phc, BootstrapError, BootstrapOutcome,
     BootstrapSettings, ADMIN_KEY_PREFIX, BOOTSTRAP_ADMIN_NAME, PROVISIONED_ADMIN_NAME,
 };
-pub use schema::{EXTRA_INDEXES, EXTRA_TABLES, LATEST_VERSION, MIGRATIONS, RETIRED_INDEXES};
+pub use schema::{
+    EXTRA_COLUMNS, EXTRA_INDEXES, EXTRA_TABLES, LATEST_VERSION, MIGRATIONS, RETIRED_INDEXES,
+};
 
 /// Busy timeout of every connection (spec 08 §1).
 pub const BUSY_TIMEOUT_MS: usize = 10_000;
@@ -379,11 +381,13 @@ impl Store {
                 tracing::info!(version, name, "applied database migration");
             }
         }
-        for sql in EXTRA_TABLES
-            .iter()
-            .chain(EXTRA_INDEXES)
-            .chain(RETIRED_INDEXES)
-        {
+        for sql in EXTRA_TABLES {
+            self.conn.execute(sql)?;
+        }
+        for &(table, column, decl) in EXTRA_COLUMNS {
+            schema::add_column(&self.conn, table, column, decl)?;
+        }
+        for sql in EXTRA_INDEXES.iter().chain(RETIRED_INDEXES) {
             self.conn.execute(sql)?;
         }
         Ok(MigrateReport {

@@ -61,10 +61,14 @@ queries! {
     AllSessions = "SELECT id, client_key_id, profile_id, state, client_version, client_tools, \
         sandbox_tools, subagent_tools, compaction, created_at, closed_at FROM sessions ORDER BY rowid";
     MaxSeq = "SELECT COALESCE(MAX(rowid), 0) FROM session_events";
+    // Registrations a fork or an import copied (up to its lineage row's
+    // `copied_through`) are its parent's, not its own (issue 38).
     Drivers = "SELECT e.session_id, e.client_key_id FROM session_events e \
         JOIN sessions s ON s.id = e.session_id \
+        LEFT JOIN bae_session_lineage l ON l.session_id = e.session_id \
         WHERE s.state = 'open' AND e.event_type = 'session.driver.register' \
-        AND e.client_key_id IS NOT NULL ORDER BY e.rowid";
+        AND e.client_key_id IS NOT NULL AND e.rowid > COALESCE(l.copied_through, 0) \
+        ORDER BY e.rowid";
     Activity = "SELECT \
         (SELECT COUNT(*) FROM profiles WHERE deleted_at IS NULL), \
         (SELECT COUNT(*) FROM keys WHERE role = 'client' AND deleted_at IS NULL), \
@@ -75,8 +79,9 @@ queries! {
     SessionCounts = "SELECT COUNT(*), COALESCE(SUM(state = 'open'), 0) FROM sessions";
     OpenRegistrations = "SELECT COUNT(*) FROM (SELECT DISTINCT e.session_id, e.client_key_id \
         FROM session_events e JOIN sessions s ON s.id = e.session_id \
+        LEFT JOIN bae_session_lineage l ON l.session_id = e.session_id \
         WHERE s.state = 'open' AND e.event_type = 'session.driver.register' \
-        AND e.client_key_id IS NOT NULL)";
+        AND e.client_key_id IS NOT NULL AND e.rowid > COALESCE(l.copied_through, 0))";
     ActiveUserKeys = "SELECT id, name, key_hash, key_prefix, role, profile_id, client_id, \
         created_at, last_used_at, deleted_at FROM keys WHERE deleted_at IS NULL \
         AND role <> 'session' ORDER BY rowid";
@@ -88,7 +93,8 @@ queries! {
         AND deleted_at IS NULL ORDER BY rowid";
     DriversOfSession = "SELECT client_key_id FROM session_events WHERE session_id = ?1 \
         AND event_type = 'session.driver.register' AND rowid >= ?2 \
-        AND client_key_id IS NOT NULL ORDER BY rowid";
+        AND rowid > COALESCE((SELECT copied_through FROM bae_session_lineage \
+        WHERE session_id = ?1), 0) AND client_key_id IS NOT NULL ORDER BY rowid";
     SessionsOfClient = "SELECT id FROM sessions WHERE id IN (SELECT name FROM keys \
         WHERE role = 'session' AND client_id = ?1 AND deleted_at IS NULL) ORDER BY rowid";
     SessionList = "SELECT id, client_key_id, profile_id, state, client_version, client_tools, \
@@ -107,12 +113,13 @@ queries! {
     LastChunkOrd = "SELECT ord FROM bae_history_chunks WHERE session_id = ?1 \
         ORDER BY ord DESC LIMIT 1";
     InsertLineage = "INSERT INTO bae_session_lineage (session_id, kind, parent_id, \
-        parent_event_id, source_session_id, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)";
+        parent_event_id, source_session_id, created_at, copied_through) \
+        VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)";
     LineageOf = "SELECT session_id, kind, parent_id, parent_event_id, source_session_id, \
-        created_at FROM bae_session_lineage WHERE session_id = ?1";
+        created_at, COALESCE(copied_through, 0) FROM bae_session_lineage WHERE session_id = ?1";
     LineageChildren = "SELECT session_id, kind, parent_id, parent_event_id, \
-        source_session_id, created_at FROM bae_session_lineage WHERE parent_id = ?1 \
-        ORDER BY rowid";
+        source_session_id, created_at, COALESCE(copied_through, 0) FROM bae_session_lineage \
+        WHERE parent_id = ?1 ORDER BY rowid";
     InsertUsage = "INSERT OR IGNORE INTO bae_usage (event_seq, session_id, turn_seq, \
         client_key_id, profile_id, provider, model, compaction, created_ms, input_tokens, \
         output_tokens, cache_write_tokens, cache_read_tokens, turn_event_id) \

@@ -182,7 +182,8 @@ pub const EXTRA_TABLES: &[&str] = &[
     // Where forked and imported sessions came from (extension; the event
     // log holds only catalogue types, so plain readers never see it).
     // `kind` is `fork` (with the parent and the event it was forked
-    // after) or `import` (with the source document's session id).
+    // after) or `import` (with the source document's session id); a
+    // column is added by [`EXTRA_COLUMNS`].
     "CREATE TABLE IF NOT EXISTS bae_session_lineage (
          session_id        TEXT PRIMARY KEY,
          kind              TEXT NOT NULL,
@@ -216,3 +217,55 @@ pub const EXTRA_TABLES: &[&str] = &[
     "CREATE INDEX IF NOT EXISTS bae_idx_usage_key ON bae_usage(client_key_id, created_ms)",
     "CREATE INDEX IF NOT EXISTS bae_idx_usage_profile ON bae_usage(profile_id, created_ms)",
 ];
+
+/// Columns of [`EXTRA_TABLES`] added after the table first shipped, as
+/// `(table, column, declaration)`: each is added at start when missing
+/// (SQLite has no `ADD COLUMN IF NOT EXISTS`), after the tables and before
+/// the indexes. Forward-only, like the numbered migrations: a column is
+/// never dropped or redefined, and rows written before it read NULL.
+pub const EXTRA_COLUMNS: &[(&str, &str, &str)] = &[
+    // The seq of the last event a fork or an import copied into the
+    // session (issue 38): the `session.driver.register` events up to it
+    // are its parent's, and a fork starts with no drivers. NULL (rows of
+    // earlier versions) reads as 0: nothing is known to be copied.
+    ("bae_session_lineage", "copied_through", "INTEGER"),
+];
+
+/// Adds one of [`EXTRA_COLUMNS`] unless the table has it, under the write
+/// lock (another process may be starting on the same file).
+pub(super) fn add_column(
+    conn: &sqlite::Connection,
+    table: &str,
+    column: &str,
+    decl: &str,
+) -> super::Result<()> {
+    let mig = |e: sqlite::Error| super::StoreError::Migrate {
+        detail: format!("column {table}.{column}: {}", super::sqlite_text(&e)),
+    };
+    conn.execute("BEGIN IMMEDIATE").map_err(mig)?;
+    let run = || -> Result<bool, sqlite::Error> {
+        let mut st = conn.prepare("SELECT COUNT(*) FROM pragma_table_info(?1) WHERE name = ?2")?;
+        st.bind((1, table))?;
+        st.bind((2, column))?;
+        st.next()?;
+        if st.read::<i64, _>(0)? > 0 {
+            return Ok(false);
+        }
+        drop(st);
+        conn.execute(format!("ALTER TABLE {table} ADD COLUMN {column} {decl}"))?;
+        Ok(true)
+    };
+    match run() {
+        Ok(added) => {
+            conn.execute("COMMIT").map_err(mig)?;
+            if added {
+                tracing::info!(table, column, "added database column");
+            }
+            Ok(())
+        }
+        Err(e) => {
+            let _ = conn.execute("ROLLBACK");
+            Err(mig(e))
+        }
+    }
+}

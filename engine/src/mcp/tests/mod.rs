@@ -1,6 +1,7 @@
 //! The MCP hub in isolation: typed commands in, transport events in,
 //! commands and notices out, virtual time. No HTTP, no store.
 
+use crate::ids::SessionId;
 use proto::mcp::{errors, CallOutcome};
 use serde_json::{json, Value};
 
@@ -112,14 +113,14 @@ fn handshake_stdio(h: &mut McpHub, conn: McpConnId, names: &[&str], now: u64) {
 }
 
 fn ready_session(h: &mut McpHub, names: &[&str]) -> McpConnId {
-    h.connect_session("s", vec![stdio("a")], MonoMs(0));
+    h.connect_session(&SessionId::new("s"), vec![stdio("a")], MonoMs(0));
     commands(h);
     handshake_stdio(h, McpConnId(1), names, 0);
     commands(h);
     assert_eq!(
         notices(h),
         vec![McpNotice::SessionReady {
-            session_id: "s".into()
+            session_id: SessionId::new("s")
         }]
     );
     McpConnId(1)
@@ -128,7 +129,11 @@ fn ready_session(h: &mut McpHub, names: &[&str]) -> McpConnId {
 #[test]
 fn every_server_of_a_session_is_opened_at_once() {
     let mut h = hub();
-    h.connect_session("s", vec![stdio("a"), http("b"), stdio("c")], MonoMs(0));
+    h.connect_session(
+        &SessionId::new("s"),
+        vec![stdio("a"), http("b"), stdio("c")],
+        MonoMs(0),
+    );
     let cmds = commands(&mut h);
     let opened: Vec<(u64, String)> = cmds
         .iter()
@@ -147,7 +152,7 @@ fn every_server_of_a_session_is_opened_at_once() {
 #[test]
 fn stdio_handshake_is_initialize_then_initialized_then_tools_list_spec_06_4_2() {
     let mut h = hub();
-    h.connect_session("s", vec![stdio("a")], MonoMs(0));
+    h.connect_session(&SessionId::new("s"), vec![stdio("a")], MonoMs(0));
     commands(&mut h);
     h.handle(McpConnId(1), McpEvent::Opened, MonoMs(5));
     let s = sends(&commands(&mut h));
@@ -209,7 +214,7 @@ fn stdio_handshake_is_initialize_then_initialized_then_tools_list_spec_06_4_2() 
     assert_eq!(
         notices(&mut h),
         vec![McpNotice::SessionReady {
-            session_id: "s".into()
+            session_id: SessionId::new("s")
         }]
     );
     assert_eq!(h.route("s", "y"), Some("a"));
@@ -220,7 +225,7 @@ fn stdio_handshake_is_initialize_then_initialized_then_tools_list_spec_06_4_2() 
 #[test]
 fn http_handshake_waits_for_the_notification_post_and_echoes_the_session_id() {
     let mut h = hub();
-    h.connect_session("s", vec![http("w")], MonoMs(0));
+    h.connect_session(&SessionId::new("s"), vec![http("w")], MonoMs(0));
     commands(&mut h);
     h.handle(McpConnId(1), McpEvent::Opened, MonoMs(0));
     commands(&mut h);
@@ -287,7 +292,11 @@ fn http_handshake_waits_for_the_notification_post_and_echoes_the_session_id() {
 #[test]
 fn routes_follow_profile_order_whatever_order_connects_finish_in() {
     let mut h = hub();
-    h.connect_session("s", vec![stdio("first"), stdio("second")], MonoMs(0));
+    h.connect_session(
+        &SessionId::new("s"),
+        vec![stdio("first"), stdio("second")],
+        MonoMs(0),
+    );
     commands(&mut h);
     // The later server finishes first.
     handshake_stdio(&mut h, McpConnId(2), &["shared", "only2"], 1);
@@ -312,7 +321,7 @@ fn routes_follow_profile_order_whatever_order_connects_finish_in() {
 fn a_failed_open_or_handshake_is_skipped_and_its_transport_closed() {
     let mut h = hub();
     h.connect_session(
-        "s",
+        &SessionId::new("s"),
         vec![stdio("bad"), stdio("err"), stdio("good")],
         MonoMs(0),
     );
@@ -345,7 +354,7 @@ fn a_failed_open_or_handshake_is_skipped_and_its_transport_closed() {
 #[test]
 fn a_silent_handshake_times_out_on_the_engine_timer() {
     let mut h = hub();
-    h.connect_session("s", vec![stdio("a")], MonoMs(0));
+    h.connect_session(&SessionId::new("s"), vec![stdio("a")], MonoMs(0));
     commands(&mut h);
     h.handle(McpConnId(1), McpEvent::Opened, MonoMs(10));
     assert_eq!(h.poll_timeout(), Some(MonoMs(10 + T)));
@@ -485,7 +494,7 @@ fn a_dead_server_fails_its_call_and_every_later_one_at_once() {
 #[test]
 fn http_failures_map_to_the_spec_texts() {
     let mut h = hub();
-    h.connect_session("s", vec![http("w")], MonoMs(0));
+    h.connect_session(&SessionId::new("s"), vec![http("w")], MonoMs(0));
     commands(&mut h);
     h.handle(McpConnId(1), McpEvent::Opened, MonoMs(0));
     h.handle(
@@ -584,7 +593,11 @@ fn http_failures_map_to_the_spec_texts() {
 #[test]
 fn closing_a_session_mid_connect_releases_the_create_and_closes_everything() {
     let mut h = hub();
-    h.connect_session("s", vec![stdio("a"), stdio("b")], MonoMs(0));
+    h.connect_session(
+        &SessionId::new("s"),
+        vec![stdio("a"), stdio("b")],
+        MonoMs(0),
+    );
     commands(&mut h);
     handshake_stdio(&mut h, McpConnId(1), &["t"], 0);
     commands(&mut h);
@@ -595,7 +608,7 @@ fn closing_a_session_mid_connect_releases_the_create_and_closes_everything() {
     assert_eq!(
         notices(&mut h),
         vec![McpNotice::SessionReady {
-            session_id: "s".into()
+            session_id: SessionId::new("s")
         }]
     );
     // Late transport events for the closed connections are ignored.
@@ -608,8 +621,8 @@ fn closing_a_session_mid_connect_releases_the_create_and_closes_everything() {
 #[test]
 fn sessions_do_not_share_connections() {
     let mut h = hub();
-    h.connect_session("s1", vec![stdio("a")], MonoMs(0));
-    h.connect_session("s2", vec![stdio("a")], MonoMs(0));
+    h.connect_session(&SessionId::new("s1"), vec![stdio("a")], MonoMs(0));
+    h.connect_session(&SessionId::new("s2"), vec![stdio("a")], MonoMs(0));
     commands(&mut h);
     handshake_stdio(&mut h, McpConnId(1), &["x"], 0);
     handshake_stdio(&mut h, McpConnId(2), &["y"], 0);

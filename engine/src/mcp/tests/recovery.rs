@@ -1,9 +1,14 @@
 //! Reconnects, expired HTTP sessions, paged tool lists and abandoned calls.
 
 use super::*;
+use crate::ids::SessionId;
 
 fn ready_reconnecting(h: &mut McpHub, names: &[&str]) {
-    h.connect_session("s", vec![reconnecting(stdio("a"))], MonoMs(0));
+    h.connect_session(
+        &SessionId::new("s"),
+        vec![reconnecting(stdio("a"))],
+        MonoMs(0),
+    );
     commands(h);
     handshake_stdio(h, McpConnId(1), names, 0);
     commands(h);
@@ -169,7 +174,11 @@ fn handshake_http(h: &mut McpHub, conn: McpConnId, sid: &str, tools: &[&str]) {
 #[test]
 fn an_expired_http_session_is_renewed_and_the_unprocessed_call_sent_once_more() {
     let mut h = hub();
-    h.connect_session("s", vec![reconnecting(http("w"))], MonoMs(0));
+    h.connect_session(
+        &SessionId::new("s"),
+        vec![reconnecting(http("w"))],
+        MonoMs(0),
+    );
     commands(&mut h);
     handshake_http(&mut h, McpConnId(1), "old", &["t"]);
     notices(&mut h);
@@ -221,7 +230,7 @@ fn an_expired_http_session_is_renewed_and_the_unprocessed_call_sent_once_more() 
 #[test]
 fn tools_list_pages_are_followed_through_next_cursor() {
     let mut h = hub();
-    h.connect_session("s", vec![stdio("a")], MonoMs(0));
+    h.connect_session(&SessionId::new("s"), vec![stdio("a")], MonoMs(0));
     commands(&mut h);
     h.handle(McpConnId(1), McpEvent::Opened, MonoMs(0));
     h.handle(
@@ -258,7 +267,7 @@ fn tools_list_pages_are_followed_through_next_cursor() {
 #[test]
 fn an_endless_cursor_stops_after_a_bounded_number_of_pages() {
     let mut h = hub();
-    h.connect_session("s", vec![stdio("a")], MonoMs(0));
+    h.connect_session(&SessionId::new("s"), vec![stdio("a")], MonoMs(0));
     commands(&mut h);
     h.handle(McpConnId(1), McpEvent::Opened, MonoMs(0));
     h.handle(

@@ -116,16 +116,21 @@ pg_queries! {
         sandbox_tools, subagent_tools, compaction, created_at, closed_at FROM sessions \
         ORDER BY ord";
     MaxSeq = "SELECT COALESCE(MAX(seq), 0) FROM session_events";
+    // Registrations a fork or an import copied (up to its lineage row's
+    // `copied_through`) are its parent's, not its own (issue 38).
     Drivers = "SELECT e.session_id, e.client_key_id FROM session_events e \
         JOIN sessions s ON s.id = e.session_id \
+        LEFT JOIN bae_session_lineage l ON l.session_id = e.session_id \
         WHERE s.state = 'open' AND e.event_type = 'session.driver.register' \
-        AND e.client_key_id IS NOT NULL ORDER BY e.seq";
+        AND e.client_key_id IS NOT NULL AND e.seq > COALESCE(l.copied_through, 0) \
+        ORDER BY e.seq";
     EventCount = "SELECT COUNT(*) FROM session_events";
     SessionCounts = "SELECT COUNT(*), COUNT(*) FILTER (WHERE state = 'open') FROM sessions";
     OpenRegistrations = "SELECT COUNT(*) FROM (SELECT DISTINCT e.session_id, e.client_key_id \
         FROM session_events e JOIN sessions s ON s.id = e.session_id \
+        LEFT JOIN bae_session_lineage l ON l.session_id = e.session_id \
         WHERE s.state = 'open' AND e.event_type = 'session.driver.register' \
-        AND e.client_key_id IS NOT NULL) r";
+        AND e.client_key_id IS NOT NULL AND e.seq > COALESCE(l.copied_through, 0)) r";
     ActiveUserKeys = "SELECT id, name, key_hash, key_prefix, role, profile_id, client_id, \
         created_at, last_used_at, deleted_at FROM keys WHERE deleted_at IS NULL \
         AND role <> 'session' ORDER BY ord";
@@ -137,7 +142,8 @@ pg_queries! {
         AND name = convert_to($1, 'UTF8') AND deleted_at IS NULL ORDER BY ord";
     DriversOfSession = "SELECT client_key_id FROM session_events WHERE session_id = $1 \
         AND event_type = 'session.driver.register' AND seq >= $2 \
-        AND client_key_id IS NOT NULL ORDER BY seq";
+        AND seq > COALESCE((SELECT copied_through FROM bae_session_lineage \
+        WHERE session_id = $1), 0) AND client_key_id IS NOT NULL ORDER BY seq";
     SessionsOfClient = "SELECT id FROM sessions WHERE convert_to(id, 'UTF8') IN (SELECT name \
         FROM keys WHERE role = 'session' AND client_id = $1 AND deleted_at IS NULL) ORDER BY ord";
     SessionList = "SELECT id, client_key_id, profile_id, state, client_version, client_tools, \
@@ -146,11 +152,13 @@ pg_queries! {
     AllIdempotency = "SELECT session_id, client_key_id, key, digest, created_ms, outcome \
         FROM bae_idempotency_keys";
     InsertLineage = "INSERT INTO bae_session_lineage (session_id, kind, parent_id, \
-        parent_event_id, source_session_id, created_at) VALUES ($1, $2, $3, $4, $5, $6)";
+        parent_event_id, source_session_id, created_at, copied_through) \
+        VALUES ($1, $2, $3, $4, $5, $6, $7)";
     LineageOf = "SELECT session_id, kind, parent_id, parent_event_id, source_session_id, \
-        created_at FROM bae_session_lineage WHERE session_id = $1";
+        created_at, COALESCE(copied_through, 0) FROM bae_session_lineage WHERE session_id = $1";
     LineageChildren = "SELECT session_id, kind, parent_id, parent_event_id, \
-        source_session_id, created_at FROM bae_session_lineage WHERE parent_id = $1 ORDER BY ord";
+        source_session_id, created_at, COALESCE(copied_through, 0) FROM bae_session_lineage \
+        WHERE parent_id = $1 ORDER BY ord";
     Activity = "SELECT \
         (SELECT COUNT(*) FROM profiles WHERE deleted_at IS NULL), \
         (SELECT COUNT(*) FROM keys WHERE role = 'client' AND deleted_at IS NULL), \
@@ -494,6 +502,7 @@ fn apply(
                     &c.parent_event_id,
                     &c.source_session_id,
                     &row.created_at,
+                    &c.copied_through,
                 ],
             )
         }

@@ -266,12 +266,14 @@ impl PgStore {
                 &[&session_id],
             )?;
             // Registrations that follow the session (durable drivers):
-            // those from `drivers_since` on, as a restart reads them.
+            // those from `drivers_since` on, as a restart reads them, and
+            // none a fork or an import copied (issue 38).
             let since = i64::try_from(drivers_since).unwrap_or(i64::MAX);
             let drivers = tx.query(
                 "SELECT client_key_id FROM session_events WHERE session_id = $1 \
                  AND event_type = 'session.driver.register' AND seq >= $2 \
-                 AND client_key_id IS NOT NULL ORDER BY seq",
+                 AND seq > COALESCE((SELECT copied_through FROM bae_session_lineage \
+                 WHERE session_id = $1), 0) AND client_key_id IS NOT NULL ORDER BY seq",
                 &[&session_id, &since],
             )?;
             tx.commit()?;

@@ -23,7 +23,7 @@ pub struct PgMigration {
 }
 
 /// Highest migration version this binary knows.
-pub const PG_LATEST_VERSION: i64 = 7;
+pub const PG_LATEST_VERSION: i64 = 8;
 
 /// Oldest PostgreSQL server accepted (`server_version_num`).
 pub const PG_MIN_SERVER_VERSION: i32 = 130000;
@@ -199,6 +199,15 @@ pub const PG_MIGRATIONS: &[PgMigration] = &[
               CREATE INDEX bae_idx_usage_session ON bae_usage(session_id, turn_seq);
               CREATE INDEX bae_idx_usage_key ON bae_usage(client_key_id, created_ms);
               CREATE INDEX bae_idx_usage_profile ON bae_usage(profile_id, created_ms);",
+    },
+    // The seq of the last event a fork or an import copied into the
+    // session (issue 38): its `session.driver.register` events up to it
+    // are its parent's, and a fork starts with no drivers. NULL on the
+    // rows of earlier versions reads as 0 (nothing known to be copied).
+    PgMigration {
+        version: 8,
+        name: "lineage_copied_through",
+        sql: "ALTER TABLE bae_session_lineage ADD COLUMN copied_through BIGINT;",
     },
 ];
 
