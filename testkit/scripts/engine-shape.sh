@@ -13,3 +13,8 @@ echo "methods in impl Engine:   $methods"
 echo "files with impl Engine:   $(echo "$files" | grep -c .)"
 echo "in-process #[test]s:      $inproc (engine, proto, sim, testkit, io-smol/src)"
 echo "binary-booting #[test]s:  $binary (io-smol/tests)"
+# Item 3: ids and errors typed across module boundaries.
+echo "session_id: &str params:  $(grep -rE --include=*.rs 'session_id: &str' $src | wc -l)"
+echo "key_id: &str params:      $(grep -rE --include=*.rs 'key_id: &str' $src | wc -l)"
+echo "Result<_, String>:        $(grep -rE --include=*.rs 'Result<[^>]*, String>' $src | wc -l)"
+echo "TurnLoop Option/bool:     $(awk '/^pub struct TurnLoop \{/{on=1;next} on&&/^\}/{on=0} on&&/^    (pub(\(super\))? )?[a-z_]+: (Option<|bool)/{n++} END{print n+0}' $src/session_core/turn.rs)"

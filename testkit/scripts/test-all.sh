@@ -23,16 +23,10 @@ resident_suites=(
 args=()
 for t in "${resident_suites[@]}"; do args+=(--test "$t"); done
 BAE_TEST_RESIDENT_SESSIONS=0 cargo test -p io-smol "${args[@]}" "$@"
-# The in-process flows moved from those suites (engine/tests) under the
-# same budget.
-resident_flows=(
-  admin_flows admin_key_flows compaction_auto_flows compaction_flows gapless_flows gate_flows
-  idempotent_flows rest_auth_flows rest_session_flows rest_session_route_flows rpc_envelope_flows
-  session_basics_flows steer_flows subscribe_flows tools_flows turn_control_flows
-)
-args=()
-for t in "${resident_flows[@]}"; do args+=(--test "$t"); done
-BAE_TEST_RESIDENT_SESSIONS=0 cargo test -p engine "${args[@]}" "$@"
+# Every in-process engine test (unit tests and the flows in engine/tests)
+# under the same budget: seconds, and it catches what only an evicted and
+# reloaded session shows.
+BAE_TEST_RESIDENT_SESSIONS=0 cargo test -p engine "$@"
 
 # The second runtime (std threads, docs/porting.md) against every
 # end-to-end suite but the replica ones (it cannot forward requests).
