@@ -120,16 +120,12 @@ fn turns_providers_tools_and_gauges_move_with_real_work() {
     assert!(v("bae_store_commit_batch_writes_count") >= 1.0);
     assert!(v("bae_store_commit_latency_microseconds_count") >= 1.0);
     assert!(v("bae_connections_open") >= 1.0);
-    // Engine steps are clocked by the smol driver (issue 15); the threads
-    // driver reports none.
+    // Engine steps are clocked by the driver core (issue 15), so under
+    // both runtimes.
     let steps = v("bae_engine_step_microseconds_count");
-    if std::env::var("BAE_TEST_RUNTIME").as_deref() == Ok("threads") {
-        assert_eq!(steps, 0.0);
-    } else {
-        assert!(steps >= 10.0, "{steps}");
-        assert!(v("bae_engine_step_max_microseconds") > 0.0);
-        assert_eq!(v("bae_engine_step_microseconds_bucket{le=\"+Inf\"}"), steps);
-    }
+    assert!(steps >= 10.0, "{steps}");
+    assert!(v("bae_engine_step_max_microseconds") > 0.0);
+    assert_eq!(v("bae_engine_step_microseconds_bucket{le=\"+Inf\"}"), steps);
 }
 
 #[test]

@@ -1,5 +1,7 @@
 //! Replica mode: relaying a request to its session's owner
-//! ([`engine::Output::Forward`], docs/scaling.md "Forwarding").
+//! ([`engine::Output::Forward`], docs/scaling.md "Forwarding"), on
+//! smol's global executor (`baesrv` only: `baesrv-threads` refuses replica
+//! mode).
 //!
 //! The engine re-encoded the request with `Connection: close`, so the
 //! owner's response ends when it closes. The relay waits for the owner's
@@ -18,7 +20,8 @@ use smol::channel::{Receiver, Sender};
 use smol::net::TcpStream;
 use smol::Timer;
 
-use super::{Driver, WriterMsg, READ_CHUNK};
+use super::core::WriterMsg;
+use super::smol_rt::READ_CHUNK;
 
 /// How long connecting to the owner may take (within the head timeout).
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -39,20 +42,6 @@ const HEAD_END: &[u8] = b"\r\n\r\n";
 /// A head that has not ended within this many bytes is passed on as it
 /// is (the client's decoder judges it); the wait is what is bounded.
 const MAX_HEAD: usize = 64 * 1024;
-
-impl Driver {
-    /// Hands the connection to the relay; later reports of its reader are
-    /// not fed to the engine, which has forgotten it.
-    pub(super) fn forward(&mut self, f: Forward) {
-        let Some(c) = self.conns.get_mut(&f.conn) else {
-            return;
-        };
-        let (cancel_tx, cancel_rx) = smol::channel::bounded(1);
-        c.forwarding = Some(cancel_tx);
-        let head_timeout = self.settings.forward_timeout;
-        smol::spawn(relay(f, c.writer.clone(), cancel_rx, head_timeout)).detach();
-    }
-}
 
 /// Relays `f` until the owner closes, or until `cancel` closes (the client
 /// went away: dropping the upstream socket tells the owner). When no

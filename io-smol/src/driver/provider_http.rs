@@ -156,7 +156,7 @@ pub async fn perform(
 /// Where a streamed call's 2xx body goes as it arrives: the driver loop,
 /// as [`engine::Input::ProviderChunk`]s.
 pub struct Chunks {
-    pub(super) tx: smol::channel::Sender<super::Event>,
+    pub(super) tx: smol::channel::Sender<super::smol_rt::Event>,
     pub(super) call: engine::CallId,
 }
 
@@ -164,7 +164,7 @@ impl Chunks {
     async fn put(&self, bytes: Vec<u8>) {
         let _ = self
             .tx
-            .send(super::Event::ProviderChunk(self.call, bytes))
+            .send(super::smol_rt::Event::ProviderChunk(self.call, bytes))
             .await;
     }
 }

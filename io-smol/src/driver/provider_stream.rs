@@ -132,6 +132,21 @@ impl Write for Conn {
     }
 }
 
+/// A provider call on the calling (blocking) thread, as both runtimes make
+/// it off their engine thread: a streamed one (`abort` given) here, with
+/// its 2xx body to `chunk`; an unstreamed one on ureq
+/// ([`provider::perform`]).
+pub fn perform_blocking(
+    call: &ProviderCall,
+    abort: Option<&Abort>,
+    chunk: impl FnMut(Vec<u8>),
+) -> ProviderReply {
+    match abort {
+        Some(abort) => perform(call, abort, chunk),
+        None => provider::perform(call),
+    }
+}
+
 /// Performs the streamed `call`: a 2xx body goes to `chunk` as it arrives,
 /// then [`ProviderReply::Streamed`]; anything else as the other clients
 /// report it.

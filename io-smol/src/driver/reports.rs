@@ -1,5 +1,5 @@
-//! Where the child-process and MCP transports (`mcp.rs`, `sandbox.rs`)
-//! report: each runtime's own event queue. The transports themselves are
+//! Where the child-process and MCP transports (`mcp.rs`, `sandbox.rs`) and
+//! the signal listener report: each runtime's own event queue. They are
 //! shared by both runtimes; only this delivery differs.
 
 use std::future::Future;
@@ -13,16 +13,26 @@ pub trait Reports: Clone + Send + Sync + 'static {
     fn mcp(&self, conn: McpConnId, event: McpEvent) -> impl Future<Output = bool> + Send;
     /// Delivers a container engine command's reply; `false` as above.
     fn sandbox(&self, op: OpId, reply: SandboxReply) -> impl Future<Output = bool> + Send;
+    /// Delivers a shutdown signal; `false` as above.
+    fn signal(&self) -> impl Future<Output = bool> + Send;
 }
 
-/// The smol runtime's bounded event channel: a full queue holds the
-/// reporting task back instead of dropping the report.
-impl Reports for smol::channel::Sender<super::Event> {
+/// A bounded smol channel of core events (`baesrv`'s): a full queue holds
+/// the reporting task back instead of dropping the report.
+impl<S: Send + 'static> Reports for smol::channel::Sender<super::core::Event<S>> {
     async fn mcp(&self, conn: McpConnId, event: McpEvent) -> bool {
-        self.send(super::Event::Mcp(conn, event)).await.is_ok()
+        self.send(super::core::Event::Mcp(conn, event))
+            .await
+            .is_ok()
     }
 
     async fn sandbox(&self, op: OpId, reply: SandboxReply) -> bool {
-        self.send(super::Event::Sandbox(op, reply)).await.is_ok()
+        self.send(super::core::Event::Sandbox(op, reply))
+            .await
+            .is_ok()
+    }
+
+    async fn signal(&self) -> bool {
+        self.send(super::core::Event::Signal).await.is_ok()
     }
 }

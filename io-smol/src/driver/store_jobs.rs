@@ -15,6 +15,17 @@ pub enum StoreDone {
     Read(ReadId, Result<ReadResult, String>),
 }
 
+/// Starts the store thread ([`serve_store_jobs`]).
+pub fn spawn_store_thread(
+    store: Backend,
+    next: impl FnMut() -> Option<Vec<Job>> + Send + 'static,
+    done: impl FnMut(StoreDone) -> bool + Send + 'static,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name("bae-store".into())
+        .spawn(move || serve_store_jobs(store, next, done))
+}
+
 /// The store thread of every runtime: the database connection (SQLite:
 /// with cached statements), jobs in FIFO order, until `next` has no more
 /// or `done` reports that nobody listens. A failed commit, or a lost
