@@ -15,7 +15,7 @@ use arbitrary::Arbitrary;
 use engine::mcp::{McpCommand, McpConnId, McpEvent, McpServerSpec, McpTransport};
 use engine::mem_store::MemStore;
 use engine::pipeline::{Delivery, Job, Pipeline};
-use engine::sandbox::{ExecOutput, SandboxCommand, SandboxReply};
+use engine::sandbox::{DriverError, ExecOutput, OpId, SandboxCommand, SandboxReply};
 use engine::store::{KeyRole, KeyRow, ProfileRow, SessionRow, SessionState, StoreWrite};
 use engine::{
     CallId, Config, Engine, Entropy, Input, Listener, Now, Output, ProviderEntry, ProviderReply,
@@ -242,10 +242,14 @@ impl World {
             profile_id: PROFILE.into(),
             state: SessionState::Open,
             client_version: None,
-            client_tools: json!({ CLIENT_ID: [{"name": "get_time", "input_schema": {"type": "object"}}] }),
-            sandbox_tools: json!({ CLIENT_ID: [{"name": "sh", "input_schema": {"type": "object"}}] }),
-            subagent_tools: json!({}),
-            compaction: Some(json!({"mode": "auto", "threshold_tokens": 50})),
+            client_tools:
+                json!({ CLIENT_ID: [{"name": "get_time", "input_schema": {"type": "object"}}] })
+                    .to_string(),
+            sandbox_tools:
+                json!({ CLIENT_ID: [{"name": "sh", "input_schema": {"type": "object"}}] })
+                    .to_string(),
+            subagent_tools: "{}".into(),
+            compaction: Some(json!({"mode": "auto", "threshold_tokens": 50}).to_string()),
             created_at: "2026-01-01T00:00:00.000Z".into(),
             closed_at: None,
         }));
@@ -258,6 +262,9 @@ impl World {
             max_tokens: 64,
             retry: None,
             limits: None,
+            cache: None,
+            prices: None,
+            stream: None,
         };
         let config = Config {
             providers: vec![entry("main"), entry("backup")],
@@ -492,7 +499,7 @@ impl World {
                         SandboxCommand::Kill { .. } => None,
                     }
                 } else {
-                    cmd.unsupported("fuzz")
+                    failed(&cmd)
                 };
                 if let Some((op, reply)) = reply {
                     self.input(Input::Sandbox { op, reply });
@@ -704,6 +711,19 @@ fn provider_reply(r: PReply) -> ProviderReply {
             advice: Default::default(),
         },
     }
+}
+
+/// A container engine that fails every operation (a stop succeeds:
+/// nothing runs; a kill has no reply).
+fn failed(cmd: &SandboxCommand) -> Option<(OpId, SandboxReply)> {
+    let err = || DriverError::Unsupported("fuzz".to_string());
+    Some(match cmd {
+        SandboxCommand::EnsureImage { op, .. } => (*op, SandboxReply::Ensured(Err(err()))),
+        SandboxCommand::Start { op, .. } => (*op, SandboxReply::Started(Err(err()))),
+        SandboxCommand::Exec { op, .. } => (*op, SandboxReply::Exec(Err(err()))),
+        SandboxCommand::Stop { op, .. } => (*op, SandboxReply::Stopped(Ok(()))),
+        SandboxCommand::Kill { .. } => return None,
+    })
 }
 
 fuzz_target!(|input: (bool, bool, Vec<Op>)| {

@@ -727,14 +727,31 @@ fn check_ascii_host(at: String, url: &str) -> Result<(), ConfigError> {
 
 /// The host of `url` as written, when it is not ASCII. A URL of a scheme
 /// without special rules keeps its host as written (percent-encoded, no
-/// IDNA), so the parser reads it under such a scheme.
+/// IDNA), so the parser reads it under such a scheme; when that finds no
+/// host (a bad port, `http:\\host`), it is cut out by hand. A non-ASCII
+/// host must never reach IDNA (the table-less adapter's debug assertion).
 fn non_ascii_host(url: &str) -> Option<String> {
     let (_, rest) = url.split_once(':')?;
-    let opaque = Url::parse(&format!("opaque:{rest}")).ok()?;
-    let host = percent_encoding::percent_decode_str(opaque.host_str()?)
-        .decode_utf8()
-        .ok()?;
+    let opaque = Url::parse(&format!("opaque:{rest}")).ok();
+    let written = match opaque.as_ref().and_then(Url::host_str) {
+        Some(host) => host,
+        None => raw_host(rest),
+    };
+    // Bytes that are not UTF-8 decode to U+FFFD, as the URL parser reads them.
+    let host = percent_encoding::percent_decode_str(written).decode_utf8_lossy();
     (!host.is_ascii()).then(|| host.into_owned())
+}
+
+/// The host after a URL's scheme, as special schemes read it: past any
+/// `/` or `\\`, up to `/`, `\\`, `?` or `#`, without user info and port.
+fn raw_host(rest: &str) -> &str {
+    let rest = rest.trim_start_matches(['/', '\\']);
+    let authority = rest.split(['/', '\\', '?', '#']).next().unwrap_or(rest);
+    let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    if host_port.starts_with('[') {
+        return host_port.split_once(']').map_or(host_port, |(h, _)| h);
+    }
+    host_port.rsplit_once(':').map_or(host_port, |(h, _)| h)
 }
 
 // ---------------------------------------------------------------------------

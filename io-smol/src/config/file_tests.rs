@@ -532,6 +532,53 @@ fn otlp_header_resolution() {
     );
 }
 
+/// Found by the `config_inputs` fuzz target: a non-ASCII host in a URL that
+/// is invalid for another reason too (a port that is not a number), or
+/// percent-encoded bytes that are not UTF-8, were not recognised as such and went to the URL parser's IDNA step, whose ASCII
+/// fast path it misses; with uppercase letters in the host the IDNA adapter
+/// then trips a debug assertion, so a debug build panicked on the file. It
+/// is the non-ASCII host error whatever else is wrong with the URL.
+#[test]
+fn a_non_ascii_host_is_named_even_when_the_port_is_bad() {
+    let cases = [
+        (
+            "[telemetry]\nenabled = true\notlp_endpoint = \"http://127.0.0.1FFFF\u{fffd}FFFF:431\u{fffd}8\"\n",
+            "[telemetry] otlp_endpoint",
+            "127.0.0.1FFFF\u{fffd}FFFF",
+        ),
+        (
+            "[[mcp.servers]]\nname = \"m\"\ntransport = \"http\"\nurl = \"http://u@B\u{fc}CHER.example:80x/mcp\"\n",
+            "[[mcp.servers]] \"m\" url",
+            "B\u{fc}CHER.example",
+        ),
+        (
+            "[[providers.entries]]\nname = \"p\"\nprovider = \"anthropic\"\nmodel = \"m\"\nauth_token = \"t\"\nbase_url = \"https:\\\\%C3%89X.example:99999999/v1\"\n",
+            "[[providers.entries]] \"p\" base_url",
+            "\u{c9}X.example",
+        ),
+        // Percent-encoded bytes that are not UTF-8: the parser decodes
+        // them to U+FFFD, so they are not ASCII either.
+        (
+            "[telemetry]\nenabled = true\notlp_endpoint = \"http://EX%FFAMPLE.com:4317\"\n",
+            "[telemetry] otlp_endpoint",
+            "EX\u{fffd}AMPLE.com",
+        ),
+        (
+            "[telemetry]\nenabled = true\notlp_endpoint = \"http://EX%FFAMPLE.com:43x\"\n",
+            "[telemetry] otlp_endpoint",
+            "EX\u{fffd}AMPLE.com",
+        ),
+    ];
+    for (text, at, host) in cases {
+        let err = parse(text).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            format!("{at}: host \"{host}\" is not ASCII; write it in its ASCII form (xn--…, as idn2 prints it)"),
+            "{text}"
+        );
+    }
+}
+
 /// The URL parser links no Unicode tables (idna_adapter 1.0), so a host
 /// name must be written in ASCII: a non-ASCII one is refused at load with
 /// the entry named, and its `xn--` form is accepted.
