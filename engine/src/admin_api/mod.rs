@@ -100,42 +100,26 @@ impl Engine {
         if !self.catalog.auth_admin(&mut self.svc, conn, &req) {
             return;
         }
-        if let Route::SessionEvents(id)
-        | Route::CancelTurn(id)
-        | Route::Export(id)
-        | Route::Fork(id, _)
-        | Route::Lineage(id) = r
-        {
-            if !ready
-                && self.residency.load_first(
-                    &mut self.catalog,
-                    &mut self.svc,
-                    conn,
-                    &req,
-                    id,
-                    LoadFor::Admin,
-                )
-            {
+        // A session-scoped route loads its session first; all but the
+        // usage route (which answers its own 404) need it to exist.
+        let scoped = match &r {
+            Route::SessionEvents(id)
+            | Route::CancelTurn(id)
+            | Route::Export(id)
+            | Route::Fork(id, _)
+            | Route::Lineage(id) => Some((*id, true)),
+            Route::Usage(crate::store::UsageScope::Session(id)) => Some((id.as_str(), false)),
+            _ => None,
+        };
+        if let Some((id, must_exist)) = scoped {
+            let (catalog, svc) = (&mut self.catalog, &mut self.svc);
+            if !ready && (self.residency).load_first(catalog, svc, conn, &req, id, LoadFor::Admin) {
                 return;
             }
-            if !self.catalog.sessions.contains_key(id) {
+            if must_exist && !self.catalog.sessions.contains_key(id) {
                 return self
                     .svc
                     .problem(conn, ProblemType::NotFound, &format!("no session {id}"));
-            }
-        }
-        if let Route::Usage(crate::store::UsageScope::Session(id)) = &r {
-            if !ready
-                && self.residency.load_first(
-                    &mut self.catalog,
-                    &mut self.svc,
-                    conn,
-                    &req,
-                    id,
-                    LoadFor::Admin,
-                )
-            {
-                return;
             }
         }
         match (r, &req.method) {
