@@ -359,7 +359,6 @@ impl Engine {
         }
     }
 
-    /// The sandbox hub with what its RPCs and lifecycle read and write.
     /// The live loop's view: what a JSON-RPC request, the turn gate and a
     /// turn may touch.
     fn live(&mut self) -> live::LiveCx<'_> {
@@ -376,6 +375,7 @@ impl Engine {
         }
     }
 
+    /// The sandbox hub with what its RPCs and lifecycle read and write.
     fn sandbox_cx(&mut self) -> session_sandbox::SandboxCx<'_> {
         session_sandbox::SandboxCx {
             sandbox: &mut self.sandbox,
