@@ -179,6 +179,7 @@ impl Engine {
         self.residency.admit(&mut self.catalog, session);
         self.lease_new_session(&session_id);
         if plan.state == SessionState::Open {
+            (self.catalog.quotas).session_opened(&key.id, &profile_id);
             (self.svc.telemetry).session_open(&session_id, &profile_id, &key.id);
         }
         let session_key = self

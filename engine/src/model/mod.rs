@@ -186,6 +186,8 @@ pub struct Catalog {
     pub drivers: IdMap<SessionId, BTreeSet<KeyId>>,
     /// Rate-limited verification of legacy Argon2id digests.
     legacy: auth::LegacyUpgrade,
+    /// Per key and per profile quotas (`BAE` extension, off unless set).
+    pub quotas: crate::quotas::Quotas,
 }
 
 impl Catalog {

@@ -72,6 +72,11 @@ impl LiveCx<'_> {
             },
             Err(msg) => return self.svc.terminal_error(conn, codes::INVALID_PARAMS, &msg),
         };
+        // Quotas: a used-up token budget refuses the turn before any
+        // provider call (a running turn is never cut).
+        if let Some(r) = self.catalog.quota_turn(self.svc, session_id, key_id) {
+            return self.svc.quota_error(conn, &r);
+        }
         if idempotent {
             let key = match params.idempotency_key {
                 Ok(k) => k,
@@ -422,8 +427,10 @@ impl LiveCx<'_> {
         }
         let at = self.svc.timestamp();
         if let Some(s) = self.catalog.sessions.get_mut(session_id) {
+            let (creator, profile) = (s.creator.clone(), s.profile_id.clone());
             s.state = state;
             s.closed_at = Some(crate::time::Stamp::At(self.svc.now.unix));
+            (self.catalog.quotas).session_closed(&creator, &profile);
         }
         self.svc.write(StoreWrite::SetSessionState {
             id: session_id.to_string(),
