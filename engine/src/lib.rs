@@ -141,6 +141,9 @@ impl Engine {
         let mut catalog = Catalog::restore(&mut snapshot, config.durable_drivers);
         catalog.quotas =
             quotas::Quotas::restore(&snapshot.quotas, &snapshot.open_sessions, now.mono);
+        if config.replica.is_some() {
+            catalog.quotas.refresh_every(quotas::REFRESH_MS, now.mono);
+        }
         // Replica mode holds every session it knows (leases move them).
         let budget = config
             .resident_sessions
@@ -265,6 +268,7 @@ impl Engine {
         self.mcp.handle_timeout(now.mono);
         self.sandbox.handle_timeout(now.mono);
         self.provider_limits.tick(now.mono);
+        self.catalog.refresh_quotas(&mut self.svc);
         self.settle();
     }
 
@@ -313,6 +317,7 @@ impl Engine {
             self.residency.next_deadline(),
             self.provider_limits.poll_timeout(),
             self.routes.calls.next_deadline(),
+            self.catalog.quotas.next_refresh(),
         ]
         .into_iter()
         .flatten()

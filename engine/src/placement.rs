@@ -455,6 +455,19 @@ impl Engine {
                 continue;
             }
             let ended = s.state != SessionState::Open;
+            // Open-session quotas count what other replicas open and close.
+            let was = self.catalog.sessions.get(id).map(|h| h.state);
+            if !u.full {
+                match (was, ended) {
+                    (None, false) => {
+                        (self.catalog.quotas).session_opened(&s.client_key_id, &s.profile_id)
+                    }
+                    (Some(SessionState::Open), true) => {
+                        (self.catalog.quotas).session_closed(&s.client_key_id, &s.profile_id)
+                    }
+                    _ => {}
+                }
+            }
             let session = self.catalog.session_from_row(&s);
             match self.catalog.sessions.get_mut(id) {
                 Some(held) => **held = session,
@@ -465,6 +478,12 @@ impl Engine {
                 // records the close; the hub writes no events).
                 self.mcp.close_session(&s.id);
             }
+        }
+        for scope in u.quotas_removed {
+            self.catalog.quotas.remove(&scope);
+        }
+        for q in u.quotas {
+            (self.catalog).quota_changed_elsewhere(&mut self.svc, q);
         }
         for k in u.keys {
             let owned_session_key = k.role == KeyRole::Session && self.owns_session(&k.name);

@@ -100,6 +100,29 @@ impl Catalog {
         }
     }
 
+    /// Replica mode: a quota another replica set (a catalogue notice).
+    pub(crate) fn quota_changed_elsewhere(&mut self, svc: &mut Services, row: QuotaRow) {
+        let quota = serde_json::from_str::<serde_json::Value>(&row.quota)
+            .map_err(|e| e.to_string())
+            .and_then(|v| crate::quotas::parse(&v));
+        match quota {
+            Ok(q) if self.quotas.get(&row.scope) == Some(q) => {}
+            Ok(q) => {
+                self.quotas.set(row.scope.clone(), q, svc.now.mono);
+                self.read_usage(svc, row.scope, None);
+            }
+            Err(e) => tracing::error!(scope = ?row.scope, error = %e, "stored quota skipped"),
+        }
+    }
+
+    /// Replica mode: every budget's window usage read again from the
+    /// store when due, so that other replicas' turns count here too.
+    pub(crate) fn refresh_quotas(&mut self, svc: &mut Services) {
+        for scope in self.quotas.take_refresh(svc.now.mono) {
+            self.read_usage(svc, scope, None);
+        }
+    }
+
     /// Reads a budgeted scope's usage in its current window (at start).
     pub(crate) fn seed_quota(&mut self, svc: &mut Services, scope: Scope) {
         self.read_usage(svc, scope, None);

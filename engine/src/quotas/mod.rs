@@ -228,7 +228,12 @@ pub struct Quotas {
     open: BTreeMap<Scope, u64>,
     /// Refusals by [`Kind::ALL`] order.
     refused: [u64; 3],
+    /// Replica mode: how often budgets re-read the store, and when next.
+    refresh: Option<(u64, MonoMs)>,
 }
+
+/// Replica mode: the interval of [`Quotas::take_refresh`].
+pub const REFRESH_MS: u64 = 1000;
 
 impl Quotas {
     /// The quotas and open-session counts a store holds; unreadable
@@ -253,6 +258,28 @@ impl Quotas {
                 .or_default() += c.open;
         }
         q
+    }
+
+    /// Replica mode: budgets re-read the store's usage every `every_ms`.
+    pub fn refresh_every(&mut self, every_ms: u64, now: MonoMs) {
+        self.refresh = Some((every_ms, MonoMs(now.0.saturating_add(every_ms))));
+    }
+
+    /// When budgets are next re-read (`None`: no budget, or not replicas).
+    pub fn next_refresh(&self) -> Option<MonoMs> {
+        let (_, at) = self.refresh?;
+        (self.held.values().any(|h| h.quota.token_budget.is_some())).then_some(at)
+    }
+
+    /// The budgeted scopes to re-read now, if due.
+    pub fn take_refresh(&mut self, now: MonoMs) -> Vec<Scope> {
+        match self.refresh {
+            Some((every, at)) if now >= at => {
+                self.refresh = Some((every, MonoMs(now.0.saturating_add(every))));
+                self.budgeted()
+            }
+            _ => Vec::new(),
+        }
     }
 
     /// Whether any quota is set (a cheap test on hot paths).

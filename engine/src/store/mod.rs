@@ -583,6 +583,9 @@ pub struct CatalogUpdate {
     /// Revoked keys.
     pub revoked: Vec<KeyRow>,
     pub sessions: Vec<SessionRow>,
+    /// Quotas set and removed.
+    pub quotas: Vec<QuotaRow>,
+    pub quotas_removed: Vec<QuotaScope>,
     /// Every row, read once when the notices start (not a change: no
     /// revocation cascade runs for it).
     pub full: bool,
