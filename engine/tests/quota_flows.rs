@@ -191,3 +191,111 @@ fn bad_quota_values_are_refused_naming_the_field() {
     assert_eq!(s, 404);
     assert_eq!(h.admin("GET", &path, None).0, 404, "nothing was set");
 }
+
+/// An idempotent retry of a turn that was answered replays its answer
+/// even once the budget is used up; a new key is refused.
+#[test]
+fn an_idempotent_retry_is_replayed_past_the_budget_a_new_turn_is_not() {
+    let mut h = Harness::new(config());
+    let f = h.fix(&[]);
+    let params = json!({"extensions": ["send.idempotent"]});
+    let conn = h.rpc_start(&f.sid, &f.skey, &call(1, "session.registerDriver", params));
+    assert_eq!(
+        h.finished(conn).1["result"]["extensions"],
+        json!(["send.idempotent"])
+    );
+    let path = format!("/admin/v1/keys/{}/quota", f.key_id);
+    let (s, _) = put_quota(&mut h, &path, json!({"token_budget": 10, "window": "1d"}));
+    assert_eq!(s, 200);
+    let send = |h: &mut Harness, text: &str, ikey: &str| {
+        let params = json!({"message": {"role": "user", "content": text}, "idempotency_key": ikey});
+        let conn = h.rpc_start(&f.sid, &f.skey, &call(2, "session.sendMessage", params));
+        h.finished(conn).1
+    };
+    h.replies.push_back(anthropic_text("one"));
+    let first = send(&mut h, "hi", "k-1");
+    assert!(first.get("result").is_some(), "{first}");
+    let again = send(&mut h, "hi", "k-1");
+    assert_eq!(again["result"], first["result"], "replayed, not refused");
+    let refused = send(&mut h, "more", "k-2");
+    assert_eq!(refused["error"]["code"], -32025, "{refused}");
+}
+
+/// Replica mode: a quota, and the sessions another replica opens, arrive
+/// by catalogue notices; a budget's usage is re-read from the store every
+/// second (docs/scaling.md, "Quotas").
+#[test]
+fn replicas_share_quotas_open_sessions_and_budgets() {
+    use engine::replicas::ReplicaSettings;
+    use engine::store::CatalogUpdate;
+    let replica = |slot| engine::Config {
+        replica: Some(ReplicaSettings { slot, lanes: 8 }),
+        ..config()
+    };
+    let mut a = Harness::new(replica(3));
+    let profile = a.profile(&[]);
+    let (kid, key) = a.key(&profile);
+    let path = format!("/admin/v1/keys/{kid}/quota");
+    let q = json!({"max_open_sessions": 2, "token_budget": 15, "window": "1h"});
+    assert_eq!(put_quota(&mut a, &path, q).0, 200);
+    let mut b = Harness::new(replica(5));
+    // Its own entropy: ids minted on B must not repeat A's.
+    b.restart(replica(5));
+    b.store = a.store.clone();
+    let update = CatalogUpdate {
+        profiles: a.store.profiles.clone(),
+        keys: a.store.keys.clone(),
+        quotas: a.store.quotas.values().cloned().collect(),
+        ..CatalogUpdate::default()
+    };
+    b.input(engine::Input::Catalog(Box::new(update)));
+    assert_eq!(b.admin("GET", &path, None).0, 200, "the quota arrived");
+    // A session on each replica; A's reaches B by its notice.
+    let (s, o) = a.client("POST", "/api/v1/sessions", &key, Some(&json!({})));
+    assert_eq!(s, 201);
+    let (sa, ka) = (
+        o["session_id"].as_str().unwrap().to_string(),
+        o["session_key"].as_str().unwrap().to_string(),
+    );
+    let row = a
+        .store
+        .sessions
+        .iter()
+        .find(|r| r.id == sa)
+        .cloned()
+        .unwrap();
+    b.store = a.store.clone();
+    let update = CatalogUpdate {
+        sessions: vec![row],
+        ..CatalogUpdate::default()
+    };
+    b.input(engine::Input::Catalog(Box::new(update)));
+    let (s, o) = b.client("POST", "/api/v1/sessions", &key, Some(&json!({})));
+    assert_eq!(s, 201);
+    let (sb, kb) = (
+        o["session_id"].as_str().unwrap().to_string(),
+        o["session_key"].as_str().unwrap().to_string(),
+    );
+    let r = create(&mut b, &key);
+    assert_eq!(r.status, 429, "two open, one on each replica: {}", r.text);
+    // A's turn uses the budget; B reads the usage rows within a second.
+    a.register_driver(&sa, &ka);
+    a.replies.push_back(anthropic_text("one"));
+    let (_, t) = a.send(&sa, &ka, json!("hi"));
+    assert!(t.get("result").is_some(), "{t}");
+    b.store.usage = a.store.usage.clone();
+    b.register_driver(&sb, &kb);
+    b.advance(1000);
+    let (_, all) = b.admin("GET", "/admin/v1/quotas", None);
+    assert_eq!(all["quotas"][0]["usage"]["tokens_used"], 15, "{all}");
+    let (_, t) = b.send(&sb, &kb, json!("refused"));
+    assert_eq!(t["error"]["code"], -32025, "{t}");
+    // Removed on A, removed on B by the notice.
+    assert_eq!(a.admin("DELETE", &path, None).0, 204);
+    let update = CatalogUpdate {
+        quotas_removed: vec![engine::quotas::Scope::Key(kid.clone())],
+        ..CatalogUpdate::default()
+    };
+    b.input(engine::Input::Catalog(Box::new(update)));
+    assert_eq!(b.admin("GET", &path, None).0, 404);
+}

@@ -72,11 +72,6 @@ impl LiveCx<'_> {
             },
             Err(msg) => return self.svc.terminal_error(conn, codes::INVALID_PARAMS, &msg),
         };
-        // Quotas: a used-up token budget refuses the turn before any
-        // provider call (a running turn is never cut).
-        if let Some(r) = self.catalog.quota_turn(self.svc, session_id, key_id) {
-            return self.svc.quota_error(conn, &r);
-        }
         if idempotent {
             let key = match params.idempotency_key {
                 Ok(k) => k,
@@ -89,6 +84,13 @@ impl LiveCx<'_> {
                     return;
                 }
             }
+        }
+        // Quotas: a used-up token budget refuses a new turn before any
+        // provider call (a running turn is never cut; an idempotent retry
+        // of an answered key was replayed above). A refused key's later
+        // retry runs as a first use.
+        if let Some(r) = self.catalog.quota_turn(self.svc, session_id, key_id) {
+            return self.svc.quota_error(conn, &r);
         }
         self.arrive(conn, session_id, key_id, Op::Send(message));
     }
