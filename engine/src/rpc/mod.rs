@@ -318,9 +318,8 @@ impl Services {
         self.end_stream(conn);
     }
 
-    /// Terminal `error` frame (omitted for notifications), then the end.
     /// The terminal `quota_exceeded` error of a refused request, with the
-    /// refusal's `data`.
+    /// refusal's `data` (omitted for notifications), then the end.
     pub(crate) fn quota_error(&mut self, conn: ConnId, r: &crate::quotas::Refusal) {
         if let Some(id) = self.stream_mut(conn).and_then(|s| s.id.clone()) {
             let data = json::text(&r.data());
@@ -331,6 +330,7 @@ impl Services {
         self.end_stream(conn);
     }
 
+    /// Terminal `error` frame (omitted for notifications), then the end.
     pub(crate) fn terminal_error(&mut self, conn: ConnId, code: i64, message: &str) {
         if let Some(id) = self.stream_mut(conn).and_then(|s| s.id.clone()) {
             let frame = jsonrpc::error_frame(Some(&id), code, message);

@@ -677,14 +677,7 @@ impl<'c> StoreConn<'c> {
             }
             StoreWrite::InsertLineage(row) => self.insert_lineage(row),
             StoreWrite::InsertUsage(r) => self.insert_usage(r),
-            StoreWrite::PutQuota(r) => {
-                let st = self.stmt(Q::PutQuota)?;
-                st.bind((1, r.scope.kind()))?;
-                st.bind((2, r.scope.id()))?;
-                st.bind((3, r.quota.as_str()))?;
-                st.bind((4, r.updated_at.as_str()))?;
-                finish(st)
-            }
+            StoreWrite::PutQuota(r) => self.put_quota(r),
             StoreWrite::DeleteQuota(scope) => {
                 self.two_text(Q::DeleteQuota, scope.kind(), scope.id())
             }

@@ -448,22 +448,11 @@ impl<'c> StoreConn<'c> {
             Ok(())
         })?;
         self.each_row(Q::AllQuotas, |st| {
-            match engine::store::QuotaScope::from_columns(&st.text(0)?, st.text(1)?) {
-                Some(scope) => snap.quotas.push(engine::store::QuotaRow {
-                    scope,
-                    quota: st.text(2)?,
-                    updated_at: st.text(3)?,
-                }),
-                None => tracing::error!("bae_quotas row of an unknown scope skipped"),
-            }
+            snap.quotas.extend(super::rows::read_quota(st)?);
             Ok(())
         })?;
         self.each_row(Q::OpenByCreator, |st| {
-            snap.open_sessions.push(engine::store::OpenCount {
-                client_key_id: st.text(0)?,
-                profile_id: st.text(1)?,
-                open: st.read::<i64, _>(2)?.max(0) as u64,
-            });
+            snap.open_sessions.push(super::rows::read_open_count(st)?);
             Ok(())
         })?;
         Ok(snap)

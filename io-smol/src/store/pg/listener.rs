@@ -79,17 +79,7 @@ fn read_rows(
             ..CatalogUpdate::default()
         };
         for r in &quotas {
-            let text = |i: usize| {
-                r.try_get::<_, String>(i)
-                    .map_err(|e| StoreError::Corrupt(e.to_string()))
-            };
-            if let Some(scope) = engine::store::QuotaScope::from_columns(&text(0)?, text(1)?) {
-                u.quotas.push(engine::store::QuotaRow {
-                    scope,
-                    quota: text(2)?,
-                    updated_at: text(3)?,
-                });
-            }
+            u.quotas.extend(crate::store::rows::read_quota(r)?);
         }
         for name in &quota_names {
             let Some((kind, id)) = name.split_once(':') else {

@@ -859,21 +859,11 @@ fn snapshot(
         });
     }
     for r in c.query(stmts.get(Pq::AllQuotas), &[])? {
-        match engine::store::QuotaScope::from_columns(&r.text(0)?, r.text(1)?) {
-            Some(scope) => snap.quotas.push(engine::store::QuotaRow {
-                scope,
-                quota: r.text(2)?,
-                updated_at: r.text(3)?,
-            }),
-            None => tracing::error!("bae_quotas row of an unknown scope skipped"),
-        }
+        snap.quotas.extend(crate::store::rows::read_quota(&r)?);
     }
     for r in c.query(stmts.get(Pq::OpenByCreator), &[])? {
-        snap.open_sessions.push(engine::store::OpenCount {
-            client_key_id: r.text(0)?,
-            profile_id: r.text(1)?,
-            open: r.int(2)?.max(0) as u64,
-        });
+        snap.open_sessions
+            .push(crate::store::rows::read_open_count(&r)?);
     }
     Ok(snap)
 }
