@@ -409,7 +409,11 @@ mod in_process {
         drop(c);
         let mut pg = PgStore::connect(&url).unwrap();
         let report = pg.migrate().unwrap();
-        assert_eq!((report.from, report.to), (7, 9), "8 (this test) and 9 (quotas)");
+        assert_eq!(
+            (report.from, report.to),
+            (7, 9),
+            "8 (this test) and 9 (quotas)"
+        );
         pg.commit(&[StoreWrite::InsertLineage(LineageRow {
             session_id: "ses_new".into(),
             origin: Origin::Import {
