@@ -238,7 +238,9 @@ impl Engine {
             Input::ReadDone { id, result } => self.on_read_done(id, result),
             Input::ProviderDone { call, reply } => self.live().on_provider_done(call, reply),
             Input::ProviderChunk { call, bytes } => self.live().on_provider_chunk(call, &bytes),
-            Input::Mcp { conn, event } => self.mcp.handle(conn, event, now.mono),
+            Input::Mcp { conn, event } => {
+                (self.sessions).mcp_event(&mut self.mcp, conn, event, now.mono)
+            }
             Input::Sandbox { op, reply } => self.sandbox.handle_reply(op, reply, now.mono),
             Input::Shutdown => self.on_shutdown(),
             Input::Catalog(update) => self.on_catalog(*update),
@@ -255,7 +257,7 @@ impl Engine {
         self.svc.send_keepalives();
         self.svc.expire_reads();
         self.live().check_provider_streams();
-        self.mcp.handle_timeout(now.mono);
+        (self.sessions).mcp_timeout(&mut self.mcp, now.mono);
         self.sandbox.handle_timeout(now.mono);
         self.provider_limits.tick(now.mono);
         self.settle();

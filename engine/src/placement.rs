@@ -113,7 +113,6 @@ impl Engine {
     fn pinned(&self, id: &str) -> bool {
         self.sessions.holds(id)
             || self.svc.streams.has_session(id)
-            || self.mcp.has_session(id)
             || self.sandbox.tracks(id)
             || self.residency.is_loading(id)
     }
@@ -245,7 +244,7 @@ impl Engine {
         }
         let id = self.catalog.session_id(session_id);
         let now = self.svc.now.mono;
-        self.mcp.connect_session(&id, servers, now);
+        (self.sessions).connect_mcp(&mut self.mcp, &id, servers, now);
         self.sessions.park_create(id, PendingCreate { conn, body });
     }
 
@@ -462,7 +461,7 @@ impl Engine {
             if ended {
                 // MCP connections opened here at its creation (the owner
                 // records the close; the hub writes no events).
-                self.mcp.close_session(&s.id);
+                self.sessions.close_mcp(&mut self.mcp, &s.id);
             }
         }
         for k in u.keys {

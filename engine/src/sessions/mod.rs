@@ -3,8 +3,9 @@
 //! may go). One [`Session`] holds everything the engine keeps for one
 //! session outside the catalogue and the hubs: its [`SessionCore`] (gate,
 //! cached history, turn loop), a create waiting for its MCP connects, the
-//! extensions its drivers opted into, and the turn waiting for its MCP
-//! servers to be restored. The table answers with typed results (the
+//! extensions its drivers opted into, its MCP connection set
+//! ([`SessionMcp`]) and the turn waiting for its MCP servers to be
+//! restored. The table answers with typed results (the
 //! sessions whose histories were dropped, the gates that are due…) that the
 //! engine acts on; it never emits output itself.
 
@@ -15,11 +16,14 @@ use proto::jsonrpc::{Extension, Extensions};
 use crate::faults::Faults;
 use crate::history_cache::HistoryCache;
 use crate::ids::{KeyId, SessionId, TurnId};
+use crate::mcp::SessionMcp;
 use crate::model::Catalog;
 use crate::routes::Routes;
 use crate::services::Services;
 use crate::session_core::{Holder, SessionCore, TurnLoop};
 use crate::{ConnId, MonoMs};
+
+mod mcp;
 
 /// A create answered once its profile's MCP servers are connected.
 #[derive(Debug)]
@@ -41,6 +45,8 @@ pub(crate) struct Session {
     driver_ext: BTreeMap<KeyId, Extensions>,
     /// The turn waiting for the session's MCP servers to be restored.
     mcp_restoring: Option<TurnId>,
+    /// The session's MCP connection set (its connections, tools, routes).
+    mcp: Option<SessionMcp>,
 }
 
 impl Session {
@@ -49,6 +55,7 @@ impl Session {
             && self.create.is_none()
             && self.driver_ext.is_empty()
             && self.mcp_restoring.is_none()
+            && self.mcp.is_none()
     }
 }
 
@@ -131,13 +138,14 @@ impl Sessions {
 
     /// Whether `id` has runtime state that must keep it resident: a gate
     /// in use, a create waiting for its MCP servers, a turn waiting for
-    /// their restore. (An idle core holds only a cached history, which
-    /// eviction may drop as the history cache would.)
+    /// their restore, MCP connections. (An idle core holds only a cached
+    /// history, which eviction may drop as the history cache would.)
     pub(crate) fn holds(&self, id: &str) -> bool {
         self.table.get(id).is_some_and(|s| {
             s.core.as_ref().is_some_and(core_busy)
                 || s.create.is_some()
                 || s.mcp_restoring.is_some()
+                || s.mcp.is_some()
         })
     }
 

@@ -433,7 +433,7 @@ impl LiveCx<'_> {
         // A session in `error` runs no more turns, so nothing can use its
         // MCP servers: free their children now rather than at DELETE.
         if state == SessionState::Error {
-            self.mcp.close_session(session_id);
+            self.sessions.close_mcp(self.mcp, session_id);
             self.svc.telemetry.session_end(session_id, true);
         }
     }
@@ -450,11 +450,10 @@ impl LiveCx<'_> {
             sessions,
             catalog,
             svc,
-            mcp,
             sandbox,
             ..
         } = self;
-        let core = sessions.core_mut(session_id)?;
+        let (core, mcp) = sessions.core_and_mcp(session_id)?;
         let world = world::EngineWorld {
             session_id,
             catalog,

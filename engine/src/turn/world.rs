@@ -1,6 +1,6 @@
 //! The [`World`] a session core reads while it decides: one session's view
 //! of the catalogue (state, profile, tool declarations), the provider
-//! registry and settings, the MCP hub's routes and the sandbox hub's
+//! registry and settings, the session's MCP routes and the sandbox hub's
 //! handle. Borrowed field by field from the engine, so the core can be
 //! borrowed mutably beside it.
 
@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 use proto::wire::content::Dispatch;
 use serde_json::{json, Value};
 
-use crate::mcp::McpHub;
+use crate::mcp::SessionMcp;
 use crate::model::Catalog;
 use crate::sandbox::SandboxHub;
 use crate::session_core::{ChainError, World};
@@ -19,7 +19,8 @@ pub(crate) struct EngineWorld<'a> {
     pub session_id: &'a str,
     pub catalog: &'a Catalog,
     pub config: &'a Config,
-    pub mcp: &'a McpHub,
+    /// The session's MCP connection set, when it has one.
+    pub mcp: Option<&'a SessionMcp>,
     pub sandbox: &'a SandboxHub,
 }
 
@@ -86,7 +87,7 @@ impl World for EngineWorld<'_> {
                 }));
             }
         }
-        for t in self.mcp.tools(self.session_id) {
+        for t in self.mcp.map_or(&[][..], SessionMcp::tools) {
             let name = t.get("name").and_then(Value::as_str).unwrap_or("");
             if !own.contains(name) && name != proto::wire::session::REMOTE_SUBAGENT_STATUS {
                 out.push(t.clone());
@@ -116,7 +117,7 @@ impl World for EngineWorld<'_> {
     }
 
     fn mcp_server(&self, tool: &str) -> Option<String> {
-        self.mcp.route(self.session_id, tool).map(str::to_string)
+        self.mcp?.route(tool).map(str::to_string)
     }
 
     fn sandbox(&self) -> Option<(String, String)> {
