@@ -241,7 +241,9 @@ impl Engine {
             Input::Mcp { conn, event } => {
                 (self.sessions).mcp_event(&mut self.mcp, conn, event, now.mono)
             }
-            Input::Sandbox { op, reply } => self.sandbox.handle_reply(op, reply, now.mono),
+            Input::Sandbox { op, reply } => {
+                (self.sandbox).handle_reply(op, reply, now.mono, &mut self.sessions)
+            }
             Input::Shutdown => self.on_shutdown(),
             Input::Catalog(update) => self.on_catalog(*update),
         }
@@ -258,7 +260,7 @@ impl Engine {
         self.svc.expire_reads();
         self.live().check_provider_streams();
         (self.sessions).mcp_timeout(&mut self.mcp, now.mono);
-        self.sandbox.handle_timeout(now.mono);
+        (self.sandbox).handle_timeout(now.mono, &mut self.sessions);
         self.provider_limits.tick(now.mono);
         self.settle();
     }
@@ -381,6 +383,7 @@ impl Engine {
     fn sandbox_cx(&mut self) -> session_sandbox::SandboxCx<'_> {
         session_sandbox::SandboxCx {
             sandbox: &mut self.sandbox,
+            sessions: &mut self.sessions,
             catalog: &self.catalog,
             svc: &mut self.svc,
         }

@@ -11,16 +11,19 @@ use crate::model::Catalog;
 use crate::sandbox::SandboxHub;
 use crate::sandbox::{CancelOutcome, ExecOutput, Handle, Requester, StartRefused, StopReason};
 use crate::services::Services;
+use crate::sessions::Sessions;
 use crate::ConnId;
 use proto::jsonrpc::codes;
 use proto::wire::EventType;
 
-/// What the sandbox RPCs and lifecycle need of the endpoint: the sandbox
-/// hub (every session's sandbox and subagents), the catalogue (profiles'
-/// images, sessions' state and declarations) and the services. Built by
-/// [`Engine::sandbox_cx`](crate::Engine); it cannot reach gates or turns.
+/// What the sandbox RPCs and lifecycle need: the sandbox hub (op routing,
+/// deadlines, image status), the sessions (each holds its own sandbox and
+/// subagents), the catalogue (profiles' images, sessions' state and
+/// declarations) and the services. Built by
+/// [`Engine::sandbox_cx`](crate::Engine); it reaches no gate or turn.
 pub(crate) struct SandboxCx<'a> {
     pub sandbox: &'a mut SandboxHub,
+    pub sessions: &'a mut Sessions,
     pub catalog: &'a Catalog,
     pub svc: &'a mut Services,
 }
@@ -87,8 +90,8 @@ impl SandboxCx<'_> {
             conn,
             key_id: key_id.to_string(),
         };
-        if let Err(StartRefused::AlreadyRunning) = self.sandbox.start(session_id, &image, requester)
-        {
+        let b = self.sessions.sandbox_or_new(session_id);
+        if let Err(StartRefused::AlreadyRunning) = b.start(self.sandbox, &image, requester) {
             return self.svc.terminal_error(
                 conn,
                 codes::APPLICATION_ERROR,
@@ -165,10 +168,9 @@ impl SandboxCx<'_> {
             conn,
             key_id: key_id.to_string(),
         };
-        match self
-            .sandbox
-            .stop(session_id, requester, StopReason::Explicit)
-        {
+        let hub = &mut *self.sandbox;
+        let b = self.sessions.sandbox_mut(session_id);
+        match b.and_then(|b| b.stop(hub, requester, StopReason::Explicit)) {
             Some(handle) => self
                 .svc
                 .log_stop(session_id, key_id, &handle, StopReason::Explicit),
@@ -204,9 +206,9 @@ impl SandboxCx<'_> {
             key_id: key_id.to_string(),
         };
         let now = self.svc.now.mono;
-        if self
-            .sandbox
-            .exec(session_id, &command, requester, now)
+        let hub = &mut *self.sandbox;
+        let b = self.sessions.sandbox_mut(session_id);
+        if b.and_then(|b| b.exec(hub, &command, requester, now))
             .is_none()
         {
             let e = RpcError::sandbox_not_running();
@@ -262,7 +264,9 @@ impl SandboxCx<'_> {
             Ok(p) => p.subagent_id,
             Err(msg) => return self.svc.terminal_error(conn, codes::INVALID_PARAMS, &msg),
         };
-        match self.sandbox.cancel(session_id, &id) {
+        let outcome = (self.sessions.sandbox_mut(session_id))
+            .map_or(CancelOutcome::NotFound, |b| b.cancel(self.sandbox, &id));
+        match outcome {
             CancelOutcome::NotFound => {
                 let e = RpcError::subagent_not_found(&id);
                 self.svc.terminal_error(conn, e.code, &e.message);
@@ -294,7 +298,10 @@ impl SandboxCx<'_> {
         else {
             return;
         };
-        let (cancelled, handle) = self.sandbox.close_session(session_id, &creator);
+        let (cancelled, handle) = match self.sessions.take_sandbox(session_id) {
+            Some(b) => b.close(self.sandbox, &creator),
+            None => (Vec::new(), None),
+        };
         for status in cancelled {
             self.svc.subagent_span_end(&status);
             if let Some((kind, payload)) = status.terminal_event() {

@@ -6,6 +6,7 @@
 use super::Sessions;
 use crate::ids::SessionId;
 use crate::mcp::{McpConnId, McpEvent, McpHub, SessionMcp};
+use crate::sandbox::SessionSandbox;
 use crate::session_core::SessionCore;
 use crate::MonoMs;
 
@@ -88,13 +89,17 @@ impl Sessions {
         }
     }
 
-    /// `id`'s core beside its MCP set (a turn decides with the set's
-    /// routes in view).
-    pub(crate) fn core_and_mcp(
+    /// `id`'s core beside its MCP set and sandbox box (a turn decides with
+    /// their routes and handle in view).
+    pub(crate) fn core_and_parts(
         &mut self,
         id: &str,
-    ) -> Option<(&mut SessionCore, Option<&SessionMcp>)> {
+    ) -> Option<(
+        &mut SessionCore,
+        Option<&SessionMcp>,
+        Option<&SessionSandbox>,
+    )> {
         let s = self.table.get_mut(id)?;
-        Some((s.core.as_mut()?, s.mcp.as_ref()))
+        Some((s.core.as_mut()?, s.mcp.as_ref(), s.sandbox.as_ref()))
     }
 }

@@ -4,7 +4,8 @@
 //! session outside the catalogue and the hubs: its [`SessionCore`] (gate,
 //! cached history, turn loop), a create waiting for its MCP connects, the
 //! extensions its drivers opted into, its MCP connection set
-//! ([`SessionMcp`]) and the turn waiting for its MCP servers to be
+//! ([`SessionMcp`]), its sandbox and subagents ([`SessionSandbox`]) and
+//! the turn waiting for its MCP servers to be
 //! restored. The table answers with typed results (the
 //! sessions whose histories were dropped, the gates that are due…) that the
 //! engine acts on; it never emits output itself.
@@ -19,11 +20,13 @@ use crate::ids::{KeyId, SessionId, TurnId};
 use crate::mcp::SessionMcp;
 use crate::model::Catalog;
 use crate::routes::Routes;
+use crate::sandbox::SessionSandbox;
 use crate::services::Services;
 use crate::session_core::{Holder, SessionCore, TurnLoop};
 use crate::{ConnId, MonoMs};
 
 mod mcp;
+mod sandbox;
 
 /// A create answered once its profile's MCP servers are connected.
 #[derive(Debug)]
@@ -47,6 +50,9 @@ pub(crate) struct Session {
     mcp_restoring: Option<TurnId>,
     /// The session's MCP connection set (its connections, tools, routes).
     mcp: Option<SessionMcp>,
+    /// The session's remote sandbox and subagents, from its first start
+    /// until the session closes.
+    sandbox: Option<SessionSandbox>,
 }
 
 impl Session {
@@ -56,6 +62,7 @@ impl Session {
             && self.driver_ext.is_empty()
             && self.mcp_restoring.is_none()
             && self.mcp.is_none()
+            && self.sandbox.is_none()
     }
 }
 
@@ -138,7 +145,7 @@ impl Sessions {
 
     /// Whether `id` has runtime state that must keep it resident: a gate
     /// in use, a create waiting for its MCP servers, a turn waiting for
-    /// their restore, MCP connections. (An idle core holds only a cached
+    /// their restore, MCP connections, a sandbox box. (An idle core holds only a cached
     /// history, which eviction may drop as the history cache would.)
     pub(crate) fn holds(&self, id: &str) -> bool {
         self.table.get(id).is_some_and(|s| {
@@ -146,6 +153,7 @@ impl Sessions {
                 || s.create.is_some()
                 || s.mcp_restoring.is_some()
                 || s.mcp.is_some()
+                || s.sandbox.is_some()
         })
     }
 

@@ -87,7 +87,10 @@ impl LiveCx<'_> {
                 };
                 let requester = crate::sandbox::Requester::Turn { turn, index };
                 let now = self.svc.now.mono;
-                self.sandbox.exec(session_id, &command, requester, now);
+                let hub = &mut *self.sandbox;
+                if let Some(b) = self.sessions.sandbox_mut(session_id) {
+                    b.exec(hub, &command, requester, now);
+                }
                 self.svc
                     .telemetry
                     .tool_child_begin(turn, &tool_use_id, ToolChild::Sandbox);

@@ -450,10 +450,9 @@ impl LiveCx<'_> {
             sessions,
             catalog,
             svc,
-            sandbox,
             ..
         } = self;
-        let (core, mcp) = sessions.core_and_mcp(session_id)?;
+        let (core, mcp, sandbox) = sessions.core_and_parts(session_id)?;
         let world = world::EngineWorld {
             session_id,
             catalog,

@@ -1,6 +1,6 @@
 //! The [`World`] a session core reads while it decides: one session's view
 //! of the catalogue (state, profile, tool declarations), the provider
-//! registry and settings, the session's MCP routes and the sandbox hub's
+//! registry and settings, the session's MCP routes and its sandbox
 //! handle. Borrowed field by field from the engine, so the core can be
 //! borrowed mutably beside it.
 
@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 
 use crate::mcp::SessionMcp;
 use crate::model::Catalog;
-use crate::sandbox::SandboxHub;
+use crate::sandbox::SessionSandbox;
 use crate::session_core::{ChainError, World};
 use crate::{Config, ProviderEntry};
 
@@ -21,7 +21,8 @@ pub(crate) struct EngineWorld<'a> {
     pub config: &'a Config,
     /// The session's MCP connection set, when it has one.
     pub mcp: Option<&'a SessionMcp>,
-    pub sandbox: &'a SandboxHub,
+    /// The session's sandbox and subagents, when it has a box.
+    pub sandbox: Option<&'a SessionSandbox>,
 }
 
 impl EngineWorld<'_> {
@@ -93,7 +94,7 @@ impl World for EngineWorld<'_> {
                 out.push(t.clone());
             }
         }
-        if self.sandbox.tracks_subagents(self.session_id) {
+        if self.sandbox.is_some_and(SessionSandbox::tracks_subagents) {
             out.push(super::tools::status_tool());
         }
         out
@@ -121,7 +122,7 @@ impl World for EngineWorld<'_> {
     }
 
     fn sandbox(&self) -> Option<(String, String)> {
-        (self.sandbox.handle(self.session_id)).map(|h| (h.image.clone(), h.container.clone()))
+        (self.sandbox?.handle()).map(|h| (h.image.clone(), h.container.clone()))
     }
 
     fn auto_compaction_size(&self) -> Option<u64> {

@@ -24,7 +24,11 @@ impl Hub {
         }
     }
 
-    fn with<R>(&mut self, id: &str, f: impl FnOnce(&mut SessionMcp, &mut McpHub) -> R) -> Option<R> {
+    fn with<R>(
+        &mut self,
+        id: &str,
+        f: impl FnOnce(&mut SessionMcp, &mut McpHub) -> R,
+    ) -> Option<R> {
         let set = self.sets.get_mut(id)?;
         let r = f(set, &mut self.hub);
         if set.is_done() {
