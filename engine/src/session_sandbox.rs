@@ -9,7 +9,9 @@ use serde_json::{json, Value};
 use crate::ids::SessionId;
 use crate::model::Catalog;
 use crate::sandbox::SandboxHub;
-use crate::sandbox::{CancelOutcome, ExecOutput, Handle, Requester, StartRefused, StopReason};
+use crate::sandbox::{
+    CancelOutcome, ExecOutput, Handle, Requester, SandboxError, StartRefused, StopReason,
+};
 use crate::services::Services;
 use crate::sessions::Sessions;
 use crate::ConnId;
@@ -112,7 +114,7 @@ impl SandboxCx<'_> {
         session_id: &SessionId,
         requester: Requester,
         image: &str,
-        result: Result<Handle, String>,
+        result: Result<Handle, SandboxError>,
     ) {
         let key = Services::requester_key(&requester).map(str::to_string);
         match result {
@@ -135,7 +137,8 @@ impl SandboxCx<'_> {
                     self.svc.terminal_result(conn, &json::text(&body));
                 }
             }
-            Err(detail) => {
+            Err(e) => {
+                let detail = e.to_string();
                 let payload = json!({
                     "image": image, "phase": "start", "detail": detail, "dispatch": "remote", "unsandboxed": false,
                 });
@@ -222,9 +225,9 @@ impl SandboxCx<'_> {
         key_id: &str,
         session_id: &SessionId,
         handle: &Handle,
-        result: Result<ExecOutput, String>,
+        result: Result<ExecOutput, SandboxError>,
     ) {
-        match result {
+        match result.map_err(|e| e.to_string()) {
             Ok(out) => {
                 if self.svc.conns.contains_key(&conn) {
                     let (stdout, stderr) = crate::session_core::marked_streams(
@@ -375,10 +378,10 @@ impl Services {
         requester: Requester,
         handle: &Handle,
         reason: StopReason,
-        result: Result<(), String>,
+        result: Result<(), SandboxError>,
     ) {
         let key = Services::requester_key(&requester).map(str::to_string);
-        match result {
+        match result.map_err(|e| e.to_string()) {
             Ok(()) => {
                 let payload = json!({
                     "image": handle.image, "sandbox_id": handle.container, "reason": reason.as_str(),

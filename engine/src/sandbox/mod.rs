@@ -170,16 +170,13 @@ impl SandboxHub {
                     self.commands
                         .push_back(SandboxCommand::Start { op, image, labels });
                 }
-                Ok(()) => self.start_failed(
-                    boxes,
-                    session_id,
-                    requester,
-                    image,
-                    "the session was closed".into(),
-                ),
+                Ok(()) => {
+                    let e = SandboxError::ClosedBeforeStart;
+                    self.start_failed(boxes, session_id, requester, image, e)
+                }
                 Err(e) => {
-                    let text = e.text(&image);
-                    self.start_failed(boxes, session_id, requester, image, text)
+                    let e = e.on(&image);
+                    self.start_failed(boxes, session_id, requester, image, e)
                 }
             },
             (
@@ -216,16 +213,14 @@ impl SandboxHub {
                                 session_id,
                                 requester,
                                 image,
-                                result: Err(
-                                    DriverError::Runtime("the session was closed".into()).text("")
-                                ),
+                                result: Err(SandboxError::SessionClosed),
                             });
                         }
                     }
                 }
                 Err(e) => {
-                    let text = e.text(&image);
-                    self.start_failed(boxes, session_id, requester, image, text)
+                    let e = e.on(&image);
+                    self.start_failed(boxes, session_id, requester, image, e)
                 }
             },
             (
@@ -237,7 +232,7 @@ impl SandboxHub {
                 },
                 SandboxReply::Stopped(r),
             ) => {
-                let result = r.map_err(|e| e.text(&handle.image));
+                let result = r.map_err(|e| e.on(&handle.image));
                 self.notices.push_back(SandboxNotice::Stopped {
                     session_id,
                     requester,
@@ -255,7 +250,7 @@ impl SandboxHub {
                 },
                 SandboxReply::Exec(r),
             ) => {
-                let result = r.map_err(|e| e.text(&handle.image));
+                let result = r.map_err(|e| e.on(&handle.image));
                 self.notices.push_back(SandboxNotice::Executed {
                     session_id: session_id.clone(),
                     requester,
@@ -289,7 +284,7 @@ impl SandboxHub {
         session_id: SessionId,
         requester: Requester,
         image: String,
-        text: String,
+        error: SandboxError,
     ) {
         if let Some(b) = boxes.sandbox(&session_id) {
             b.start_failed();
@@ -298,7 +293,7 @@ impl SandboxHub {
             session_id,
             requester,
             image,
-            result: Err(text),
+            result: Err(error),
         });
     }
 
@@ -328,13 +323,11 @@ impl SandboxHub {
             {
                 self.commands.push_back(SandboxCommand::Kill { op });
                 let secs = self.settings.exec_timeout_ms / 1000;
-                let text = DriverError::Runtime(format!("exec timed out after {secs} s"))
-                    .text(&handle.image);
                 self.notices.push_back(SandboxNotice::Executed {
                     session_id: session_id.clone(),
                     requester,
                     handle,
-                    result: Err(text),
+                    result: Err(SandboxError::TimedOut { secs }),
                 });
                 if let Some(b) = boxes.sandbox(&session_id) {
                     b.unlock(self, now);

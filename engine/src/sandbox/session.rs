@@ -11,7 +11,8 @@ use serde_json::Value;
 use super::subagent::{CancelReason, Subagent};
 use super::{
     CancelOutcome, DriverError, ExecOutput, Handle, LaunchSpec, Op, OpId, Requester,
-    SandboxCommand, SandboxHub, SandboxNotice, StartRefused, StopReason, SubagentStatus,
+    SandboxCommand, SandboxError, SandboxHub, SandboxNotice, StartRefused, StopReason,
+    SubagentStatus,
 };
 use crate::ids::SessionId;
 use crate::MonoMs;
@@ -175,7 +176,7 @@ impl SessionSandbox {
                 session_id: self.session_id.clone(),
                 requester,
                 handle: no_handle(),
-                result: Err(DriverError::Runtime("the remote sandbox was stopped".into()).text("")),
+                result: Err(SandboxError::Stopped),
             });
         }
     }
@@ -207,13 +208,11 @@ impl SessionSandbox {
         };
         let handle = self.stop(hub, teardown, StopReason::SessionClose);
         for (_, requester) in waiting {
-            let h = handle.clone().unwrap_or_else(no_handle);
-            let text = DriverError::Runtime("the session was closed".into()).text(&h.image);
             hub.notice(SandboxNotice::Executed {
                 session_id: self.session_id.clone(),
                 requester,
-                handle: h,
-                result: Err(text),
+                handle: handle.clone().unwrap_or_else(no_handle),
+                result: Err(SandboxError::SessionClosed),
             });
         }
         (cancelled, handle)

@@ -245,8 +245,8 @@ fn c141_a_failed_ensure_or_run_reports_the_driver_text_and_allows_a_retry() {
         panic!()
     };
     assert_eq!(
-        result,
-        &Err("sandbox image \"img\" error: pull failed".to_string())
+        result.as_ref().map_err(ToString::to_string),
+        Err("sandbox image \"img\" error: pull failed".to_string())
     );
     assert!(h.cmds_empty());
     h.start(&SessionId::new("s"), "img", rpc(1)).unwrap();
@@ -261,7 +261,8 @@ fn c141_a_failed_ensure_or_run_reports_the_driver_text_and_allows_a_retry() {
     let SandboxNotice::Started { result, .. } = &notices(&mut h)[0] else {
         panic!()
     };
-    assert_eq!(result, &Err("sandbox runtime error: boom".to_string()));
+    let text = result.as_ref().map_err(ToString::to_string);
+    assert_eq!(text, Err("sandbox runtime error: boom".to_string()));
     assert!(h.handle("s").is_none());
 }
 
@@ -349,7 +350,10 @@ fn an_exec_past_its_timeout_is_killed_and_reported_as_a_driver_error() {
     else {
         panic!("{n:?}")
     };
-    assert_eq!(text, "sandbox runtime error: exec timed out after 1 s");
+    assert_eq!(
+        text.to_string(),
+        "sandbox runtime error: exec timed out after 1 s"
+    );
     // The late reply of the killed exec is ignored.
     h.handle_reply(op, SandboxReply::Exec(Ok(out("late", 0))), MonoMs(1_200));
     assert!(notices(&mut h).is_empty());
@@ -568,4 +572,40 @@ fn provisioning_ensures_images_in_order_and_records_their_status() {
     assert_eq!(notices(&mut h).len(), 2);
     h.provision("pro_1", &[]);
     assert_eq!(h.image_state("pro_1", "a"), ImageState::Pending);
+}
+
+/// Every failure renders to the text the events' `detail` and the RPC
+/// errors carry (spec 06 §5.8), in one place.
+#[test]
+fn sandbox_errors_render_their_documented_texts() {
+    let cases = [
+        (
+            DriverError::Image("pull failed".into()).on("img"),
+            "sandbox image \"img\" error: pull failed",
+        ),
+        (
+            DriverError::Runtime("boom".into()).on("img"),
+            "sandbox runtime error: boom",
+        ),
+        (
+            DriverError::Unsupported("no docker".into()).on("img"),
+            "sandbox driver unsupported: no docker",
+        ),
+        (SandboxError::ClosedBeforeStart, "the session was closed"),
+        (
+            SandboxError::SessionClosed,
+            "sandbox runtime error: the session was closed",
+        ),
+        (
+            SandboxError::Stopped,
+            "sandbox runtime error: the remote sandbox was stopped",
+        ),
+        (
+            SandboxError::TimedOut { secs: 30 },
+            "sandbox runtime error: exec timed out after 30 s",
+        ),
+    ];
+    for (error, text) in cases {
+        assert_eq!(error.to_string(), text);
+    }
 }
