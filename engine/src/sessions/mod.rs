@@ -524,4 +524,39 @@ mod tests {
         assert!(t.core("ses_a").is_none());
         assert_eq!(t.driver_extensions("ses_a", "key_a"), ext);
     }
+
+    /// Issue 42: the session's own MCP set and sandbox box keep it
+    /// resident (placement evicts only what `holds` lets go), survive its
+    /// core being dropped, and go with the entry once closed.
+    #[test]
+    fn an_mcp_set_or_a_sandbox_box_holds_the_session_until_closed() {
+        use crate::mcp::{McpHub, McpServerSpec, McpSettings, McpTransport};
+        let mut t = table(1000);
+        let mut hub = McpHub::new(McpSettings {
+            server_version: "1".into(),
+            timeout_ms: 100,
+            max_message_bytes: 1 << 10,
+        });
+        let server = McpServerSpec {
+            name: "a".into(),
+            transport: McpTransport::Stdio {
+                command: "srv".into(),
+                args: vec![],
+            },
+            reconnect: false,
+        };
+        t.connect_mcp(&mut hub, &sid("ses_a"), vec![server], MonoMs(0));
+        t.sandbox_or_new(&sid("ses_b"));
+        t.core_or_new(sid("ses_a"));
+        assert!(t.drop_core("ses_a").is_some());
+        assert!(t.holds("ses_a") && t.has_mcp("ses_a"));
+        assert!(t.holds("ses_b") && t.sandbox("ses_b").is_some());
+        assert_eq!(hub.live_sessions(), 1);
+        t.close_mcp(&mut hub, "ses_a");
+        assert!(t.take_sandbox("ses_b").is_some());
+        assert!(!t.holds("ses_a") && !t.holds("ses_b"));
+        assert_eq!((t.known_id("ses_a"), t.known_id("ses_b")), (None, None));
+        // The hub routes nothing of the closed set any more.
+        assert_eq!((hub.live_sessions(), hub.poll_timeout()), (0, None));
+    }
 }
