@@ -452,7 +452,7 @@ impl Engine {
         self.sandbox_cx().teardown_sandbox(&sid);
         self.svc.end_subscriptions(&sid);
         self.live().drop_live(&sid);
-        self.mcp.close_session(session_id);
+        self.sessions.close_mcp(&mut self.mcp, session_id);
     }
 
     /// Create/join steps "profile" and "primary provider": each failure is

@@ -248,8 +248,12 @@ impl Engine {
             Input::ReadDone { id, result } => self.on_read_done(id, result),
             Input::ProviderDone { call, reply } => self.live().on_provider_done(call, reply),
             Input::ProviderChunk { call, bytes } => self.live().on_provider_chunk(call, &bytes),
-            Input::Mcp { conn, event } => self.mcp.handle(conn, event, now.mono),
-            Input::Sandbox { op, reply } => self.sandbox.handle_reply(op, reply, now.mono),
+            Input::Mcp { conn, event } => {
+                (self.sessions).mcp_event(&mut self.mcp, conn, event, now.mono)
+            }
+            Input::Sandbox { op, reply } => {
+                (self.sandbox).handle_reply(op, reply, now.mono, &mut self.sessions)
+            }
             Input::Shutdown => self.on_shutdown(),
             Input::Catalog(update) => self.on_catalog(*update),
         }
@@ -265,8 +269,8 @@ impl Engine {
         self.svc.send_keepalives();
         self.svc.expire_reads();
         self.live().check_provider_streams();
-        self.mcp.handle_timeout(now.mono);
-        self.sandbox.handle_timeout(now.mono);
+        (self.sessions).mcp_timeout(&mut self.mcp, now.mono);
+        (self.sandbox).handle_timeout(now.mono, &mut self.sessions);
         self.provider_limits.tick(now.mono);
         self.catalog.refresh_quotas(&mut self.svc);
         self.settle();
@@ -391,6 +395,7 @@ impl Engine {
     fn sandbox_cx(&mut self) -> session_sandbox::SandboxCx<'_> {
         session_sandbox::SandboxCx {
             sandbox: &mut self.sandbox,
+            sessions: &mut self.sessions,
             catalog: &self.catalog,
             svc: &mut self.svc,
         }

@@ -39,6 +39,7 @@ impl LiveCx<'_> {
     pub(crate) fn sandbox_cx(&mut self) -> SandboxCx<'_> {
         SandboxCx {
             sandbox: self.sandbox,
+            sessions: self.sessions,
             catalog: self.catalog,
             svc: self.svc,
         }

@@ -111,11 +111,7 @@ impl Engine {
     /// runtime entry does unless it is idle with nothing but a cached
     /// history (a cache: eviction drops it, as the history cache would).
     fn pinned(&self, id: &str) -> bool {
-        self.sessions.holds(id)
-            || self.svc.streams.has_session(id)
-            || self.mcp.has_session(id)
-            || self.sandbox.tracks(id)
-            || self.residency.is_loading(id)
+        self.sessions.holds(id) || self.svc.streams.has_session(id) || self.residency.is_loading(id)
     }
     /// Creates the session of a fork or an import (`crate::transfer`) in
     /// one batch of writes (its row, its creator's session key, every
@@ -246,7 +242,7 @@ impl Engine {
         }
         let id = self.catalog.session_id(session_id);
         let now = self.svc.now.mono;
-        self.mcp.connect_session(&id, servers, now);
+        (self.sessions).connect_mcp(&mut self.mcp, &id, servers, now);
         self.sessions.park_create(id, PendingCreate { conn, body });
     }
 
@@ -476,7 +472,7 @@ impl Engine {
             if ended {
                 // MCP connections opened here at its creation (the owner
                 // records the close; the hub writes no events).
-                self.mcp.close_session(&s.id);
+                self.sessions.close_mcp(&mut self.mcp, &s.id);
             }
         }
         for scope in u.quotas_removed {

@@ -9,18 +9,23 @@ use serde_json::{json, Value};
 use crate::ids::SessionId;
 use crate::model::Catalog;
 use crate::sandbox::SandboxHub;
-use crate::sandbox::{CancelOutcome, ExecOutput, Handle, Requester, StartRefused, StopReason};
+use crate::sandbox::{
+    CancelOutcome, ExecOutput, Handle, Requester, SandboxError, StartRefused, StopReason,
+};
 use crate::services::Services;
+use crate::sessions::Sessions;
 use crate::ConnId;
 use proto::jsonrpc::codes;
 use proto::wire::EventType;
 
-/// What the sandbox RPCs and lifecycle need of the endpoint: the sandbox
-/// hub (every session's sandbox and subagents), the catalogue (profiles'
-/// images, sessions' state and declarations) and the services. Built by
-/// [`Engine::sandbox_cx`](crate::Engine); it cannot reach gates or turns.
+/// What the sandbox RPCs and lifecycle need: the sandbox hub (op routing,
+/// deadlines, image status), the sessions (each holds its own sandbox and
+/// subagents), the catalogue (profiles' images, sessions' state and
+/// declarations) and the services. Built by
+/// [`Engine::sandbox_cx`](crate::Engine); it reaches no gate or turn.
 pub(crate) struct SandboxCx<'a> {
     pub sandbox: &'a mut SandboxHub,
+    pub sessions: &'a mut Sessions,
     pub catalog: &'a Catalog,
     pub svc: &'a mut Services,
 }
@@ -87,8 +92,8 @@ impl SandboxCx<'_> {
             conn,
             key_id: key_id.to_string(),
         };
-        if let Err(StartRefused::AlreadyRunning) = self.sandbox.start(session_id, &image, requester)
-        {
+        let b = self.sessions.sandbox_or_new(session_id);
+        if let Err(StartRefused::AlreadyRunning) = b.start(self.sandbox, &image, requester) {
             return self.svc.terminal_error(
                 conn,
                 codes::APPLICATION_ERROR,
@@ -109,7 +114,7 @@ impl SandboxCx<'_> {
         session_id: &SessionId,
         requester: Requester,
         image: &str,
-        result: Result<Handle, String>,
+        result: Result<Handle, SandboxError>,
     ) {
         let key = Services::requester_key(&requester).map(str::to_string);
         match result {
@@ -132,7 +137,8 @@ impl SandboxCx<'_> {
                     self.svc.terminal_result(conn, &json::text(&body));
                 }
             }
-            Err(detail) => {
+            Err(e) => {
+                let detail = e.to_string();
                 let payload = json!({
                     "image": image, "phase": "start", "detail": detail, "dispatch": "remote", "unsandboxed": false,
                 });
@@ -165,10 +171,9 @@ impl SandboxCx<'_> {
             conn,
             key_id: key_id.to_string(),
         };
-        match self
-            .sandbox
-            .stop(session_id, requester, StopReason::Explicit)
-        {
+        let hub = &mut *self.sandbox;
+        let b = self.sessions.sandbox_mut(session_id);
+        match b.and_then(|b| b.stop(hub, requester, StopReason::Explicit)) {
             Some(handle) => self
                 .svc
                 .log_stop(session_id, key_id, &handle, StopReason::Explicit),
@@ -204,9 +209,9 @@ impl SandboxCx<'_> {
             key_id: key_id.to_string(),
         };
         let now = self.svc.now.mono;
-        if self
-            .sandbox
-            .exec(session_id, &command, requester, now)
+        let hub = &mut *self.sandbox;
+        let b = self.sessions.sandbox_mut(session_id);
+        if b.and_then(|b| b.exec(hub, &command, requester, now))
             .is_none()
         {
             let e = RpcError::sandbox_not_running();
@@ -220,9 +225,9 @@ impl SandboxCx<'_> {
         key_id: &str,
         session_id: &SessionId,
         handle: &Handle,
-        result: Result<ExecOutput, String>,
+        result: Result<ExecOutput, SandboxError>,
     ) {
-        match result {
+        match result.map_err(|e| e.to_string()) {
             Ok(out) => {
                 if self.svc.conns.contains_key(&conn) {
                     let (stdout, stderr) = crate::session_core::marked_streams(
@@ -262,7 +267,9 @@ impl SandboxCx<'_> {
             Ok(p) => p.subagent_id,
             Err(msg) => return self.svc.terminal_error(conn, codes::INVALID_PARAMS, &msg),
         };
-        match self.sandbox.cancel(session_id, &id) {
+        let outcome = (self.sessions.sandbox_mut(session_id))
+            .map_or(CancelOutcome::NotFound, |b| b.cancel(self.sandbox, &id));
+        match outcome {
             CancelOutcome::NotFound => {
                 let e = RpcError::subagent_not_found(&id);
                 self.svc.terminal_error(conn, e.code, &e.message);
@@ -294,7 +301,10 @@ impl SandboxCx<'_> {
         else {
             return;
         };
-        let (cancelled, handle) = self.sandbox.close_session(session_id, &creator);
+        let (cancelled, handle) = match self.sessions.take_sandbox(session_id) {
+            Some(b) => b.close(self.sandbox, &creator),
+            None => (Vec::new(), None),
+        };
         for status in cancelled {
             self.svc.subagent_span_end(&status);
             if let Some((kind, payload)) = status.terminal_event() {
@@ -368,10 +378,10 @@ impl Services {
         requester: Requester,
         handle: &Handle,
         reason: StopReason,
-        result: Result<(), String>,
+        result: Result<(), SandboxError>,
     ) {
         let key = Services::requester_key(&requester).map(str::to_string);
-        match result {
+        match result.map_err(|e| e.to_string()) {
             Ok(()) => {
                 let payload = json!({
                     "image": handle.image, "sandbox_id": handle.container, "reason": reason.as_str(),

@@ -123,3 +123,22 @@ fn impl_engine_stays_in_the_named_files() {
         "named files that no longer extend Engine: {stale:?} (drop them from the list)"
     );
 }
+
+/// Issue 42: the MCP and sandbox modules hold one session's part (a
+/// `SessionMcp`, a `SessionSandbox`) and the endpoint's routing half; the
+/// per-session code reaches only its own part and the hub it is given, so
+/// neither may name the sessions table, the live loop or any other engine
+/// module, only the shared vocabulary (`ids`, `time`).
+#[test]
+fn session_parts_name_only_the_vocabulary() {
+    let g = graph();
+    let allowed: BTreeSet<String> = ["ids", "time"].iter().map(|s| s.to_string()).collect();
+    for part in ["mcp", "sandbox"] {
+        let deps = g.get(part).unwrap_or_else(|| panic!("no module `{part}`"));
+        let extra: Vec<&String> = deps.difference(&allowed).collect();
+        assert!(
+            extra.is_empty(),
+            "`{part}` names {extra:?}: a session's part must not reach other modules"
+        );
+    }
+}

@@ -383,8 +383,8 @@ impl Engine {
             turns_pending: (self.sessions.cores())
                 .filter(|l| matches!(l.gate.holder(), crate::turn::Holder::Paused(_)))
                 .count() as u64,
-            sandboxes_live: self.sandbox.live_sandboxes() as u64,
-            subagents_active: self.sandbox.active_subagents() as u64,
+            sandboxes_live: self.sessions.live_sandboxes() as u64,
+            subagents_active: self.sessions.active_subagents() as u64,
             drivers_registered: stored.drivers
                 + c.drivers.values().map(|d| d.len() as u64).sum::<u64>(),
             connections: self.svc.conns.len() as u64,

@@ -3,7 +3,6 @@
 //! a deadline. Transport differences stay small: stdio answers arrive as
 //! lines matched by id, HTTP answers as the reply to the request's own POST.
 
-use crate::ids::SessionId;
 use proto::mcp::{self, errors, Answer, CallOutcome, McpMethod, McpTool};
 use serde_json::Value;
 
@@ -87,7 +86,6 @@ impl Outgoing {
 }
 
 pub(super) struct Conn {
-    session_id: SessionId,
     spec: McpServerSpec,
     http: bool,
     timeout_ms: u64,
@@ -119,14 +117,8 @@ pub(super) struct Conn {
 }
 
 impl Conn {
-    pub(super) fn new(
-        session_id: &SessionId,
-        spec: McpServerSpec,
-        now: MonoMs,
-        settings: &McpSettings,
-    ) -> Self {
+    pub(super) fn new(spec: McpServerSpec, now: MonoMs, settings: &McpSettings) -> Self {
         Conn {
-            session_id: session_id.clone(),
             http: matches!(spec.transport, super::McpTransport::Http { .. }),
             spec,
             timeout_ms: settings.timeout_ms,
@@ -161,7 +153,7 @@ impl Conn {
         now: MonoMs,
         settings: &McpSettings,
     ) -> Self {
-        let mut c = Conn::new(&old.session_id, old.spec.clone(), now, settings);
+        let mut c = Conn::new(old.spec.clone(), now, settings);
         c.reconnect = true;
         c.handshake_deadline = Some(now + settings.timeout_ms);
         c.attempts = old.attempts;
@@ -210,10 +202,6 @@ impl Conn {
     pub(super) fn reset_backoff(&mut self) {
         self.attempts = 0;
         self.retry_at = MonoMs(0);
-    }
-
-    pub(super) fn session_id(&self) -> &SessionId {
-        &self.session_id
     }
 
     pub(super) fn tools(&self) -> &[McpTool] {

@@ -1,9 +1,13 @@
-//! MCP connections (spec 06 §4): a sub-state machine that owns every
-//! session's connection set and speaks a small vocabulary of its own.
+//! MCP connections (spec 06 §4), split as quinn splits an endpoint from
+//! its connections: each session owns its connection set
+//! ([`SessionMcp`], kept in the session's entry of the sessions table),
+//! and the [`McpHub`] only routes (connection id → session, one deadline
+//! index) and queues what the sets emit.
 //!
-//! * In: [`McpHub::connect_session`], [`McpHub::call`],
-//!   [`McpHub::close_session`], transport events ([`McpEvent`]) and timer
-//!   ticks.
+//! * In: [`McpHub::connect_session`] (which returns the new set),
+//!   [`SessionMcp::call`], [`SessionMcp::close`], transport events
+//!   ([`McpEvent`], routed by [`McpHub::owner`]) and timer ticks
+//!   ([`McpHub::due`]).
 //! * Out: [`McpCommand`]s for the driver (open a transport, send a message,
 //!   close it) and [`McpNotice`]s for the engine (a session's connects are
 //!   done, a call finished).
@@ -14,17 +18,18 @@
 //! server cannot hold a turn past it.
 
 mod conn;
+mod session;
 #[cfg(test)]
 mod tests;
 
 use crate::ids::SessionId;
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
-use proto::mcp::{CallOutcome, McpTool};
-use serde_json::Value;
+use proto::mcp::CallOutcome;
 
 use crate::MonoMs;
-use conn::{Conn, PendingCall, Step};
+use conn::Conn;
+pub use session::SessionMcp;
 
 pub use crate::ids::{CallToken, McpConnId};
 
@@ -115,7 +120,7 @@ pub enum McpNotice {
     /// Every server of the session finished connecting (or failed and was
     /// skipped): the create request may be answered.
     SessionReady { session_id: SessionId },
-    /// A [`McpHub::call`] finished.
+    /// A [`SessionMcp::call`] finished.
     CallDone {
         token: CallToken,
         outcome: CallOutcome,
@@ -131,214 +136,79 @@ pub struct McpSettings {
     pub max_message_bytes: usize,
 }
 
-/// One session's connection set.
-struct Set {
-    /// Connections in profile order.
-    conns: Vec<McpConnId>,
-    /// Connects not finished yet.
-    connecting: usize,
-    /// Tools advertised to the provider, in connect order, one per name
-    /// (the route winner's definition).
-    tools: Vec<Value>,
-    /// Tool name → connection (a later server overwrites an earlier one).
-    routes: BTreeMap<String, McpConnId>,
-}
-
+/// The endpoint side of MCP: hands out connection ids, routes every
+/// connection's transport events and deadline to the session that owns it
+/// (the sets themselves live in the sessions' own entries), and queues what
+/// the sets emit.
 pub struct McpHub {
     settings: McpSettings,
-    sets: BTreeMap<SessionId, Set>,
-    conns: BTreeMap<McpConnId, Conn>,
+    /// Every open connection → the session whose set holds it.
+    owners: BTreeMap<McpConnId, Owner>,
+    /// The request deadlines of `owners`, earliest first.
+    deadlines: BTreeSet<(MonoMs, McpConnId)>,
     next_conn: McpConnId,
     commands: VecDeque<McpCommand>,
     notices: VecDeque<McpNotice>,
+}
+
+struct Owner {
+    session: SessionId,
+    deadline: Option<MonoMs>,
 }
 
 impl McpHub {
     pub fn new(settings: McpSettings) -> Self {
         McpHub {
             settings,
-            sets: BTreeMap::new(),
-            conns: BTreeMap::new(),
+            owners: BTreeMap::new(),
+            deadlines: BTreeSet::new(),
             next_conn: McpConnId(1),
             commands: VecDeque::new(),
             notices: VecDeque::new(),
         }
     }
 
-    /// Connects `servers` for a new session, all at once; a
-    /// [`McpNotice::SessionReady`] follows when the last one is done.
+    /// Connects `servers` for a session, all at once; a
+    /// [`McpNotice::SessionReady`] follows when the last one is done. The
+    /// caller keeps the returned set in the session (`None`: no servers,
+    /// the notice is already queued).
     pub fn connect_session(
         &mut self,
         session_id: &SessionId,
         servers: Vec<McpServerSpec>,
         now: MonoMs,
-    ) {
+    ) -> Option<SessionMcp> {
         if servers.is_empty() {
             self.notices.push_back(McpNotice::SessionReady {
                 session_id: session_id.clone(),
             });
-            return;
+            return None;
         }
-        let mut ids = Vec::with_capacity(servers.len());
+        let mut conns = Vec::with_capacity(servers.len());
         for server in servers {
-            let id = self.next_conn;
-            self.next_conn += 1;
-            ids.push(id);
-            self.conns.insert(
-                id,
-                Conn::new(session_id, server.clone(), now, &self.settings),
-            );
-            self.commands.push_back(McpCommand::Open {
-                conn: id,
-                server,
-                max_message_bytes: self.settings.max_message_bytes,
-                timeout_ms: self.settings.timeout_ms,
-            });
+            let c = Conn::new(server, now, &self.settings);
+            conns.push((self.open(session_id, &c), c));
         }
-        self.sets.insert(
-            session_id.clone(),
-            Set {
-                connecting: ids.len(),
-                conns: ids,
-                tools: Vec::new(),
-                routes: BTreeMap::new(),
-            },
-        );
+        Some(SessionMcp::connecting(session_id.clone(), conns))
     }
 
-    /// Whether the session has a connection set (or one is connecting).
-    pub fn has_session(&self, session_id: &str) -> bool {
-        self.sets.contains_key(session_id)
+    /// The session whose set holds `conn` (`None`: closed or replaced, its
+    /// late events are dropped).
+    pub fn owner(&self, conn: McpConnId) -> Option<&SessionId> {
+        self.owners.get(&conn).map(|o| &o.session)
     }
 
-    /// The session's MCP tools in provider shape (empty without a set).
-    pub fn tools(&self, session_id: &str) -> &[Value] {
-        self.sets.get(session_id).map_or(&[], |s| &s.tools)
-    }
-
-    /// The server that would run `tool` in this session.
-    pub fn route(&self, session_id: &str, tool: &str) -> Option<&str> {
-        let conn = self.sets.get(session_id)?.routes.get(tool)?;
-        self.conns.get(conn).map(|c| c.server_name())
-    }
-
-    /// Starts `tools/call`; `None` when no server advertises `tool` (the
-    /// engine answers that case itself). Returns the server's name.
-    pub fn call(
-        &mut self,
-        session_id: &str,
-        tool: &str,
-        input: &Value,
-        token: CallToken,
-        now: MonoMs,
-    ) -> Option<String> {
-        let id = *self.sets.get(session_id)?.routes.get(tool)?;
-        let c = self.conns.get_mut(&id)?;
-        let name = c.server_name().to_string();
-        let call = PendingCall {
-            tool: tool.to_string(),
-            input: input.clone(),
-            token,
-            replayed: false,
-        };
-        if let (Some(reason), Some(retry_at)) = (c.broken(), c.may_reconnect()) {
-            if now < retry_at {
-                let text = format!("{reason} (reconnecting in {} ms)", retry_at - now);
-                self.notices.push_back(McpNotice::CallDone {
-                    token,
-                    outcome: CallOutcome::Failed(text),
-                });
-            } else {
-                self.reconnect(id, call, now);
-            }
-            return Some(name);
-        }
-        let step = c.call(call, now);
-        self.apply(id, step, now);
-        Some(name)
-    }
-
-    /// Replaces a broken connection by a new incarnation (a new id, so
-    /// late events of the old transport cannot reach it) that sends `call`
-    /// once it is ready.
-    fn reconnect(&mut self, old: McpConnId, call: PendingCall, now: MonoMs) {
-        let Some(old_conn) = self.conns.remove(&old) else {
-            return;
-        };
-        self.commands.push_back(old_conn.close_command(old));
-        let id = self.next_conn;
-        self.next_conn += 1;
-        tracing::info!(server = %old_conn.server_name(), "reconnecting MCP server");
-        let c = Conn::reopen(&old_conn, call, now, &self.settings);
-        self.commands.push_back(McpCommand::Open {
-            conn: id,
-            server: c.spec().clone(),
-            max_message_bytes: self.settings.max_message_bytes,
-            timeout_ms: self.settings.timeout_ms,
-        });
-        self.conns.insert(id, c);
-        if let Some(set) = self.sets.get_mut(old_conn.session_id()) {
-            for cid in set.conns.iter_mut().filter(|c| **c == old) {
-                *cid = id;
-            }
-            for route in set.routes.values_mut().filter(|r| **r == old) {
-                *route = id;
-            }
-        }
-    }
-
-    /// The caller of `token` is gone (a cancelled turn): no notice will
-    /// follow and the connection is free for the next call.
-    pub fn abandon(&mut self, token: CallToken) {
-        for c in self.conns.values_mut() {
-            c.abandon(token);
-        }
-    }
-
-    /// Session DELETE or revocation-close: every connection goes down. A
-    /// create still waiting on its connects is released.
-    pub fn close_session(&mut self, session_id: &str) {
-        let Some((session_id, set)) = self.sets.remove_entry(session_id) else {
-            return;
-        };
-        for id in set.conns {
-            if let Some(c) = self.conns.remove(&id) {
-                self.commands.push_back(c.close_command(id));
-            }
-        }
-        if set.connecting > 0 {
-            self.notices
-                .push_back(McpNotice::SessionReady { session_id });
-        }
-    }
-
-    /// A transport event.
-    pub fn handle(&mut self, conn: McpConnId, event: McpEvent, now: MonoMs) {
-        let Some(c) = self.conns.get_mut(&conn) else {
-            return;
-        };
-        let step = c.handle(event, now);
-        self.apply(conn, step, now);
-    }
-
-    /// Fires every request deadline due at `now`.
-    pub fn handle_timeout(&mut self, now: MonoMs) {
-        let due: Vec<McpConnId> = self
-            .conns
-            .iter()
-            .filter(|(_, c)| c.deadline().is_some_and(|d| d <= now))
-            .map(|(id, _)| *id)
+    /// The connections whose request deadline is due at `now`, by id.
+    pub fn due(&self, now: MonoMs) -> Vec<McpConnId> {
+        let mut due: Vec<McpConnId> = (self.deadlines.range(..=(now, McpConnId(u64::MAX))))
+            .map(|(_, id)| *id)
             .collect();
-        for id in due {
-            if let Some(c) = self.conns.get_mut(&id) {
-                let step = c.expire(now);
-                self.apply(id, step, now);
-            }
-        }
+        due.sort_unstable();
+        due
     }
 
     pub fn poll_timeout(&self) -> Option<MonoMs> {
-        self.conns.values().filter_map(Conn::deadline).min()
+        self.deadlines.first().map(|(d, _)| *d)
     }
 
     pub fn poll_command(&mut self) -> Option<McpCommand> {
@@ -349,152 +219,69 @@ impl McpHub {
         self.notices.pop_front()
     }
 
-    /// Live connections (gauge `bae.mcp.sessions.live` counts sets).
+    /// Sessions with a connection set (gauge `bae.mcp.sessions.live`).
     pub fn live_sessions(&self) -> usize {
-        self.sets.len()
+        let sessions: BTreeSet<&SessionId> = self.owners.values().map(|o| &o.session).collect();
+        sessions.len()
     }
 
-    fn apply(&mut self, id: McpConnId, step: Step, now: MonoMs) {
-        let Some(c) = self.conns.get_mut(&id) else {
-            return;
-        };
-        for message in c.take_outgoing() {
-            self.commands.push_back(message.into_command(id));
-        }
-        let reconnecting = c.is_reconnect();
-        match step {
-            Step::Nothing => {}
-            Step::CallDone(token, outcome) => {
-                self.notices
-                    .push_back(McpNotice::CallDone { token, outcome });
-            }
-            Step::Expired(call) => {
-                let call = PendingCall {
-                    replayed: true,
-                    ..call
-                };
-                self.reconnect(id, call, now);
-            }
-            Step::Connected(tools) if reconnecting => self.reconnected(id, tools, now),
-            Step::Connected(tools) => self.connect_finished(id, Some(tools)),
-            Step::ConnectFailed(error) if reconnecting => {
-                tracing::warn!(server = %c.server_name(), %error, "MCP reconnect failed");
-                let queued = c.take_queued();
-                c.backoff(now, error.clone());
-                c.mark_closed();
-                let close = c.close_command(id);
-                self.commands.push_back(close);
-                if let Some(call) = queued {
-                    self.notices.push_back(McpNotice::CallDone {
-                        token: call.token,
-                        outcome: CallOutcome::Failed(error),
-                    });
-                }
-            }
-            Step::ConnectFailed(error) => {
-                tracing::error!(server = %c.server_name(), %error, "MCP server skipped for this session");
-                if let Some(c) = self.conns.remove(&id) {
-                    self.commands.push_back(c.close_command(id));
-                }
-                self.connect_finished(id, None);
-            }
-        }
+    // ---- what the sets use ------------------------------------------------
+
+    fn settings(&self) -> &McpSettings {
+        &self.settings
     }
 
-    /// A reconnect's handshake is done: its tools are routable again (they
-    /// may have changed), then the call that triggered it goes out.
-    fn reconnected(&mut self, id: McpConnId, tools: Vec<McpTool>, now: MonoMs) {
-        let Some(c) = self.conns.get_mut(&id) else {
+    /// A new id for `conn` of `session`, and the command to open it.
+    fn open(&mut self, session: &SessionId, conn: &Conn) -> McpConnId {
+        let id = self.next_conn;
+        self.next_conn += 1;
+        self.commands.push_back(McpCommand::Open {
+            conn: id,
+            server: conn.spec().clone(),
+            max_message_bytes: self.settings.max_message_bytes,
+            timeout_ms: self.settings.timeout_ms,
+        });
+        let owner = Owner {
+            session: session.clone(),
+            deadline: None,
+        };
+        self.owners.insert(id, owner);
+        self.track(id, conn.deadline());
+        id
+    }
+
+    /// `id`'s request deadline is now `deadline`.
+    fn track(&mut self, id: McpConnId, deadline: Option<MonoMs>) {
+        let Some(owner) = self.owners.get_mut(&id) else {
             return;
         };
-        c.set_tools(tools);
-        c.reset_backoff();
-        let queued = c.take_queued();
-        let session_id = c.session_id().clone();
-        let name = c.server_name().to_string();
-        if let Some(set) = self.sets.get_mut(&session_id) {
-            rebuild(set, &self.conns);
-        }
-        let Some(call) = queued else {
-            return;
-        };
-        let routed = self
-            .sets
-            .get(&session_id)
-            .and_then(|s| s.routes.get(&call.tool))
-            == Some(&id);
-        if !routed {
-            let text = proto::mcp::errors::transport(&format!(
-                "MCP server '{name}' no longer offers tool '{}' after reconnecting",
-                call.tool
-            ));
-            self.notices.push_back(McpNotice::CallDone {
-                token: call.token,
-                outcome: CallOutcome::Failed(text),
-            });
+        if owner.deadline == deadline {
             return;
         }
-        if let Some(c) = self.conns.get_mut(&id) {
-            let step = c.call(call, now);
-            self.apply(id, step, now);
+        if let Some(d) = owner.deadline {
+            self.deadlines.remove(&(d, id));
+        }
+        if let Some(d) = deadline {
+            self.deadlines.insert((d, id));
+        }
+        owner.deadline = deadline;
+    }
+
+    /// `id` left its set: it routes nothing any more.
+    fn forget(&mut self, id: McpConnId) {
+        if let Some(Owner {
+            deadline: Some(d), ..
+        }) = self.owners.remove(&id)
+        {
+            self.deadlines.remove(&(d, id));
         }
     }
 
-    /// One connect of a set is done; the last one builds the route table in
-    /// profile order and releases the create.
-    fn connect_finished(&mut self, id: McpConnId, tools: Option<Vec<McpTool>>) {
-        let session_id = match self.conns.get(&id) {
-            Some(c) => c.session_id().clone(),
-            None => match self.sets.iter().find(|(_, s)| s.conns.contains(&id)) {
-                Some((sid, _)) => sid.clone(),
-                None => return,
-            },
-        };
-        if let (Some(tools), Some(c)) = (tools, self.conns.get_mut(&id)) {
-            c.set_tools(tools);
-        }
-        let Some(set) = self.sets.get_mut(&session_id) else {
-            return;
-        };
-        set.connecting = set.connecting.saturating_sub(1);
-        if set.connecting > 0 {
-            return;
-        }
-        set.conns.retain(|c| self.conns.contains_key(c));
-        rebuild(set, &self.conns);
-        if set.conns.is_empty() {
-            self.sets.remove(&session_id);
-        }
-        self.notices
-            .push_back(McpNotice::SessionReady { session_id });
+    fn command(&mut self, command: McpCommand) {
+        self.commands.push_back(command);
     }
-}
 
-/// Route table and advertised list of a set, in profile order: a later
-/// server overwrites an earlier route; a shared name is advertised once,
-/// with the definition of the server that runs it.
-fn rebuild(set: &mut Set, conns: &BTreeMap<McpConnId, Conn>) {
-    let mut tools: Vec<Value> = Vec::new();
-    let mut slot: BTreeMap<String, usize> = BTreeMap::new();
-    set.routes.clear();
-    for cid in &set.conns {
-        let Some(c) = conns.get(cid) else {
-            continue;
-        };
-        for t in c.tools() {
-            set.routes.insert(t.name.clone(), *cid);
-            match slot.get(&t.name) {
-                Some(&i) => {
-                    if let Some(v) = tools.get_mut(i) {
-                        *v = t.advertised.clone();
-                    }
-                }
-                None => {
-                    slot.insert(t.name.clone(), tools.len());
-                    tools.push(t.advertised.clone());
-                }
-            }
-        }
+    fn notice(&mut self, notice: McpNotice) {
+        self.notices.push_back(notice);
     }
-    set.tools = tools;
 }

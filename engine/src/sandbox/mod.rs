@@ -1,11 +1,16 @@
-//! Remote sandboxes and remote subagents (spec 06 §5–§6): a sub-state
-//! machine that owns every session's sandbox handle, its exec lock and
-//! queue, the remote subagent map and the per-profile image status, and
-//! speaks a small vocabulary of its own.
+//! Remote sandboxes and remote subagents (spec 06 §5–§6), split as quinn
+//! splits an endpoint from its connections: each session owns its box
+//! ([`SessionSandbox`]: the sandbox handle, its exec lock and queue, the
+//! remote subagent map), kept in the session's entry of the sessions
+//! table; the [`SandboxHub`] holds what is not one session's (the op
+//! table that routes every driver reply to its session, one deadline
+//! index over the ops, the per-profile image status) and speaks a small
+//! vocabulary of its own.
 //!
-//! * In: typed requests from the engine ([`SandboxHub::start`], `stop`,
-//!   `exec`, `launch`, `cancel`, `status`, `close_session`, `provision`),
-//!   driver replies ([`SandboxReply`]) and timer ticks.
+//! * In: typed requests on a session's box ([`SessionSandbox::start`],
+//!   `stop`, `exec`, `launch`, `cancel`, `report`, `close`), the hub's
+//!   [`SandboxHub::provision`], driver replies ([`SandboxReply`]) and timer
+//!   ticks (both routed to the boxes through [`Boxes`]).
 //! * Out: [`SandboxCommand`]s for the driver (which runs the container
 //!   engine's CLI) and [`SandboxNotice`]s for the engine, which records the
 //!   events and answers the requests.
@@ -16,28 +21,19 @@
 //! container being stopped.
 
 mod images;
+mod session;
 mod subagent;
 #[cfg(test)]
 mod tests;
 mod vocab;
 
 use crate::ids::SessionId;
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use crate::MonoMs;
-use subagent::Subagent;
+pub use session::{Boxes, SessionSandbox};
 pub use subagent::{CancelOutcome, LaunchSpec, State as SubagentState, SubagentStatus};
 pub use vocab::*;
-
-#[derive(Default)]
-struct SessionBox {
-    running: Option<Handle>,
-    starting: bool,
-    /// The exec holding the handle's lock.
-    locked_by: Option<OpId>,
-    waiting: VecDeque<(String, Requester)>,
-    subagents: Vec<Subagent>,
-}
 
 enum Op {
     Ensure {
@@ -62,9 +58,11 @@ enum Op {
         requester: Requester,
         deadline: Option<MonoMs>,
     },
+    /// A remote subagent's exec, until it ends, is cancelled or expires.
     Subagent {
         session_id: SessionId,
         id: String,
+        deadline: MonoMs,
     },
     Provision {
         profile_id: String,
@@ -74,10 +72,22 @@ enum Op {
     Orphan,
 }
 
+impl Op {
+    fn deadline(&self) -> Option<MonoMs> {
+        match self {
+            Op::Exec { deadline, .. } => *deadline,
+            Op::Subagent { deadline, .. } => Some(*deadline),
+            _ => None,
+        }
+    }
+}
+
 pub struct SandboxHub {
     settings: SandboxSettings,
-    boxes: BTreeMap<SessionId, SessionBox>,
+    /// Every op in flight, with the session it answers to.
     ops: BTreeMap<OpId, Op>,
+    /// The deadlines of `ops` (execs, subagents), earliest first.
+    deadlines: BTreeSet<(MonoMs, OpId)>,
     next_op: OpId,
     images: BTreeMap<String, Vec<(String, ImageState)>>,
     commands: VecDeque<SandboxCommand>,
@@ -88,8 +98,8 @@ impl SandboxHub {
     pub fn new(settings: SandboxSettings) -> Self {
         SandboxHub {
             settings,
-            boxes: BTreeMap::new(),
             ops: BTreeMap::new(),
+            deadlines: BTreeSet::new(),
             next_op: OpId(1),
             images: BTreeMap::new(),
             commands: VecDeque::new(),
@@ -97,217 +107,47 @@ impl SandboxHub {
         }
     }
 
-    /// Remote sandboxes running (gauge `bae.sandboxes.live`).
-    pub fn live_sandboxes(&self) -> usize {
-        self.boxes.values().filter(|b| b.running.is_some()).count()
-    }
-
-    /// Remote subagents still running (gauge `bae.subagents.active`).
-    pub fn active_subagents(&self) -> usize {
-        self.boxes
-            .values()
-            .flat_map(|b| b.subagents.iter())
-            .filter(|s| s.is_running())
-            .count()
-    }
-
     fn op(&mut self, op: Op) -> OpId {
         let id = self.next_op;
         self.next_op += 1;
+        if let Some(d) = op.deadline() {
+            self.deadlines.insert((d, id));
+        }
         self.ops.insert(id, op);
         id
     }
 
-    /// Whether the hub holds anything of the session (a sandbox starting,
-    /// running or stopping, subagents, their statuses).
-    pub fn tracks(&self, session_id: &str) -> bool {
-        self.boxes.contains_key(session_id)
-    }
-
-    /// The session's running sandbox.
-    pub fn handle(&self, session_id: &str) -> Option<&Handle> {
-        self.boxes.get(session_id)?.running.as_ref()
-    }
-
-    /// `startRemoteSandbox` accepted by the engine's checks: ensure the
-    /// image, then start. Starts are serialised per session (a second one
-    /// while one starts or runs is refused).
-    pub fn start(
-        &mut self,
-        session_id: &SessionId,
-        image: &str,
-        requester: Requester,
-    ) -> Result<(), StartRefused> {
-        let b = self.boxes.entry(session_id.clone()).or_default();
-        if b.running.is_some() || b.starting {
-            return Err(StartRefused::AlreadyRunning);
+    fn take_op(&mut self, id: OpId) -> Option<Op> {
+        let op = self.ops.remove(&id)?;
+        if let Some(d) = op.deadline() {
+            self.deadlines.remove(&(d, id));
         }
-        b.starting = true;
-        let op = self.op(Op::Ensure {
-            session_id: session_id.clone(),
-            image: image.to_string(),
-            requester,
-        });
-        self.commands.push_back(SandboxCommand::EnsureImage {
-            op,
-            image: image.to_string(),
-        });
-        Ok(())
+        Some(op)
     }
 
-    /// Removes the handle first, then asks the driver to stop it. `None`
-    /// when no sandbox is running.
-    pub fn stop(
-        &mut self,
-        session_id: &SessionId,
-        requester: Requester,
-        reason: StopReason,
-    ) -> Option<Handle> {
-        let handle = self.boxes.get_mut(session_id)?.running.take()?;
-        let op = self.op(Op::Stop {
-            session_id: session_id.clone(),
-            handle: handle.clone(),
-            requester,
-            reason,
-        });
-        self.commands.push_back(SandboxCommand::Stop {
-            op,
-            container: handle.container.clone(),
-        });
-        Some(handle)
+    /// Kills the exec of `op` (a cancelled or expired subagent).
+    fn kill(&mut self, op: OpId) {
+        self.take_op(op);
+        self.commands.push_back(SandboxCommand::Kill { op });
     }
 
-    /// Runs `sh -c command` in the session's sandbox, after any exec that
-    /// holds the lock. `None` when no sandbox is running.
-    pub fn exec(
+    fn command(&mut self, command: SandboxCommand) {
+        self.commands.push_back(command);
+    }
+
+    fn notice(&mut self, notice: SandboxNotice) {
+        self.notices.push_back(notice);
+    }
+
+    /// A driver reply, routed to the box of the op's session.
+    pub fn handle_reply(
         &mut self,
-        session_id: &SessionId,
-        command: &str,
-        requester: Requester,
+        op: OpId,
+        reply: SandboxReply,
         now: MonoMs,
-    ) -> Option<String> {
-        let b = self.boxes.get_mut(session_id)?;
-        let handle = b.running.clone()?;
-        if b.locked_by.is_some() {
-            b.waiting.push_back((command.to_string(), requester));
-        } else {
-            self.run_exec(session_id, handle.clone(), command, requester, now);
-        }
-        Some(handle.container)
-    }
-
-    fn run_exec(
-        &mut self,
-        session_id: &SessionId,
-        handle: Handle,
-        command: &str,
-        requester: Requester,
-        now: MonoMs,
+        boxes: &mut dyn Boxes,
     ) {
-        let deadline =
-            (self.settings.exec_timeout_ms > 0).then(|| now + self.settings.exec_timeout_ms);
-        let container = handle.container.clone();
-        let op = self.op(Op::Exec {
-            session_id: session_id.clone(),
-            handle,
-            requester,
-            deadline,
-        });
-        if let Some(b) = self.boxes.get_mut(session_id) {
-            b.locked_by = Some(op);
-        }
-        self.commands.push_back(SandboxCommand::Exec {
-            op,
-            container,
-            command: command.to_string(),
-            stdin: None,
-            max_output: self.settings.max_output,
-        });
-    }
-
-    /// The lock is free: the next queued exec runs (against the handle as
-    /// it is now; queued execs of a stopped sandbox fail).
-    fn unlock(&mut self, session_id: &SessionId, now: MonoMs) {
-        let Some(b) = self.boxes.get_mut(session_id) else {
-            return;
-        };
-        b.locked_by = None;
-        let Some((command, requester)) = b.waiting.pop_front() else {
-            return;
-        };
-        match b.running.clone() {
-            Some(handle) => self.run_exec(session_id, handle, &command, requester, now),
-            None => {
-                // Stopped while queued: the handle it was accepted on is gone.
-                let handle = Handle {
-                    image: String::new(),
-                    container: String::new(),
-                };
-                self.notices.push_back(SandboxNotice::Executed {
-                    session_id: session_id.clone(),
-                    requester,
-                    handle,
-                    result: Err(
-                        DriverError::Runtime("the remote sandbox was stopped".into()).text(""),
-                    ),
-                });
-                self.unlock(session_id, now);
-            }
-        }
-    }
-
-    /// Session DELETE or revocation-close: aborts every running remote
-    /// subagent (returned, for their `cancelled` events) and stops the
-    /// sandbox (its handle returned; a `Stopped` notice follows).
-    pub fn close_session(
-        &mut self,
-        session_id: &SessionId,
-        creator: &str,
-    ) -> (Vec<SubagentStatus>, Option<Handle>) {
-        let Some(b) = self.boxes.get_mut(session_id) else {
-            return (Vec::new(), None);
-        };
-        let mut cancelled = Vec::new();
-        let mut kills = Vec::new();
-        for s in b.subagents.iter_mut() {
-            if let Some(op) = s.cancel(subagent::CancelReason::SessionClose) {
-                kills.push(op);
-                cancelled.push(s.status());
-            }
-        }
-        let waiting: Vec<(String, Requester)> = b.waiting.drain(..).collect();
-        for op in kills {
-            self.ops.remove(&op);
-            self.commands.push_back(SandboxCommand::Kill { op });
-        }
-        let handle = self.stop(
-            session_id,
-            Requester::Teardown {
-                key_id: creator.to_string(),
-            },
-            StopReason::SessionClose,
-        );
-        for (_, requester) in waiting {
-            let h = handle.clone().unwrap_or(Handle {
-                image: String::new(),
-                container: String::new(),
-            });
-            let text = DriverError::Runtime("the session was closed".into()).text(&h.image);
-            self.notices.push_back(SandboxNotice::Executed {
-                session_id: session_id.clone(),
-                requester,
-                handle: h,
-                result: Err(text),
-            });
-        }
-        // A start in flight finds no box and stops what it started.
-        self.boxes.remove(session_id);
-        (cancelled, handle)
-    }
-
-    /// A driver reply.
-    pub fn handle_reply(&mut self, op: OpId, reply: SandboxReply, now: MonoMs) {
-        let Some(pending) = self.ops.remove(&op) else {
+        let Some(pending) = self.take_op(op) else {
             return;
         };
         match (pending, reply) {
@@ -319,7 +159,7 @@ impl SandboxHub {
                 },
                 SandboxReply::Ensured(r),
             ) => match r {
-                Ok(()) if self.boxes.contains_key(&session_id) => {
+                Ok(()) if boxes.sandbox(&session_id).is_some() => {
                     let mut labels = vec![("bae.session".to_string(), session_id.to_string())];
                     labels.extend(self.settings.labels.iter().cloned());
                     let op = self.op(Op::Run {
@@ -330,15 +170,13 @@ impl SandboxHub {
                     self.commands
                         .push_back(SandboxCommand::Start { op, image, labels });
                 }
-                Ok(()) => self.start_failed(
-                    session_id,
-                    requester,
-                    image,
-                    "the session was closed".into(),
-                ),
+                Ok(()) => {
+                    let e = SandboxError::ClosedBeforeStart;
+                    self.start_failed(boxes, session_id, requester, image, e)
+                }
                 Err(e) => {
-                    let text = e.text(&image);
-                    self.start_failed(session_id, requester, image, text)
+                    let e = e.on(&image);
+                    self.start_failed(boxes, session_id, requester, image, e)
                 }
             },
             (
@@ -354,10 +192,9 @@ impl SandboxHub {
                         image: image.clone(),
                         container,
                     };
-                    match self.boxes.get_mut(&session_id) {
+                    match boxes.sandbox(&session_id) {
                         Some(b) => {
-                            b.starting = false;
-                            b.running = Some(handle.clone());
+                            b.started(handle.clone());
                             self.notices.push_back(SandboxNotice::Started {
                                 session_id,
                                 requester,
@@ -376,16 +213,14 @@ impl SandboxHub {
                                 session_id,
                                 requester,
                                 image,
-                                result: Err(
-                                    DriverError::Runtime("the session was closed".into()).text("")
-                                ),
+                                result: Err(SandboxError::SessionClosed),
                             });
                         }
                     }
                 }
                 Err(e) => {
-                    let text = e.text(&image);
-                    self.start_failed(session_id, requester, image, text)
+                    let e = e.on(&image);
+                    self.start_failed(boxes, session_id, requester, image, e)
                 }
             },
             (
@@ -397,7 +232,7 @@ impl SandboxHub {
                 },
                 SandboxReply::Stopped(r),
             ) => {
-                let result = r.map_err(|e| e.text(&handle.image));
+                let result = r.map_err(|e| e.on(&handle.image));
                 self.notices.push_back(SandboxNotice::Stopped {
                     session_id,
                     requester,
@@ -415,26 +250,22 @@ impl SandboxHub {
                 },
                 SandboxReply::Exec(r),
             ) => {
-                let result = r.map_err(|e| e.text(&handle.image));
+                let result = r.map_err(|e| e.on(&handle.image));
                 self.notices.push_back(SandboxNotice::Executed {
                     session_id: session_id.clone(),
                     requester,
                     handle,
                     result,
                 });
-                self.unlock(&session_id, now);
+                if let Some(b) = boxes.sandbox(&session_id) {
+                    b.unlock(self, now);
+                }
             }
-            (Op::Subagent { session_id, id }, SandboxReply::Exec(r)) => {
-                let max = subagent::MAX_REPORTED_BYTES;
-                let Some(s) = self
-                    .boxes
-                    .get_mut(&session_id)
-                    .and_then(|b| b.subagents.iter_mut().find(|s| s.id() == id))
-                else {
+            (Op::Subagent { session_id, id, .. }, SandboxReply::Exec(r)) => {
+                let Some(b) = boxes.sandbox(&session_id) else {
                     return;
                 };
-                if s.finish(r, max) {
-                    let status = s.status();
+                if let Some(status) = b.subagent_done(&id, r) {
                     self.notices
                         .push_back(SandboxNotice::SubagentEnded { session_id, status });
                 }
@@ -449,79 +280,74 @@ impl SandboxHub {
 
     fn start_failed(
         &mut self,
+        boxes: &mut dyn Boxes,
         session_id: SessionId,
         requester: Requester,
         image: String,
-        text: String,
+        error: SandboxError,
     ) {
-        if let Some(b) = self.boxes.get_mut(&session_id) {
-            b.starting = false;
+        if let Some(b) = boxes.sandbox(&session_id) {
+            b.start_failed();
         }
         self.notices.push_back(SandboxNotice::Started {
             session_id,
             requester,
             image,
-            result: Err(text),
+            result: Err(error),
         });
     }
 
-    /// Fires exec and subagent deadlines due at `now`.
-    pub fn handle_timeout(&mut self, now: MonoMs) {
-        let due: Vec<OpId> = self
-            .ops
-            .iter()
-            .filter(|(_, op)| matches!(op, Op::Exec { deadline: Some(d), .. } if *d <= now))
-            .map(|(id, _)| *id)
+    /// Fires exec and subagent deadlines due at `now`: the execs in op
+    /// order, then the subagents by session and launch.
+    pub fn handle_timeout(&mut self, now: MonoMs, boxes: &mut dyn Boxes) {
+        let mut due: Vec<OpId> = (self.deadlines.range(..=(now, OpId(u64::MAX))))
+            .map(|(_, op)| *op)
             .collect();
+        due.sort_unstable();
+        let mut subagents = Vec::new();
         for op in due {
+            match self.ops.get(&op) {
+                Some(Op::Exec { .. }) => {}
+                Some(Op::Subagent { session_id, .. }) => {
+                    subagents.push((session_id.clone(), op));
+                    continue;
+                }
+                _ => continue,
+            }
             if let Some(Op::Exec {
                 session_id,
                 handle,
                 requester,
                 ..
-            }) = self.ops.remove(&op)
+            }) = self.take_op(op)
             {
                 self.commands.push_back(SandboxCommand::Kill { op });
                 let secs = self.settings.exec_timeout_ms / 1000;
-                let text = DriverError::Runtime(format!("exec timed out after {secs} s"))
-                    .text(&handle.image);
                 self.notices.push_back(SandboxNotice::Executed {
                     session_id: session_id.clone(),
                     requester,
                     handle,
-                    result: Err(text),
+                    result: Err(SandboxError::TimedOut { secs }),
                 });
-                self.unlock(&session_id, now);
-            }
-        }
-        let mut kills = Vec::new();
-        for (session_id, b) in self.boxes.iter_mut() {
-            for s in b.subagents.iter_mut() {
-                if let Some(op) = s.expire(now) {
-                    kills.push(op);
-                    self.notices.push_back(SandboxNotice::SubagentEnded {
-                        session_id: session_id.clone(),
-                        status: s.status(),
-                    });
+                if let Some(b) = boxes.sandbox(&session_id) {
+                    b.unlock(self, now);
                 }
             }
         }
+        subagents.sort();
+        let mut kills = Vec::new();
+        for (session_id, op) in subagents {
+            if let Some(b) = boxes.sandbox(&session_id) {
+                kills.extend(b.expire_subagent(self, op, now));
+            }
+        }
         for op in kills {
-            self.ops.remove(&op);
-            self.commands.push_back(SandboxCommand::Kill { op });
+            self.kill(op);
         }
     }
 
     pub fn poll_timeout(&self) -> Option<MonoMs> {
-        let execs = self.ops.values().filter_map(|op| match op {
-            Op::Exec { deadline, .. } => *deadline,
-            _ => None,
-        });
-        let subagents = self
-            .boxes
-            .values()
-            .flat_map(|b| b.subagents.iter().filter_map(Subagent::deadline));
-        execs.chain(subagents).min()
+        self.deadlines.first().map(|(d, _)| *d)
     }
 
     pub fn poll_command(&mut self) -> Option<SandboxCommand> {

@@ -2,10 +2,9 @@
 //! ends, times out or is cancelled; its output kept for the status tool
 //! (never in events), reported once, then evicted.
 
-use crate::ids::SessionId;
 use serde_json::{json, Value};
 
-use super::{DriverError, ExecOutput, Op, OpId, SandboxCommand, SandboxHub};
+use super::{DriverError, ExecOutput, OpId};
 use crate::MonoMs;
 
 /// stdout and stderr are each cut to this many bytes for the status tool.
@@ -143,12 +142,13 @@ impl Subagent {
         &self.spec.id
     }
 
-    pub(super) fn is_running(&self) -> bool {
-        self.state == State::Running
+    /// The exec it runs on, while running.
+    pub(super) fn op(&self) -> Option<OpId> {
+        self.op
     }
 
-    pub(super) fn deadline(&self) -> Option<MonoMs> {
-        self.is_running().then_some(self.deadline)
+    pub(super) fn is_running(&self) -> bool {
+        self.state == State::Running
     }
 
     /// The exec ended; `false` if the task was no longer running.
@@ -245,96 +245,4 @@ fn cut(mut s: String, max: usize) -> (String, bool) {
     }
     s.truncate(end);
     (s, true)
-}
-
-/// The hub's subagent operations (the map lives in each session's box).
-impl SandboxHub {
-    /// Running remote subagents of the session (the launch limit).
-    pub fn running_subagents(&self, session_id: &str) -> usize {
-        self.boxes
-            .get(session_id)
-            .map_or(0, |b| b.subagents.iter().filter(|s| s.is_running()).count())
-    }
-
-    /// Whether `remote_subagent_status` is advertised (spec 06 §6.4).
-    pub fn tracks_subagents(&self, session_id: &str) -> bool {
-        self.boxes
-            .get(session_id)
-            .is_some_and(|b| !b.subagents.is_empty())
-    }
-
-    /// Starts an accepted launch in the session's running sandbox.
-    pub fn launch(
-        &mut self,
-        session_id: &SessionId,
-        spec: LaunchSpec,
-        now: MonoMs,
-    ) -> Option<SubagentStatus> {
-        let container = self.handle(session_id)?.container.clone();
-        let timeout_ms = spec.timeout_ms.unwrap_or(self.settings.subagent_timeout_ms);
-        let op = self.op(Op::Subagent {
-            session_id: session_id.clone(),
-            id: spec.id.clone(),
-        });
-        self.commands.push_back(SandboxCommand::Exec {
-            op,
-            container,
-            command: spec.command.clone(),
-            stdin: Some(spec.stdin.clone().unwrap_or_default()),
-            max_output: self.settings.max_output,
-        });
-        let s = Subagent::new(spec, op, now + timeout_ms);
-        let status = s.status();
-        self.boxes
-            .entry(session_id.clone())
-            .or_default()
-            .subagents
-            .push(s);
-        Some(status)
-    }
-
-    /// `session.cancelSubagent`.
-    pub fn cancel(&mut self, session_id: &SessionId, id: &str) -> CancelOutcome {
-        let Some(s) = self
-            .boxes
-            .get_mut(session_id)
-            .and_then(|b| b.subagents.iter_mut().find(|s| s.id() == id))
-        else {
-            return CancelOutcome::NotFound;
-        };
-        match s.cancel(CancelReason::Explicit) {
-            Some(op) => {
-                let status = s.status();
-                self.ops.remove(&op);
-                self.commands.push_back(SandboxCommand::Kill { op });
-                CancelOutcome::Cancelled(status)
-            }
-            None => CancelOutcome::AlreadyTerminal,
-        }
-    }
-
-    /// `remote_subagent_status`: the entries asked for (one id, or all in
-    /// launch order); every terminal entry reported is evicted. `None` for
-    /// an unknown id.
-    pub fn report(&mut self, session_id: &str, id: Option<&str>) -> Option<Vec<Value>> {
-        let Some(b) = self.boxes.get_mut(session_id) else {
-            return if id.is_some() { None } else { Some(Vec::new()) };
-        };
-        let picked: Vec<usize> = match id {
-            Some(id) => vec![b.subagents.iter().position(|s| s.id() == id)?],
-            None => (0..b.subagents.len()).collect(),
-        };
-        let entries = picked
-            .iter()
-            .filter_map(|&i| b.subagents.get(i))
-            .map(Subagent::entry)
-            .collect();
-        let mut i = 0;
-        b.subagents.retain(|s| {
-            let keep = !picked.contains(&i) || s.is_running();
-            i += 1;
-            keep
-        });
-        Some(entries)
-    }
 }

@@ -1,18 +1,130 @@
-//! The sandbox hub in isolation: typed requests and driver replies in,
-//! commands and notices out, virtual time. No HTTP, no store.
+//! The sandbox hub and its per-session boxes in isolation: typed requests
+//! and driver replies in, commands and notices out, virtual time. No
+//! HTTP, no store.
 
 use crate::ids::SessionId;
 use serde_json::Value;
 
 use super::*;
 
-fn hub() -> SandboxHub {
-    SandboxHub::new(SandboxSettings {
-        exec_timeout_ms: 1_000,
-        max_output: 1 << 20,
-        subagent_timeout_ms: 5_000,
-        labels: vec![("bae.db".into(), "d".into())],
-    })
+type Map = std::collections::BTreeMap<SessionId, SessionSandbox>;
+
+impl Boxes for Map {
+    fn sandbox(&mut self, session_id: &SessionId) -> Option<&mut SessionSandbox> {
+        self.get_mut(session_id)
+    }
+}
+
+/// The hub with the boxes it routes to, held by session id as the
+/// engine's sessions table holds them.
+struct Hub {
+    hub: SandboxHub,
+    boxes: Map,
+}
+
+impl Hub {
+    fn start(&mut self, id: &SessionId, image: &str, r: Requester) -> Result<(), StartRefused> {
+        let b = (self.boxes.entry(id.clone())).or_insert_with(|| SessionSandbox::new(id.clone()));
+        b.start(&mut self.hub, image, r)
+    }
+
+    fn stop(&mut self, id: &SessionId, r: Requester, reason: StopReason) -> Option<Handle> {
+        self.boxes.get_mut(id)?.stop(&mut self.hub, r, reason)
+    }
+
+    fn exec(&mut self, id: &SessionId, command: &str, r: Requester, now: MonoMs) -> Option<String> {
+        self.boxes.get_mut(id)?.exec(&mut self.hub, command, r, now)
+    }
+
+    fn launch(&mut self, id: &SessionId, spec: LaunchSpec, now: MonoMs) -> Option<SubagentStatus> {
+        self.boxes.get_mut(id)?.launch(&mut self.hub, spec, now)
+    }
+
+    fn cancel(&mut self, id: &SessionId, sub: &str) -> CancelOutcome {
+        (self.boxes.get_mut(id)).map_or(CancelOutcome::NotFound, |b| b.cancel(&mut self.hub, sub))
+    }
+
+    fn report(&mut self, id: &str, sub: Option<&str>) -> Option<Vec<Value>> {
+        match self.boxes.get_mut(id) {
+            Some(b) => b.report(sub),
+            None => sub.is_none().then(Vec::new),
+        }
+    }
+
+    fn close_session(
+        &mut self,
+        id: &SessionId,
+        creator: &str,
+    ) -> (Vec<SubagentStatus>, Option<Handle>) {
+        match self.boxes.remove(id) {
+            Some(b) => b.close(&mut self.hub, creator),
+            None => (Vec::new(), None),
+        }
+    }
+
+    fn handle(&self, id: &str) -> Option<&Handle> {
+        self.boxes.get(id)?.handle()
+    }
+
+    fn running_subagents(&self, id: &str) -> usize {
+        self.boxes
+            .get(id)
+            .map_or(0, SessionSandbox::running_subagents)
+    }
+
+    fn tracks_subagents(&self, id: &str) -> bool {
+        self.boxes
+            .get(id)
+            .is_some_and(SessionSandbox::tracks_subagents)
+    }
+
+    fn handle_reply(&mut self, op: OpId, reply: SandboxReply, now: MonoMs) {
+        self.hub.handle_reply(op, reply, now, &mut self.boxes);
+    }
+
+    fn handle_timeout(&mut self, now: MonoMs) {
+        self.hub.handle_timeout(now, &mut self.boxes);
+    }
+
+    fn poll_timeout(&self) -> Option<MonoMs> {
+        self.hub.poll_timeout()
+    }
+
+    fn poll_command(&mut self) -> Option<SandboxCommand> {
+        self.hub.poll_command()
+    }
+
+    fn poll_notice(&mut self) -> Option<SandboxNotice> {
+        self.hub.poll_notice()
+    }
+
+    fn provision(&mut self, profile_id: &str, images: &[String]) {
+        self.hub.provision(profile_id, images)
+    }
+
+    fn image_state(&self, profile_id: &str, image: &str) -> ImageState {
+        self.hub.image_state(profile_id, image)
+    }
+
+    fn image_json(&self, profile_id: &str, image: &str) -> Value {
+        self.hub.image_json(profile_id, image)
+    }
+
+    fn cmds_empty(&self) -> bool {
+        self.hub.commands.is_empty()
+    }
+}
+
+fn hub() -> Hub {
+    Hub {
+        hub: SandboxHub::new(SandboxSettings {
+            exec_timeout_ms: 1_000,
+            max_output: 1 << 20,
+            subagent_timeout_ms: 5_000,
+            labels: vec![("bae.db".into(), "d".into())],
+        }),
+        boxes: Map::new(),
+    }
 }
 
 fn rpc(conn: u64) -> Requester {
@@ -22,11 +134,11 @@ fn rpc(conn: u64) -> Requester {
     }
 }
 
-fn cmds(h: &mut SandboxHub) -> Vec<SandboxCommand> {
+fn cmds(h: &mut Hub) -> Vec<SandboxCommand> {
     std::iter::from_fn(|| h.poll_command()).collect()
 }
 
-fn notices(h: &mut SandboxHub) -> Vec<SandboxNotice> {
+fn notices(h: &mut Hub) -> Vec<SandboxNotice> {
     std::iter::from_fn(|| h.poll_notice()).collect()
 }
 
@@ -49,7 +161,7 @@ fn out(stdout: &str, code: i64) -> ExecOutput {
 }
 
 /// A session `s` with a running sandbox `c1` of image `img`.
-fn running(h: &mut SandboxHub) -> Handle {
+fn running(h: &mut Hub) -> Handle {
     h.start(&SessionId::new("s"), "img", rpc(1)).unwrap();
     let ensure = op_of(&cmds(h)[0]);
     h.handle_reply(ensure, SandboxReply::Ensured(Ok(())), MonoMs(0));
@@ -133,8 +245,8 @@ fn c141_a_failed_ensure_or_run_reports_the_driver_text_and_allows_a_retry() {
         panic!()
     };
     assert_eq!(
-        result,
-        &Err("sandbox image \"img\" error: pull failed".to_string())
+        result.as_ref().map_err(ToString::to_string),
+        Err("sandbox image \"img\" error: pull failed".to_string())
     );
     assert!(h.cmds_empty());
     h.start(&SessionId::new("s"), "img", rpc(1)).unwrap();
@@ -149,14 +261,9 @@ fn c141_a_failed_ensure_or_run_reports_the_driver_text_and_allows_a_retry() {
     let SandboxNotice::Started { result, .. } = &notices(&mut h)[0] else {
         panic!()
     };
-    assert_eq!(result, &Err("sandbox runtime error: boom".to_string()));
+    let text = result.as_ref().map_err(ToString::to_string);
+    assert_eq!(text, Err("sandbox runtime error: boom".to_string()));
     assert!(h.handle("s").is_none());
-}
-
-impl SandboxHub {
-    fn cmds_empty(&self) -> bool {
-        self.commands.is_empty()
-    }
 }
 
 #[test]
@@ -243,13 +350,16 @@ fn an_exec_past_its_timeout_is_killed_and_reported_as_a_driver_error() {
     else {
         panic!("{n:?}")
     };
-    assert_eq!(text, "sandbox runtime error: exec timed out after 1 s");
+    assert_eq!(
+        text.to_string(),
+        "sandbox runtime error: exec timed out after 1 s"
+    );
     // The late reply of the killed exec is ignored.
     h.handle_reply(op, SandboxReply::Exec(Ok(out("late", 0))), MonoMs(1_200));
     assert!(notices(&mut h).is_empty());
 }
 
-fn launch(h: &mut SandboxHub, id: &str, timeout: Option<u64>, now: u64) -> OpId {
+fn launch(h: &mut Hub, id: &str, timeout: Option<u64>, now: u64) -> OpId {
     let spec = LaunchSpec {
         id: id.into(),
         harness: "claude".into(),
@@ -462,4 +572,40 @@ fn provisioning_ensures_images_in_order_and_records_their_status() {
     assert_eq!(notices(&mut h).len(), 2);
     h.provision("pro_1", &[]);
     assert_eq!(h.image_state("pro_1", "a"), ImageState::Pending);
+}
+
+/// Every failure renders to the text the events' `detail` and the RPC
+/// errors carry (spec 06 §5.8), in one place.
+#[test]
+fn sandbox_errors_render_their_documented_texts() {
+    let cases = [
+        (
+            DriverError::Image("pull failed".into()).on("img"),
+            "sandbox image \"img\" error: pull failed",
+        ),
+        (
+            DriverError::Runtime("boom".into()).on("img"),
+            "sandbox runtime error: boom",
+        ),
+        (
+            DriverError::Unsupported("no docker".into()).on("img"),
+            "sandbox driver unsupported: no docker",
+        ),
+        (SandboxError::ClosedBeforeStart, "the session was closed"),
+        (
+            SandboxError::SessionClosed,
+            "sandbox runtime error: the session was closed",
+        ),
+        (
+            SandboxError::Stopped,
+            "sandbox runtime error: the remote sandbox was stopped",
+        ),
+        (
+            SandboxError::TimedOut { secs: 30 },
+            "sandbox runtime error: exec timed out after 30 s",
+        ),
+    ];
+    for (error, text) in cases {
+        assert_eq!(error.to_string(), text);
+    }
 }

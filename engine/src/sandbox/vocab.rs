@@ -35,6 +35,49 @@ impl DriverError {
     }
 }
 
+/// Why a start, stop or exec failed, as the hub reports it. Rendered to
+/// its documented text (the events' `detail`, the RPC errors) only by
+/// `Display`, here.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SandboxError {
+    /// The driver failed (`image` is the one the operation concerned).
+    Driver { error: DriverError, image: String },
+    /// The session closed while the image was being ensured: the start
+    /// ends before any container is asked for.
+    ClosedBeforeStart,
+    /// The session closed while the container started or the exec waited
+    /// for the lock.
+    SessionClosed,
+    /// The sandbox was stopped while the exec waited for the lock.
+    Stopped,
+    /// The exec ran past the engine's timeout (whole seconds).
+    TimedOut { secs: u64 },
+}
+
+impl std::fmt::Display for SandboxError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let runtime = |d: String| DriverError::Runtime(d).text("");
+        let text = match self {
+            SandboxError::Driver { error, image } => error.text(image),
+            SandboxError::ClosedBeforeStart => "the session was closed".to_string(),
+            SandboxError::SessionClosed => runtime("the session was closed".into()),
+            SandboxError::Stopped => runtime("the remote sandbox was stopped".into()),
+            SandboxError::TimedOut { secs } => runtime(format!("exec timed out after {secs} s")),
+        };
+        f.write_str(&text)
+    }
+}
+
+impl DriverError {
+    /// The error of an operation on `image`.
+    pub fn on(self, image: &str) -> SandboxError {
+        SandboxError::Driver {
+            error: self,
+            image: image.to_string(),
+        }
+    }
+}
+
 /// What an exec printed and how it ended.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct ExecOutput {
@@ -124,12 +167,12 @@ impl StopReason {
 /// What the hub tells the engine.
 #[derive(Debug, Clone, PartialEq)]
 pub enum SandboxNotice {
-    /// A start finished: the handle, or the driver error text.
+    /// A start finished: the handle, or why not.
     Started {
         session_id: SessionId,
         requester: Requester,
         image: String,
-        result: Result<Handle, String>,
+        result: Result<Handle, SandboxError>,
     },
     /// A stop finished (the handle was removed when it began).
     Stopped {
@@ -137,14 +180,14 @@ pub enum SandboxNotice {
         requester: Requester,
         handle: Handle,
         reason: StopReason,
-        result: Result<(), String>,
+        result: Result<(), SandboxError>,
     },
-    /// An exec finished: the output, or the driver error text.
+    /// An exec finished: the output, or why not.
     Executed {
         session_id: SessionId,
         requester: Requester,
         handle: Handle,
-        result: Result<ExecOutput, String>,
+        result: Result<ExecOutput, SandboxError>,
     },
     /// A remote subagent reached a terminal state on its own (exit,
     /// spawn failure, timeout).

@@ -3,8 +3,10 @@
 //! may go). One [`Session`] holds everything the engine keeps for one
 //! session outside the catalogue and the hubs: its [`SessionCore`] (gate,
 //! cached history, turn loop), a create waiting for its MCP connects, the
-//! extensions its drivers opted into, and the turn waiting for its MCP
-//! servers to be restored. The table answers with typed results (the
+//! extensions its drivers opted into, its MCP connection set
+//! ([`SessionMcp`]), its sandbox and subagents ([`SessionSandbox`]) and
+//! the turn waiting for its MCP servers to be
+//! restored. The table answers with typed results (the
 //! sessions whose histories were dropped, the gates that are due…) that the
 //! engine acts on; it never emits output itself.
 
@@ -15,11 +17,16 @@ use proto::jsonrpc::{Extension, Extensions};
 use crate::faults::Faults;
 use crate::history_cache::HistoryCache;
 use crate::ids::{KeyId, SessionId, TurnId};
+use crate::mcp::SessionMcp;
 use crate::model::Catalog;
 use crate::routes::Routes;
+use crate::sandbox::SessionSandbox;
 use crate::services::Services;
 use crate::session_core::{Holder, SessionCore, TurnLoop};
 use crate::{ConnId, MonoMs};
+
+mod mcp;
+mod sandbox;
 
 /// A create answered once its profile's MCP servers are connected.
 #[derive(Debug)]
@@ -41,6 +48,11 @@ pub(crate) struct Session {
     driver_ext: BTreeMap<KeyId, Extensions>,
     /// The turn waiting for the session's MCP servers to be restored.
     mcp_restoring: Option<TurnId>,
+    /// The session's MCP connection set (its connections, tools, routes).
+    mcp: Option<SessionMcp>,
+    /// The session's remote sandbox and subagents, from its first start
+    /// until the session closes.
+    sandbox: Option<SessionSandbox>,
 }
 
 impl Session {
@@ -49,6 +61,8 @@ impl Session {
             && self.create.is_none()
             && self.driver_ext.is_empty()
             && self.mcp_restoring.is_none()
+            && self.mcp.is_none()
+            && self.sandbox.is_none()
     }
 }
 
@@ -131,13 +145,15 @@ impl Sessions {
 
     /// Whether `id` has runtime state that must keep it resident: a gate
     /// in use, a create waiting for its MCP servers, a turn waiting for
-    /// their restore. (An idle core holds only a cached history, which
-    /// eviction may drop as the history cache would.)
+    /// their restore, MCP connections, a sandbox box. (An idle core holds only a cached
+    /// history, which eviction may drop as the history cache would.)
     pub(crate) fn holds(&self, id: &str) -> bool {
         self.table.get(id).is_some_and(|s| {
             s.core.as_ref().is_some_and(core_busy)
                 || s.create.is_some()
                 || s.mcp_restoring.is_some()
+                || s.mcp.is_some()
+                || s.sandbox.is_some()
         })
     }
 
@@ -507,5 +523,40 @@ mod tests {
         assert_eq!(t.drop_idle_histories(MonoMs(5)), vec![sid("ses_a")]);
         assert!(t.core("ses_a").is_none());
         assert_eq!(t.driver_extensions("ses_a", "key_a"), ext);
+    }
+
+    /// Issue 42: the session's own MCP set and sandbox box keep it
+    /// resident (placement evicts only what `holds` lets go), survive its
+    /// core being dropped, and go with the entry once closed.
+    #[test]
+    fn an_mcp_set_or_a_sandbox_box_holds_the_session_until_closed() {
+        use crate::mcp::{McpHub, McpServerSpec, McpSettings, McpTransport};
+        let mut t = table(1000);
+        let mut hub = McpHub::new(McpSettings {
+            server_version: "1".into(),
+            timeout_ms: 100,
+            max_message_bytes: 1 << 10,
+        });
+        let server = McpServerSpec {
+            name: "a".into(),
+            transport: McpTransport::Stdio {
+                command: "srv".into(),
+                args: vec![],
+            },
+            reconnect: false,
+        };
+        t.connect_mcp(&mut hub, &sid("ses_a"), vec![server], MonoMs(0));
+        t.sandbox_or_new(&sid("ses_b"));
+        t.core_or_new(sid("ses_a"));
+        assert!(t.drop_core("ses_a").is_some());
+        assert!(t.holds("ses_a") && t.has_mcp("ses_a"));
+        assert!(t.holds("ses_b") && t.sandbox("ses_b").is_some());
+        assert_eq!(hub.live_sessions(), 1);
+        t.close_mcp(&mut hub, "ses_a");
+        assert!(t.take_sandbox("ses_b").is_some());
+        assert!(!t.holds("ses_a") && !t.holds("ses_b"));
+        assert_eq!((t.known_id("ses_a"), t.known_id("ses_b")), (None, None));
+        // The hub routes nothing of the closed set any more.
+        assert_eq!((hub.live_sessions(), hub.poll_timeout()), (0, None));
     }
 }

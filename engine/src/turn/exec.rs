@@ -65,9 +65,12 @@ impl LiveCx<'_> {
                 let session = session_id.clone();
                 let token = self.routes.start_mcp_call(session, turn);
                 let now = self.svc.now.mono;
-                self.mcp.call(session_id, &tool, &input, token, now);
+                let hub = &mut *self.mcp;
+                (self.sessions)
+                    .with_mcp(session_id, |set| set.call(hub, &tool, &input, token, now));
                 if self.svc.telemetry.enabled() {
-                    let server = self.mcp.route(session_id, &tool).unwrap_or("");
+                    let set = self.sessions.mcp(session_id);
+                    let server = set.and_then(|s| s.route(&tool)).unwrap_or("");
                     let child = ToolChild::Mcp { server };
                     self.svc
                         .telemetry
@@ -84,7 +87,10 @@ impl LiveCx<'_> {
                 };
                 let requester = crate::sandbox::Requester::Turn { turn, index };
                 let now = self.svc.now.mono;
-                self.sandbox.exec(session_id, &command, requester, now);
+                let hub = &mut *self.sandbox;
+                if let Some(b) = self.sessions.sandbox_mut(session_id) {
+                    b.exec(hub, &command, requester, now);
+                }
                 self.svc
                     .telemetry
                     .tool_child_begin(turn, &tool_use_id, ToolChild::Sandbox);
@@ -446,12 +452,12 @@ impl LiveCx<'_> {
             .filter(|s| s.reconnect)
             .cloned()
             .collect();
-        if servers.is_empty() || self.mcp.has_session(session_id) {
+        if servers.is_empty() || self.sessions.has_mcp(session_id) {
             return false;
         }
         self.sessions.await_mcp(session_id.clone(), turn_id);
         let now = self.svc.now.mono;
-        self.mcp.connect_session(session_id, servers, now);
+        (self.sessions).connect_mcp(self.mcp, session_id, servers, now);
         true
     }
 }

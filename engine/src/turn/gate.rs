@@ -204,7 +204,8 @@ impl LiveCx<'_> {
             self.svc.deltas_ended(session_id, &request, reason);
         }
         for token in self.routes.end_mcp_calls_of(t.id) {
-            self.mcp.abandon(token);
+            let hub = &mut *self.mcp;
+            (self.sessions).with_mcp(session_id, |set| set.abandon(hub, token));
         }
         tracing::info!(session = %session_id, "turn cancelled");
         self.svc

@@ -410,11 +410,13 @@ impl LiveCx<'_> {
         index: usize,
         session_id: &SessionId,
         handle: &crate::sandbox::Handle,
-        result: Result<crate::sandbox::ExecOutput, String>,
+        result: Result<crate::sandbox::ExecOutput, crate::sandbox::SandboxError>,
     ) {
         if self.sessions.running_turn_id(session_id) != Some(turn) {
             return;
         }
+        // The core logs the error as its documented text.
+        let result = result.map_err(|e| e.to_string());
         let sandbox = (handle.image.as_str(), handle.container.as_str());
         self.with_core(session_id, |core, world, now| {
             core.on_exec_done(index, sandbox, result, world, now)
@@ -442,7 +444,7 @@ impl LiveCx<'_> {
         // A session in `error` runs no more turns, so nothing can use its
         // MCP servers: free their children now rather than at DELETE.
         if state == SessionState::Error {
-            self.mcp.close_session(session_id);
+            self.sessions.close_mcp(self.mcp, session_id);
             self.svc.telemetry.session_end(session_id, true);
         }
     }
@@ -459,11 +461,9 @@ impl LiveCx<'_> {
             sessions,
             catalog,
             svc,
-            mcp,
-            sandbox,
             ..
         } = self;
-        let core = sessions.core_mut(session_id)?;
+        let (core, mcp, sandbox) = sessions.core_and_parts(session_id)?;
         let world = world::EngineWorld {
             session_id,
             catalog,

@@ -27,7 +27,11 @@ impl SandboxCx<'_> {
         let done = |text: String, is_error| SubagentAnswer::Done { text, is_error };
         if name == proto::wire::session::REMOTE_SUBAGENT_STATUS {
             let id = input.get("subagent_id").and_then(Value::as_str);
-            return match self.sandbox.report(session_id, id) {
+            let report = match self.sessions.sandbox_mut(session_id) {
+                Some(b) => b.report(id),
+                None => id.is_none().then(Vec::new),
+            };
+            return match report {
                 Some(entries) => done(json!({ "subagents": entries }).to_string(), false),
                 None => done(json!({"error": "unknown subagent_id"}).to_string(), true),
             };
@@ -66,10 +70,11 @@ impl SandboxCx<'_> {
             return error(format!("unknown harness \"{harness}\""));
         };
         let max = self.svc.config.max_subagents_per_session;
-        if self.sandbox.running_subagents(session_id) as u64 >= max {
+        let b = self.sessions.sandbox(session_id);
+        if b.map_or(0, |b| b.running_subagents()) as u64 >= max {
             return error(format!("subagent limit reached (max {max} per session)"));
         }
-        let Some(running_image) = self.sandbox.handle(session_id).map(|h| h.image.clone()) else {
+        let Some(running_image) = b.and_then(|b| b.handle()).map(|h| h.image.clone()) else {
             return error(format!(
                 "no remote sandbox is running for tool '{name}'; call session.startRemoteSandbox first"
             ));
@@ -97,7 +102,10 @@ impl SandboxCx<'_> {
             key_id: key_id.to_string(),
         };
         let now = self.svc.now.mono;
-        self.sandbox.launch(session_id, spec, now);
+        let hub = &mut *self.sandbox;
+        if let Some(b) = self.sessions.sandbox_mut(session_id) {
+            b.launch(hub, spec, now);
+        }
         (self.svc.telemetry).subagent_begin(turn_id, tool_use_id, session_id, &id);
         SubagentAnswer::Launched { id, harness, model }
     }

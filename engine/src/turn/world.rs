@@ -1,6 +1,6 @@
 //! The [`World`] a session core reads while it decides: one session's view
 //! of the catalogue (state, profile, tool declarations), the provider
-//! registry and settings, the MCP hub's routes and the sandbox hub's
+//! registry and settings, the session's MCP routes and its sandbox
 //! handle. Borrowed field by field from the engine, so the core can be
 //! borrowed mutably beside it.
 
@@ -9,9 +9,9 @@ use std::collections::BTreeSet;
 use proto::wire::content::Dispatch;
 use serde_json::{json, Value};
 
-use crate::mcp::McpHub;
+use crate::mcp::SessionMcp;
 use crate::model::Catalog;
-use crate::sandbox::SandboxHub;
+use crate::sandbox::SessionSandbox;
 use crate::session_core::{ChainError, World};
 use crate::{Config, ProviderEntry};
 
@@ -19,8 +19,10 @@ pub(crate) struct EngineWorld<'a> {
     pub session_id: &'a str,
     pub catalog: &'a Catalog,
     pub config: &'a Config,
-    pub mcp: &'a McpHub,
-    pub sandbox: &'a SandboxHub,
+    /// The session's MCP connection set, when it has one.
+    pub mcp: Option<&'a SessionMcp>,
+    /// The session's sandbox and subagents, when it has a box.
+    pub sandbox: Option<&'a SessionSandbox>,
 }
 
 impl EngineWorld<'_> {
@@ -86,13 +88,13 @@ impl World for EngineWorld<'_> {
                 }));
             }
         }
-        for t in self.mcp.tools(self.session_id) {
+        for t in self.mcp.map_or(&[][..], SessionMcp::tools) {
             let name = t.get("name").and_then(Value::as_str).unwrap_or("");
             if !own.contains(name) && name != proto::wire::session::REMOTE_SUBAGENT_STATUS {
                 out.push(t.clone());
             }
         }
-        if self.sandbox.tracks_subagents(self.session_id) {
+        if self.sandbox.is_some_and(SessionSandbox::tracks_subagents) {
             out.push(super::tools::status_tool());
         }
         out
@@ -116,11 +118,11 @@ impl World for EngineWorld<'_> {
     }
 
     fn mcp_server(&self, tool: &str) -> Option<String> {
-        self.mcp.route(self.session_id, tool).map(str::to_string)
+        self.mcp?.route(tool).map(str::to_string)
     }
 
     fn sandbox(&self) -> Option<(String, String)> {
-        (self.sandbox.handle(self.session_id)).map(|h| (h.image.clone(), h.container.clone()))
+        (self.sandbox?.handle()).map(|h| (h.image.clone(), h.container.clone()))
     }
 
     fn auto_compaction_size(&self) -> Option<u64> {

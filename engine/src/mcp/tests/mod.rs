@@ -1,5 +1,6 @@
-//! The MCP hub in isolation: typed commands in, transport events in,
-//! commands and notices out, virtual time. No HTTP, no store.
+//! The MCP hub and its per-session sets in isolation: typed commands in,
+//! transport events in, commands and notices out, virtual time. No HTTP,
+//! no store.
 
 use crate::ids::SessionId;
 use proto::mcp::{errors, CallOutcome};
@@ -9,12 +10,108 @@ use super::*;
 
 const T: u64 = 30_000;
 
-fn hub() -> McpHub {
-    McpHub::new(McpSettings {
-        server_version: "9.9.9".into(),
-        timeout_ms: T,
-        max_message_bytes: 1 << 20,
-    })
+/// The hub with the sets it routes to, held by session id as the
+/// engine's sessions table holds them (and dropped when done, as it does).
+struct Hub {
+    hub: McpHub,
+    sets: std::collections::BTreeMap<SessionId, SessionMcp>,
+}
+
+impl Hub {
+    fn connect_session(&mut self, id: &SessionId, servers: Vec<McpServerSpec>, now: MonoMs) {
+        if let Some(set) = self.hub.connect_session(id, servers, now) {
+            self.sets.insert(id.clone(), set);
+        }
+    }
+
+    fn with<R>(
+        &mut self,
+        id: &str,
+        f: impl FnOnce(&mut SessionMcp, &mut McpHub) -> R,
+    ) -> Option<R> {
+        let set = self.sets.get_mut(id)?;
+        let r = f(set, &mut self.hub);
+        if set.is_done() {
+            self.sets.remove(id);
+        }
+        Some(r)
+    }
+
+    fn call(
+        &mut self,
+        id: &str,
+        tool: &str,
+        input: &Value,
+        token: CallToken,
+        now: MonoMs,
+    ) -> Option<String> {
+        self.with(id, |set, hub| set.call(hub, tool, input, token, now))?
+    }
+
+    fn abandon(&mut self, token: CallToken) {
+        let ids: Vec<SessionId> = self.sets.keys().cloned().collect();
+        for id in ids {
+            self.with(&id, |set, hub| set.abandon(hub, token));
+        }
+    }
+
+    fn close_session(&mut self, id: &str) {
+        if let Some(set) = self.sets.remove(id) {
+            set.close(&mut self.hub);
+        }
+    }
+
+    fn handle(&mut self, conn: McpConnId, event: McpEvent, now: MonoMs) {
+        if let Some(id) = self.hub.owner(conn).cloned() {
+            self.with(&id, |set, hub| set.handle(hub, conn, event, now));
+        }
+    }
+
+    fn handle_timeout(&mut self, now: MonoMs) {
+        for conn in self.hub.due(now) {
+            if let Some(id) = self.hub.owner(conn).cloned() {
+                self.with(&id, |set, hub| set.expire(hub, conn, now));
+            }
+        }
+    }
+
+    fn tools(&self, id: &str) -> &[Value] {
+        self.sets.get(id).map_or(&[], |s| s.tools())
+    }
+
+    fn route(&self, id: &str, tool: &str) -> Option<&str> {
+        self.sets.get(id)?.route(tool)
+    }
+
+    fn live_sessions(&self) -> usize {
+        // The hub counts the sessions it routes to; it must agree with
+        // the sets held.
+        assert_eq!(self.hub.live_sessions(), self.sets.len());
+        self.sets.len()
+    }
+
+    fn poll_timeout(&self) -> Option<MonoMs> {
+        self.hub.poll_timeout()
+    }
+
+    fn poll_command(&mut self) -> Option<McpCommand> {
+        self.hub.poll_command()
+    }
+
+    fn poll_notice(&mut self) -> Option<McpNotice> {
+        self.hub.poll_notice()
+    }
+}
+
+fn hub() -> Hub {
+    Hub {
+        hub: McpHub::new(McpSettings {
+            server_version: "9.9.9".into(),
+            timeout_ms: T,
+            max_message_bytes: 1 << 20,
+        }),
+        sets: Default::default(),
+    }
 }
 
 fn stdio(name: &str) -> McpServerSpec {
@@ -54,7 +151,7 @@ fn opens(cmds: &[McpCommand]) -> Vec<u64> {
         .collect()
 }
 
-fn done(h: &mut McpHub) -> Vec<(u64, CallOutcome)> {
+fn done(h: &mut Hub) -> Vec<(u64, CallOutcome)> {
     notices(h)
         .into_iter()
         .filter_map(|n| match n {
@@ -64,11 +161,11 @@ fn done(h: &mut McpHub) -> Vec<(u64, CallOutcome)> {
         .collect()
 }
 
-fn commands(h: &mut McpHub) -> Vec<McpCommand> {
+fn commands(h: &mut Hub) -> Vec<McpCommand> {
     std::iter::from_fn(|| h.poll_command()).collect()
 }
 
-fn notices(h: &mut McpHub) -> Vec<McpNotice> {
+fn notices(h: &mut Hub) -> Vec<McpNotice> {
     std::iter::from_fn(|| h.poll_notice()).collect()
 }
 
@@ -98,7 +195,7 @@ fn tools_result(names: &[&str]) -> Value {
 
 /// Drives one stdio connection through its handshake, answering
 /// `tools/list` with `names`.
-fn handshake_stdio(h: &mut McpHub, conn: McpConnId, names: &[&str], now: u64) {
+fn handshake_stdio(h: &mut Hub, conn: McpConnId, names: &[&str], now: u64) {
     h.handle(conn, McpEvent::Opened, MonoMs(now));
     h.handle(
         conn,
@@ -112,7 +209,7 @@ fn handshake_stdio(h: &mut McpHub, conn: McpConnId, names: &[&str], now: u64) {
     );
 }
 
-fn ready_session(h: &mut McpHub, names: &[&str]) -> McpConnId {
+fn ready_session(h: &mut Hub, names: &[&str]) -> McpConnId {
     h.connect_session(&SessionId::new("s"), vec![stdio("a")], MonoMs(0));
     commands(h);
     handshake_stdio(h, McpConnId(1), names, 0);

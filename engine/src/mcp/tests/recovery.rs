@@ -3,7 +3,7 @@
 use super::*;
 use crate::ids::SessionId;
 
-fn ready_reconnecting(h: &mut McpHub, names: &[&str]) {
+fn ready_reconnecting(h: &mut Hub, names: &[&str]) {
     h.connect_session(
         &SessionId::new("s"),
         vec![reconnecting(stdio("a"))],
@@ -136,7 +136,7 @@ fn a_tool_gone_after_reconnecting_fails_clearly() {
 }
 
 /// Answers the HTTP handshake of `conn`, handing out `sid`.
-fn handshake_http(h: &mut McpHub, conn: McpConnId, sid: &str, tools: &[&str]) {
+fn handshake_http(h: &mut Hub, conn: McpConnId, sid: &str, tools: &[&str]) {
     let json_reply = |exchange: u64, body: Value| McpEvent::HttpReply {
         exchange,
         status: 200,
