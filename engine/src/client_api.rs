@@ -208,6 +208,10 @@ impl Engine {
         ) {
             return self.svc.problem(conn, kind, &detail);
         }
+        // Quotas: past the key's (or its profile's) open sessions, `429`.
+        if let Err(r) = (self.catalog.quotas).admit_session(&key.id, Some(&profile_id)) {
+            return crate::admin_api::quota_problem(&mut self.svc, conn, &r);
+        }
         // 9. Session row, session key and `session.open`, atomically.
         let session_id = self.svc.new_id(IdKind::Session);
         let mut session = Session {
@@ -235,6 +239,7 @@ impl Engine {
             &body.subagent_tools,
         );
         self.svc.write(StoreWrite::InsertSession(session.to_row()));
+        (self.catalog.quotas).session_opened(&key.id, &profile_id);
         self.residency.admit(&mut self.catalog, session);
         self.lease_new_session(&session_id);
         (self.svc.telemetry).session_open(&session_id, &profile_id, &key.id);
@@ -413,6 +418,12 @@ impl Engine {
     /// `open → closed` with its `session.close` event, then runtime teardown.
     pub(crate) fn close_session(&mut self, session_id: &str, attributed_to: &str, reason: &str) {
         let at = self.svc.timestamp();
+        let was_open = (self.catalog.sessions.get(session_id))
+            .filter(|s| s.state == SessionState::Open)
+            .map(|s| (s.creator.clone(), s.profile_id.clone()));
+        if let Some((creator, profile)) = was_open {
+            (self.catalog.quotas).session_closed(&creator, &profile);
+        }
         if let Some(s) = self.catalog.sessions.get_mut(session_id) {
             s.state = SessionState::Closed;
             s.closed_at = Some(Stamp::At(self.svc.now.unix));

@@ -68,6 +68,13 @@ pub enum AdminRead {
     Revoke { conn: ConnId, key_id: String },
     /// An export, import, fork or lineage answer (`crate::transfer`).
     Transfer { conn: ConnId },
+    /// A quota's token budget: the store's usage since its window
+    /// started (at start, or before a quota route answers `conn`).
+    QuotaUsage {
+        scope: crate::quotas::Scope,
+        since_ms: u64,
+        conn: Option<ConnId>,
+    },
 }
 
 /// A read whose answer goes straight back to the connection that asked.

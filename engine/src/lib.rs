@@ -52,6 +52,7 @@ pub mod pipeline;
 #[cfg(feature = "planted-bugs")]
 pub mod planted;
 pub mod provider_limits;
+pub mod quotas;
 
 mod placement;
 pub mod replicas;
@@ -137,7 +138,12 @@ impl Engine {
         if faults.seq_reuse_after_restart() {
             snapshot.max_event_seq = snapshot.max_event_seq.saturating_sub(1);
         }
-        let catalog = Catalog::restore(&mut snapshot, config.durable_drivers);
+        let mut catalog = Catalog::restore(&mut snapshot, config.durable_drivers);
+        catalog.quotas =
+            quotas::Quotas::restore(&snapshot.quotas, &snapshot.open_sessions, now.mono);
+        if config.replica.is_some() {
+            catalog.quotas.refresh_every(quotas::REFRESH_MS, now.mono);
+        }
         // Replica mode holds every session it knows (leases move them).
         let budget = config
             .resident_sessions
@@ -224,6 +230,10 @@ impl Engine {
             engine.sandbox_cx().provision_profile(&id);
         }
         engine.pump_mcp();
+        // Token budgets count from the store's usage in their window.
+        for scope in engine.catalog.quotas.budgeted() {
+            (engine.catalog).seed_quota(&mut engine.svc, scope);
+        }
         engine
     }
 
@@ -262,6 +272,7 @@ impl Engine {
         (self.sessions).mcp_timeout(&mut self.mcp, now.mono);
         (self.sandbox).handle_timeout(now.mono, &mut self.sessions);
         self.provider_limits.tick(now.mono);
+        self.catalog.refresh_quotas(&mut self.svc);
         self.settle();
     }
 
@@ -310,6 +321,7 @@ impl Engine {
             self.residency.next_deadline(),
             self.provider_limits.poll_timeout(),
             self.routes.calls.next_deadline(),
+            self.catalog.quotas.next_refresh(),
         ]
         .into_iter()
         .flatten()
@@ -583,6 +595,11 @@ impl Engine {
                 let outs = self.transfers.read_done(conn, result, unflushed);
                 self.run_transfer(conn, outs);
             }
+            PendingRead::Admin(AdminRead::QuotaUsage {
+                scope,
+                since_ms,
+                conn,
+            }) => (self.catalog).on_quota_usage(&mut self.svc, (scope, since_ms, conn), result),
             PendingRead::Admin(AdminRead::Metrics { conn }) => {
                 let rt = match result {
                     Ok(ReadResult::Runtime(rt)) => rt,

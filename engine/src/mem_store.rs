@@ -24,6 +24,7 @@ pub struct MemStore {
     pub lineage: Vec<LineageRow>,
     /// Usage rows by their `provider.response` seq.
     pub usage: BTreeMap<u64, UsageRow>,
+    pub quotas: BTreeMap<crate::store::QuotaScope, crate::store::QuotaRow>,
 }
 
 impl MemStore {
@@ -119,6 +120,12 @@ impl MemStore {
                 self.usage
                     .entry(row.event_seq)
                     .or_insert_with(|| row.clone());
+            }
+            StoreWrite::PutQuota(row) => {
+                self.quotas.insert(row.scope.clone(), row.clone());
+            }
+            StoreWrite::DeleteQuota(scope) => {
+                self.quotas.remove(scope);
             }
         }
     }
@@ -426,6 +433,31 @@ impl MemStore {
             drivers,
             events_total: self.events.len() as u64,
             idempotency: self.idempotency.values().cloned().collect(),
+            quotas: self.quotas.values().cloned().collect(),
+            open_sessions: self.open_counts(),
         }
+    }
+
+    /// Open sessions by creator key and profile, in key then profile order.
+    fn open_counts(&self) -> Vec<crate::store::OpenCount> {
+        let mut counts: BTreeMap<(String, String), u64> = BTreeMap::new();
+        for s in self
+            .sessions
+            .iter()
+            .filter(|s| s.state == SessionState::Open)
+        {
+            *counts
+                .entry((s.client_key_id.clone(), s.profile_id.clone()))
+                .or_default() += 1;
+        }
+        (counts.into_iter())
+            .map(
+                |((client_key_id, profile_id), open)| crate::store::OpenCount {
+                    client_key_id,
+                    profile_id,
+                    open,
+                },
+            )
+            .collect()
     }
 }

@@ -175,6 +175,7 @@ impl Engine {
         self.residency.admit(&mut self.catalog, session);
         self.lease_new_session(&session_id);
         if plan.state == SessionState::Open {
+            (self.catalog.quotas).session_opened(&key.id, &profile_id);
             (self.svc.telemetry).session_open(&session_id, &profile_id, &key.id);
         }
         let session_key = self
@@ -450,6 +451,19 @@ impl Engine {
                 continue;
             }
             let ended = s.state != SessionState::Open;
+            // Open-session quotas count what other replicas open and close.
+            let was = self.catalog.sessions.get(id).map(|h| h.state);
+            if !u.full {
+                match (was, ended) {
+                    (None, false) => {
+                        (self.catalog.quotas).session_opened(&s.client_key_id, &s.profile_id)
+                    }
+                    (Some(SessionState::Open), true) => {
+                        (self.catalog.quotas).session_closed(&s.client_key_id, &s.profile_id)
+                    }
+                    _ => {}
+                }
+            }
             let session = self.catalog.session_from_row(&s);
             match self.catalog.sessions.get_mut(id) {
                 Some(held) => **held = session,
@@ -460,6 +474,12 @@ impl Engine {
                 // records the close; the hub writes no events).
                 self.sessions.close_mcp(&mut self.mcp, &s.id);
             }
+        }
+        for scope in u.quotas_removed {
+            self.catalog.quotas.remove(&scope);
+        }
+        for q in u.quotas {
+            (self.catalog).quota_changed_elsewhere(&mut self.svc, q);
         }
         for k in u.keys {
             let owned_session_key = k.role == KeyRole::Session && self.owns_session(&k.name);

@@ -3,7 +3,8 @@
 //! Chromium (testkit/ui/console.spec.mjs, driven through playwright-core):
 //! sign-in, the session list and its filters, a timeline with a paused and
 //! resumed client tool, a turn that arrives while the page is open, a tool
-//! call's raw JSON, a phone-sized viewport, and a refused key.
+//! call's raw JSON, a phone-sized viewport, the quotas view, and a refused
+//! key.
 //!
 //! Needs Debian's `chromium` and `playwright-core` in testkit/ui/node_modules
 //! (`testkit/scripts/install-test-deps.sh` installs both); without them the
@@ -167,6 +168,16 @@ fn the_console_shows_sessions_and_a_live_timeline_in_chromium() {
     assert_eq!(fork.status, 201, "{:?}", fork.try_json());
     let fork_id = fork.json()["session_id"].as_str().unwrap().to_string();
 
+    // A quota on the first key, for the quotas view (an extension).
+    server
+        .admin()
+        .put_json(
+            &format!("/admin/v1/keys/{}/quota", f.a.key_id),
+            &json!({"max_open_sessions": 5, "requests_per_second": 50,
+                    "token_budget": 100000, "window": "1d"}),
+        )
+        .assert_status(200);
+
     let out_dir = artifacts();
     let child = Command::new("node")
         .arg(&script)
@@ -249,6 +260,7 @@ fn the_console_shows_sessions_and_a_live_timeline_in_chromium() {
         "03-tool-call",
         "04-phone-timeline",
         "05-phone-sessions",
+        "07-quotas",
     ] {
         assert!(
             out_dir.join(format!("{name}.png")).exists(),

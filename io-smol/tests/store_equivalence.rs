@@ -236,6 +236,8 @@ fn same_snapshot(a: &Snapshot, b: &Snapshot) {
     assert_eq!(a.drivers, b.drivers);
     assert_eq!(a.stored_sessions, b.stored_sessions);
     assert_eq!(a.events_total, b.events_total);
+    assert_eq!(a.quotas, b.quotas);
+    assert_eq!(a.open_sessions, b.open_sessions);
 }
 
 /// `provider.request` payloads of growing, edited and reset histories
@@ -443,6 +445,23 @@ fn store_matches_mem_store(mut open: impl FnMut(u64) -> Backend, after: impl Fn(
                     created_at: T.into(),
                     copied_through,
                 }));
+            }
+            // Quotas set, replaced and removed (a stream of their own).
+            let mut qrng = Rng((seed * 1000 + round).wrapping_mul(0x94D0_49BB_1331_11EB) | 1);
+            if qrng.below(4) == 0 {
+                let id = format!("key_{}", qrng.below(3));
+                let scope = match qrng.below(2) {
+                    0 => engine::store::QuotaScope::Key(id),
+                    _ => engine::store::QuotaScope::Profile(id),
+                };
+                batch.push(match qrng.below(3) {
+                    0 => StoreWrite::DeleteQuota(scope),
+                    n => StoreWrite::PutQuota(engine::store::QuotaRow {
+                        scope,
+                        quota: format!("{{\"max_open_sessions\":{n}}}"),
+                        updated_at: T.into(),
+                    }),
+                });
             }
             conn.commit(&batch).unwrap();
             mem.commit(&batch);

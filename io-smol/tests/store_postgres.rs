@@ -108,7 +108,7 @@ fn migrate_then_serve_and_a_newer_schema_is_refused() {
         .iter()
         .map(|r| r.get::<_, i64>(0))
         .collect::<Vec<_>>();
-    assert_eq!(versions, vec![1, 2, 3, 4, 5, 6, 7, 8]);
+    assert_eq!(versions, vec![1, 2, 3, 4, 5, 6, 7, 8, 9]);
     let mut s = Server::start(pg_opts(&url));
     let f = fix(&s, &[]);
     s.stop();
@@ -121,7 +121,7 @@ fn migrate_then_serve_and_a_newer_schema_is_refused() {
     assert_eq!(out.code(), Some(1), "{}", out.stderr);
     assert!(
         out.stderr
-            .contains("database schema version 99 is newer than this binary supports (max 8)"),
+            .contains("database schema version 99 is newer than this binary supports (max 9)"),
         "{}",
         out.stderr
     );
@@ -409,7 +409,11 @@ mod in_process {
         drop(c);
         let mut pg = PgStore::connect(&url).unwrap();
         let report = pg.migrate().unwrap();
-        assert_eq!((report.from, report.to), (7, 8));
+        assert_eq!(
+            (report.from, report.to),
+            (7, 9),
+            "8 (this test) and 9 (quotas)"
+        );
         pg.commit(&[StoreWrite::InsertLineage(LineageRow {
             session_id: "ses_new".into(),
             origin: Origin::Import {

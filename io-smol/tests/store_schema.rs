@@ -102,8 +102,8 @@ fn reopening_is_idempotent() {
             &db,
             "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name LIKE 'bae_%'"
         ),
-        4,
-        "bae_idempotency_keys, bae_history_chunks, bae_session_lineage, bae_usage"
+        5,
+        "bae_idempotency_keys, bae_history_chunks, bae_session_lineage, bae_usage, bae_quotas"
     );
 }
 

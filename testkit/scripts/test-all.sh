@@ -38,7 +38,7 @@ threads_suites=(
   live_subscribe live_tools mcp_http mcp_lifecycle mcp_reconnect mcp_stdio metrics_endpoint
   prompt_cache rest_auth rest_bad_input rest_sessions restart_persistence rpc_envelope
   sandbox_remote sdk_wire_shapes security_storage security_stress security_wire subagent_remote
-  telemetry_otlp traffic_limits traffic_retry transfer_export transfer_fork usage_accounting
+  quotas telemetry_otlp traffic_limits traffic_retry transfer_export transfer_fork usage_accounting
 )
 args=()
 for t in "${threads_suites[@]}"; do args+=(--test "$t"); done

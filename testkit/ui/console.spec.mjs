@@ -5,7 +5,7 @@
 //   BAE_UI_ADMIN_KEY      the admin key
 //   BAE_UI_SESSION        a session with a paused-then-resumed client tool turn
 //   BAE_UI_PROFILE        that session's profile id
-//   BAE_UI_KEY            the id of the client key that created it
+//   BAE_UI_KEY            the id of the client key that created it (with a quota)
 //   BAE_UI_OTHER_SESSION  a session on another profile whose provider failed
 //   BAE_UI_ARTIFACTS      folder for screenshots
 //   BAE_CHROMIUM          the Chromium executable
@@ -229,6 +229,21 @@ try {
   await ours.waitFor(T);
   await noHorizontalScroll(page, 'session list on a phone');
   await shot(page, '05-phone-sessions');
+
+  step('quotas');
+  await page.click('#nav-quotas');
+  await page.waitForURL(/#\/quotas$/, T);
+  const quota = page.locator(`.quota-row[data-scope="key"][data-id="${keyId}"]`);
+  await quota.waitFor(T);
+  const qt = await textOf(quota);
+  check(/open sessions \d+ of 5/.test(qt), 'no open-session figure: ' + qt);
+  check(qt.includes('requests 50/s, burst 50'), 'no rate figure: ' + qt);
+  check(/tokens [\d,]+ of 100,000 this 1d window/.test(qt), 'no budget figure: ' + qt);
+  check((await textOf(page.locator('#quota-refused'))).includes('Refused since the server started'), 'no refusal counts');
+  await noHorizontalScroll(page, 'quotas on a phone');
+  await shot(page, '07-quotas');
+  await page.click('#nav-sessions');
+  await ours.waitFor(T);
 
   step('forget key');
   await page.click('#forget');

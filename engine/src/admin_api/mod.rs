@@ -2,7 +2,10 @@
 //! revocation cascade, read-only sessions and events, registry snapshots.
 //! Profiles and client keys are the catalogue's own (`registry.rs`).
 
+mod quota_routes;
 mod registry;
+
+pub(crate) use quota_routes::quota_problem;
 
 use proto::http::{Method, Request};
 use proto::wire::problem::ProblemType;
@@ -37,6 +40,9 @@ enum Route<'a> {
     SandboxStatus,
     /// Extension: provider queues, retries and overload figures.
     Traffic,
+    /// Extension: a client key's or a profile's quota, and all of them.
+    Quota(crate::quotas::Scope),
+    Quotas,
 }
 
 fn route(path: &str) -> Option<Route<'_>> {
@@ -65,6 +71,13 @@ fn route(path: &str) -> Option<Route<'_>> {
                 _ => None,
             }
         }
+        ["keys", id, "quota"] if !id.is_empty() => {
+            Some(Route::Quota(crate::quotas::Scope::Key((*id).to_string())))
+        }
+        ["profiles", id, "quota"] if !id.is_empty() => Some(Route::Quota(
+            crate::quotas::Scope::Profile((*id).to_string()),
+        )),
+        ["quotas"] => Some(Route::Quotas),
         ["mcp-servers"] => Some(Route::McpServers),
         ["providers"] => Some(Route::Providers),
         ["config"] => Some(Route::Config),
@@ -197,6 +210,10 @@ impl Engine {
                 let body = crate::metrics::traffic::status_json(&entries, retry, &status);
                 self.svc.respond_value(conn, 200, &body);
             }
+            (Route::Quota(scope), _) => {
+                self.catalog.quota_request(&mut self.svc, conn, &req, scope)
+            }
+            (Route::Quotas, Method::Get) => self.catalog.list_quotas(&mut self.svc, conn),
             (Route::Usage(scope), Method::Get) => {
                 self.catalog.usage_request(&mut self.svc, conn, &req, scope)
             }
@@ -257,6 +274,11 @@ impl Engine {
     fn revoke_now(&mut self, conn: ConnId, id: &str) {
         let at = self.svc.timestamp();
         self.catalog.remove_key(id);
+        // A revoked key's quota goes with it.
+        let scope = crate::quotas::Scope::Key(id.to_string());
+        if self.catalog.quotas.remove(&scope) {
+            self.svc.write(StoreWrite::DeleteQuota(scope));
+        }
         self.svc.write(StoreWrite::RevokeKey {
             id: id.to_string(),
             at: at.clone(),
@@ -325,6 +347,12 @@ impl Engine {
         };
         let status = self.overload.status();
         crate::metrics::traffic::render_prometheus(&mut body, &entries, watched, &status);
+        let q = &self.catalog.quotas;
+        let refused: Vec<(&str, u64)> = (crate::quotas::Kind::ALL.iter())
+            .zip(q.refused())
+            .map(|(k, n)| (k.as_str(), n))
+            .collect();
+        crate::metrics::traffic::render_quota_refusals(&mut body, q.is_on(), &refused);
         let content_type = "text/plain; version=0.0.4; charset=utf-8";
         self.svc
             .respond(conn, 200, Some(content_type), body.as_bytes());

@@ -34,6 +34,8 @@ function forgetKey(message) {
   state.creators.clear();
   state.loaded = false;
   $('session-rows').replaceChildren();
+  $('quota-rows').replaceChildren();
+  $('quota-refused').textContent = '';
   $('timeline').replaceChildren();
   showLogin(message || '');
 }
@@ -103,8 +105,8 @@ function failed(e) {
 // ---- views -----------------------------------------------------------------
 
 function show(id) {
-  for (const v of ['login-view', 'list-view', 'session-view']) $(v).hidden = v !== id;
-  $('forget').hidden = id === 'login-view';
+  for (const v of ['login-view', 'list-view', 'session-view', 'quota-view']) $(v).hidden = v !== id;
+  for (const b of ['forget', 'nav-sessions', 'nav-quotas']) $(b).hidden = id === 'login-view';
 }
 
 function showLogin(message) {
@@ -138,6 +140,7 @@ function parseHash() {
   const hash = location.hash || '#/';
   const m = /^#\/s\/([^/?]+)$/.exec(hash);
   if (m) return { view: 'session', id: decodeURIComponent(m[1]) };
+  if (hash === '#/quotas') return { view: 'quotas' };
   const q = new URLSearchParams(hash.split('?')[1] || '');
   return { view: 'list', state: q.get('state') || '', profile: q.get('profile') || '', key: q.get('key') || '', limit: q.get('limit') || '50' };
 }
@@ -154,6 +157,7 @@ async function route() {
     return failed(e);
   }
   if (r.view === 'session') return openSession(r.id);
+  if (r.view === 'quotas') return openQuotas();
   for (const [id, v] of [['f-state', r.state], ['f-profile', r.profile], ['f-key', r.key], ['f-limit', r.limit]]) $(id).value = v;
   if ($('f-limit').value === '') $('f-limit').value = '50';
   state.list = { cursors: [''], page: 0, next: null };
@@ -270,6 +274,59 @@ function keyName(id) {
 function stopSession() {
   if (state.view && state.view.timer) clearTimeout(state.view.timer);
   state.view = null;
+}
+
+// ---- quotas (extension) ------------------------------------------------------
+
+async function openQuotas() {
+  show('quota-view');
+  const v = { quotas: true, timer: null };
+  state.view = v;
+  $('quota-title').focus();
+  await pollQuotas(v);
+}
+
+/** Reads `GET /admin/v1/quotas` again every few seconds while shown. */
+async function pollQuotas(v) {
+  if (state.view !== v) return;
+  try {
+    const q = await api('/admin/v1/quotas');
+    if (state.view !== v) return;
+    notice('');
+    renderQuotas(q);
+  } catch (e) {
+    if (e instanceof Unauthorized) return;
+    failed(e);
+  }
+  v.timer = setTimeout(() => pollQuotas(v), POLL_IDLE_MS);
+}
+
+function renderQuotas(q) {
+  const n = (x) => Number(x || 0).toLocaleString('en-US');
+  const refused = Object.entries(q.refused || {}).map(([k, c]) => `${k.replace(/_/g, ' ')} ${n(c)}`);
+  $('quota-refused').textContent = 'Refused since the server started: ' + (refused.join(' \u00b7 ') || 'none');
+  const rows = (q.quotas || []).map((s) => {
+    const l = s.quota || {};
+    const u = s.usage || {};
+    const who = s.scope === 'key' ? state.keys.get(s.id) : state.profiles.get(s.id);
+    const of = (used, limit, what) => {
+      if (limit === null || limit === undefined) return null;
+      const over = Number(used || 0) >= Number(limit);
+      return h('span', { class: 'field' + (over ? ' over' : '') }, h('span', { class: 'k' }, what + ' '), `${n(used)} of ${n(limit)}`);
+    };
+    const rate = l.requests_per_second === null || l.requests_per_second === undefined ? null
+      : h('span', { class: 'field' }, h('span', { class: 'k' }, 'requests '), `${n(l.requests_per_second)}/s, burst ${n(l.burst)}, ${n(u.requests_available)} left`);
+    const budget = of(u.tokens_used, l.token_budget, 'tokens');
+    if (budget) budget.append(` this ${l.window} window (from ${dateTime(u.window_start)})`);
+    return h('li', {},
+      h('div', { class: 'session-row quota-row', dataset: { scope: s.scope, id: s.id } },
+        h('span', { class: 'sid' }, who ? `${who.name} (${s.id})` : s.id),
+        h('span', { class: 'badge' }, s.scope),
+        of(u.open_sessions, l.max_open_sessions, 'open sessions'),
+        rate,
+        budget));
+  });
+  $('quota-rows').replaceChildren(...(rows.length ? rows : [h('li', { class: 'empty' }, 'No quotas are set.')]));
 }
 
 async function openSession(id) {
@@ -470,7 +527,7 @@ function init() {
   $('download-export').addEventListener('click', downloadExport);
   window.addEventListener('hashchange', route);
   listKeys(document, () => {
-    if (!$('session-view').hidden) location.hash = '#/';
+    if (!$('session-view').hidden || !$('quota-view').hidden) location.hash = '#/';
   });
   route();
 }

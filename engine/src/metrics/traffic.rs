@@ -113,6 +113,24 @@ pub fn render_prometheus(
     }
 }
 
+/// `bae_quota_refused_total{kind}`: requests refused by a quota, by the
+/// quota that refused (`requests_per_second`, `max_open_sessions`,
+/// `token_budget`); shown once a quota is set or anything was refused.
+/// `refused` pairs each kind's label with its count.
+pub fn render_quota_refusals(out: &mut String, on: bool, refused: &[(&str, u64)]) {
+    if !on && refused.iter().all(|(_, n)| *n == 0) {
+        return;
+    }
+    let name = "bae_quota_refused_total";
+    let _ = writeln!(
+        out,
+        "# HELP {name} Requests refused by a client key's or profile's quota.\n# TYPE {name} counter"
+    );
+    for (kind, n) in refused {
+        let _ = writeln!(out, "{name}{{kind=\"{kind}\"}} {n}");
+    }
+}
+
 /// The body of `GET /admin/v1/traffic`.
 pub fn status_json(
     entries: &[EntryStatus],
@@ -212,6 +230,22 @@ mod tests {
             "{out}"
         );
         assert!(!out.contains("plain") && !out.contains("overload"), "{out}");
+        let mut q = String::new();
+        render_quota_refusals(&mut q, false, &[("requests_per_second", 0)]);
+        assert_eq!(q, "", "no quota, nothing refused: no series");
+        render_quota_refusals(
+            &mut q,
+            true,
+            &[("requests_per_second", 2), ("token_budget", 1)],
+        );
+        assert!(
+            q.contains("bae_quota_refused_total{kind=\"requests_per_second\"} 2\n"),
+            "{q}"
+        );
+        assert!(
+            q.contains("bae_quota_refused_total{kind=\"token_budget\"} 1\n"),
+            "{q}"
+        );
         let mut none = String::new();
         render_prometheus(&mut none, &status, |_| false, &overload::Status::default());
         assert!(none.is_empty());

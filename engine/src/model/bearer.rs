@@ -22,7 +22,9 @@ impl Catalog {
         conn: ConnId,
         req: &Request,
     ) -> Option<Key> {
-        self.auth_bearer(svc, conn, req, KeyScope::Client)
+        let key = self.auth_bearer(svc, conn, req, KeyScope::Client)?;
+        // Quotas: past the key's rate, `429` (off unless a quota is set).
+        self.admit_rest(svc, conn, &key.id).then_some(key)
     }
 
     /// Authenticates a session key bound to `session_id`; 401 on failure
@@ -34,7 +36,9 @@ impl Catalog {
         req: &Request,
         session_id: &str,
     ) -> Option<Key> {
-        self.auth_bearer(svc, conn, req, KeyScope::Session(session_id))
+        let key = self.auth_bearer(svc, conn, req, KeyScope::Session(session_id))?;
+        let acting = key.client_id.clone().unwrap_or_else(|| key.id.clone());
+        self.admit_rest(svc, conn, &acting).then_some(key)
     }
 
     /// Bearer authentication against the keys of one scope: `401` with the

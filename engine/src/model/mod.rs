@@ -186,6 +186,9 @@ pub struct Catalog {
     pub drivers: IdMap<SessionId, BTreeSet<KeyId>>,
     /// Rate-limited verification of legacy Argon2id digests.
     legacy: auth::LegacyUpgrade,
+    /// Per client key and per profile quotas (an extension, off until an
+    /// operator sets one).
+    pub quotas: crate::quotas::Quotas,
 }
 
 impl Catalog {

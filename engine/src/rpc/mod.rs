@@ -27,7 +27,8 @@ use crate::streams::{Stream, StreamKind};
 
 impl LiveCx<'_> {
     pub(crate) fn rpc_request(&mut self, conn: ConnId, req: Request, session_id: &str) {
-        let Some(key) = self.catalog.auth_session(self.svc, conn, &req, session_id) else {
+        let scope = crate::model::KeyScope::Session(session_id);
+        let Some(key) = self.catalog.auth_bearer(self.svc, conn, &req, scope) else {
             return;
         };
         let session_id = &self.catalog.session_id(session_id);
@@ -56,6 +57,10 @@ impl LiveCx<'_> {
         let ext = self.sessions.driver_extensions(session_id, &acting);
         if let Some(s) = self.svc.stream_mut(conn) {
             s.ext = ext;
+        }
+        // Quotas: past the key's rate, a documented error on the stream.
+        if let Some(r) = self.catalog.quota_rate(self.svc, &acting) {
+            return self.svc.quota_error(conn, &r);
         }
         self.dispatch_rpc(conn, session_id, &acting, call);
     }
@@ -309,6 +314,18 @@ impl Services {
                 self.send(conn, p.clone());
             }
             self.send(conn, last);
+        }
+        self.end_stream(conn);
+    }
+
+    /// The terminal `quota_exceeded` error of a refused request, with the
+    /// refusal's `data` (omitted for notifications), then the end.
+    pub(crate) fn quota_error(&mut self, conn: ConnId, r: &crate::quotas::Refusal) {
+        if let Some(id) = self.stream_mut(conn).and_then(|s| s.id.clone()) {
+            let data = json::text(&r.data());
+            let code = codes::QUOTA_EXCEEDED;
+            let frame = jsonrpc::error_frame_with_data(Some(&id), code, &r.detail(), &data);
+            self.frame(conn, &frame);
         }
         self.end_stream(conn);
     }

@@ -207,6 +207,55 @@ pub enum UsageScope {
     Profile(String),
 }
 
+/// Whose quota (`crate::quotas`): a client key's or a profile's.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum QuotaScope {
+    Key(String),
+    Profile(String),
+}
+
+impl QuotaScope {
+    /// The stored `scope` column.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            QuotaScope::Key(_) => "key",
+            QuotaScope::Profile(_) => "profile",
+        }
+    }
+
+    pub fn id(&self) -> &str {
+        match self {
+            QuotaScope::Key(id) | QuotaScope::Profile(id) => id,
+        }
+    }
+
+    /// The scope of stored columns (`None`: an unknown kind).
+    pub fn from_columns(kind: &str, id: String) -> Option<Self> {
+        match kind {
+            "key" => Some(QuotaScope::Key(id)),
+            "profile" => Some(QuotaScope::Profile(id)),
+            _ => None,
+        }
+    }
+}
+
+/// A stored quota: its scope and the quota as JSON text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QuotaRow {
+    pub scope: QuotaScope,
+    pub quota: String,
+    pub updated_at: String,
+}
+
+/// Open sessions of one creator key and profile (restored at start for
+/// the open-session quotas).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OpenCount {
+    pub client_key_id: String,
+    pub profile_id: String,
+    pub open: u64,
+}
+
 /// A durable change. The driver applies writes in emission order and commits
 /// each batch atomically before releasing any output emitted after them.
 #[derive(Debug, Clone, PartialEq)]
@@ -267,6 +316,9 @@ pub enum StoreWrite {
     /// One attempt's tokens; a row for the same event replaces nothing
     /// (it is ignored).
     InsertUsage(UsageRow),
+    /// Insert or replace a quota (by scope).
+    PutQuota(QuotaRow),
+    DeleteQuota(QuotaScope),
 }
 
 impl StoreWrite {
@@ -531,6 +583,9 @@ pub struct CatalogUpdate {
     /// Revoked keys.
     pub revoked: Vec<KeyRow>,
     pub sessions: Vec<SessionRow>,
+    /// Quotas set and removed.
+    pub quotas: Vec<QuotaRow>,
+    pub quotas_removed: Vec<QuotaScope>,
     /// Every row, read once when the notices start (not a change: no
     /// revocation cascade runs for it).
     pub full: bool,
@@ -605,6 +660,11 @@ pub struct Snapshot {
     pub events_total: u64,
     /// Every stored idempotency key (the engine drops expired ones).
     pub idempotency: Vec<IdempotencyRow>,
+    /// Every stored quota.
+    pub quotas: Vec<QuotaRow>,
+    /// Open sessions by creator key and profile (every session, even
+    /// when lazy).
+    pub open_sessions: Vec<OpenCount>,
 }
 
 /// Session counts of the store (`bae.sessions.total`, `…open`,

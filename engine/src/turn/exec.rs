@@ -317,6 +317,13 @@ impl LiveCx<'_> {
             created_ms: self.svc.now.unix.0,
             tokens,
         };
+        let billed = crate::quotas::billed(&row.tokens);
+        (self.catalog.quotas).credit(
+            &row.client_key_id,
+            &row.profile_id,
+            billed,
+            self.svc.now.unix,
+        );
         self.svc.write(crate::store::StoreWrite::InsertUsage(row));
     }
 

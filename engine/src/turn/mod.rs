@@ -85,6 +85,13 @@ impl LiveCx<'_> {
                 }
             }
         }
+        // Quotas: a used-up token budget refuses a new turn before any
+        // provider call (a running turn is never cut; an idempotent retry
+        // of an answered key was replayed above). A refused key's later
+        // retry runs as a first use.
+        if let Some(r) = self.catalog.quota_turn(self.svc, session_id, key_id) {
+            return self.svc.quota_error(conn, &r);
+        }
         self.arrive(conn, session_id, key_id, Op::Send(message));
     }
 
@@ -424,8 +431,10 @@ impl LiveCx<'_> {
         }
         let at = self.svc.timestamp();
         if let Some(s) = self.catalog.sessions.get_mut(session_id) {
+            let (creator, profile) = (s.creator.clone(), s.profile_id.clone());
             s.state = state;
             s.closed_at = Some(crate::time::Stamp::At(self.svc.now.unix));
+            (self.catalog.quotas).session_closed(&creator, &profile);
         }
         self.svc.write(StoreWrite::SetSessionState {
             id: session_id.to_string(),

@@ -21,6 +21,7 @@ use clap::error::{ContextKind, ErrorKind};
 use clap::{CommandFactory, Parser};
 pub use clap_complete::Shell;
 
+pub use super::cli::QuotaOf;
 use super::cli::{self, Cli, Top};
 use super::CtlError;
 
@@ -136,6 +137,24 @@ pub enum Command {
     },
     /// `completions SHELL`: the shell's completion script on stdout.
     Completions(Shell),
+    /// `quotas list`.
+    QuotasList,
+    /// `quotas get key|profile ID`.
+    QuotasGet {
+        of: QuotaOf,
+        id: String,
+    },
+    /// `quotas set key|profile ID [--…]`: the body to `PUT`.
+    QuotasSet {
+        of: QuotaOf,
+        id: String,
+        body: serde_json::Value,
+    },
+    /// `quotas delete key|profile ID`.
+    QuotasDelete {
+        of: QuotaOf,
+        id: String,
+    },
     /// `usage session|key|profile ID [--since T] [--until T]`.
     Usage {
         of: UsageOf,
@@ -300,6 +319,38 @@ fn command(top: Top) -> Result<Command, CtlError> {
         Top::McpServers { .. } => Command::McpServersList,
         Top::Config { .. } => Command::ConfigShow,
         Top::SandboxStatus => Command::SandboxStatus,
+        Top::Quotas(q) => {
+            use cli::QuotasCmd;
+            let target = |t: cli::QuotaTarget| {
+                if t.id.trim().is_empty() {
+                    return Err(CtlError::usage("quotas: ID must not be blank"));
+                }
+                Ok((t.of, t.id))
+            };
+            match q {
+                QuotasCmd::List => Command::QuotasList,
+                QuotasCmd::Get(t) => {
+                    let (of, id) = target(t)?;
+                    Command::QuotasGet { of, id }
+                }
+                QuotasCmd::Delete(t) => {
+                    let (of, id) = target(t)?;
+                    Command::QuotasDelete { of, id }
+                }
+                QuotasCmd::Set(a) => {
+                    let (of, id) = target(a.target)?;
+                    // The server checks the values (400 naming the field).
+                    let body = serde_json::json!({
+                        "max_open_sessions": a.max_open_sessions,
+                        "requests_per_second": a.requests_per_second,
+                        "burst": a.burst,
+                        "token_budget": a.token_budget,
+                        "window": a.window,
+                    });
+                    Command::QuotasSet { of, id, body }
+                }
+            }
+        }
         Top::Usage(u) => {
             let (of, a) = match u {
                 UsageCmd::Session(a) => (UsageOf::Session, a),

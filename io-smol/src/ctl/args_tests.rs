@@ -389,3 +389,50 @@ fn usage_of_a_session_key_or_profile() {
     usage_err(&["usage", "session"]);
     usage_err(&["usage", "client", "x"]);
 }
+
+#[test]
+fn quotas_commands() {
+    assert_eq!(cmd(&["quotas", "list"]), Command::QuotasList);
+    assert_eq!(
+        cmd(&["quota", "get", "profile", "pro_1"]),
+        Command::QuotasGet {
+            of: QuotaOf::Profile,
+            id: "pro_1".into()
+        }
+    );
+    assert_eq!(
+        cmd(&[
+            "quotas",
+            "set",
+            "key",
+            "key_1",
+            "--requests-per-second",
+            "5",
+            "--token-budget=1000",
+            "--window",
+            "1d",
+        ]),
+        Command::QuotasSet {
+            of: QuotaOf::Key,
+            id: "key_1".into(),
+            body: serde_json::json!({
+                "max_open_sessions": null,
+                "requests_per_second": 5,
+                "burst": null,
+                "token_budget": 1000,
+                "window": "1d",
+            }),
+        }
+    );
+    assert_eq!(
+        cmd(&["quotas", "delete", "key", "key_1"]),
+        Command::QuotasDelete {
+            of: QuotaOf::Key,
+            id: "key_1".into()
+        }
+    );
+    assert!(usage_err(&["quotas", "get", "session", "s"]).contains("session"));
+    assert!(usage_err(&["quotas", "set", "key", " "]).contains("blank"));
+    let e = usage_err(&["quotas", "set", "key", "k", "--burst", "x"]);
+    assert!(e.contains("burst"), "{e}");
+}

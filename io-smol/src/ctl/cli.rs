@@ -36,6 +36,11 @@ Commands in full (baectl help COMMAND for one of them):
   config show
   sandbox-status
   usage session|key|profile ID [--since T] [--until T]
+  quotas list
+  quotas get key|profile ID
+  quotas set key|profile ID [--max-open-sessions N] [--requests-per-second N]
+                  [--burst N] [--token-budget N --window 1h|1d|...]
+  quotas delete key|profile ID
   auth create key [--name NAME] [--out-dir DIR] [--force]    (offline)
   completions bash|zsh|fish                                  (offline)
 
@@ -98,6 +103,13 @@ fn positive(v: &str) -> Result<u32, String> {
     }
 }
 
+/// A quota's number (the server checks its range).
+fn whole(opt: &str, v: &str) -> Result<u64, String> {
+    v.trim()
+        .parse::<u64>()
+        .map_err(|_| format!("{opt}: \"{v}\" is not a whole number"))
+}
+
 #[derive(Subcommand, Debug)]
 pub(super) enum Top {
     /// Profiles: list, get, create, update, delete
@@ -131,6 +143,9 @@ pub(super) enum Top {
     /// Provider tokens (and cost, where priced) of a session, key or profile
     #[command(subcommand)]
     Usage(UsageCmd),
+    /// Quotas of client keys and profiles: list, get, set, delete
+    #[command(subcommand, visible_alias = "quota")]
+    Quotas(QuotasCmd),
     /// Offline admin-key provisioning
     #[command(subcommand)]
     Auth(AuthCmd),
@@ -391,6 +406,55 @@ pub(super) struct UsageArgs {
     /// Count up to, not including, this UTC time
     #[arg(long, value_name = "TIME")]
     pub until: Option<String>,
+}
+
+/// `quotas …`: `/admin/v1/quotas` and `/admin/v1/{keys,profiles}/ID/quota`.
+#[derive(Subcommand, Debug)]
+pub(super) enum QuotasCmd {
+    /// Every quota with its consumption, and the refusals so far
+    List,
+    /// One quota with its consumption
+    #[command(visible_alias = "show")]
+    Get(QuotaTarget),
+    /// Set (replace) a quota; options left out are not limited
+    Set(QuotaSet),
+    /// Remove a quota
+    Delete(QuotaTarget),
+}
+
+/// Whose quota.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QuotaOf {
+    Key,
+    Profile,
+}
+
+#[derive(Args, Debug)]
+pub(super) struct QuotaTarget {
+    #[arg(value_name = "key|profile")]
+    pub of: QuotaOf,
+    pub id: String,
+}
+
+#[derive(Args, Debug)]
+pub(super) struct QuotaSet {
+    #[command(flatten)]
+    pub target: QuotaTarget,
+    /// Sessions open at once
+    #[arg(long, value_name = "N", value_parser = |v: &str| whole("--max-open-sessions", v))]
+    pub max_open_sessions: Option<u64>,
+    /// Requests per second (a token bucket)
+    #[arg(long, value_name = "N", value_parser = |v: &str| whole("--requests-per-second", v))]
+    pub requests_per_second: Option<u64>,
+    /// Requests a full bucket holds (default: the rate)
+    #[arg(long, value_name = "N", value_parser = |v: &str| whole("--burst", v))]
+    pub burst: Option<u64>,
+    /// Provider tokens (input, output, cache) per window
+    #[arg(long, value_name = "N", value_parser = |v: &str| whole("--token-budget", v))]
+    pub token_budget: Option<u64>,
+    /// The budget's window: 30m, 1h, 1d… (UTC-aligned)
+    #[arg(long, value_name = "W")]
+    pub window: Option<String>,
 }
 
 #[derive(Subcommand, Debug)]

@@ -21,6 +21,7 @@ pub mod args;
 mod cli;
 pub mod client;
 pub mod keygen;
+mod quotas;
 pub mod render;
 mod transfer;
 
@@ -569,6 +570,10 @@ fn execute(client: &AdminClient, inv: &Invocation, io: &mut Io<'_>) -> Result<St
             let v = client.json("GET", "/admin/v1/config", None)?;
             out(&v, render::config)
         }
+        Command::QuotasList
+        | Command::QuotasGet { .. }
+        | Command::QuotasSet { .. }
+        | Command::QuotasDelete { .. } => quotas::run(client, &inv.command, json)?,
         Command::Usage {
             of,
             id,

@@ -677,6 +677,10 @@ impl<'c> StoreConn<'c> {
             }
             StoreWrite::InsertLineage(row) => self.insert_lineage(row),
             StoreWrite::InsertUsage(r) => self.insert_usage(r),
+            StoreWrite::PutQuota(r) => self.put_quota(r),
+            StoreWrite::DeleteQuota(scope) => {
+                self.two_text(Q::DeleteQuota, scope.kind(), scope.id())
+            }
         }
     }
 

@@ -136,4 +136,10 @@ queries! {
     UsageProfile = "SELECT provider, 0, count(*), sum(input_tokens), sum(output_tokens), sum(cache_write_tokens), sum(cache_read_tokens) FROM bae_usage \
         WHERE profile_id = ?1 AND created_ms >= ?2 AND created_ms < ?3 \
         GROUP BY provider ORDER BY provider";
+    PutQuota = "INSERT OR REPLACE INTO bae_quotas (scope, id, quota, updated_at) \
+        VALUES (?1, ?2, ?3, ?4)";
+    DeleteQuota = "DELETE FROM bae_quotas WHERE scope = ?1 AND id = ?2";
+    AllQuotas = "SELECT scope, id, quota, updated_at FROM bae_quotas ORDER BY scope, id";
+    OpenByCreator = "SELECT client_key_id, profile_id, COUNT(*) FROM sessions \
+        WHERE state = 'open' GROUP BY client_key_id, profile_id ORDER BY client_key_id, profile_id";
 }

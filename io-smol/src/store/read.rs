@@ -447,6 +447,14 @@ impl<'c> StoreConn<'c> {
             });
             Ok(())
         })?;
+        self.each_row(Q::AllQuotas, |st| {
+            snap.quotas.extend(super::rows::read_quota(st)?);
+            Ok(())
+        })?;
+        self.each_row(Q::OpenByCreator, |st| {
+            snap.open_sessions.push(super::rows::read_open_count(st)?);
+            Ok(())
+        })?;
         Ok(snap)
     }
 

@@ -186,3 +186,27 @@ pub(crate) fn read_session(st: &impl Cols) -> Result<SessionRow> {
         closed_at: st.opt_text(10)?,
     })
 }
+
+/// A `bae_quotas` row (`scope, id, quota, updated_at`); `None` for a scope
+/// this version does not know (logged, skipped).
+pub(crate) fn read_quota(st: &impl Cols) -> Result<Option<engine::store::QuotaRow>> {
+    let Some(scope) = engine::store::QuotaScope::from_columns(&st.text(0)?, st.text(1)?) else {
+        tracing::error!("bae_quotas row of an unknown scope skipped");
+        return Ok(None);
+    };
+    Ok(Some(engine::store::QuotaRow {
+        scope,
+        quota: st.text(2)?,
+        updated_at: st.text(3)?,
+    }))
+}
+
+/// Open sessions of one creator key and profile (`client_key_id,
+/// profile_id, count`).
+pub(crate) fn read_open_count(st: &impl Cols) -> Result<engine::store::OpenCount> {
+    Ok(engine::store::OpenCount {
+        client_key_id: st.text(0)?,
+        profile_id: st.text(1)?,
+        open: st.int(2)?.max(0) as u64,
+    })
+}

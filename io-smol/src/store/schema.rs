@@ -216,6 +216,15 @@ pub const EXTRA_TABLES: &[&str] = &[
     "CREATE INDEX IF NOT EXISTS bae_idx_usage_session ON bae_usage(session_id, turn_seq)",
     "CREATE INDEX IF NOT EXISTS bae_idx_usage_key ON bae_usage(client_key_id, created_ms)",
     "CREATE INDEX IF NOT EXISTS bae_idx_usage_profile ON bae_usage(profile_id, created_ms)",
+    // Quotas per client key and per profile (extension; `scope` is `key`
+    // or `profile`, `quota` the JSON the admin API took).
+    "CREATE TABLE IF NOT EXISTS bae_quotas (
+         scope      TEXT NOT NULL,
+         id         TEXT NOT NULL,
+         quota      TEXT NOT NULL,
+         updated_at TEXT NOT NULL,
+         PRIMARY KEY (scope, id)
+     )",
 ];
 
 /// Columns of [`EXTRA_TABLES`] added after the table first shipped, as

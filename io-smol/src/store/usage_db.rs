@@ -1,6 +1,7 @@
 //! Usage accounting against SQLite: the rows of `bae_usage` (one per
 //! successful provider attempt, written in the transaction of its
-//! `provider.response`) and their sums (`engine::usage`).
+//! `provider.response`) and their sums (`engine::usage`); and the quotas
+//! (`bae_quotas`) whose budgets read them.
 
 use engine::store::{UsageRow, UsageScope};
 use engine::usage::Sum;
@@ -34,6 +35,17 @@ impl<'c> StoreConn<'c> {
         st.bind((12, to_i64(t.cache_write)))?;
         st.bind((13, to_i64(t.cache_read)))?;
         st.bind((14, r.turn_event_id.as_str()))?;
+        finish(st)
+    }
+
+    /// A quota, inserted or replaced (`bae_quotas`, beside the usage rows
+    /// its budgets are read from).
+    pub(super) fn put_quota(&mut self, r: &engine::store::QuotaRow) -> Result<()> {
+        let st = self.stmt(Q::PutQuota)?;
+        st.bind((1, r.scope.kind()))?;
+        st.bind((2, r.scope.id()))?;
+        st.bind((3, r.quota.as_str()))?;
+        st.bind((4, r.updated_at.as_str()))?;
         finish(st)
     }
 

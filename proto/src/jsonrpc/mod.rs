@@ -74,6 +74,9 @@ pub mod codes {
     /// Extension `send.idempotent`: the key's turn was interrupted by a
     /// restart before it answered.
     pub const IDEMPOTENT_TURN_INTERRUPTED: i64 = -32024;
+    /// Extension quotas: a client key's or profile's request rate or
+    /// token budget is used up (the error carries `data`).
+    pub const QUOTA_EXCEEDED: i64 = -32025;
 }
 
 /// The supported methods, typed.
@@ -460,6 +463,16 @@ pub const RESULT_FRAME_TAIL: &str = "}\n";
 /// `id == None` the `id` member is omitted (the lagged shape). The error
 /// object never has a `data` member (C-063).
 pub fn error_frame(id: Option<&Value>, code: i64, message: &str) -> String {
+    error_frame_with(id, code, message, None)
+}
+
+/// [`error_frame`] with a `data` member (already JSON): only extension
+/// errors a deployment switched on carry one (quotas).
+pub fn error_frame_with_data(id: Option<&Value>, code: i64, message: &str, data: &str) -> String {
+    error_frame_with(id, code, message, Some(data))
+}
+
+fn error_frame_with(id: Option<&Value>, code: i64, message: &str, data: Option<&str>) -> String {
     let mut out = String::with_capacity(64 + message.len());
     out.push_str("{\"jsonrpc\":\"2.0\",");
     if let Some(id) = id {
@@ -471,6 +484,10 @@ pub fn error_frame(id: Option<&Value>, code: i64, message: &str) -> String {
     out.push_str(&code.to_string());
     out.push_str(",\"message\":");
     push_str(&mut out, message);
+    if let Some(data) = data {
+        out.push_str(",\"data\":");
+        out.push_str(data);
+    }
     out.push_str("}}\n");
     out
 }

@@ -60,11 +60,36 @@ fn read_rows(
             )?,
         ),
     };
+    // Quotas: `q:<scope>:<id>`; a named one no longer stored was removed.
+    let quota_names = pick("q:");
+    let quotas = match names {
+        None => c.query(
+            "SELECT scope, id, quota, updated_at FROM bae_quotas ORDER BY scope, id",
+            &[],
+        )?,
+        Some(_) => c.query(
+            "SELECT scope, id, quota, updated_at FROM bae_quotas \
+             WHERE scope || ':' || id = ANY($1) ORDER BY scope, id",
+            &[&quota_names],
+        )?,
+    };
     Ok((|| {
         let mut u = CatalogUpdate {
             full: names.is_none(),
             ..CatalogUpdate::default()
         };
+        for r in &quotas {
+            u.quotas.extend(crate::store::rows::read_quota(r)?);
+        }
+        for name in &quota_names {
+            let Some((kind, id)) = name.split_once(':') else {
+                continue;
+            };
+            let scope = engine::store::QuotaScope::from_columns(kind, id.to_string());
+            if let Some(scope) = scope.filter(|s| !u.quotas.iter().any(|q| &q.scope == s)) {
+                u.quotas_removed.push(scope);
+            }
+        }
         for r in &profiles {
             u.profiles.push(read_profile(r)?);
         }

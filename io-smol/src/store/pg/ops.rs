@@ -50,6 +50,15 @@ pg_queries! {
     UsageProfile = "SELECT provider, 0::BIGINT, COUNT(*)::BIGINT, SUM(input_tokens)::BIGINT, SUM(output_tokens)::BIGINT, SUM(cache_write_tokens)::BIGINT, SUM(cache_read_tokens)::BIGINT FROM bae_usage \
         WHERE profile_id = $1 AND created_ms >= $2 AND created_ms < $3 AND $4::BOOLEAN IS NOT NULL \
         GROUP BY provider ORDER BY provider";
+    PutQuota = "INSERT INTO bae_quotas (scope, id, quota, updated_at) VALUES ($1, $2, $3, $4) \
+        ON CONFLICT (scope, id) DO UPDATE SET quota = EXCLUDED.quota, \
+        updated_at = EXCLUDED.updated_at";
+    DeleteQuota = "DELETE FROM bae_quotas WHERE scope = $1 AND id = $2";
+    AllQuotas = "SELECT scope, id, quota, updated_at FROM bae_quotas \
+        ORDER BY scope COLLATE \"C\", id COLLATE \"C\"";
+    OpenByCreator = "SELECT client_key_id, profile_id, COUNT(*)::BIGINT FROM sessions \
+        WHERE state = 'open' GROUP BY client_key_id, profile_id \
+        ORDER BY client_key_id COLLATE \"C\", profile_id COLLATE \"C\"";
     InsertProfile = "INSERT INTO profiles (id, name, provider_config, fallback_configs, \
         mcp_servers, allowed_tools, available_sandboxes, created_at, updated_at, deleted_at) \
         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)";
@@ -530,6 +539,12 @@ fn apply(
                 ],
             )
         }
+        StoreWrite::PutQuota(r) => exec(
+            tx,
+            Pq::PutQuota,
+            &[&r.scope.kind(), &r.scope.id(), &r.quota, &r.updated_at],
+        ),
+        StoreWrite::DeleteQuota(scope) => exec(tx, Pq::DeleteQuota, &[&scope.kind(), &scope.id()]),
     }
 }
 
@@ -842,6 +857,13 @@ fn snapshot(
             created_ms: r.int(4)?.max(0) as u64,
             outcome: r.opt_text(5)?,
         });
+    }
+    for r in c.query(stmts.get(Pq::AllQuotas), &[])? {
+        snap.quotas.extend(crate::store::rows::read_quota(&r)?);
+    }
+    for r in c.query(stmts.get(Pq::OpenByCreator), &[])? {
+        snap.open_sessions
+            .push(crate::store::rows::read_open_count(&r)?);
     }
     Ok(snap)
 }

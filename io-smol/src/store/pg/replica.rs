@@ -390,7 +390,8 @@ impl PgStore {
     }
 }
 
-/// The catalogue notices of a batch: `p:`, `k:` or `s:` and the row's id.
+/// The catalogue notices of a batch: `p:`, `k:` or `s:` and the row's id,
+/// or `q:` and a quota's scope and id (`q:key:<id>`, `q:profile:<id>`).
 fn notices(batch: &[StoreWrite]) -> Vec<String> {
     let set: BTreeSet<String> = batch
         .iter()
@@ -404,6 +405,8 @@ fn notices(batch: &[StoreWrite]) -> Vec<String> {
             StoreWrite::RevokeKey { id, .. } => Some(format!("k:{id}")),
             StoreWrite::InsertSession(s) => Some(format!("s:{}", s.id)),
             StoreWrite::SetSessionState { id, .. } => Some(format!("s:{id}")),
+            StoreWrite::PutQuota(q) => Some(format!("q:{}:{}", q.scope.kind(), q.scope.id())),
+            StoreWrite::DeleteQuota(q) => Some(format!("q:{}:{}", q.kind(), q.id())),
             _ => None,
         })
         .collect();

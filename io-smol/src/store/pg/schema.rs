@@ -23,7 +23,7 @@ pub struct PgMigration {
 }
 
 /// Highest migration version this binary knows.
-pub const PG_LATEST_VERSION: i64 = 8;
+pub const PG_LATEST_VERSION: i64 = 9;
 
 /// Oldest PostgreSQL server accepted (`server_version_num`).
 pub const PG_MIN_SERVER_VERSION: i32 = 130000;
@@ -41,6 +41,7 @@ pub const PG_TABLES: &[&str] = &[
     "replica_lanes",
     "bae_session_lineage",
     "bae_usage",
+    "bae_quotas",
 ];
 
 pub const PG_MIGRATIONS: &[PgMigration] = &[
@@ -208,6 +209,19 @@ pub const PG_MIGRATIONS: &[PgMigration] = &[
         version: 8,
         name: "lineage_copied_through",
         sql: "ALTER TABLE bae_session_lineage ADD COLUMN copied_through BIGINT;",
+    },
+    // Quotas per client key and per profile (extension): `scope` is `key`
+    // or `profile`, `quota` the JSON the admin API took.
+    PgMigration {
+        version: 9,
+        name: "quotas",
+        sql: "CREATE TABLE bae_quotas (
+                  scope      TEXT NOT NULL,
+                  id         TEXT NOT NULL,
+                  quota      TEXT NOT NULL,
+                  updated_at TEXT NOT NULL,
+                  PRIMARY KEY (scope, id)
+              );",
     },
 ];
 
