@@ -14,6 +14,7 @@
 pub mod listener;
 mod ops;
 pub(crate) mod pool;
+mod read;
 pub mod renewer;
 pub mod replica;
 pub mod schema;

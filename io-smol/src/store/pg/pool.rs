@@ -12,7 +12,8 @@ use std::thread::JoinHandle;
 use engine::store::{ReadResult, StoreRead};
 use postgres::NoTls;
 
-use super::ops::{prepare_all, read_with, ReadError};
+use super::ops::prepare_all;
+use super::read::{read_with, ReadError};
 use super::{client_config, pg_text};
 use crate::config::DatabaseUrl;
 use crate::store::{Result, StoreError};
