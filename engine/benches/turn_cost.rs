@@ -12,10 +12,16 @@
 //!   them, each on a fresh session it opens and registers as driver of
 //!   (`POST /api/v1/sessions` and `registerDriver` inside the unit).
 //!
+//! The bench profile strips symbols (`strip = true` in the release
+//! profile), so `--toggle-collect` would find no function and collect
+//! nothing: build it with symbols, in a target dir of its own so the
+//! stripped build is not overwritten.
+//!
 //! ```text
-//! cargo bench -p engine --bench turn_cost --no-run
+//! CARGO_TARGET_DIR=target/cg CARGO_PROFILE_BENCH_STRIP=none CARGO_PROFILE_BENCH_DEBUG=1 \
+//!     cargo bench -p engine --bench turn_cost --no-run
 //! TURN_COST_PHASE=text TURN_COST_UNITS=400 valgrind --tool=callgrind \
-//!     --toggle-collect='engine::Engine::handle_input' target/release/deps/turn_cost-<hash>
+//!     --toggle-collect='engine::Engine::handle_input' target/cg/release/deps/turn_cost-<hash>
 //! ```
 //!
 //! Instructions per unit = collected Ir ÷ units, minus the same run with

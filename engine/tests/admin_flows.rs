@@ -1,5 +1,6 @@
 //! The admin API in-process (checklist C-187–C-194; spec 03 §1–§2):
-//! authentication and profiles; keys, revocation and session lists are in
+//! authentication, profiles and the sandbox and subagent gauges of
+//! `/metrics`; keys, revocation and session lists are in
 //! `admin_key_flows.rs`. Moved from `io-smol/tests/admin_api.rs`, which
 //! keeps what needs the binary (the config file's registries and their
 //! redaction, disabled auth from the environment, sandbox pre-pulls, a
@@ -379,4 +380,86 @@ fn c194_profile_in_use_until_keys_are_revoked() {
     assert_eq!(r.status, 204);
     assert!(r.text.is_empty());
     assert_problem(&adm(&mut h, "GET", &path, Value::Null), 404, "not_found");
+}
+
+/// A gauge's value in `GET /metrics` (spec 04 §7.2).
+fn gauge(h: &mut Harness, name: &str) -> u64 {
+    let (status, body) = h.admin("GET", "/metrics", None);
+    assert_eq!(status, 200);
+    let text = body.as_str().unwrap_or_default().to_string();
+    (text.lines())
+        .find_map(|l| l.strip_prefix(&format!("{name} ")))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in {text}"))
+}
+
+/// Answers every queued container command the way a healthy engine would,
+/// except subagent execs, which keep running; returns how many were left
+/// running.
+fn answer_sandbox(h: &mut Harness) -> usize {
+    use engine::sandbox::{SandboxCommand as C, SandboxReply as R};
+    let mut running = 0;
+    while let Some(c) = h.sandbox.pop_front() {
+        let (op, reply) = match c {
+            C::EnsureImage { op, .. } => (op, R::Ensured(Ok(()))),
+            C::Start { op, .. } => (op, R::Started(Ok("c0ffee".into()))),
+            C::Stop { op, .. } => (op, R::Stopped(Ok(()))),
+            C::Exec { .. } => {
+                running += 1;
+                continue;
+            }
+            C::Kill { .. } => continue,
+        };
+        h.input(engine::Input::Sandbox { op, reply });
+    }
+    running
+}
+
+#[test]
+fn sandbox_and_subagent_gauges_follow_a_session_until_it_closes() {
+    let mut h = Harness::new(config());
+    let profile = json!({"name": "sb", "primary_provider": "main", "available_sandboxes": ["img"]});
+    let subagents = json!({"subagent_tools": [{
+        "name": "launch_subagent",
+        "description": "Launch a CLI subagent.",
+        "input_schema": {"type": "object"},
+        "image": "img",
+        "subagents": [{"harness": "claude", "command_template": "claude --model {model}", "prompt_via": "stdin"}]
+    }]});
+    let live = h.open_driver_with(&profile, subagents);
+    answer_sandbox(&mut h);
+    assert_eq!(gauge(&mut h, "bae_sandboxes_live"), 0);
+
+    let start = call(2, "session.startRemoteSandbox", json!({"image": "img"}));
+    let conn = h.rpc_start(&live.sid, &live.a.session_key, &start);
+    answer_sandbox(&mut h);
+    let frames = h.frames(conn);
+    assert!(
+        frames.last().is_some_and(|f| f.get("result").is_some()),
+        "{frames:?}"
+    );
+    assert_eq!(gauge(&mut h, "bae_sandboxes_live"), 1);
+    assert_eq!(gauge(&mut h, "bae_subagents_active"), 0);
+
+    // The model launches a subagent; its exec keeps running past the turn.
+    let input = json!({"harness": "claude", "model": "m", "prompt": "p"});
+    h.replies.push_back(anthropic_tool_use(json!([
+        {"type": "tool_use", "id": "tu_1", "name": "launch_subagent", "input": input}
+    ])));
+    h.replies.push_back(anthropic_text("launched"));
+    let (_, terminal) = h.send(&live.sid, &live.a.session_key, json!("go"));
+    let evs = result_events(&terminal);
+    assert_eq!(of_type(&evs, "tool.result").len(), 1, "{evs:?}");
+    assert_eq!(answer_sandbox(&mut h), 1);
+    assert_eq!(gauge(&mut h, "bae_sandboxes_live"), 1);
+    assert_eq!(gauge(&mut h, "bae_subagents_active"), 1);
+
+    // Closing cancels the subagent and stops the container (C-148, C-164).
+    let path = format!("/api/v1/sessions/{}", live.sid);
+    let (s, b) = h.client("DELETE", &path, &live.a.session_key, None);
+    assert_eq!(s, 200, "{b}");
+    assert_eq!(gauge(&mut h, "bae_subagents_active"), 0);
+    assert_eq!(gauge(&mut h, "bae_sandboxes_live"), 0);
+    answer_sandbox(&mut h);
+    assert_eq!(gauge(&mut h, "bae_sandboxes_live"), 0);
 }

@@ -8,7 +8,8 @@
 //! `forward.rs`) and `baesrv-threads` on std threads (`crate::threads`).
 //! The transports the core drives (`mcp.rs`, `sandbox.rs`), the provider
 //! HTTP clients and the store thread's job loop (`store_jobs.rs`) are
-//! shared.
+//! shared; so is a writer's batching (`writes.rs`), for any runtime with
+//! async sockets (`baesrv-threads` writes each buffer as it comes).
 //!
 //! The driver contains no protocol logic: it never looks inside bytes,
 //! writes or reads.
@@ -31,6 +32,7 @@ pub mod reports;
 pub mod sandbox;
 mod smol_rt;
 mod store_jobs;
+mod writes;
 
 pub use entropy::OsEntropy;
 pub use smol_rt::run;

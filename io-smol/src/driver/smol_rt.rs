@@ -17,7 +17,6 @@ use std::net::Shutdown;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-use engine::bytes::Bytes;
 use engine::pipeline::Job;
 use engine::replicas::Forward;
 use engine::{ConnId, Input, Listener, ProviderCall};
@@ -27,7 +26,7 @@ use smol::net::{TcpListener, TcpStream};
 use smol::Timer;
 
 use super::core::{listen_signals, Core, Event as CoreEvent, Runtime, WriterMsg};
-use super::{deadlines, provider, provider_http, spawn_store_thread, Boot};
+use super::{deadlines, provider, provider_http, spawn_store_thread, writes, Boot};
 
 /// This runtime's events.
 pub type Event = CoreEvent<TcpStream>;
@@ -40,10 +39,6 @@ const EVENT_CAPACITY: usize = 4096;
 const READ_FIRST: usize = 4 * 1024;
 /// The largest read buffer a connection grows to while reads fill it.
 pub(super) const READ_CHUNK: usize = 16 * 1024;
-/// Bytes after which a writer stops gathering queued buffers into one write.
-const MAX_WRITE: usize = 256 * 1024;
-/// Most buffers in one vectored write (well under `IOV_MAX`).
-const MAX_SLICES: usize = 64;
 
 /// What the core asks of smol: the tasks, the channels, the acceptors.
 pub(super) struct Smol {
@@ -257,51 +252,25 @@ async fn write_loop(
     tx: Sender<Event>,
 ) {
     while let Ok(WriterMsg::Data(first)) = rx.recv().await {
-        // Whatever else is already queued goes out in the same (vectored)
-        // write, none of it copied: a page's head and its body, a burst of
-        // frames, a live event shared by many streams.
-        let mut close_after = false;
-        let mut total = first.len();
-        let mut batch = vec![first];
-        while total < MAX_WRITE && batch.len() < MAX_SLICES {
-            match rx.try_recv() {
-                Ok(WriterMsg::Data(more)) => {
-                    total += more.len();
-                    batch.push(more);
-                }
-                Ok(WriterMsg::Close) => {
-                    close_after = true;
-                    break;
-                }
-                Err(_) => break,
-            }
-        }
-        if write_all_vectored(&mut stream, &batch).await.is_err() {
+        // Whatever else is already queued goes out in the same write.
+        let batch = writes::gather(first, || rx.try_recv().ok());
+        if writes::write_all_vectored(&mut stream, &batch.bufs)
+            .await
+            .is_err()
+        {
             break;
         }
-        let flushed = Input::Flushed { conn, bytes: total };
-        if tx.send(Event::Net(flushed)).await.is_err() || close_after {
+        let flushed = Input::Flushed {
+            conn,
+            bytes: batch.total,
+        };
+        if tx.send(Event::Net(flushed)).await.is_err() || batch.close_after {
             break;
         }
     }
     let _ = stream.flush().await;
     // Also wakes the reader, which then reports `Closed`.
     let _ = stream.shutdown(Shutdown::Both);
-}
-
-/// Writes every buffer of `bufs`, in order, with as few `writev` calls as
-/// the socket takes.
-async fn write_all_vectored(stream: &mut TcpStream, bufs: &[Bytes]) -> io::Result<()> {
-    let mut slices: Vec<io::IoSlice<'_>> = bufs.iter().map(|b| io::IoSlice::new(b)).collect();
-    let mut rest = &mut slices[..];
-    while !rest.is_empty() {
-        let n = stream.write_vectored(rest).await?;
-        if n == 0 {
-            return Err(io::ErrorKind::WriteZero.into());
-        }
-        io::IoSlice::advance_slices(&mut rest, n);
-    }
-    Ok(())
 }
 
 thread_local! {

@@ -1,0 +1,170 @@
+//! A connection writer's batching, shared by any runtime whose writer is a
+//! queue of [`WriterMsg`]s in front of a socket: gather what is already
+//! queued into one batch, then write it with as few vectored writes as the
+//! socket takes (no copy: a page's head and its body, a burst of frames, a
+//! live event shared by many streams go out as they are).
+
+use std::io;
+
+use engine::bytes::Bytes;
+use futures_lite::{AsyncWrite, AsyncWriteExt};
+
+use super::core::WriterMsg;
+
+/// Bytes after which a writer stops gathering queued buffers into one write.
+const MAX_WRITE: usize = 256 * 1024;
+/// Most buffers in one vectored write (well under `IOV_MAX`).
+const MAX_SLICES: usize = 64;
+
+/// The buffers of one write, and whether the socket closes after them.
+#[derive(Debug)]
+pub(super) struct Batch {
+    pub(super) bufs: Vec<Bytes>,
+    /// Their total length (what the write reports as flushed).
+    pub(super) total: usize,
+    /// A `Close` was queued right after them.
+    pub(super) close_after: bool,
+}
+
+/// Gathers `first` and what `try_next` yields without waiting, up to
+/// [`MAX_WRITE`] bytes or [`MAX_SLICES`] buffers, stopping at a `Close`.
+pub(super) fn gather(first: Bytes, mut try_next: impl FnMut() -> Option<WriterMsg>) -> Batch {
+    let mut batch = Batch {
+        total: first.len(),
+        bufs: vec![first],
+        close_after: false,
+    };
+    while batch.total < MAX_WRITE && batch.bufs.len() < MAX_SLICES {
+        match try_next() {
+            Some(WriterMsg::Data(more)) => {
+                batch.total += more.len();
+                batch.bufs.push(more);
+            }
+            Some(WriterMsg::Close) => {
+                batch.close_after = true;
+                break;
+            }
+            None => break,
+        }
+    }
+    batch
+}
+
+/// Writes every buffer of `bufs`, in order, with as few `writev` calls as
+/// the socket takes.
+pub(super) async fn write_all_vectored(
+    out: &mut (impl AsyncWrite + Unpin),
+    bufs: &[Bytes],
+) -> io::Result<()> {
+    let mut slices: Vec<io::IoSlice<'_>> = bufs.iter().map(|b| io::IoSlice::new(b)).collect();
+    let mut rest = &mut slices[..];
+    while !rest.is_empty() {
+        let n = out.write_vectored(rest).await?;
+        if n == 0 {
+            return Err(io::ErrorKind::WriteZero.into());
+        }
+        io::IoSlice::advance_slices(&mut rest, n);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::VecDeque;
+    use std::pin::Pin;
+    use std::task::{Context, Poll};
+
+    use super::*;
+
+    fn queue(msgs: Vec<WriterMsg>) -> impl FnMut() -> Option<WriterMsg> {
+        let mut q = VecDeque::from(msgs);
+        move || q.pop_front()
+    }
+
+    fn bytes(b: &[u8]) -> Bytes {
+        Bytes::from(b.to_vec())
+    }
+
+    fn data(n: usize) -> WriterMsg {
+        WriterMsg::Data(Bytes::from(vec![b'x'; n]))
+    }
+
+    #[test]
+    fn gather_takes_what_is_queued_and_stops_at_a_close() {
+        let mut next = queue(vec![data(2), data(3), WriterMsg::Close, data(4)]);
+        let b = gather(bytes(b"a"), &mut next);
+        assert_eq!(b.bufs.len(), 3);
+        assert_eq!(b.total, 6);
+        assert!(b.close_after);
+        // What follows the close stays queued.
+        assert!(matches!(next(), Some(WriterMsg::Data(d)) if d.len() == 4));
+    }
+
+    #[test]
+    fn gather_stops_at_the_slice_and_byte_limits() {
+        let mut next = queue((0..100).map(|_| data(1)).collect());
+        let b = gather(bytes(b"a"), &mut next);
+        assert_eq!(
+            (b.bufs.len(), b.total, b.close_after),
+            (MAX_SLICES, MAX_SLICES, false)
+        );
+
+        let mut next = queue(vec![data(MAX_WRITE), data(1)]);
+        let b = gather(bytes(b"a"), &mut next);
+        assert_eq!(b.total, MAX_WRITE + 1);
+        assert!(matches!(next(), Some(WriterMsg::Data(d)) if d.len() == 1));
+    }
+
+    /// A socket that takes at most `per_call` bytes per write, or none.
+    struct Trickle {
+        got: Vec<u8>,
+        per_call: usize,
+        calls: usize,
+    }
+
+    impl AsyncWrite for Trickle {
+        fn poll_write(
+            mut self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+            buf: &[u8],
+        ) -> Poll<io::Result<usize>> {
+            self.calls += 1;
+            let n = buf.len().min(self.per_call);
+            self.got.extend_from_slice(buf.get(..n).unwrap_or_default());
+            Poll::Ready(Ok(n))
+        }
+        fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+        fn poll_close(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    #[test]
+    fn vectored_write_resumes_after_short_writes_in_order() {
+        let bufs = [bytes(b"head\r\n"), bytes(b""), bytes(b"body")];
+        let mut out = Trickle {
+            got: Vec::new(),
+            per_call: 3,
+            calls: 0,
+        };
+        futures_lite::future::block_on(write_all_vectored(&mut out, &bufs)).unwrap();
+        assert_eq!(out.got, b"head\r\nbody");
+        // The default `poll_write_vectored` writes the first non-empty
+        // slice: 3 + 3, then 3 + 1.
+        assert_eq!(out.calls, 4);
+    }
+
+    #[test]
+    fn vectored_write_fails_on_a_socket_that_takes_nothing() {
+        let mut out = Trickle {
+            got: Vec::new(),
+            per_call: 0,
+            calls: 0,
+        };
+        let err = futures_lite::future::block_on(write_all_vectored(&mut out, &[bytes(b"x")]))
+            .unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::WriteZero);
+    }
+}
