@@ -68,12 +68,22 @@ fn draw_retry(rng: &mut Rng) -> RetryPolicy {
 }
 
 fn draw_limits(rng: &mut Rng) -> EntryLimits {
-    EntryLimits {
+    let mut l = EntryLimits {
         max_concurrent: rng.chance(0.8).then(|| rng.range(1, 3) as u32),
         requests_per_minute: rng.chance(0.4).then(|| *rng.pick(&[6, 30, 120, 1_000])),
-        input_tokens_per_minute: rng.chance(0.2).then(|| *rng.pick(&[2_000, 20_000, 200_000])),
+        input_tokens_per_minute: rng
+            .chance(0.2)
+            .then(|| *rng.pick(&[2_000, 20_000, 200_000])),
         max_wait_ms: *rng.pick(&[50, 300, 2_000, 60_000]),
+    };
+    // A table needs at least one of the three (docs/configuration.md).
+    if l.max_concurrent.is_none()
+        && l.requests_per_minute.is_none()
+        && l.input_tokens_per_minute.is_none()
+    {
+        l.max_concurrent = Some(rng.range(1, 3) as u32);
     }
+    l
 }
 
 impl TrafficSwarm {
@@ -131,14 +141,13 @@ impl fmt::Display for TrafficSwarm {
             let l = e.limits.map(|l| {
                 format!(
                     "limits(conc={:?} rpm={:?} itpm={:?} wait<={})",
-                    l.max_concurrent, l.requests_per_minute, l.input_tokens_per_minute, l.max_wait_ms
+                    l.max_concurrent,
+                    l.requests_per_minute,
+                    l.input_tokens_per_minute,
+                    l.max_wait_ms
                 )
             });
-            format!(
-                "{}{}",
-                r.unwrap_or_default(),
-                l.unwrap_or_default()
-            )
+            format!("{}{}", r.unwrap_or_default(), l.unwrap_or_default())
         };
         write!(
             f,
@@ -203,10 +212,16 @@ pub fn draw_limited(rng: &mut Rng, status: u16, sw: &TrafficSwarm, unix_ms: u64)
     let h = |k: &str, v: String| (k.to_string(), v);
     let (headers, meant) = match rng.below(7) {
         0 => (vec![], Meant::None),
-        1 => (vec![h("retry-after-ms", wait.to_string())], Meant::After(wait)),
+        1 => (
+            vec![h("retry-after-ms", wait.to_string())],
+            Meant::After(wait),
+        ),
         2 => {
             let s = wait.div_ceil(1000);
-            (vec![h("Retry-After", s.to_string())], Meant::After(s * 1000))
+            (
+                vec![h("Retry-After", s.to_string())],
+                Meant::After(s * 1000),
+            )
         }
         3 => {
             // Whole seconds on the wire: the instant is the next second.

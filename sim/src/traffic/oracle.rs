@@ -66,9 +66,14 @@ enum Class {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Expect {
     Walk(&'static str),
-    Retry { earliest: u64, advised: bool },
+    Retry {
+        earliest: u64,
+        advised: bool,
+    },
     /// If retried, not before this.
-    Unknown { earliest: u64 },
+    Unknown {
+        earliest: u64,
+    },
 }
 
 #[derive(Debug, Clone)]
@@ -269,6 +274,15 @@ impl TrafficSim {
         }
     }
 
+    /// A `cancelTurn` answered `running`: the turn ended without an event
+    /// of its own, so its retry wait or slot wait is over.
+    pub fn on_turn_cancelled(&mut self, sid: &str) {
+        if let Some(s) = self.sessions.get_mut(sid) {
+            s.fail = None;
+            s.waiting = None;
+        }
+    }
+
     fn on_request(&mut self, sid: &str, key: Key, now: u64, ck: &mut Checker) {
         let entry = key.entry();
         let has_policy = self.policy(entry).is_some();
@@ -316,7 +330,9 @@ impl TrafficSim {
         let expect = if let Some(n) = error.strip_prefix(EXPIRED) {
             let waited: u64 = n.trim_end_matches(" ms").parse().unwrap_or(u64::MAX);
             self.on_expired(sid, entry, waited, now, ck);
-            Some(Expect::Walk("a wait for a slot that expired is not retried"))
+            Some(Expect::Walk(
+                "a wait for a slot that expired is not retried",
+            ))
         } else if p["ok"] == true {
             None
         } else {
@@ -329,7 +345,9 @@ impl TrafficSim {
                 if p["status"].as_u64() != Some(u64::from(status)) {
                     ck.fail(
                         INV_RETRY_POLICY,
-                        format!("session {sid}: the provider answered {status}, the attempt logged {p}"),
+                        format!(
+                            "session {sid}: the provider answered {status}, the attempt logged {p}"
+                        ),
                     );
                 }
             }
@@ -478,7 +496,10 @@ impl TrafficSim {
             if e.level < 0 {
                 ck.fail(
                     INV_PROVIDER_RPM,
-                    format!("call {} admitted to entry {entry} past its {rpm} requests per minute", call.id),
+                    format!(
+                        "call {} admitted to entry {entry} past its {rpm} requests per minute",
+                        call.id
+                    ),
                 );
             }
         }
@@ -622,9 +643,7 @@ fn expect(policy: Option<&RetryPolicy>, class: Class, retries: u32, now: u64) ->
         Class::Transport if p.transport => None,
         Class::Transport => return Expect::Walk("transport failures are not retried"),
         Class::Other => return Expect::Walk("an unusable reply is never retried"),
-        Class::Unknown if retries >= p.max_retries => {
-            return Expect::Walk("max_retries were made")
-        }
+        Class::Unknown if retries >= p.max_retries => return Expect::Walk("max_retries were made"),
         Class::Unknown => {
             return Expect::Unknown {
                 earliest: now + backoff / 2,

@@ -63,7 +63,13 @@ fn session(client: &HttpClient, key: &str) -> (String, String) {
     let v = resp.json();
     let field = |k: &str| v[k].as_str().expect("session field").to_string();
     let (sid, skey) = (field("session_id"), field("session_key"));
-    let (_, t) = client.rpc(&sid, &skey, "session.registerDriver", json!({}), next_rpc_id());
+    let (_, t) = client.rpc(
+        &sid,
+        &skey,
+        "session.registerDriver",
+        json!({}),
+        next_rpc_id(),
+    );
     assert_eq!(t["result"]["registered"], true, "{t}");
     (sid, skey)
 }
