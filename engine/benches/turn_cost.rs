@@ -25,7 +25,10 @@
 //! ```
 //!
 //! Instructions per unit = collected Ir ÷ units, minus the same run with
-//! `TURN_COST_UNITS=0` (session setup) divided likewise. Without valgrind
+//! `TURN_COST_UNITS=0` (session setup) divided likewise. With
+//! `TURN_COST_LIMITS=1` the provider entry has a `retry` table and a
+//! `limits` table with all three limits (never reached): the limiter's
+//! cost per call is the difference. Without valgrind
 //! it prints wall time per unit, for orientation only.
 
 #[path = "../tests/common/mod.rs"]
@@ -44,7 +47,19 @@ fn main() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(400);
     let phase = std::env::var("TURN_COST_PHASE").unwrap_or_else(|_| "both".into());
-    let mut h = Harness::new(config());
+    let mut cfg = config();
+    if std::env::var_os("TURN_COST_LIMITS").is_some() {
+        // The provider-traffic tables at their costliest: every call asks
+        // for a slot through all three buckets (never full here).
+        cfg.providers[0].limits = Some(engine::provider_limits::EntryLimits {
+            max_concurrent: Some(64),
+            requests_per_minute: Some(1_000_000),
+            input_tokens_per_minute: Some(1_000_000_000),
+            max_wait_ms: 60_000,
+        });
+        cfg.providers[0].retry = Some(engine::RetryPolicy::default());
+    }
+    let mut h = Harness::new(cfg);
     if phase == "text" || phase == "both" {
         let t0 = Instant::now();
         run(&mut h, units, false);

@@ -55,6 +55,12 @@ hooks! {
     seq_reuse_after_restart => SeqReuseAfterRestart;
     /// Replica mode: commit jobs are sealed without their fence.
     skip_fence => FenceSkipped;
+    /// A retry leaves without the wait its failure advised.
+    retry_without_wait => RetryWithoutWait;
+    /// The provider limits admit one call over `max_concurrent`.
+    limiter_one_over => LimiterAdmitsOneOver;
+    /// A provider entry's slot queue admits its newest waiter first.
+    slot_queue_newest_first => SlotQueueNewestFirst;
 }
 
 impl Faults {

@@ -187,7 +187,8 @@ impl Engine {
         let histories = history_cache::HistoryCache::new(config.history_cache);
         let overload = overload::Overload::new(config.overload);
         let limits = config.providers.iter().map(|p| (p.name.as_str(), p.limits));
-        let provider_limits = provider_limits::ProviderLimits::new(limits, now.mono);
+        let provider_limits =
+            provider_limits::ProviderLimits::new(limits, now.mono).with_faults(faults);
         let transfers = transfer::Transfers::new(config.max_import_bytes);
         let svc = Services {
             config,

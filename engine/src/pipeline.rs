@@ -197,19 +197,23 @@ impl Pipeline {
         }
     }
 
-    /// A provider call to stop: one still held behind a commit is dropped
-    /// (never dispatched, nothing to close); `Some` when the driver must
-    /// close a dispatched one.
+    /// A provider call to stop: a streamed one still held behind a commit
+    /// is dropped (never dispatched, nothing to close); `Some` when the
+    /// driver must close a dispatched one. A held unstreamed call still
+    /// leaves when its batch commits and runs to its end, as one already
+    /// sent does: the engine keeps its provider-limit slot until the reply
+    /// (dropping it here leaked that slot for good; sim seed 63,
+    /// `inv_slot_wait_bounded`).
     pub fn abort(&mut self, call: crate::CallId) -> Option<crate::CallId> {
         let held =
             (self.held.iter()).position(|(_, d)| matches!(d, Delivery::Call(c) if c.id == call));
-        match held {
-            Some(i) => {
-                self.held.remove(i);
-                None
-            }
-            None => Some(call),
+        let Some(i) = held else {
+            return Some(call);
+        };
+        if matches!(self.held.get(i), Some((_, Delivery::Call(c))) if c.stream) {
+            self.held.remove(i);
         }
+        None
     }
 
     /// A send revealing nothing stored: held only while an earlier delivery
@@ -389,6 +393,25 @@ mod tests {
         assert_eq!(p.committed(1), vec![call(7), send(ConnId(1), "frame")]);
         // With nothing uncommitted before it, a call leaves at once.
         assert_eq!(p.deliver(call(8)), Some(call(8)));
+    }
+
+    #[test]
+    fn a_held_unstreamed_call_still_leaves_when_aborted_a_streamed_one_is_dropped() {
+        let mut p = Pipeline::new();
+        p.write(revoke("provider.request"));
+        assert_eq!(p.deliver(call(7)), None);
+        let mut streamed = call(8);
+        if let Delivery::Call(c) = &mut streamed {
+            c.stream = true;
+        }
+        assert_eq!(p.deliver(streamed), None);
+        assert_eq!(p.abort(crate::CallId(7)), None, "nothing to close yet");
+        assert_eq!(p.abort(crate::CallId(8)), None, "dropped unsent");
+        let _ = p.take_submission().unwrap();
+        // The unstreamed call runs to its end: its reply frees the slot the
+        // engine keeps for it.
+        assert_eq!(p.committed(1), vec![call(7)]);
+        assert_eq!(p.abort(crate::CallId(9)), Some(crate::CallId(9)));
     }
 
     #[test]

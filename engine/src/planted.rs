@@ -44,10 +44,19 @@ pub enum Bug {
     /// so the store writes them without checking the replica's lane and
     /// leases (pipeline.rs `Pipeline::seal`).
     FenceSkipped,
+    /// A retry leaves at once instead of after the wait its failure
+    /// advised (turn/exec.rs `perform_admit`).
+    RetryWithoutWait,
+    /// The provider limits admit one call more than `max_concurrent`
+    /// (provider_limits/mod.rs `Entry::max_in_flight`).
+    LimiterAdmitsOneOver,
+    /// An entry's slot queue admits its newest waiter first
+    /// (provider_limits/mod.rs `ProviderLimits::pump`).
+    SlotQueueNewestFirst,
 }
 
 impl Bug {
-    pub const ALL: [Bug; 11] = [
+    pub const ALL: [Bug; 14] = [
         Bug::GateReleasedOnPause,
         Bug::AbandonTimerOffByOne,
         Bug::ReplaySkipsBoundary,
@@ -59,6 +68,9 @@ impl Bug {
         Bug::IdemQueuedRetryRuns,
         Bug::PipelineRevealsEarly,
         Bug::FenceSkipped,
+        Bug::RetryWithoutWait,
+        Bug::LimiterAdmitsOneOver,
+        Bug::SlotQueueNewestFirst,
     ];
 }
 

@@ -64,6 +64,19 @@ pub const INV_STREAM_ORACLE: &str = "inv_stream_oracle";
 pub const INV_DELTAS: &str = "inv_deltas";
 /// A cancelled turn's streamed call is closed at once.
 pub const INV_STREAM_CLOSED_AFTER_CANCEL: &str = "inv_stream_closed_after_cancel";
+// Provider traffic (checked by `sim/src/traffic/oracle.rs`).
+/// No retry leaves before the wait its failure advised (or half its backoff).
+pub const INV_RETRY_NOT_EARLY: &str = "inv_retry_not_early";
+/// Retries follow the entry's policy and are logged as the spec's attempts.
+pub const INV_RETRY_POLICY: &str = "inv_retry_policy";
+/// Never more calls admitted to an entry than its `max_concurrent`.
+pub const INV_PROVIDER_CONCURRENCY: &str = "inv_provider_concurrency";
+/// Admissions to an entry stay within its `requests_per_minute` bucket.
+pub const INV_PROVIDER_RPM: &str = "inv_provider_rpm";
+/// No call waits for a slot past `max_wait_ms`, nor while a slot is free.
+pub const INV_SLOT_WAIT_BOUNDED: &str = "inv_slot_wait_bounded";
+/// An entry's waiting calls are admitted in the order they joined its queue.
+pub const INV_SLOT_FIFO: &str = "inv_slot_fifo";
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Violation {

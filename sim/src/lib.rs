@@ -14,6 +14,7 @@ pub mod rng;
 pub mod sandbox;
 pub mod stream;
 pub mod swarm;
+pub mod traffic;
 pub mod world;
 
 pub use check::Violation;

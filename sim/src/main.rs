@@ -155,6 +155,7 @@ fn main() -> ExitCode {
     let mut ext = sim::ext::ExtStats::default();
     let mut transfer = sim::world::TransferStats::default();
     let mut streams = sim::stream::StreamStats::default();
+    let mut traffic = sim::traffic::oracle::TrafficStats::default();
     let mut seed = first;
     while seed < end {
         if deadline.is_some_and(|d| Instant::now() >= d) {
@@ -178,6 +179,7 @@ fn main() -> ExitCode {
             ext.add(&r.stats.ext);
             transfer.add(&r.stats.transfer);
             streams.add(&r.stats.stream);
+            traffic.add(&r.stats.traffic);
         }
         match result {
             Err(e) => {
@@ -253,6 +255,7 @@ fn main() -> ExitCode {
     println!("extension totals: {ext}");
     println!("transfer totals: {transfer}");
     println!("stream totals: {streams}");
+    println!("traffic totals: {traffic}");
     if !failed.is_empty() {
         println!("failing seeds: {failed:?}");
         return ExitCode::from(1);

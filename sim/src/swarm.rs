@@ -101,6 +101,9 @@ pub struct Swarm {
     pub transfer: TransferSwarm,
     /// Streamed provider calls (`sim/src/stream.rs`).
     pub stream: crate::stream::StreamSwarm,
+    /// Retry policies, provider limits and rate-limit answers
+    /// (`sim/src/traffic/`).
+    pub traffic: crate::traffic::TrafficSwarm,
 }
 
 /// The operator's forks and exports (each export is imported back), per
@@ -553,6 +556,7 @@ impl Swarm {
             ext: ExtSwarm::default(),
             transfer: TransferSwarm::default(),
             stream: crate::stream::StreamSwarm::default(),
+            traffic: crate::traffic::TrafficSwarm::default(),
             history_cache: (usize::MAX, u64::MAX),
             resident_sessions: None,
         };
@@ -567,6 +571,15 @@ impl Swarm {
         sw.resident_sessions = *rng.pick(&[None, Some(0), Some(1), Some(3), Some(1024)]);
         sw.stream = crate::stream::StreamSwarm::draw(rng);
         sw.transfer = TransferSwarm::draw(rng);
+        sw.traffic = crate::traffic::TrafficSwarm::draw(rng);
+        if sw.traffic.on {
+            // Shared limits need sessions competing for slots: up to four
+            // more, one driver each.
+            let extra = rng.range(0, 4) as usize;
+            sw.sessions += extra;
+            sw.drivers.extend(std::iter::repeat_n(1, extra));
+            sw.observers.extend(std::iter::repeat_n(0, extra));
+        }
         sw
     }
 
@@ -599,6 +612,7 @@ impl Swarm {
         self.sandbox.calm();
         self.ext.calm();
         self.stream.calm();
+        self.traffic.calm();
     }
 }
 
@@ -611,7 +625,7 @@ impl fmt::Display for Swarm {
              clients[malformed_body={} disc_stream={} disc_queued={} never_return={} think={}..{}ms \
              answer(missing={} dup={} wrong_id={} plain={} late={}) compact={} update_tools={} auto_compaction={} slow_reader={} unsubscribe={} since_bogus={} events_page={}] \
              net[split={} keep_alive={} pipeline={} idle_timeout={}ms delay={}..{}ms flush_delay={}..{}ms sockbuf={}] store[commit={}..{}ms read={}..{}ms read_error={}] \
-             engine[turn_timeout={}ms lag_limit={} keepalive={}ms request_timeout={}ms] admin[revoke={} break_profile={}] crash={} shutdown={} {} {} {} history_cache={}/{}ms resident={:?} {} transfer[fork={} export={}]",
+             engine[turn_timeout={}ms lag_limit={} keepalive={}ms request_timeout={}ms] admin[revoke={} break_profile={}] crash={} shutdown={} {} {} {} history_cache={}/{}ms resident={:?} {} transfer[fork={} export={}] {}",
             self.sessions,
             self.drivers,
             self.observers,
@@ -675,6 +689,7 @@ impl fmt::Display for Swarm {
             self.stream,
             self.transfer.fork,
             self.transfer.export,
+            self.traffic,
         )
     }
 }

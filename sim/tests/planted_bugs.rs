@@ -128,12 +128,33 @@ fn fence_skipped() {
     panic!("FenceSkipped was not caught by {invariants:?} within {MAX_SEEDS} seeds");
 }
 
+/// `Bug::RetryWithoutWait`: a retry leaves at once instead of after the
+/// wait its failure advised.
+#[test]
+fn retry_without_wait() {
+    caught(Bug::RetryWithoutWait, &["inv_retry_not_early"]);
+}
+
+/// `Bug::LimiterAdmitsOneOver`: the provider limits admit one call over
+/// the entry's `max_concurrent`.
+#[test]
+fn limiter_admits_one_over() {
+    caught(Bug::LimiterAdmitsOneOver, &["inv_provider_concurrency"]);
+}
+
+/// `Bug::SlotQueueNewestFirst`: an entry's slot queue admits its newest
+/// waiter first (the oldest then expire, or wait behind later askers).
+#[test]
+fn slot_queue_newest_first() {
+    caught(Bug::SlotQueueNewestFirst, &["inv_slot_fifo"]);
+}
+
 fn bug_named(name: &str) -> Option<Bug> {
     Bug::ALL.iter().copied().find(|b| format!("{b:?}") == name)
 }
 
 /// Every planted bug has a test above.
-const TESTED: [&str; 11] = [
+const TESTED: [&str; 14] = [
     "GateReleasedOnPause",
     "AbandonTimerOffByOne",
     "ReplaySkipsBoundary",
@@ -145,6 +166,9 @@ const TESTED: [&str; 11] = [
     "IdemQueuedRetryRuns",
     "PipelineRevealsEarly",
     "FenceSkipped",
+    "RetryWithoutWait",
+    "LimiterAdmitsOneOver",
+    "SlotQueueNewestFirst",
 ];
 
 #[test]

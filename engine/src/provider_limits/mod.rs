@@ -19,6 +19,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use bucket::Bucket;
 
+use crate::faults::Faults;
 use crate::ids::{IdMap, SessionId};
 use crate::{CallId, MonoMs};
 
@@ -143,6 +144,8 @@ pub struct ProviderLimits {
     tickets: IdMap<CallId, Ticket>,
     sleeping: BTreeSet<(MonoMs, CallId)>,
     notices: VecDeque<Notice>,
+    /// A simulator's planted bug, if any (none in production builds).
+    faults: Faults,
 }
 
 impl ProviderLimits {
@@ -171,6 +174,12 @@ impl ProviderLimits {
             );
         }
         me
+    }
+
+    /// The same, with `faults` planted (the simulator's self-test).
+    pub fn with_faults(mut self, faults: Faults) -> Self {
+        self.faults = faults;
+        self
     }
 
     /// Whether `entry` has limits (its calls must ask for a slot).
@@ -350,7 +359,8 @@ impl ProviderLimits {
         };
         // The queue is pumped after every change, so a non-empty queue
         // means its head is blocked: a newcomer goes behind it.
-        if e.queue.is_empty() && e.can_admit(now, t.tokens) {
+        let one_over = self.faults.limiter_one_over();
+        if e.queue.is_empty() && e.can_admit(now, t.tokens, one_over) {
             e.admit(now, t.tokens);
             t.stage = Stage::InFlight;
             self.tickets.insert(call, t);
@@ -398,8 +408,10 @@ impl ProviderLimits {
             }
         }
         e.wake = None;
+        let one_over = self.faults.limiter_one_over();
+        let newest_first = self.faults.slot_queue_newest_first();
         while let Some(&call) = e.queue.front() {
-            let Some(t) = self.tickets.get_mut(&call) else {
+            let Some(t) = self.tickets.get(&call) else {
                 e.queue.pop_front();
                 continue;
             };
@@ -408,7 +420,7 @@ impl ProviderLimits {
                 _ => MonoMs(now.0),
             };
             let expiry = MonoMs(since.0.saturating_add(max_wait));
-            if e.max_in_flight() {
+            if e.max_in_flight(one_over) {
                 // A slot frees only when a call is done (which pumps).
                 e.wake = Some(expiry);
                 break;
@@ -418,9 +430,21 @@ impl ProviderLimits {
                 e.wake = Some(expiry.min(MonoMs(now.0.saturating_add(wait))));
                 break;
             }
+            let call = match e.queue.back() {
+                Some(&newest) if newest_first => newest,
+                _ => call,
+            };
+            let Some(t) = self.tickets.get_mut(&call) else {
+                e.queue.retain(|c| *c != call);
+                continue;
+            };
             e.admit(now, t.tokens);
             t.stage = Stage::InFlight;
-            e.queue.pop_front();
+            if newest_first {
+                e.queue.retain(|c| *c != call);
+            } else {
+                e.queue.pop_front();
+            }
             let session = t.session.clone();
             self.notices.push_back(Notice::Go { call, session });
         }
@@ -428,10 +452,12 @@ impl ProviderLimits {
 }
 
 impl Entry {
-    fn max_in_flight(&self) -> bool {
+    /// `one_over`: the planted `LimiterAdmitsOneOver`.
+    fn max_in_flight(&self, one_over: bool) -> bool {
+        let room = u32::from(one_over);
         self.limits
             .max_concurrent
-            .is_some_and(|m| self.in_flight >= m)
+            .is_some_and(|m| self.in_flight >= m.saturating_add(room))
     }
 
     /// Ms until the buckets allow one request of `tokens` (0: now).
@@ -441,8 +467,8 @@ impl Entry {
         r.max(t)
     }
 
-    fn can_admit(&mut self, now: MonoMs, tokens: u64) -> bool {
-        !self.max_in_flight() && self.wait_ms(now, tokens) == 0
+    fn can_admit(&mut self, now: MonoMs, tokens: u64, one_over: bool) -> bool {
+        !self.max_in_flight(one_over) && self.wait_ms(now, tokens) == 0
     }
 
     fn admit(&mut self, now: MonoMs, tokens: u64) {

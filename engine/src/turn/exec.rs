@@ -200,6 +200,7 @@ impl LiveCx<'_> {
         let id = self.routes.new_call();
         let now = self.svc.now.mono;
         let wait = a.delay.map(|d| match d {
+            Delay::Advised(_) if self.svc.faults.retry_without_wait() => 0,
             Delay::Advised(ms) => ms,
             Delay::Backoff { .. } => d.resolve(u64::from_le_bytes(self.svc.random_bytes::<8>())),
         });

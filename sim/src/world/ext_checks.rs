@@ -544,6 +544,7 @@ impl World {
             }
             self.mcp.on_turn_cancelled(&sid);
             self.ext.on_turn_cancelled(&sid);
+            self.traffic.on_turn_cancelled(&sid);
             if let Err(e) = self.stream.on_cancel(&sid, outputs) {
                 self.checker.fail(check::INV_STREAM_CLOSED_AFTER_CANCEL, e);
             }

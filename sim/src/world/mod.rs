@@ -97,6 +97,7 @@ pub struct Stats {
     /// Forks made and refused, exports, imports (`world/transfer.rs`).
     pub transfer: transfer::TransferStats,
     pub stream: crate::stream::StreamStats,
+    pub traffic: crate::traffic::oracle::TrafficStats,
 }
 
 #[derive(Debug, Clone)]
@@ -423,6 +424,9 @@ pub struct World {
     deferred: BTreeMap<engine::ReadId, usize>,
     /// Forks, exports and imports (`world/transfer.rs`).
     transfer: transfer::TransferSim,
+    /// Retries and provider limits (`sim/src/traffic/`), with draws of
+    /// their own.
+    traffic: crate::traffic::oracle::TrafficSim,
 }
 
 fn now_of(mono: u64, unix0: u64) -> Now {
@@ -470,6 +474,7 @@ impl World {
         let xrng = root.fork();
         let stream = crate::stream::StreamSim::new(root.fork());
         let trng = root.fork();
+        let traffic_rng = root.fork();
         let mut config = Config {
             providers: vec![ProviderEntry {
                 name: "main".into(),
@@ -478,8 +483,8 @@ impl World {
                 model: "sim-model".into(),
                 auth_template: "${SIM_TOKEN}".into(),
                 max_tokens: 512,
-                retry: None,
-                limits: None,
+                retry: swarm.traffic.entries[0].retry.clone(),
+                limits: swarm.traffic.entries[0].limits,
                 cache: None,
                 prices: None,
                 stream: swarm.stream.settings.filter(|_| swarm.stream.primary),
@@ -513,8 +518,8 @@ impl World {
                 model: "sim-backup".into(),
                 auth_template: "${SIM_TOKEN}".into(),
                 max_tokens: 256,
-                retry: None,
-                limits: None,
+                retry: swarm.traffic.entries[1].retry.clone(),
+                limits: swarm.traffic.entries[1].limits,
                 cache: None,
                 prices: None,
                 stream: swarm.stream.settings.filter(|_| swarm.stream.fallback),
@@ -552,6 +557,8 @@ impl World {
             store.snapshot_of(scope_of(&config)),
             now_of(now_ms, unix0),
         );
+        let traffic =
+            crate::traffic::oracle::TrafficSim::new(traffic_rng, &swarm.traffic, unix0, now_ms);
         let checker = Checker {
             turn_timeout_ms: swarm.turn_timeout_ms,
             ..Checker::default()
@@ -601,6 +608,7 @@ impl World {
             feeding: None,
             deferred: BTreeMap::new(),
             transfer: transfer::TransferSim::new(trng),
+            traffic,
         }
     }
 

@@ -103,10 +103,12 @@ impl World {
             }
             Output::CallProvider(call) => {
                 self.stream.on_call(&call);
+                (self.traffic).on_call_output(&call, self.now_ms, &mut self.checker);
                 self.deliver(Delivery::Call(call))
             }
             Output::AbortProvider(call) => {
                 self.t(format!("out abort provider call={}", call.0));
+                self.traffic.on_abort(call, self.now_ms);
                 if self.io.pipe.abort(call).is_some() {
                     self.abort_provider(call);
                 }
@@ -198,6 +200,7 @@ impl World {
             if let Err(e) = self.stream.on_emit(row) {
                 self.checker.fail(crate::check::INV_STREAM_ORACLE, e);
             }
+            (self.traffic).on_emit(row, self.now_ms, &mut self.checker);
             let row = row.clone();
             self.on_emit_fifo(&row);
         } else {
@@ -372,7 +375,9 @@ impl World {
     pub(super) fn call_provider(&mut self, call: ProviderCall) {
         self.stats.provider_calls += 1;
         crate::ext::check_provider_body(call.id.0, &call.body, &mut self.checker);
-        let (delay, reply) = self.provider.answer(&call, &self.swarm);
+        let (mut delay, mut reply) = self.provider.answer(&call, &self.swarm);
+        let unix = self.unix0 + self.now_ms;
+        (self.traffic).on_dispatch(&call, unix, &mut delay, &mut reply, &self.swarm.traffic);
         if call.stream {
             return self.stream_provider(call, delay, reply);
         }

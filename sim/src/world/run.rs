@@ -212,6 +212,7 @@ impl World {
             }
             Ev::Provider { call, reply } => {
                 self.t(format!("in provider reply call={call}"));
+                self.traffic.on_reply(call, &reply, self.now_ms);
                 self.input(Input::ProviderDone { call, reply });
             }
             Ev::ProviderChunk { call, .. } if self.stream.aborted(call) => {}
@@ -314,6 +315,7 @@ impl World {
     /// their unread bytes for the client.
     pub(super) fn restart(&mut self, graceful: bool) {
         self.stream.restart();
+        self.traffic.restart(self.now_ms);
         self.shutdown_since = None;
         self.checker.shutting_down = false;
         self.io = self.io.restarted();
@@ -525,6 +527,7 @@ impl World {
         self.check_fork_parents();
         self.stats.transfer = self.transfer.stats.clone();
         self.stats.stream = self.stream.stats.clone();
+        self.stats.traffic = self.traffic.stats.clone();
         self.t(format!("ext summary {:?}", self.ext.stats));
         // Fingerprint of the committed event log.
         let mut h = Fnv::default();
