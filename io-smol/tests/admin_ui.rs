@@ -3,8 +3,8 @@
 //! Chromium (testkit/ui/console.spec.mjs, driven through playwright-core):
 //! sign-in, the session list and its filters, a timeline with a paused and
 //! resumed client tool, a turn that arrives while the page is open, a tool
-//! call's raw JSON, a phone-sized viewport, the quotas view, and a refused
-//! key.
+//! call's raw JSON, a phone-sized viewport, the quotas and provider traffic views, and a
+//! refused key.
 //!
 //! Needs Debian's `chromium` and `playwright-core` in testkit/ui/node_modules
 //! (`testkit/scripts/install-test-deps.sh` installs both); without them the
@@ -20,8 +20,9 @@ use std::time::Duration;
 
 use live_support::*;
 use serde_json::json;
+use testkit::fixtures::provider_toml;
 use testkit::http::HttpClient;
-use testkit::Reply;
+use testkit::{MockProvider, Reply, Server};
 
 fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -124,7 +125,19 @@ fn the_console_shows_sessions_and_a_live_timeline_in_chromium() {
         "node is not on PATH"
     );
 
-    let (mock, server) = anthropic_server(&[]);
+    // The entry has a `limits` table, for the traffic view (an extension).
+    let mock = MockProvider::start();
+    let mut config = provider_toml(&[(
+        "main",
+        "anthropic",
+        &mock.base_url,
+        "mock-model",
+        "tok-main",
+    )]);
+    config.push_str(
+        "\n[providers.entries.limits]\nmax_concurrent = 4\nrequests_per_minute = 600\nmax_wait_ms = 60000\n",
+    );
+    let server = Server::start(opts(&config));
     let f = open_registered(
         &server,
         "main",
@@ -261,6 +274,7 @@ fn the_console_shows_sessions_and_a_live_timeline_in_chromium() {
         "04-phone-timeline",
         "05-phone-sessions",
         "07-quotas",
+        "08-traffic",
     ] {
         assert!(
             out_dir.join(format!("{name}.png")).exists(),

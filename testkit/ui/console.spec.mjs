@@ -242,6 +242,21 @@ try {
   check((await textOf(page.locator('#quota-refused'))).includes('Refused since the server started'), 'no refusal counts');
   await noHorizontalScroll(page, 'quotas on a phone');
   await shot(page, '07-quotas');
+
+  step('traffic');
+  await page.click('#nav-traffic');
+  await page.waitForURL(/#\/traffic$/, T);
+  check(await page.evaluate(() => document.activeElement && document.activeElement.id === 'traffic-title'), 'the traffic heading has no focus');
+  const entry = page.locator('.traffic-row[data-entry="main"]');
+  await entry.waitFor(T);
+  const tt = await textOf(entry);
+  check(tt.includes('main'), 'no entry name: ' + tt);
+  check(/in flight \d+ of 4/.test(tt), 'no in-flight figure: ' + tt);
+  check(/admitted [1-9]/.test(tt), 'no admitted total: ' + tt);
+  check(/requests available \d/.test(tt), 'no request bucket: ' + tt);
+  check((await textOf(page.locator('#traffic-overload'))).includes('refused since the server started'), 'no overload block');
+  await noHorizontalScroll(page, 'traffic on a phone');
+  await shot(page, '08-traffic');
   await page.click('#nav-sessions');
   await ours.waitFor(T);
 

@@ -36,6 +36,8 @@ function forgetKey(message) {
   $('session-rows').replaceChildren();
   $('quota-rows').replaceChildren();
   $('quota-refused').textContent = '';
+  $('traffic-rows').replaceChildren();
+  $('traffic-overload').textContent = '';
   $('timeline').replaceChildren();
   showLogin(message || '');
 }
@@ -105,8 +107,8 @@ function failed(e) {
 // ---- views -----------------------------------------------------------------
 
 function show(id) {
-  for (const v of ['login-view', 'list-view', 'session-view', 'quota-view']) $(v).hidden = v !== id;
-  for (const b of ['forget', 'nav-sessions', 'nav-quotas']) $(b).hidden = id === 'login-view';
+  for (const v of ['login-view', 'list-view', 'session-view', 'quota-view', 'traffic-view']) $(v).hidden = v !== id;
+  for (const b of ['forget', 'nav-sessions', 'nav-quotas', 'nav-traffic']) $(b).hidden = id === 'login-view';
 }
 
 function showLogin(message) {
@@ -141,6 +143,7 @@ function parseHash() {
   const m = /^#\/s\/([^/?]+)$/.exec(hash);
   if (m) return { view: 'session', id: decodeURIComponent(m[1]) };
   if (hash === '#/quotas') return { view: 'quotas' };
+  if (hash === '#/traffic') return { view: 'traffic' };
   const q = new URLSearchParams(hash.split('?')[1] || '');
   return { view: 'list', state: q.get('state') || '', profile: q.get('profile') || '', key: q.get('key') || '', limit: q.get('limit') || '50' };
 }
@@ -158,6 +161,7 @@ async function route() {
   }
   if (r.view === 'session') return openSession(r.id);
   if (r.view === 'quotas') return openQuotas();
+  if (r.view === 'traffic') return openTraffic();
   for (const [id, v] of [['f-state', r.state], ['f-profile', r.profile], ['f-key', r.key], ['f-limit', r.limit]]) $(id).value = v;
   if ($('f-limit').value === '') $('f-limit').value = '50';
   state.list = { cursors: [''], page: 0, next: null };
@@ -327,6 +331,69 @@ function renderQuotas(q) {
         budget));
   });
   $('quota-rows').replaceChildren(...(rows.length ? rows : [h('li', { class: 'empty' }, 'No quotas are set.')]));
+}
+
+// ---- provider traffic (extension) -------------------------------------------
+
+async function openTraffic() {
+  show('traffic-view');
+  const v = { traffic: true, timer: null };
+  state.view = v;
+  $('traffic-title').focus();
+  await pollTraffic(v);
+}
+
+/** Reads `GET /admin/v1/traffic` again every few seconds while shown. */
+async function pollTraffic(v) {
+  if (state.view !== v) return;
+  try {
+    const t = await api('/admin/v1/traffic');
+    if (state.view !== v) return;
+    notice('');
+    renderTraffic(t);
+  } catch (e) {
+    if (e instanceof Unauthorized) return;
+    failed(e);
+  }
+  v.timer = setTimeout(() => pollTraffic(v), POLL_IDLE_MS);
+}
+
+function renderTraffic(t) {
+  const n = (x) => Number(x || 0).toLocaleString('en-US');
+  const field = (what, text, cls) => h('span', { class: 'field' + (cls ? ' ' + cls : '') }, h('span', { class: 'k' }, what + ' '), text);
+  const o = t.overload || {};
+  const refused = Object.entries(o.refused || {}).map(([k, c]) => `${k.replace(/_/g, ' ')} ${n(c)}`);
+  const bound = (x) => (x === null || x === undefined ? '' : ` of ${n(x)}`);
+  $('traffic-overload').textContent = `Overload: waiting ${n(o.waiting)}${bound(o.max_waiting)} \u00b7 `
+    + `store backlog ${n(o.store_backlog)}${bound(o.max_store_backlog)} \u00b7 `
+    + 'refused since the server started: ' + (refused.join(' \u00b7 ') || 'none');
+  const rows = (t.providers || []).map((p) => {
+    const l = p.limits || {};
+    const max = l.max_concurrent === null || l.max_concurrent === undefined ? '' : ` of ${n(l.max_concurrent)}`;
+    const full = max !== '' && Number(p.in_flight || 0) >= Number(l.max_concurrent);
+    const left = (x, what) => (x === null || x === undefined ? null : field(what + ' available', n(x)));
+    // An entry with neither table is not watched: its figures stay zero.
+    if (!p.limits && !p.retry) {
+      return h('li', {},
+        h('div', { class: 'session-row traffic-row', dataset: { entry: p.name } },
+          h('span', { class: 'sid' }, p.name),
+          h('span', { class: 'badge' }, 'no limits configured')));
+    }
+    return h('li', {},
+      h('div', { class: 'session-row traffic-row', dataset: { entry: p.name } },
+        h('span', { class: 'sid' }, p.name),
+        p.limits ? null : h('span', { class: 'badge' }, 'retry only'),
+        field('in flight', `${n(p.in_flight)}${max}`, full ? 'over' : ''),
+        field('queued', n(p.queued)),
+        field('retry waiting', n(p.retry_waiting)),
+        field('oldest wait', `${n(p.oldest_wait_ms)} ms`),
+        field('admitted', n(p.admitted_total)),
+        field('expired', n(p.expired_total), Number(p.expired_total || 0) > 0 ? 'over' : ''),
+        field('retries', n(p.retries_total)),
+        left(p.requests_available, 'requests'),
+        left(p.tokens_available, 'tokens')));
+  });
+  $('traffic-rows').replaceChildren(...(rows.length ? rows : [h('li', { class: 'empty' }, 'No limits configured.')]));
 }
 
 async function openSession(id) {
@@ -527,7 +594,7 @@ function init() {
   $('download-export').addEventListener('click', downloadExport);
   window.addEventListener('hashchange', route);
   listKeys(document, () => {
-    if (!$('session-view').hidden || !$('quota-view').hidden) location.hash = '#/';
+    if (!$('session-view').hidden || !$('quota-view').hidden || !$('traffic-view').hidden) location.hash = '#/';
   });
   route();
 }
