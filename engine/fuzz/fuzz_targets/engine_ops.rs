@@ -532,6 +532,8 @@ impl World {
                     keys: snapshot.keys.clone(),
                     revoked: Vec::new(),
                     sessions: snapshot.sessions.clone(),
+                    quotas: snapshot.quotas.clone(),
+                    quotas_removed: Vec::new(),
                     full,
                 };
                 if revoke_client {
