@@ -70,6 +70,7 @@ mod streams;
 mod subscribe;
 pub mod telemetry;
 pub mod time;
+mod token_bucket;
 pub mod transfer;
 mod turn;
 pub mod usage;

@@ -11,13 +11,12 @@
 //! session cores whose calls they name. It never sees a request body, a
 //! session's turn or a clock: time arrives as an argument.
 
-mod bucket;
 #[cfg(test)]
 mod tests;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
-use bucket::Bucket;
+use crate::token_bucket::Bucket;
 
 use crate::faults::Faults;
 use crate::ids::{IdMap, SessionId};

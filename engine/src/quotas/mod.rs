@@ -26,6 +26,7 @@ pub use spec::{parse, render_window, Quota};
 
 pub use crate::store::QuotaScope as Scope;
 use crate::time::{MonoMs, UnixMs};
+use crate::token_bucket::Bucket;
 
 /// The tokens a budget counts of a reply's usage: input, output and both
 /// cache kinds, as the provider reported them.
@@ -102,10 +103,7 @@ impl Refusal {
     /// The members shared by the problem body and the JSON-RPC `data`:
     /// `retry_after_ms`, `limit`, `window`, `quota`, `scope`, `id`.
     pub fn data(&self) -> serde_json::Value {
-        let (scope, id) = match &self.scope {
-            Scope::Key(id) => ("key", id),
-            Scope::Profile(id) => ("profile", id),
-        };
+        let (scope, id) = (self.scope.kind(), self.scope.id());
         serde_json::json!({
             "retry_after_ms": self.retry_after_ms,
             "limit": self.limit,
@@ -114,53 +112,6 @@ impl Refusal {
             "scope": scope,
             "id": id,
         })
-    }
-}
-
-/// Requests per second with a burst, in "unit-ms" (a request is 1000
-/// unit-ms) so refills are exact in integers. (`provider_limits`' bucket
-/// holds exactly a minute's worth; this one holds the burst.)
-#[derive(Debug, Clone)]
-struct Bucket {
-    per_second: u64,
-    capacity: u64,
-    level: u64,
-    at: MonoMs,
-}
-
-impl Bucket {
-    fn new(per_second: u64, burst: u64, now: MonoMs) -> Self {
-        let capacity = burst.saturating_mul(1000);
-        Bucket {
-            per_second,
-            capacity,
-            level: capacity,
-            at: now,
-        }
-    }
-
-    fn refill(&mut self, now: MonoMs) {
-        if now > self.at {
-            let gained = (now.0 - self.at.0).saturating_mul(self.per_second);
-            self.level = self.level.saturating_add(gained).min(self.capacity);
-            self.at = now;
-        }
-    }
-
-    /// Ms until one request passes (0: now).
-    fn wait_ms(&mut self, now: MonoMs) -> u64 {
-        self.refill(now);
-        let missing = 1000u64.saturating_sub(self.level);
-        missing.div_ceil(self.per_second.max(1))
-    }
-
-    fn take(&mut self) {
-        self.level = self.level.saturating_sub(1000);
-    }
-
-    fn available(&mut self, now: MonoMs) -> u64 {
-        self.refill(now);
-        self.level / 1000
     }
 }
 
@@ -182,7 +133,7 @@ impl Held {
     fn new(quota: Quota, now: MonoMs) -> Self {
         let bucket = quota
             .requests_per_second
-            .map(|r| Bucket::new(r, quota.burst.unwrap_or(r), now));
+            .map(|r| Bucket::with_burst(r, 1000, quota.burst.unwrap_or(r), now));
         Held {
             quota,
             bucket,
@@ -371,9 +322,9 @@ impl Quotas {
                 continue;
             };
             let Some(b) = h.bucket.as_mut() else { continue };
-            let wait = b.wait_ms(now);
+            let wait = b.wait_ms(now, 1);
             if wait > 0 {
-                let limit = b.per_second;
+                let limit = b.rate();
                 return self.refuse(Refusal {
                     kind: Kind::Rate,
                     scope,
@@ -386,7 +337,7 @@ impl Quotas {
         }
         for scope in takers {
             if let Some(b) = self.held.get_mut(&scope).and_then(|h| h.bucket.as_mut()) {
-                b.take();
+                b.take(now, 1);
             }
         }
         Ok(())
@@ -519,10 +470,7 @@ impl Quotas {
 impl Status {
     /// The admin answer: the quota as set and its consumption now.
     pub fn to_json(&self) -> serde_json::Value {
-        let (scope, id) = match &self.scope {
-            Scope::Key(id) => ("key", id),
-            Scope::Profile(id) => ("profile", id),
-        };
+        let (scope, id) = (self.scope.kind(), self.scope.id());
         serde_json::json!({
             "scope": scope,
             "id": id,

@@ -1,58 +1,71 @@
-//! A token bucket in whole units per minute, kept in integer "unit-ms" (a
-//! unit is `60_000` unit-ms) so refills are exact without floats: the
-//! bucket holds at most one minute's worth, refills continuously, and may
-//! go into debt when a call turns out to cost more than estimated.
+//! A token bucket of `rate` units per `period_ms`, holding at most
+//! `capacity` units, kept in integer "unit-ms" (a unit is `period_ms`
+//! unit-ms) so refills are exact without floats. It refills continuously
+//! and may go into debt when a call turns out to cost more than estimated.
+//! Provider limits use it per minute (capacity: a minute's worth), quotas
+//! per second (capacity: the burst).
 
 use crate::MonoMs;
 
-/// Unit-ms per unit: a bucket refills `per_minute` units per 60 000 ms,
-/// i.e. `per_minute` unit-ms per ms.
-const SCALE: i128 = 60_000;
-
 #[derive(Debug, Clone)]
 pub struct Bucket {
-    per_minute: u64,
+    /// Units per period; also the unit-ms gained per ms.
+    rate: u64,
+    /// Unit-ms per unit (the period in ms).
+    scale: i128,
+    /// Unit-ms the bucket holds at most.
+    capacity: i128,
     /// Unit-ms available (negative: debt).
     level: i128,
     at: MonoMs,
 }
 
 impl Bucket {
-    /// A full bucket of `per_minute` units at `now`.
+    /// A full bucket of `per_minute` units, refilled over a minute.
     pub fn new(per_minute: u64, now: MonoMs) -> Bucket {
+        Bucket::with_burst(per_minute, 60_000, per_minute, now)
+    }
+
+    /// A full bucket of `burst` units, refilled at `rate` per `period_ms`.
+    pub fn with_burst(rate: u64, period_ms: u64, burst: u64, now: MonoMs) -> Bucket {
+        let scale = i128::from(period_ms.max(1));
+        let capacity = i128::from(burst) * scale;
         Bucket {
-            per_minute,
-            level: i128::from(per_minute) * SCALE,
+            rate,
+            scale,
+            capacity,
+            level: capacity,
             at: now,
         }
     }
 
-    fn capacity(&self) -> i128 {
-        i128::from(self.per_minute) * SCALE
+    /// Units per period.
+    pub fn rate(&self) -> u64 {
+        self.rate
     }
 
     fn refill(&mut self, now: MonoMs) {
         if now > self.at {
-            let gained = i128::from(now - self.at) * i128::from(self.per_minute);
-            self.level = (self.level + gained).min(self.capacity());
+            let gained = i128::from(now - self.at) * i128::from(self.rate);
+            self.level = (self.level + gained).min(self.capacity);
             self.at = now;
         }
     }
 
     /// What `units` cost: never more than a full bucket, so a call larger
-    /// than a minute's budget waits for a full bucket instead of forever.
+    /// than the bucket waits for a full one instead of forever.
     fn cost(&self, units: u64) -> i128 {
-        (i128::from(units) * SCALE).min(self.capacity())
+        (i128::from(units) * self.scale).min(self.capacity)
     }
 
     /// Ms from `now` until `units` can be taken (0: now).
     pub fn wait_ms(&mut self, now: MonoMs, units: u64) -> u64 {
         self.refill(now);
         let missing = self.cost(units) - self.level;
-        if missing <= 0 || self.per_minute == 0 {
+        if missing <= 0 || self.rate == 0 {
             return 0;
         }
-        let rate = i128::from(self.per_minute);
+        let rate = i128::from(self.rate);
         u64::try_from((missing + rate - 1) / rate).unwrap_or(u64::MAX)
     }
 
@@ -66,14 +79,14 @@ impl Bucket {
     /// refunded or owed.
     pub fn settle(&mut self, now: MonoMs, estimated: u64, actual: u64) {
         self.refill(now);
-        let delta = (i128::from(estimated) - i128::from(actual)) * SCALE;
-        self.level = (self.level + delta).min(self.capacity());
+        let delta = (i128::from(estimated) - i128::from(actual)) * self.scale;
+        self.level = (self.level + delta).min(self.capacity);
     }
 
     /// Whole units available now (0 in debt).
     pub fn available(&mut self, now: MonoMs) -> u64 {
         self.refill(now);
-        u64::try_from(self.level.max(0) / SCALE).unwrap_or(0)
+        u64::try_from(self.level.max(0) / self.scale).unwrap_or(0)
     }
 }
 
