@@ -9,6 +9,8 @@ pub enum Bytes {
     Owned(Vec<u8>),
     /// The same frame handed to several connections.
     Shared(Arc<[u8]>),
+    /// An event's shared rendering ([`crate::streams::EventJson`]).
+    Text(Arc<String>),
 }
 
 impl Bytes {
@@ -18,6 +20,7 @@ impl Bytes {
         match self {
             Bytes::Owned(v) => v,
             Bytes::Shared(s) => s.to_vec(),
+            Bytes::Text(s) => s.as_bytes().to_vec(),
         }
     }
 }
@@ -28,6 +31,7 @@ impl Deref for Bytes {
         match self {
             Bytes::Owned(v) => v,
             Bytes::Shared(s) => s,
+            Bytes::Text(s) => s.as_bytes(),
         }
     }
 }
@@ -47,6 +51,12 @@ impl From<Vec<u8>> for Bytes {
 impl From<Arc<[u8]>> for Bytes {
     fn from(s: Arc<[u8]>) -> Self {
         Bytes::Shared(s)
+    }
+}
+
+impl From<Arc<String>> for Bytes {
+    fn from(s: Arc<String>) -> Self {
+        Bytes::Text(s)
     }
 }
 

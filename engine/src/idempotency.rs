@@ -411,7 +411,7 @@ impl Services {
     ) {
         match result {
             Ok(ReadResult::Events(rows)) => {
-                let events: Vec<std::sync::Arc<str>> = (rows.iter())
+                let events: Vec<crate::streams::EventJson> = (rows.iter())
                     .map(|r| crate::respond::escaped(crate::respond::event_json(r)))
                     .collect();
                 let message = proto::wire::json::text(&message);

@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use crate::bytes::Bytes;
 use crate::store::EventRow;
+use crate::streams::EventJson;
 
 /// A complete buffered response built without the engine (by a pure front
 /// layer, e.g. the console's files), sent by `Services::reply`.
@@ -40,10 +41,10 @@ pub(crate) fn event_json(r: &EventRow) -> String {
 
 /// `json` with NDJSON line separators escaped, shared: the form an
 /// event's rendering is kept in (every use of it goes into a frame).
-pub(crate) fn escaped(json: String) -> Arc<str> {
+pub(crate) fn escaped(json: String) -> EventJson {
     match proto::jsonrpc::escape_line_separators(&json) {
-        std::borrow::Cow::Borrowed(_) => json.into(),
-        std::borrow::Cow::Owned(escaped) => escaped.into(),
+        std::borrow::Cow::Borrowed(_) => Arc::new(json),
+        std::borrow::Cow::Owned(escaped) => Arc::new(escaped),
     }
 }
 
@@ -52,7 +53,7 @@ pub(crate) fn escaped(json: String) -> Arc<str> {
 /// large event (a `provider.request` carrying the history) is the shared
 /// rendering its live frames use, not a copy, so the engine's work for a
 /// turn's answer does not grow with the size of its history.
-pub(crate) fn turn_result_parts(message_json: &str, events: &[Arc<str>]) -> Vec<Bytes> {
+pub(crate) fn turn_result_parts(message_json: &str, events: &[EventJson]) -> Vec<Bytes> {
     /// Smaller events are copied into the surrounding part: fewer, larger
     /// writes.
     const SHARE_FROM: usize = 4096;
@@ -70,7 +71,7 @@ pub(crate) fn turn_result_parts(message_json: &str, events: &[Arc<str>]) -> Vec<
             continue;
         }
         parts.push(Bytes::Owned(std::mem::take(&mut buf).into_bytes()));
-        parts.push(Bytes::Shared(Arc::<[u8]>::from(e.clone())));
+        parts.push(Bytes::Text(e.clone()));
     }
     buf.push_str("]}");
     parts.push(Bytes::Owned(buf.into_bytes()));
@@ -95,11 +96,11 @@ mod tests {
     fn turn_result_parts_join_to_the_whole_result() {
         let big = format!("{{\"payload\":\"{}\"}}", "x".repeat(5000));
         let events: Vec<String> = vec!["{\"a\":1}".into(), big, "{\"b\":\"\\u2028\"}".into()];
-        let shared: Vec<Arc<str>> = events.iter().map(|e| Arc::from(e.as_str())).collect();
+        let shared: Vec<EventJson> = events.iter().map(|e| Arc::new(e.clone())).collect();
         let message = serde_json::json!({"role": "assistant", "content": "l\u{2028}s"});
         let parts = turn_result_parts(&json::text(&message), &shared);
         assert!(
-            parts.iter().any(|p| matches!(p, Bytes::Shared(_))),
+            parts.iter().any(|p| matches!(p, Bytes::Text(_))),
             "the large event is shared"
         );
         let joined: Vec<u8> = parts.iter().flat_map(|p| p.iter().copied()).collect();

@@ -24,8 +24,14 @@ pub struct Appended {
     /// The EventView JSON with NDJSON line separators already escaped
     /// (every use of it goes into a frame), shared by the live frames and
     /// the turn's `result.events` instead of copied into each.
-    pub json: std::sync::Arc<str>,
+    pub json: EventJson,
 }
+
+/// An event's rendering, shared. An `Arc<String>` rather than an
+/// `Arc<str>`: the text is rendered into a `String`, and moving that into
+/// an `Arc<str>` copies it (a `provider.request` view carries the whole
+/// history: one more buffer of its size per turn).
+pub type EventJson = std::sync::Arc<String>;
 
 /// An open NDJSON response on a connection.
 pub struct Stream {

@@ -309,8 +309,7 @@ impl Services {
         let total = head.len() + ev.json.len() + tail.len();
         self.streams.sent(conn, total, self.now.mono);
         self.send(conn, head);
-        let view: std::sync::Arc<[u8]> = ev.json.clone().into();
-        self.send(conn, view);
+        self.send(conn, ev.json.clone());
         self.send(conn, tail);
     }
 

@@ -229,7 +229,7 @@ impl SessionCore {
 
     /// `session.compaction.completed` was logged (its EventView is `json`):
     /// the history becomes the preamble and the summary.
-    pub(super) fn compaction_logged(&mut self, json: std::sync::Arc<str>) {
+    pub(super) fn compaction_logged(&mut self, json: crate::streams::EventJson) {
         let trio = match self.turn_mut().map(|t| &mut t.mode) {
             Some(Mode::Compaction(run)) => run.trio.take(),
             _ => None,
@@ -265,7 +265,7 @@ impl SessionCore {
 
     /// Manual: the completed EventView is the result. Auto: the turn's own
     /// `{message, events}` result, compaction events included.
-    fn finish_compaction(&mut self, completed: Option<std::sync::Arc<str>>) {
+    fn finish_compaction(&mut self, completed: Option<crate::streams::EventJson>) {
         let Some(t) = self.turn_mut() else {
             return;
         };

@@ -135,7 +135,7 @@ pub enum Ending {
     Failed { code: i64, message: String },
     /// A manual compaction: the `session.compaction.completed` EventView,
     /// or `None` when it failed.
-    Compacted(Option<Arc<str>>),
+    Compacted(Option<crate::streams::EventJson>),
 }
 
 /// What the engine is asked to do, in order.

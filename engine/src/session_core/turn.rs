@@ -50,7 +50,7 @@ pub struct TurnLoop {
     pub idem: Option<Idem>,
     /// EventView JSON of every event this request appended
     /// (`result.events`), shared with the events' live frames.
-    pub events: Vec<std::sync::Arc<str>>,
+    pub events: Vec<crate::streams::EventJson>,
     /// Seqs of `events` (what an idempotent retry replays).
     pub event_seqs: Vec<u64>,
     /// The id of the first of them (usage accounting names the turn by it).

@@ -86,7 +86,7 @@ fn ev(seq: u64) -> Appended {
     Appended {
         seq,
         id: format!("evt_{seq}"),
-        json: "{}".into(),
+        json: std::sync::Arc::new("{}".to_string()),
     }
 }
 

@@ -165,7 +165,10 @@ impl Harness {
                 match o {
                     Output::Write(w) => self.store.apply(&w),
                     Output::Send { conn, bytes } | Output::SendUngated { conn, bytes } => {
-                        if matches!(bytes, engine::bytes::Bytes::Shared(_)) {
+                        if matches!(
+                            bytes,
+                            engine::bytes::Bytes::Shared(_) | engine::bytes::Bytes::Text(_)
+                        ) {
                             self.shared_sends += 1;
                         }
                         if self.auto_flush {

@@ -187,8 +187,9 @@ pub async fn perform_with_env(
             "the provider credential contains a line break or NUL".to_string(),
         );
     }
-    let request = encode(call, target, &token);
+    let head = encode_head(call, target, &token);
     drop(token);
+    let request = [head.as_slice(), call.body.as_slice()];
     let exchange = exchange(pool, target, &request, chunks.as_ref());
     let timed_out = async {
         expired.await;
@@ -210,7 +211,16 @@ pub async fn perform_with_env(
 
 /// The request: head, the credential header, then the body.
 pub(super) fn encode(call: &ProviderCall, target: &HttpTarget, token: &str) -> Vec<u8> {
-    let mut out = Vec::with_capacity(256 + call.body.len());
+    let mut out = encode_head(call, target, token);
+    out.extend_from_slice(&call.body);
+    out
+}
+
+/// The request's head, up to the blank line. The body is written after it
+/// as it is ([`write_parts`]): joining them copied the body, as large as a
+/// session's history, into one more buffer on every call.
+fn encode_head(call: &ProviderCall, target: &HttpTarget, token: &str) -> Vec<u8> {
+    let mut out = Vec::with_capacity(256);
     out.extend_from_slice(b"POST ");
     out.extend_from_slice(target.path.as_bytes());
     out.extend_from_slice(b" HTTP/1.1\r\nhost: ");
@@ -230,8 +240,31 @@ pub(super) fn encode(call: &ProviderCall, target: &HttpTarget, token: &str) -> V
     out.extend_from_slice(b"\r\ncontent-length: ");
     out.extend_from_slice(call.body.len().to_string().as_bytes());
     out.extend_from_slice(b"\r\n\r\n");
-    out.extend_from_slice(&call.body);
     out
+}
+
+/// Writes `parts` in order, as few writes as the socket allows.
+async fn write_parts<W>(stream: &mut W, parts: &[&[u8]]) -> io::Result<()>
+where
+    W: futures_lite::AsyncWrite + Unpin,
+{
+    let (mut part, mut at) = (0, 0);
+    while part < parts.len() {
+        let slices: Vec<io::IoSlice<'_>> = std::iter::once(&parts[part][at..])
+            .chain(parts[part + 1..].iter().copied())
+            .map(io::IoSlice::new)
+            .collect();
+        let mut n = stream.write_vectored(&slices).await?;
+        if n == 0 && slices.iter().any(|s| !s.is_empty()) {
+            return Err(io::ErrorKind::WriteZero.into());
+        }
+        while part < parts.len() && n >= parts[part].len() - at {
+            n -= parts[part].len() - at;
+            (part, at) = (part + 1, 0);
+        }
+        at += n;
+    }
+    Ok(())
 }
 
 /// One request and its response on a pooled connection (or a fresh one,
@@ -240,7 +273,7 @@ pub(super) fn encode(call: &ProviderCall, target: &HttpTarget, token: &str) -> V
 async fn exchange(
     pool: &Pool,
     target: &HttpTarget,
-    request: &[u8],
+    request: &[&[u8]],
     chunks: Option<&Chunks>,
 ) -> Result<Response, String> {
     if let Some(stream) = pool.take(&target.connect, Instant::now()) {
@@ -294,10 +327,10 @@ struct Response {
 /// connection when it may carry another request.
 async fn round_trip(
     mut stream: TcpStream,
-    request: &[u8],
+    request: &[&[u8]],
     chunks: Option<&Chunks>,
 ) -> Result<(Response, Option<TcpStream>), Failure> {
-    if let Err(e) = stream.write_all(request).await {
+    if let Err(e) = write_parts(&mut stream, request).await {
         return Err(Failure::BeforeResponse(io_text("sending the request", &e)));
     }
     let mut decoder = ResponseDecoder::with_mode(Mode::Lenient);
@@ -424,6 +457,47 @@ mod tests {
             "POST /v1/messages HTTP/1.1\r\nhost: h:1\r\ncontent-type: application/json\r\n\
              authorization: Bearer sk-1\r\ncontent-length: 2\r\n\r\n{}"
         );
+    }
+
+    /// A writer that takes at most three bytes of its first non-empty
+    /// buffer per write.
+    struct Trickle(Vec<u8>);
+
+    impl futures_lite::AsyncWrite for Trickle {
+        fn poll_write(
+            mut self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+            buf: &[u8],
+        ) -> std::task::Poll<io::Result<usize>> {
+            let n = buf.len().min(3);
+            self.0.extend_from_slice(&buf[..n]);
+            std::task::Poll::Ready(Ok(n))
+        }
+        fn poll_flush(
+            self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<io::Result<()>> {
+            std::task::Poll::Ready(Ok(()))
+        }
+        fn poll_close(
+            self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<io::Result<()>> {
+            std::task::Poll::Ready(Ok(()))
+        }
+    }
+
+    #[test]
+    fn parts_are_written_whole_and_in_order_through_short_writes() {
+        for parts in [
+            &[&b"POST / HTTP/1.1\r\n\r\n"[..], b"{\"a\":1}"][..],
+            &[b"head", b""],
+            &[b"", b"x", b"", b"yz"],
+        ] {
+            let mut w = Trickle(Vec::new());
+            future::block_on(write_parts(&mut w, parts)).unwrap();
+            assert_eq!(w.0, parts.concat());
+        }
     }
 
     #[test]

@@ -26,10 +26,14 @@
 //! `--cpu` measures the long-session curve instead (no paging, no
 //! restarts): at each checkpoint of `--at`, the server's CPU per turn (all
 //! its threads, from `/proc/<pid>/task/*/schedstat` read around each turn;
-//! median and mean of the `--window` turns ending there), the provider
-//! request's size, and the time this process takes to copy that many
-//! bytes once (the floor item 5 of the prompt-caching issue compares
-//! against). `--cache` turns prompt caching on for the provider entry.
+//! median and mean of the `--window` turns centred on it, so that turn 10
+//! is not only the first, cold turns), the server's page faults per turn,
+//! this process's CPU per turn (the client parsing the answers and the
+//! mock parsing the requests: it must not starve the server), the turn's
+//! round trip, the provider request's size, and the time this process
+//! takes to copy that many bytes once (the floor item 5 of the
+//! prompt-caching issue compares against). `--cache` turns prompt caching
+//! on for the provider entry.
 //!
 //! ```text
 //! BAESRV_BIN=$PWD/target/release/baesrv target/release/bench_history --cpu \
@@ -301,21 +305,30 @@ fn main() {
 /// `--cpu`: the server's CPU per text turn at each checkpoint.
 fn cpu_curve(a: &Args, server: &Server, mock: &MockProvider, sid: &str, skey: &str) {
     let pid = server.pid().expect("server pid");
+    let me = std::process::id();
     println!(
-        "| turn | request body | server CPU/turn p50 (last {w}) | mean | copy of the body once | turn p50 |",
+        "| turn | request body | server CPU/turn p50 ({w} turns) | mean | server page faults/turn | \
+         bench CPU/turn (client + mock) | copy of the body once | turn p50 |",
         w = a.window
     );
-    println!("|---:|---:|---:|---:|---:|---:|");
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|");
     let mut cpu: Vec<Duration> = Vec::new();
+    let mut own: Vec<Duration> = Vec::new();
+    let mut faults: Vec<u64> = Vec::new();
     let mut lat: Vec<Duration> = Vec::new();
-    for turn in 1..=a.turns {
-        let (c0, t) = (testkit::bench::cpu_ns(pid), Instant::now());
+    let mut bodies: Vec<(usize, Vec<u8>)> = Vec::new();
+    let half = a.window / 2;
+    // Runs past the last checkpoint far enough to centre its window.
+    let last = a.turns + half;
+    for turn in 1..=last {
+        let (c0, o0, f0) = (cpu_ns(pid), cpu_ns(me), minor_faults(pid));
+        let t = Instant::now();
         let (_, terminal) =
             fixtures::send_message(server, sid, skey, json!(filler(turn, "user", a.text)));
         lat.push(t.elapsed());
-        cpu.push(Duration::from_nanos(
-            testkit::bench::cpu_ns(pid).saturating_sub(c0),
-        ));
+        cpu.push(Duration::from_nanos(cpu_ns(pid).saturating_sub(c0)));
+        own.push(Duration::from_nanos(cpu_ns(me).saturating_sub(o0)));
+        faults.push(minor_faults(pid).saturating_sub(f0));
         assert!(terminal.get("result").is_some(), "turn {turn}: {terminal}");
         let body = mock
             .requests()
@@ -323,24 +336,50 @@ fn cpu_curve(a: &Args, server: &Server, mock: &MockProvider, sid: &str, skey: &s
             .map(|r| r.raw_body)
             .unwrap_or_default();
         mock.clear_requests();
-        if !a.at.contains(&turn) {
-            continue;
+        if a.at.contains(&turn) {
+            bodies.push((turn, body));
         }
-        let from = cpu.len().saturating_sub(a.window);
-        let mut recent = cpu[from..].to_vec();
+    }
+    for (turn, body) in bodies {
+        // Turns `turn - half ..= turn + half - 1` (1-based), clipped.
+        let from = turn.saturating_sub(half + 1).min(cpu.len() - 1);
+        let to = (from + a.window).min(cpu.len());
+        let p50 = |v: &[Duration]| {
+            let mut v = v.to_vec();
+            v.sort_unstable();
+            percentile(&v, 0.5)
+        };
+        let recent = &cpu[from..to];
         let mean = recent.iter().sum::<Duration>() / recent.len() as u32;
-        recent.sort_unstable();
-        let mut l = lat[from..].to_vec();
-        l.sort_unstable();
+        let mut f = faults[from..to].to_vec();
+        f.sort_unstable();
         println!(
-            "| {turn} | {} B | {:.3} ms | {:.3} ms | {:.3} ms | {} |",
+            "| {turn} | {} B | {:.3} ms | {:.3} ms | {} | {:.3} ms | {:.3} ms | {} |",
             body.len(),
-            ms_f(percentile(&recent, 0.5)),
+            ms_f(p50(recent)),
             ms_f(mean),
+            f[f.len() / 2],
+            ms_f(p50(&own[from..to])),
             ms_f(copy_time(&body)),
-            ms(percentile(&l, 0.5)),
+            ms(p50(&lat[from..to])),
         );
     }
+}
+
+fn cpu_ns(pid: u32) -> u64 {
+    testkit::bench::cpu_ns(pid)
+}
+
+/// Minor page faults of process `pid` so far (`/proc/<pid>/stat` field 10;
+/// exited threads included).
+fn minor_faults(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command name, which ends at the last `)`.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    rest.split_whitespace()
+        .nth(7)
+        .and_then(|f| f.parse().ok())
+        .unwrap_or(0)
 }
 
 fn ms_f(d: Duration) -> f64 {

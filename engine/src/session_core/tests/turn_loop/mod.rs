@@ -256,10 +256,10 @@ impl Harness {
                 self.next_seq += 1;
                 let id = format!("evt_{seq:032x}");
                 self.ids.insert(seq, id.clone());
-                let json: Arc<str> =
+                let json = Arc::new(
                     json!({"id": id, "event_type": log.event.as_str(), "payload": payload})
-                        .to_string()
-                        .into();
+                        .to_string(),
+                );
                 self.seen.push(Seen::Event(log.event, payload, log.quiet));
                 let ev = Appended { seq, id, json };
                 self.core.logged(log.tag, &ev);
