@@ -23,11 +23,11 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::future::Future;
-use std::io;
+use std::io::{self, Read};
 use std::time::Instant;
 
 use engine::{AuthPlacement, ProviderCall, ProviderReply};
-use futures_lite::{future, AsyncReadExt, AsyncWriteExt};
+use futures_lite::{future, AsyncWriteExt};
 use proto::http::response::{Mode, ResponseDecoder, ResponseEvent};
 use proto::provider::retry::RetryAdvice;
 use smol::net::TcpStream;
@@ -308,6 +308,14 @@ async fn round_trip(
     let mut body = Vec::new();
     let mut streamed = false;
     let mut received = false;
+    // A streamed body's bytes of one read, handed on as one chunk (one
+    // engine input and one delta batch however many events they hold).
+    let mut pending: Vec<u8> = Vec::new();
+    // The socket itself, to wait for readiness without a read: a read that
+    // did not fill the buffer emptied the kernel's queue, and reading again
+    // at once would only return EAGAIN (a system call per provider event).
+    let socket: std::sync::Arc<async_io::Async<std::net::TcpStream>> = stream.clone().into();
+    let mut drained = false;
     loop {
         loop {
             match decoder.poll() {
@@ -323,11 +331,9 @@ async fn round_trip(
                     }
                 }
                 Ok(Some(ResponseEvent::Data(d))) => {
-                    if let Some(chunks) =
-                        chunks.filter(|_| status.is_some_and(|s| (200..300).contains(&s)))
-                    {
+                    if chunks.is_some() && status.is_some_and(|s| (200..300).contains(&s)) {
                         streamed = true;
-                        chunks.put(d.to_vec()).await;
+                        pending.extend_from_slice(&d);
                         continue;
                     }
                     if (body.len() + d.len()) as u64 > provider::MAX_RESPONSE_BYTES {
@@ -339,6 +345,9 @@ async fn round_trip(
                     body.extend_from_slice(&d);
                 }
                 Ok(Some(ResponseEvent::End { .. })) => {
+                    if let (Some(chunks), false) = (chunks, pending.is_empty()) {
+                        chunks.put(std::mem::take(&mut pending)).await;
+                    }
                     let status = status.unwrap_or(0);
                     let keep = (!close && decoder.buffered().is_empty()).then_some(stream);
                     let response = Response {
@@ -353,7 +362,15 @@ async fn round_trip(
                 Err(e) => return Err(Failure::During(format!("Network Error: {e}"))),
             }
         }
-        match stream.read(&mut buf).await {
+        if let (Some(chunks), false) = (chunks, pending.is_empty()) {
+            chunks.put(std::mem::take(&mut pending)).await;
+        }
+        if drained {
+            if let Err(e) = socket.readable().await {
+                return Err(Failure::During(io_text("reading the response", &e)));
+            }
+        }
+        match socket.get_ref().read(&mut buf) {
             Ok(0) if !received => {
                 return Err(Failure::During(
                     "Network Error: the provider closed the connection without responding"
@@ -363,8 +380,10 @@ async fn round_trip(
             Ok(0) => decoder.finish(),
             Ok(n) => {
                 received = true;
+                drained = n < buf.len();
                 decoder.feed(&buf[..n]);
             }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => drained = true,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => return Err(Failure::During(io_text("reading the response", &e))),
         }
