@@ -23,8 +23,32 @@ pub fn spawn_store_thread(
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
     std::thread::Builder::new()
         .name("bae-store".into())
-        .spawn(move || serve_store_jobs(store, next, done))
+        .spawn(move || {
+            lower_priority();
+            serve_store_jobs(store, next, done)
+        })
 }
+
+/// How much nicer than the process the store thread runs. Under CPU
+/// contention a bulk job (rendering a page of several hundred KiB) then
+/// yields the core to the driver thread as soon as it wakes, so a liveness
+/// probe is not answered a scheduler slice late (docs/performance.md, "The
+/// liveness probe"). An operator can still renice the thread (`bae-store`).
+pub const STORE_NICE: i32 = 5;
+
+/// Linux: `setpriority` on the calling thread alone.
+#[cfg(target_os = "linux")]
+fn lower_priority() {
+    // `None`: this thread only, on Linux. Capped at 19, the weakest.
+    let nice = rustix::process::getpriority_process(None).unwrap_or(0);
+    if let Err(e) = rustix::process::setpriority_process(None, (nice + STORE_NICE).min(19)) {
+        tracing::debug!(error = %e, "store thread priority unchanged");
+    }
+}
+
+/// Elsewhere `setpriority` would renice the whole process: left alone.
+#[cfg(not(target_os = "linux"))]
+fn lower_priority() {}
 
 /// The store thread of every runtime: the database connection (SQLite:
 /// with cached statements), jobs in FIFO order, until `next` has no more

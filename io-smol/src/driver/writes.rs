@@ -50,27 +50,72 @@ pub(super) fn gather(first: Bytes, mut try_next: impl FnMut() -> Option<WriterMs
     batch
 }
 
-/// Writes every buffer of `bufs`, in order, with as few `writev` calls as
-/// the socket takes.
+/// Bytes one write system call takes at most: a page of several hundred
+/// KiB leaves in pieces, one per turn of the driver thread's executor, so
+/// the tasks queued behind this writer (a liveness probe's reader or
+/// writer) wait for one piece, not for the whole page.
+pub(super) const WRITE_SLICE: usize = 64 * 1024;
+
+/// Writes every buffer of `bufs`, in order, with vectored writes of at
+/// most [`WRITE_SLICE`] bytes, yielding to the executor between them.
 pub(super) async fn write_all_vectored(
     out: &mut (impl AsyncWrite + Unpin),
     bufs: &[Bytes],
 ) -> io::Result<()> {
-    let mut slices: Vec<io::IoSlice<'_>> = bufs.iter().map(|b| io::IoSlice::new(b)).collect();
-    let mut rest = &mut slices[..];
-    while !rest.is_empty() {
-        let n = out.write_vectored(rest).await?;
+    // Position of the next byte to write: buffer index and offset in it.
+    let (mut i, mut off) = (0usize, 0usize);
+    let mut slices: Vec<io::IoSlice<'_>> = Vec::with_capacity(bufs.len().min(MAX_SLICES));
+    loop {
+        slices.clear();
+        let mut room = WRITE_SLICE;
+        let (mut j, mut at) = (i, off);
+        while room > 0 && slices.len() < MAX_SLICES {
+            let Some(rest) = bufs.get(j).and_then(|b| b.get(at..)) else {
+                break;
+            };
+            let take = rest.len().min(room);
+            if take > 0 {
+                slices.push(io::IoSlice::new(rest.get(..take).unwrap_or_default()));
+            }
+            room -= take;
+            if take == rest.len() {
+                (j, at) = (j + 1, 0);
+            } else {
+                at += take;
+            }
+        }
+        if slices.is_empty() {
+            return Ok(());
+        }
+        let mut n = out.write_vectored(&slices).await?;
         if n == 0 {
             return Err(io::ErrorKind::WriteZero.into());
         }
-        io::IoSlice::advance_slices(&mut rest, n);
+        // Move the position past the `n` bytes written.
+        while n > 0 && i < bufs.len() {
+            let left = bufs.get(i).map_or(0, |b| b.len() - off);
+            if n < left {
+                off += n;
+                n = 0;
+            } else {
+                n -= left;
+                (i, off) = (i + 1, 0);
+            }
+        }
+        // Skip empty buffers, then let other tasks run before the next piece.
+        while bufs.get(i).is_some_and(|b| b.len() == off) {
+            (i, off) = (i + 1, 0);
+        }
+        if i < bufs.len() {
+            futures_lite::future::yield_now().await;
+        }
     }
-    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use std::collections::VecDeque;
+    use std::future::Future;
     use std::pin::Pin;
     use std::task::{Context, Poll};
 
@@ -166,5 +211,86 @@ mod tests {
         let err = futures_lite::future::block_on(write_all_vectored(&mut out, &[bytes(b"x")]))
             .unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::WriteZero);
+    }
+
+    /// A socket whose vectored write takes everything it is offered,
+    /// recording how much each call carried.
+    #[derive(Default)]
+    struct Wide {
+        got: Vec<u8>,
+        calls: Vec<usize>,
+    }
+
+    impl AsyncWrite for Wide {
+        fn poll_write(
+            mut self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+            buf: &[u8],
+        ) -> Poll<io::Result<usize>> {
+            self.calls.push(buf.len());
+            self.got.extend_from_slice(buf);
+            Poll::Ready(Ok(buf.len()))
+        }
+        fn poll_write_vectored(
+            mut self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+            bufs: &[io::IoSlice<'_>],
+        ) -> Poll<io::Result<usize>> {
+            let n = bufs.iter().map(|b| b.len()).sum();
+            self.calls.push(n);
+            for b in bufs {
+                self.got.extend_from_slice(b);
+            }
+            Poll::Ready(Ok(n))
+        }
+        fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+        fn poll_close(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    #[test]
+    fn a_large_page_leaves_in_bounded_pieces_with_its_bytes_unchanged() {
+        let page: Vec<u8> = (0..5 * WRITE_SLICE + 123)
+            .map(|i| (i % 251) as u8)
+            .collect();
+        let head = b"HTTP/1.1 200 OK\r\ncontent-length: 327803\r\n\r\n";
+        let bufs = [
+            bytes(head),
+            bytes(b""),
+            Bytes::from(page.clone()),
+            bytes(b"tail"),
+        ];
+        let mut out = Wide::default();
+        let mut write = Box::pin(write_all_vectored(&mut out, &bufs));
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        // Each `Pending` is one yield to the executor between pieces.
+        let mut yields = 0;
+        while write.as_mut().poll(&mut cx).is_pending() {
+            yields += 1;
+        }
+        drop(write);
+        let whole = [&head[..], &page, b"tail"].concat();
+        assert_eq!(out.got, whole, "the bytes on the wire are unchanged");
+        assert_eq!(out.calls.len(), whole.len().div_ceil(WRITE_SLICE));
+        assert!(
+            out.calls.iter().all(|&n| n <= WRITE_SLICE),
+            "{:?}",
+            out.calls
+        );
+        assert_eq!(yields, out.calls.len() - 1, "a yield between pieces");
+    }
+
+    #[test]
+    fn small_buffers_share_one_write_without_yielding() {
+        let bufs = [bytes(b"a"), bytes(b"bc"), bytes(b"def")];
+        let mut out = Wide::default();
+        let mut write = Box::pin(write_all_vectored(&mut out, &bufs));
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        assert!(write.as_mut().poll(&mut cx).is_ready());
+        drop(write);
+        assert_eq!((out.got.as_slice(), out.calls), (&b"abcdef"[..], vec![6]));
     }
 }
