@@ -341,6 +341,9 @@ async fn round_trip(
     let mut body = Vec::new();
     let mut streamed = false;
     let mut received = false;
+    // A streamed body's bytes of one read, handed on as one chunk (one
+    // engine input and one delta batch however many events they hold).
+    let mut pending: Vec<u8> = Vec::new();
     loop {
         loop {
             match decoder.poll() {
@@ -356,11 +359,9 @@ async fn round_trip(
                     }
                 }
                 Ok(Some(ResponseEvent::Data(d))) => {
-                    if let Some(chunks) =
-                        chunks.filter(|_| status.is_some_and(|s| (200..300).contains(&s)))
-                    {
+                    if chunks.is_some() && status.is_some_and(|s| (200..300).contains(&s)) {
                         streamed = true;
-                        chunks.put(d.to_vec()).await;
+                        pending.extend_from_slice(&d);
                         continue;
                     }
                     if (body.len() + d.len()) as u64 > provider::MAX_RESPONSE_BYTES {
@@ -372,6 +373,9 @@ async fn round_trip(
                     body.extend_from_slice(&d);
                 }
                 Ok(Some(ResponseEvent::End { .. })) => {
+                    if let (Some(chunks), false) = (chunks, pending.is_empty()) {
+                        chunks.put(std::mem::take(&mut pending)).await;
+                    }
                     let status = status.unwrap_or(0);
                     let keep = (!close && decoder.buffered().is_empty()).then_some(stream);
                     let response = Response {
@@ -386,6 +390,13 @@ async fn round_trip(
                 Err(e) => return Err(Failure::During(format!("Network Error: {e}"))),
             }
         }
+        if let (Some(chunks), false) = (chunks, pending.is_empty()) {
+            chunks.put(std::mem::take(&mut pending)).await;
+        }
+        // Read again at once even after a short read: a provider that
+        // streams faster than this loop runs has more by now, and waiting
+        // for readiness instead costs a reactor round trip (measured: more
+        // CPU per streamed turn).
         match stream.read(&mut buf).await {
             Ok(0) if !received => {
                 return Err(Failure::During(

@@ -13,19 +13,33 @@
 //! * **fanout**: 64 sessions, each a driver and 4 opted-in observers, all
 //!   sending at once, the mock paced as in the first part. Reported: delta
 //!   delivery lag at the observers (frame read minus the mock's write of
-//!   the last token it carries), p50/p99/max.
+//!   the last token it carries: both instants of this process's monotonic
+//!   clock), p50/p99/max; the server's and this generator's CPU over the
+//!   run, and the server's engine steps. Every reader is a task of one
+//!   single-threaded event loop and the mock paces its streams on timers
+//!   (one thread), so the generator's own cost stays small and shows.
+//!   The turns start together, so their tokens come in lockstep (each
+//!   10 ms, 64 chunks at once); `--stagger-ms` spreads the starts evenly
+//!   over that span instead.
 //!
 //! ```text
 //! cargo build --release -p io-smol -p testkit
-//! BAESRV_BIN=$PWD/target/release/baesrv target/release/bench_stream [--turns 50] [--cpu-turns 200]
+//! BAESRV_BIN=$PWD/target/release/baesrv target/release/bench_stream [--turns 50] [--cpu-turns 200] \
+//!     [--sessions 64] [--observers 4] [--stagger-ms 0] [--parts first,cpu,fanout]
 //! ```
 
-use std::sync::{Arc, Barrier};
-use std::thread;
+use std::borrow::Cow;
+use std::io::Read;
+use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
+use proto::http::peer::{ResponseDecoder, ResponseEvent};
+use serde::de::IgnoredAny;
+use serde::Deserialize;
 use serde_json::{json, Value};
-use testkit::bench::{cpu_time, ms, percentile as pct};
+use smol::io::AsyncWriteExt;
+use smol::{Async, Timer};
+use testkit::bench::{cpu_time, engine_steps_summary, ms, percentile as pct, Meter};
 use testkit::fixtures::{self, unique_name};
 use testkit::http::next_rpc_id;
 use testkit::mock_provider::StreamTiming;
@@ -245,59 +259,230 @@ fn cpu(b: &Bench, turns: usize) {
     );
 }
 
-fn fanout(b: &Bench) {
+/// A `delta` frame as far as the bench needs it (borrowed where it can).
+#[derive(Deserialize)]
+struct Frame<'a> {
+    #[serde(borrow)]
+    method: Option<&'a str>,
+    #[serde(borrow)]
+    params: Option<FrameParams<'a>>,
+    id: Option<IgnoredAny>,
+}
+
+#[derive(Deserialize)]
+struct FrameParams<'a> {
+    #[serde(borrow)]
+    text: Option<Cow<'a, str>>,
+}
+
+/// What one NDJSON line is to a reader.
+enum Line {
+    /// A `session.delta` with this many bytes of text.
+    Delta(usize),
+    /// A `session.delta_discard`.
+    Discard,
+    /// The request's terminal frame.
+    Terminal,
+    Other,
+}
+
+fn classify(line: &[u8]) -> Line {
+    let Ok(f) = serde_json::from_slice::<Frame>(line) else {
+        return Line::Other;
+    };
+    match f.method {
+        Some("session.delta") => Line::Delta(f.params.and_then(|p| p.text).map_or(0, |t| t.len())),
+        Some("session.delta_discard") => Line::Discard,
+        None if f.id.is_some() => Line::Terminal,
+        _ => Line::Other,
+    }
+}
+
+/// An NDJSON response read by a task of the generator's event loop.
+struct Reader {
+    sock: Async<TcpStream>,
+    /// The last read emptied the socket: wait for readiness before the
+    /// next (a read that would only say EAGAIN costs a system call).
+    drained: bool,
+    decoder: ResponseDecoder,
+    buf: Vec<u8>,
+    body: Vec<u8>,
+    start: usize,
+    /// When the read that brought the bytes being consumed returned.
+    at: Instant,
+}
+
+impl Reader {
+    /// Posts `request` to the session's rpc route; back once the head came.
+    async fn open(addr: SocketAddr, sid: &str, key: &str, request: &Value) -> Reader {
+        let mut sock = Async::<TcpStream>::connect(addr).await.expect("connect");
+        sock.get_ref().set_nodelay(true).expect("nodelay");
+        let body = serde_json::to_vec(request).expect("json");
+        let mut req = format!(
+            "POST /api/v1/sessions/{sid}/rpc HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {key}\r\n\
+             content-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+            body.len()
+        )
+        .into_bytes();
+        req.extend_from_slice(&body);
+        sock.write_all(&req).await.expect("write request");
+        let mut r = Reader {
+            sock,
+            drained: false,
+            decoder: ResponseDecoder::new(),
+            buf: vec![0; 64 * 1024],
+            body: Vec::new(),
+            start: 0,
+            at: Instant::now(),
+        };
+        loop {
+            match r.decoder.poll().expect("decode") {
+                Some(ResponseEvent::Head(h)) => {
+                    assert_eq!(h.status, 200, "{h:?}");
+                    return r;
+                }
+                Some(_) => panic!("body before the head"),
+                None => r.fill().await,
+            }
+        }
+    }
+
+    async fn fill(&mut self) {
+        loop {
+            if self.drained {
+                self.sock.readable().await.expect("readable");
+            }
+            match self.sock.get_ref().read(&mut self.buf) {
+                Ok(n) => {
+                    assert!(n > 0, "stream closed early");
+                    self.at = Instant::now();
+                    self.drained = n < self.buf.len();
+                    self.decoder.feed(&self.buf[..n]);
+                    return;
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => self.drained = true,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => panic!("read: {e}"),
+            }
+        }
+    }
+
+    /// The next line and when it arrived; `None` at the end of the body.
+    async fn next(&mut self) -> Option<(Line, Instant)> {
+        loop {
+            if let Some(i) = self.body[self.start..].iter().position(|&b| b == b'\n') {
+                let line = &self.body[self.start..self.start + i];
+                self.start += i + 1;
+                return Some((classify(line), self.at));
+            }
+            match self.decoder.poll().expect("decode") {
+                Some(ResponseEvent::Data(d)) => {
+                    self.body.drain(..self.start);
+                    self.start = 0;
+                    self.body.extend_from_slice(&d);
+                }
+                Some(ResponseEvent::End { .. }) => return None,
+                Some(ResponseEvent::Head(_)) => {}
+                None => self.fill().await,
+            }
+        }
+    }
+}
+
+/// An observer: (each delta's arrival, text length so far), discards seen.
+async fn observe(mut r: Reader) -> (Vec<(Instant, usize)>, usize) {
+    let (mut out, mut len, mut discards) = (Vec::new(), 0, 0);
+    while let Some((line, at)) = r.next().await {
+        match line {
+            Line::Delta(n) => {
+                len += n;
+                out.push((at, len));
+                if len >= TOKENS * TOKEN_CHARS {
+                    break;
+                }
+            }
+            Line::Discard => discards += 1,
+            _ => {}
+        }
+    }
+    (out, discards)
+}
+
+/// `sessions` sessions streaming at once, each read by its driver and
+/// `observers` opted-in subscribers; every reader a task of one
+/// single-threaded event loop (the generator's CPU is printed), the mock's
+/// streams paced by timers on one other thread.
+fn fanout(b: &Bench, sessions: usize, observers: usize, stagger: Duration) {
     b.mock.set_stream_timing(paced());
     b.mock.set_default(Reply::text(answer()));
-    let mut jobs = Vec::new();
-    let start = Arc::new(Barrier::new(SESSIONS * (OBSERVERS + 1) + 1));
-    for i in 0..SESSIONS {
+    let addr = b.server.client().addr;
+    let mut plan = Vec::new();
+    for i in 0..sessions {
         let (sid, skey) = session(b, &b.streamed_key);
         let marker = format!("fan-{i}-{}", unique_name("m"));
-        for _ in 0..OBSERVERS {
-            let (_, client) = fixtures::create_key(&b.server, &b.streamed_profile);
-            let okey = fixtures::join_session(&b.server, &sid, &client, json!({}));
-            let mut s = RawStream::open(
-                &b.server,
-                &sid,
-                &okey,
-                &json!({"jsonrpc": "2.0", "id": 1, "method": "session.subscribe",
-                        "params": {"extensions": ["turn.deltas"]}}),
-            );
-            let (go, marker) = (start.clone(), marker.clone());
-            jobs.push(thread::spawn(move || {
-                go.wait();
-                let mut out = Vec::new();
-                let mut len = 0;
-                while let Some(line) = s.next_line() {
-                    let now = Instant::now();
-                    let v: Value = serde_json::from_str(&line).unwrap_or(Value::Null);
-                    if v["method"] == "session.delta" {
-                        len += v["params"]["text"].as_str().map_or(0, str::len);
-                        out.push((now, len));
-                        if len >= TOKENS * TOKEN_CHARS {
-                            break;
+        let keys: Vec<String> = (0..observers)
+            .map(|_| {
+                let (_, client) = fixtures::create_key(&b.server, &b.streamed_profile);
+                fixtures::join_session(&b.server, &sid, &client, json!({}))
+            })
+            .collect();
+        plan.push((sid, skey, marker, keys));
+    }
+    let subscribe = json!({"jsonrpc": "2.0", "id": 1, "method": "session.subscribe",
+                           "params": {"extensions": ["turn.deltas"]}});
+    let ex = smol::LocalExecutor::new();
+    let pid = b.server.pid();
+    let (results, usage, frames) = smol::block_on(ex.run(async {
+        // Every subscription is in place before any turn starts.
+        let mut readers = Vec::new();
+        for (sid, _, marker, keys) in &plan {
+            for k in keys {
+                readers.push((marker.clone(), Reader::open(addr, sid, k, &subscribe).await));
+            }
+        }
+        let meter = Meter::start(pid);
+        let watching: Vec<_> = (readers.into_iter())
+            .map(|(marker, r)| (marker, ex.spawn(observe(r))))
+            .collect();
+        let t0 = Instant::now();
+        let drivers: Vec<_> = (plan.iter().enumerate())
+            .map(|(i, (sid, skey, marker, _))| {
+                // Spread evenly over `stagger`: the streams' tokens then
+                // come out of phase instead of all in the same instant.
+                let at = t0 + stagger * i as u32 / sessions.max(1) as u32;
+                let request = json!({"jsonrpc": "2.0", "id": 1, "method": "session.sendMessage",
+                                     "params": {"message": {"role": "user", "content": marker}}});
+                let (sid, skey) = (sid.clone(), skey.clone());
+                ex.spawn(async move {
+                    Timer::at(at).await;
+                    let mut r = Reader::open(addr, &sid, &skey, &request).await;
+                    let mut deltas = 0;
+                    while let Some((line, _)) = r.next().await {
+                        match line {
+                            Line::Delta(_) => deltas += 1,
+                            Line::Terminal => break,
+                            _ => {}
                         }
                     }
-                }
-                (marker, out)
-            }));
+                    deltas
+                })
+            })
+            .collect();
+        let mut results = Vec::new();
+        let mut frames = 0;
+        for (marker, w) in watching {
+            let (deltas, discards) = w.await;
+            frames += deltas.len();
+            results.push((marker, deltas, discards));
         }
-        let (go, addr) = (start.clone(), b.server.client().addr);
-        jobs.push(thread::spawn(move || {
-            go.wait();
-            let request = json!({"jsonrpc": "2.0", "id": 1, "method": "session.sendMessage",
-                                 "params": {"message": {"role": "user", "content": marker}}});
-            let _ = read_turn(&mut RawStream::open_at(addr, &sid, &skey, &request));
-            (String::new(), Vec::new())
-        }));
-    }
-    start.wait();
-    let mut lags = Vec::new();
-    for j in jobs {
-        let (marker, deltas) = j.join().expect("reader");
-        if marker.is_empty() {
-            continue;
+        for d in drivers {
+            frames += d.await;
         }
+        (results, meter.finish(), frames)
+    }));
+    let (mut lags, mut discards) = (Vec::new(), 0);
+    for (marker, deltas, d) in results {
+        discards += d;
         let writes = b.mock.stream_writes(seq_of(&b.mock, &marker));
         for (at, len) in deltas {
             if let Some(w) = token_written(&writes, len) {
@@ -307,7 +492,8 @@ fn fanout(b: &Bench) {
     }
     lags.sort();
     println!(
-        "## {SESSIONS} concurrent streaming turns × {OBSERVERS} observers ({} deltas read)",
+        "## {sessions} concurrent streaming turns × {observers} observers, starts spread over {} ({} deltas read, {discards} discards)",
+        ms(stagger),
         lags.len()
     );
     println!("| delta lag p50 | p99 | max |");
@@ -318,12 +504,33 @@ fn fanout(b: &Bench) {
         ms(pct(&lags, 0.99)),
         ms(*lags.last().unwrap_or(&Duration::ZERO))
     );
+    let per_1000 = usage.server_per(frames).map(|d| d * 1000);
+    println!(
+        "{usage}; {frames} delta frames delivered, server CPU per 1,000: {}",
+        per_1000.map_or("?".into(), ms)
+    );
+    let metrics = b.server.admin().get("/metrics");
+    if let Some(steps) = engine_steps_summary(&String::from_utf8_lossy(&metrics.body)) {
+        println!("{steps} (the whole run)");
+    }
 }
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let b = boot();
-    first_delta(&b, arg(&args, "--turns", 50));
-    cpu(&b, arg(&args, "--cpu-turns", 200));
-    fanout(&b);
+    let parts = (args.iter().position(|a| a == "--parts"))
+        .and_then(|i| args.get(i + 1).cloned())
+        .unwrap_or_else(|| "first,cpu,fanout".into());
+    if parts.contains("first") {
+        first_delta(&b, arg(&args, "--turns", 50));
+    }
+    if parts.contains("cpu") {
+        cpu(&b, arg(&args, "--cpu-turns", 200));
+    }
+    if parts.contains("fanout") {
+        let sessions = arg(&args, "--sessions", SESSIONS);
+        let observers = arg(&args, "--observers", OBSERVERS);
+        let stagger = Duration::from_millis(arg(&args, "--stagger-ms", 0) as u64);
+        fanout(&b, sessions, observers, stagger);
+    }
 }

@@ -7,7 +7,8 @@
 //! Replies are taken from a FIFO script shared by every connection (in the
 //! order requests finish arriving); when the script is empty the default
 //! reply is used (initially the text `"ok"` with usage (10, 5) in the wire
-//! format of the endpoint hit). Connections are kept alive, one thread each.
+//! format of the endpoint hit). Connections are kept alive, one thread each
+//! (a streamed reply is paced on timers by a task, `stream.rs`).
 
 use std::collections::VecDeque;
 use std::io::{self, Read, Write};
@@ -582,7 +583,7 @@ fn read_request(conn: &mut TcpStream, input: &mut Vec<u8>) -> io::Result<Option<
     Ok(Some(Incoming { head, body }))
 }
 
-fn serve_conn(mut conn: TcpStream, ordinal: u64, shared: &Shared) -> io::Result<()> {
+fn serve_conn(mut conn: TcpStream, ordinal: u64, shared: &Arc<Shared>) -> io::Result<()> {
     let mut input = Vec::new();
     loop {
         let Some(req) = read_request(&mut conn, &mut input)? else {
@@ -664,7 +665,12 @@ struct Answer<'a> {
 }
 
 /// Write the reply; Ok(false) means the connection must be dropped.
-fn answer(conn: &mut TcpStream, shared: &Shared, reply: Reply, to: Answer) -> io::Result<bool> {
+fn answer(
+    conn: &mut TcpStream,
+    shared: &Arc<Shared>,
+    reply: Reply,
+    to: Answer,
+) -> io::Result<bool> {
     let Answer {
         endpoint,
         seq,

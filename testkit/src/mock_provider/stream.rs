@@ -12,11 +12,16 @@
 //! waiting. Faults ([`StreamFault`]): the stream cut, a malformed event,
 //! an in-stream error, pings forever or silence after some events. The
 //! mock notices a client that closes the connection mid-stream
-//! ([`MockProvider::stream_closes`]).
+//! ([`MockProvider::stream_closes`]). Streams are paced by tasks on smol's
+//! executor, on timers, not by their connections' threads.
 
-use std::io::{self, Read, Write};
+use std::io::{self, Read};
 use std::net::TcpStream;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use smol::io::AsyncWriteExt;
+use smol::{future, Async, Timer};
 
 use proto::provider::stream::encode;
 use proto::provider::Kind;
@@ -183,9 +188,14 @@ fn events(endpoint: Endpoint, body: &Value, token_chars: usize) -> (Kind, Vec<St
 }
 
 /// Writes the streamed reply; `Ok(false)` when the connection must close.
+///
+/// The pacing runs as a task on smol's global executor, so one thread
+/// paces every stream on timers and watches every socket for the client's
+/// close; this connection's thread only waits for the task (a thread per
+/// paced stream, woken per token, would load the box a bench measures).
 pub(super) fn answer(
     conn: &mut TcpStream,
-    shared: &Shared,
+    shared: &Arc<Shared>,
     streamed: Streamed,
     body: Value,
     endpoint: Endpoint,
@@ -211,69 +221,82 @@ pub(super) fn answer(
             events.push(encode::error(kind, "overloaded_error", "Overloaded"));
         }
     }
-    let head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\n\
-                transfer-encoding: chunked\r\nconnection: keep-alive\r\n\r\n";
-    conn.write_all(head.as_bytes())?;
-    let mut w = Writer {
-        conn,
-        shared,
+    let pacer = Pacer {
+        sock: Async::new(conn.try_clone()?)?,
+        shared: shared.clone(),
         seq,
         sent: 0,
         kind,
         ping_every: timing.ping_every,
     };
-    let started = Instant::now();
-    for (i, ev) in events.iter().enumerate() {
-        let wait = match i {
-            0 => Duration::ZERO,
-            1 => timing.first_token.saturating_sub(started.elapsed()),
-            _ => timing.per_token,
-        };
-        if !w.wait(wait)? || !w.event(ev)? {
-            return Ok(false);
-        }
-    }
-    match fault {
-        Some(StreamFault::PingsForever { .. }) => {
-            let every = timing.ping_every.unwrap_or(Duration::from_millis(100));
-            loop {
-                if !w.wait_quiet(every)? || !w.event(&encode::ping(kind))? {
-                    return Ok(false);
-                }
-            }
-        }
-        Some(StreamFault::Silence { .. }) => loop {
-            if !w.wait_quiet(Duration::from_millis(100))? {
-                return Ok(false);
-            }
-        },
-        _ => {}
-    }
-    w.conn.write_all(b"0\r\n\r\n")?;
-    w.conn.flush()?;
+    let done = smol::future::block_on(smol::spawn(pacer.run(events, timing, fault)));
+    // The task's handle made the socket non-blocking (one file
+    // description); this thread reads the next request blocking.
+    conn.set_nonblocking(false)?;
     // A cut ends the body early; the connection closes too.
-    Ok(cut_at.is_none())
+    Ok(done? && cut_at.is_none())
 }
 
-struct Writer<'a> {
-    conn: &'a mut TcpStream,
-    shared: &'a Shared,
+/// One streamed reply being paced.
+struct Pacer {
+    sock: Async<TcpStream>,
+    shared: Arc<Shared>,
     seq: u64,
     sent: usize,
     kind: Kind,
     ping_every: Option<Duration>,
 }
 
-impl Writer<'_> {
+impl Pacer {
+    /// The whole reply; `Ok(false)` once the client has gone.
+    async fn run(
+        mut self,
+        events: Vec<String>,
+        timing: StreamTiming,
+        fault: Option<StreamFault>,
+    ) -> io::Result<bool> {
+        let head =
+            "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\n\
+                    transfer-encoding: chunked\r\nconnection: keep-alive\r\n\r\n";
+        self.sock.write_all(head.as_bytes()).await?;
+        let started = Instant::now();
+        for (i, ev) in events.iter().enumerate() {
+            let wait = match i {
+                0 => Duration::ZERO,
+                1 => timing.first_token.saturating_sub(started.elapsed()),
+                _ => timing.per_token,
+            };
+            if !self.wait(wait).await? || !self.event(ev).await? {
+                return Ok(false);
+            }
+        }
+        match fault {
+            Some(StreamFault::PingsForever { .. }) => {
+                let every = timing.ping_every.unwrap_or(Duration::from_millis(100));
+                loop {
+                    if !self.wait_quiet(every).await?
+                        || !self.event(&encode::ping(self.kind)).await?
+                    {
+                        return Ok(false);
+                    }
+                }
+            }
+            Some(StreamFault::Silence { .. }) => loop {
+                if !self.wait_quiet(Duration::from_millis(100)).await? {
+                    return Ok(false);
+                }
+            },
+            _ => {}
+        }
+        self.sock.write_all(b"0\r\n\r\n").await?;
+        self.sock.flush().await?;
+        Ok(true)
+    }
+
     /// One event as one chunk; `false` once the client has gone.
-    fn event(&mut self, ev: &str) -> io::Result<bool> {
+    async fn event(&mut self, ev: &str) -> io::Result<bool> {
         let chunk = format!("{:x}\r\n{ev}\r\n", ev.len());
-        if self
-            .conn
-            .write_all(chunk.as_bytes())
-            .and_then(|_| self.conn.flush())
-            .is_err()
-        {
+        if self.sock.write_all(chunk.as_bytes()).await.is_err() {
             self.closed();
             return Ok(false);
         }
@@ -290,9 +313,9 @@ impl Writer<'_> {
 
     /// Waits `d`, pinging at the configured period; `false` once the client
     /// has gone (or the mock stops).
-    fn wait(&mut self, d: Duration) -> io::Result<bool> {
+    async fn wait(&mut self, d: Duration) -> io::Result<bool> {
         let Some(every) = self.ping_every else {
-            return self.wait_quiet(d);
+            return self.wait_quiet(d).await;
         };
         let deadline = Instant::now() + d;
         loop {
@@ -300,34 +323,47 @@ impl Writer<'_> {
             if left.is_zero() {
                 return Ok(true);
             }
-            if !self.wait_quiet(left.min(every))? {
+            if !self.wait_quiet(left.min(every)).await? {
                 return Ok(false);
             }
-            if Instant::now() < deadline && !self.event(&encode::ping(self.kind))? {
+            if Instant::now() < deadline && !self.event(&encode::ping(self.kind)).await? {
                 return Ok(false);
             }
         }
     }
 
     /// Waits `d` without writing, watching for the client's close.
-    fn wait_quiet(&mut self, d: Duration) -> io::Result<bool> {
+    async fn wait_quiet(&mut self, d: Duration) -> io::Result<bool> {
         let deadline = Instant::now() + d;
         let mut buf = [0u8; 256];
         loop {
             if self.shared.lock().shutdown {
                 return Ok(false);
             }
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
+            if deadline <= Instant::now() {
                 return Ok(true);
             }
-            self.conn
-                .set_read_timeout(Some(left.min(Duration::from_millis(5))))?;
-            let read = self.conn.read(&mut buf);
-            self.conn.set_read_timeout(None)?;
-            match read {
+            let sock = &self.sock;
+            let readable = future::or(
+                async {
+                    Timer::at(deadline).await;
+                    false
+                },
+                async {
+                    // An error shows in the read below.
+                    let _ = sock.readable().await;
+                    true
+                },
+            )
+            .await;
+            if !readable {
+                return Ok(true);
+            }
+            match self.sock.get_ref().read(&mut buf) {
                 Ok(0) => {
-                    self.closed();
+                    if !self.shared.lock().shutdown {
+                        self.closed();
+                    }
                     return Ok(false);
                 }
                 // A client sends nothing while it reads a response.
@@ -335,9 +371,8 @@ impl Writer<'_> {
                 Err(e)
                     if matches!(
                         e.kind(),
-                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                        io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
                     ) => {}
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(_) => {
                     self.closed();
                     return Ok(false);

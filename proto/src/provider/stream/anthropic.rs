@@ -4,6 +4,10 @@
 //! describe. Event types and delta types this reader does not know are
 //! skipped, as the API's versioning policy asks of clients.
 
+use std::borrow::Cow;
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use super::{data_object, push_fragment, DeltaKind, Fragment, StreamError};
@@ -33,6 +37,9 @@ impl Reader {
         ev: &SseEvent,
         out: &mut Vec<Fragment>,
     ) -> Result<bool, StreamError> {
+        if let Some(done) = self.text_delta(ev, out) {
+            return done;
+        }
         let mut data = data_object(ev)?;
         let kind = match data.get("type").and_then(Value::as_str) {
             Some(t) => t.to_string(),
@@ -110,6 +117,49 @@ impl Reader {
         Ok(true)
     }
 
+    /// A well-formed `content_block_delta` of text, thinking or input
+    /// JSON (nearly every event of a stream) read without building a JSON
+    /// tree; `None` for anything else, which [`Reader::event`] reads as
+    /// before (so every error stays its own).
+    fn text_delta(
+        &mut self,
+        ev: &SseEvent,
+        out: &mut Vec<Fragment>,
+    ) -> Option<Result<bool, StreamError>> {
+        // Objects only: serde would also take a struct from an array.
+        if !ev.data.trim_start().starts_with('{') {
+            return None;
+        }
+        let d: FastDelta<'_> = serde_json::from_str(&ev.data).ok()?;
+        if d.ty != "content_block_delta" || !d.delta.get().starts_with('{') {
+            return None;
+        }
+        let delta: FastInner<'_> = serde_json::from_str(d.delta.get()).ok()?;
+        if self.stopped {
+            return Some(Ok(true));
+        }
+        let index = usize::try_from(d.index).ok()?;
+        let (key, kind, text) = match delta.ty {
+            "text_delta" => ("text", DeltaKind::Text, delta.text?),
+            "thinking_delta" => ("thinking", DeltaKind::Thinking, delta.thinking?),
+            "input_json_delta" => ("", DeltaKind::InputJson, delta.partial_json?),
+            _ => return None,
+        };
+        let block = match block_mut(self.message.as_mut()?, index) {
+            Ok(b) => b,
+            Err(_) => return None,
+        };
+        if kind == DeltaKind::InputJson {
+            if let Some(json) = self.json.get_mut(index) {
+                json.get_or_insert_with(String::new).push_str(&text);
+            }
+        } else if let Err(e) = append(block, key, &text) {
+            return Some(Err(e));
+        }
+        push_fragment(out, index, kind, &text);
+        Some(Ok(true))
+    }
+
     /// The assembled message as compact JSON.
     pub(super) fn finish(self) -> Result<String, StreamError> {
         match (self.message, self.stopped) {
@@ -117,6 +167,30 @@ impl Reader {
             _ => Err(StreamError::Cut("message_stop")),
         }
     }
+}
+
+/// A `content_block_delta` event's data, borrowed where it can be.
+#[derive(Deserialize)]
+struct FastDelta<'a> {
+    #[serde(rename = "type", borrow)]
+    ty: &'a str,
+    index: u64,
+    #[serde(borrow)]
+    delta: &'a RawValue,
+}
+
+/// Its `delta` object (members other than these are ignored, as by the
+/// tree reader).
+#[derive(Deserialize)]
+struct FastInner<'a> {
+    #[serde(rename = "type", borrow)]
+    ty: &'a str,
+    #[serde(borrow)]
+    text: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    thinking: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    partial_json: Option<Cow<'a, str>>,
 }
 
 /// `error` event: `"<error.type>: <error.message>"` when it has them.

@@ -290,3 +290,58 @@ fn events_after_the_end_change_nothing() {
     let (got, _) = run(Kind::Anthropic, &extra);
     assert_eq!(got.unwrap().body_json, anthropic_body().to_string());
 }
+
+/// Text deltas are read without a JSON tree when well formed; any other
+/// shape goes through the tree reader and keeps its own error.
+#[test]
+fn odd_text_deltas_read_as_the_tree_reader_reads_them() {
+    let start = "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"m\",\"type\":\"message\",\"role\":\"assistant\",\"model\":\"m\",\"content\":[],\"stop_reason\":null,\"usage\":{\"input_tokens\":1,\"output_tokens\":1}}}\n\n\
+                 event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n";
+    let end = "event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\n\
+               event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":{\"output_tokens\":2}}\n\n\
+               event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n";
+    let delta = |data: &str| format!("event: content_block_delta\ndata: {data}\n\n");
+    let text = |deltas: &[&str]| {
+        let s = format!(
+            "{start}{}{end}",
+            deltas.iter().map(|d| delta(d)).collect::<String>()
+        );
+        let (res, frags) = run(Kind::Anthropic, &s);
+        let joined: String = frags.iter().map(|f| f.text.as_str()).collect();
+        res.map(|r| (r.body_json, joined))
+            .map_err(|e| e.to_string())
+    };
+    let (body, frags) = text(&[
+        r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"a\"\u00e9\n"}}"#,
+        // Members the reader does not use, duplicates, a non-string type:
+        // read by the tree reader, to the same text.
+        r#"{"index":0,"type":"content_block_delta","delta":{"text":"b","type":"text_delta","extra":[1]}}"#,
+        r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"x","text":"c"}}"#,
+        r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"d","thinking":7}}"#,
+        r#"{"type":"content_block_delta","index":0,"delta":{"type":"signature_delta","signature":"s"}}"#,
+    ])
+    .unwrap();
+    assert_eq!(frags, "a\"é\nbcd");
+    let body: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(body["content"][0]["text"], "a\"é\nbcd");
+    assert_eq!(body["content"][0]["signature"], "s");
+    let err = |d: &str| text(&[d]).unwrap_err();
+    assert_eq!(
+        err(r#"["content_block_delta",0,{"type":"text_delta","text":"a"}]"#),
+        "provider stream event is not valid: data is not a JSON object"
+    );
+    assert_eq!(
+        err(r#"{"type":"content_block_delta","index":0,"delta":["text_delta","a"]}"#),
+        "provider stream event is not valid: content_block_delta without a delta"
+    );
+    assert_eq!(
+        err(
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":null}}"#
+        ),
+        "provider stream event is not valid: a delta without its text"
+    );
+    assert_eq!(
+        err(r#"{"type":"content_block_delta","index":1,"delta":{"type":"text_delta","text":"a"}}"#),
+        "provider stream event is not valid: content block 1 was never started"
+    );
+}
