@@ -282,27 +282,33 @@ function stopSession() {
 
 // ---- quotas (extension) ------------------------------------------------------
 
-async function openQuotas() {
-  show('quota-view');
-  const v = { quotas: true, timer: null };
+/**
+ * Shows a view that reads one admin resource again every few seconds while
+ * it is shown (the quotas and traffic views).
+ */
+async function openPolled(viewId, titleId, path, render) {
+  show(viewId);
+  const v = { timer: null };
   state.view = v;
-  $('quota-title').focus();
-  await pollQuotas(v);
+  $(titleId).focus();
+  const poll = async () => {
+    if (state.view !== v) return;
+    try {
+      const body = await api(path);
+      if (state.view !== v) return;
+      notice('');
+      render(body);
+    } catch (e) {
+      if (e instanceof Unauthorized) return;
+      failed(e);
+    }
+    v.timer = setTimeout(poll, POLL_IDLE_MS);
+  };
+  await poll();
 }
 
-/** Reads `GET /admin/v1/quotas` again every few seconds while shown. */
-async function pollQuotas(v) {
-  if (state.view !== v) return;
-  try {
-    const q = await api('/admin/v1/quotas');
-    if (state.view !== v) return;
-    notice('');
-    renderQuotas(q);
-  } catch (e) {
-    if (e instanceof Unauthorized) return;
-    failed(e);
-  }
-  v.timer = setTimeout(() => pollQuotas(v), POLL_IDLE_MS);
+function openQuotas() {
+  return openPolled('quota-view', 'quota-title', '/admin/v1/quotas', renderQuotas);
 }
 
 function renderQuotas(q) {
@@ -335,27 +341,8 @@ function renderQuotas(q) {
 
 // ---- provider traffic (extension) -------------------------------------------
 
-async function openTraffic() {
-  show('traffic-view');
-  const v = { traffic: true, timer: null };
-  state.view = v;
-  $('traffic-title').focus();
-  await pollTraffic(v);
-}
-
-/** Reads `GET /admin/v1/traffic` again every few seconds while shown. */
-async function pollTraffic(v) {
-  if (state.view !== v) return;
-  try {
-    const t = await api('/admin/v1/traffic');
-    if (state.view !== v) return;
-    notice('');
-    renderTraffic(t);
-  } catch (e) {
-    if (e instanceof Unauthorized) return;
-    failed(e);
-  }
-  v.timer = setTimeout(() => pollTraffic(v), POLL_IDLE_MS);
+function openTraffic() {
+  return openPolled('traffic-view', 'traffic-title', '/admin/v1/traffic', renderTraffic);
 }
 
 function renderTraffic(t) {
