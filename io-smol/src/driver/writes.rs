@@ -160,22 +160,62 @@ mod tests {
         assert!(matches!(next(), Some(WriterMsg::Data(d)) if d.len() == 1));
     }
 
-    /// A socket that takes at most `per_call` bytes per write, or none.
-    struct Trickle {
+    /// A socket that takes at most `per_call` bytes per write (or none),
+    /// recording how much each call carried. A `vectored` one takes from
+    /// every slice it is offered; otherwise it keeps the trait's default
+    /// (the first non-empty slice only).
+    struct Socket {
         got: Vec<u8>,
         per_call: usize,
-        calls: usize,
+        vectored: bool,
+        calls: Vec<usize>,
     }
 
-    impl AsyncWrite for Trickle {
+    impl Socket {
+        fn trickle(per_call: usize) -> Self {
+            Socket {
+                got: Vec::new(),
+                per_call,
+                vectored: false,
+                calls: Vec::new(),
+            }
+        }
+        fn wide() -> Self {
+            Socket {
+                vectored: true,
+                ..Socket::trickle(usize::MAX)
+            }
+        }
+    }
+
+    impl AsyncWrite for Socket {
         fn poll_write(
             mut self: Pin<&mut Self>,
             _: &mut Context<'_>,
             buf: &[u8],
         ) -> Poll<io::Result<usize>> {
-            self.calls += 1;
             let n = buf.len().min(self.per_call);
+            self.calls.push(n);
             self.got.extend_from_slice(buf.get(..n).unwrap_or_default());
+            Poll::Ready(Ok(n))
+        }
+        fn poll_write_vectored(
+            mut self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+            bufs: &[io::IoSlice<'_>],
+        ) -> Poll<io::Result<usize>> {
+            if !self.vectored {
+                let first = bufs.iter().find(|b| !b.is_empty()).map_or(&[][..], |b| b);
+                return self.poll_write(cx, first);
+            }
+            let mut n = 0;
+            for b in bufs {
+                let take = b.len().min(self.per_call - n);
+                self.got
+                    .extend_from_slice(b.get(..take).unwrap_or_default());
+                n += take;
+            }
+            self.calls.push(n);
             Poll::Ready(Ok(n))
         }
         fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -189,66 +229,20 @@ mod tests {
     #[test]
     fn vectored_write_resumes_after_short_writes_in_order() {
         let bufs = [bytes(b"head\r\n"), bytes(b""), bytes(b"body")];
-        let mut out = Trickle {
-            got: Vec::new(),
-            per_call: 3,
-            calls: 0,
-        };
+        let mut out = Socket::trickle(3);
         futures_lite::future::block_on(write_all_vectored(&mut out, &bufs)).unwrap();
         assert_eq!(out.got, b"head\r\nbody");
         // The default `poll_write_vectored` writes the first non-empty
         // slice: 3 + 3, then 3 + 1.
-        assert_eq!(out.calls, 4);
+        assert_eq!(out.calls.len(), 4);
     }
 
     #[test]
     fn vectored_write_fails_on_a_socket_that_takes_nothing() {
-        let mut out = Trickle {
-            got: Vec::new(),
-            per_call: 0,
-            calls: 0,
-        };
+        let mut out = Socket::trickle(0);
         let err = futures_lite::future::block_on(write_all_vectored(&mut out, &[bytes(b"x")]))
             .unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::WriteZero);
-    }
-
-    /// A socket whose vectored write takes everything it is offered,
-    /// recording how much each call carried.
-    #[derive(Default)]
-    struct Wide {
-        got: Vec<u8>,
-        calls: Vec<usize>,
-    }
-
-    impl AsyncWrite for Wide {
-        fn poll_write(
-            mut self: Pin<&mut Self>,
-            _: &mut Context<'_>,
-            buf: &[u8],
-        ) -> Poll<io::Result<usize>> {
-            self.calls.push(buf.len());
-            self.got.extend_from_slice(buf);
-            Poll::Ready(Ok(buf.len()))
-        }
-        fn poll_write_vectored(
-            mut self: Pin<&mut Self>,
-            _: &mut Context<'_>,
-            bufs: &[io::IoSlice<'_>],
-        ) -> Poll<io::Result<usize>> {
-            let n = bufs.iter().map(|b| b.len()).sum();
-            self.calls.push(n);
-            for b in bufs {
-                self.got.extend_from_slice(b);
-            }
-            Poll::Ready(Ok(n))
-        }
-        fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
-            Poll::Ready(Ok(()))
-        }
-        fn poll_close(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
-            Poll::Ready(Ok(()))
-        }
     }
 
     #[test]
@@ -263,7 +257,7 @@ mod tests {
             Bytes::from(page.clone()),
             bytes(b"tail"),
         ];
-        let mut out = Wide::default();
+        let mut out = Socket::wide();
         let mut write = Box::pin(write_all_vectored(&mut out, &bufs));
         let mut cx = Context::from_waker(std::task::Waker::noop());
         // Each `Pending` is one yield to the executor between pieces.
@@ -286,7 +280,7 @@ mod tests {
     #[test]
     fn small_buffers_share_one_write_without_yielding() {
         let bufs = [bytes(b"a"), bytes(b"bc"), bytes(b"def")];
-        let mut out = Wide::default();
+        let mut out = Socket::wide();
         let mut write = Box::pin(write_all_vectored(&mut out, &bufs));
         let mut cx = Context::from_waker(std::task::Waker::noop());
         assert!(write.as_mut().poll(&mut cx).is_ready());
