@@ -12,9 +12,11 @@
 //! the signal listener, the replica relays and the MCP and sandbox tasks.
 //! One dedicated store thread runs the store jobs.
 
+use std::cell::Cell;
 use std::io;
 use std::net::Shutdown;
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use engine::pipeline::Job;
@@ -26,7 +28,8 @@ use smol::net::{TcpListener, TcpStream};
 use smol::Timer;
 
 use super::core::{listen_signals, Core, Event as CoreEvent, Runtime, WriterMsg};
-use super::{deadlines, provider, provider_http, spawn_store_thread, writes, Boot};
+use super::writes::{self, Flushes};
+use super::{deadlines, provider, provider_http, spawn_store_thread, Boot};
 
 /// This runtime's events.
 pub type Event = CoreEvent<TcpStream>;
@@ -51,29 +54,76 @@ pub(super) struct Smol {
     pub(super) deadlines: Rc<deadlines::Deadlines>,
     /// `BAE_FORWARD_TIMEOUT_MS` (replica mode).
     forward_timeout: Duration,
+    /// What the writers wrote and the engine has not been told of yet.
+    flushes: Rc<Flushes>,
 }
 
-impl super::core::Writer for Sender<WriterMsg> {
+/// A connection's writer. A small buffer for an idle connection (its
+/// writer task holds nothing, its queue is empty) is written at once, from
+/// the driver loop: no task wake-up and no event per write. Anything else,
+/// and what the socket did not take, goes through the writer task's queue,
+/// so the bytes keep their order.
+pub(super) struct ConnWriter {
+    conn: ConnId,
+    queue: Sender<WriterMsg>,
+    socket: Arc<async_io::Async<std::net::TcpStream>>,
+    /// The writer task holds bytes it has not written yet.
+    busy: Rc<Cell<bool>>,
+    flushes: Rc<Flushes>,
+}
+
+impl super::core::Writer for ConnWriter {
     fn put(&self, msg: WriterMsg) {
+        let msg = match msg {
+            WriterMsg::Data(b)
+                if b.len() <= writes::DIRECT_MAX
+                    && !self.busy.get()
+                    && self.queue.is_empty()
+                    && !self.queue.is_closed() =>
+            {
+                let n = writes::write_now(&mut self.socket.get_ref(), &b);
+                self.flushes.add(self.conn, n);
+                if n == b.len() {
+                    return;
+                }
+                // Rare (a full socket buffer): the rest is copied.
+                WriterMsg::Data(b.get(n..).unwrap_or_default().to_vec().into())
+            }
+            other => other,
+        };
         // Unbounded: never fails while the writer task is alive.
-        let _ = self.try_send(msg);
+        let _ = self.queue.try_send(msg);
     }
 }
 
 impl Runtime for Smol {
     type Stream = TcpStream;
-    type Writer = Sender<WriterMsg>;
+    type Writer = ConnWriter;
     type Call = super::calls::StreamingCall;
     type Relay = Sender<()>;
 
-    fn open(&mut self, conn: ConnId, stream: TcpStream) -> Option<Sender<WriterMsg>> {
+    fn open(&mut self, conn: ConnId, stream: TcpStream) -> Option<ConnWriter> {
         if let Err(e) = stream.set_nodelay(true) {
             tracing::debug!(conn = conn.0, error = %e, "TCP_NODELAY failed");
         }
-        let (writer_tx, writer_rx) = channel::unbounded();
+        let (queue, writer_rx) = channel::unbounded();
+        let busy = Rc::new(Cell::new(false));
         spawn_local(read_loop(conn, stream.clone(), self.events_tx.clone()));
-        spawn_local(write_loop(conn, stream, writer_rx, self.events_tx.clone()));
-        Some(writer_tx)
+        let writer = ConnWriter {
+            conn,
+            queue,
+            socket: stream.clone().into(),
+            busy: busy.clone(),
+            flushes: self.flushes.clone(),
+        };
+        spawn_local(write_loop(
+            conn,
+            stream,
+            writer_rx,
+            busy,
+            self.flushes.clone(),
+        ));
+        Some(writer)
     }
 
     fn refuse(&mut self, stream: TcpStream) {
@@ -93,9 +143,12 @@ impl Runtime for Smol {
         self.jobs_tx.try_send(jobs).is_ok()
     }
 
-    fn forward(&mut self, f: Forward, writer: &Sender<WriterMsg>) -> Option<Sender<()>> {
+    fn forward(&mut self, f: Forward, writer: &ConnWriter) -> Option<Sender<()>> {
         let (cancel_tx, cancel_rx) = smol::channel::bounded(1);
-        let relay = super::forward::relay(f, writer.clone(), cancel_rx, self.forward_timeout);
+        // The engine has forgotten the connection: from now on only the
+        // relay writes to it, through the queue.
+        let queue = writer.queue.clone();
+        let relay = super::forward::relay(f, queue, cancel_rx, self.forward_timeout);
         smol::spawn(relay).detach();
         Some(cancel_tx)
     }
@@ -126,6 +179,7 @@ pub fn run(boot: Boot) -> io::Result<()> {
         http_providers: Rc::new(provider_http::Pool::new(provider::idle_per_host())),
         deadlines: Rc::default(),
         forward_timeout: core_boot.settings.forward_timeout,
+        flushes: Rc::default(),
     };
     listen_signals(listeners.signals, events_tx.clone());
     let core = Core::new(core_boot, rt, events_tx);
@@ -155,6 +209,10 @@ async fn serve(
     }
     let mut timer = Timer::never();
     let mut armed: Option<Instant> = None;
+    let flushes = core.rt.flushes.clone();
+    // Flush reports taken from the ledger and not handed to the core yet
+    // (a burst takes at most `BURST` events).
+    let mut flushed: Vec<(ConnId, usize)> = Vec::new();
     loop {
         core.flush();
         if core.stopped() {
@@ -172,13 +230,27 @@ async fn serve(
             timer.set_at(wake);
             armed = Some(wake);
         }
-        let first = future::or(async { events.recv().await.ok() }, async {
-            (&mut timer).await;
+        let first = if flushed.is_empty() {
+            let woken = async {
+                future::or(flushes.ready(), async {
+                    (&mut timer).await;
+                })
+                .await;
+                None
+            };
+            future::or(async { events.recv().await.ok() }, woken).await
+        } else {
             None
-        })
-        .await;
-        if let Some(ev) = first {
-            core.handle_burst(ev, || events.try_recv().ok());
+        };
+        flushes.take_into(&mut flushed);
+        let mut next = || {
+            let f = flushed.pop().map(|(conn, bytes)| {
+                Event::Net(Input::Flushed { conn, bytes })
+            });
+            f.or_else(|| events.try_recv().ok())
+        };
+        if let Some(ev) = first.or_else(&mut next) {
+            core.handle_burst(ev, next);
         }
         core.rt.deadlines.fire(Instant::now());
         core.fire_timers();
@@ -245,29 +317,31 @@ async fn read_loop(conn: ConnId, stream: TcpStream, tx: Sender<Event>) {
     let _ = tx.send(Event::Net(Input::Closed { conn })).await;
 }
 
+/// A connection's writer task: what [`ConnWriter`] could not write at
+/// once, in order, then the close.
 async fn write_loop(
     conn: ConnId,
     mut stream: TcpStream,
     rx: Receiver<WriterMsg>,
-    tx: Sender<Event>,
+    busy: Rc<Cell<bool>>,
+    flushes: Rc<Flushes>,
 ) {
     while let Ok(WriterMsg::Data(first)) = rx.recv().await {
+        busy.set(true);
         // Whatever else is already queued goes out in the same write.
         let batch = writes::gather(first, || rx.try_recv().ok());
-        if writes::write_all_vectored(&mut stream, &batch.bufs)
-            .await
-            .is_err()
-        {
+        let written = writes::write_all_vectored(&mut stream, &batch.bufs).await;
+        busy.set(false);
+        if written.is_err() {
             break;
         }
-        let flushed = Input::Flushed {
-            conn,
-            bytes: batch.total,
-        };
-        if tx.send(Event::Net(flushed)).await.is_err() || batch.close_after {
+        flushes.add(conn, batch.total);
+        if batch.close_after {
             break;
         }
     }
+    // Nothing more is written directly: the queue is closed.
+    rx.close();
     let _ = stream.flush().await;
     // Also wakes the reader, which then reports `Closed`.
     let _ = stream.shutdown(Shutdown::Both);
