@@ -244,9 +244,9 @@ async fn serve(
         };
         flushes.take_into(&mut flushed);
         let mut next = || {
-            let f = flushed.pop().map(|(conn, bytes)| {
-                Event::Net(Input::Flushed { conn, bytes })
-            });
+            let f = flushed
+                .pop()
+                .map(|(conn, bytes)| Event::Net(Input::Flushed { conn, bytes }));
             f.or_else(|| events.try_recv().ok())
         };
         if let Some(ev) = first.or_else(&mut next) {
