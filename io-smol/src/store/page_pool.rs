@@ -39,6 +39,8 @@ pub fn clear() {
     PAGES.clear()
 }
 
+/// Kept page buffers, each with a handle the pool holds.
+#[derive(Default)]
 pub struct Pool(Mutex<Vec<Arc<String>>>);
 
 impl Pool {
