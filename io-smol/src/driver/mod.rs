@@ -25,6 +25,7 @@ mod deadlines;
 mod entropy;
 mod forward;
 pub mod mcp;
+mod outbox;
 pub mod provider;
 pub mod provider_http;
 pub mod provider_stream;

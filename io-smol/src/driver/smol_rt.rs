@@ -8,7 +8,8 @@
 //! the per-connection reader and writer tasks and the provider-call tasks
 //! (`calls.rs`), so bytes reach the engine and answers reach the sockets
 //! without waking another thread; they only move bytes and report back
-//! through one bounded channel. smol's global executor runs the acceptors,
+//! through one bounded channel. Small answers for idle connections do not
+//! even wake their writer: the loop writes them itself (`outbox.rs`). smol's global executor runs the acceptors,
 //! the signal listener, the replica relays and the MCP and sandbox tasks.
 //! One dedicated store thread runs the store jobs.
 
@@ -16,7 +17,6 @@ use std::cell::Cell;
 use std::io;
 use std::net::Shutdown;
 use std::rc::Rc;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use engine::pipeline::Job;
@@ -28,6 +28,7 @@ use smol::net::{TcpListener, TcpStream};
 use smol::Timer;
 
 use super::core::{listen_signals, Core, Event as CoreEvent, Runtime, WriterMsg};
+use super::outbox::{ConnWriter, Outbox};
 use super::writes::{self, Flushes};
 use super::{deadlines, provider, provider_http, spawn_store_thread, Boot};
 
@@ -54,46 +55,8 @@ pub(super) struct Smol {
     pub(super) deadlines: Rc<deadlines::Deadlines>,
     /// `BAE_FORWARD_TIMEOUT_MS` (replica mode).
     forward_timeout: Duration,
-    /// What the writers wrote and the engine has not been told of yet.
-    flushes: Rc<Flushes>,
-}
-
-/// A connection's writer. A small buffer for an idle connection (its
-/// writer task holds nothing, its queue is empty) is written at once, from
-/// the driver loop: no task wake-up and no event per write. Anything else,
-/// and what the socket did not take, goes through the writer task's queue,
-/// so the bytes keep their order.
-pub(super) struct ConnWriter {
-    conn: ConnId,
-    queue: Sender<WriterMsg>,
-    socket: Arc<async_io::Async<std::net::TcpStream>>,
-    /// The writer task holds bytes it has not written yet.
-    busy: Rc<Cell<bool>>,
-    flushes: Rc<Flushes>,
-}
-
-impl super::core::Writer for ConnWriter {
-    fn put(&self, msg: WriterMsg) {
-        let msg = match msg {
-            WriterMsg::Data(b)
-                if b.len() <= writes::DIRECT_MAX
-                    && !self.busy.get()
-                    && self.queue.is_empty()
-                    && !self.queue.is_closed() =>
-            {
-                let n = writes::write_now(&mut self.socket.get_ref(), &b);
-                self.flushes.add(self.conn, n);
-                if n == b.len() {
-                    return;
-                }
-                // Rare (a full socket buffer): the rest is copied.
-                WriterMsg::Data(b.get(n..).unwrap_or_default().to_vec().into())
-            }
-            other => other,
-        };
-        // Unbounded: never fails while the writer task is alive.
-        let _ = self.queue.try_send(msg);
-    }
+    /// The connections' writers, and what they wrote.
+    outbox: Rc<Outbox>,
 }
 
 impl Runtime for Smol {
@@ -109,20 +72,10 @@ impl Runtime for Smol {
         let (queue, writer_rx) = channel::unbounded();
         let busy = Rc::new(Cell::new(false));
         spawn_local(read_loop(conn, stream.clone(), self.events_tx.clone()));
-        let writer = ConnWriter {
-            conn,
-            queue,
-            socket: stream.clone().into(),
-            busy: busy.clone(),
-            flushes: self.flushes.clone(),
-        };
-        spawn_local(write_loop(
-            conn,
-            stream,
-            writer_rx,
-            busy,
-            self.flushes.clone(),
-        ));
+        let socket = stream.clone().into();
+        let writer = self.outbox.writer(conn, queue, socket, busy.clone());
+        let flushes = self.outbox.flushes.clone();
+        spawn_local(write_loop(conn, stream, writer_rx, busy, flushes));
         Some(writer)
     }
 
@@ -147,7 +100,7 @@ impl Runtime for Smol {
         let (cancel_tx, cancel_rx) = smol::channel::bounded(1);
         // The engine has forgotten the connection: from now on only the
         // relay writes to it, through the queue.
-        let queue = writer.queue.clone();
+        let queue = writer.queue();
         let relay = super::forward::relay(f, queue, cancel_rx, self.forward_timeout);
         smol::spawn(relay).detach();
         Some(cancel_tx)
@@ -179,7 +132,7 @@ pub fn run(boot: Boot) -> io::Result<()> {
         http_providers: Rc::new(provider_http::Pool::new(provider::idle_per_host())),
         deadlines: Rc::default(),
         forward_timeout: core_boot.settings.forward_timeout,
-        flushes: Rc::default(),
+        outbox: Rc::default(),
     };
     listen_signals(listeners.signals, events_tx.clone());
     let core = Core::new(core_boot, rt, events_tx);
@@ -209,12 +162,15 @@ async fn serve(
     }
     let mut timer = Timer::never();
     let mut armed: Option<Instant> = None;
-    let flushes = core.rt.flushes.clone();
+    let outbox = core.rt.outbox.clone();
+    let flushes = outbox.flushes.clone();
     // Flush reports taken from the ledger and not handed to the core yet
     // (a burst takes at most `BURST` events).
     let mut flushed: Vec<(ConnId, usize)> = Vec::new();
     loop {
         core.flush();
+        // What this turn routed to the sockets leaves now.
+        outbox.write_all();
         if core.stopped() {
             break;
         }
@@ -257,6 +213,7 @@ async fn serve(
     }
 
     core.rt.acceptors.clear();
+    outbox.write_straight();
     let events = &events;
     core.shutdown(move || async move { events.recv().await.ok() })
         .await;

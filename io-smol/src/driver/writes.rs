@@ -3,8 +3,8 @@
 //! queued into one batch, then write it with as few vectored writes as the
 //! socket takes (no copy: a page's head and its body, a burst of frames, a
 //! live event shared by many streams go out as they are). Also the flush
-//! ledger ([`Flushes`]) and the direct write of a small buffer to an idle
-//! connection ([`write_now`]) of `baesrv`'s writers.
+//! ledger ([`Flushes`]) and the direct write of small buffers to an idle
+//! connection ([`write_now`]) of `baesrv`'s writers (`outbox.rs`).
 
 use std::cell::{Cell, RefCell};
 use std::io;
@@ -19,7 +19,7 @@ use super::core::WriterMsg;
 /// Bytes after which a writer stops gathering queued buffers into one write.
 const MAX_WRITE: usize = 256 * 1024;
 /// Most buffers in one vectored write (well under `IOV_MAX`).
-const MAX_SLICES: usize = 64;
+pub(super) const MAX_SLICES: usize = 64;
 
 /// The buffers of one write, and whether the socket closes after them.
 #[derive(Debug)]
@@ -117,17 +117,17 @@ pub(super) async fn write_all_vectored(
     }
 }
 
-/// Largest buffer written straight to an idle connection's socket from the
+/// Most bytes written straight to an idle connection's socket from the
 /// driver loop: one write of at most one [`WRITE_SLICE`], like one piece of
 /// a writer task's batch, so a probe waits no longer behind it.
 pub(super) const DIRECT_MAX: usize = WRITE_SLICE;
 
-/// Writes what the socket takes of `buf` now, without waiting: the bytes
-/// written (0 when it is full or failed: the writer task then writes the
-/// rest, and meets the error itself).
-pub(super) fn write_now(out: &mut impl io::Write, buf: &[u8]) -> usize {
+/// Writes what the socket takes of `bufs` now, in one vectored write,
+/// without waiting: the bytes written (0 when it is full or failed: the
+/// writer task then writes the rest, and meets the error itself).
+pub(super) fn write_now(out: &mut impl io::Write, bufs: &[io::IoSlice<'_>]) -> usize {
     loop {
-        match out.write(buf) {
+        match out.write_vectored(bufs) {
             Ok(n) => return n,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(_) => return 0,
@@ -439,8 +439,12 @@ mod tests {
             interrupted: false,
             got: Vec::new(),
         };
-        assert_eq!(write_now(&mut out, b"frame"), 4, "retried after the signal");
+        let frame = [io::IoSlice::new(b"fra"), io::IoSlice::new(b"me")];
+        // The default vectored write takes the first slice only.
+        assert_eq!(write_now(&mut out, &frame), 3, "retried after the signal");
+        assert_eq!(write_now(&mut out, &frame[1..]), 1);
         assert_eq!(out.got, b"fram");
-        assert_eq!(write_now(&mut out, b"e"), 0, "full: nothing, no error");
+        let e = [io::IoSlice::new(b"e")];
+        assert_eq!(write_now(&mut out, &e), 0, "full: nothing, no error");
     }
 }
