@@ -36,3 +36,17 @@ impl<S: Send + 'static> Reports for smol::channel::Sender<super::core::Event<S>>
         self.send(super::core::Event::Signal).await.is_ok()
     }
 }
+
+/// Forwards SIGTERM and SIGINT to a runtime's queue (a task on smol's
+/// global executor, in every runtime).
+pub fn listen_signals(mut signals: async_signal::Signals, events: impl Reports) {
+    use futures_lite::StreamExt;
+    smol::spawn(async move {
+        while signals.next().await.is_some() {
+            if !events.signal().await {
+                break;
+            }
+        }
+    })
+    .detach();
+}

@@ -7,13 +7,8 @@ use std::time::Instant;
 use engine::pipeline::Job;
 use engine::store::{ReadId, ReadResult, StoreRead, StoreWrite};
 
+use super::core::StoreDone;
 use crate::store::Backend;
-
-/// What the store thread reports back.
-pub enum StoreDone {
-    Committed(u64),
-    Read(ReadId, Result<ReadResult, String>),
-}
 
 /// Starts the store thread ([`serve_store_jobs`]).
 pub fn spawn_store_thread(
