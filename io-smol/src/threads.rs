@@ -1,4 +1,4 @@
-//! `baesrv-threads`: the driver core ([`crate::driver::core`]) on std
+//! `baesrv-threads`: the driver core ([`engine::driver`]) on std
 //! threads and blocking sockets: one engine thread, one store thread, a
 //! reader and a writer per connection, one thread per provider call. Proof
 //! that the engine is runtime-agnostic (docs/porting.md): everything but
@@ -16,11 +16,11 @@ use engine::replicas::Forward;
 use engine::sandbox::{OpId, SandboxReply};
 use engine::{ConnId, Input, Listener, Now, ProviderCall};
 
-use crate::driver::core::{self, CallHandle, Core, Drain, Runtime, WriterMsg};
 use crate::driver::host::ProcessHost;
 use crate::driver::provider_stream::{perform_blocking, Abort};
 use crate::driver::reports::{listen_signals, Reports};
 use crate::driver::{spawn_store_thread, Boot, Clock};
+use engine::driver::{self as core, CallHandle, Core, Drain, Runtime, WriterMsg};
 
 type Event = core::Event<TcpStream>;
 
@@ -42,9 +42,12 @@ impl Reports for Queue {
     }
 }
 
-impl core::Writer for mpsc::Sender<WriterMsg> {
+/// A connection's writer thread, as the core holds it.
+struct WriterTx(mpsc::Sender<WriterMsg>);
+
+impl core::Writer for WriterTx {
     fn put(&self, msg: WriterMsg) {
-        let _ = self.send(msg);
+        let _ = self.0.send(msg);
     }
 }
 
@@ -63,7 +66,7 @@ struct Threads {
 
 impl Runtime for Threads {
     type Stream = TcpStream;
-    type Writer = mpsc::Sender<WriterMsg>;
+    type Writer = WriterTx;
     type Call = Abort;
     type Relay = ();
 
@@ -82,7 +85,7 @@ impl Runtime for Threads {
         let (rtx, tx) = (self.tx.clone(), self.tx.clone());
         thread::spawn(move || read_loop(conn, reader, rtx));
         thread::spawn(move || write_loop(conn, writer, wrx, tx));
-        Some(wtx)
+        Some(WriterTx(wtx))
     }
 
     fn refuse(&mut self, stream: TcpStream) {

@@ -5,7 +5,9 @@
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 
-use engine::{AuthPlacement, Config, Entropy, Snapshot, UnixMs};
+use crate::mcp::McpCommand;
+use crate::sandbox::SandboxCommand;
+use crate::{AuthPlacement, Config, Entropy, Now, Snapshot, UnixMs};
 
 use super::*;
 
@@ -135,12 +137,12 @@ const ADMIN_KEY: &str = "bae_admin_000000000000000000000000000000000000000000000
 
 /// A store holding the bootstrap admin key.
 fn snapshot() -> Snapshot {
-    use engine::store::{KeyRole, KeyRow, StoreWrite};
+    use crate::store::{KeyRole, KeyRow, StoreWrite};
     use sha2::Digest;
     let hash: String = (sha2::Sha256::digest(ADMIN_KEY.as_bytes()).iter())
         .map(|b| format!("{b:02x}"))
         .collect();
-    let mut store = engine::mem_store::MemStore::default();
+    let mut store = crate::mem_store::MemStore::default();
     store.apply(&StoreWrite::InsertKey(KeyRow {
         id: "key_admin".into(),
         name: "bootstrap-admin".into(),

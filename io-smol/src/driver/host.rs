@@ -1,5 +1,5 @@
 //! What the process around the engine provides the driver core besides a
-//! runtime ([`super::core::Host`]): the MCP and sandbox transports (child
+//! runtime ([`engine::driver::Host`]): the MCP and sandbox transports (child
 //! processes and HTTP), the heap trim, the telemetry exporter and the
 //! replica lease watch. Shared by both runtimes; only where the transports'
 //! tasks report ([`Reports`]) differs.
@@ -52,7 +52,7 @@ impl<Q: Reports> ProcessHost<Q> {
     }
 }
 
-impl<Q: Reports> super::core::Host for ProcessHost<Q> {
+impl<Q: Reports> engine::driver::Host for ProcessHost<Q> {
     fn mcp(&mut self, cmd: McpCommand) {
         self.mcp.perform(cmd);
     }

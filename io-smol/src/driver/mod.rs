@@ -1,13 +1,13 @@
 //! The runtimes around the sans-IO engine, and what they share.
 //!
-//! [`core`] is the driver core: the engine, its pipeline, the connection
-//! table and the in-flight bookkeeping, with every routing rule
-//! (docs/porting.md); it reads no clock and performs no I/O. A runtime is
-//! the core plus its own wait loop, clock, sockets and task spawning behind
-//! [`core::Runtime`]: `baesrv` on smol ([`smol_rt`], with `calls.rs` and the
+//! [`engine::driver`] is the driver core: the engine, its pipeline, the
+//! connection table and the in-flight bookkeeping, with every routing rule
+//! (docs/porting.md); it reads no clock and performs no I/O, and the
+//! simulator drives the same code. A runtime is the core plus its own wait
+//! loop, clock, sockets and task spawning behind [`engine::driver::Runtime`]: `baesrv` on smol ([`smol_rt`], with `calls.rs` and the
 //! replica relay `forward.rs`) and `baesrv-threads` on std threads
 //! (`crate::threads`). [`host::ProcessHost`] is the rest of the process the
-//! core calls through [`core::Host`]: the MCP and sandbox transports
+//! core calls through [`engine::driver::Host`]: the MCP and sandbox transports
 //! (`mcp.rs`, `sandbox.rs`), the heap trim, the telemetry exporter and the
 //! replica lease watch. The transports, the provider
 //! HTTP clients and the store thread's job loop (`store_jobs.rs`) are
@@ -23,7 +23,6 @@
 //! a restart rebuilds the state from the database.
 
 mod calls;
-pub mod core;
 mod deadlines;
 mod entropy;
 mod forward;
@@ -38,7 +37,7 @@ mod smol_rt;
 mod store_jobs;
 mod writes;
 
-pub use core::StoreDone;
+pub use engine::driver::StoreDone;
 pub use entropy::OsEntropy;
 pub use smol_rt::run;
 pub use store_jobs::{serve_store_jobs, spawn_store_thread};
@@ -47,6 +46,7 @@ use std::io;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use engine::driver::{CoreBoot, Limits};
 use engine::{Engine, MonoMs, Now, UnixMs};
 
 use crate::store::Backend;
@@ -177,10 +177,10 @@ impl Boot {
     /// The core's part, the host's part, and what the runtime keeps: the
     /// clock, the store (for its store thread), the listeners and the
     /// replica notices to follow.
-    pub fn split(self) -> (core::CoreBoot, HostBoot, RuntimeBoot) {
-        let core = core::CoreBoot {
+    pub fn split(self) -> (CoreBoot, HostBoot, RuntimeBoot) {
+        let core = CoreBoot {
             engine: self.engine,
-            limits: core::Limits {
+            limits: Limits {
                 shutdown_timeout: self.settings.shutdown_timeout,
                 max_connections: self.settings.max_connections,
             },

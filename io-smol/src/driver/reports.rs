@@ -19,21 +19,21 @@ pub trait Reports: Clone + Send + Sync + 'static {
 
 /// A bounded smol channel of core events (`baesrv`'s): a full queue holds
 /// the reporting task back instead of dropping the report.
-impl<S: Send + 'static> Reports for smol::channel::Sender<super::core::Event<S>> {
+impl<S: Send + 'static> Reports for smol::channel::Sender<engine::driver::Event<S>> {
     async fn mcp(&self, conn: McpConnId, event: McpEvent) -> bool {
-        self.send(super::core::Event::Mcp(conn, event))
+        self.send(engine::driver::Event::Mcp(conn, event))
             .await
             .is_ok()
     }
 
     async fn sandbox(&self, op: OpId, reply: SandboxReply) -> bool {
-        self.send(super::core::Event::Sandbox(op, reply))
+        self.send(engine::driver::Event::Sandbox(op, reply))
             .await
             .is_ok()
     }
 
     async fn signal(&self) -> bool {
-        self.send(super::core::Event::Signal).await.is_ok()
+        self.send(engine::driver::Event::Signal).await.is_ok()
     }
 }
 

@@ -1,4 +1,4 @@
-//! `baesrv`'s runtime: the driver core ([`super::core`]) on smol.
+//! `baesrv`'s runtime: the driver core ([`engine::driver`]) on smol.
 //!
 //! One thread owns the core (`smol::block_on`) and runs its loop: wait for
 //! the next events, hand them to the core as one burst, fire due timers.
@@ -25,10 +25,10 @@ use smol::channel::{self, Receiver, Sender};
 use smol::net::{TcpListener, TcpStream};
 use smol::Timer;
 
-use super::core::{Core, Drain, Event as CoreEvent, Runtime, WriterMsg};
 use super::host::ProcessHost;
 use super::reports::listen_signals;
 use super::{deadlines, provider, provider_http, spawn_store_thread, writes, Boot, Clock};
+use engine::driver::{Core, Drain, Event as CoreEvent, Runtime, WriterMsg};
 
 /// This runtime's events.
 pub type Event = CoreEvent<TcpStream>;
@@ -56,16 +56,19 @@ pub(super) struct Smol {
     forward_timeout: Duration,
 }
 
-impl super::core::Writer for Sender<WriterMsg> {
+/// A connection's writer task, as the core holds it.
+pub(super) struct WriterTx(Sender<WriterMsg>);
+
+impl engine::driver::Writer for WriterTx {
     fn put(&self, msg: WriterMsg) {
         // Unbounded: never fails while the writer task is alive.
-        let _ = self.try_send(msg);
+        let _ = self.0.try_send(msg);
     }
 }
 
 impl Runtime for Smol {
     type Stream = TcpStream;
-    type Writer = Sender<WriterMsg>;
+    type Writer = WriterTx;
     type Call = super::calls::StreamingCall;
     type Relay = Sender<()>;
 
@@ -77,14 +80,14 @@ impl Runtime for Smol {
         self.clock.micros()
     }
 
-    fn open(&mut self, conn: ConnId, stream: TcpStream) -> Option<Sender<WriterMsg>> {
+    fn open(&mut self, conn: ConnId, stream: TcpStream) -> Option<WriterTx> {
         if let Err(e) = stream.set_nodelay(true) {
             tracing::debug!(conn = conn.0, error = %e, "TCP_NODELAY failed");
         }
         let (writer_tx, writer_rx) = channel::unbounded();
         spawn_local(read_loop(conn, stream.clone(), self.events_tx.clone()));
         spawn_local(write_loop(conn, stream, writer_rx, self.events_tx.clone()));
-        Some(writer_tx)
+        Some(WriterTx(writer_tx))
     }
 
     fn refuse(&mut self, stream: TcpStream) {
@@ -108,9 +111,9 @@ impl Runtime for Smol {
         std::process::exit(1)
     }
 
-    fn forward(&mut self, f: Forward, writer: &Sender<WriterMsg>) -> Option<Sender<()>> {
+    fn forward(&mut self, f: Forward, writer: &WriterTx) -> Option<Sender<()>> {
         let (cancel_tx, cancel_rx) = smol::channel::bounded(1);
-        let relay = super::forward::relay(f, writer.clone(), cancel_rx, self.forward_timeout);
+        let relay = super::forward::relay(f, writer.0.clone(), cancel_rx, self.forward_timeout);
         smol::spawn(relay).detach();
         Some(cancel_tx)
     }

@@ -7,8 +7,8 @@ use std::time::Instant;
 use engine::pipeline::Job;
 use engine::store::{ReadId, ReadResult, StoreRead, StoreWrite};
 
-use super::core::StoreDone;
 use crate::store::Backend;
+use engine::driver::StoreDone;
 
 /// Starts the store thread ([`serve_store_jobs`]).
 pub fn spawn_store_thread(
