@@ -2,17 +2,17 @@
 //!
 //! [`engine::driver`] is the driver core: the engine, its pipeline, the
 //! connection table and the in-flight bookkeeping, with every routing rule
-//! (docs/porting.md); it reads no clock and performs no I/O, and the
-//! simulator drives the same code. A runtime is the core plus its own wait
-//! loop, clock, sockets and task spawning behind [`engine::driver::Runtime`]: `baesrv` on smol ([`smol_rt`], with `calls.rs` and the
-//! replica relay `forward.rs`) and `baesrv-threads` on std threads
-//! (`crate::threads`). [`host::ProcessHost`] is the rest of the process the
-//! core calls through [`engine::driver::Host`]: the MCP and sandbox transports
-//! (`mcp.rs`, `sandbox.rs`), the heap trim, the telemetry exporter and the
-//! replica lease watch. The transports, the provider
+//! (docs/porting.md); it reads no clock and performs no I/O. A runtime is
+//! the core plus its own wait loop, clock, sockets and task spawning behind
+//! [`engine::driver::Runtime`]: `baesrv` on smol ([`smol_rt`], with
+//! `calls.rs` and the replica relay `forward.rs`) and `baesrv-threads` on
+//! std threads (`crate::threads`). [`host::ProcessHost`] is the rest of the
+//! process the core calls through [`engine::driver::Host`], the same in
+//! both: the MCP and sandbox transports (`mcp.rs`, `sandbox.rs`), the heap
+//! trim, the telemetry exporter and the replica lease watch. The provider
 //! HTTP clients and the store thread's job loop (`store_jobs.rs`) are
-//! shared; so is a writer's batching (`writes.rs`), for any runtime with
-//! async sockets (`baesrv-threads` writes each buffer as it comes).
+//! shared too; so is a writer's batching (`writes.rs`), for any runtime
+//! with async sockets (`baesrv-threads` writes each buffer as it comes).
 //!
 //! The driver contains no protocol logic: it never looks inside bytes,
 //! writes or reads.
