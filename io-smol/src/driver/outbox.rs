@@ -19,8 +19,8 @@ use engine::bytes::Bytes;
 use engine::ConnId;
 use smol::channel::Sender;
 
-use super::core::WriterMsg;
 use super::writes::{self, Flushes};
+use engine::driver::WriterMsg;
 
 /// The connections with buffers waiting, and what was written.
 #[derive(Default)]
@@ -86,7 +86,7 @@ impl Outbox {
     }
 }
 
-impl super::core::Writer for ConnWriter {
+impl engine::driver::Writer for ConnWriter {
     fn put(&self, msg: WriterMsg) {
         if self.outbox.straight.get() {
             return self.link.enqueue(msg);

@@ -14,7 +14,7 @@ use engine::bytes::Bytes;
 use engine::ConnId;
 use futures_lite::{AsyncWrite, AsyncWriteExt};
 
-use super::core::WriterMsg;
+use engine::driver::WriterMsg;
 
 /// Bytes after which a writer stops gathering queued buffers into one write.
 const MAX_WRITE: usize = 256 * 1024;
