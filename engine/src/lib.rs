@@ -35,6 +35,7 @@ mod config;
 mod conn;
 mod connections;
 mod decls;
+pub mod driver;
 pub mod faults;
 pub mod history_cache;
 pub mod history_load;

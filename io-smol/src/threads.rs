@@ -1,4 +1,4 @@
-//! `baesrv-threads`: the driver core ([`crate::driver::core`]) on std
+//! `baesrv-threads`: the driver core ([`engine::driver`]) on std
 //! threads and blocking sockets: one engine thread, one store thread, a
 //! reader and a writer per connection, one thread per provider call. Proof
 //! that the engine is runtime-agnostic (docs/porting.md): everything but
@@ -14,12 +14,13 @@ use engine::mcp::{McpConnId, McpEvent};
 use engine::pipeline::Job;
 use engine::replicas::Forward;
 use engine::sandbox::{OpId, SandboxReply};
-use engine::{ConnId, Input, Listener, ProviderCall};
+use engine::{ConnId, Input, Listener, Now, ProviderCall};
 
-use crate::driver::core::{self, listen_signals, CallHandle, Core, Runtime, WriterMsg};
+use crate::driver::host::ProcessHost;
 use crate::driver::provider_stream::{perform_blocking, Abort};
-use crate::driver::reports::Reports;
-use crate::driver::{spawn_store_thread, Boot};
+use crate::driver::reports::{listen_signals, Reports};
+use crate::driver::{spawn_store_thread, Boot, Clock};
+use engine::driver::{self as core, CallHandle, Core, Drain, Runtime, WriterMsg};
 
 type Event = core::Event<TcpStream>;
 
@@ -41,9 +42,12 @@ impl Reports for Queue {
     }
 }
 
-impl core::Writer for mpsc::Sender<WriterMsg> {
+/// A connection's writer thread, as the core holds it.
+struct WriterTx(mpsc::Sender<WriterMsg>);
+
+impl core::Writer for WriterTx {
     fn put(&self, msg: WriterMsg) {
-        let _ = self.send(msg);
+        let _ = self.0.send(msg);
     }
 }
 
@@ -55,15 +59,24 @@ impl CallHandle for Abort {
 
 /// What the core asks of std: threads and channels.
 struct Threads {
+    clock: Clock,
     tx: mpsc::Sender<Event>,
     jobs_tx: mpsc::Sender<Vec<Job>>,
 }
 
 impl Runtime for Threads {
     type Stream = TcpStream;
-    type Writer = mpsc::Sender<WriterMsg>;
+    type Writer = WriterTx;
     type Call = Abort;
     type Relay = ();
+
+    fn now(&self) -> Now {
+        self.clock.now()
+    }
+
+    fn micros(&self) -> u64 {
+        self.clock.micros()
+    }
 
     fn open(&mut self, conn: ConnId, stream: TcpStream) -> Option<Self::Writer> {
         let _ = stream.set_nodelay(true);
@@ -72,7 +85,7 @@ impl Runtime for Threads {
         let (rtx, tx) = (self.tx.clone(), self.tx.clone());
         thread::spawn(move || read_loop(conn, reader, rtx));
         thread::spawn(move || write_loop(conn, writer, wrx, tx));
-        Some(wtx)
+        Some(WriterTx(wtx))
     }
 
     fn refuse(&mut self, stream: TcpStream) {
@@ -100,6 +113,10 @@ impl Runtime for Threads {
         self.jobs_tx.send(jobs).is_ok()
     }
 
+    fn store_lost(&mut self) -> ! {
+        std::process::exit(1)
+    }
+
     /// Never asked: replica mode is refused at start.
     fn forward(&mut self, _: Forward, _: &Self::Writer) -> Option<()> {
         None
@@ -110,12 +127,13 @@ impl Runtime for Threads {
 /// [`crate::app::Runtime`]).
 pub fn run(boot: Boot) -> io::Result<()> {
     tracing::info!("runtime: std threads");
-    let (core_boot, store, listeners, _) = boot.split();
+    let (core_boot, host_boot, own) = boot.split();
+    let listeners = own.listeners;
     let (tx, rx) = mpsc::channel();
     let (jobs_tx, jobs_rx) = mpsc::channel::<Vec<Job>>();
     let store_tx = tx.clone();
     let store_thread = spawn_store_thread(
-        store,
+        own.store,
         move || jobs_rx.recv().ok(),
         move |d| store_tx.send(Event::Store(d)).is_ok(),
     )?;
@@ -129,25 +147,40 @@ pub fn run(boot: Boot) -> io::Result<()> {
     }
     listen_signals(listeners.signals, Queue(tx.clone()));
     let rt = Threads {
+        clock: own.clock,
         tx: tx.clone(),
         jobs_tx,
     };
-    let mut core = Core::new(core_boot, rt, Queue(tx));
+    let mut core = Core::new(core_boot, rt, host_boot.build(Queue(tx)));
     serve(&mut core, &rx);
-    let rx = &rx;
-    futures_lite::future::block_on(core.shutdown(move || async move { rx.recv().ok() }));
+    core.begin_drain();
+    while let Drain::Wait(until) = core.drain() {
+        let ev = match until {
+            Some(at) => {
+                let wait = (core.rt.clock.instant_at(at))
+                    .saturating_duration_since(std::time::Instant::now());
+                rx.recv_timeout(wait)
+            }
+            None => rx.recv().map_err(|_| mpsc::RecvTimeoutError::Disconnected),
+        };
+        match ev {
+            Ok(ev) => core.drain_event(ev),
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+        }
+    }
+    core.finish();
     let _ = store_thread.join();
     Ok(())
 }
 
-fn serve(core: &mut Core<Threads, Queue>, rx: &mpsc::Receiver<Event>) {
+fn serve(core: &mut Core<Threads, ProcessHost<Queue>>, rx: &mpsc::Receiver<Event>) {
     loop {
         core.flush();
         if core.stopped() {
             return;
         }
-        let wait = core
-            .next_wake()
+        let wait = (core.rt.clock.instant_at(core.next_wake()))
             .saturating_duration_since(std::time::Instant::now());
         match rx.recv_timeout(wait) {
             Ok(ev) => core.handle_burst(ev, || rx.try_recv().ok()),

@@ -11,10 +11,10 @@ use engine::{ProviderCall, ProviderReply};
 use futures_lite::future;
 use smol::channel::{self, Sender};
 
-use super::core::CallHandle;
 use super::provider_http::{self, Chunks, HttpTarget};
 use super::provider_stream::{perform_blocking, Abort};
 use super::smol_rt::{spawn_local, Event, Smol};
+use engine::driver::CallHandle;
 
 impl Smol {
     pub(super) fn start_call(&mut self, call: ProviderCall) -> Option<StreamingCall> {

@@ -20,8 +20,8 @@ use smol::channel::{Receiver, Sender};
 use smol::net::TcpStream;
 use smol::Timer;
 
-use super::core::WriterMsg;
 use super::smol_rt::READ_CHUNK;
+use engine::driver::WriterMsg;
 
 /// How long connecting to the owner may take (within the head timeout).
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);

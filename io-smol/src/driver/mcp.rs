@@ -101,14 +101,15 @@ impl<R: Reports> McpTransports<R> {
         }
     }
 
-    /// Closes every transport and waits (up to `budget`) for the children
-    /// to be reaped.
-    pub async fn shutdown(&mut self, budget: Duration) {
+    /// Closes every transport: stdio children are killed, then reaped by
+    /// their tasks ([`McpTransports::children`] counts the ones left).
+    pub fn close_all(&mut self) {
         self.conns.clear();
-        let until = Instant::now() + budget;
-        while self.children.load(Ordering::Acquire) > 0 && Instant::now() < until {
-            Timer::after(Duration::from_millis(10)).await;
-        }
+    }
+
+    /// stdio children not reaped yet.
+    pub fn children(&self) -> usize {
+        self.children.load(Ordering::Acquire)
     }
 
     fn open(&mut self, conn: McpConnId, server: McpServerSpec, max: usize, timeout_ms: u64) {

@@ -1,15 +1,18 @@
 //! The runtimes around the sans-IO engine, and what they share.
 //!
-//! [`core`] is the driver core: the engine, its pipeline, the MCP and
-//! sandbox transports, the connection table and the in-flight bookkeeping,
-//! with every routing rule (docs/porting.md). A runtime is the core plus its
-//! own wait loop, sockets and task spawning behind [`core::Runtime`]:
-//! `baesrv` on smol ([`smol_rt`], with `calls.rs` and the replica relay
-//! `forward.rs`) and `baesrv-threads` on std threads (`crate::threads`).
-//! The transports the core drives (`mcp.rs`, `sandbox.rs`), the provider
+//! [`engine::driver`] is the driver core: the engine, its pipeline, the
+//! connection table and the in-flight bookkeeping, with every routing rule
+//! (docs/porting.md); it reads no clock and performs no I/O. A runtime is
+//! the core plus its own wait loop, clock, sockets and task spawning behind
+//! [`engine::driver::Runtime`]: `baesrv` on smol ([`smol_rt`], with
+//! `calls.rs` and the replica relay `forward.rs`) and `baesrv-threads` on
+//! std threads (`crate::threads`). [`host::ProcessHost`] is the rest of the
+//! process the core calls through [`engine::driver::Host`], the same in
+//! both: the MCP and sandbox transports (`mcp.rs`, `sandbox.rs`), the heap
+//! trim, the telemetry exporter and the replica lease watch. The provider
 //! HTTP clients and the store thread's job loop (`store_jobs.rs`) are
-//! shared; so is a writer's batching (`writes.rs`), for any runtime with
-//! async sockets (`baesrv-threads` writes each buffer as it comes).
+//! shared too; so is a writer's batching (`writes.rs`), for any runtime
+//! with async sockets (`baesrv-threads` writes each buffer as it comes).
 //!
 //! The driver contains no protocol logic: it never looks inside bytes,
 //! writes or reads.
@@ -20,10 +23,10 @@
 //! a restart rebuilds the state from the database.
 
 mod calls;
-pub mod core;
 mod deadlines;
 mod entropy;
 mod forward;
+pub mod host;
 pub mod mcp;
 pub mod provider;
 pub mod provider_http;
@@ -34,14 +37,16 @@ mod smol_rt;
 mod store_jobs;
 mod writes;
 
+pub use engine::driver::StoreDone;
 pub use entropy::OsEntropy;
 pub use smol_rt::run;
-pub use store_jobs::{serve_store_jobs, spawn_store_thread, StoreDone};
+pub use store_jobs::{serve_store_jobs, spawn_store_thread};
 
 use std::io;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use engine::driver::{CoreBoot, Limits};
 use engine::{Engine, MonoMs, Now, UnixMs};
 
 use crate::store::Backend;
@@ -80,6 +85,18 @@ impl Clock {
     /// The [`Instant`] of a monotonic engine deadline.
     pub fn instant_at(&self, at: MonoMs) -> Instant {
         self.origin + Duration::from_millis(at.0)
+    }
+
+    /// The monotonic engine time of `at`, rounded up to the millisecond.
+    pub fn mono_at(&self, at: Instant) -> MonoMs {
+        let d = at.saturating_duration_since(self.origin);
+        let ms = d.as_millis() as u64;
+        MonoMs(ms + u64::from(d > Duration::from_millis(ms)))
+    }
+
+    /// Microseconds since the origin (engine step timing).
+    pub fn micros(&self) -> u64 {
+        self.origin.elapsed().as_micros() as u64
     }
 }
 
@@ -157,23 +174,60 @@ pub struct Boot {
 }
 
 impl Boot {
-    /// The core's part, and what the runtime keeps: the store (for its
-    /// store thread), the listeners and the replica notices to follow.
-    pub fn split(
-        self,
-    ) -> (
-        core::CoreBoot,
-        Backend,
-        Listeners,
-        Option<crate::config::DatabaseUrl>,
-    ) {
-        let core = core::CoreBoot {
+    /// The core's part, the host's part, and what the runtime keeps: the
+    /// clock, the store (for its store thread), the listeners and the
+    /// replica notices to follow.
+    pub fn split(self) -> (CoreBoot, HostBoot, RuntimeBoot) {
+        let core = CoreBoot {
             engine: self.engine,
+            limits: Limits {
+                shutdown_timeout: self.settings.shutdown_timeout,
+                max_connections: self.settings.max_connections,
+            },
+            // Replica mode: every commit checks its lane and leases.
+            fenced: self.lease_watch.is_some(),
+        };
+        let host = HostBoot {
             clock: self.clock,
             settings: self.settings,
             telemetry: self.telemetry,
             lease_watch: self.lease_watch,
         };
-        (core, self.store, self.listeners, self.replica_notices)
+        let rt = RuntimeBoot {
+            clock: self.clock,
+            store: self.store,
+            listeners: self.listeners,
+            replica_notices: self.replica_notices,
+        };
+        (core, host, rt)
     }
+}
+
+/// What [`host::ProcessHost`] is built from.
+pub struct HostBoot {
+    pub clock: Clock,
+    pub settings: DriverSettings,
+    pub telemetry: Option<crate::otel::Exporter>,
+    pub lease_watch: Option<crate::store::pg::renewer::LeaseWatch>,
+}
+
+impl HostBoot {
+    /// The host, its transports reporting to `reports`.
+    pub fn build<Q: reports::Reports>(self, reports: Q) -> host::ProcessHost<Q> {
+        host::ProcessHost::new(
+            self.clock,
+            &self.settings,
+            self.telemetry,
+            self.lease_watch,
+            reports,
+        )
+    }
+}
+
+/// What a runtime keeps for itself.
+pub struct RuntimeBoot {
+    pub clock: Clock,
+    pub store: Backend,
+    pub listeners: Listeners,
+    pub replica_notices: Option<crate::config::DatabaseUrl>,
 }

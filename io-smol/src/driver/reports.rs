@@ -19,20 +19,34 @@ pub trait Reports: Clone + Send + Sync + 'static {
 
 /// A bounded smol channel of core events (`baesrv`'s): a full queue holds
 /// the reporting task back instead of dropping the report.
-impl<S: Send + 'static> Reports for smol::channel::Sender<super::core::Event<S>> {
+impl<S: Send + 'static> Reports for smol::channel::Sender<engine::driver::Event<S>> {
     async fn mcp(&self, conn: McpConnId, event: McpEvent) -> bool {
-        self.send(super::core::Event::Mcp(conn, event))
+        self.send(engine::driver::Event::Mcp(conn, event))
             .await
             .is_ok()
     }
 
     async fn sandbox(&self, op: OpId, reply: SandboxReply) -> bool {
-        self.send(super::core::Event::Sandbox(op, reply))
+        self.send(engine::driver::Event::Sandbox(op, reply))
             .await
             .is_ok()
     }
 
     async fn signal(&self) -> bool {
-        self.send(super::core::Event::Signal).await.is_ok()
+        self.send(engine::driver::Event::Signal).await.is_ok()
     }
+}
+
+/// Forwards SIGTERM and SIGINT to a runtime's queue (a task on smol's
+/// global executor, in every runtime).
+pub fn listen_signals(mut signals: async_signal::Signals, events: impl Reports) {
+    use futures_lite::StreamExt;
+    smol::spawn(async move {
+        while signals.next().await.is_some() {
+            if !events.signal().await {
+                break;
+            }
+        }
+    })
+    .detach();
 }

@@ -1,4 +1,4 @@
-//! `baesrv`'s runtime: the driver core ([`super::core`]) on smol.
+//! `baesrv`'s runtime: the driver core ([`engine::driver`]) on smol.
 //!
 //! One thread owns the core (`smol::block_on`) and runs its loop: wait for
 //! the next events, hand them to the core as one burst, fire due timers.
@@ -19,14 +19,16 @@ use std::time::{Duration, Instant};
 
 use engine::pipeline::Job;
 use engine::replicas::Forward;
-use engine::{ConnId, Input, Listener, ProviderCall};
+use engine::{ConnId, Input, Listener, Now, ProviderCall};
 use futures_lite::{future, AsyncWriteExt};
 use smol::channel::{self, Receiver, Sender};
 use smol::net::{TcpListener, TcpStream};
 use smol::Timer;
 
-use super::core::{listen_signals, Core, Event as CoreEvent, Runtime, WriterMsg};
-use super::{deadlines, provider, provider_http, spawn_store_thread, writes, Boot};
+use super::host::ProcessHost;
+use super::reports::listen_signals;
+use super::{deadlines, provider, provider_http, spawn_store_thread, writes, Boot, Clock};
+use engine::driver::{Core, Drain, Event as CoreEvent, Runtime, WriterMsg};
 
 /// This runtime's events.
 pub type Event = CoreEvent<TcpStream>;
@@ -42,6 +44,7 @@ pub(super) const READ_CHUNK: usize = 16 * 1024;
 
 /// What the core asks of smol: the tasks, the channels, the acceptors.
 pub(super) struct Smol {
+    clock: Clock,
     pub(super) events_tx: Sender<Event>,
     jobs_tx: Sender<Vec<Job>>,
     acceptors: Vec<smol::Task<()>>,
@@ -53,27 +56,38 @@ pub(super) struct Smol {
     forward_timeout: Duration,
 }
 
-impl super::core::Writer for Sender<WriterMsg> {
+/// A connection's writer task, as the core holds it.
+pub(super) struct WriterTx(Sender<WriterMsg>);
+
+impl engine::driver::Writer for WriterTx {
     fn put(&self, msg: WriterMsg) {
         // Unbounded: never fails while the writer task is alive.
-        let _ = self.try_send(msg);
+        let _ = self.0.try_send(msg);
     }
 }
 
 impl Runtime for Smol {
     type Stream = TcpStream;
-    type Writer = Sender<WriterMsg>;
+    type Writer = WriterTx;
     type Call = super::calls::StreamingCall;
     type Relay = Sender<()>;
 
-    fn open(&mut self, conn: ConnId, stream: TcpStream) -> Option<Sender<WriterMsg>> {
+    fn now(&self) -> Now {
+        self.clock.now()
+    }
+
+    fn micros(&self) -> u64 {
+        self.clock.micros()
+    }
+
+    fn open(&mut self, conn: ConnId, stream: TcpStream) -> Option<WriterTx> {
         if let Err(e) = stream.set_nodelay(true) {
             tracing::debug!(conn = conn.0, error = %e, "TCP_NODELAY failed");
         }
         let (writer_tx, writer_rx) = channel::unbounded();
         spawn_local(read_loop(conn, stream.clone(), self.events_tx.clone()));
         spawn_local(write_loop(conn, stream, writer_rx, self.events_tx.clone()));
-        Some(writer_tx)
+        Some(WriterTx(writer_tx))
     }
 
     fn refuse(&mut self, stream: TcpStream) {
@@ -93,9 +107,13 @@ impl Runtime for Smol {
         self.jobs_tx.try_send(jobs).is_ok()
     }
 
-    fn forward(&mut self, f: Forward, writer: &Sender<WriterMsg>) -> Option<Sender<()>> {
+    fn store_lost(&mut self) -> ! {
+        std::process::exit(1)
+    }
+
+    fn forward(&mut self, f: Forward, writer: &WriterTx) -> Option<Sender<()>> {
         let (cancel_tx, cancel_rx) = smol::channel::bounded(1);
-        let relay = super::forward::relay(f, writer.clone(), cancel_rx, self.forward_timeout);
+        let relay = super::forward::relay(f, writer.0.clone(), cancel_rx, self.forward_timeout);
         smol::spawn(relay).detach();
         Some(cancel_tx)
     }
@@ -104,9 +122,9 @@ impl Runtime for Smol {
 /// Runs the server on smol until a graceful shutdown completes. Blocks the
 /// calling thread, which becomes the engine thread.
 pub fn run(boot: Boot) -> io::Result<()> {
-    let (core_boot, store, listeners, replica_notices) = boot.split();
+    let (core_boot, host_boot, own) = boot.split();
     let (events_tx, events_rx) = channel::bounded(EVENT_CAPACITY);
-    if let Some(url) = replica_notices {
+    if let Some(url) = own.replica_notices {
         let tx = events_tx.clone();
         let deliver = move |u| tx.send_blocking(Event::Catalog(Box::new(u))).is_ok();
         crate::store::pg::listener::start_listener(url, deliver)
@@ -115,20 +133,22 @@ pub fn run(boot: Boot) -> io::Result<()> {
     let (jobs_tx, jobs_rx) = channel::unbounded::<Vec<Job>>();
     let store_tx = events_tx.clone();
     let store_thread = spawn_store_thread(
-        store,
+        own.store,
         move || jobs_rx.recv_blocking().ok(),
         move |d| store_tx.send_blocking(Event::Store(d)).is_ok(),
     )?;
     let rt = Smol {
+        clock: own.clock,
         events_tx: events_tx.clone(),
         jobs_tx,
         acceptors: Vec::new(),
         http_providers: Rc::new(provider_http::Pool::new(provider::idle_per_host())),
         deadlines: Rc::default(),
-        forward_timeout: core_boot.settings.forward_timeout,
+        forward_timeout: host_boot.settings.forward_timeout,
     };
+    let listeners = own.listeners;
     listen_signals(listeners.signals, events_tx.clone());
-    let core = Core::new(core_boot, rt, events_tx);
+    let core = Core::new(core_boot, rt, host_boot.build(events_tx));
     // async-io's block_on: when the loop has nothing to do, this thread
     // waits in the reactor itself, so a socket becoming ready wakes it
     // directly instead of waking the reactor thread, which then wakes it.
@@ -142,7 +162,7 @@ pub fn run(boot: Boot) -> io::Result<()> {
 }
 
 async fn serve(
-    mut core: Core<Smol, Sender<Event>>,
+    mut core: Core<Smol, ProcessHost<Sender<Event>>>,
     events: Receiver<Event>,
     client: std::net::TcpListener,
     admin: std::net::TcpListener,
@@ -160,7 +180,7 @@ async fn serve(
         if core.stopped() {
             break;
         }
-        let wake = core.next_wake();
+        let wake = core.rt.clock.instant_at(core.next_wake());
         let wake = core.rt.deadlines.next().map_or(wake, |d| d.min(wake));
         // One timer for the whole loop, moved only to an earlier instant
         // (or once it has passed): async-io wakes its reactor thread for
@@ -185,9 +205,27 @@ async fn serve(
     }
 
     core.rt.acceptors.clear();
-    let events = &events;
-    core.shutdown(move || async move { events.recv().await.ok() })
-        .await;
+    core.begin_drain();
+    while let Drain::Wait(until) = core.drain() {
+        let next = async { Some(events.recv().await.ok()) };
+        let ev = match until {
+            Some(at) => {
+                let at = core.rt.clock.instant_at(at);
+                future::or(next, async {
+                    Timer::at(at).await;
+                    None
+                })
+                .await
+            }
+            None => next.await,
+        };
+        match ev {
+            Some(Some(ev)) => core.drain_event(ev),
+            Some(None) => break,
+            None => {}
+        }
+    }
+    core.finish();
     Ok(())
 }
 

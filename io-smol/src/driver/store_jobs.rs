@@ -8,12 +8,7 @@ use engine::pipeline::Job;
 use engine::store::{ReadId, ReadResult, StoreRead, StoreWrite};
 
 use crate::store::Backend;
-
-/// What the store thread reports back.
-pub enum StoreDone {
-    Committed(u64),
-    Read(ReadId, Result<ReadResult, String>),
-}
+use engine::driver::StoreDone;
 
 /// Starts the store thread ([`serve_store_jobs`]).
 pub fn spawn_store_thread(

@@ -9,7 +9,7 @@ use std::io;
 use engine::bytes::Bytes;
 use futures_lite::{AsyncWrite, AsyncWriteExt};
 
-use super::core::WriterMsg;
+use engine::driver::WriterMsg;
 
 /// Bytes after which a writer stops gathering queued buffers into one write.
 const MAX_WRITE: usize = 256 * 1024;

@@ -1,125 +1,27 @@
-//! The driver core both runtimes share: everything between the engine and
-//! the outside world that does not depend on how a runtime waits, spawns
-//! or moves bytes.
-//!
-//! [`Core`] owns the [`Engine`], its [`Pipeline`], the MCP and sandbox
-//! transports, the connection table and the in-flight bookkeeping. A
-//! runtime hands it typed [`Event`]s (a burst at a time), asks it when to
-//! wake ([`Core::next_wake`]) and whether the graceful shutdown is over
-//! ([`Core::stopped`]); the core feeds the engine, routes every output and
-//! calls back into the runtime through [`Runtime`] for what needs its
-//! sockets, tasks or threads. Rules that used to be written twice live
-//! here once: stale connection reports, the abort rule of streamed
-//! provider calls, the shutdown-idle test, the lease watch before an
-//! answer is revealed, engine step timing, the activity summary and the
-//! heap trim.
+//! [`Core`]: the engine, its pipeline, the connection table and the
+//! in-flight bookkeeping, and every rule of routing between them (see the
+//! module above for what a runtime and a host provide).
 
 use std::collections::HashMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use engine::bytes::Bytes;
-use engine::metrics::EngineSteps;
-use engine::pipeline::{Delivery, Job, Pipeline, Routed};
-use engine::replicas::Forward;
-use engine::store::ReadResult;
-use engine::{CallId, ConnId, Engine, Input, Listener, ProviderCall, ProviderReply};
-
-use super::mcp::McpTransports;
-use super::reports::Reports;
-use super::sandbox::Sandboxes;
-use super::{Clock, DriverSettings, StoreDone};
-use crate::heap_trim::HeapTrim;
-use crate::store::pg::renewer::LeaseWatch;
+use super::{
+    CallHandle, CoreBoot, Drain, Event, Host, Limits, Runtime, StoreDone, Writer, WriterMsg,
+};
+use crate::metrics::EngineSteps;
+use crate::pipeline::{Delivery, Job, Pipeline, Routed};
+use crate::replicas::Forward;
+use crate::store::ReadResult;
+use crate::{CallId, ConnId, Engine, Input, Listener, MonoMs, ProviderCall, ProviderReply};
 
 /// Events handled per wake-up before the store gets a chance to commit.
 const BURST: usize = 512;
 /// Period of the activity summary log line (spec 04 §5 step 12).
-const ACTIVITY_PERIOD: Duration = Duration::from_secs(3600);
+const ACTIVITY_PERIOD_MS: u64 = 3_600_000;
 /// How long a shutdown waits for MCP children to be reaped.
-const MCP_REAP_BUDGET: Duration = Duration::from_secs(2);
-
-/// Everything a driver loop reacts to; `S` is the runtime's accepted
-/// socket.
-pub enum Event<S> {
-    Accepted(Listener, S),
-    /// `Received`, `Flushed` or `Closed` from a connection's reader or
-    /// writer.
-    Net(Input),
-    Provider(CallId, ProviderReply),
-    /// Body bytes of a streamed call's 2xx response.
-    ProviderChunk(CallId, Vec<u8>),
-    Mcp(engine::mcp::McpConnId, engine::mcp::McpEvent),
-    Sandbox(engine::sandbox::OpId, engine::sandbox::SandboxReply),
-    Store(StoreDone),
-    /// Replica mode: catalogue rows other replicas committed.
-    Catalog(Box<engine::store::CatalogUpdate>),
-    /// SIGTERM or SIGINT.
-    Signal,
-}
-
-impl<S> Event<S> {
-    /// What [`engine::burst::probes_first`] needs to know.
-    fn seen(&self) -> engine::burst::Seen<'_> {
-        use engine::burst::Seen;
-        match self {
-            Event::Net(Input::Received { conn, bytes }) => Seen::Received(*conn, bytes),
-            Event::Net(input) => input.conn().map_or(Seen::Other, Seen::Conn),
-            _ => Seen::Other,
-        }
-    }
-}
-
-/// What a connection's writer is told, in order.
-pub enum WriterMsg {
-    Data(Bytes),
-    /// Write what is queued, then shut the socket down.
-    Close,
-}
-
-/// A connection's writer as the core sees it: a queue that never blocks.
-pub trait Writer {
-    /// Queues `msg`; a writer that is gone drops it (its connection is
-    /// already going away).
-    fn put(&self, msg: WriterMsg);
-}
-
-/// The handle of a streamed provider call in flight.
-pub trait CallHandle {
-    /// Closes the call's connection now (the engine gave up on it).
-    fn abort(&mut self);
-}
-
-/// What a runtime performs for the core.
-pub trait Runtime {
-    /// An accepted socket the core has not admitted yet.
-    type Stream;
-    /// A connection's writer.
-    type Writer: Writer;
-    /// A streamed provider call's abort handle.
-    type Call: CallHandle;
-    /// Replica mode: a relay in progress; dropping it ends the relay.
-    type Relay;
-
-    /// Starts the connection's reader and writer. `None`: the socket
-    /// could not be set up (it is dropped, and the engine never hears of
-    /// it).
-    fn open(&mut self, conn: ConnId, stream: Self::Stream) -> Option<Self::Writer>;
-    /// Closes a socket the core refused (shutting down, or over
-    /// `BAE_MAX_CONNECTIONS`).
-    fn refuse(&mut self, stream: Self::Stream);
-    /// Stops accepting (the graceful shutdown began).
-    fn stop_accepting(&mut self);
-    /// Starts a provider call off the engine thread; its reply comes back
-    /// as [`Event::Provider`] (and [`Event::ProviderChunk`]s first when it
-    /// streams). A streamed call returns its abort handle.
-    fn call_provider(&mut self, call: ProviderCall) -> Option<Self::Call>;
-    /// Hands jobs to the store thread; `false` when it is gone.
-    fn submit_store(&mut self, jobs: Vec<Job>) -> bool;
-    /// Replica mode: relays the connection to its session's owner through
-    /// `writer`. `None` when this runtime cannot (it refuses replica mode
-    /// at start, so the engine never asks it).
-    fn forward(&mut self, f: Forward, writer: &Self::Writer) -> Option<Self::Relay>;
-}
+const MCP_REAP_BUDGET_MS: u64 = 2_000;
+/// How often the shutdown looks again while MCP children are being reaped.
+const MCP_REAP_POLL_MS: u64 = 10;
 
 struct Conn<W, F> {
     writer: W,
@@ -135,76 +37,53 @@ struct Streaming<C> {
     aborted: bool,
 }
 
-/// What the core is started with besides its runtime.
-pub struct CoreBoot {
-    pub engine: Engine,
-    pub clock: Clock,
-    pub settings: DriverSettings,
-    pub telemetry: Option<crate::otel::Exporter>,
-    pub lease_watch: Option<LeaseWatch>,
-}
-
 /// The engine and everything around it that is the same in every runtime.
-pub struct Core<R: Runtime, Q: Reports> {
+pub struct Core<R: Runtime, H: Host> {
     engine: Engine,
-    clock: Clock,
     pipe: Pipeline,
-    mcp: McpTransports<Q>,
-    sandboxes: Sandboxes<Q>,
-    /// Replica mode: when the leases were last renewed (docs/scaling.md).
-    lease_watch: Option<LeaseWatch>,
     conns: HashMap<ConnId, Conn<R::Writer, R::Relay>>,
     next_conn: ConnId,
     provider_inflight: usize,
     /// Streamed provider calls in flight, to close at once when the engine
     /// gives up on them (a cancel, a stream fault).
     streaming: HashMap<CallId, Streaming<R::Call>>,
-    shutdown_deadline: Option<Instant>,
-    next_activity: Instant,
-    heap_trim: HeapTrim,
+    shutdown_deadline: Option<MonoMs>,
+    /// Shutdown: until when MCP children are waited for (`None`: not yet
+    /// draining, or done waiting).
+    reap_until: Option<MonoMs>,
+    next_activity: MonoMs,
     /// Time per engine step (`bae_engine_step_microseconds`).
     steps: EngineSteps,
-    settings: DriverSettings,
-    otel: Option<crate::otel::Exporter>,
+    limits: Limits,
+    /// The transports and upkeep of the process around the engine.
+    pub host: H,
     /// The runtime, for what the core cannot do itself.
     pub rt: R,
 }
 
-impl<R: Runtime, Q: Reports> Core<R, Q> {
-    /// `reports` is where the MCP and sandbox transports' tasks report.
-    pub fn new(boot: CoreBoot, rt: R, reports: Q) -> Self {
+impl<R: Runtime, H: Host> Core<R, H> {
+    pub fn new(boot: CoreBoot, rt: R, host: H) -> Self {
         let CoreBoot {
             engine,
-            clock,
-            settings,
-            telemetry,
-            lease_watch,
+            limits,
+            fenced,
         } = boot;
         Core {
-            mcp: McpTransports::new(reports.clone()),
-            sandboxes: Sandboxes::new(
-                settings.sandbox_driver,
-                settings.sandbox_run_args.clone(),
-                reports,
-            ),
             engine,
-            clock,
-            // Replica mode: every commit checks its lane and leases.
-            pipe: match lease_watch {
-                Some(_) => Pipeline::fenced(),
-                None => Pipeline::new(),
+            pipe: match fenced {
+                true => Pipeline::fenced(),
+                false => Pipeline::new(),
             },
-            lease_watch,
             conns: HashMap::new(),
             next_conn: ConnId(1),
             provider_inflight: 0,
             streaming: HashMap::new(),
             shutdown_deadline: None,
-            next_activity: Instant::now() + ACTIVITY_PERIOD,
-            heap_trim: HeapTrim::default(),
+            reap_until: None,
+            next_activity: rt.now().mono + ACTIVITY_PERIOD_MS,
             steps: EngineSteps::default(),
-            settings,
-            otel: telemetry,
+            limits,
+            host,
             rt,
         }
     }
@@ -226,7 +105,7 @@ impl<R: Runtime, Q: Reports> Core<R, Q> {
             tracing::info!("all connections finished");
             return true;
         }
-        if Instant::now() >= deadline {
+        if self.rt.now().mono >= deadline {
             tracing::warn!(
                 connections = self.conns.len(),
                 "shutdown timeout elapsed with work in flight; stopping anyway"
@@ -237,22 +116,16 @@ impl<R: Runtime, Q: Reports> Core<R, Q> {
     }
 
     /// Earliest of the engine's next timer, the shutdown deadline, the
-    /// next activity summary, a due heap trim and a telemetry export.
-    pub fn next_wake(&self) -> Instant {
-        let timer = self
-            .engine
-            .poll_timeout()
-            .map(|ms| self.clock.instant_at(ms));
-        let otel = self.otel.as_ref().and_then(|o| o.next_due());
+    /// next activity summary and the host's upkeep.
+    pub fn next_wake(&self) -> MonoMs {
         [
-            timer,
+            self.engine.poll_timeout(),
             self.shutdown_deadline,
-            self.heap_trim.deadline(),
-            otel,
+            self.host.next_due(),
         ]
         .into_iter()
         .flatten()
-        .fold(self.next_activity, Instant::min)
+        .fold(self.next_activity, MonoMs::min)
     }
 
     /// Handles `first` and what else has arrived (`more`, up to [`BURST`])
@@ -263,46 +136,42 @@ impl<R: Runtime, Q: Reports> Core<R, Q> {
         first: Event<R::Stream>,
         mut more: impl FnMut() -> Option<Event<R::Stream>>,
     ) {
-        self.heap_trim.activity(Instant::now());
+        self.host.busy();
         let mut burst = vec![first];
         while burst.len() < BURST {
             let Some(ev) = more() else { break };
             burst.push(ev);
         }
-        engine::burst::probes_first(&mut burst, Event::seen);
+        crate::burst::probes_first(&mut burst, Event::seen);
         for ev in burst {
             self.handle(ev);
         }
     }
 
-    /// Fires whatever is due: the heap trim, the activity summary, a
-    /// telemetry export and the engine's timers.
+    /// Fires whatever is due: the host's upkeep, the activity summary and
+    /// the engine's timers.
     pub fn fire_timers(&mut self) {
-        let now = Instant::now();
-        self.heap_trim.fire(now);
-        if now >= self.next_activity {
-            self.next_activity += ACTIVITY_PERIOD;
+        self.host.fire(&mut self.engine);
+        let now = self.rt.now();
+        if now.mono >= self.next_activity {
+            self.next_activity += ACTIVITY_PERIOD_MS;
             // Runs after the jobs already queued; reports nothing back.
             let _ = self.rt.submit_store(vec![Job::Activity]);
         }
-        if let Some(o) = &mut self.otel {
-            o.pump(&mut self.engine);
-        }
-        let now = self.clock.now();
         if self.engine.poll_timeout().is_some_and(|t| t <= now.mono) {
-            let started = Instant::now();
+            let started = self.rt.micros();
             self.engine.handle_timeout(now);
-            self.steps.observe(started.elapsed().as_micros() as u64);
+            self.steps.observe(self.rt.micros().saturating_sub(started));
             self.drain_outputs();
         }
     }
 
     fn input(&mut self, input: Input) {
-        let now = self.clock.now();
-        let started = Instant::now();
+        let now = self.rt.now();
+        let started = self.rt.micros();
         self.engine.note_store_backlog(self.pipe.backlog());
         self.engine.handle_input(now, input);
-        self.steps.observe(started.elapsed().as_micros() as u64);
+        self.steps.observe(self.rt.micros().saturating_sub(started));
         self.drain_outputs();
     }
 
@@ -342,7 +211,7 @@ impl<R: Runtime, Q: Reports> Core<R, Q> {
             Event::Mcp(conn, event) => self.input(Input::Mcp { conn, event }),
             Event::Catalog(update) => self.input(Input::Catalog(update)),
             Event::Sandbox(op, reply) => {
-                self.sandboxes.finished(op);
+                self.host.sandbox_done(op);
                 self.input(Input::Sandbox { op, reply });
             }
             Event::Store(StoreDone::Committed(batch)) => {
@@ -363,16 +232,18 @@ impl<R: Runtime, Q: Reports> Core<R, Q> {
     }
 
     fn signal(&mut self) {
+        let now = self.rt.now().mono;
         if self.shutdown_deadline.is_some() {
             tracing::warn!("second shutdown signal; finishing now");
-            self.shutdown_deadline = Some(Instant::now());
+            self.shutdown_deadline = Some(now);
             return;
         }
         tracing::info!(
-            timeout_secs = self.settings.shutdown_timeout.as_secs(),
+            timeout_secs = self.limits.shutdown_timeout.as_secs(),
             "shutdown signal received; draining"
         );
-        self.shutdown_deadline = Some(Instant::now() + self.settings.shutdown_timeout);
+        let budget = self.limits.shutdown_timeout.as_millis() as u64;
+        self.shutdown_deadline = Some(now + budget);
         self.rt.stop_accepting();
         self.input(Input::Shutdown);
     }
@@ -381,9 +252,9 @@ impl<R: Runtime, Q: Reports> Core<R, Q> {
         if self.shutdown_deadline.is_some() {
             return self.rt.refuse(stream);
         }
-        if self.conns.len() >= self.settings.max_connections {
+        if self.conns.len() >= self.limits.max_connections {
             tracing::warn!(
-                max = self.settings.max_connections,
+                max = self.limits.max_connections,
                 "connection limit reached; refusing"
             );
             return self.rt.refuse(stream);
@@ -403,23 +274,18 @@ impl<R: Runtime, Q: Reports> Core<R, Q> {
         while let Some(out) = self.engine.poll_output() {
             match self.pipe.route(out) {
                 Some(Routed::Dispatch(d)) => self.dispatch(d),
-                Some(Routed::Mcp(cmd)) => self.mcp.perform(cmd),
-                Some(Routed::Sandbox(cmd)) => self.sandboxes.perform(cmd),
+                Some(Routed::Mcp(cmd)) => self.host.mcp(cmd),
+                Some(Routed::Sandbox(cmd)) => self.host.sandbox(cmd),
                 Some(Routed::Abort(call)) => self.abort_provider(call),
                 None => {}
             }
         }
         // Span facts leave with the outputs of the same input.
-        if let Some(o) = &mut self.otel {
-            o.pump(&mut self.engine);
-        }
+        self.host.drained(&mut self.engine);
     }
 
     fn dispatch(&mut self, d: Delivery) {
-        // A replica that was frozen past its lease reveals nothing more.
-        if let Some(w) = &self.lease_watch {
-            w.exit_if_stale("revealing an answer");
-        }
+        self.host.before_reveal();
         let (conn, msg) = match d {
             Delivery::Send { conn, bytes } => (conn, WriterMsg::Data(bytes)),
             Delivery::Close { conn } => (conn, WriterMsg::Close),
@@ -466,63 +332,61 @@ impl<R: Runtime, Q: Reports> Core<R, Q> {
     fn submit_store(&mut self) {
         if let Some(jobs) = self.pipe.take_submission() {
             if !self.rt.submit_store(jobs) {
-                // The store thread is gone: it only stops by exiting the
-                // process, so this is unreachable in practice.
                 tracing::error!("store worker unavailable; exiting");
-                std::process::exit(1);
+                self.rt.store_lost();
             }
         }
     }
 
-    /// After the loop: MCP children are killed and reaped; everything
-    /// still pending is committed, `next` giving the runtime's events until
-    /// then (only commits matter now: they release what they held); spans
-    /// are flushed within what remains of the shutdown budget (spec 04
-    /// §5.1). Dropping the core then drops the runtime's job channel, which
-    /// ends the store thread.
-    pub async fn shutdown<F>(mut self, mut next: impl FnMut() -> F)
-    where
-        F: std::future::Future<Output = Option<Event<R::Stream>>>,
-    {
-        self.mcp.shutdown(MCP_REAP_BUDGET).await;
-        loop {
-            self.submit_store();
-            if self.pipe.is_quiet() {
-                break;
+    /// After the loop: MCP transports are closed and their children
+    /// waited for (up to 2 s); then everything pending is committed (see
+    /// [`Core::drain`]).
+    pub fn begin_drain(&mut self) {
+        self.host.close_mcp();
+        self.reap_until = Some(self.rt.now().mono + MCP_REAP_BUDGET_MS);
+    }
+
+    /// What the shutdown waits for next: MCP children being reaped, then
+    /// the store committing what is pending. Only commits matter now: they
+    /// release what they held.
+    pub fn drain(&mut self) -> Drain {
+        if let Some(until) = self.reap_until {
+            let now = self.rt.now().mono;
+            if self.host.mcp_children() > 0 && now < until {
+                return Drain::Wait(Some(until.min(now + MCP_REAP_POLL_MS)));
             }
-            match next().await {
-                Some(Event::Store(StoreDone::Committed(batch))) => {
-                    for d in self.pipe.committed(batch) {
-                        self.dispatch(d);
-                    }
+            self.reap_until = None;
+        }
+        self.submit_store();
+        match self.pipe.is_quiet() {
+            true => Drain::Done,
+            false => Drain::Wait(None),
+        }
+    }
+
+    /// An event that arrived while the shutdown drains.
+    pub fn drain_event(&mut self, ev: Event<R::Stream>) {
+        match ev {
+            Event::Store(StoreDone::Committed(batch)) => {
+                for d in self.pipe.committed(batch) {
+                    self.dispatch(d);
                 }
-                Some(Event::Store(StoreDone::Read(..))) => self.pipe.read_done(),
-                Some(_) => {}
-                None => break,
             }
+            Event::Store(StoreDone::Read(..)) => self.pipe.read_done(),
+            _ => {}
         }
-        if let Some(o) = self.otel.take() {
-            let left = (self.shutdown_deadline).map_or(Duration::ZERO, |d| {
-                d.saturating_duration_since(Instant::now())
-            });
-            o.shutdown(&mut self.engine, left);
-        }
+    }
+
+    /// The end of a shutdown: spans are flushed within what remains of its
+    /// budget (spec 04 §5.1). Dropping the core then drops the runtime's
+    /// job channel, which ends the store worker.
+    pub fn finish(mut self) {
+        let now = self.rt.now().mono;
+        let left = self.shutdown_deadline.map_or(0, |d| d - now);
+        self.host
+            .finish(&mut self.engine, Duration::from_millis(left));
         tracing::info!("pending writes committed; shutdown complete");
     }
-}
-
-/// Forwards SIGTERM and SIGINT to a runtime's queue (a task on smol's
-/// global executor, in every runtime).
-pub fn listen_signals(mut signals: async_signal::Signals, events: impl Reports) {
-    use futures_lite::StreamExt;
-    smol::spawn(async move {
-        while signals.next().await.is_some() {
-            if !events.signal().await {
-                break;
-            }
-        }
-    })
-    .detach();
 }
 
 fn log_reply(id: CallId, reply: &ProviderReply) {
