@@ -47,20 +47,30 @@ impl HeapTrim {
 }
 
 /// Sets glibc's malloc up before the server's threads start: fastbins off
-/// (`M_MXFAST` = 0) and a fixed mmap threshold ([`MMAP_THRESHOLD`]).
+/// (`M_MXFAST` = 0), one arena, and fixed mmap and trim thresholds
+/// ([`MMAP_THRESHOLD`], [`TRIM_THRESHOLD`]).
 ///
-/// **Fixed mmap threshold.** glibc serves an allocation of 128 KiB or more
-/// with its own mapping, but each time such a mapping is freed it raises the
-/// threshold to that size (up to 32 MiB) and the trim threshold to twice it.
-/// After one turn carrying a large message (a 13 MB provider request), every
-/// later large buffer then came from a thread's arena, and a thread arena's
-/// free top is never given back: neither `free` (under the raised trim
-/// threshold) nor `malloc_trim` (which trims only the main arena's top)
-/// returns it. RSS stayed at 2.5 times idle after the session was deleted.
-/// With the threshold fixed, large buffers are mapped and unmapped as they
-/// come and go (docs/performance.md, "Memory that comes back"). An operator
-/// who sets `glibc.malloc.mmap_threshold` in `GLIBC_TUNABLES` (or
-/// `MALLOC_MMAP_THRESHOLD_`) keeps that value.
+/// **Large buffers reused, given back when quiet.** A long session's turn
+/// makes several buffers as large as its history (the provider body, the
+/// `provider.request` payload, its EventView; in whole storage, SQLite's
+/// copies). With glibc's defaults each one of 128 KiB or more was a fresh
+/// mapping, faulted in page by page and unmapped after the turn: ~40 % of
+/// the server's CPU per turn at 1,000 turns (docs/performance.md, "Per-turn
+/// cost vs history length"). Served from the heap and kept there (the trim
+/// threshold above them), the next turn reuses their pages instead.
+/// Memory still comes back once the server is quiet: [`HeapTrim`] calls
+/// `malloc_trim`, which returns the free pages of every arena but the top
+/// of the main arena only; a thread arena keeps its top (up to the trim
+/// threshold: 15.8 MB after load instead of 9.7 MB in `bench_memory`). One
+/// arena for every thread keeps all of it trimmable; the per-thread caches
+/// still serve small blocks without its lock.
+///
+/// **Thresholds fixed.** glibc raises its mmap threshold each time a
+/// mapped block is freed (up to 32 MiB) and the trim threshold to twice
+/// it, so after one 13 MB request nothing was ever mapped or trimmed again
+/// and RSS stayed at 2.5 times idle after the session was deleted. Setting
+/// them turns that off; a buffer beyond [`MMAP_THRESHOLD`] still gets a
+/// mapping of its own and is unmapped when freed.
 ///
 /// **No fastbins.** A turn frees many small chunks (JSON value nodes) beyond what the
 /// per-thread cache keeps; they sat in fastbins, and every later request of
@@ -70,52 +80,55 @@ impl HeapTrim {
 /// bins, where they coalesce as they are freed. Engine instructions per unit
 /// (`engine/benches/turn_cost.rs`): text turn 326,000 -> 287,000, client-tool
 /// round trip 1,143,000 -> 1,037,000 (docs/performance.md).
+///
+/// A value an operator sets (`GLIBC_TUNABLES`, or `MALLOC_ARENA_MAX`,
+/// `MALLOC_MMAP_THRESHOLD_`, `MALLOC_TRIM_THRESHOLD_`) is kept.
 pub fn tune() {
-    set_no_fastbins();
-    let operator_set = std::env::var("GLIBC_TUNABLES").is_ok_and(|t| t.contains("mmap_threshold"))
-        || std::env::var_os("MALLOC_MMAP_THRESHOLD_").is_some();
-    if !operator_set {
-        set_mmap_threshold(MMAP_THRESHOLD);
+    const M_MXFAST: i32 = 1;
+    mallopt(M_MXFAST, 0);
+    let operator_set = |tunable: &str, var: &str| {
+        std::env::var("GLIBC_TUNABLES").is_ok_and(|t| t.contains(tunable))
+            || std::env::var_os(var).is_some()
+    };
+    if !operator_set("arena_max", "MALLOC_ARENA_MAX") {
+        mallopt(M_ARENA_MAX, 1);
+    }
+    if !operator_set("mmap_threshold", "MALLOC_MMAP_THRESHOLD_") {
+        mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD);
+    }
+    if !operator_set("trim_threshold", "MALLOC_TRIM_THRESHOLD_") {
+        mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD);
     }
 }
 
 /// Allocations at least this large get a mapping of their own, returned to
-/// the kernel when freed: glibc's starting value, kept fixed ([`tune`]).
-pub const MMAP_THRESHOLD: usize = 128 * 1024;
+/// the kernel when freed ([`tune`]).
+pub const MMAP_THRESHOLD: usize = 4 << 20;
+
+/// Free memory at the top of the heap beyond this goes back to the kernel
+/// as soon as it is freed; up to it, it waits for the quiet-time trim
+/// ([`tune`]).
+pub const TRIM_THRESHOLD: usize = 8 << 20;
+
+const M_TRIM_THRESHOLD: i32 = -1;
+const M_MMAP_THRESHOLD: i32 = -3;
+const M_ARENA_MAX: i32 = -8;
 
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
-fn set_mmap_threshold(bytes: usize) {
+fn mallopt(param: i32, value: usize) {
     extern "C" {
         fn mallopt(param: std::os::raw::c_int, value: std::os::raw::c_int) -> std::os::raw::c_int;
     }
-    const M_MMAP_THRESHOLD: std::os::raw::c_int = -3;
-    let value = std::os::raw::c_int::try_from(bytes).unwrap_or(std::os::raw::c_int::MAX);
-    // SAFETY: mallopt takes plain integers; it only changes glibc's own
-    // allocator settings (and turns its dynamic threshold off), and runs
-    // before any other thread exists.
-    unsafe {
-        mallopt(M_MMAP_THRESHOLD, value);
-    }
-}
-
-#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-fn set_mmap_threshold(_bytes: usize) {}
-
-#[cfg(all(target_os = "linux", target_env = "gnu"))]
-fn set_no_fastbins() {
-    extern "C" {
-        fn mallopt(param: std::os::raw::c_int, value: std::os::raw::c_int) -> std::os::raw::c_int;
-    }
-    const M_MXFAST: std::os::raw::c_int = 1;
+    let value = std::os::raw::c_int::try_from(value).unwrap_or(std::os::raw::c_int::MAX);
     // SAFETY: mallopt takes plain integers; it only changes glibc's own
     // allocator settings, and runs before any other thread exists.
     unsafe {
-        mallopt(M_MXFAST, 0);
+        mallopt(param, value);
     }
 }
 
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-fn set_no_fastbins() {}
+fn mallopt(_param: i32, _value: usize) {}
 
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 fn release_free_memory() {

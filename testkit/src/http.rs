@@ -497,6 +497,10 @@ pub struct RpcStream {
     ended: bool,
     /// Decoded body bytes not yet split into lines.
     pending: Vec<u8>,
+    /// Bytes of `pending` already searched for a newline: a frame of
+    /// several MB arrives in thousands of reads, and searching it from its
+    /// start after each one made reading it quadratic (seconds per frame).
+    scanned: usize,
     eof: bool,
     error: Option<String>,
     raw_bytes: usize,
@@ -513,6 +517,7 @@ impl RpcStream {
             head: None,
             ended: false,
             pending: Vec::new(),
+            scanned: 0,
             eof: false,
             error: None,
             raw_bytes: 0,
@@ -609,7 +614,12 @@ impl RpcStream {
     pub fn next_line(&mut self, timeout: Duration) -> Option<String> {
         let deadline = Instant::now() + timeout;
         loop {
-            while let Some(pos) = self.pending.iter().position(|&b| b == b'\n') {
+            while let Some(pos) = (self.pending.get(self.scanned..).unwrap_or_default())
+                .iter()
+                .position(|&b| b == b'\n')
+                .map(|p| self.scanned + p)
+            {
+                self.scanned = 0;
                 let line: Vec<u8> = self.pending.drain(..=pos).collect();
                 let text = String::from_utf8_lossy(&line[..line.len() - 1]);
                 let text = text.trim_end_matches('\r');
@@ -617,7 +627,9 @@ impl RpcStream {
                     return Some(text.to_string());
                 }
             }
+            self.scanned = self.pending.len();
             if self.is_finished() || self.error.is_some() {
+                self.scanned = 0;
                 if self.pending.iter().all(u8::is_ascii_whitespace) {
                     self.pending.clear();
                     return None;
