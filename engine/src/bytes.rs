@@ -4,7 +4,7 @@
 use std::ops::Deref;
 use std::sync::Arc;
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub enum Bytes {
     Owned(Vec<u8>),
     /// The same frame handed to several connections.
@@ -35,6 +35,15 @@ impl Deref for Bytes {
         }
     }
 }
+
+/// The same bytes, however they are held.
+impl PartialEq for Bytes {
+    fn eq(&self, other: &Bytes) -> bool {
+        **self == **other
+    }
+}
+
+impl Eq for Bytes {}
 
 impl AsRef<[u8]> for Bytes {
     fn as_ref(&self) -> &[u8] {
@@ -77,6 +86,7 @@ mod tests {
         let shared: Bytes = Arc::<[u8]>::from(&b"frame"[..]).into();
         let owned: Bytes = b"frame".to_vec().into();
         assert_eq!(&*shared, &*owned);
+        assert_eq!(shared, owned);
         assert_eq!(shared.clone().into_vec(), b"frame");
         assert_eq!(owned.into_vec(), b"frame");
     }

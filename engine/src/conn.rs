@@ -291,7 +291,7 @@ impl Services {
         conn: ConnId,
         status: u16,
         content_type: &str,
-        body: Vec<u8>,
+        body: crate::bytes::Bytes,
     ) {
         const COPY_BELOW: usize = 16 * 1024;
         if body.len() < COPY_BELOW {

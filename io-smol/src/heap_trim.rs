@@ -7,7 +7,8 @@
 //! the main arena. `malloc_trim(0)` walks every arena and releases whole
 //! free pages inside them. The driver calls it once the engine has been
 //! idle for [`QUIET`], so the walk never competes with live work and RSS
-//! comes back near its baseline after load (docs/performance.md).
+//! comes back near its baseline after load (docs/performance.md). The
+//! store's kept page buffers are dropped first (`store/page_pool.rs`).
 
 use std::time::{Duration, Instant};
 
@@ -36,6 +37,7 @@ impl HeapTrim {
         match self.due {
             Some(due) if now >= due => {
                 self.due = None;
+                crate::store::page_pool::clear();
                 release_free_memory();
                 true
             }

@@ -326,7 +326,7 @@ fn events_pages_from_columns_match_pages_from_rows() {
     else {
         panic!("not a page")
     };
-    let body = String::from_utf8(body).unwrap();
+    let body = String::from_utf8(body.to_vec()).unwrap();
     assert!(body.contains("\u{FFFD}"), "{body}");
 }
 

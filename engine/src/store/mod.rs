@@ -492,8 +492,9 @@ pub enum ReadResult {
     Events(Vec<EventRow>),
     EventSeq(Option<u64>),
     Runtime(crate::metrics::RuntimeStats),
-    /// The body of an events page (`{"items":[…],"next_cursor":…}`).
-    Page(Vec<u8>),
+    /// The body of an events page (`{"items":[…],"next_cursor":…}`);
+    /// shared, so a store may reuse its buffer once the page is written.
+    Page(crate::bytes::Bytes),
     /// A replay page's events as ready-to-send frames, ascending, and
     /// whether more events follow them.
     Frames {

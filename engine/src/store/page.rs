@@ -139,7 +139,9 @@ pub fn page_rows_read(read: &StoreRead) -> Option<StoreRead> {
 /// whether more exist; `None` for any other read.
 pub fn render_page(read: &StoreRead, rows: &[EventRow], more: bool) -> Option<ReadResult> {
     match read {
-        StoreRead::EventsPage { .. } => Some(ReadResult::Page(render_events_page(rows, more))),
+        StoreRead::EventsPage { .. } => {
+            Some(ReadResult::Page(render_events_page(rows, more).into()))
+        }
         StoreRead::ReplayPage { .. } => Some(ReadResult::Frames {
             frames: render_event_frames(rows),
             more,

@@ -28,6 +28,7 @@ mod entropy;
 mod forward;
 pub mod host;
 pub mod mcp;
+mod outbox;
 pub mod provider;
 pub mod provider_http;
 pub mod provider_stream;

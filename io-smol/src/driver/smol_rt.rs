@@ -8,10 +8,12 @@
 //! the per-connection reader and writer tasks and the provider-call tasks
 //! (`calls.rs`), so bytes reach the engine and answers reach the sockets
 //! without waking another thread; they only move bytes and report back
-//! through one bounded channel. smol's global executor runs the acceptors,
+//! through one bounded channel. Small answers for idle connections do not
+//! even wake their writer: the loop writes them itself (`outbox.rs`). smol's global executor runs the acceptors,
 //! the signal listener, the replica relays and the MCP and sandbox tasks.
 //! One dedicated store thread runs the store jobs.
 
+use std::cell::Cell;
 use std::io;
 use std::net::Shutdown;
 use std::rc::Rc;
@@ -26,8 +28,10 @@ use smol::net::{TcpListener, TcpStream};
 use smol::Timer;
 
 use super::host::ProcessHost;
+use super::outbox::{ConnWriter, Outbox};
 use super::reports::listen_signals;
-use super::{deadlines, provider, provider_http, spawn_store_thread, writes, Boot, Clock};
+use super::writes::{self, Flushes};
+use super::{deadlines, provider, provider_http, spawn_store_thread, Boot, Clock};
 use engine::driver::{Core, Drain, Event as CoreEvent, Runtime, WriterMsg};
 
 /// This runtime's events.
@@ -54,21 +58,13 @@ pub(super) struct Smol {
     pub(super) deadlines: Rc<deadlines::Deadlines>,
     /// `BAE_FORWARD_TIMEOUT_MS` (replica mode).
     forward_timeout: Duration,
-}
-
-/// A connection's writer task, as the core holds it.
-pub(super) struct WriterTx(Sender<WriterMsg>);
-
-impl engine::driver::Writer for WriterTx {
-    fn put(&self, msg: WriterMsg) {
-        // Unbounded: never fails while the writer task is alive.
-        let _ = self.0.try_send(msg);
-    }
+    /// The connections' writers, and what they wrote.
+    outbox: Rc<Outbox>,
 }
 
 impl Runtime for Smol {
     type Stream = TcpStream;
-    type Writer = WriterTx;
+    type Writer = ConnWriter;
     type Call = super::calls::StreamingCall;
     type Relay = Sender<()>;
 
@@ -80,14 +76,18 @@ impl Runtime for Smol {
         self.clock.micros()
     }
 
-    fn open(&mut self, conn: ConnId, stream: TcpStream) -> Option<WriterTx> {
+    fn open(&mut self, conn: ConnId, stream: TcpStream) -> Option<ConnWriter> {
         if let Err(e) = stream.set_nodelay(true) {
             tracing::debug!(conn = conn.0, error = %e, "TCP_NODELAY failed");
         }
-        let (writer_tx, writer_rx) = channel::unbounded();
+        let (queue, writer_rx) = channel::unbounded();
+        let busy = Rc::new(Cell::new(false));
         spawn_local(read_loop(conn, stream.clone(), self.events_tx.clone()));
-        spawn_local(write_loop(conn, stream, writer_rx, self.events_tx.clone()));
-        Some(WriterTx(writer_tx))
+        let socket = stream.clone().into();
+        let writer = self.outbox.writer(conn, queue, socket, busy.clone());
+        let flushes = self.outbox.flushes.clone();
+        spawn_local(write_loop(conn, stream, writer_rx, busy, flushes));
+        Some(writer)
     }
 
     fn refuse(&mut self, stream: TcpStream) {
@@ -111,9 +111,12 @@ impl Runtime for Smol {
         std::process::exit(1)
     }
 
-    fn forward(&mut self, f: Forward, writer: &WriterTx) -> Option<Sender<()>> {
+    fn forward(&mut self, f: Forward, writer: &ConnWriter) -> Option<Sender<()>> {
         let (cancel_tx, cancel_rx) = smol::channel::bounded(1);
-        let relay = super::forward::relay(f, writer.0.clone(), cancel_rx, self.forward_timeout);
+        // The engine has forgotten the connection: from now on only the
+        // relay writes to it, through the queue.
+        let queue = writer.queue();
+        let relay = super::forward::relay(f, queue, cancel_rx, self.forward_timeout);
         smol::spawn(relay).detach();
         Some(cancel_tx)
     }
@@ -145,6 +148,7 @@ pub fn run(boot: Boot) -> io::Result<()> {
         http_providers: Rc::new(provider_http::Pool::new(provider::idle_per_host())),
         deadlines: Rc::default(),
         forward_timeout: host_boot.settings.forward_timeout,
+        outbox: Rc::default(),
     };
     let listeners = own.listeners;
     listen_signals(listeners.signals, events_tx.clone());
@@ -175,8 +179,15 @@ async fn serve(
     }
     let mut timer = Timer::never();
     let mut armed: Option<Instant> = None;
+    let outbox = core.rt.outbox.clone();
+    let flushes = outbox.flushes.clone();
+    // Flush reports taken from the ledger and not handed to the core yet
+    // (a burst takes at most `BURST` events).
+    let mut flushed: Vec<(ConnId, usize)> = Vec::new();
     loop {
         core.flush();
+        // What this turn routed to the sockets leaves now.
+        outbox.write_all();
         if core.stopped() {
             break;
         }
@@ -192,19 +203,34 @@ async fn serve(
             timer.set_at(wake);
             armed = Some(wake);
         }
-        let first = future::or(async { events.recv().await.ok() }, async {
-            (&mut timer).await;
+        let first = if flushed.is_empty() {
+            let woken = async {
+                future::or(flushes.ready(), async {
+                    (&mut timer).await;
+                })
+                .await;
+                None
+            };
+            future::or(async { events.recv().await.ok() }, woken).await
+        } else {
             None
-        })
-        .await;
-        if let Some(ev) = first {
-            core.handle_burst(ev, || events.try_recv().ok());
+        };
+        flushes.take_into(&mut flushed);
+        let mut next = || {
+            let f = flushed
+                .pop()
+                .map(|(conn, bytes)| Event::Net(Input::Flushed { conn, bytes }));
+            f.or_else(|| events.try_recv().ok())
+        };
+        if let Some(ev) = first.or_else(&mut next) {
+            core.handle_burst(ev, next);
         }
         core.rt.deadlines.fire(Instant::now());
         core.fire_timers();
     }
 
     core.rt.acceptors.clear();
+    outbox.write_straight();
     core.begin_drain();
     while let Drain::Wait(until) = core.drain() {
         let next = async { Some(events.recv().await.ok()) };
@@ -283,29 +309,31 @@ async fn read_loop(conn: ConnId, stream: TcpStream, tx: Sender<Event>) {
     let _ = tx.send(Event::Net(Input::Closed { conn })).await;
 }
 
+/// A connection's writer task: what [`ConnWriter`] could not write at
+/// once, in order, then the close.
 async fn write_loop(
     conn: ConnId,
     mut stream: TcpStream,
     rx: Receiver<WriterMsg>,
-    tx: Sender<Event>,
+    busy: Rc<Cell<bool>>,
+    flushes: Rc<Flushes>,
 ) {
     while let Ok(WriterMsg::Data(first)) = rx.recv().await {
+        busy.set(true);
         // Whatever else is already queued goes out in the same write.
         let batch = writes::gather(first, || rx.try_recv().ok());
-        if writes::write_all_vectored(&mut stream, &batch.bufs)
-            .await
-            .is_err()
-        {
+        let written = writes::write_all_vectored(&mut stream, &batch.bufs).await;
+        busy.set(false);
+        if written.is_err() {
             break;
         }
-        let flushed = Input::Flushed {
-            conn,
-            bytes: batch.total,
-        };
-        if tx.send(Event::Net(flushed)).await.is_err() || batch.close_after {
+        flushes.add(conn, batch.total);
+        if batch.close_after {
             break;
         }
     }
+    // Nothing more is written directly: the queue is closed.
+    rx.close();
     let _ = stream.flush().await;
     // Also wakes the reader, which then reports `Closed`.
     let _ = stream.shutdown(Shutdown::Both);

@@ -2,11 +2,16 @@
 //! queue of [`WriterMsg`]s in front of a socket: gather what is already
 //! queued into one batch, then write it with as few vectored writes as the
 //! socket takes (no copy: a page's head and its body, a burst of frames, a
-//! live event shared by many streams go out as they are).
+//! live event shared by many streams go out as they are). Also the flush
+//! ledger ([`Flushes`]) and the direct write of small buffers to an idle
+//! connection ([`write_now`]) of `baesrv`'s writers (`outbox.rs`).
 
+use std::cell::{Cell, RefCell};
 use std::io;
+use std::task::{Poll, Waker};
 
 use engine::bytes::Bytes;
+use engine::ConnId;
 use futures_lite::{AsyncWrite, AsyncWriteExt};
 
 use engine::driver::WriterMsg;
@@ -14,7 +19,7 @@ use engine::driver::WriterMsg;
 /// Bytes after which a writer stops gathering queued buffers into one write.
 const MAX_WRITE: usize = 256 * 1024;
 /// Most buffers in one vectored write (well under `IOV_MAX`).
-const MAX_SLICES: usize = 64;
+pub(super) const MAX_SLICES: usize = 64;
 
 /// The buffers of one write, and whether the socket closes after them.
 #[derive(Debug)]
@@ -109,6 +114,81 @@ pub(super) async fn write_all_vectored(
         if i < bufs.len() {
             futures_lite::future::yield_now().await;
         }
+    }
+}
+
+/// Most bytes written straight to an idle connection's socket from the
+/// driver loop: one write of at most one [`WRITE_SLICE`], like one piece of
+/// a writer task's batch, so a probe waits no longer behind it.
+pub(super) const DIRECT_MAX: usize = WRITE_SLICE;
+
+/// Writes what the socket takes of `bufs` now, in one vectored write,
+/// without waiting: the bytes written (0 when it is full or failed: the
+/// writer task then writes the rest, and meets the error itself).
+pub(super) fn write_now(out: &mut impl io::Write, bufs: &[io::IoSlice<'_>]) -> usize {
+    loop {
+        match out.write_vectored(bufs) {
+            Ok(n) => return n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(_) => return 0,
+        }
+    }
+}
+
+/// Bytes the connections' writers wrote and the engine has not been told
+/// of yet. The driver loop takes them once per turn, one
+/// `Input::Flushed` per connection, instead of an event and an engine step
+/// per write (issue 36): the engine sees the same bytes, no later than the
+/// next turn of the loop, as before.
+#[derive(Default)]
+pub(super) struct Flushes {
+    pending: RefCell<Vec<(ConnId, usize)>>,
+    /// The driver loop, waiting for work.
+    waiting: Cell<Option<Waker>>,
+}
+
+impl Flushes {
+    /// `bytes` of `conn` reached its socket.
+    pub(super) fn add(&self, conn: ConnId, bytes: usize) {
+        if bytes == 0 {
+            return;
+        }
+        let mut pending = self.pending.borrow_mut();
+        match pending.last_mut() {
+            Some((c, n)) if *c == conn => *n += bytes,
+            _ => pending.push((conn, bytes)),
+        }
+        drop(pending);
+        if let Some(w) = self.waiting.take() {
+            w.wake();
+        }
+    }
+
+    /// Resolves once a report is pending.
+    pub(super) async fn ready(&self) {
+        std::future::poll_fn(|cx| {
+            if self.pending.borrow().is_empty() {
+                self.waiting.set(Some(cx.waker().clone()));
+                Poll::Pending
+            } else {
+                Poll::Ready(())
+            }
+        })
+        .await
+    }
+
+    /// Takes the pending reports into `out` (with what it already holds):
+    /// one per connection, its bytes summed.
+    pub(super) fn take_into(&self, out: &mut Vec<(ConnId, usize)>) {
+        out.append(&mut self.pending.borrow_mut());
+        out.sort_by_key(|&(c, _)| c);
+        out.dedup_by(|later, earlier| {
+            let same = later.0 == earlier.0;
+            if same {
+                earlier.1 += later.1;
+            }
+            same
+        });
     }
 }
 
@@ -286,5 +366,85 @@ mod tests {
         assert!(write.as_mut().poll(&mut cx).is_ready());
         drop(write);
         assert_eq!((out.got.as_slice(), out.calls), (&b"abcdef"[..], vec![6]));
+    }
+
+    #[test]
+    fn flush_reports_are_summed_per_connection() {
+        let f = Flushes::default();
+        for (c, n) in [(2, 10), (2, 5), (1, 7), (2, 1), (3, 0)] {
+            f.add(ConnId(c), n);
+        }
+        let mut out = vec![(ConnId(1), 1)];
+        f.take_into(&mut out);
+        assert_eq!(out, vec![(ConnId(1), 8), (ConnId(2), 16)]);
+        // A write of nothing reports nothing.
+        let mut again = Vec::new();
+        f.take_into(&mut again);
+        assert!(again.is_empty());
+    }
+
+    #[test]
+    fn the_loop_waiting_for_reports_is_woken_by_the_first() {
+        let f = Flushes::default();
+        let mut ready = Box::pin(f.ready());
+        let woken = std::sync::Arc::new(Woken::default());
+        let waker = Waker::from(woken.clone());
+        let mut cx = Context::from_waker(&waker);
+        assert!(ready.as_mut().poll(&mut cx).is_pending());
+        f.add(ConnId(4), 3);
+        assert!(woken.0.load(std::sync::atomic::Ordering::SeqCst));
+        assert!(ready.as_mut().poll(&mut cx).is_ready());
+    }
+
+    #[derive(Default)]
+    struct Woken(std::sync::atomic::AtomicBool);
+
+    impl std::task::Wake for Woken {
+        fn wake(self: std::sync::Arc<Self>) {
+            self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
+    /// A non-blocking socket: a signal interrupts the first call, then it
+    /// takes `room` bytes and would block after that.
+    struct Full {
+        room: usize,
+        interrupted: bool,
+        got: Vec<u8>,
+    }
+
+    impl io::Write for Full {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            if !self.interrupted {
+                self.interrupted = true;
+                return Err(io::ErrorKind::Interrupted.into());
+            }
+            if self.room == 0 {
+                return Err(io::ErrorKind::WouldBlock.into());
+            }
+            let n = buf.len().min(self.room);
+            self.room -= n;
+            self.got.extend_from_slice(buf.get(..n).unwrap_or_default());
+            Ok(n)
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_direct_write_takes_what_the_socket_takes_now() {
+        let mut out = Full {
+            room: 4,
+            interrupted: false,
+            got: Vec::new(),
+        };
+        let frame = [io::IoSlice::new(b"fra"), io::IoSlice::new(b"me")];
+        // The default vectored write takes the first slice only.
+        assert_eq!(write_now(&mut out, &frame), 3, "retried after the signal");
+        assert_eq!(write_now(&mut out, &frame[1..]), 1);
+        assert_eq!(out.got, b"fram");
+        let e = [io::IoSlice::new(b"e")];
+        assert_eq!(write_now(&mut out, &e), 0, "full: nothing, no error");
     }
 }

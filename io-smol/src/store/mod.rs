@@ -25,6 +25,7 @@ mod history;
 mod history_db;
 mod json_scan;
 pub(crate) mod lineage;
+pub mod page_pool;
 pub mod pg;
 mod queries;
 mod read;

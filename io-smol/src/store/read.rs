@@ -39,7 +39,7 @@ impl<'c> StoreConn<'c> {
         &mut self,
         read: &StoreRead,
         bounds: PageBounds,
-    ) -> Result<Option<Vec<u8>>> {
+    ) -> Result<Option<engine::bytes::Bytes>> {
         Ok(self
             .with_page_events(read, |st| render_rows(st, bounds))?
             .flatten())
@@ -487,13 +487,14 @@ impl engine::store::page::RowCursor for Cursor<'_, '_> {
 
 /// The body of an events page from a bound `SelectEvents` statement, cut as
 /// [`collect_page`] cuts (see [`StoreConn::render_page_direct`]).
-fn render_rows(st: &mut Statement<'_>, bounds: PageBounds) -> Result<Option<Vec<u8>>> {
+fn render_rows(st: &mut Statement<'_>, bounds: PageBounds) -> Result<Option<engine::bytes::Bytes>> {
     use engine::store::page::weigh;
     use proto::wire::page::{push_page_close, PAGE_OPEN};
     if st.column_count() < 7 {
         return Ok(None);
     }
-    let mut out = String::with_capacity(bounds.max_bytes.min(64 * 1024));
+    // A kept buffer whose page was written (`page_pool.rs`).
+    let mut out = super::page_pool::take(bounds.max_bytes.min(64 * 1024));
     out.push_str(PAGE_OPEN);
     let (mut taken, mut bytes, mut last_seq, mut more) = (0usize, 0usize, 0i64, false);
     while st.next()? == State::Row {
@@ -537,7 +538,7 @@ fn render_rows(st: &mut Statement<'_>, bounds: PageBounds) -> Result<Option<Vec<
     }
     let cursor = more.then(|| last_seq.to_string());
     push_page_close(&mut out, cursor.as_deref());
-    Ok(Some(out.into_bytes()))
+    Ok(Some(super::page_pool::give(out)))
 }
 
 /// Runs a bound event query to completion, collecting its rows, and resets

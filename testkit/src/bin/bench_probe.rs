@@ -13,7 +13,13 @@
 //! ```text
 //! cargo build --release -p io-smol -p testkit
 //! target/release/bench_probe [--clients 64] [--history-turns 250] [--page-limit 100] \
-//!     [--secs 10] [--bin PATH]
+//!     [--secs 10] [--rate PAGES_PER_SEC] [--bin PATH]
+//!
+//! Without `--rate` the pagers run a closed loop: a faster server then
+//! fetches more pages, and the loop the prober shares spends more of each
+//! turn reading them, so the probe measures the generator as much as the
+//! server. `--rate` fixes the offered load (spread evenly over the pagers)
+//! so two builds compare at equal work.
 //! ```
 
 use std::cell::RefCell;
@@ -90,10 +96,12 @@ async fn pager(
     addr: SocketAddr,
     s: Rc<Session>,
     limit: usize,
+    gap: Option<Duration>,
     stop: Rc<RefCell<bool>>,
 ) -> Res<(usize, usize)> {
     let mut c = AsyncConn::open(addr).await?;
     let (mut pages, mut bytes) = (0, 0);
+    let mut next = Instant::now();
     while !*stop.borrow() {
         let mut cursor: Option<String> = None;
         loop {
@@ -101,6 +109,14 @@ async fn pager(
             if let Some(c) = &cursor {
                 path.push_str("&cursor=");
                 path.push_str(c);
+            }
+            if let Some(gap) = gap {
+                // Paced: a slow answer does not earn a burst afterwards.
+                next = next.max(Instant::now() - gap) + gap;
+                smol::Timer::at(next).await;
+                if *stop.borrow() {
+                    break;
+                }
             }
             let (status, body) = c.get(&path, Some(&s.key)).await?;
             if status != 200 {
@@ -139,6 +155,9 @@ fn main() -> Res<()> {
     let history: usize = arg(&args, "--history-turns", 250);
     let limit: usize = arg(&args, "--page-limit", 100);
     let secs: f64 = arg(&args, "--secs", 10.0);
+    let rate: f64 = arg(&args, "--rate", 0.0);
+    // Each pager's share of the offered load, as the gap between its pages.
+    let gap = (rate > 0.0).then(|| Duration::from_secs_f64(clients as f64 / rate));
     let bin: PathBuf = args
         .iter()
         .position(|a| a == "--bin")
@@ -161,7 +180,7 @@ fn main() -> Res<()> {
     let ex = smol::LocalExecutor::new();
     let meter = Meter::start(Some(srv.child.id()));
     let pagers: Vec<_> = (0..clients)
-        .map(|_| ex.spawn(pager(srv.addr, s.clone(), limit, stop.clone())))
+        .map(|_| ex.spawn(pager(srv.addr, s.clone(), limit, gap, stop.clone())))
         .collect();
     let probe = ex.spawn(prober(srv.addr, stop.clone()));
     let t0 = Instant::now();
@@ -180,8 +199,12 @@ fn main() -> Res<()> {
     let usage = meter.finish();
     let (lat, pages, bytes) = result?;
     let wall = t0.elapsed().as_secs_f64();
+    let offered = match gap {
+        Some(_) => format!(" (offered {rate:.0} pages/s)"),
+        None => String::new(),
+    };
     println!(
-        "paging @{clients} on one event loop, {history}-turn session, limit {limit}: {:.0} pages/s, \
+        "paging @{clients} on one event loop{offered}, {history}-turn session, limit {limit}: {:.0} pages/s, \
          {:.0} MB/s; /healthz from the same loop: p50 {} p99 {} max {} ({} probes); {usage}",
         pages as f64 / wall,
         bytes as f64 / wall / 1e6,
