@@ -209,6 +209,39 @@ fn no_fork_inside_a_paused_turn_and_the_parent_is_untouched() {
     assert_eq!(text_of(&t["result"]["message"]), "noon");
 }
 
+/// `after_turn: 0` stops right before the first turn's message; in a log
+/// that ended without a turn, right before its end, since no point at or
+/// after the end is forkable (found by sim seeds 207 and 780: the whole
+/// closed log was copied, its `session.close` included).
+#[test]
+fn after_turn_zero_of_a_session_closed_without_a_turn_stops_before_the_close() {
+    let mut h = Harness::new(registry());
+    let f = with_tool(&mut h, "main");
+    let path = format!("/api/v1/sessions/{}", f.sid);
+    assert_eq!(h.client("DELETE", &path, &f.a.session_key, None).0, 200);
+    let parent = h.admin_events(&f.sid);
+    assert_eq!(parent.last().unwrap()["event_type"], "session.close");
+    let before_close = &parent[parent.len() - 2];
+    for route in ["fork", "rewind"] {
+        let path = format!("/admin/v1/sessions/{}/{route}", f.sid);
+        let (s, answer) = h.admin("POST", &path, Some(&json!({"after_turn": 0})));
+        assert_eq!(s, 201, "{route}: {answer}");
+        assert_eq!(answer["events"], parent.len() - 1, "{route}");
+        assert_eq!(answer["parent"]["event_id"], before_close["id"], "{route}");
+        let fid = answer["session_id"].as_str().unwrap().to_string();
+        let copied = h.admin_events(&fid);
+        assert!(of_type(&copied, "session.close").is_empty(), "{copied:?}");
+        assert_eq!(h.admin_session(&fid)["state"], "open", "{route}");
+    }
+    // The end itself is still no fork point.
+    let path = format!("/admin/v1/sessions/{}/fork", f.sid);
+    let (s, p) = h.admin("POST", &path, Some(&json!({})));
+    assert_eq!(
+        (s, p["type"].as_str()),
+        (409, Some("fork_point_incomplete"))
+    );
+}
+
 #[test]
 fn parent_and_fork_diverge_and_only_the_creator_may_fork() {
     let mut h = Harness::new(registry());

@@ -157,3 +157,63 @@ fn a_closed_sessions_streamed_call_frees_its_slot_at_once_an_unstreamed_one_at_i
         assert_ne!(h.calls[0].id, first);
     }
 }
+
+/// A slot freed in the very millisecond a waiter's `max_wait_ms` runs out
+/// is not the waiter's: it has waited the bound, so it fails its attempt
+/// ("no call slot within 300 ms") and the next call to ask takes the slot,
+/// whether the reply or the wait's timer is handled first. The simulator's
+/// `inv_slot_fifo` judges by this rule (sim seed 127 met the reply-first
+/// order through the driver core).
+#[test]
+fn a_slot_freed_as_a_wait_runs_out_goes_to_the_next_asker_in_either_order() {
+    for reply_first in [true, false] {
+        let mut cfg = config();
+        cfg.providers[0].limits = Some(engine::provider_limits::EntryLimits {
+            max_concurrent: Some(1),
+            requests_per_minute: None,
+            input_tokens_per_minute: None,
+            max_wait_ms: 300,
+        });
+        let mut h = Harness::new(cfg);
+        let (key, a, akey) = h.open_session(&[], json!({}));
+        register(&mut h, &a, &akey);
+        let (s, b) = h.client("POST", "/api/v1/sessions", &key, Some(&json!({})));
+        assert_eq!(s, 201, "{b}");
+        let (b, bkey) = (
+            b["session_id"].as_str().unwrap().to_string(),
+            b["session_key"].as_str().unwrap().to_string(),
+        );
+        register(&mut h, &b, &bkey);
+        h.rpc_start(&a, &akey, &send("first"));
+        h.rpc_start(&a, &akey, &send("again"));
+        h.rpc_start(&b, &bkey, &send("waits"));
+        assert_eq!(h.calls.len(), 1, "one slot, b's call waits");
+        let first = h.calls.pop_front().unwrap().id;
+        let done = engine::Input::ProviderDone {
+            call: first,
+            reply: anthropic_text("one"),
+        };
+        if reply_first {
+            // The same millisecond as b's deadline, its timer not yet run.
+            h.now.mono += 300;
+            h.now.unix += 300;
+            h.input(done);
+            h.advance(0);
+        } else {
+            h.advance(300);
+            h.input(done);
+        }
+        let expired = h.admin_events(&b);
+        let expired = of_type(&expired, "provider.response");
+        assert_eq!(
+            expired[0]["payload"]["error"], "provider limit: no call slot within 300 ms",
+            "reply first {reply_first}"
+        );
+        assert_eq!(h.calls.len(), 1, "reply first {reply_first}");
+        let body = String::from_utf8_lossy(&h.calls[0].body).into_owned();
+        assert!(
+            body.contains("again"),
+            "a's next call took the slot: {body}"
+        );
+    }
+}

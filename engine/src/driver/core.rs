@@ -67,13 +67,16 @@ impl<R: Runtime, H: Host> Core<R, H> {
             engine,
             limits,
             fenced,
+            faults,
         } = boot;
+        let mut pipe = match fenced {
+            true => Pipeline::fenced(),
+            false => Pipeline::new(),
+        };
+        pipe.faults = faults;
         Core {
             engine,
-            pipe: match fenced {
-                true => Pipeline::fenced(),
-                false => Pipeline::new(),
-            },
+            pipe,
             conns: HashMap::new(),
             next_conn: ConnId(1),
             provider_inflight: 0,
@@ -86,6 +89,11 @@ impl<R: Runtime, H: Host> Core<R, H> {
             host,
             rt,
         }
+    }
+
+    /// The engine, to read (metrics, counts).
+    pub fn engine(&self) -> &Engine {
+        &self.engine
     }
 
     /// The top of every loop turn: drains every engine output, then hands
@@ -272,6 +280,7 @@ impl<R: Runtime, H: Host> Core<R, H> {
     /// Drains every engine output and routes it.
     fn drain_outputs(&mut self) {
         while let Some(out) = self.engine.poll_output() {
+            self.host.observe(&out);
             match self.pipe.route(out) {
                 Some(Routed::Dispatch(d)) => self.dispatch(d),
                 Some(Routed::Mcp(cmd)) => self.host.mcp(cmd),

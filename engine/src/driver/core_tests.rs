@@ -169,6 +169,7 @@ fn new_core(max_connections: usize) -> (TestCore, Fake) {
         engine,
         limits,
         fenced: false,
+        faults: Default::default(),
     };
     (Core::new(boot, fake.clone(), fake.clone()), fake)
 }

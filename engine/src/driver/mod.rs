@@ -23,7 +23,9 @@ use crate::pipeline::Job;
 use crate::replicas::Forward;
 use crate::sandbox::{OpId, SandboxCommand, SandboxReply};
 use crate::store::{ReadId, ReadResult};
-use crate::{CallId, ConnId, Engine, Input, Listener, MonoMs, Now, ProviderCall, ProviderReply};
+use crate::{
+    CallId, ConnId, Engine, Input, Listener, MonoMs, Now, Output, ProviderCall, ProviderReply,
+};
 
 mod core;
 
@@ -145,6 +147,9 @@ pub trait Host {
     /// The engine's outputs were drained: what it recorded for telemetry
     /// leaves with them (only its telemetry may be drained here).
     fn drained(&mut self, _engine: &mut Engine) {}
+    /// Sees every engine output before the core routes it (the
+    /// simulator's invariant checks; a server has nothing to do here).
+    fn observe(&mut self, _out: &Output) {}
     /// When the upkeep next needs the loop to wake.
     fn next_due(&self) -> Option<MonoMs> {
         None
@@ -190,4 +195,6 @@ pub struct CoreBoot {
     pub limits: Limits,
     /// Replica mode: every commit checks its lane and leases.
     pub fenced: bool,
+    /// Empty unless the simulator planted a pipeline bug.
+    pub faults: crate::faults::Faults,
 }

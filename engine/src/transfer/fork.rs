@@ -111,10 +111,20 @@ impl Fork {
                 // Not in the catalogue (a foreign row): not copied.
                 continue;
             };
+            if matches!(self.start.at, At::AfterTurn(0))
+                && self.first_turn_or_end(event_type, &row.payload)
+            {
+                // Before the first turn: right before its message, or, in a
+                // log that ended without one, right before the end (the
+                // point is never at or after the end, docs/extensions.md).
+                return match self.walker.point() {
+                    Point::Complete => Found::Here,
+                    point => incomplete(&row.id, point, "the first turn starts here"),
+                };
+            }
             if event_type == EventType::ClientMessageSend {
                 let point = self.walker.point();
                 match &self.start.at {
-                    At::AfterTurn(0) => return Found::Here,
                     At::BeforeMessage(id) if *id == row.id => {
                         if point != Point::Complete {
                             return incomplete(
@@ -171,6 +181,20 @@ impl Fork {
         Found::Reading
     }
 
+    /// Whether `event_type` starts the first turn or ends the session
+    /// (with no turn before it): where `after_turn: 0` stops.
+    fn first_turn_or_end(&self, event_type: EventType, payload: &str) -> bool {
+        match event_type {
+            EventType::ClientMessageSend => true,
+            EventType::SessionClose | EventType::SessionError => {
+                let mut next = self.walker.clone();
+                next.step(event_type, payload);
+                next.point() == Point::Ended
+            }
+            _ => false,
+        }
+    }
+
     /// The parent's log ended before the point was found.
     fn at_end(&self) -> Found {
         let parent = &self.start.parent_id;
@@ -182,7 +206,7 @@ impl Fork {
                     incomplete(last, point, "")
                 }
             },
-            // No message yet: before the first turn is the whole log.
+            // No message and no end: before the first turn is the whole log.
             At::AfterTurn(0) => Found::Here,
             At::AfterTurn(n) if self.walker.turns_started >= *n => {
                 let detail = format!("turn {n} of session {parent} has not ended");

@@ -187,6 +187,7 @@ impl Boot {
             },
             // Replica mode: every commit checks its lane and leases.
             fenced: self.lease_watch.is_some(),
+            faults: Default::default(),
         };
         let host = HostBoot {
             clock: self.clock,

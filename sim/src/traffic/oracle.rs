@@ -421,10 +421,13 @@ impl TrafficSim {
             }
         }
         // It joined the queue `waited` ms ago: nobody who asked after
-        // that may have been admitted meanwhile.
+        // that may have been admitted meanwhile. Its wait is over at `now`
+        // (it has waited the bound), so a slot freed in this millisecond is
+        // no longer its own, whichever input came first: the engine
+        // expires before it admits.
         let joined = now.saturating_sub(waited);
         for (at, other, lower) in &e.recent {
-            if *other != sid && *lower > joined && *at >= joined {
+            if *other != sid && *lower > joined && *at >= joined && *at < now {
                 ck.fail(
                     INV_SLOT_FIFO,
                     format!("session {sid} joined the queue at {joined} ms and expired at {now} ms; session {other} asked at {lower} ms or later and was admitted at {at} ms"),
@@ -504,7 +507,7 @@ impl TrafficSim {
             }
         }
         if let Some((_, ready)) = mine {
-            if now - ready > limits.max_wait_ms {
+            if now - ready >= limits.max_wait_ms {
                 ck.fail(
                     INV_SLOT_WAIT_BOUNDED,
                     format!(
@@ -515,10 +518,13 @@ impl TrafficSim {
             }
         }
         // FIFO: nobody known to have joined the queue before this call
-        // could have asked may still be waiting.
+        // could have asked may still be waiting. A wait that has lasted
+        // `max_wait_ms` is over (its expiry may be logged later in the
+        // same millisecond's outputs).
         for (other, s) in &self.sessions {
             if let Some((e2, ready)) = s.waiting {
-                if e2 == entry && *other != sid && ready < lower && ready <= now {
+                let over = now.saturating_sub(ready) >= limits.max_wait_ms;
+                if e2 == entry && *other != sid && ready < lower && ready <= now && !over {
                     ck.fail(
                         INV_SLOT_FIFO,
                         format!(
@@ -666,3 +672,7 @@ fn expect(policy: Option<&RetryPolicy>, class: Class, retries: u32, now: u64) ->
         },
     }
 }
+
+#[cfg(test)]
+#[path = "oracle_tests.rs"]
+mod tests;

@@ -1,7 +1,7 @@
-//! The simulated world around one real [`engine::Engine`]: a virtual clock
-//! and event queue, the I/O driver (group commit and output gating exactly
-//! like `io-smol/src/driver/pipeline.rs`), connections that speak HTTP/1.1
-//! bytes, a provider, crash/restart, and the invariant checks.
+//! The simulated world around one real [`engine::Engine`] driven by the
+//! driver core every runtime uses (`engine::driver`, `world/driver.rs`): a
+//! virtual clock and event queue, a store worker, connections that speak
+//! HTTP/1.1 bytes, a provider, crash/restart, and the invariant checks.
 //!
 //! Everything is ordered by `BTreeMap`/`Vec` and drawn from seeded
 //! generators, so a seed determines the run byte for byte.
@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use engine::mem_store::MemStore;
-use engine::pipeline::{Delivery, Job, Pipeline};
+use engine::pipeline::Job;
 use engine::store::{KeyRole, KeyRow, StoreWrite};
 use engine::{
     CallId, Config, ConnId, Engine, Input, Listener, Now, Output, ProviderCall, ProviderEntry,
@@ -18,6 +18,7 @@ use engine::{
 };
 
 mod actors;
+mod driver;
 mod ext;
 mod ext_checks;
 mod plumbing;
@@ -171,32 +172,6 @@ enum Ev {
         session: String,
         what: ext::Side,
     },
-}
-
-/// The simulated driver's store side: the production pipeline
-/// (`engine::pipeline`, the same code io-smol runs) plus the worker's
-/// current submission, so faults (slow or failed commits, a crash with a
-/// commit in flight) are injected around the real durability gating.
-struct Io {
-    pipe: Pipeline,
-    /// The submission the worker is running (front = in progress).
-    running: VecDeque<Job>,
-}
-
-impl Io {
-    fn new() -> Self {
-        Io {
-            pipe: Pipeline::new(),
-            running: VecDeque::new(),
-        }
-    }
-
-    /// The pipeline of a restarted process (a planted pipeline bug stays).
-    fn restarted(&self) -> Self {
-        let mut io = Io::new();
-        io.pipe.faults = self.pipe.faults;
-        io
-    }
 }
 
 #[derive(Default)]
@@ -380,11 +355,19 @@ pub struct World {
     unix0: u64,
     queue: BTreeMap<(u64, u64), Ev>,
     next_ev: u64,
-    engine: Engine,
+    /// The engine inside the driver core every runtime uses.
+    core: driver::SimCore,
+    /// The core's runtime and host: what it asked for, the virtual clock.
+    side: driver::Side,
     config: Config,
     epoch: u32,
     store: MemStore,
-    io: Io,
+    /// The store worker's current submission (front = in progress).
+    running: VecDeque<Job>,
+    /// A `JobDone` for the front job is in the queue.
+    job_scheduled: bool,
+    /// The pipeline bug planted in every process (none unless planted).
+    faults: engine::faults::Faults,
     conns: BTreeMap<ConnId, SimConn>,
     next_conn: ConnId,
     reqs: Vec<Req>,
@@ -546,10 +529,10 @@ impl World {
         let unix0 = 1_780_000_000_000 + (seed % 1_000_000) * 1_000;
         let now_ms = 1_000;
         #[allow(unused_mut)]
-        let mut io = Io::new();
+        let mut faults = engine::faults::Faults::default();
         #[cfg(feature = "planted-bugs")]
         {
-            io.pipe.faults = engine::faults::Faults::planted(opts.bug);
+            faults = engine::faults::Faults::planted(opts.bug);
         }
         let engine = Engine::new(
             config.clone(),
@@ -557,6 +540,8 @@ impl World {
             store.snapshot_of(scope_of(&config)),
             now_of(now_ms, unix0),
         );
+        let side = driver::Side::new(now_ms, unix0);
+        let core = driver::new_core(engine, &side, faults);
         let traffic =
             crate::traffic::oracle::TrafficSim::new(traffic_rng, &swarm.traffic, unix0, now_ms);
         let checker = Checker {
@@ -571,11 +556,14 @@ impl World {
             unix0,
             queue: BTreeMap::new(),
             next_ev: 0,
-            engine,
+            core,
+            side,
             config,
             epoch: 0,
             store,
-            io,
+            running: VecDeque::new(),
+            job_scheduled: false,
+            faults,
             conns: BTreeMap::new(),
             next_conn: engine::ConnId(1),
             reqs: Vec::new(),

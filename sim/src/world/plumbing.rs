@@ -1,24 +1,16 @@
 //! Feeding the engine and draining its outputs; the simulated network
 //! connections.
 
+use super::driver::SimEvent;
 use super::*;
+use engine::driver::StoreDone;
 
 impl World {
     // ---- engine plumbing ----------------------------------------------------
 
+    /// An input from the network side, for the world's connection.
     pub(super) fn input(&mut self, input: Input) {
-        if self.dead_engine {
-            return;
-        }
-        let now = self.now();
-        self.engine.note_store_backlog(self.io.pipe.backlog());
-        self.transfer.copying.clear();
-        let r = catch_unwind(AssertUnwindSafe(|| self.engine.handle_input(now, input)));
-        if let Err(p) = r {
-            self.engine_panicked(p);
-            return;
-        }
-        self.drain();
+        self.event(SimEvent::Net(input));
     }
 
     pub(super) fn engine_panicked(&mut self, p: Box<dyn std::any::Any + Send>) {
@@ -29,62 +21,16 @@ impl World {
         self.dead_engine = true;
     }
 
-    pub(super) fn drain(&mut self) {
-        self.ext.closes_in_drain.clear();
-        if let Some(rid) = self.cancel_probe.take() {
-            return self.drain_probed(rid);
-        }
-        loop {
-            let o = match catch_unwind(AssertUnwindSafe(|| self.engine.poll_output())) {
-                Ok(Some(o)) => o,
-                Ok(None) => break,
-                Err(p) => return self.engine_panicked(p),
-            };
-            self.on_output(o);
-        }
-        self.drained();
-    }
-
-    /// The drain of the input that delivered `session.cancelTurn` request
-    /// `rid`: its answer is read first (`ext_probe_cancel`), so the gate
-    /// model knows what the cancel did before the events that follow it.
-    fn drain_probed(&mut self, rid: usize) {
-        let mut outputs = Vec::new();
-        let mut panicked = None;
-        loop {
-            match catch_unwind(AssertUnwindSafe(|| self.engine.poll_output())) {
-                Ok(Some(o)) => outputs.push(o),
-                Ok(None) => break,
-                Err(p) => {
-                    panicked = Some(p);
-                    break;
-                }
-            }
-        }
-        self.ext_probe_cancel(rid, &outputs);
-        for o in outputs {
-            self.on_output(o);
-        }
-        self.ext_probe_done(rid);
-        match panicked {
-            Some(p) => self.engine_panicked(p),
-            None => self.drained(),
-        }
-    }
-
     fn on_send(&mut self, conn: ConnId, bytes: engine::bytes::Bytes, gated: bool) {
         self.trace.hash.write_field(&bytes);
         let kind = if gated { "send" } else { "send-ungated" };
         self.t(format!("out {kind} conn={conn} len={}", bytes.len()));
         self.track_response_ends(conn, &bytes);
-        if gated {
-            self.deliver(Delivery::Send { conn, bytes });
-        } else if let Some(d) = self.io.pipe.deliver_ungated(conn, bytes) {
-            self.release(d);
-        }
     }
 
-    fn on_output(&mut self, o: Output) {
+    /// Checks one engine output (the core routed it: what it asks for
+    /// comes as effects, `world/driver.rs`).
+    pub(super) fn on_output(&mut self, o: Output) {
         match o {
             Output::Write(w) => self.on_write(w),
             Output::Send { conn, bytes } => self.on_send(conn, bytes, true),
@@ -92,79 +38,30 @@ impl World {
             Output::Close { conn } => {
                 self.t(format!("out close conn={conn}"));
                 self.stream_end_emitted(conn, true);
-                self.deliver(Delivery::Close { conn });
             }
             Output::Read { id, read } => {
                 self.t(format!("out read id={id} {read:?}"));
                 if let (Some(rid), engine::StoreRead::LoadSession { .. }) = (self.feeding, &read) {
                     self.deferred.insert(id, rid);
                 }
-                self.io.pipe.read(id, read);
             }
             Output::CallProvider(call) => {
                 self.stream.on_call(&call);
                 (self.traffic).on_call_output(&call, self.now_ms, &mut self.checker);
-                self.deliver(Delivery::Call(call))
             }
             Output::AbortProvider(call) => {
                 self.t(format!("out abort provider call={}", call.0));
                 self.traffic.on_abort(call, self.now_ms);
-                if self.io.pipe.abort(call).is_some() {
-                    self.abort_provider(call);
-                }
+                // The engine gave up on it: the stream oracle expects
+                // nothing more of it (the core closes it if it was sent).
+                self.stream.abort(call);
             }
             // The simulator runs one server: replica mode is never on.
             Output::Forward(f) => self.t(format!("out forward conn={} (ignored)", f.conn)),
-            Output::Sandbox(cmd) => {
-                self.t(format!("out sandbox {cmd:?}"));
-                let now = self.now_ms;
-                let timeouts = (
-                    self.config.sandbox_exec_timeout_ms,
-                    self.config.subagent_timeout_ms,
-                );
-                let replies = self.sandbox.on_command(
-                    cmd,
-                    now,
-                    &self.swarm.sandbox,
-                    timeouts,
-                    &mut self.checker,
-                );
-                for (at, op, reply) in replies {
-                    self.schedule(at, Ev::Sandbox { op, reply });
-                }
-            }
+            Output::Sandbox(cmd) => self.t(format!("out sandbox {cmd:?}")),
             Output::Mcp(cmd) => {
                 self.t(format!("out mcp {}", crate::mcp::describe_command(&cmd)));
-                let now = self.now_ms;
-                let events = self
-                    .mcp
-                    .on_command(cmd, now, &self.swarm.mcp, &mut self.checker);
-                for (at, conn, event) in events {
-                    self.schedule(at, Ev::Mcp { conn, event });
-                }
             }
-        }
-    }
-
-    fn drained(&mut self) {
-        self.mcp.after_drain(&mut self.checker);
-        self.sandbox.check_execs(self.now_ms, &mut self.checker);
-        self.pump_worker();
-        self.arm_timer();
-    }
-
-    pub(super) fn arm_timer(&mut self) {
-        let t = match catch_unwind(AssertUnwindSafe(|| self.engine.poll_timeout())) {
-            Ok(t) => t,
-            Err(p) => return self.engine_panicked(p),
-        };
-        if t.is_some() && t != self.timer_at {
-            self.timer_at = t;
-            let at = t.map_or(0, |t| t.0);
-            self.schedule(at, Ev::Timer);
-        }
-        if t.is_none() {
-            self.timer_at = None;
         }
     }
 
@@ -190,7 +87,6 @@ impl World {
                     self.mcp.on_event(row, self.now_ms, &mut self.checker);
                 }
                 self.transfer.copied_seqs.insert(row.seq);
-                self.io.pipe.write(w);
                 return;
             }
             self.checker.on_emit(row);
@@ -210,81 +106,60 @@ impl World {
             }
             self.checker.on_emit_write(&w);
         }
-        self.io.pipe.write(w);
     }
 
-    pub(super) fn deliver(&mut self, d: Delivery) {
-        if let Some(d) = self.io.pipe.deliver(d) {
-            self.release(d);
-        }
-    }
-
-    pub(super) fn release(&mut self, d: Delivery) {
-        match d {
-            Delivery::Send { conn, bytes } => {
-                let Some(c) = self.conns.get_mut(&conn) else {
-                    return;
-                };
-                if c.client_closed || c.server_closed {
-                    return;
-                }
-                c.outbound.extend(bytes.iter());
-                if !c.flush_scheduled {
-                    c.flush_scheduled = true;
-                    self.after(0, Ev::Flush(conn));
-                }
-            }
-            Delivery::Close { conn } => {
-                let Some(c) = self.conns.get_mut(&conn) else {
-                    return;
-                };
-                c.server_closing = true;
-                if !c.flush_scheduled {
-                    c.flush_scheduled = true;
-                    self.after(0, Ev::Flush(conn));
-                }
-            }
-            Delivery::Call(call) => self.call_provider(call),
-            Delivery::Forward(_) => {}
-        }
-    }
-
-    pub(super) fn pump_worker(&mut self) {
-        if !self.io.running.is_empty() {
-            return;
-        }
-        let Some(jobs) = self.io.pipe.take_submission() else {
+    /// The core's writer for `conn` was handed bytes.
+    pub(super) fn release_send(&mut self, conn: ConnId, bytes: engine::bytes::Bytes) {
+        let Some(c) = self.conns.get_mut(&conn) else {
             return;
         };
-        self.io.running = jobs.into();
-        self.start_job();
+        if c.client_closed || c.server_closed {
+            return;
+        }
+        c.outbound.extend(bytes.iter());
+        if !c.flush_scheduled {
+            c.flush_scheduled = true;
+            self.after(0, Ev::Flush(conn));
+        }
+    }
+
+    /// The core's writer for `conn` was told to close (or the core refused
+    /// the connection).
+    pub(super) fn release_close(&mut self, conn: ConnId) {
+        let Some(c) = self.conns.get_mut(&conn) else {
+            return;
+        };
+        c.server_closing = true;
+        if !c.flush_scheduled {
+            c.flush_scheduled = true;
+            self.after(0, Ev::Flush(conn));
+        }
     }
 
     pub(super) fn start_job(&mut self) {
-        let lat = match self.io.running.front() {
+        let lat = match self.running.front() {
             Some(Job::Commit { .. }) => self.swarm.commit_ms,
             Some(Job::Read { .. }) => self.swarm.read_ms,
             Some(Job::Activity) => (0, 0),
             None => return,
         };
         let d = self.draw(lat);
+        self.job_scheduled = true;
         self.after(d, Ev::JobDone);
     }
 
     pub(super) fn job_done(&mut self) {
-        let Some(job) = self.io.running.pop_front() else {
+        self.job_scheduled = false;
+        let Some(job) = self.running.pop_front() else {
             return;
         };
         match job {
             Job::Commit { batch, writes, .. } => {
                 self.commit(batch, writes);
-                for d in self.io.pipe.committed(batch) {
-                    self.release(d);
-                }
+                self.event(SimEvent::Store(StoreDone::Committed(batch)));
             }
             Job::Activity => {}
             Job::Read { id, read } => {
-                self.io.pipe.read_done();
                 // Read failures are not fatal in the driver: they reach the
                 // engine as `Err` (commit failures are crashes instead).
                 let result = if self.rng.chance(self.swarm.read_error) {
@@ -305,13 +180,11 @@ impl World {
                         _ => {}
                     }
                 }
-                self.input(Input::ReadDone { id, result });
+                self.event(SimEvent::Store(StoreDone::Read(id, result)));
                 self.cancel_probe = None;
             }
         }
-        if self.io.running.is_empty() {
-            self.pump_worker();
-        } else {
+        if !self.job_scheduled {
             self.start_job();
         }
     }
@@ -365,11 +238,16 @@ impl World {
         }
     }
 
-    /// The engine closed a dispatched call: its reply, if it comes, is
-    /// ignored by the engine.
+    /// The core closed a streamed call the engine gave up on: what was
+    /// still to come of it is gone, and its task reports the closed
+    /// connection (the core drops that report).
     pub(super) fn abort_provider(&mut self, call: engine::CallId) {
         self.stats.provider_aborts += 1;
-        self.stream.abort(call);
+        self.queue.retain(|_, ev| {
+            !matches!(ev, Ev::Provider { call: c, .. } | Ev::ProviderChunk { call: c, .. } if *c == call)
+        });
+        let reply = ProviderReply::Transport("closed by the driver".into());
+        self.after(0, Ev::Provider { call, reply });
     }
 
     pub(super) fn call_provider(&mut self, call: ProviderCall) {
@@ -521,7 +399,7 @@ impl World {
                 ..Default::default()
             },
         );
-        self.input(Input::Accepted { conn, listener });
+        self.event(SimEvent::Accepted(listener, conn));
         let d = if calm {
             0
         } else {
@@ -558,7 +436,9 @@ impl World {
             piece.len()
         ));
         self.feeding = completes;
-        self.input(Input::Received { conn, bytes: piece });
+        if let Some(conn) = self.core_conn(conn) {
+            self.input(Input::Received { conn, bytes: piece });
+        }
         self.feeding = None;
         self.cancel_probe = None;
         if let Some(rid) = completes.filter(|_| !behind) {
@@ -740,7 +620,9 @@ impl World {
             self.reqs[*r].waiting = false;
         }
         self.t(format!("in closed conn={conn}"));
-        self.input(Input::Closed { conn });
+        if let Some(conn) = self.core_conn(conn) {
+            self.input(Input::Closed { conn });
+        }
         // Forget fully finished connections.
         let finished = all.iter().all(|r| self.reqs[*r].done || self.reqs[*r].lost);
         if let Some(c) = self.conns.get(&conn) {

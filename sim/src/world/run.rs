@@ -1,5 +1,6 @@
 //! Setting the world up and running it.
 
+use super::driver::{self, SimEvent};
 use super::*;
 
 impl World {
@@ -204,29 +205,29 @@ impl World {
             Ev::ClientClose(c) => self.client_close(c),
             Ev::EngineClosed(c) => self.engine_closed(c),
             Ev::JobDone => self.job_done(),
-            // What the engine closed reaches it no more.
-            Ev::Provider { call, .. } if self.stream.aborted(call) => {
-                self.t(format!(
-                    "provider reply call={call} after its close (dropped)"
-                ));
+            // What the engine closed reaches the core, which drops it.
+            Ev::Provider { call, reply } if self.stream.aborted(call) => {
+                self.t(format!("provider reply call={call} after its close"));
+                self.event(SimEvent::Provider(call, reply));
             }
             Ev::Provider { call, reply } => {
                 self.t(format!("in provider reply call={call}"));
                 self.traffic.on_reply(call, &reply, self.now_ms);
-                self.input(Input::ProviderDone { call, reply });
+                self.event(SimEvent::Provider(call, reply));
             }
-            Ev::ProviderChunk { call, .. } if self.stream.aborted(call) => {}
             Ev::ProviderChunk { call, bytes } => {
-                self.t(format!(
-                    "in provider chunk call={call} {} bytes",
-                    bytes.len()
-                ));
-                self.input(Input::ProviderChunk { call, bytes });
+                if !self.stream.aborted(call) {
+                    self.t(format!(
+                        "in provider chunk call={call} {} bytes",
+                        bytes.len()
+                    ));
+                }
+                self.event(SimEvent::ProviderChunk(call, bytes));
             }
             Ev::Flush(c) => self.on_flush(c),
             Ev::Flushed { conn, bytes } => {
                 let known = self.conns.get(&conn).is_some_and(|c| !c.engine_told_closed);
-                if known {
+                if let Some(conn) = self.core_conn(conn).filter(|_| known) {
                     self.input(Input::Flushed { conn, bytes });
                 }
             }
@@ -237,7 +238,7 @@ impl World {
                         "in mcp conn={conn} {}",
                         crate::mcp::describe_event(&event)
                     ));
-                    self.input(Input::Mcp { conn, event });
+                    self.event(SimEvent::Mcp(conn, event));
                 }
             }
             Ev::Side {
@@ -248,22 +249,10 @@ impl World {
             Ev::Sandbox { op, reply } => {
                 if self.sandbox.deliver(op, &reply) {
                     self.t(format!("in sandbox op={op} {reply:?}"));
-                    self.input(Input::Sandbox { op, reply });
+                    self.event(SimEvent::Sandbox(op, reply));
                 }
             }
-            Ev::Timer => {
-                if self.timer_at.is_some_and(|t| t.0 <= self.now_ms) {
-                    self.timer_at = None;
-                    self.t("in timeout".into());
-                    let now = self.now();
-                    let r = catch_unwind(AssertUnwindSafe(|| self.engine.handle_timeout(now)));
-                    if let Err(p) = r {
-                        self.engine_panicked(p);
-                    } else {
-                        self.drain();
-                    }
-                }
-            }
+            Ev::Timer => self.on_timer(),
         }
         true
     }
@@ -274,9 +263,9 @@ impl World {
         self.stats.crashes += 1;
         self.t("CRASH".into());
         // A commit in flight either made it or not (it is atomic).
-        if let Some(Job::Commit { .. }) = self.io.running.front() {
+        if let Some(Job::Commit { .. }) = self.running.front() {
             if self.rng.chance(0.5) {
-                if let Some(Job::Commit { batch, writes, .. }) = self.io.running.pop_front() {
+                if let Some(Job::Commit { batch, writes, .. }) = self.running.pop_front() {
                     self.commit(batch, writes);
                 }
             }
@@ -284,29 +273,21 @@ impl World {
         self.restart(false);
     }
 
-    /// Starts a graceful shutdown (`Input::Shutdown`); the restart follows
-    /// once the engine has no connections and the store pipeline is quiet.
+    /// A stop signal reaches the core (`Input::Shutdown` to the engine);
+    /// the restart follows once the core says the shutdown is over.
     pub(super) fn begin_shutdown(&mut self) {
         self.t("SHUTDOWN begins".into());
         self.shutdown_since = Some(self.now_ms);
         self.checker.shutting_down = true;
-        self.input(Input::Shutdown);
+        self.event(SimEvent::Signal);
     }
 
-    /// Completes a graceful shutdown when the server has drained (or forces
-    /// it, as a crash, after the shutdown timeout).
+    /// Completes a graceful shutdown once the core says it is over: no
+    /// connection, no provider call, a quiet pipeline, or its budget
+    /// (`SHUTDOWN_TIMEOUT_MS`) spent; the drain commits what is pending.
     pub(super) fn shutdown_progress(&mut self) {
-        let Some(since) = self.shutdown_since else {
-            return;
-        };
-        let io_quiet = self.io.pipe.is_quiet() && self.io.running.is_empty();
-        if self.engine.connection_count() == 0 && io_quiet {
-            self.stats.graceful_restarts += 1;
-            self.t("SHUTDOWN complete: graceful restart".into());
-            self.restart(true);
-        } else if self.now_ms >= since + SHUTDOWN_TIMEOUT_MS {
-            self.t("SHUTDOWN timed out: process exits".into());
-            self.crash();
+        if self.shutdown_since.is_some() && !self.dead_engine {
+            self.drain_and_restart();
         }
     }
 
@@ -318,7 +299,8 @@ impl World {
         self.traffic.restart(self.now_ms);
         self.shutdown_since = None;
         self.checker.shutting_down = false;
-        self.io = self.io.restarted();
+        self.running.clear();
+        self.job_scheduled = false;
         let keep: BTreeSet<ConnId> = if graceful {
             self.conns
                 .iter()
@@ -366,7 +348,7 @@ impl World {
         match catch_unwind(AssertUnwindSafe(|| {
             Engine::new(config, Box::new(entropy), snapshot, now)
         })) {
-            Ok(e) => self.engine = e,
+            Ok(e) => self.core = driver::new_core(e, &self.side, self.faults),
             Err(p) => {
                 self.engine_panicked(p);
                 return;
@@ -377,6 +359,7 @@ impl World {
             "RESTART epoch={} max_seq={}",
             self.epoch, self.checker.max_seq
         ));
+        self.arm_timer();
         for rid in lost {
             self.t(format!("req #{rid} connection reset by the restart"));
             self.reqs[rid].lost = true;
