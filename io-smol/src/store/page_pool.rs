@@ -1,15 +1,17 @@
 //! Buffers of rendered events pages, kept for the next page once written.
 //!
-//! A page of a long session is a few hundred KiB: above glibc's mmap
-//! threshold (`heap_trim.rs`), so each new buffer was a fresh mapping the
-//! store thread faulted in page by page (with zeroing) and the driver
-//! thread unmapped after the write, about a quarter of the store thread's
-//! time while 64 clients paged (`perf record`, docs/performance.md). A
-//! body leaves as a shared [`Bytes::Text`]; the pool keeps a handle, and
+//! A page of a long session is a few hundred KiB. Above the mmap threshold
+//! `heap_trim.rs` fixed at 128 KiB when this pool was written, each new
+//! buffer was a fresh mapping the store thread faulted in page by page and
+//! the driver thread unmapped after the write: about a quarter of the store
+//! thread's time while 64 clients paged (`perf record`, docs/performance.md).
+//! The threshold is now 4 MiB, so malloc keeps such buffers on its heap
+//! too; what the pool still saves on top of that has not been re-measured.
+//! A body leaves as a shared [`Bytes::Text`]; the pool keeps a handle, and
 //! once the writer has dropped its own the store renders the next page
-//! into the same, already mapped, memory. At most [`BUFFERS`] buffers of
-//! at most [`MAX_CAPACITY`] bytes are kept, and the heap trim after an idle
-//! second drops them all ([`clear`]).
+//! into the same memory. At most [`BUFFERS`] buffers of at most
+//! [`MAX_CAPACITY`] bytes are kept, and the heap trim after an idle second
+//! drops them all ([`clear`]).
 
 use std::sync::{Arc, Mutex};
 
