@@ -112,7 +112,8 @@ async fn pager(
             }
             if let Some(gap) = gap {
                 // Paced: a slow answer does not earn a burst afterwards.
-                next = next.max(Instant::now() - gap) + gap;
+                let floor = Instant::now().checked_sub(gap).unwrap_or(next);
+                next = next.max(floor) + gap;
                 smol::Timer::at(next).await;
                 if *stop.borrow() {
                     break;
