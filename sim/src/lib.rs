@@ -4,6 +4,7 @@
 //! provider, clients, crashes) driven by one seed. See docs/simulation.md.
 
 pub mod check;
+pub mod driver;
 pub mod ext;
 pub mod hash;
 pub mod http;

@@ -30,14 +30,17 @@ mod clients;
 pub mod db;
 mod procs;
 
+use std::cell::Cell;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::rc::Rc;
 
 use engine::mem_store::MemStore;
-use engine::pipeline::{Job, Pipeline};
+use engine::pipeline::Job;
 use engine::store::{KeyRole, KeyRow, ProfileRow, StoreWrite};
-use engine::{CallId, Config, ConnId, Engine, ProviderEntry, ProviderReply};
+use engine::{CallId, Config, ConnId, ProviderEntry, ProviderReply};
 
 use crate::check::Violation;
+use crate::driver::{Side, SimCore};
 use crate::hash::Fnv;
 use crate::rng::Rng;
 use crate::world::{Report, RunOpts, Stats};
@@ -148,12 +151,17 @@ enum Route {
 /// One replica process (or the empty slot of a dead one: `token == 0`).
 struct Proc {
     token: u64,
-    engine: Option<Engine>,
-    pipe: Pipeline,
+    /// Its engine inside the driver core every runtime uses.
+    core: Option<SimCore>,
+    /// The core's runtime and host: what it asked for, the virtual clock.
+    side: Option<Side>,
+    /// The store worker: the submission the database is executing, head
+    /// first (plus any activity job queued behind it).
     running: VecDeque<Job>,
     lane: u64,
-    /// Virtual time of the last successful renewal (the lease watch).
-    last_ok: u64,
+    /// Virtual time of the last successful renewal (the lease watch; the
+    /// core's host reads it before every reveal).
+    last_ok: Rc<Cell<u64>>,
     frozen: bool,
     deferred: Vec<ProcEv>,
     timer_at: Option<u64>,
@@ -165,11 +173,11 @@ impl Proc {
     fn dead() -> Proc {
         Proc {
             token: 0,
-            engine: None,
-            pipe: Pipeline::fenced(),
+            core: None,
+            side: None,
             running: VecDeque::new(),
             lane: 0,
-            last_ok: 0,
+            last_ok: Rc::default(),
             frozen: false,
             deferred: Vec::new(),
             timer_at: None,
@@ -183,6 +191,10 @@ impl Proc {
 struct Relay {
     client_conn: u64,
     via: usize,
+    /// The process of `via` and its connection (its core keeps the
+    /// connection until the relay ends).
+    via_token: u64,
+    via_conn: ConnId,
     owner: usize,
     owner_token: u64,
     owner_conn: ConnId,

@@ -1,30 +1,38 @@
-//! A replica process of the replica simulation, as io-smol drives one:
-//! start (a fencing token, a lane, the engine restored from the
-//! database), its inputs, its outputs through the production pipeline, its
-//! store jobs against the simulated database, the lease watch and the
-//! renewer, forwarding to another replica, and its exit.
+//! A replica process of the replica simulation, driven as io-smol drives
+//! one: its engine inside the driver core every runtime uses
+//! (`crate::driver`, fenced pipeline), which routes every output, gates
+//! deliveries on commits and asks the host's lease watch before every
+//! reveal. Around it: start (a fencing token, a lane, the engine restored
+//! from the database), the store worker against the simulated database,
+//! the renewer, forwarding to another replica, and its exit.
 
-use engine::pipeline::{Delivery, Job, Pipeline, Routed};
+use engine::driver::{Event, StoreDone, WriterMsg};
+use engine::pipeline::Job;
 use engine::replicas::ReplicaSettings;
 use engine::store::SnapshotScope;
-use engine::{Engine, Input, Listener, MonoMs, Now, ProviderReply, UnixMs};
+use engine::{ConnId, Engine, Input, Listener, ProviderReply};
 
 use super::clients::provider_text;
 use super::db::Refused;
 use super::{Ev, Proc, ProcEv, Relay, ReplicaWorld, Route, LANES};
+use crate::driver::{self, now_of, Effect, LeaseWatch, Side, SimCore, SimEvent};
 use crate::rng::SimEntropy;
 
-impl ReplicaWorld {
-    fn now_of(&self) -> Now {
-        Now {
-            mono: MonoMs(self.now),
-            unix: UnixMs(self.unix0 + self.now),
-        }
-    }
+/// A replica never drains gracefully here (it is frozen or killed), but
+/// the core wants a budget.
+const SHUTDOWN_TIMEOUT_MS: u64 = 30_000;
 
+impl ReplicaWorld {
     fn proc_at(&mut self, r: usize, t: u64, ev: ProcEv) {
         let token = self.procs[r].token;
         self.at(t, Ev::Proc { r, token, ev });
+    }
+
+    fn watch(&self, r: usize) -> LeaseWatch {
+        LeaseWatch {
+            last_ok: self.procs[r].last_ok.clone(),
+            lease_ms: self.sw.lease_ms,
+        }
     }
 
     /// A new process for replica `r`: a fresh token, the lowest free lane
@@ -47,23 +55,25 @@ impl ReplicaWorld {
             lanes: LANES,
         });
         #[allow(unused_mut)]
-        let mut pipe = Pipeline::fenced();
+        let mut faults = engine::faults::Faults::default();
         #[cfg(feature = "planted-bugs")]
         {
             config.planted = self.bug;
-            pipe.faults = engine::faults::Faults::planted(self.bug);
+            faults = engine::faults::Faults::planted(self.bug);
         }
         let snapshot = self.db.store.snapshot_of(SnapshotScope::Full);
         let entropy = Box::new(SimEntropy(self.entropy.fork()));
-        let engine = Engine::new(config, entropy, snapshot, self.now_of());
+        let engine = Engine::new(config, entropy, snapshot, now_of(self.now, self.unix0));
         self.procs[r] = Proc {
             token,
-            engine: Some(engine),
-            pipe,
             lane,
-            last_ok: self.now,
             ..Proc::dead()
         };
+        self.procs[r].last_ok.set(self.now);
+        let side = Side::replica(self.now, self.unix0, self.watch(r));
+        let core = driver::new_core(engine, &side, SHUTDOWN_TIMEOUT_MS, true, faults);
+        self.procs[r].core = Some(core);
+        self.procs[r].side = Some(side);
         self.t(format!("START r{r} process {token} lane {lane}"));
         self.proc_at(r, self.now + lease / 3, ProcEv::Renew);
         self.arm_timer(r);
@@ -115,18 +125,17 @@ impl ReplicaWorld {
         self.at(t, Ev::Restart(r));
     }
 
-    /// The lease watch: `true` (after exiting) when the last renewal is
-    /// 3/4 of the lease ago.
+    /// The lease watch outside the core (the store thread before a commit
+    /// or a claim, the renewer): `true` (after exiting) when the last
+    /// renewal is 3/4 of the lease ago.
     fn stale_exit(&mut self, r: usize, before: &str) -> bool {
-        let since = self.now.saturating_sub(self.procs[r].last_ok);
-        if since * 4 >= self.sw.lease_ms * 3 {
-            self.exit(
-                r,
-                &format!("lease watch ({since} ms since renewal) before {before}"),
-            );
-            return true;
+        match self.watch(r).stale(self.now, before) {
+            Some(why) => {
+                self.exit(r, &why);
+                true
+            }
+            None => false,
         }
-        false
     }
 
     pub(super) fn proc_event(&mut self, r: usize, ev: ProcEv) {
@@ -149,175 +158,91 @@ impl ReplicaWorld {
                 let p = &self.procs[r];
                 let lease = self.sw.lease_ms;
                 if self.db.renew(p.token, p.lane, lease, self.now) {
-                    self.procs[r].last_ok = self.now;
+                    self.procs[r].last_ok.set(self.now);
                     self.proc_at(r, self.now + lease / 3, ProcEv::Renew);
                 } else {
                     self.exit(r, "lane taken over");
                 }
             }
             ProcEv::Arrive { conn, bytes } => {
-                let listener = Listener::Client;
-                self.input(r, Input::Accepted { conn, listener });
-                self.input(r, Input::Received { conn, bytes });
+                self.event(r, Event::Accepted(Listener::Client, conn));
+                if let Some(conn) = self.core_conn(r, conn) {
+                    self.event(r, Event::Net(Input::Received { conn, bytes }));
+                }
             }
             ProcEv::Flushed { conn, bytes } => {
-                if self.procs[r].routes.contains_key(&conn) {
-                    self.input(r, Input::Flushed { conn, bytes });
+                if let Some(conn) = self.core_conn(r, conn) {
+                    self.event(r, Event::Net(Input::Flushed { conn, bytes }));
                 }
             }
             ProcEv::Closed { conn } => {
-                if self.procs[r].routes.remove(&conn).is_some() {
-                    self.input(r, Input::Closed { conn });
+                self.procs[r].routes.remove(&conn);
+                // The core decides whether the report is stale.
+                if let Some(conn) = self.core_conn(r, conn) {
+                    self.event(r, Event::Net(Input::Closed { conn }));
                 }
             }
-            ProcEv::Provider { call, reply } => self.input(r, Input::ProviderDone { call, reply }),
+            ProcEv::Provider { call, reply } => self.event(r, Event::Provider(call, reply)),
             ProcEv::Timer => {
-                self.procs[r].timer_at = None;
-                let now = self.now_of();
-                if let Some(e) = self.procs[r].engine.as_mut() {
-                    if e.poll_timeout().is_some_and(|t| t <= now.mono) {
-                        e.handle_timeout(now);
-                    }
+                if self.procs[r].timer_at.is_some_and(|t| t <= self.now) {
+                    self.procs[r].timer_at = None;
+                    self.with_core(r, |core| {
+                        core.fire_timers();
+                        core.flush();
+                    });
                 }
-                self.drain(r);
             }
             ProcEv::JobDone => self.job_done(r),
         }
     }
 
-    fn input(&mut self, r: usize, input: Input) {
-        let now = self.now_of();
-        let Some(e) = self.procs[r].engine.as_mut() else {
-            return;
-        };
-        e.handle_input(now, input);
-        self.drain(r);
+    /// The core's id of the process's connection `conn` (`None`: the core
+    /// never admitted it).
+    fn core_conn(&self, r: usize, conn: ConnId) -> Option<ConnId> {
+        let side = self.procs[r].side.as_ref()?;
+        let out = side.out.borrow();
+        out.to_core.get(&conn).copied()
     }
 
-    /// Every output of the engine through the pipeline, then the store.
-    fn drain(&mut self, r: usize) {
-        loop {
-            let token = self.procs[r].token;
-            let Some(out) = self.procs[r].engine.as_mut().and_then(|e| e.poll_output()) else {
-                break;
-            };
-            if let Some(Routed::Dispatch(d)) = self.procs[r].pipe.route(out) {
-                self.dispatch(r, d);
-            }
+    /// One event, as a runtime's loop turn hands it over.
+    fn event(&mut self, r: usize, ev: SimEvent) {
+        self.with_core(r, |core| {
+            core.handle_burst(ev, || None);
+            core.flush();
+        });
+    }
+
+    /// Runs `f` on the core of replica `r`, then performs what it asked
+    /// for, in order; a lease watch that fired before a reveal ends the
+    /// process there.
+    fn with_core(&mut self, r: usize, f: impl FnOnce(&mut SimCore)) {
+        let token = self.procs[r].token;
+        let p = &mut self.procs[r];
+        let (Some(core), Some(side)) = (&mut p.core, &p.side) else {
+            return;
+        };
+        side.now_ms.set(self.now);
+        f(core);
+        let (effects, exited) = {
+            let mut o = side.out.borrow_mut();
+            o.outputs.clear();
+            (std::mem::take(&mut o.effects), o.exited.take())
+        };
+        for e in effects {
+            self.perform(r, e);
             if self.procs[r].token != token {
                 return;
             }
         }
-        self.submit(r);
+        if let Some(why) = exited {
+            return self.exit(r, &why);
+        }
         self.arm_timer(r);
     }
 
-    fn arm_timer(&mut self, r: usize) {
-        let Some(t) = self.procs[r].engine.as_ref().and_then(|e| e.poll_timeout()) else {
-            return;
-        };
-        if self.procs[r].timer_at.is_none_or(|at| t.0 < at) {
-            self.procs[r].timer_at = Some(t.0);
-            self.proc_at(r, t.0, ProcEv::Timer);
-        }
-    }
-
-    /// The store worker takes the next submission when idle; the store
-    /// thread's lease watch runs before a commit or a claim is sent.
-    fn submit(&mut self, r: usize) {
-        if !self.procs[r].running.is_empty() {
-            return;
-        }
-        let Some(jobs) = self.procs[r].pipe.take_submission() else {
-            return;
-        };
-        let writes = jobs.iter().any(|j| {
-            matches!(
-                j,
-                Job::Commit { .. }
-                    | Job::Read {
-                        read: engine::StoreRead::ClaimLease { .. },
-                        ..
-                    }
-            )
-        });
-        if writes && self.stale_exit(r, "a store job") {
-            return;
-        }
-        self.procs[r].running = jobs.into();
-        self.next_job(r);
-    }
-
-    fn next_job(&mut self, r: usize) {
-        if self.procs[r].running.is_empty() {
-            return;
-        }
-        let (lo, hi) = self.sw.db_latency_ms;
-        let t = self.now + self.rng.range(lo, hi);
-        self.proc_at(r, t, ProcEv::JobDone);
-    }
-
-    /// The database executes the job at the head of the submission now.
-    fn job_done(&mut self, r: usize) {
-        let Some(job) = self.procs[r].running.pop_front() else {
-            return;
-        };
-        let token = self.procs[r].token;
-        let who = (token, r, self.procs[r].lane);
-        let lease = self.sw.lease_ms;
-        match job {
-            Job::Commit {
-                batch,
-                writes,
-                fence,
-            } => match self
-                .db
-                .commit(&writes, fence.as_ref(), who, lease, self.now)
-            {
-                Ok(()) => {
-                    let released = self.procs[r].pipe.committed(batch);
-                    for d in released {
-                        self.dispatch(r, d);
-                        if self.procs[r].token != token {
-                            return;
-                        }
-                    }
-                }
-                Err(Refused::Fenced(what)) => return self.exit(r, &format!("fenced: {what}")),
-                Err(Refused::Duplicate(seq)) => {
-                    return self.exit(r, &format!("duplicate key: seq {seq}"))
-                }
-            },
-            Job::Read { id, read } => {
-                self.procs[r].pipe.read_done();
-                match self.db.read(&read, who, lease, self.now) {
-                    Ok(result) => {
-                        let result = Ok(result);
-                        self.input(r, Input::ReadDone { id, result });
-                        if self.procs[r].token != token {
-                            return;
-                        }
-                    }
-                    Err(Refused::Fenced(what)) => return self.exit(r, &format!("fenced: {what}")),
-                    Err(Refused::Duplicate(_)) => return self.exit(r, "claim failed"),
-                }
-            }
-            Job::Activity => {}
-        }
-        if self.procs[r].running.is_empty() {
-            self.drain(r);
-        } else {
-            self.next_job(r);
-        }
-    }
-
-    /// A delivery leaves the process: the driver's lease watch first.
-    fn dispatch(&mut self, r: usize, d: Delivery) {
-        if self.stale_exit(r, "revealing") {
-            return;
-        }
-        match d {
-            Delivery::Send { conn, bytes } => {
+    fn perform(&mut self, r: usize, e: Effect) {
+        match e {
+            Effect::Write(conn, WriterMsg::Data(bytes)) => {
                 let n = bytes.len();
                 match self.procs[r].routes.get(&conn).copied() {
                     Some(Route::Client(gid)) => self.client_bytes(gid, &bytes),
@@ -326,7 +251,7 @@ impl ReplicaWorld {
                 }
                 self.proc_at(r, self.now + 1, ProcEv::Flushed { conn, bytes: n });
             }
-            Delivery::Close { conn } => {
+            Effect::Write(conn, WriterMsg::Close) | Effect::Refuse(conn) => {
                 match self.procs[r].routes.get(&conn).copied() {
                     Some(Route::Client(gid)) => self.client_closed(gid),
                     Some(Route::Relay(id)) => self.relay_owner_closed(id),
@@ -334,7 +259,7 @@ impl ReplicaWorld {
                 }
                 self.proc_at(r, self.now + 1, ProcEv::Closed { conn });
             }
-            Delivery::Call(call) => {
+            Effect::Call(call) => {
                 self.provider_calls += 1;
                 let (lo, hi) = self.sw.provider_latency_ms;
                 let t = self.now + self.rng.range(lo, hi);
@@ -349,23 +274,119 @@ impl ReplicaWorld {
                 };
                 self.proc_at(r, t, ev);
             }
-            Delivery::Forward(f) => {
-                let Some(Route::Client(gid)) = self.procs[r].routes.remove(&f.conn) else {
+            // Calls are not streamed here: the reply arrives and the core
+            // drops it.
+            Effect::Abort(_) => {}
+            Effect::Store(jobs) => self.submit(r, jobs),
+            Effect::Forward(conn, f) => {
+                let Some(Route::Client(gid)) = self.procs[r].routes.remove(&conn) else {
                     return;
                 };
-                self.forward(r, gid, f);
+                self.forward(r, conn, gid, f);
             }
+            // No MCP servers or sandboxes in the replica world.
+            Effect::Mcp(_) | Effect::Sandbox(_) => {}
+        }
+    }
+
+    /// The core's next wake as the process's timer event.
+    fn arm_timer(&mut self, r: usize) {
+        let Some(t) = self.procs[r].core.as_ref().map(|c| c.next_wake()) else {
+            return;
+        };
+        if self.procs[r].timer_at != Some(t.0) {
+            self.procs[r].timer_at = Some(t.0);
+            self.proc_at(r, t.0, ProcEv::Timer);
+        }
+    }
+
+    /// The store worker gets a submission; the store thread's lease watch
+    /// runs before a commit or a claim is sent.
+    fn submit(&mut self, r: usize, jobs: Vec<Job>) {
+        let writes = jobs.iter().any(|j| {
+            matches!(
+                j,
+                Job::Commit { .. }
+                    | Job::Read {
+                        read: engine::StoreRead::ClaimLease { .. },
+                        ..
+                    }
+            )
+        });
+        if writes && self.stale_exit(r, "a store job") {
+            return;
+        }
+        let idle = self.procs[r].running.is_empty();
+        self.procs[r].running.extend(jobs);
+        if idle {
+            self.next_job(r);
+        }
+    }
+
+    fn next_job(&mut self, r: usize) {
+        if self.procs[r].running.is_empty() {
+            return;
+        }
+        let (lo, hi) = self.sw.db_latency_ms;
+        let t = self.now + self.rng.range(lo, hi);
+        self.proc_at(r, t, ProcEv::JobDone);
+    }
+
+    /// The database executes the job at the head of the store worker's
+    /// queue now; the core hears how it went.
+    fn job_done(&mut self, r: usize) {
+        let Some(job) = self.procs[r].running.pop_front() else {
+            return;
+        };
+        let token = self.procs[r].token;
+        let who = (token, r, self.procs[r].lane);
+        let lease = self.sw.lease_ms;
+        let done = match job {
+            Job::Commit {
+                batch,
+                writes,
+                fence,
+            } => match self
+                .db
+                .commit(&writes, fence.as_ref(), who, lease, self.now)
+            {
+                Ok(()) => StoreDone::Committed(batch),
+                Err(Refused::Fenced(what)) => return self.exit(r, &format!("fenced: {what}")),
+                Err(Refused::Duplicate(seq)) => {
+                    return self.exit(r, &format!("duplicate key: seq {seq}"))
+                }
+            },
+            Job::Read { id, read } => match self.db.read(&read, who, lease, self.now) {
+                Ok(result) => StoreDone::Read(id, Ok(result)),
+                Err(Refused::Fenced(what)) => return self.exit(r, &format!("fenced: {what}")),
+                Err(Refused::Duplicate(_)) => return self.exit(r, "claim failed"),
+            },
+            Job::Activity => {
+                self.next_job(r);
+                return;
+            }
+        };
+        // A submission the core hands over now finds the worker idle only
+        // when nothing else was queued (then `submit` starts it).
+        let more = !self.procs[r].running.is_empty();
+        self.event(r, Event::Store(done));
+        if more && self.procs[r].token == token {
+            self.next_job(r);
         }
     }
 
     /// Relays client connection `gid` to the owner `f.to` names.
-    fn forward(&mut self, via: usize, gid: u64, f: engine::replicas::Forward) {
+    /// `via_conn` is its id in the process `via`, whose core keeps it until
+    /// the relay ends.
+    fn forward(&mut self, via: usize, via_conn: ConnId, gid: u64, f: engine::replicas::Forward) {
         let owner = (f.to.strip_prefix('r'))
             .and_then(|n| n.parse::<usize>().ok())
             .filter(|o| *o < self.procs.len());
+        let via_token = self.procs[via].token;
         let Some(owner) = owner.filter(|o| self.procs[*o].token != 0) else {
             self.client_bytes(gid, &f.unreachable);
             self.client_closed(gid);
+            self.relay_ended(via, via_token, via_conn);
             return;
         };
         let id = self.next_relay;
@@ -378,6 +399,8 @@ impl ReplicaWorld {
             Relay {
                 client_conn: gid,
                 via,
+                via_token,
+                via_conn,
                 owner,
                 owner_token,
                 owner_conn,
@@ -413,10 +436,21 @@ impl ReplicaWorld {
         };
         x.done = true;
         let (gid, got, unreachable) = (x.client_conn, x.got_bytes, x.unreachable.clone());
+        let (via, via_token, via_conn) = (x.via, x.via_token, x.via_conn);
         if !got {
             self.client_bytes(gid, &unreachable);
         }
         self.client_closed(gid);
+        self.relay_ended(via, via_token, via_conn);
+    }
+
+    /// A relay ended: the reader of the client's connection in the
+    /// forwarding process reports it closed (io-smol's writer shuts the
+    /// socket down), and its core forgets it.
+    fn relay_ended(&mut self, via: usize, via_token: u64, via_conn: ConnId) {
+        if self.procs[via].token == via_token {
+            self.proc_at(via, self.now + 1, ProcEv::Closed { conn: via_conn });
+        }
     }
 
     /// No response head in time: the `503`, and the owner's side closes.

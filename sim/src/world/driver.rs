@@ -1,184 +1,16 @@
-//! The simulated process drives the engine through the driver core every
-//! runtime uses (`engine::driver::Core`): the core's rules (stale reports,
-//! the abort rule, the shutdown-idle test and drain, burst order, the
-//! pipeline's gating) are the ones under test. The sim's runtime and host
-//! only record what the core asks for; the world performs it after each
+//! The single-node world's process: its engine inside the driver core
+//! every runtime uses, through the recording runtime and host of
+//! `crate::driver`; the world performs what the core asked for after each
 //! core call, on its virtual clock, with its faults.
 
-use std::cell::{Cell, RefCell};
-use std::rc::Rc;
-
-use engine::driver::{self, CallHandle, Core, CoreBoot, Event, Host, Limits, Runtime, WriterMsg};
-use engine::mcp::McpCommand;
+use engine::driver::{self, Event, WriterMsg};
 use engine::pipeline::Job;
-use engine::replicas::Forward;
-use engine::sandbox::SandboxCommand;
-use engine::{CallId, ConnId, Engine, MonoMs, Now, Output, ProviderCall};
+use engine::MonoMs;
+
+use crate::driver::Effect;
+pub(super) use crate::driver::{SimCore, SimEvent};
 
 use super::*;
-
-/// The core as the simulated process runs it.
-pub(super) type SimCore = Core<Side, Side>;
-/// An event for the core; accepted "sockets" are the world's conn ids.
-pub(super) type SimEvent = Event<ConnId>;
-
-/// What the core asked for, in order, performed by the world afterwards.
-pub(super) enum Effect {
-    Write(ConnId, WriterMsg),
-    Refuse(ConnId),
-    Call(ProviderCall),
-    Abort(CallId),
-    Store(Vec<Job>),
-    Mcp(McpCommand),
-    Sandbox(SandboxCommand),
-}
-
-/// Shared between the world and the core's runtime and host.
-#[derive(Default)]
-pub(super) struct Outbox {
-    pub(super) effects: Vec<Effect>,
-    /// Every engine output of the last core call, connections renamed to
-    /// the world's ids.
-    pub(super) outputs: Vec<Output>,
-    /// The core numbers connections itself (from 1 in each process); the
-    /// world's ids run on across restarts.
-    to_world: BTreeMap<ConnId, ConnId>,
-    to_core: BTreeMap<ConnId, ConnId>,
-}
-
-/// The simulated runtime and host in one: a recorder and the virtual clock.
-#[derive(Clone)]
-pub(super) struct Side {
-    pub(super) out: Rc<RefCell<Outbox>>,
-    pub(super) now_ms: Rc<Cell<u64>>,
-    unix0: u64,
-}
-
-pub(super) struct SimWriter {
-    conn: ConnId,
-    out: Rc<RefCell<Outbox>>,
-}
-
-impl driver::Writer for SimWriter {
-    fn put(&self, msg: WriterMsg) {
-        self.out
-            .borrow_mut()
-            .effects
-            .push(Effect::Write(self.conn, msg));
-    }
-}
-
-pub(super) struct SimCall {
-    call: CallId,
-    out: Rc<RefCell<Outbox>>,
-}
-
-impl CallHandle for SimCall {
-    fn abort(&mut self) {
-        self.out.borrow_mut().effects.push(Effect::Abort(self.call));
-    }
-}
-
-impl Side {
-    fn push(&self, e: Effect) {
-        self.out.borrow_mut().effects.push(e);
-    }
-}
-
-impl Runtime for Side {
-    type Stream = ConnId;
-    type Writer = SimWriter;
-    type Call = SimCall;
-    type Relay = ();
-
-    fn now(&self) -> Now {
-        now_of(self.now_ms.get(), self.unix0)
-    }
-    /// Virtual time: engine steps take no time (and the trace stays
-    /// deterministic).
-    fn micros(&self) -> u64 {
-        0
-    }
-    fn open(&mut self, conn: ConnId, world: ConnId) -> Option<SimWriter> {
-        let mut out = self.out.borrow_mut();
-        out.to_world.insert(conn, world);
-        out.to_core.insert(world, conn);
-        let out = Rc::clone(&self.out);
-        Some(SimWriter { conn: world, out })
-    }
-    fn refuse(&mut self, world: ConnId) {
-        self.push(Effect::Refuse(world));
-    }
-    fn stop_accepting(&mut self) {}
-    fn call_provider(&mut self, call: ProviderCall) -> Option<SimCall> {
-        let handle = call.stream.then(|| SimCall {
-            call: call.id,
-            out: Rc::clone(&self.out),
-        });
-        self.push(Effect::Call(call));
-        handle
-    }
-    fn submit_store(&mut self, jobs: Vec<Job>) -> bool {
-        self.push(Effect::Store(jobs));
-        true
-    }
-    fn store_lost(&mut self) -> ! {
-        unreachable!("the simulated store worker never goes away")
-    }
-    /// The simulator runs one server: replica mode is never on.
-    fn forward(&mut self, _: Forward, _: &SimWriter) -> Option<()> {
-        None
-    }
-}
-
-impl Host for Side {
-    fn mcp(&mut self, cmd: McpCommand) {
-        self.push(Effect::Mcp(cmd));
-    }
-    fn sandbox(&mut self, cmd: SandboxCommand) {
-        self.push(Effect::Sandbox(cmd));
-    }
-    fn observe(&mut self, out: &Output) {
-        let mut o = out.clone();
-        let mut outbox = self.out.borrow_mut();
-        if let Output::Send { conn, .. }
-        | Output::SendUngated { conn, .. }
-        | Output::Close { conn } = &mut o
-        {
-            if let Some(w) = outbox.to_world.get(conn) {
-                *conn = *w;
-            }
-        }
-        outbox.outputs.push(o);
-    }
-}
-
-impl Side {
-    pub(super) fn new(now_ms: u64, unix0: u64) -> Side {
-        Side {
-            out: Rc::default(),
-            now_ms: Rc::new(Cell::new(now_ms)),
-            unix0,
-        }
-    }
-}
-
-/// A core around `engine` for a fresh process (a new outbox: nothing of
-/// the previous process's connections survives).
-pub(super) fn new_core(engine: Engine, side: &Side, faults: engine::faults::Faults) -> SimCore {
-    *side.out.borrow_mut() = Outbox::default();
-    let limits = Limits {
-        shutdown_timeout: std::time::Duration::from_millis(SHUTDOWN_TIMEOUT_MS),
-        max_connections: usize::MAX,
-    };
-    let boot = CoreBoot {
-        engine,
-        limits,
-        fenced: false,
-        faults,
-    };
-    Core::new(boot, side.clone(), side.clone())
-}
 
 impl World {
     /// The core's id of the world's connection `conn` (`None`: the core
@@ -272,6 +104,8 @@ impl World {
                     self.schedule(at, Ev::Mcp { conn, event });
                 }
             }
+            // Replica mode is never on here.
+            Effect::Forward(..) => {}
             Effect::Sandbox(cmd) => {
                 let now = self.now_ms;
                 let timeouts = (

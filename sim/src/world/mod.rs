@@ -358,7 +358,7 @@ pub struct World {
     /// The engine inside the driver core every runtime uses.
     core: driver::SimCore,
     /// The core's runtime and host: what it asked for, the virtual clock.
-    side: driver::Side,
+    side: crate::driver::Side,
     config: Config,
     epoch: u32,
     store: MemStore,
@@ -412,12 +412,7 @@ pub struct World {
     traffic: crate::traffic::oracle::TrafficSim,
 }
 
-fn now_of(mono: u64, unix0: u64) -> Now {
-    Now {
-        mono: engine::MonoMs(mono),
-        unix: engine::UnixMs(unix0 + mono),
-    }
-}
+use crate::driver::now_of;
 
 fn sha_hex(s: &str) -> String {
     use sha2::Digest;
@@ -540,8 +535,8 @@ impl World {
             store.snapshot_of(scope_of(&config)),
             now_of(now_ms, unix0),
         );
-        let side = driver::Side::new(now_ms, unix0);
-        let core = driver::new_core(engine, &side, faults);
+        let side = crate::driver::Side::new(now_ms, unix0);
+        let core = crate::driver::new_core(engine, &side, SHUTDOWN_TIMEOUT_MS, false, faults);
         let traffic =
             crate::traffic::oracle::TrafficSim::new(traffic_rng, &swarm.traffic, unix0, now_ms);
         let checker = Checker {

@@ -1,6 +1,6 @@
 //! Setting the world up and running it.
 
-use super::driver::{self, SimEvent};
+use super::driver::SimEvent;
 use super::*;
 
 impl World {
@@ -348,7 +348,15 @@ impl World {
         match catch_unwind(AssertUnwindSafe(|| {
             Engine::new(config, Box::new(entropy), snapshot, now)
         })) {
-            Ok(e) => self.core = driver::new_core(e, &self.side, self.faults),
+            Ok(e) => {
+                self.core = crate::driver::new_core(
+                    e,
+                    &self.side,
+                    super::SHUTDOWN_TIMEOUT_MS,
+                    false,
+                    self.faults,
+                )
+            }
             Err(p) => {
                 self.engine_panicked(p);
                 return;
