@@ -4,7 +4,8 @@
 //! restarts. Every seed must keep the invariants (one writer per session
 //! and lane at a time, seqs unique and ordered per session, nothing
 //! acknowledged lost), run the same twice, and the fault mix must reach
-//! the cases the fence is for.
+//! the cases the fence is for. Each replica's engine runs inside the
+//! driver core every runtime uses (`engine::driver::Core`).
 
 use sim::{check_determinism_of, run_replicas, RunOpts};
 
@@ -17,7 +18,7 @@ fn replica_seeds_keep_every_invariant_and_reach_the_fence() {
         ..RunOpts::default()
     };
     let mut failures = Vec::new();
-    let (mut fenced, mut watch, mut killed, mut acked) = (0, 0, 0, 0u64);
+    let (mut fenced, mut watch, mut reveal, mut killed, mut acked) = (0, 0, 0, 0, 0u64);
     for seed in 0..SEEDS {
         let r = run_replicas(seed, &opts);
         if !r.ok() {
@@ -35,6 +36,7 @@ fn replica_seeds_keep_every_invariant_and_reach_the_fence() {
         };
         fenced += exits("fenced:");
         watch += exits("lease watch");
+        reveal += exits("before revealing");
         killed += exits("killed");
         acked += r.stats.turns_completed;
     }
@@ -44,6 +46,9 @@ fn replica_seeds_keep_every_invariant_and_reach_the_fence() {
     // its lease watch, kills, and turns acknowledged throughout.
     assert!(fenced > 0, "no commit was ever fenced");
     assert!(watch > 0, "the lease watch never fired");
+    // The driver core's own check (`Host::before_reveal`), not only the
+    // store thread's and the renewer's.
+    assert!(reveal > 0, "the lease watch never stopped a reveal");
     assert!(
         killed > 0 && acked > 0,
         "killed {killed}, acknowledged {acked}"

@@ -1,6 +1,6 @@
 //! Replicas in the simulator (docs/simulation.md, "Replicas"): several real
-//! [`engine::Engine`]s, each with the production pipeline
-//! ([`engine::pipeline::Pipeline::fenced`]), on one simulated PostgreSQL
+//! [`engine::Engine`]s, each inside the driver core every runtime uses
+//! ([`engine::driver::Core`] with the fenced pipeline), on one simulated PostgreSQL
 //! ([`db::SimDb`]: shared rows, lease and lane tables with fencing tokens,
 //! the database's clock), with clients going through a load balancer that
 //! picks any replica, requests forwarded to a session's owner, and the
@@ -11,8 +11,9 @@
 //! A replica process is modelled as io-smol runs it: its store jobs run
 //! one submission at a time against the database, a commit's fence is
 //! checked by the database when the commit executes, the lease watch is
-//! checked before a submission with a commit or a claim, before every
-//! delivery and before every renewal, and renewals run every lease/3. A
+//! checked before a submission with a commit or a claim, by the core's
+//! host before every reveal (`Host::before_reveal`) and before every
+//! renewal, and renewals run every lease/3. A
 //! frozen process does nothing: every event addressed to it (a store job
 //! finishing, a provider reply, bytes, its timers, its renewal) waits and
 //! is replayed in order when it wakes. A store job in flight therefore
