@@ -18,7 +18,8 @@ fn replica_seeds_keep_every_invariant_and_reach_the_fence() {
         ..RunOpts::default()
     };
     let mut failures = Vec::new();
-    let (mut fenced, mut watch, mut reveal, mut killed, mut acked) = (0, 0, 0, 0, 0u64);
+    let (mut fenced, mut watch, mut reveal, mut killed, mut drained) = (0, 0, 0, 0, 0);
+    let mut acked = 0u64;
     for seed in 0..SEEDS {
         let r = run_replicas(seed, &opts);
         if !r.ok() {
@@ -38,6 +39,7 @@ fn replica_seeds_keep_every_invariant_and_reach_the_fence() {
         watch += exits("lease watch");
         reveal += exits("before revealing");
         killed += exits("killed");
+        drained += exits("shutdown complete");
         acked += r.stats.turns_completed;
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
@@ -49,6 +51,7 @@ fn replica_seeds_keep_every_invariant_and_reach_the_fence() {
     // The driver core's own check (`Host::before_reveal`), not only the
     // store thread's and the renewer's.
     assert!(reveal > 0, "the lease watch never stopped a reveal");
+    assert!(drained > 0, "no graceful stop ever completed its drain");
     assert!(
         killed > 0 && acked > 0,
         "killed {killed}, acknowledged {acked}"

@@ -5,8 +5,9 @@
 //! the database's clock), with clients going through a load balancer that
 //! picks any replica, requests forwarded to a session's owner, and the
 //! faults that matter for ownership: process freezes (shorter and longer
-//! than the lease), kills and restarts (a restarted process takes the
-//! lowest free lane, often the lane of one that is frozen).
+//! than the lease), kills, graceful stops (the core's shutdown drain) and
+//! restarts (a restarted process takes the lowest free lane, often the
+//! lane of one that is frozen).
 //!
 //! A replica process is modelled as io-smol runs it: its store jobs run
 //! one submission at a time against the database, a commit's fence is
@@ -138,6 +139,8 @@ enum ProcEv {
     JobDone,
     Renew,
     Thaw,
+    /// SIGTERM: the graceful shutdown begins.
+    Term,
 }
 
 /// Where a replica's output for one of its connections goes.
@@ -164,6 +167,9 @@ struct Proc {
     /// core's host reads it before every reveal).
     last_ok: Rc<Cell<u64>>,
     frozen: bool,
+    /// The graceful shutdown began: the core drains, then the process
+    /// exits.
+    stopping: bool,
     deferred: Vec<ProcEv>,
     timer_at: Option<u64>,
     routes: BTreeMap<ConnId, Route>,
@@ -180,6 +186,7 @@ impl Proc {
             lane: 0,
             last_ok: Rc::default(),
             frozen: false,
+            stopping: false,
             deferred: Vec::new(),
             timer_at: None,
             routes: BTreeMap::new(),
@@ -431,6 +438,10 @@ impl ReplicaWorld {
                     ev: ProcEv::Thaw,
                 },
             );
+        } else if !self.procs[r].stopping && self.rng.chance(0.3) {
+            self.t(format!("TERM r{r} (process {token})"));
+            self.stats.graceful_restarts += 1;
+            self.proc_event(r, ProcEv::Term);
         } else {
             self.t(format!("KILL r{r} (process {token})"));
             self.stats.crashes += 1;

@@ -193,6 +193,10 @@ impl ReplicaWorld {
                 }
             }
             ProcEv::JobDone => self.job_done(r),
+            ProcEv::Term => {
+                self.procs[r].stopping = true;
+                self.event(r, Event::Signal);
+            }
         }
     }
 
@@ -223,11 +227,7 @@ impl ReplicaWorld {
         };
         side.now_ms.set(self.now);
         f(core);
-        let (effects, exited) = {
-            let mut o = side.out.borrow_mut();
-            o.outputs.clear();
-            (std::mem::take(&mut o.effects), o.exited.take())
-        };
+        let (effects, exited) = self.take_effects(r);
         for e in effects {
             self.perform(r, e);
             if self.procs[r].token != token {
@@ -237,7 +237,89 @@ impl ReplicaWorld {
         if let Some(why) = exited {
             return self.exit(r, &why);
         }
+        if self.procs[r].stopping {
+            return self.drain_if_stopped(r);
+        }
         self.arm_timer(r);
+    }
+
+    /// The graceful shutdown's end once the core says it is over (idle, or
+    /// its budget spent): the drain commits what is pending, as io-smol
+    /// does after its loop, then the process exits. The database answers
+    /// at once (the process is exiting, no new work comes in), but the
+    /// store thread's lease watch and the fence still apply.
+    fn drain_if_stopped(&mut self, r: usize) {
+        let token = self.procs[r].token;
+        let Some(core) = self.procs[r].core.as_mut() else {
+            return;
+        };
+        if !core.stopped() {
+            return self.arm_timer(r);
+        }
+        core.begin_drain();
+        let who = (token, r, self.procs[r].lane);
+        let lease = self.sw.lease_ms;
+        loop {
+            let Some(core) = self.procs[r].core.as_mut() else {
+                return;
+            };
+            let d = core.drain();
+            let (effects, exited) = self.take_effects(r);
+            for e in effects {
+                match e {
+                    Effect::Store(jobs) => self.submit(r, jobs),
+                    e => self.perform(r, e),
+                }
+                if self.procs[r].token != token {
+                    return;
+                }
+            }
+            if let Some(why) = exited {
+                return self.exit(r, &why);
+            }
+            if d == engine::driver::Drain::Done {
+                break;
+            }
+            let Some(job) = self.procs[r].running.pop_front() else {
+                break;
+            };
+            let done = match job {
+                Job::Commit {
+                    batch,
+                    writes,
+                    fence,
+                } => match self
+                    .db
+                    .commit(&writes, fence.as_ref(), who, lease, self.now)
+                {
+                    Ok(()) => StoreDone::Committed(batch),
+                    Err(Refused::Fenced(what)) => return self.exit(r, &format!("fenced: {what}")),
+                    Err(Refused::Duplicate(seq)) => {
+                        return self.exit(r, &format!("duplicate key: seq {seq}"))
+                    }
+                },
+                Job::Read { id, .. } => StoreDone::Read(id, Err("the server is stopping".into())),
+                Job::Activity => continue,
+            };
+            if let Some(core) = self.procs[r].core.as_mut() {
+                core.drain_event(Event::Store(done));
+            }
+        }
+        if let Some(core) = self.procs[r].core.take() {
+            core.finish();
+        }
+        self.exit(r, "shutdown complete");
+    }
+
+    /// What the core asked for since the last look, and whether the lease
+    /// watch ended the process before a reveal.
+    fn take_effects(&mut self, r: usize) -> (Vec<Effect>, Option<String>) {
+        let Some(side) = &self.procs[r].side else {
+            return (Vec::new(), None);
+        };
+        let mut o = side.out.borrow_mut();
+        o.outputs.clear();
+        (std::mem::take(&mut o.effects), o.exited.take())
     }
 
     fn perform(&mut self, r: usize, e: Effect) {
