@@ -54,13 +54,13 @@ impl ReplicaWorld {
             slot: lane,
             lanes: LANES,
         });
-        #[allow(unused_mut)]
-        let mut faults = engine::faults::Faults::default();
         #[cfg(feature = "planted-bugs")]
-        {
+        let faults = {
             config.planted = self.bug;
-            faults = engine::faults::Faults::planted(self.bug);
-        }
+            engine::faults::Faults::planted(self.bug)
+        };
+        #[cfg(not(feature = "planted-bugs"))]
+        let faults = engine::faults::Faults::default();
         let snapshot = self.db.store.snapshot_of(SnapshotScope::Full);
         let entropy = Box::new(SimEntropy(self.entropy.fork()));
         let engine = Engine::new(config, entropy, snapshot, now_of(self.now, self.unix0));
@@ -257,8 +257,6 @@ impl ReplicaWorld {
             return self.arm_timer(r);
         }
         core.begin_drain();
-        let who = (token, r, self.procs[r].lane);
-        let lease = self.sw.lease_ms;
         loop {
             let Some(core) = self.procs[r].core.as_mut() else {
                 return;
@@ -283,23 +281,10 @@ impl ReplicaWorld {
             let Some(job) = self.procs[r].running.pop_front() else {
                 break;
             };
-            let done = match job {
-                Job::Commit {
-                    batch,
-                    writes,
-                    fence,
-                } => match self
-                    .db
-                    .commit(&writes, fence.as_ref(), who, lease, self.now)
-                {
-                    Ok(()) => StoreDone::Committed(batch),
-                    Err(Refused::Fenced(what)) => return self.exit(r, &format!("fenced: {what}")),
-                    Err(Refused::Duplicate(seq)) => {
-                        return self.exit(r, &format!("duplicate key: seq {seq}"))
-                    }
-                },
-                Job::Read { id, .. } => StoreDone::Read(id, Err("the server is stopping".into())),
-                Job::Activity => continue,
+            let done = match self.execute(r, job) {
+                Ok(Some(done)) => done,
+                Ok(None) => continue,
+                Err(why) => return self.exit(r, &why),
             };
             if let Some(core) = self.procs[r].core.as_mut() {
                 core.drain_event(Event::Store(done));
@@ -309,6 +294,35 @@ impl ReplicaWorld {
             core.finish();
         }
         self.exit(r, "shutdown complete");
+    }
+
+    /// The database executes `job` of replica `r` now: what the core
+    /// hears (`None` for the activity summary), or why the process exits.
+    fn execute(&mut self, r: usize, job: Job) -> Result<Option<StoreDone>, String> {
+        let who = (self.procs[r].token, r, self.procs[r].lane);
+        let lease = self.sw.lease_ms;
+        let refused = |e: Refused| match e {
+            Refused::Fenced(what) => format!("fenced: {what}"),
+            Refused::Duplicate(seq) => format!("duplicate key: seq {seq}"),
+        };
+        Ok(Some(match job {
+            Job::Commit {
+                batch,
+                writes,
+                fence,
+            } => {
+                let db = &mut self.db;
+                db.commit(&writes, fence.as_ref(), who, lease, self.now)
+                    .map_err(refused)?;
+                StoreDone::Committed(batch)
+            }
+            Job::Read { id, read } => match self.db.read(&read, who, lease, self.now) {
+                Ok(result) => StoreDone::Read(id, Ok(result)),
+                Err(Refused::Duplicate(_)) => return Err("claim failed".into()),
+                Err(e) => return Err(refused(e)),
+            },
+            Job::Activity => return Ok(None),
+        }))
     }
 
     /// What the core asked for since the last look, and whether the lease
@@ -421,32 +435,10 @@ impl ReplicaWorld {
             return;
         };
         let token = self.procs[r].token;
-        let who = (token, r, self.procs[r].lane);
-        let lease = self.sw.lease_ms;
-        let done = match job {
-            Job::Commit {
-                batch,
-                writes,
-                fence,
-            } => match self
-                .db
-                .commit(&writes, fence.as_ref(), who, lease, self.now)
-            {
-                Ok(()) => StoreDone::Committed(batch),
-                Err(Refused::Fenced(what)) => return self.exit(r, &format!("fenced: {what}")),
-                Err(Refused::Duplicate(seq)) => {
-                    return self.exit(r, &format!("duplicate key: seq {seq}"))
-                }
-            },
-            Job::Read { id, read } => match self.db.read(&read, who, lease, self.now) {
-                Ok(result) => StoreDone::Read(id, Ok(result)),
-                Err(Refused::Fenced(what)) => return self.exit(r, &format!("fenced: {what}")),
-                Err(Refused::Duplicate(_)) => return self.exit(r, "claim failed"),
-            },
-            Job::Activity => {
-                self.next_job(r);
-                return;
-            }
+        let done = match self.execute(r, job) {
+            Ok(Some(done)) => done,
+            Ok(None) => return self.next_job(r),
+            Err(why) => return self.exit(r, &why),
         };
         // A submission the core hands over now finds the worker idle only
         // when nothing else was queued (then `submit` starts it).

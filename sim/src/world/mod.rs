@@ -523,12 +523,10 @@ impl World {
         }));
         let unix0 = 1_780_000_000_000 + (seed % 1_000_000) * 1_000;
         let now_ms = 1_000;
-        #[allow(unused_mut)]
-        let mut faults = engine::faults::Faults::default();
         #[cfg(feature = "planted-bugs")]
-        {
-            faults = engine::faults::Faults::planted(opts.bug);
-        }
+        let faults = engine::faults::Faults::planted(opts.bug);
+        #[cfg(not(feature = "planted-bugs"))]
+        let faults = engine::faults::Faults::default();
         let engine = Engine::new(
             config.clone(),
             Box::new(SimEntropy(entropy_rng)),
