@@ -29,6 +29,7 @@ use serde_json::{json, Value};
 pub use transfer::TransferStats;
 
 use crate::check::{self, Checker, Violation};
+use crate::driver::now_of;
 use crate::hash::Fnv;
 use crate::http::{self, Parsed, ResponseReader};
 use crate::mcp::McpSim;
@@ -411,8 +412,6 @@ pub struct World {
     /// their own.
     traffic: crate::traffic::oracle::TrafficSim,
 }
-
-use crate::driver::now_of;
 
 fn sha_hex(s: &str) -> String {
     use sha2::Digest;
