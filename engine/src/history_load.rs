@@ -25,7 +25,7 @@
 
 use serde_json::Value;
 
-use crate::store::{EventRow, EventType, ReadResult, StoreRead};
+use crate::store::{EventRow, EventType, ReadError, ReadResult, StoreRead};
 
 /// `provider.response` rows asked for per read while looking for the
 /// newest usage (most sessions find it in the first page: compaction calls
@@ -85,7 +85,7 @@ pub enum Progress {
     Read(HistoryLoader, StoreRead),
     Done(HistoryLoad),
     /// A read failed (or was answered with the wrong kind of result).
-    Failed(String),
+    Failed(ReadError),
 }
 
 impl HistoryLoader {
@@ -105,10 +105,10 @@ impl HistoryLoader {
     }
 
     /// Takes the answer to the read last asked for.
-    pub fn advance(mut self, result: Result<ReadResult, String>) -> Progress {
+    pub fn advance(mut self, result: Result<ReadResult, ReadError>) -> Progress {
         let rows = match result {
             Ok(ReadResult::Events(rows)) => rows,
-            Ok(other) => return Progress::Failed(format!("history read answered with {other:?}")),
+            Ok(other) => return Progress::Failed(ReadError::HistoryAnswer(Box::new(other))),
             Err(e) => return Progress::Failed(e),
         };
         match std::mem::replace(&mut self.stage, Stage::Messages) {
@@ -215,8 +215,8 @@ impl HistoryLoader {
 /// tools that hold a store directly).
 pub fn load(
     session_id: &str,
-    mut answer: impl FnMut(&StoreRead) -> Result<ReadResult, String>,
-) -> Result<HistoryLoad, String> {
+    mut answer: impl FnMut(&StoreRead) -> Result<ReadResult, ReadError>,
+) -> Result<HistoryLoad, ReadError> {
     let (mut loader, mut read) = HistoryLoader::start(session_id);
     loop {
         let result = answer(&read);
@@ -617,16 +617,26 @@ mod tests {
             let r = load(S, |r| {
                 i += 1;
                 if i - 1 == fail_at {
-                    Err("disk on fire".to_string())
+                    Err(ReadError::Store("disk on fire".to_string()))
                 } else {
                     Ok(m.read(r))
                 }
             });
-            assert_eq!(r, Err("disk on fire".to_string()), "read {fail_at}");
+            let e = r.unwrap_err();
+            assert_eq!(
+                e,
+                ReadError::Store("disk on fire".to_string()),
+                "read {fail_at}"
+            );
+            assert_eq!(e.to_string(), "disk on fire");
             assert_eq!(i, fail_at + 1, "no read after the failure");
         }
         // The wrong kind of answer is a failure too.
         let r = load(S, |_| Ok(ReadResult::EventSeq(Some(1))));
-        assert!(r.is_err());
+        let e = r.unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "history read answered with EventSeq(Some(1))"
+        );
     }
 }

@@ -23,7 +23,7 @@ use crate::ids::SessionId;
 use crate::services::Services;
 use crate::session_core::SessionCore;
 use crate::session_core::{TurnLoop, UserMessage};
-use crate::store::{IdempotencyRow, ReadResult, StoreRead, StoreWrite};
+use crate::store::{IdempotencyRow, ReadError, ReadResult, StoreRead, StoreWrite};
 use crate::streams::StreamKind;
 use crate::ConnId;
 use proto::jsonrpc::codes;
@@ -407,7 +407,7 @@ impl Services {
         &mut self,
         conn: ConnId,
         message: Value,
-        result: Result<ReadResult, String>,
+        result: Result<ReadResult, ReadError>,
     ) {
         match result {
             Ok(ReadResult::Events(rows)) => {

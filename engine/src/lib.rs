@@ -89,7 +89,7 @@ use services::Services;
 /// Provider-facing history rebuilt from the log with plain store reads.
 pub use ids::{CallId, ConnId};
 pub use session_core::retry::RetryPolicy;
-pub use store::{ReadId, ReadResult, Snapshot, StoreRead, StoreWrite};
+pub use store::{ReadError, ReadId, ReadResult, Snapshot, StoreRead, StoreWrite};
 pub use time::{MonoMs, UnixMs};
 
 pub use config::{
@@ -574,7 +574,11 @@ impl Engine {
         }
     }
 
-    pub(crate) fn on_read_done(&mut self, id: crate::ReadId, result: Result<ReadResult, String>) {
+    pub(crate) fn on_read_done(
+        &mut self,
+        id: crate::ReadId,
+        result: Result<ReadResult, crate::store::ReadError>,
+    ) {
         let Some(pending) = self.svc.reads.take(id) else {
             return;
         };

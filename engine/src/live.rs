@@ -15,7 +15,7 @@ use crate::sandbox::SandboxHub;
 use crate::services::Services;
 use crate::session_sandbox::SandboxCx;
 use crate::sessions::Sessions;
-use crate::store::ReadResult;
+use crate::store::{ReadError, ReadResult};
 
 pub(crate) struct LiveCx<'a> {
     pub svc: &'a mut Services,
@@ -47,7 +47,7 @@ impl LiveCx<'_> {
 
     /// The answer to one of the live loop's reads: the next read of a
     /// history load, or its outcome to the turn or the recovery.
-    pub(crate) fn on_read_done(&mut self, read: LiveRead, result: Result<ReadResult, String>) {
+    pub(crate) fn on_read_done(&mut self, read: LiveRead, result: Result<ReadResult, ReadError>) {
         match read {
             LiveRead::TurnHistory { turn, loader } => {
                 // A turn that ended meanwhile needs no more reads.

@@ -14,7 +14,7 @@ use serde_json::Value;
 use crate::conn::{AnswerRead, PendingRead};
 use crate::ids::SessionId;
 use crate::log::Appended;
-use crate::store::{ReadResult, RenderedEvent, StoreRead};
+use crate::store::{ReadError, ReadResult, RenderedEvent, StoreRead};
 use crate::streams::StreamKind;
 use crate::ConnId;
 use proto::jsonrpc::codes;
@@ -107,7 +107,7 @@ impl Services {
         }
     }
 
-    pub(crate) fn on_replay_start(&mut self, conn: ConnId, result: Result<ReadResult, String>) {
+    pub(crate) fn on_replay_start(&mut self, conn: ConnId, result: Result<ReadResult, ReadError>) {
         match result {
             // An unknown or foreign id replays from the very first event.
             Ok(ReadResult::EventSeq(seq)) => {
@@ -151,7 +151,7 @@ impl Services {
         (self.streams.get(conn)).is_some_and(|s| s.over_window(self.config.subscriber_window_bytes))
     }
 
-    pub(crate) fn on_replay_page(&mut self, conn: ConnId, result: Result<ReadResult, String>) {
+    pub(crate) fn on_replay_page(&mut self, conn: ConnId, result: Result<ReadResult, ReadError>) {
         // Rendered by the store: this loop only moves bytes.
         let (rows, more): (Vec<RenderedEvent>, bool) = match result {
             Ok(ReadResult::Frames { frames, more }) => (frames, more),

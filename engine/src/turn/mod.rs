@@ -18,7 +18,7 @@ use crate::ids::{KeyId, SessionId};
 use crate::live::LiveCx;
 use crate::services::Services;
 use crate::session_core::{Arrival, Limits, Refusal, SessionCore, Start, TurnLoop, World};
-use crate::store::{ReadResult, SessionState, StoreWrite};
+use crate::store::{ReadError, ReadResult, SessionState, StoreWrite};
 use crate::streams::StreamKind;
 use crate::ConnId;
 use proto::jsonrpc::{codes, SendMessageCall};
@@ -278,7 +278,11 @@ impl LiveCx<'_> {
 
     /// The history a turn's [`crate::session_core::Effect::LoadHistory`]
     /// asked for was read.
-    pub(crate) fn on_turn_history(&mut self, turn_id: TurnId, result: Result<HistoryLoad, String>) {
+    pub(crate) fn on_turn_history(
+        &mut self,
+        turn_id: TurnId,
+        result: Result<HistoryLoad, ReadError>,
+    ) {
         let Some(session_id) = self.routes.turn_session(turn_id).cloned() else {
             return;
         };
@@ -504,9 +508,9 @@ impl Services {
     pub(crate) fn continue_history_load(
         &mut self,
         loader: HistoryLoader,
-        result: Result<ReadResult, String>,
+        result: Result<ReadResult, ReadError>,
         again: impl FnOnce(HistoryLoader) -> PendingRead,
-    ) -> Option<Result<HistoryLoad, String>> {
+    ) -> Option<Result<HistoryLoad, ReadError>> {
         match loader.advance(result) {
             Progress::Read(loader, read) => {
                 self.read(read, again(loader));
