@@ -6,7 +6,6 @@
 //! the type system keeps those decisions at the endpoint.
 
 use crate::conn::{LiveRead, PendingRead};
-use crate::idempotency::Keys;
 use crate::mcp::McpHub;
 use crate::model::Catalog;
 use crate::provider_limits::ProviderLimits;
@@ -20,16 +19,14 @@ use crate::store::{ReadError, ReadResult};
 pub(crate) struct LiveCx<'a> {
     pub svc: &'a mut Services,
     pub catalog: &'a mut Catalog,
-    /// Every session's core, pending create, drivers' extensions and MCP
-    /// restore.
+    /// Every session's runtime parts (core, pending create, drivers'
+    /// extensions, MCP restore, idempotency keys…).
     pub sessions: &'a mut Sessions,
     /// Turns, provider calls and MCP calls in flight.
     pub routes: &'a mut Routes,
     pub provider_limits: &'a mut ProviderLimits,
     pub mcp: &'a mut McpHub,
     pub sandbox: &'a mut SandboxHub,
-    /// `sendMessage` idempotency keys.
-    pub idem: &'a mut Keys,
     /// The server is draining: the gate refuses new arrivals.
     pub shutting_down: bool,
 }

@@ -408,7 +408,7 @@ impl Engine {
                     .insert(kid);
             }
         }
-        self.idem.adopt(&c.idempotency);
+        self.sessions.adopt_keys(&self.catalog, &c.idempotency);
     }
 
     /// The revocation cascade's last step (spec 03 §4.2) for a session this

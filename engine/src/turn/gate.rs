@@ -211,7 +211,7 @@ impl LiveCx<'_> {
         self.svc
             .retire_steers(std::mem::take(&mut t.steers), "the turn was cancelled");
         let msg = "turn_cancelled: the turn was cancelled";
-        self.idem.finished(self.svc, session_id, &t, || {
+        self.sessions.idem_finished(self.svc, session_id, &t, || {
             serde_json::json!({"error": {"code": CANCELLED, "message": msg}}).to_string()
         });
         for conn in t.streams() {

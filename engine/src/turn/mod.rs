@@ -55,8 +55,8 @@ impl LiveCx<'_> {
             // longer open (its turn may have been what ended it).
             if idempotent
                 && self
-                    .idem
-                    .replay_finished(self.svc, conn, session_id, key_id, &params)
+                    .sessions
+                    .idem_replay_finished(self.svc, conn, session_id, key_id, &params)
             {
                 return;
             }
@@ -78,9 +78,8 @@ impl LiveCx<'_> {
                 Err(msg) => return self.svc.terminal_error(conn, codes::INVALID_PARAMS, &msg),
             };
             if let Some(key) = key {
-                let core = self.sessions.core_mut(session_id);
                 let svc = &mut self.svc;
-                if (self.idem).send(svc, core, conn, session_id, key_id, key, &mut message) {
+                if (self.sessions).idem_send(svc, conn, session_id, key_id, key, &mut message) {
                     return;
                 }
             }
@@ -229,7 +228,7 @@ impl LiveCx<'_> {
                     s.kind = StreamKind::Turn;
                 }
             }
-            self.idem.started(self.svc, session_id, key_id, &idem.key);
+            (self.sessions).idem_started(self.svc, session_id, key_id, &idem.key);
             if let Some(t) = self.sessions.core_of(self.catalog, session_id).turn_mut() {
                 t.idem = Some(idem);
             }
