@@ -75,7 +75,7 @@ impl SessionKeys {
         self.by_key.is_empty()
     }
 
-    fn get(&self, key_id: &str, key: &str) -> Option<&Entry> {
+    fn get(&self, key_id: &KeyId, key: &str) -> Option<&Entry> {
         self.by_key.get(key_id)?.get(key)
     }
 
@@ -91,7 +91,7 @@ impl SessionKeys {
 
     /// Forgets a key created at `created_ms` (a later key of the same name
     /// stays); whether it did.
-    pub(crate) fn expire(&mut self, key_id: &str, key: &str, created_ms: u64) -> bool {
+    pub(crate) fn expire(&mut self, key_id: &KeyId, key: &str, created_ms: u64) -> bool {
         let Some(keys) = self.by_key.get_mut(key_id) else {
             return false;
         };
