@@ -40,3 +40,31 @@ impl fmt::Display for ReadError {
 }
 
 impl std::error::Error for ReadError {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The log lines read as the plain strings did before the type.
+    #[test]
+    fn each_failure_renders_the_text_the_readers_logged() {
+        let texts = [
+            (ReadError::Store("disk on fire".into()), "disk on fire"),
+            (ReadError::Stopping, "the server is stopping"),
+            (ReadError::Unexpected, "unexpected answer"),
+            (
+                ReadError::HistoryAnswer(Box::new(ReadResult::EventSeq(Some(1)))),
+                "history read answered with EventSeq(Some(1))",
+            ),
+        ];
+        for (e, text) in texts {
+            assert_eq!(e.to_string(), text);
+        }
+        let answered: Result<ReadResult, ReadError> = Ok(ReadResult::EventSeq(None));
+        assert_eq!(ReadError::of(answered), ReadError::Unexpected);
+        assert_eq!(
+            ReadError::of::<()>(Err(ReadError::Stopping)),
+            ReadError::Stopping
+        );
+    }
+}
