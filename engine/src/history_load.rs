@@ -25,6 +25,7 @@
 
 use serde_json::Value;
 
+use crate::ids::SessionId;
 use crate::store::{EventRow, EventType, ReadError, ReadResult, StoreRead};
 
 /// `provider.response` rows asked for per read while looking for the
@@ -59,7 +60,7 @@ pub fn history_text(load: &HistoryLoad) -> proto::provider::HistoryText {
 /// An unfinished load: which answer it waits for and what it has so far.
 #[derive(Debug, Clone, PartialEq)]
 pub struct HistoryLoader {
-    session_id: String,
+    session_id: SessionId,
     stage: Stage,
     messages: Vec<(u64, String, Value)>,
 }
@@ -90,9 +91,9 @@ pub enum Progress {
 
 impl HistoryLoader {
     /// A load of `session_id`'s history and the first read it needs.
-    pub fn start(session_id: &str) -> (HistoryLoader, StoreRead) {
+    pub fn start(session_id: &SessionId) -> (HistoryLoader, StoreRead) {
         let loader = HistoryLoader {
-            session_id: session_id.to_string(),
+            session_id: session_id.clone(),
             stage: Stage::Compaction,
             messages: Vec::new(),
         };
@@ -100,7 +101,7 @@ impl HistoryLoader {
         (loader, read)
     }
 
-    pub fn session_id(&self) -> &str {
+    pub fn session_id(&self) -> &SessionId {
         &self.session_id
     }
 
@@ -171,7 +172,7 @@ impl HistoryLoader {
 
     fn latest(&self, event_type: EventType, before_seq: Option<u64>, limit: usize) -> StoreRead {
         StoreRead::LatestOfType {
-            session_id: self.session_id.clone(),
+            session_id: self.session_id.to_string(),
             event_type,
             before_seq,
             limit,
@@ -181,7 +182,7 @@ impl HistoryLoader {
     fn resolve(mut self, stage: Stage, event_id: String) -> Progress {
         self.stage = stage;
         let read = StoreRead::EventById {
-            session_id: self.session_id.clone(),
+            session_id: self.session_id.to_string(),
             event_id,
         };
         Progress::Read(self, read)
@@ -190,7 +191,7 @@ impl HistoryLoader {
     fn messages_from(mut self, bound: u64) -> Progress {
         self.stage = Stage::Messages;
         let read = StoreRead::OfTypesFrom {
-            session_id: self.session_id.clone(),
+            session_id: self.session_id.to_string(),
             event_types: MESSAGE_TYPES.to_vec(),
             from_seq: bound,
         };
@@ -217,7 +218,7 @@ pub fn load(
     session_id: &str,
     mut answer: impl FnMut(&StoreRead) -> Result<ReadResult, ReadError>,
 ) -> Result<HistoryLoad, ReadError> {
-    let (mut loader, mut read) = HistoryLoader::start(session_id);
+    let (mut loader, mut read) = HistoryLoader::start(&SessionId::new(session_id));
     loop {
         let result = answer(&read);
         match loader.advance(result) {

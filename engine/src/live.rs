@@ -57,7 +57,7 @@ impl LiveCx<'_> {
                 }
             }
             LiveRead::Recover { loader } => {
-                let session_id = self.catalog.session_id(loader.session_id());
+                let session_id = loader.session_id().clone();
                 let again = |loader| PendingRead::Live(LiveRead::Recover { loader });
                 if let Some(done) = self.svc.continue_history_load(loader, result, again) {
                     self.on_recover(&session_id, done);
