@@ -20,15 +20,29 @@ pub fn spawn_store_thread(
         .name("bae-store".into())
         .spawn(move || {
             lower_priority();
-            serve_store_jobs(store, next, done)
+            let mut done = done;
+            serve_store_jobs(store, next, move |d| {
+                let listening = done(d);
+                yield_to_driver();
+                listening
+            })
         })
 }
 
-/// How much nicer than the process the store thread runs. Under CPU
-/// contention a bulk job (rendering a page of several hundred KiB) then
-/// yields the core to the driver thread as soon as it wakes, so a liveness
-/// probe is not answered a scheduler slice late (docs/performance.md, "The
-/// liveness probe"). An operator can still renice the thread (`bae-store`).
+/// Called after each answer handed to the driver thread. The answer woke
+/// that thread, often onto this thread's CPU when the box is busy, and the
+/// kernel does not reliably preempt this thread for it (nice or not, even
+/// `SCHED_IDLE`): the driver thread, and the liveness probe behind it,
+/// waited 1–3 ms while this one rendered the next pages of a run of reads
+/// (`perf sched`, docs/performance.md "The liveness probe"). Yielding hands
+/// the CPU over at once; with nothing else runnable here it returns at once.
+fn yield_to_driver() {
+    std::thread::yield_now();
+}
+
+/// How much nicer than the process the store thread runs: under CPU
+/// contention the driver thread gets the larger share. An operator can
+/// still renice the thread (`bae-store`).
 pub const STORE_NICE: i32 = 5;
 
 /// Linux: `setpriority` on the calling thread alone.
