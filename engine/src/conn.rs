@@ -106,7 +106,11 @@ pub enum LoadFor {
 impl Services {
     /// Answers a read of its own: the page, replay or listing goes back
     /// to the connection that asked.
-    pub(crate) fn on_answer_read(&mut self, read: AnswerRead, result: Result<ReadResult, String>) {
+    pub(crate) fn on_answer_read(
+        &mut self,
+        read: AnswerRead,
+        result: Result<ReadResult, crate::store::ReadError>,
+    ) {
         match read {
             AnswerRead::EventsPage { conn } => match result {
                 Ok(ReadResult::Page(body)) => {

@@ -25,7 +25,8 @@
 
 use serde_json::Value;
 
-use crate::store::{EventRow, EventType, ReadResult, StoreRead};
+use crate::ids::SessionId;
+use crate::store::{EventRow, EventType, ReadError, ReadResult, StoreRead};
 
 /// `provider.response` rows asked for per read while looking for the
 /// newest usage (most sessions find it in the first page: compaction calls
@@ -59,7 +60,7 @@ pub fn history_text(load: &HistoryLoad) -> proto::provider::HistoryText {
 /// An unfinished load: which answer it waits for and what it has so far.
 #[derive(Debug, Clone, PartialEq)]
 pub struct HistoryLoader {
-    session_id: String,
+    session_id: SessionId,
     stage: Stage,
     messages: Vec<(u64, String, Value)>,
 }
@@ -85,14 +86,14 @@ pub enum Progress {
     Read(HistoryLoader, StoreRead),
     Done(HistoryLoad),
     /// A read failed (or was answered with the wrong kind of result).
-    Failed(String),
+    Failed(ReadError),
 }
 
 impl HistoryLoader {
     /// A load of `session_id`'s history and the first read it needs.
-    pub fn start(session_id: &str) -> (HistoryLoader, StoreRead) {
+    pub fn start(session_id: &SessionId) -> (HistoryLoader, StoreRead) {
         let loader = HistoryLoader {
-            session_id: session_id.to_string(),
+            session_id: session_id.clone(),
             stage: Stage::Compaction,
             messages: Vec::new(),
         };
@@ -100,15 +101,15 @@ impl HistoryLoader {
         (loader, read)
     }
 
-    pub fn session_id(&self) -> &str {
+    pub fn session_id(&self) -> &SessionId {
         &self.session_id
     }
 
     /// Takes the answer to the read last asked for.
-    pub fn advance(mut self, result: Result<ReadResult, String>) -> Progress {
+    pub fn advance(mut self, result: Result<ReadResult, ReadError>) -> Progress {
         let rows = match result {
             Ok(ReadResult::Events(rows)) => rows,
-            Ok(other) => return Progress::Failed(format!("history read answered with {other:?}")),
+            Ok(other) => return Progress::Failed(ReadError::HistoryAnswer(Box::new(other))),
             Err(e) => return Progress::Failed(e),
         };
         match std::mem::replace(&mut self.stage, Stage::Messages) {
@@ -171,7 +172,7 @@ impl HistoryLoader {
 
     fn latest(&self, event_type: EventType, before_seq: Option<u64>, limit: usize) -> StoreRead {
         StoreRead::LatestOfType {
-            session_id: self.session_id.clone(),
+            session_id: self.session_id.to_string(),
             event_type,
             before_seq,
             limit,
@@ -181,7 +182,7 @@ impl HistoryLoader {
     fn resolve(mut self, stage: Stage, event_id: String) -> Progress {
         self.stage = stage;
         let read = StoreRead::EventById {
-            session_id: self.session_id.clone(),
+            session_id: self.session_id.to_string(),
             event_id,
         };
         Progress::Read(self, read)
@@ -190,7 +191,7 @@ impl HistoryLoader {
     fn messages_from(mut self, bound: u64) -> Progress {
         self.stage = Stage::Messages;
         let read = StoreRead::OfTypesFrom {
-            session_id: self.session_id.clone(),
+            session_id: self.session_id.to_string(),
             event_types: MESSAGE_TYPES.to_vec(),
             from_seq: bound,
         };
@@ -215,9 +216,9 @@ impl HistoryLoader {
 /// tools that hold a store directly).
 pub fn load(
     session_id: &str,
-    mut answer: impl FnMut(&StoreRead) -> Result<ReadResult, String>,
-) -> Result<HistoryLoad, String> {
-    let (mut loader, mut read) = HistoryLoader::start(session_id);
+    mut answer: impl FnMut(&StoreRead) -> Result<ReadResult, ReadError>,
+) -> Result<HistoryLoad, ReadError> {
+    let (mut loader, mut read) = HistoryLoader::start(&SessionId::new(session_id));
     loop {
         let result = answer(&read);
         match loader.advance(result) {
@@ -617,16 +618,26 @@ mod tests {
             let r = load(S, |r| {
                 i += 1;
                 if i - 1 == fail_at {
-                    Err("disk on fire".to_string())
+                    Err(ReadError::Store("disk on fire".to_string()))
                 } else {
                     Ok(m.read(r))
                 }
             });
-            assert_eq!(r, Err("disk on fire".to_string()), "read {fail_at}");
+            let e = r.unwrap_err();
+            assert_eq!(
+                e,
+                ReadError::Store("disk on fire".to_string()),
+                "read {fail_at}"
+            );
+            assert_eq!(e.to_string(), "disk on fire");
             assert_eq!(i, fail_at + 1, "no read after the failure");
         }
         // The wrong kind of answer is a failure too.
         let r = load(S, |_| Ok(ReadResult::EventSeq(Some(1))));
-        assert!(r.is_err());
+        let e = r.unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "history read answered with EventSeq(Some(1))"
+        );
     }
 }

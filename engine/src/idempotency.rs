@@ -19,19 +19,18 @@ use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
 use crate::conn::{AnswerRead, PendingRead};
-use crate::ids::SessionId;
+use crate::ids::{KeyId, SessionId};
 use crate::services::Services;
 use crate::session_core::SessionCore;
 use crate::session_core::{TurnLoop, UserMessage};
-use crate::store::{IdempotencyRow, ReadResult, StoreRead, StoreWrite};
+use crate::store::{IdempotencyRow, ReadError, ReadResult, StoreRead, StoreWrite};
 use crate::streams::StreamKind;
 use crate::ConnId;
 use proto::jsonrpc::codes;
 
-/// (session id, client key id, idempotency key).
-type KeyId = (String, String, String);
-
-struct Entry {
+/// One key's record.
+#[derive(Debug)]
+pub(crate) struct Entry {
     digest: String,
     created_ms: u64,
     /// The request took the gate (its key is in the store).
@@ -40,72 +39,91 @@ struct Entry {
     outcome: Option<String>,
 }
 
-/// Every live idempotency key, with insertion order for expiry.
-#[derive(Default)]
-pub struct Keys {
-    entries: BTreeMap<KeyId, Entry>,
-    order: VecDeque<(u64, KeyId)>,
+impl Entry {
+    /// A stored key (restored at start, or adopted with a claimed session).
+    pub(crate) fn stored(r: &IdempotencyRow) -> Self {
+        Entry {
+            digest: r.digest.clone(),
+            created_ms: r.created_ms,
+            started: true,
+            outcome: r.outcome.clone(),
+        }
+    }
 }
 
-impl Keys {
-    /// Restored from the store; keys past the retention are dropped later.
-    pub fn restore(rows: &[IdempotencyRow]) -> Self {
-        let mut rows: Vec<&IdempotencyRow> = rows.iter().collect();
-        rows.sort_by_key(|r| r.created_ms);
-        let mut keys = Keys::default();
-        for r in rows {
-            let id = (r.session_id.clone(), r.client_key_id.clone(), r.key.clone());
-            keys.order.push_back((r.created_ms, id.clone()));
-            let entry = Entry {
-                digest: r.digest.clone(),
-                created_ms: r.created_ms,
-                started: true,
-                outcome: r.outcome.clone(),
-            };
-            keys.entries.insert(id, entry);
-        }
-        keys
+/// One session's idempotency keys, by client key then key: a part of its
+/// `Session`. Expiry is the endpoint's ([`KeyExpiry`]).
+#[derive(Default)]
+pub(crate) struct SessionKeys {
+    by_key: BTreeMap<KeyId, BTreeMap<String, Entry>>,
+}
+
+/// What [`SessionKeys::send`] did with a request.
+#[derive(Debug, PartialEq)]
+pub(crate) enum Sent {
+    /// Answered (replayed, attached or refused): nothing more to do.
+    Answered,
+    /// Runs, its key on the message: the key was known but never ran.
+    Run,
+    /// Runs, its key on the message: a first use, recorded now (the
+    /// caller indexes it for expiry).
+    First { created_ms: u64 },
+}
+
+impl SessionKeys {
+    pub(crate) fn is_empty(&self) -> bool {
+        self.by_key.is_empty()
     }
 
-    /// Replica mode: a claimed session's stored keys (those already held
-    /// stay as they are).
-    pub fn adopt(&mut self, rows: &[IdempotencyRow]) {
-        for r in rows {
-            let id = (r.session_id.clone(), r.client_key_id.clone(), r.key.clone());
-            if self.entries.contains_key(&id) {
-                continue;
-            }
-            self.order.push_back((r.created_ms, id.clone()));
-            let entry = Entry {
-                digest: r.digest.clone(),
-                created_ms: r.created_ms,
-                started: true,
-                outcome: r.outcome.clone(),
-            };
-            self.entries.insert(id, entry);
-        }
+    fn get(&self, key_id: &KeyId, key: &str) -> Option<&Entry> {
+        self.by_key.get(key_id)?.get(key)
     }
 
-    /// Forgets keys created before `before_ms`; whether any were.
-    fn expire(&mut self, before_ms: u64) -> bool {
-        let mut any = false;
-        while let Some((created, _)) = self.order.front() {
-            if *created >= before_ms {
-                break;
-            }
-            let Some((created, id)) = self.order.pop_front() else {
-                break;
-            };
-            if self
-                .entries
-                .get(&id)
-                .is_some_and(|e| e.created_ms == created)
-            {
-                self.entries.remove(&id);
-                any = true;
-            }
+    /// Records a key; `false` (nothing changed) when it is already held.
+    pub(crate) fn insert(&mut self, key_id: &KeyId, key: &str, entry: Entry) -> bool {
+        let keys = self.by_key.entry(key_id.clone()).or_default();
+        if keys.contains_key(key) {
+            return false;
         }
-        any
+        keys.insert(key.to_string(), entry);
+        true
+    }
+
+    /// Forgets a key created at `created_ms` (a later key of the same name
+    /// stays); whether it did.
+    pub(crate) fn expire(&mut self, key_id: &KeyId, key: &str, created_ms: u64) -> bool {
+        let Some(keys) = self.by_key.get_mut(key_id) else {
+            return false;
+        };
+        if keys.get(key).is_none_or(|e| e.created_ms != created_ms) {
+            return false;
+        }
+        keys.remove(key);
+        if keys.is_empty() {
+            self.by_key.remove(key_id);
+        }
+        true
+    }
+}
+
+/// The endpoint's index over every session's keys: creation order, so
+/// the oldest expire first without a look at every session.
+#[derive(Default)]
+pub(crate) struct KeyExpiry {
+    order: VecDeque<(u64, SessionId, KeyId, String)>,
+}
+
+impl KeyExpiry {
+    pub(crate) fn push(&mut self, created_ms: u64, session: SessionId, key_id: KeyId, key: String) {
+        self.order.push_back((created_ms, session, key_id, key));
+    }
+
+    /// Takes the keys created before `before_ms`, oldest first.
+    pub(crate) fn due(&mut self, before_ms: u64) -> Vec<(u64, SessionId, KeyId, String)> {
+        let n = (self.order.iter())
+            .take_while(|(created, ..)| *created < before_ms)
+            .count();
+        self.order.drain(..n).collect()
     }
 }
 
@@ -172,12 +190,10 @@ fn canonical(v: &Value, out: &mut String) {
 }
 
 /// The key's checks and records. They speak to the wire through
-/// [`Services`] and see only the session whose request it is (`core`), so
-/// the table stays a component of its own.
-impl Keys {
-    /// Runs the key's checks. `true`: answered (replayed, attached or
-    /// refused). `false`: a first use, now recorded in memory and carried
-    /// on `message`.
+/// [`Services`] and see only the session whose request it is (its keys
+/// and its `core`), so they stay a component of the session.
+impl SessionKeys {
+    /// Runs the key's checks (the caller expired old keys first).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn send(
         &mut self,
@@ -185,29 +201,26 @@ impl Keys {
         core: Option<&mut SessionCore>,
         conn: ConnId,
         session_id: &SessionId,
-        key_id: &str,
+        key_id: &KeyId,
         key: String,
         message: &mut UserMessage,
-    ) -> bool {
-        self.expire_due(svc);
+    ) -> Sent {
         let digest = digest(message);
-        let id: KeyId = (session_id.to_string(), key_id.to_string(), key.clone());
-        let (started, outcome) = match self.entries.get(&id) {
+        let (started, outcome) = match self.get(key_id, &key) {
             None => {
                 let created_ms = svc.now.unix.0;
-                self.order.push_back((created_ms, id.clone()));
                 let entry = Entry {
                     digest,
                     created_ms,
                     started: false,
                     outcome: None,
                 };
-                self.entries.insert(id, entry);
+                self.insert(key_id, &key, entry);
                 message.idem = Some(Idem {
                     key,
                     watchers: Vec::new(),
                 });
-                return false;
+                return Sent::First { created_ms };
             }
             Some(e) if e.digest != digest => {
                 svc.terminal_error(
@@ -215,16 +228,16 @@ impl Keys {
                     IDEMPOTENCY_KEY_REUSED,
                     "idempotency_key_reused: this key was used with a different message",
                 );
-                return true;
+                return Sent::Answered;
             }
             Some(e) => (e.started, e.outcome.clone()),
         };
         if let Some(outcome) = outcome {
             svc.replay_outcome(conn, session_id, &outcome);
-            return true;
+            return Sent::Answered;
         }
-        if Keys::attach_retry(svc, core, conn, key_id, &key) {
-            return true;
+        if SessionKeys::attach_retry(svc, core, conn, key_id, &key) {
+            return Sent::Answered;
         }
         if started {
             svc.terminal_error(
@@ -232,14 +245,14 @@ impl Keys {
                 IDEMPOTENT_TURN_INTERRUPTED,
                 "idempotent_turn_interrupted: the server restarted while this key's turn was running; its events are in the session log",
             );
-            return true;
+            return Sent::Answered;
         }
         // Its first request left the queue without running: run now.
         message.idem = Some(Idem {
             key,
             watchers: Vec::new(),
         });
-        false
+        Sent::Run
     }
 
     /// Replays the answer of a finished key whose message matches; `false`
@@ -249,7 +262,7 @@ impl Keys {
         svc: &mut Services,
         conn: ConnId,
         session_id: &SessionId,
-        key_id: &str,
+        key_id: &KeyId,
         params: &SendMessageCall,
     ) -> bool {
         let (Ok(m), Ok(Some(key))) = (&params.message, &params.idempotency_key) else {
@@ -260,9 +273,7 @@ impl Keys {
             content: m.content.clone(),
             idem: None,
         };
-        let key = key.clone();
-        let id: KeyId = (session_id.to_string(), key_id.to_string(), key);
-        let outcome = match self.entries.get(&id) {
+        let outcome = match self.get(key_id, key) {
             Some(e) if e.digest == digest(&message) => e.outcome.clone(),
             _ => None,
         };
@@ -278,11 +289,11 @@ impl Keys {
         svc: &mut Services,
         core: Option<&mut SessionCore>,
         conn: ConnId,
-        key_id: &str,
+        key_id: &KeyId,
         key: &str,
     ) -> bool {
         let mine =
-            |t: &TurnLoop| &*t.key_id == key_id && t.idem.as_ref().is_some_and(|i| i.key == key);
+            |t: &TurnLoop| t.key_id == *key_id && t.idem.as_ref().is_some_and(|i| i.key == key);
         let Some(core) = core else {
             return false;
         };
@@ -309,66 +320,43 @@ impl Keys {
         true
     }
 
-    /// The key's request took the gate: durable from the next commit.
-    pub(crate) fn started(
+    /// Changes a held key and writes it (a key not held is left alone).
+    pub(crate) fn put(
         &mut self,
         svc: &mut Services,
         session_id: &SessionId,
-        key_id: &str,
-        key: &str,
-    ) {
-        self.put(svc, session_id, key_id, key, |e| e.started = true);
-    }
-
-    /// The key's request answered: `outcome` renders what a retry gets
-    /// (called only for a request that has a key).
-    pub(crate) fn finished(
-        &mut self,
-        svc: &mut Services,
-        session_id: &SessionId,
-        t: &TurnLoop,
-        outcome: impl FnOnce() -> String,
-    ) {
-        let Some(idem) = &t.idem else {
-            return;
-        };
-        let text = outcome();
-        self.put(svc, session_id, &t.key_id, &idem.key, |e| {
-            e.outcome = Some(text)
-        });
-    }
-
-    fn put(
-        &mut self,
-        svc: &mut Services,
-        session_id: &SessionId,
-        key_id: &str,
+        key_id: &KeyId,
         key: &str,
         f: impl FnOnce(&mut Entry),
     ) {
-        let id: KeyId = (session_id.to_string(), key_id.to_string(), key.to_string());
-        let Some(e) = self.entries.get_mut(&id) else {
+        let Some(e) = self
+            .by_key
+            .get_mut(key_id.as_str())
+            .and_then(|k| k.get_mut(key))
+        else {
             return;
         };
         f(e);
         let row = IdempotencyRow {
-            session_id: id.0,
-            client_key_id: id.1,
-            key: id.2,
+            session_id: session_id.to_string(),
+            client_key_id: key_id.to_string(),
+            key: key.to_string(),
             digest: e.digest.clone(),
             created_ms: e.created_ms,
             outcome: e.outcome.clone(),
         };
         svc.write(StoreWrite::PutIdempotency(row));
     }
+}
 
-    /// Drops keys past the retention, in memory and in the store.
-    fn expire_due(&mut self, svc: &mut Services) {
-        let before_ms = (svc.now.unix.0).saturating_sub(svc.config.idempotency_retention_ms);
-        if self.expire(before_ms) {
-            svc.write(StoreWrite::ExpireIdempotency { before_ms });
-        }
-    }
+/// What [`SessionKeys::put`] records when a key's request takes the gate
+/// or answers.
+pub(crate) fn mark_started(e: &mut Entry) {
+    e.started = true;
+}
+
+pub(crate) fn set_outcome(text: String) -> impl FnOnce(&mut Entry) {
+    move |e| e.outcome = Some(text)
 }
 
 impl Services {
@@ -407,7 +395,7 @@ impl Services {
         &mut self,
         conn: ConnId,
         message: Value,
-        result: Result<ReadResult, String>,
+        result: Result<ReadResult, ReadError>,
     ) {
         match result {
             Ok(ReadResult::Events(rows)) => {
@@ -455,24 +443,5 @@ mod tests {
         assert_eq!(a, b);
         assert_ne!(a, c);
         assert_eq!(a.len(), 64);
-    }
-
-    #[test]
-    fn expiry_forgets_old_keys_only() {
-        let row = |key: &str, created_ms| IdempotencyRow {
-            session_id: "s".into(),
-            client_key_id: "k".into(),
-            key: key.into(),
-            digest: "d".into(),
-            created_ms,
-            outcome: None,
-        };
-        let mut keys = Keys::restore(&[row("new", 200), row("old", 100)]);
-        assert!(keys.expire(150));
-        assert!(!keys.expire(150));
-        assert_eq!(keys.entries.len(), 1);
-        assert!(keys
-            .entries
-            .contains_key(&("s".into(), "k".into(), "new".into())));
     }
 }

@@ -3,7 +3,7 @@
 //! replies, and the clocks and entropy the driver supplies. Re-exported at
 //! the crate root.
 
-use crate::store::{ReadId, ReadResult, StoreRead, StoreWrite};
+use crate::store::{ReadError, ReadId, ReadResult, StoreRead, StoreWrite};
 use crate::{bytes, mcp, replicas, sandbox, store};
 use crate::{CallId, ConnId, MonoMs, UnixMs};
 
@@ -89,10 +89,10 @@ pub enum Input {
     Flushed { conn: ConnId, bytes: usize },
     /// The peer closed the connection or it failed; the engine forgets it.
     Closed { conn: ConnId },
-    /// A store read was answered (`Err` carries a log-safe error text).
+    /// A store read was answered (`Err`: why it has none, typed; its text is for logs).
     ReadDone {
         id: ReadId,
-        result: Result<ReadResult, String>,
+        result: Result<ReadResult, ReadError>,
     },
     /// A provider call finished.
     ProviderDone { call: CallId, reply: ProviderReply },

@@ -89,7 +89,7 @@ use services::Services;
 /// Provider-facing history rebuilt from the log with plain store reads.
 pub use ids::{CallId, ConnId};
 pub use session_core::retry::RetryPolicy;
-pub use store::{ReadId, ReadResult, Snapshot, StoreRead, StoreWrite};
+pub use store::{ReadError, ReadId, ReadResult, Snapshot, StoreRead, StoreWrite};
 pub use time::{MonoMs, UnixMs};
 
 pub use config::{
@@ -116,8 +116,6 @@ pub struct Engine {
     mcp: mcp::McpHub,
     /// Every session's remote sandbox and subagents; image status.
     sandbox: sandbox::SandboxHub,
-    /// `sendMessage` idempotency keys (extension `send.idempotent`).
-    idem: idempotency::Keys,
     /// Replica mode: claimed sessions and the seq lane (`None`: alone).
     replicas: Option<replicas::Replicas>,
     /// Which sessions the catalogue holds, and counts of the others.
@@ -214,13 +212,13 @@ impl Engine {
             sessions: sessions::Sessions::new(histories, faults),
             routes: routes::Routes::default(),
             provider_limits,
-            idem: idempotency::Keys::restore(&snapshot.idempotency),
             replicas,
             residency,
             transfers,
             overload,
             shutting_down: false,
         };
+        (engine.sessions).restore_keys(&engine.catalog, &snapshot.idempotency);
         // Spec 04 §5 step 11: re-provision every active profile's images.
         let profiles: Vec<String> = engine
             .catalog
@@ -389,7 +387,6 @@ impl Engine {
             provider_limits: &mut self.provider_limits,
             mcp: &mut self.mcp,
             sandbox: &mut self.sandbox,
-            idem: &mut self.idem,
             shutting_down: self.shutting_down,
         }
     }
@@ -574,7 +571,11 @@ impl Engine {
         }
     }
 
-    pub(crate) fn on_read_done(&mut self, id: crate::ReadId, result: Result<ReadResult, String>) {
+    pub(crate) fn on_read_done(
+        &mut self,
+        id: crate::ReadId,
+        result: Result<ReadResult, crate::store::ReadError>,
+    ) {
         let Some(pending) = self.svc.reads.take(id) else {
             return;
         };

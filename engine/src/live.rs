@@ -6,7 +6,6 @@
 //! the type system keeps those decisions at the endpoint.
 
 use crate::conn::{LiveRead, PendingRead};
-use crate::idempotency::Keys;
 use crate::mcp::McpHub;
 use crate::model::Catalog;
 use crate::provider_limits::ProviderLimits;
@@ -15,21 +14,19 @@ use crate::sandbox::SandboxHub;
 use crate::services::Services;
 use crate::session_sandbox::SandboxCx;
 use crate::sessions::Sessions;
-use crate::store::ReadResult;
+use crate::store::{ReadError, ReadResult};
 
 pub(crate) struct LiveCx<'a> {
     pub svc: &'a mut Services,
     pub catalog: &'a mut Catalog,
-    /// Every session's core, pending create, drivers' extensions and MCP
-    /// restore.
+    /// Every session's runtime parts (core, pending create, drivers'
+    /// extensions, MCP restore, idempotency keys…).
     pub sessions: &'a mut Sessions,
     /// Turns, provider calls and MCP calls in flight.
     pub routes: &'a mut Routes,
     pub provider_limits: &'a mut ProviderLimits,
     pub mcp: &'a mut McpHub,
     pub sandbox: &'a mut SandboxHub,
-    /// `sendMessage` idempotency keys.
-    pub idem: &'a mut Keys,
     /// The server is draining: the gate refuses new arrivals.
     pub shutting_down: bool,
 }
@@ -47,7 +44,7 @@ impl LiveCx<'_> {
 
     /// The answer to one of the live loop's reads: the next read of a
     /// history load, or its outcome to the turn or the recovery.
-    pub(crate) fn on_read_done(&mut self, read: LiveRead, result: Result<ReadResult, String>) {
+    pub(crate) fn on_read_done(&mut self, read: LiveRead, result: Result<ReadResult, ReadError>) {
         match read {
             LiveRead::TurnHistory { turn, loader } => {
                 // A turn that ended meanwhile needs no more reads.
@@ -60,7 +57,7 @@ impl LiveCx<'_> {
                 }
             }
             LiveRead::Recover { loader } => {
-                let session_id = self.catalog.session_id(loader.session_id());
+                let session_id = loader.session_id().clone();
                 let again = |loader| PendingRead::Live(LiveRead::Recover { loader });
                 if let Some(done) = self.svc.continue_history_load(loader, result, again) {
                     self.on_recover(&session_id, done);

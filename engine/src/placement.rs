@@ -21,7 +21,8 @@ use crate::residency::{Residency, PINNED_PER_PASS};
 use crate::services::Services;
 use crate::sessions::PendingCreate;
 use crate::store::{
-    CatalogUpdate, Claimed, KeyRole, Lease, ReadResult, SessionState, StoreRead, StoredSession,
+    CatalogUpdate, Claimed, KeyRole, Lease, ReadError, ReadResult, SessionState, StoreRead,
+    StoredSession,
 };
 use crate::{ConnId, Engine, Output};
 
@@ -32,7 +33,7 @@ impl Engine {
         &mut self,
         session_id: &str,
         (conn, req, then): (ConnId, Request, LoadFor),
-        result: Result<ReadResult, String>,
+        result: Result<ReadResult, ReadError>,
     ) {
         // Still counted while the session joins and the request runs: the
         // eviction pass after this input sees the rest of the loads.
@@ -44,7 +45,7 @@ impl Engine {
                 }
             }
             other => {
-                let e = other.err().unwrap_or_else(|| "unexpected answer".into());
+                let e = ReadError::of(other);
                 tracing::error!(error = %e, "session load failed");
                 if self.svc.conns.get(&conn).is_some() {
                     use proto::wire::problem::ProblemType;
@@ -322,11 +323,11 @@ impl Engine {
         &mut self,
         session_id: &str,
         then: ClaimFor,
-        result: Result<ReadResult, String>,
+        result: Result<ReadResult, ReadError>,
     ) {
         let lease = match result {
             Ok(ReadResult::Lease(l)) => Ok(l),
-            Ok(_) => Err("unexpected answer".to_string()),
+            Ok(_) => Err(ReadError::Unexpected),
             Err(e) => Err(e),
         };
         if let Ok(Lease::Mine(claimed)) = &lease {
@@ -407,7 +408,7 @@ impl Engine {
                     .insert(kid);
             }
         }
-        self.idem.adopt(&c.idempotency);
+        self.sessions.adopt_keys(&self.catalog, &c.idempotency);
     }
 
     /// The revocation cascade's last step (spec 03 §4.2) for a session this

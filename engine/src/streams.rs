@@ -10,6 +10,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use proto::jsonrpc::{Extension, Extensions};
 use serde_json::Value;
 
+use crate::ids::SessionId;
 use crate::{ConnId, MonoMs};
 
 mod deltas;
@@ -35,7 +36,7 @@ pub type EventJson = std::sync::Arc<String>;
 
 /// An open NDJSON response on a connection.
 pub struct Stream {
-    pub session_id: String,
+    pub session_id: SessionId,
     /// The request id (`None` = notification: no terminal frame).
     pub id: Option<Value>,
     pub kind: StreamKind,
@@ -93,14 +94,69 @@ pub struct Subscription {
     pub buffered: Vec<Appended>,
     /// Highest seq delivered so far.
     pub delivered: u64,
-    /// Id of the last replayed event (the `replay_complete` marker).
-    pub last_id: Option<String>,
-    /// The first transition to live delivery has happened (the marker, if
-    /// asked for, is sent once).
-    pub caught_up: bool,
+    pub marker: Marker,
+    pub until: Until,
+}
+
+/// The `subscribe.replay_complete` marker, sent (when asked for) once, at
+/// the first switch to live delivery.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Marker {
+    /// Not yet live: the id of the last event replayed so far.
+    Due { last_id: Option<String> },
+    /// Live once already (the marker went out, or was not asked for).
+    Done,
+}
+
+/// What ends a subscription, besides its connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Until {
+    /// The session's close, or a fault (`lagged`, a failed replay).
+    Close,
     /// Gapless only: the session closed while this stream was behind. It
     /// reads the rest of the log (the close included) and then ends.
-    pub ends_at_close: bool,
+    LogEnd,
+}
+
+impl Subscription {
+    /// A new subscription: replaying first when it asked to start after
+    /// an event, live at once otherwise.
+    pub fn new(replay: bool) -> Self {
+        Subscription {
+            phase: match replay {
+                true => Phase::Reading { overflow: false },
+                false => Phase::Live,
+            },
+            buffered: Vec::new(),
+            delivered: 0,
+            marker: Marker::Due { last_id: None },
+            until: Until::Close,
+        }
+    }
+
+    /// Switches to live delivery. The first time, returns the marker's
+    /// `last_id` (the marker is due); `None` after.
+    pub fn go_live(&mut self) -> Option<Option<String>> {
+        self.phase = Phase::Live;
+        match std::mem::replace(&mut self.marker, Marker::Done) {
+            Marker::Due { last_id } => Some(last_id),
+            Marker::Done => None,
+        }
+    }
+
+    /// A replayed event went out.
+    pub fn replayed(&mut self, seq: u64, id: String) {
+        self.delivered = seq;
+        if let Marker::Due { last_id } = &mut self.marker {
+            *last_id = Some(id);
+        }
+    }
+
+    /// Whether the stream has delivered all it was to (caught up live
+    /// after reading on past its session's close).
+    pub fn finished(&self) -> bool {
+        self.until == Until::LogEnd && self.phase == Phase::Live
+    }
 }
 
 /// The flow bounds of live delivery (`BAE_SUBSCRIBER_LAG_LIMIT`,
@@ -139,7 +195,7 @@ impl Stream {
 pub struct Hub {
     streams: BTreeMap<ConnId, Stream>,
     /// Streams per session, in connection order (the fan-out index).
-    by_session: BTreeMap<String, BTreeSet<ConnId>>,
+    by_session: BTreeMap<SessionId, BTreeSet<ConnId>>,
     /// Turn streams ended since the engine last looked: their turns stop
     /// listing them once the input that ended them is handled.
     ended_turns: Vec<ConnId>,
@@ -148,11 +204,17 @@ pub struct Hub {
 impl Hub {
     /// Opens a stream on `conn`; `unflushed_before` is what the connection
     /// still has to flush of earlier bytes.
-    pub fn open(&mut self, conn: ConnId, session_id: &str, unflushed_before: usize, now: MonoMs) {
+    pub fn open(
+        &mut self,
+        conn: ConnId,
+        session_id: &SessionId,
+        unflushed_before: usize,
+        now: MonoMs,
+    ) {
         self.streams.insert(
             conn,
             Stream {
-                session_id: session_id.to_string(),
+                session_id: session_id.clone(),
                 id: None,
                 kind: StreamKind::Single,
                 in_flight: VecDeque::new(),
@@ -166,7 +228,7 @@ impl Hub {
             },
         );
         self.by_session
-            .entry(session_id.to_string())
+            .entry(session_id.clone())
             .or_default()
             .insert(conn);
     }
@@ -178,10 +240,10 @@ impl Hub {
         if matches!(stream.kind, StreamKind::Turn) {
             self.ended_turns.push(conn);
         }
-        if let Some(set) = self.by_session.get_mut(&stream.session_id) {
+        if let Some(set) = self.by_session.get_mut(stream.session_id.as_str()) {
             set.remove(&conn);
             if set.is_empty() {
-                self.by_session.remove(&stream.session_id);
+                self.by_session.remove(stream.session_id.as_str());
             }
         }
         Some(stream)

@@ -14,7 +14,7 @@ use serde_json::Value;
 use crate::conn::{AnswerRead, PendingRead};
 use crate::ids::SessionId;
 use crate::log::Appended;
-use crate::store::{ReadResult, RenderedEvent, StoreRead};
+use crate::store::{ReadError, ReadResult, RenderedEvent, StoreRead};
 use crate::streams::StreamKind;
 use crate::ConnId;
 use proto::jsonrpc::codes;
@@ -24,7 +24,7 @@ const REPLAY_PAGE: usize = 200;
 
 use crate::services::Services;
 use crate::streams::{FlowLimits, Live};
-pub use crate::streams::{Phase, Subscription};
+pub use crate::streams::{Phase, Subscription, Until};
 
 /// Events this large leave in their live frames as their shared rendering,
 /// not copied (`Services::event_frame`).
@@ -39,7 +39,7 @@ impl Services {
         for conn in self.subscriptions(session_id) {
             let gapless = self.stream_has(conn, Extension::SubscribeGapless);
             match self.sub_mut(conn) {
-                Some(sub) if gapless && sub.phase != Phase::Live => sub.ends_at_close = true,
+                Some(sub) if gapless && sub.phase != Phase::Live => sub.until = Until::LogEnd,
                 _ => self.end_stream(conn),
             }
         }
@@ -56,20 +56,9 @@ impl Services {
             Err(msg) => return self.terminal_error(conn, codes::INVALID_PARAMS, &msg),
         };
         // Attach first, then replay, so nothing committed meanwhile is lost.
-        let phase = match since {
-            Some(_) => Phase::Reading { overflow: false },
-            None => Phase::Live,
-        };
         if let Some(s) = self.stream_mut(conn) {
             s.ext = s.ext.union(asked);
-            s.kind = StreamKind::Subscribe(Subscription {
-                phase,
-                buffered: Vec::new(),
-                delivered: 0,
-                last_id: None,
-                caught_up: false,
-                ends_at_close: false,
-            });
+            s.kind = StreamKind::Subscribe(Subscription::new(since.is_some()));
         }
         match since {
             Some(event_id) => self.read(
@@ -96,18 +85,16 @@ impl Services {
         let Some(sub) = self.sub_mut(conn) else {
             return;
         };
-        sub.phase = Phase::Live;
-        if std::mem::replace(&mut sub.caught_up, true) {
+        let Some(last_id) = sub.go_live() else {
             return;
-        }
-        let last_id = sub.last_id.take();
+        };
         if self.stream_has(conn, Extension::ReplayComplete) {
             let frame = jsonrpc::replay_complete_frame(last_id.as_deref());
             self.frame(conn, &frame);
         }
     }
 
-    pub(crate) fn on_replay_start(&mut self, conn: ConnId, result: Result<ReadResult, String>) {
+    pub(crate) fn on_replay_start(&mut self, conn: ConnId, result: Result<ReadResult, ReadError>) {
         match result {
             // An unknown or foreign id replays from the very first event.
             Ok(ReadResult::EventSeq(seq)) => {
@@ -127,7 +114,7 @@ impl Services {
         let Some(s) = self.stream_mut(conn) else {
             return;
         };
-        let session_id = s.session_id.clone();
+        let session_id = s.session_id.to_string();
         let StreamKind::Subscribe(sub) = &mut s.kind else {
             return;
         };
@@ -151,7 +138,7 @@ impl Services {
         (self.streams.get(conn)).is_some_and(|s| s.over_window(self.config.subscriber_window_bytes))
     }
 
-    pub(crate) fn on_replay_page(&mut self, conn: ConnId, result: Result<ReadResult, String>) {
+    pub(crate) fn on_replay_page(&mut self, conn: ConnId, result: Result<ReadResult, ReadError>) {
         // Rendered by the store: this loop only moves bytes.
         let (rows, more): (Vec<RenderedEvent>, bool) = match result {
             Ok(ReadResult::Frames { frames, more }) => (frames, more),
@@ -175,10 +162,7 @@ impl Services {
             }
             self.encoded_frame(conn, row.frame);
             if let Some(sub) = self.sub_mut(conn) {
-                sub.delivered = row.seq;
-                if !sub.caught_up {
-                    sub.last_id = Some(row.id);
-                }
+                sub.replayed(row.seq, row.id);
             }
         }
         let overflow = matches!(
@@ -197,10 +181,7 @@ impl Services {
         for ev in pending {
             self.deliver(conn, &ev);
         }
-        let done = self
-            .sub_mut(conn)
-            .is_some_and(|s| s.ends_at_close && s.phase == Phase::Live);
-        if done {
+        if self.sub_mut(conn).is_some_and(|s| s.finished()) {
             self.end_stream(conn);
         }
     }

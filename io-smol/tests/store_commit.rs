@@ -431,7 +431,12 @@ fn failing_batch_leaves_nothing() {
 /// The engine's history rules (`engine::history_load`) over the SQLite
 /// store's plain reads.
 fn history(store: &Store, sid: &str) -> engine::history_load::HistoryLoad {
-    engine::history_load::load(sid, |r| store.read(r).map_err(|e| e.to_string())).unwrap()
+    engine::history_load::load(sid, |r| {
+        store
+            .read(r)
+            .map_err(|e| engine::ReadError::Store(e.to_string()))
+    })
+    .unwrap()
 }
 
 fn eid(seq: u64) -> String {

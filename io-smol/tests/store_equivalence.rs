@@ -622,7 +622,8 @@ fn store_matches_mem_store(mut open: impl FnMut(u64) -> Backend, after: impl Fn(
                     ) {
                         pages += 1;
                     }
-                    conn.read(r).map_err(|e| e.to_string())
+                    conn.read(r)
+                        .map_err(|e| engine::ReadError::Store(e.to_string()))
                 });
                 let from_mem = history_load::load(s, |r| Ok(mem.read(r)));
                 assert_eq!(from_sqlite, from_mem, "seed {seed}: history of {s}");

@@ -429,7 +429,7 @@ impl World {
                 let (id, read) = self.reads.remove(pick as usize % self.reads.len());
                 self.pipe.read_done();
                 let result = if fail {
-                    Err("boom".into())
+                    Err(engine::ReadError::Store("boom".into()))
                 } else {
                     Ok(self.store.read(&read))
                 };

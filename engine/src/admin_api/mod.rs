@@ -14,7 +14,9 @@ use serde_json::{json, Value};
 use crate::conn::{AdminRead, AnswerRead, LoadFor, PendingRead};
 use crate::model::Catalog;
 use crate::services::Services;
-use crate::store::{KeyRole, ProfileRow, ReadResult, SessionState, StoreRead, StoreWrite};
+use crate::store::{
+    KeyRole, ProfileRow, ReadError, ReadResult, SessionState, StoreRead, StoreWrite,
+};
 use crate::{transfer, ConnId, Engine};
 
 enum Route<'a> {
@@ -248,13 +250,13 @@ impl Engine {
         &mut self,
         conn: ConnId,
         key_id: &str,
-        result: Result<ReadResult, String>,
+        result: Result<ReadResult, ReadError>,
     ) {
         self.residency.release();
         let stored = match result {
             Ok(ReadResult::Sessions(s)) => s,
             other => {
-                let e = other.err().unwrap_or_else(|| "unexpected answer".into());
+                let e = ReadError::of(other);
                 tracing::error!(error = %e, "revocation read failed");
                 return self
                     .svc
@@ -636,7 +638,7 @@ impl Services {
         &mut self,
         conn: ConnId,
         scope: &str,
-        result: Result<ReadResult, String>,
+        result: Result<ReadResult, ReadError>,
     ) {
         let Ok(ReadResult::Usage(sums)) = result else {
             if let Err(e) = &result {
@@ -649,7 +651,7 @@ impl Services {
         self.respond_json(conn, 200, body.as_bytes());
     }
 
-    pub(crate) fn on_session_list(&mut self, conn: ConnId, result: Result<ReadResult, String>) {
+    pub(crate) fn on_session_list(&mut self, conn: ConnId, result: Result<ReadResult, ReadError>) {
         let Ok(ReadResult::SessionList { rows, more }) = result else {
             if let Err(e) = &result {
                 tracing::error!(error = %e, "session list read failed");

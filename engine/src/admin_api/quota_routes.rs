@@ -13,7 +13,7 @@ use crate::conn::{AdminRead, PendingRead};
 use crate::model::Catalog;
 use crate::quotas::{Refusal, Scope};
 use crate::services::Services;
-use crate::store::{QuotaRow, ReadResult, StoreRead, StoreWrite, UsageScope};
+use crate::store::{QuotaRow, ReadError, ReadResult, StoreRead, StoreWrite, UsageScope};
 use crate::ConnId;
 
 impl Catalog {
@@ -158,7 +158,7 @@ impl Catalog {
         &mut self,
         svc: &mut Services,
         (scope, since_ms, conn): (Scope, u64, Option<ConnId>),
-        result: Result<ReadResult, String>,
+        result: Result<ReadResult, ReadError>,
     ) {
         match result {
             Ok(ReadResult::Usage(sums)) => {
@@ -168,7 +168,7 @@ impl Catalog {
                 self.quotas.seed(&scope, since_ms, used);
             }
             other => {
-                let e = other.err().unwrap_or_else(|| "unexpected answer".into());
+                let e = ReadError::of(other);
                 tracing::error!(error = %e, "quota usage read failed");
                 if let Some(conn) = conn {
                     return svc.problem(conn, ProblemType::Internal, "internal error");

@@ -22,7 +22,7 @@ use crate::mcp::{McpCommand, McpConnId, McpEvent};
 use crate::pipeline::Job;
 use crate::replicas::Forward;
 use crate::sandbox::{OpId, SandboxCommand, SandboxReply};
-use crate::store::{ReadId, ReadResult};
+use crate::store::{ReadError, ReadId, ReadResult};
 use crate::{
     CallId, ConnId, Engine, Input, Listener, MonoMs, Now, Output, ProviderCall, ProviderReply,
 };
@@ -34,7 +34,7 @@ pub use self::core::Core;
 /// What the store worker reports back.
 pub enum StoreDone {
     Committed(u64),
-    Read(ReadId, Result<ReadResult, String>),
+    Read(ReadId, Result<ReadResult, ReadError>),
 }
 
 /// Everything a driver loop reacts to; `S` is the runtime's accepted

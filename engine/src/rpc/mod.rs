@@ -250,7 +250,7 @@ impl Services {
 
     // ---- NDJSON stream plumbing -------------------------------------------
 
-    pub(crate) fn open_stream(&mut self, conn: ConnId, session_id: &str, id: Option<Value>) {
+    pub(crate) fn open_stream(&mut self, conn: ConnId, session_id: &SessionId, id: Option<Value>) {
         let Some(unflushed) = self.conns.get(&conn).map(|c| c.unflushed) else {
             return;
         };

@@ -21,7 +21,7 @@ use crate::{CallId, ConnId, MonoMs, ProviderEntry, ProviderReply};
 
 /// A rebuilt provider-facing history and the usage of its newest
 /// successful call (`Err`: the log could not be read).
-pub type Loaded = Result<(HistoryText, Option<(u64, u64)>), String>;
+pub type Loaded = Result<(HistoryText, Option<(u64, u64)>), crate::store::ReadError>;
 
 /// Round trips per turn before `loop_limit` (spec 05 §9).
 pub const MAX_ITERATIONS: u32 = 8;

@@ -6,7 +6,7 @@
 //! extensions its drivers opted into, its MCP connection set
 //! ([`SessionMcp`]), its sandbox and subagents ([`SessionSandbox`]) and
 //! the turn waiting for its MCP servers to be
-//! restored. The table answers with typed results (the
+//! restored, and its idempotency keys ([`SessionKeys`]). The table answers with typed results (the
 //! sessions whose histories were dropped, the gates that are due…) that the
 //! engine acts on; it never emits output itself.
 
@@ -16,6 +16,7 @@ use proto::jsonrpc::{Extension, Extensions};
 
 use crate::faults::Faults;
 use crate::history_cache::HistoryCache;
+use crate::idempotency::{KeyExpiry, SessionKeys};
 use crate::ids::{KeyId, SessionId, TurnId};
 use crate::mcp::SessionMcp;
 use crate::model::Catalog;
@@ -25,6 +26,7 @@ use crate::services::Services;
 use crate::session_core::{Holder, SessionCore, TurnLoop};
 use crate::{ConnId, MonoMs};
 
+mod idem;
 mod mcp;
 mod sandbox;
 
@@ -53,6 +55,9 @@ pub(crate) struct Session {
     /// The session's remote sandbox and subagents, from its first start
     /// until the session closes.
     sandbox: Option<SessionSandbox>,
+    /// Its `sendMessage` idempotency keys, until they expire (they outlive
+    /// its core, its residency and its close; they never hold it resident).
+    idem: SessionKeys,
 }
 
 impl Session {
@@ -63,6 +68,7 @@ impl Session {
             && self.mcp_restoring.is_none()
             && self.mcp.is_none()
             && self.sandbox.is_none()
+            && self.idem.is_empty()
     }
 }
 
@@ -72,7 +78,8 @@ fn core_busy(core: &SessionCore) -> bool {
     !matches!(core.gate.holder(), Holder::Free) || core.gate.has_waiters() || core.backoff.is_some()
 }
 
-/// Every session's runtime parts (see the module docs).
+/// Every session's runtime parts (see the module docs), and the indices over
+/// them: gates with waiters, the history cache, idempotency key expiry.
 pub(crate) struct Sessions {
     // Ordered maps: iteration order reaches the outputs, and the same
     // inputs must give the same outputs (the simulator depends on it).
@@ -84,6 +91,8 @@ pub(crate) struct Sessions {
     waiting: BTreeSet<SessionId>,
     /// Which of the cores' cached histories to drop when idle.
     histories: HistoryCache,
+    /// Every session's idempotency keys, oldest first, for expiry.
+    keys: KeyExpiry,
     faults: Faults,
 }
 
@@ -93,6 +102,7 @@ impl Sessions {
             table: BTreeMap::new(),
             waiting: BTreeSet::new(),
             histories,
+            keys: KeyExpiry::default(),
             faults,
         }
     }
@@ -450,7 +460,7 @@ mod tests {
     use crate::history_cache::Limits;
     use proto::jsonrpc::Extension;
 
-    fn table(idle_ms: u64) -> Sessions {
+    pub(super) fn table(idle_ms: u64) -> Sessions {
         let limits = Limits {
             budget_bytes: usize::MAX,
             idle_ms,

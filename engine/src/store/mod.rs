@@ -331,7 +331,9 @@ impl StoreWrite {
 /// Correlates a [`StoreRead`] with its [`ReadResult`].
 pub use crate::ids::ReadId;
 
+mod error;
 pub mod page;
+pub use error::ReadError;
 pub use page::{
     page_rows_read, render_event_frames, render_events_page, render_export_chunk, render_from_rows,
     render_page,

@@ -6,9 +6,9 @@ use super::*;
 #[test]
 fn streams_are_indexed_by_session_in_connection_order() {
     let mut h = Hub::default();
-    h.open(ConnId(3), "s1", 0, MonoMs(0));
-    h.open(ConnId(1), "s1", 0, MonoMs(0));
-    h.open(ConnId(2), "s2", 0, MonoMs(0));
+    h.open(ConnId(3), &SessionId::new("s1"), 0, MonoMs(0));
+    h.open(ConnId(1), &SessionId::new("s1"), 0, MonoMs(0));
+    h.open(ConnId(2), &SessionId::new("s2"), 0, MonoMs(0));
     assert_eq!(h.of_session("s1"), [ConnId(1), ConnId(3)]);
     assert_eq!(h.of_session("s2"), [ConnId(2)]);
     assert!(h.of_session("nope").is_empty());
@@ -17,9 +17,12 @@ fn streams_are_indexed_by_session_in_connection_order() {
 #[test]
 fn ending_a_stream_unindexes_it_once() {
     let mut h = Hub::default();
-    h.open(ConnId(1), "s", 0, MonoMs(0));
-    h.open(ConnId(2), "s", 0, MonoMs(0));
-    assert_eq!(h.end(ConnId(1)).map(|s| s.session_id), Some("s".into()));
+    h.open(ConnId(1), &SessionId::new("s"), 0, MonoMs(0));
+    h.open(ConnId(2), &SessionId::new("s"), 0, MonoMs(0));
+    assert_eq!(
+        h.end(ConnId(1)).map(|s| s.session_id),
+        Some(SessionId::new("s"))
+    );
     assert!(h.end(ConnId(1)).is_none());
     assert_eq!(h.of_session("s"), [ConnId(2)]);
     h.end(ConnId(2));
@@ -30,7 +33,7 @@ fn ending_a_stream_unindexes_it_once() {
 #[test]
 fn flush_reports_cover_earlier_bytes_before_this_streams_frames() {
     let mut h = Hub::default();
-    h.open(ConnId(1), "s", 100, MonoMs(0));
+    h.open(ConnId(1), &SessionId::new("s"), 100, MonoMs(0));
     h.sent(ConnId(1), 10, MonoMs(1));
     h.sent(ConnId(1), 20, MonoMs(2));
     h.flushed(ConnId(1), 100);
@@ -58,8 +61,8 @@ fn flush_reports_cover_earlier_bytes_before_this_streams_frames() {
 fn keepalives_are_due_after_silence_only() {
     let mut h = Hub::default();
     assert_eq!(h.next_keepalive(1_000), None);
-    h.open(ConnId(1), "s", 0, MonoMs(0));
-    h.open(ConnId(2), "s", 0, MonoMs(0));
+    h.open(ConnId(1), &SessionId::new("s"), 0, MonoMs(0));
+    h.open(ConnId(2), &SessionId::new("s"), 0, MonoMs(0));
     h.sent(ConnId(2), 5, MonoMs(600));
     assert_eq!(h.next_keepalive(1_000), Some(MonoMs(1_000)));
     assert_eq!(h.keepalives_due(1_000, MonoMs(999)), []);
@@ -73,8 +76,8 @@ fn keepalives_are_due_after_silence_only() {
 #[test]
 fn extensions_are_per_stream() {
     let mut h = Hub::default();
-    h.open(ConnId(1), "s", 0, MonoMs(0));
-    h.open(ConnId(2), "s", 0, MonoMs(0));
+    h.open(ConnId(1), &SessionId::new("s"), 0, MonoMs(0));
+    h.open(ConnId(2), &SessionId::new("s"), 0, MonoMs(0));
     let ext = Extensions::default().with(Extension::SubscribeGapless);
     h.get_mut(ConnId(1)).unwrap().ext = ext;
     assert!(h.has(ConnId(1), Extension::SubscribeGapless));
@@ -96,7 +99,7 @@ const LIMITS: FlowLimits = FlowLimits {
 };
 
 fn with_kind(h: &mut Hub, conn: u64, kind: StreamKind) {
-    h.open(ConnId(conn), "s", 0, MonoMs(0));
+    h.open(ConnId(conn), &SessionId::new("s"), 0, MonoMs(0));
     h.get_mut(ConnId(conn)).unwrap().kind = kind;
 }
 
@@ -105,9 +108,8 @@ fn subscription(phase: Phase) -> StreamKind {
         phase,
         buffered: Vec::new(),
         delivered: 0,
-        last_id: None,
-        caught_up: true,
-        ends_at_close: false,
+        marker: crate::streams::Marker::Done,
+        until: crate::streams::Until::Close,
     })
 }
 
@@ -199,8 +201,8 @@ fn a_gapless_subscriber_over_its_window_stalls_instead_of_lagging() {
 #[test]
 fn ended_turn_streams_are_reported_once() {
     let mut h = Hub::default();
-    h.open(ConnId(1), "s", 0, MonoMs(0));
-    h.open(ConnId(2), "s", 0, MonoMs(0));
+    h.open(ConnId(1), &SessionId::new("s"), 0, MonoMs(0));
+    h.open(ConnId(2), &SessionId::new("s"), 0, MonoMs(0));
     if let Some(s) = h.get_mut(ConnId(1)) {
         s.kind = StreamKind::Turn;
     }
@@ -216,4 +218,29 @@ fn ended_turn_streams_are_reported_once() {
     assert!(h.take_ended_turns().is_empty());
     assert!(h.end(ConnId(1)).is_none());
     assert!(!h.has_ended_turns(), "ending it again reports nothing");
+}
+
+/// The `replay_complete` marker is due once, carrying the last replayed
+/// id; replays after the first switch to live do not touch it, and only a
+/// stream reading on past its session's close finishes when live.
+#[test]
+fn a_subscription_sends_its_marker_once_and_ends_at_the_log_end_only_when_asked() {
+    let mut sub = Subscription::new(true);
+    assert_eq!(sub.phase, Phase::Reading { overflow: false });
+    sub.replayed(3, "evt_3".into());
+    sub.replayed(4, "evt_4".into());
+    assert_eq!(sub.delivered, 4);
+    assert!(!sub.finished());
+    assert_eq!(sub.go_live(), Some(Some("evt_4".into())));
+    assert_eq!(sub.phase, Phase::Live);
+    assert!(!sub.finished());
+    sub.phase = Phase::Stalled;
+    sub.replayed(5, "evt_5".into());
+    assert_eq!((sub.go_live(), &sub.marker), (None, &Marker::Done));
+    sub.until = Until::LogEnd;
+    assert!(sub.finished());
+    // Live from the start: the marker has no event to name.
+    let mut live = Subscription::new(false);
+    assert_eq!(live.phase, Phase::Live);
+    assert_eq!(live.go_live(), Some(None));
 }

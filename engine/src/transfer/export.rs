@@ -7,7 +7,7 @@ use proto::wire::export::{self, Header, ServerMeta, SessionMeta};
 use serde_json::{json, Value};
 
 use super::Out;
-use crate::store::{LineageRow, Origin, ProfileRow, ReadResult, SessionRow, StoreRead};
+use crate::store::{LineageRow, Origin, ProfileRow, ReadError, ReadResult, SessionRow, StoreRead};
 
 /// Events per page read.
 pub const PAGE_EVENTS: usize = 200;
@@ -65,7 +65,7 @@ impl Export {
     /// written yet. Returns the outputs and whether the export is over.
     pub fn read_done(
         &mut self,
-        result: Result<ReadResult, String>,
+        result: Result<ReadResult, ReadError>,
         unflushed: usize,
     ) -> (Vec<Out>, bool) {
         self.reading = false;
@@ -139,10 +139,10 @@ impl Export {
 
 /// A failed read: before the head, a `500`; after it, the connection is
 /// closed without the end line, so the document is visibly cut short.
-fn failed(result: &Result<ReadResult, String>, streaming: bool) -> Out {
+fn failed(result: &Result<ReadResult, ReadError>, streaming: bool) -> Out {
     let e = match result {
-        Err(e) => e.as_str(),
-        Ok(_) => "unexpected answer",
+        Err(e) => e,
+        Ok(_) => &ReadError::Unexpected,
     };
     tracing::error!(error = %e, "session export read failed");
     if streaming {

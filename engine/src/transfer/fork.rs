@@ -9,7 +9,7 @@ use serde_json::Value;
 use super::copy::{Answer, CopiedEvent, Declarations, NewSession};
 use super::rules::{Point, Walker};
 use super::Out;
-use crate::store::{EventRow, ReadResult, StoreRead};
+use crate::store::{EventRow, ReadError, ReadResult, StoreRead};
 
 /// Events per page read.
 const PAGE: usize = 200;
@@ -78,13 +78,13 @@ impl Fork {
     /// may copy. Returns the output and whether the fork is over.
     pub fn read_done(
         &mut self,
-        result: Result<ReadResult, String>,
+        result: Result<ReadResult, ReadError>,
         max_bytes: usize,
     ) -> (Out, bool) {
         let rows = match result {
             Ok(ReadResult::Events(rows)) => rows,
             other => {
-                let e = other.err().unwrap_or_else(|| "unexpected answer".into());
+                let e = ReadError::of(other);
                 tracing::error!(error = %e, "fork read failed");
                 let internal = Out::Problem(ProblemType::Internal, "internal error".into());
                 return (internal, true);

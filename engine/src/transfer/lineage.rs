@@ -5,7 +5,7 @@
 use serde_json::{json, Value};
 
 use super::Out;
-use crate::store::{LineageRow, Origin, ReadResult, StoreRead};
+use crate::store::{LineageRow, Origin, ReadError, ReadResult, StoreRead};
 
 /// Ancestors listed at most (a longer chain ends the list there).
 pub const MAX_ANCESTORS: usize = 64;
@@ -34,11 +34,11 @@ impl Lineage {
 
     /// A lineage read was answered; returns the output and whether the
     /// walk is over.
-    pub fn read_done(&mut self, result: Result<ReadResult, String>) -> (Out, bool) {
+    pub fn read_done(&mut self, result: Result<ReadResult, ReadError>) -> (Out, bool) {
         let (own, children) = match result {
             Ok(ReadResult::Lineage { own, children }) => (own, children),
             other => {
-                let e = other.err().unwrap_or_else(|| "unexpected answer".into());
+                let e = ReadError::of(other);
                 tracing::error!(error = %e, "lineage read failed");
                 let internal = Out::Problem(
                     proto::wire::problem::ProblemType::Internal,

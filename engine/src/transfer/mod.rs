@@ -29,7 +29,7 @@ pub use fork::{At, ForkStart};
 pub use import::ImportTarget;
 pub use lineage::origin_json;
 
-use crate::store::{ReadResult, StoreRead};
+use crate::store::{ReadError, ReadResult, StoreRead};
 use crate::ConnId;
 
 /// What the engine does for a transfer.
@@ -122,7 +122,7 @@ impl Transfers {
     pub fn read_done(
         &mut self,
         conn: ConnId,
-        result: Result<ReadResult, String>,
+        result: Result<ReadResult, ReadError>,
         unflushed: usize,
     ) -> Vec<Out> {
         if let Some(Job::Import(_)) = self.jobs.get(&conn) {
@@ -173,7 +173,7 @@ impl Transfers {
 }
 
 /// An import keeping its id, once the store said whether the id is taken.
-fn import_checked(plan: Box<NewSession>, result: Result<ReadResult, String>) -> Out {
+fn import_checked(plan: Box<NewSession>, result: Result<ReadResult, ReadError>) -> Out {
     match result {
         Ok(ReadResult::Session(None)) => Out::Create(plan),
         Ok(ReadResult::Session(Some(s))) => Out::Problem(
@@ -184,7 +184,7 @@ fn import_checked(plan: Box<NewSession>, result: Result<ReadResult, String>) -> 
             ),
         ),
         other => {
-            let e = other.err().unwrap_or_else(|| "unexpected answer".into());
+            let e = ReadError::of(other);
             tracing::error!(error = %e, "import id check failed");
             Out::Problem(ProblemType::Internal, "internal error".into())
         }

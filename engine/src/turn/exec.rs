@@ -376,7 +376,7 @@ impl LiveCx<'_> {
             None => "the turn ended before its next provider call",
         };
         self.svc.retire_steers(std::mem::take(&mut t.steers), why);
-        self.idem.finished(self.svc, session_id, &t, || {
+        self.sessions.idem_finished(self.svc, session_id, &t, || {
             crate::idempotency::result_outcome(&message, &t.event_seqs)
         });
         let streams = t.streams();
@@ -413,7 +413,7 @@ impl LiveCx<'_> {
         let why = crate::session_core::steer::WHY_FAILED;
         self.svc.retire_steers(std::mem::take(&mut t.steers), why);
         (self.svc.telemetry).turn_end(t.id, session_id, TurnEnd::Failed);
-        self.idem.finished(self.svc, session_id, &t, || {
+        self.sessions.idem_finished(self.svc, session_id, &t, || {
             json!({"error": {"code": code, "message": message}}).to_string()
         });
         for conn in t.streams() {

@@ -18,7 +18,7 @@ use crate::history_load::HistoryLoad;
 use crate::ids::{KeyId, SessionId};
 use crate::live::LiveCx;
 use crate::session_core::recovery;
-use crate::store::{ReadResult, StoreRead};
+use crate::store::{ReadError, ReadResult, StoreRead};
 use crate::streams::StreamKind;
 use crate::ConnId;
 use proto::jsonrpc::codes;
@@ -211,7 +211,7 @@ impl LiveCx<'_> {
         self.svc
             .retire_steers(std::mem::take(&mut t.steers), "the turn was cancelled");
         let msg = "turn_cancelled: the turn was cancelled";
-        self.idem.finished(self.svc, session_id, &t, || {
+        self.sessions.idem_finished(self.svc, session_id, &t, || {
             serde_json::json!({"error": {"code": CANCELLED, "message": msg}}).to_string()
         });
         for conn in t.streams() {
@@ -228,7 +228,7 @@ impl LiveCx<'_> {
     pub(crate) fn on_recover(
         &mut self,
         session_id: &SessionId,
-        result: Result<HistoryLoad, String>,
+        result: Result<HistoryLoad, ReadError>,
     ) {
         let load = match result {
             Ok(load) => load,
@@ -266,7 +266,7 @@ impl LiveCx<'_> {
         &mut self,
         session_id: &SessionId,
         paused_seq: u64,
-        result: Result<ReadResult, String>,
+        result: Result<ReadResult, ReadError>,
     ) {
         let logged = match result {
             Ok(ReadResult::Events(rows)) => recovery::restore_pause(&rows, paused_seq),

@@ -18,7 +18,7 @@ use crate::ids::{KeyId, SessionId};
 use crate::live::LiveCx;
 use crate::services::Services;
 use crate::session_core::{Arrival, Limits, Refusal, SessionCore, Start, TurnLoop, World};
-use crate::store::{ReadResult, SessionState, StoreWrite};
+use crate::store::{ReadError, ReadResult, SessionState, StoreWrite};
 use crate::streams::StreamKind;
 use crate::ConnId;
 use proto::jsonrpc::{codes, SendMessageCall};
@@ -55,8 +55,8 @@ impl LiveCx<'_> {
             // longer open (its turn may have been what ended it).
             if idempotent
                 && self
-                    .idem
-                    .replay_finished(self.svc, conn, session_id, key_id, &params)
+                    .sessions
+                    .idem_replay_finished(self.svc, conn, session_id, key_id, &params)
             {
                 return;
             }
@@ -78,9 +78,8 @@ impl LiveCx<'_> {
                 Err(msg) => return self.svc.terminal_error(conn, codes::INVALID_PARAMS, &msg),
             };
             if let Some(key) = key {
-                let core = self.sessions.core_mut(session_id);
                 let svc = &mut self.svc;
-                if (self.idem).send(svc, core, conn, session_id, key_id, key, &mut message) {
+                if (self.sessions).idem_send(svc, conn, session_id, key_id, key, &mut message) {
                     return;
                 }
             }
@@ -229,7 +228,7 @@ impl LiveCx<'_> {
                     s.kind = StreamKind::Turn;
                 }
             }
-            self.idem.started(self.svc, session_id, key_id, &idem.key);
+            (self.sessions).idem_started(self.svc, session_id, key_id, &idem.key);
             if let Some(t) = self.sessions.core_of(self.catalog, session_id).turn_mut() {
                 t.idem = Some(idem);
             }
@@ -278,7 +277,11 @@ impl LiveCx<'_> {
 
     /// The history a turn's [`crate::session_core::Effect::LoadHistory`]
     /// asked for was read.
-    pub(crate) fn on_turn_history(&mut self, turn_id: TurnId, result: Result<HistoryLoad, String>) {
+    pub(crate) fn on_turn_history(
+        &mut self,
+        turn_id: TurnId,
+        result: Result<HistoryLoad, ReadError>,
+    ) {
         let Some(session_id) = self.routes.turn_session(turn_id).cloned() else {
             return;
         };
@@ -504,9 +507,9 @@ impl Services {
     pub(crate) fn continue_history_load(
         &mut self,
         loader: HistoryLoader,
-        result: Result<ReadResult, String>,
+        result: Result<ReadResult, ReadError>,
         again: impl FnOnce(HistoryLoader) -> PendingRead,
-    ) -> Option<Result<HistoryLoad, String>> {
+    ) -> Option<Result<HistoryLoad, ReadError>> {
         match loader.advance(result) {
             Progress::Read(loader, read) => {
                 self.read(read, again(loader));

@@ -204,7 +204,9 @@ impl Harness {
                     _ => None,
                 };
                 let result = match self.fail_read {
-                    Some(fail) if fail(&read) => Err("injected read failure".to_string()),
+                    Some(fail) if fail(&read) => Err(engine::ReadError::Store(
+                        "injected read failure".to_string(),
+                    )),
                     _ => match elsewhere {
                         Some(addr) => {
                             Ok(engine::ReadResult::Lease(engine::store::Lease::Elsewhere {

@@ -138,7 +138,7 @@ pub fn serve_store_jobs(
                                 std::process::exit(1);
                             }
                             tracing::warn!(error = %e, "store read failed");
-                            e.to_string()
+                            engine::ReadError::Store(e.to_string())
                         });
                         if !done(StoreDone::Read(id, result)) {
                             return;

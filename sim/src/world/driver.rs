@@ -185,7 +185,7 @@ impl World {
                     driver::StoreDone::Committed(batch)
                 }
                 Job::Read { id, .. } => {
-                    driver::StoreDone::Read(id, Err("the server is stopping".into()))
+                    driver::StoreDone::Read(id, Err(engine::ReadError::Stopping))
                 }
                 Job::Activity => continue,
             };

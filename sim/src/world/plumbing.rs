@@ -164,7 +164,9 @@ impl World {
                 // engine as `Err` (commit failures are crashes instead).
                 let result = if self.rng.chance(self.swarm.read_error) {
                     self.t(format!("store read id={id} FAILED"));
-                    Err("simulated read failure".to_string())
+                    Err(engine::ReadError::Store(
+                        "simulated read failure".to_string(),
+                    ))
                 } else {
                     self.t(format!("store read id={id} answered"));
                     Ok(self.store.read(&read))

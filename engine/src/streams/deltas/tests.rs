@@ -4,6 +4,8 @@ use proto::jsonrpc::{DiscardReason, Extension, Extensions};
 use proto::provider::stream::{DeltaKind, Fragment};
 use serde_json::Value;
 
+use crate::ids::SessionId;
+
 use super::*;
 use crate::streams::{Hub, StreamKind};
 
@@ -39,7 +41,7 @@ fn hub() -> Hub {
         (3, sub(), Extensions::default()),
         (4, StreamKind::Single, on),
     ] {
-        h.open(ConnId(c), "s", 0, MonoMs(0));
+        h.open(ConnId(c), &SessionId::new("s"), 0, MonoMs(0));
         let s = h.get_mut(ConnId(c)).unwrap();
         s.kind = kind;
         s.ext = ext;
@@ -52,9 +54,8 @@ fn sub() -> StreamKind {
         phase: crate::streams::Phase::Live,
         buffered: Vec::new(),
         delivered: 0,
-        last_id: None,
-        caught_up: true,
-        ends_at_close: false,
+        marker: crate::streams::Marker::Done,
+        until: crate::streams::Until::Close,
     })
 }
 
@@ -101,7 +102,7 @@ fn only_opted_in_turn_and_subscription_streams_get_deltas() {
 fn a_stream_that_opens_mid_attempt_sees_none_of_it() {
     let mut h = hub();
     h.deltas("s", &batch("evt_r", true, &["a"]), LIMITS, MonoMs(1));
-    h.open(ConnId(5), "s", 0, MonoMs(0));
+    h.open(ConnId(5), &SessionId::new("s"), 0, MonoMs(0));
     let s = h.get_mut(ConnId(5)).unwrap();
     (s.kind, s.ext) = (sub(), Extensions::default().with(Extension::TurnDeltas));
     let out = h.deltas("s", &batch("evt_r", false, &["b"]), LIMITS, MonoMs(2));

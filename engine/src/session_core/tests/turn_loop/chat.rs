@@ -231,7 +231,7 @@ fn a_missing_history_is_loaded_before_the_first_call() {
 fn a_failed_history_read_fails_the_request() {
     let mut h = Harness::new();
     h.core.history = None;
-    h.stored_history = Err("disk".into());
+    h.stored_history = Err(crate::store::ReadError::Store("disk".into()));
     h.send("key_a", json!("hello"));
     assert_eq!(h.count(|s| matches!(s, Seen::Call(..))), 0);
     let Some(Ending::Failed { message, .. }) = h.ending() else {

@@ -164,7 +164,7 @@ struct Harness {
     /// The turn taken at its end.
     ended: Option<Box<TurnLoop>>,
     /// What a `LoadHistory` is answered with.
-    stored_history: Result<Vec<Value>, String>,
+    stored_history: Result<Vec<Value>, crate::store::ReadError>,
     /// Whether `RestoreMcp` is answered at once.
     mcp_at_once: bool,
     /// What a `Subagent` is answered with.
