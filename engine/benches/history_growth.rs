@@ -27,7 +27,6 @@ use std::hint::black_box;
 use std::time::Instant;
 
 use engine::mem_store::MemStore;
-use engine::store::{KeyRole, KeyRow};
 use engine::{
     Config, ConnId, Engine, Entropy, Input, Listener, Now, Output, ProviderEntry, ProviderReply,
     StoreWrite,
@@ -90,19 +89,7 @@ struct Driver {
 
 impl Driver {
     fn new() -> Self {
-        let mut store = MemStore::default();
-        store.apply(&StoreWrite::InsertKey(KeyRow {
-            id: "key_admin".into(),
-            name: "bootstrap-admin".into(),
-            key_hash: sha256_hex(ADMIN_KEY),
-            key_prefix: ADMIN_KEY[..8].into(),
-            role: KeyRole::Admin,
-            profile_id: None,
-            client_id: None,
-            created_at: "2026-01-01T00:00:00.000Z".into(),
-            last_used_at: None,
-            deleted_at: None,
-        }));
+        let store = MemStore::with_admin_key("key_admin", ADMIN_KEY);
         let now = Now {
             mono: engine::MonoMs(1_000),
             unix: engine::UnixMs(1_780_000_000_000),
@@ -235,10 +222,6 @@ impl Driver {
         assert!((200..300).contains(&status), "{path}: {status}");
         serde_json::from_slice(&body).expect("JSON response")
     }
-}
-
-fn sha256_hex(s: &str) -> String {
-    proto::wire::hex::encode(&<sha2::Sha256 as sha2::Digest>::digest(s.as_bytes()))
 }
 
 fn http_post(path: &str, token: &str, body: &str, keep_alive: bool) -> Vec<u8> {

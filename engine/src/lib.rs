@@ -87,6 +87,8 @@ use sandbox::{Requester, SandboxNotice};
 use services::Services;
 
 /// Provider-facing history rebuilt from the log with plain store reads.
+/// How a key is stored (`keys.key_hash`): for harnesses that seed a store.
+pub use auth::digest_hex as key_digest_hex;
 pub use ids::{CallId, ConnId};
 pub use session_core::retry::RetryPolicy;
 pub use store::{ReadError, ReadId, ReadResult, Snapshot, StoreRead, StoreWrite};

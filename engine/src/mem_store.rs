@@ -28,6 +28,26 @@ pub struct MemStore {
 }
 
 impl MemStore {
+    /// A store holding one admin key for `token`, as a runtime's bootstrap
+    /// writes it before the engine starts (engine tests and benches, the
+    /// simulator).
+    pub fn with_admin_key(id: &str, token: &str) -> MemStore {
+        let mut store = MemStore::default();
+        store.apply(&StoreWrite::InsertKey(KeyRow {
+            id: id.into(),
+            name: "bootstrap-admin".into(),
+            key_hash: crate::auth::digest_hex(token),
+            key_prefix: token.chars().take(8).collect(),
+            role: KeyRole::Admin,
+            profile_id: None,
+            client_id: None,
+            created_at: "2026-01-01T00:00:00.000Z".into(),
+            last_used_at: None,
+            deleted_at: None,
+        }));
+        store
+    }
+
     /// Applies one batch atomically (all writes are infallible here).
     pub fn commit(&mut self, batch: &[StoreWrite]) {
         for w in batch {

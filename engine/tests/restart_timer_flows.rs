@@ -235,7 +235,7 @@ fn legacy_argon2id_admin_hash_verifies_once_then_upgrades_c236() {
     let row = h.store.keys.iter().find(|k| k.id == "key_legacy").unwrap();
     assert_eq!(
         row.key_hash,
-        sha_hex(token),
+        engine::key_digest_hex(token),
         "upgraded to SHA-256 on first use"
     );
     let (s, _) = h.request(

@@ -22,6 +22,31 @@ fn register(h: &mut Harness, sid: &str, key: &str) {
 }
 
 /// Head and body of the first response on `conn`.
+/// Two sessions of one client key, each with a registered driver, on an
+/// entry with a single call slot whose waiters give up after `max_wait_ms`.
+fn two_sessions_one_slot(
+    mut cfg: engine::Config,
+    max_wait_ms: u64,
+) -> (Harness, [(String, String); 2]) {
+    cfg.providers[0].limits = Some(engine::provider_limits::EntryLimits {
+        max_concurrent: Some(1),
+        requests_per_minute: None,
+        input_tokens_per_minute: None,
+        max_wait_ms,
+    });
+    let mut h = Harness::new(cfg);
+    let (key, a, akey) = h.open_session(&[], json!({}));
+    register(&mut h, &a, &akey);
+    let (s, b) = h.client("POST", "/api/v1/sessions", &key, Some(&json!({})));
+    assert_eq!(s, 201, "{b}");
+    let (b, bkey) = (
+        b["session_id"].as_str().unwrap().to_string(),
+        b["session_key"].as_str().unwrap().to_string(),
+    );
+    register(&mut h, &b, &bkey);
+    (h, [(a, akey), (b, bkey)])
+}
+
 fn response(h: &mut Harness, conn: engine::ConnId) -> (u16, String, Value) {
     let raw = h.take(conn);
     let text = String::from_utf8_lossy(&raw).to_string();
@@ -117,23 +142,8 @@ fn past_the_store_backlog_bound_new_requests_get_503() {
 fn a_closed_sessions_streamed_call_frees_its_slot_at_once_an_unstreamed_one_at_its_reply() {
     for streamed in [true, false] {
         let mut cfg = config();
-        cfg.providers[0].limits = Some(engine::provider_limits::EntryLimits {
-            max_concurrent: Some(1),
-            requests_per_minute: None,
-            input_tokens_per_minute: None,
-            max_wait_ms: 60_000,
-        });
         cfg.providers[0].stream = streamed.then(engine::StreamSettings::default);
-        let mut h = Harness::new(cfg);
-        let (key, a, akey) = h.open_session(&[], json!({}));
-        register(&mut h, &a, &akey);
-        let (s, b) = h.client("POST", "/api/v1/sessions", &key, Some(&json!({})));
-        assert_eq!(s, 201, "{b}");
-        let (b, bkey) = (
-            b["session_id"].as_str().unwrap().to_string(),
-            b["session_key"].as_str().unwrap().to_string(),
-        );
-        register(&mut h, &b, &bkey);
+        let (mut h, [(a, akey), (b, bkey)]) = two_sessions_one_slot(cfg, 60_000);
         h.rpc_start(&a, &akey, &send("first"));
         h.rpc_start(&b, &bkey, &send("second"));
         assert_eq!(h.calls.len(), 1, "one slot");
@@ -167,23 +177,7 @@ fn a_closed_sessions_streamed_call_frees_its_slot_at_once_an_unstreamed_one_at_i
 #[test]
 fn a_slot_freed_as_a_wait_runs_out_goes_to_the_next_asker_in_either_order() {
     for reply_first in [true, false] {
-        let mut cfg = config();
-        cfg.providers[0].limits = Some(engine::provider_limits::EntryLimits {
-            max_concurrent: Some(1),
-            requests_per_minute: None,
-            input_tokens_per_minute: None,
-            max_wait_ms: 300,
-        });
-        let mut h = Harness::new(cfg);
-        let (key, a, akey) = h.open_session(&[], json!({}));
-        register(&mut h, &a, &akey);
-        let (s, b) = h.client("POST", "/api/v1/sessions", &key, Some(&json!({})));
-        assert_eq!(s, 201, "{b}");
-        let (b, bkey) = (
-            b["session_id"].as_str().unwrap().to_string(),
-            b["session_key"].as_str().unwrap().to_string(),
-        );
-        register(&mut h, &b, &bkey);
+        let (mut h, [(a, akey), (b, bkey)]) = two_sessions_one_slot(config(), 300);
         h.rpc_start(&a, &akey, &send("first"));
         h.rpc_start(&a, &akey, &send("again"));
         h.rpc_start(&b, &bkey, &send("waits"));

@@ -137,25 +137,7 @@ const ADMIN_KEY: &str = "bae_admin_000000000000000000000000000000000000000000000
 
 /// A store holding the bootstrap admin key.
 fn snapshot() -> Snapshot {
-    use crate::store::{KeyRole, KeyRow, StoreWrite};
-    use sha2::Digest;
-    let hash: String = (sha2::Sha256::digest(ADMIN_KEY.as_bytes()).iter())
-        .map(|b| format!("{b:02x}"))
-        .collect();
-    let mut store = crate::mem_store::MemStore::default();
-    store.apply(&StoreWrite::InsertKey(KeyRow {
-        id: "key_admin".into(),
-        name: "bootstrap-admin".into(),
-        key_hash: hash,
-        key_prefix: ADMIN_KEY[..8].into(),
-        role: KeyRole::Admin,
-        profile_id: None,
-        client_id: None,
-        created_at: "2026-01-01T00:00:00.000Z".into(),
-        last_used_at: None,
-        deleted_at: None,
-    }));
-    store.snapshot()
+    crate::mem_store::MemStore::with_admin_key("key_admin", ADMIN_KEY).snapshot()
 }
 
 fn new_core(max_connections: usize) -> (TestCore, Fake) {

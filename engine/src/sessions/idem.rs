@@ -43,7 +43,6 @@ impl Sessions {
     /// Runs a `sendMessage` key's checks against its session's keys and
     /// core. `true`: answered (replayed, attached or refused). `false`: it
     /// runs, its key carried on `message`.
-    #[allow(clippy::too_many_arguments)]
     pub(crate) fn idem_send(
         &mut self,
         svc: &mut Services,

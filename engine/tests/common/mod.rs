@@ -6,7 +6,6 @@
 use std::collections::{HashMap, VecDeque};
 
 use engine::mem_store::MemStore;
-use engine::store::{KeyRole, KeyRow};
 use engine::{
     Config, ConnId, Engine, Entropy, Input, Listener, Now, Output, ProviderCall, ProviderReply,
 };
@@ -75,19 +74,7 @@ impl Harness {
     /// [`Harness::new`] without `BAE_TEST_RESIDENT_SESSIONS`: for a test
     /// whose assertions depend on the configured residency (its timers).
     pub fn as_configured(config: Config) -> Self {
-        let mut store = MemStore::default();
-        store.apply(&engine::StoreWrite::InsertKey(KeyRow {
-            id: "key_admin".into(),
-            name: "bootstrap-admin".into(),
-            key_hash: sha_hex(ADMIN_KEY),
-            key_prefix: ADMIN_KEY[..8].into(),
-            role: KeyRole::Admin,
-            profile_id: None,
-            client_id: None,
-            created_at: "2026-01-01T00:00:00.000Z".into(),
-            last_used_at: None,
-            deleted_at: None,
-        }));
+        let store = MemStore::with_admin_key("key_admin", ADMIN_KEY);
         let now = Now {
             mono: engine::MonoMs(1_000),
             unix: engine::UnixMs(1_780_000_000_000),
@@ -579,10 +566,6 @@ fn test_residency(mut config: Config) -> Config {
         }
     }
     config
-}
-
-pub fn sha_hex(s: &str) -> String {
-    proto::wire::hex::encode(&<sha2::Sha256 as sha2::Digest>::digest(s.as_bytes()))
 }
 
 pub fn build_request(

@@ -248,12 +248,6 @@ pub fn run_replicas(seed: u64, opts: &RunOpts) -> Report {
     w.finish()
 }
 
-fn sha_hex(s: &str) -> String {
-    use sha2::Digest;
-    let d = sha2::Sha256::digest(s.as_bytes());
-    d.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 impl ReplicaWorld {
     fn new(seed: u64, opts: &RunOpts) -> ReplicaWorld {
         let mut root = Rng::new(seed ^ 0x5265_706c_6963_6173);
@@ -278,7 +272,7 @@ impl ReplicaWorld {
             store.apply(&StoreWrite::InsertKey(KeyRow {
                 id: format!("key_client_{i}"),
                 name: format!("client-{i}"),
-                key_hash: sha_hex(&c.token),
+                key_hash: engine::key_digest_hex(&c.token),
                 key_prefix: c.token.chars().take(8).collect(),
                 role: KeyRole::Client,
                 profile_id: Some("pro_sim".into()),

@@ -18,8 +18,8 @@ use super::{Ev, Proc, ProcEv, Relay, ReplicaWorld, Route, LANES};
 use crate::driver::{self, now_of, Effect, LeaseWatch, Side, SimCore, SimEvent};
 use crate::rng::SimEntropy;
 
-/// A replica never drains gracefully here (it is frozen or killed), but
-/// the core wants a budget.
+/// The drain budget of a replica's graceful stop (`BAE_SHUTDOWN_TIMEOUT`'s
+/// default).
 const SHUTDOWN_TIMEOUT_MS: u64 = 30_000;
 
 impl ReplicaWorld {

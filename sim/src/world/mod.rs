@@ -11,7 +11,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use engine::mem_store::MemStore;
 use engine::pipeline::Job;
-use engine::store::{KeyRole, KeyRow, StoreWrite};
+use engine::store::StoreWrite;
 use engine::{
     CallId, Config, ConnId, Engine, Input, Listener, Now, Output, ProviderCall, ProviderEntry,
     ProviderReply,
@@ -413,16 +413,6 @@ pub struct World {
     traffic: crate::traffic::oracle::TrafficSim,
 }
 
-fn sha_hex(s: &str) -> String {
-    use sha2::Digest;
-    let d = sha2::Sha256::digest(s.as_bytes());
-    let mut out = String::with_capacity(64);
-    for b in d {
-        out.push_str(&format!("{b:02x}"));
-    }
-    out
-}
-
 fn panic_text(p: Box<dyn std::any::Any + Send>) -> String {
     if let Some(s) = p.downcast_ref::<&str>() {
         s.to_string()
@@ -506,20 +496,8 @@ impl World {
         {
             config.planted = opts.bug;
         }
-        let mut store = MemStore::default();
         // What io-smol's bootstrap does before the engine starts.
-        store.apply(&StoreWrite::InsertKey(KeyRow {
-            id: "key_bootstrap_admin".into(),
-            name: "bootstrap-admin".into(),
-            key_hash: sha_hex(ADMIN_TOKEN),
-            key_prefix: ADMIN_TOKEN[..8].into(),
-            role: KeyRole::Admin,
-            profile_id: None,
-            client_id: None,
-            created_at: "2026-01-01T00:00:00.000Z".into(),
-            last_used_at: None,
-            deleted_at: None,
-        }));
+        let store = MemStore::with_admin_key("key_bootstrap_admin", ADMIN_TOKEN);
         let unix0 = 1_780_000_000_000 + (seed % 1_000_000) * 1_000;
         let now_ms = 1_000;
         #[cfg(feature = "planted-bugs")]
