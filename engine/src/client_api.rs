@@ -253,8 +253,9 @@ impl Engine {
             &body.sandbox_tools,
             &body.subagent_tools,
         );
-        self.svc
-            .append_event_text(&session_id, Some(&key.id), EventType::SessionOpen, payload);
+        let fanout = self.sessions.fanout(&session_id);
+        let (key_id, open) = (Some(key.id.as_str()), EventType::SessionOpen);
+        (self.svc).append_event_text(&fanout, &session_id, key_id, open, payload);
         let response = self
             .catalog
             .open_answer(&self.svc, &session_id, &session_key, &profile_id);
@@ -353,8 +354,9 @@ impl Engine {
             &body.sandbox_tools,
             &body.subagent_tools,
         );
-        self.svc
-            .append_event_text(session_id, Some(&key.id), EventType::SessionJoin, payload);
+        let fanout = self.sessions.fanout(session_id);
+        let (key_id, join) = (Some(key.id.as_str()), EventType::SessionJoin);
+        (self.svc).append_event_text(&fanout, session_id, key_id, join, payload);
         let response = self
             .catalog
             .open_answer(&self.svc, session_id, &session_key, &profile_id);
@@ -434,6 +436,7 @@ impl Engine {
             closed_at: Some(at),
         });
         self.svc.append_event(
+            &self.sessions.fanout(session_id),
             session_id,
             Some(attributed_to),
             EventType::SessionClose,
@@ -450,7 +453,8 @@ impl Engine {
         self.catalog.drivers.remove(session_id);
         self.sessions.forget_drivers(session_id);
         self.sandbox_cx().teardown_sandbox(&sid);
-        self.svc.end_subscriptions(&sid);
+        let fanout = self.sessions.fanout(&sid);
+        self.svc.end_subscriptions(&fanout, &sid);
         self.live().drop_live(&sid);
         self.sessions.close_mcp(&mut self.mcp, session_id);
     }
@@ -526,8 +530,8 @@ impl Engine {
                 "primary_provider": p,
             }),
         };
-        self.svc
-            .append_event(&id, Some(key_id), EventType::SessionError, payload);
+        let fanout = self.sessions.fanout(&id);
+        (self.svc).append_event(&fanout, &id, Some(key_id), EventType::SessionError, payload);
     }
 }
 

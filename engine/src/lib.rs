@@ -285,6 +285,7 @@ impl Engine {
     /// handlers only record these, so none of them re-enters another.
     fn settle(&mut self) {
         loop {
+            self.unlist_ended_streams();
             for conn in self.svc.streams.take_ended_turns() {
                 // The turn runs on without a consumer.
                 self.sessions
@@ -300,7 +301,17 @@ impl Engine {
                 break;
             }
         }
+        self.unlist_ended_streams();
         self.evict_idle_sessions();
+    }
+
+    /// Streams that ended leave their sessions' fan-out lists (unless the
+    /// connection's next stream is already open on the same session).
+    fn unlist_ended_streams(&mut self) {
+        for (conn, session_id) in self.svc.streams.take_ended() {
+            let reopened = self.svc.streams.is_open_on(conn, &session_id);
+            (self.sessions).stream_ended(&session_id, conn, reopened);
+        }
     }
 
     /// Next thing to do, in order. Drain it completely after every input.
@@ -420,9 +431,10 @@ impl Engine {
                 handle,
                 reason,
                 result,
-            } => self
-                .svc
-                .sandbox_stopped(&session_id, requester, &handle, reason, result),
+            } => {
+                let fanout = self.sessions.fanout(&session_id);
+                (self.svc).sandbox_stopped(&fanout, &session_id, requester, &handle, reason, result)
+            }
             SandboxNotice::Executed {
                 session_id,
                 requester,
@@ -442,8 +454,9 @@ impl Engine {
             SandboxNotice::SubagentEnded { session_id, status } => {
                 self.svc.subagent_span_end(&status);
                 if let Some((kind, payload)) = status.terminal_event() {
-                    self.svc
-                        .append_event(&session_id, Some(&status.key_id), kind, payload);
+                    let fanout = self.sessions.fanout(&session_id);
+                    let key = Some(status.key_id.as_str());
+                    (self.svc).append_event(&fanout, &session_id, key, kind, payload);
                 }
             }
             SandboxNotice::Provisioned {

@@ -112,7 +112,12 @@ impl Engine {
     /// runtime entry does unless it is idle with nothing but a cached
     /// history (a cache: eviction drops it, as the history cache would).
     fn pinned(&self, id: &str) -> bool {
-        self.sessions.holds(id) || self.svc.streams.has_session(id) || self.residency.is_loading(id)
+        let streams = || {
+            !(self.svc.streams)
+                .of_session(&self.sessions.fanout(id), id)
+                .is_empty()
+        };
+        self.sessions.holds(id) || streams() || self.residency.is_loading(id)
     }
     /// Creates the session of a fork or an import (`crate::transfer`) in
     /// one batch of writes (its row, its creator's session key, every

@@ -30,7 +30,7 @@ pub(crate) struct Services {
     pub log: log::EventLog,
     /// Store reads in flight and what each answer is for.
     pub reads: ids::InFlight<ReadId, conn::PendingRead>,
-    /// Connections with an open NDJSON stream, per session (fan-out index).
+    /// The open NDJSON streams, by connection.
     pub streams: streams::Hub,
     /// While set, events are not echoed on these connections' streams (a
     /// request's own recorded input, spec 01 §7).
@@ -68,18 +68,20 @@ impl Services {
         proto::wire::time::format_created_at(self.now.unix.0)
     }
 
-    /// Appends one event to `session_id`'s log and publishes it. (Message
-    /// events come only from session cores, which extend their cached
-    /// history themselves.)
+    /// Appends one event to `session_id`'s log and publishes it to the
+    /// session's `fanout` list ([`crate::sessions::Sessions::fanout`]).
+    /// (Message events come only from session cores, which extend their
+    /// cached history themselves.)
     pub(crate) fn append_event(
         &mut self,
+        fanout: &[ConnId],
         session_id: &str,
         client_key_id: Option<&str>,
         event_type: proto::wire::EventType,
         payload: serde_json::Value,
     ) -> log::Appended {
         let payload = proto::wire::json::text(&payload);
-        self.append_event_text(session_id, client_key_id, event_type, payload)
+        self.append_event_text(fanout, session_id, client_key_id, event_type, payload)
     }
 
     /// [`Services::append_event`] for a payload already rendered as compact
@@ -89,6 +91,7 @@ impl Services {
     /// sees the event.
     pub(crate) fn append_event_text(
         &mut self,
+        fanout: &[ConnId],
         session_id: &str,
         client_key_id: Option<&str>,
         event_type: proto::wire::EventType,
@@ -112,12 +115,12 @@ impl Services {
             json,
         };
         if self.faults.deliver_before_commit() {
-            self.publish(session_id, &appended);
+            self.publish(fanout, session_id, &appended);
             self.write(StoreWrite::InsertEvent(row));
             return appended;
         }
         self.write(StoreWrite::InsertEvent(row));
-        self.publish(session_id, &appended);
+        self.publish(fanout, session_id, &appended);
         appended
     }
 

@@ -102,6 +102,7 @@ impl SandboxCx<'_> {
         }
         let start = json!({"image": image, "dispatch": "remote"});
         self.svc.append_event(
+            &self.sessions.fanout(session_id),
             session_id,
             Some(key_id),
             EventType::SessionSandboxStart,
@@ -123,6 +124,7 @@ impl SandboxCx<'_> {
                     "image": image, "sandbox_id": handle.container, "dispatch": "remote", "unsandboxed": false,
                 });
                 self.svc.append_event(
+                    &self.sessions.fanout(session_id),
                     session_id,
                     key.as_deref(),
                     EventType::SessionSandboxRunning,
@@ -146,6 +148,7 @@ impl SandboxCx<'_> {
                 // silently: nothing is appended after the close's teardown.
                 if !self.is_closed(session_id) {
                     self.svc.append_event(
+                        &self.sessions.fanout(session_id),
                         session_id,
                         key.as_deref(),
                         EventType::SessionSandboxError,
@@ -174,9 +177,10 @@ impl SandboxCx<'_> {
         let hub = &mut *self.sandbox;
         let b = self.sessions.sandbox_mut(session_id);
         match b.and_then(|b| b.stop(hub, requester, StopReason::Explicit)) {
-            Some(handle) => self
-                .svc
-                .log_stop(session_id, key_id, &handle, StopReason::Explicit),
+            Some(handle) => {
+                let fanout = self.sessions.fanout(session_id);
+                (self.svc).log_stop(&fanout, session_id, key_id, &handle, StopReason::Explicit)
+            }
             None => {
                 let e = RpcError::sandbox_not_running();
                 self.svc.terminal_error(conn, e.code, &e.message);
@@ -241,8 +245,9 @@ impl SandboxCx<'_> {
             }
             Err(detail) => {
                 if !self.is_closed(session_id) {
-                    self.svc
-                        .log_sandbox_error(session_id, Some(key_id), handle, "exec", &detail);
+                    let fanout = self.sessions.fanout(session_id);
+                    let key = Some(key_id);
+                    (self.svc).log_sandbox_error(&fanout, session_id, key, handle, "exec", &detail);
                 }
                 if self.svc.conns.contains_key(&conn) {
                     self.svc.terminal_error(
@@ -277,8 +282,8 @@ impl SandboxCx<'_> {
             CancelOutcome::Cancelled(status) => {
                 self.svc.subagent_span_end(&status);
                 if let Some((kind, payload)) = status.terminal_event() {
-                    self.svc
-                        .append_event(session_id, Some(key_id), kind, payload);
+                    let fanout = self.sessions.fanout(session_id);
+                    (self.svc).append_event(&fanout, session_id, Some(key_id), kind, payload);
                 }
                 let body = json!({"cancelled": true, "subagent_id": id, "was_running": true});
                 self.svc.terminal_result(conn, &json::text(&body));
@@ -308,13 +313,14 @@ impl SandboxCx<'_> {
         for status in cancelled {
             self.svc.subagent_span_end(&status);
             if let Some((kind, payload)) = status.terminal_event() {
-                self.svc
-                    .append_event(session_id, Some(&creator), kind, payload);
+                let fanout = self.sessions.fanout(session_id);
+                (self.svc).append_event(&fanout, session_id, Some(&creator), kind, payload);
             }
         }
         if let Some(handle) = handle {
-            self.svc
-                .log_stop(session_id, &creator, &handle, StopReason::SessionClose);
+            let fanout = self.sessions.fanout(session_id);
+            let reason = StopReason::SessionClose;
+            (self.svc).log_stop(&fanout, session_id, &creator, &handle, reason);
         }
     }
 
@@ -356,6 +362,7 @@ impl Services {
 
     pub(crate) fn log_stop(
         &mut self,
+        fanout: &[ConnId],
         session_id: &SessionId,
         key_id: &str,
         handle: &Handle,
@@ -365,6 +372,7 @@ impl Services {
             "image": handle.image, "sandbox_id": handle.container, "reason": reason.as_str(), "dispatch": "remote",
         });
         self.append_event(
+            fanout,
             session_id,
             Some(key_id),
             EventType::SessionSandboxStop,
@@ -374,6 +382,7 @@ impl Services {
 
     pub(crate) fn sandbox_stopped(
         &mut self,
+        fanout: &[ConnId],
         session_id: &SessionId,
         requester: Requester,
         handle: &Handle,
@@ -388,6 +397,7 @@ impl Services {
                     "dispatch": "remote", "unsandboxed": false,
                 });
                 self.append_event(
+                    fanout,
                     session_id,
                     key.as_deref(),
                     EventType::SessionSandboxStopped,
@@ -399,7 +409,8 @@ impl Services {
                 }
             }
             Err(detail) => {
-                self.log_sandbox_error(session_id, key.as_deref(), handle, "stop", &detail);
+                let key = key.as_deref();
+                self.log_sandbox_error(fanout, session_id, key, handle, "stop", &detail);
                 if let Some((conn, _)) = self.rpc_alive(&requester) {
                     self.terminal_error(
                         conn,
@@ -413,6 +424,7 @@ impl Services {
 
     pub(crate) fn log_sandbox_error(
         &mut self,
+        fanout: &[ConnId],
         session_id: &SessionId,
         key_id: Option<&str>,
         handle: &Handle,
@@ -423,7 +435,13 @@ impl Services {
             "image": handle.image, "sandbox_id": handle.container, "phase": phase, "detail": detail,
             "dispatch": "remote", "unsandboxed": false,
         });
-        self.append_event(session_id, key_id, EventType::SessionSandboxError, payload);
+        self.append_event(
+            fanout,
+            session_id,
+            key_id,
+            EventType::SessionSandboxError,
+            payload,
+        );
     }
 }
 

@@ -1,11 +1,13 @@
-//! The stream hub: every open NDJSON response, indexed by connection and
-//! by session, with the per-stream flow accounting the fan-out decisions
-//! read (frames in flight, the gapless byte window, keepalive timing). It
-//! owns that state; what a stream receives is decided by `subscribe.rs`
-//! (subscriptions) and the turn gate (turn streams), which the engine
-//! routes through it.
+//! The stream hub: every open NDJSON response, by connection, with the
+//! per-stream flow accounting the fan-out decisions read (frames in
+//! flight, the gapless byte window, keepalive timing). Which streams a
+//! session's events go to is the session's (its fan-out list,
+//! `sessions/streams.rs`): publication is handed that list and the hub
+//! only filters it to the streams still open on that session. What a
+//! stream receives is decided by `subscribe.rs` (subscriptions) and the
+//! turn gate (turn streams), which the engine routes through it.
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 
 use proto::jsonrpc::{Extension, Extensions};
 use serde_json::Value;
@@ -194,8 +196,10 @@ impl Stream {
 #[derive(Default)]
 pub struct Hub {
     streams: BTreeMap<ConnId, Stream>,
-    /// Streams per session, in connection order (the fan-out index).
-    by_session: BTreeMap<SessionId, BTreeSet<ConnId>>,
+    /// Streams ended since the engine last looked, with their sessions:
+    /// the sessions' fan-out lists drop them then (until that, the lists
+    /// may name a stream that ended, which [`Hub::of_session`] filters).
+    ended: Vec<(ConnId, SessionId)>,
     /// Turn streams ended since the engine last looked: their turns stop
     /// listing them once the input that ended them is handled.
     ended_turns: Vec<ConnId>,
@@ -227,10 +231,6 @@ impl Hub {
                 ext: Extensions::default(),
             },
         );
-        self.by_session
-            .entry(session_id.clone())
-            .or_default()
-            .insert(conn);
     }
 
     /// Removes the stream on `conn` (its request is answered or its
@@ -240,13 +240,13 @@ impl Hub {
         if matches!(stream.kind, StreamKind::Turn) {
             self.ended_turns.push(conn);
         }
-        if let Some(set) = self.by_session.get_mut(stream.session_id.as_str()) {
-            set.remove(&conn);
-            if set.is_empty() {
-                self.by_session.remove(stream.session_id.as_str());
-            }
-        }
+        self.ended.push((conn, stream.session_id.clone()));
         Some(stream)
+    }
+
+    /// The streams ended since the last call, each with its session.
+    pub fn take_ended(&mut self) -> Vec<(ConnId, SessionId)> {
+        std::mem::take(&mut self.ended)
     }
 
     pub fn has_ended_turns(&self) -> bool {
@@ -271,19 +271,17 @@ impl Hub {
         self.streams.get(&conn).is_some_and(|s| s.ext.has(e))
     }
 
-    /// Whether any stream is open on `session_id`.
-    pub fn has_session(&self, session_id: &str) -> bool {
-        self.by_session
-            .get(session_id)
-            .is_some_and(|s| !s.is_empty())
+    /// Whether the stream on `conn` is open on `session_id`.
+    pub fn is_open_on(&self, conn: ConnId, session_id: &str) -> bool {
+        (self.streams.get(&conn)).is_some_and(|s| s.session_id.as_str() == session_id)
     }
 
-    /// Streams open on `session_id`, in connection order.
-    pub fn of_session(&self, session_id: &str) -> Vec<ConnId> {
-        self.by_session
-            .get(session_id)
-            .map(|s| s.iter().copied().collect())
-            .unwrap_or_default()
+    /// The streams of `fanout` (a session's list, in connection order)
+    /// still open on `session_id`.
+    pub fn of_session(&self, fanout: &[ConnId], session_id: &str) -> Vec<ConnId> {
+        (fanout.iter().copied())
+            .filter(|c| self.is_open_on(*c, session_id))
+            .collect()
     }
 
     /// A frame of `len` bytes goes out on `conn` now.

@@ -35,8 +35,8 @@ impl Services {
     /// subscription still behind (stalled or reading the store) would lose
     /// the events up to the close, which it was promised: it reads on to
     /// the end of the log first (found by sim seed 135).
-    pub(crate) fn end_subscriptions(&mut self, session_id: &SessionId) {
-        for conn in self.subscriptions(session_id) {
+    pub(crate) fn end_subscriptions(&mut self, fanout: &[ConnId], session_id: &SessionId) {
+        for conn in self.subscriptions(fanout, session_id) {
             let gapless = self.stream_has(conn, Extension::SubscribeGapless);
             match self.sub_mut(conn) {
                 Some(sub) if gapless && sub.phase != Phase::Live => sub.until = Until::LogEnd,
@@ -211,14 +211,14 @@ impl Services {
 
     /// Ends every `session.subscribe` stream of the session (level-triggered:
     /// also those still replaying).
-    pub(crate) fn unsubscribe_all(&mut self, session_id: &SessionId) {
-        for conn in self.subscriptions(session_id) {
+    pub(crate) fn unsubscribe_all(&mut self, fanout: &[ConnId], session_id: &SessionId) {
+        for conn in self.subscriptions(fanout, session_id) {
             self.end_stream(conn);
         }
     }
 
-    pub(crate) fn subscriptions(&self, session_id: &SessionId) -> Vec<ConnId> {
-        self.session_streams(session_id)
+    pub(crate) fn subscriptions(&self, fanout: &[ConnId], session_id: &SessionId) -> Vec<ConnId> {
+        self.session_streams(fanout, session_id)
             .into_iter()
             .filter(|c| {
                 matches!(
@@ -229,8 +229,9 @@ impl Services {
             .collect()
     }
 
-    /// Fans a committed event out to the session's live streams.
-    pub(crate) fn publish(&mut self, session_id: &str, ev: &Appended) {
+    /// Fans a committed event out to the session's live streams (those of
+    /// its `fanout` list still open on it).
+    pub(crate) fn publish(&mut self, fanout: &[ConnId], session_id: &str, ev: &Appended) {
         let limits = self.flow_limits();
         // Taken for the loop: writing a frame may end a stream and start the
         // next pipelined request, whose own publishes must not see it.
@@ -238,7 +239,7 @@ impl Services {
         // Rendered once, at the first stream that takes it, and shared by
         // the rest; each stream's frame still leaves in this loop's order.
         let mut shared: Option<std::sync::Arc<[u8]>> = None;
-        for conn in self.session_streams(session_id) {
+        for conn in self.session_streams(fanout, session_id) {
             match self
                 .streams
                 .publish(conn, ev, quiet.contains(&conn), limits)

@@ -63,30 +63,6 @@ impl Catalog {
         }
     }
 
-    /// The local sandbox and subagent telemetry reports (spec 06 §5.7,
-    /// §6.6): a client-reported lifecycle claim: driver check, params, one
-    /// event.
-    pub(crate) fn record_report(
-        &mut self,
-        svc: &mut Services,
-        conn: ConnId,
-        session_id: &str,
-        key_id: &str,
-        method: &str,
-        report: Result<(proto::wire::EventType, Value), String>,
-    ) {
-        if !self.require_driver(svc, conn, session_id, key_id, method) {
-            return;
-        }
-        match report {
-            Ok((event_type, payload)) => {
-                svc.append_event(session_id, Some(key_id), event_type, payload);
-                svc.terminal_result(conn, r#"{"reported":true}"#);
-            }
-            Err(msg) => svc.terminal_error(conn, codes::INVALID_PARAMS, &msg),
-        }
-    }
-
     /// `session.updateClientTools` (spec 06 §3.2): full replacement of the
     /// caller's own client tools, used from its next provider call.
     pub(crate) fn update_client_tools(

@@ -40,6 +40,9 @@ impl LiveCx<'_> {
             proto::http::encode_stream_head(200, "application/x-ndjson", close),
         );
         self.svc.open_stream(conn, session_id, None);
+        if self.svc.streams.is_open_on(conn, session_id) {
+            (self.sessions).stream_opened(session_id.clone(), conn);
+        }
         let call = match jsonrpc::decode_call(&req.body) {
             Ok(call) => call,
             Err(e) => {
@@ -159,14 +162,12 @@ impl LiveCx<'_> {
             P::ReportLocalSandbox(p) => {
                 let report = p.map(|r| (r.event_type(), r.payload()));
                 let method = "session.reportLocalSandbox";
-                self.catalog
-                    .record_report(self.svc, conn, session_id, key_id, method, report);
+                self.record_report(conn, session_id, key_id, method, report);
             }
             P::ReportLocalSubagent(p) => {
                 let report = p.map(|r| (r.event_type(), r.payload()));
                 let method = "session.reportLocalSubagent";
-                self.catalog
-                    .record_report(self.svc, conn, session_id, key_id, method, report);
+                self.record_report(conn, session_id, key_id, method, report);
             }
             P::CancelSubagent(p) => {
                 if self.catalog.require_driver(
@@ -181,9 +182,35 @@ impl LiveCx<'_> {
             }
             P::Subscribe(p) => self.svc.subscribe(conn, session_id, p),
             P::Unsubscribe => {
-                self.svc.unsubscribe_all(session_id);
+                let fanout = self.sessions.fanout(session_id);
+                self.svc.unsubscribe_all(&fanout, session_id);
                 self.svc.terminal_result(conn, r#"{"unsubscribed":true}"#);
             }
+        }
+    }
+
+    /// The local sandbox and subagent telemetry reports (spec 06 §5.7,
+    /// §6.6): a client-reported lifecycle claim: driver check, params, one
+    /// event.
+    fn record_report(
+        &mut self,
+        conn: ConnId,
+        session_id: &SessionId,
+        key_id: &KeyId,
+        method: &str,
+        report: Result<(EventType, Value), String>,
+    ) {
+        let svc = &mut *self.svc;
+        if !(self.catalog).require_driver(svc, conn, session_id, key_id, method) {
+            return;
+        }
+        match report {
+            Ok((event_type, payload)) => {
+                let fanout = self.sessions.fanout(session_id);
+                svc.append_event(&fanout, session_id, Some(key_id), event_type, payload);
+                svc.terminal_result(conn, r#"{"reported":true}"#);
+            }
+            Err(msg) => svc.terminal_error(conn, codes::INVALID_PARAMS, &msg),
         }
     }
 
@@ -209,6 +236,7 @@ impl LiveCx<'_> {
         let newly = self.catalog.drivers.entry(sid).or_default().insert(kid);
         if newly {
             self.svc.append_event(
+                &self.sessions.fanout(session_id),
                 session_id,
                 Some(key_id),
                 EventType::SessionDriverRegister,
@@ -223,6 +251,7 @@ impl LiveCx<'_> {
             if !images.is_empty() {
                 let list = self.sandbox_cx().sandbox_images_json(&profile_id, &images);
                 self.svc.append_event(
+                    &self.sessions.fanout(session_id),
                     session_id,
                     Some(key_id),
                     EventType::SessionSandboxAvailable,
@@ -261,9 +290,10 @@ impl Services {
         }
     }
 
-    /// Connections with an open stream on `session_id`, in id order.
-    pub(crate) fn session_streams(&self, session_id: &str) -> Vec<ConnId> {
-        self.streams.of_session(session_id)
+    /// The streams of `fanout` (the session's list) still open on
+    /// `session_id`, in connection order.
+    pub(crate) fn session_streams(&self, fanout: &[ConnId], session_id: &str) -> Vec<ConnId> {
+        self.streams.of_session(fanout, session_id)
     }
 
     pub(crate) fn stream_mut(&mut self, conn: ConnId) -> Option<&mut Stream> {

@@ -4,9 +4,10 @@
 //! session outside the catalogue and the hubs: its [`SessionCore`] (gate,
 //! cached history, turn loop), a create waiting for its MCP connects, the
 //! extensions its drivers opted into, its MCP connection set
-//! ([`SessionMcp`]), its sandbox and subagents ([`SessionSandbox`]) and
-//! the turn waiting for its MCP servers to be
-//! restored, and its idempotency keys ([`SessionKeys`]). The table answers with typed results (the
+//! ([`SessionMcp`]), its sandbox and subagents ([`SessionSandbox`]), the
+//! turn waiting for its MCP servers to be restored, its idempotency keys
+//! ([`SessionKeys`]) and its streams' fan-out list ([`SessionStreams`]).
+//! The table answers with typed results (the
 //! sessions whose histories were dropped, the gates that are due…) that the
 //! engine acts on; it never emits output itself.
 
@@ -29,6 +30,9 @@ use crate::{ConnId, MonoMs};
 mod idem;
 mod mcp;
 mod sandbox;
+mod streams;
+
+use streams::SessionStreams;
 
 /// A create answered once its profile's MCP servers are connected.
 #[derive(Debug)]
@@ -58,6 +62,8 @@ pub(crate) struct Session {
     /// Its `sendMessage` idempotency keys, until they expire (they outlive
     /// its core, its residency and its close; they never hold it resident).
     idem: SessionKeys,
+    /// Its fan-out list: the streams its events go to.
+    streams: SessionStreams,
 }
 
 impl Session {
@@ -69,6 +75,7 @@ impl Session {
             && self.mcp.is_none()
             && self.sandbox.is_none()
             && self.idem.is_empty()
+            && self.streams.is_empty()
     }
 }
 

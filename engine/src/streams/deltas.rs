@@ -139,6 +139,7 @@ impl Hub {
     /// The frames `batch` puts on `session_id`'s streams, in stream order.
     pub fn deltas(
         &mut self,
+        fanout: &[ConnId],
         session_id: &str,
         batch: &DeltaBatch,
         limits: DeltaLimits,
@@ -147,7 +148,7 @@ impl Hub {
         let mut out = Vec::new();
         // Rendered once, shared by every stream that takes them as they are.
         let mut shared: Option<Vec<Bytes>> = None;
-        for conn in self.of_session(session_id) {
+        for conn in self.of_session(fanout, session_id) {
             if !self.takes_deltas(conn) {
                 continue;
             }
@@ -266,13 +267,14 @@ impl Hub {
     /// cancelled: every stream following it gets the discard marker.
     pub fn deltas_ended(
         &mut self,
+        fanout: &[ConnId],
         session_id: &str,
         request: &str,
         reason: Option<DiscardReason>,
         now: MonoMs,
     ) -> Vec<(ConnId, Bytes)> {
         let mut out = Vec::new();
-        for conn in self.of_session(session_id) {
+        for conn in self.of_session(fanout, session_id) {
             let Some(s) = self.streams.get_mut(&conn) else {
                 continue;
             };

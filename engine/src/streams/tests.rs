@@ -1,21 +1,22 @@
-//! The stream hub in-process: the per-session index and the flow
+//! The stream hub in-process: filtering a session's fan-out list, the flow
 //! accounting (earlier bytes first, partial frames, the byte window).
 
 use super::*;
 
 #[test]
-fn streams_are_indexed_by_session_in_connection_order() {
+fn a_fanout_list_is_filtered_to_the_streams_still_open_on_its_session() {
     let mut h = Hub::default();
     h.open(ConnId(3), &SessionId::new("s1"), 0, MonoMs(0));
     h.open(ConnId(1), &SessionId::new("s1"), 0, MonoMs(0));
     h.open(ConnId(2), &SessionId::new("s2"), 0, MonoMs(0));
-    assert_eq!(h.of_session("s1"), [ConnId(1), ConnId(3)]);
-    assert_eq!(h.of_session("s2"), [ConnId(2)]);
-    assert!(h.of_session("nope").is_empty());
+    let fanout = [1, 2, 3, 4].map(ConnId);
+    assert_eq!(h.of_session(&fanout, "s1"), [ConnId(1), ConnId(3)]);
+    assert_eq!(h.of_session(&fanout, "s2"), [ConnId(2)]);
+    assert!(h.of_session(&fanout, "nope").is_empty());
 }
 
 #[test]
-fn ending_a_stream_unindexes_it_once() {
+fn an_ended_stream_is_reported_once_with_its_session() {
     let mut h = Hub::default();
     h.open(ConnId(1), &SessionId::new("s"), 0, MonoMs(0));
     h.open(ConnId(2), &SessionId::new("s"), 0, MonoMs(0));
@@ -24,9 +25,12 @@ fn ending_a_stream_unindexes_it_once() {
         Some(SessionId::new("s"))
     );
     assert!(h.end(ConnId(1)).is_none());
-    assert_eq!(h.of_session("s"), [ConnId(2)]);
+    let fanout = [ConnId(1), ConnId(2)];
+    assert_eq!(h.of_session(&fanout, "s"), [ConnId(2)]);
+    assert_eq!(h.take_ended(), [(ConnId(1), SessionId::new("s"))]);
+    assert!(h.take_ended().is_empty());
     h.end(ConnId(2));
-    assert!(h.of_session("s").is_empty());
+    assert!(h.of_session(&fanout, "s").is_empty());
     assert!(h.get(ConnId(2)).is_none());
 }
 

@@ -15,6 +15,7 @@ use crate::services::Services;
 use crate::session_core::{Effect, Ending, Fact, Log, Refusal, TurnLoop};
 use crate::store::SessionState;
 use crate::telemetry::{ToolChild, TurnEnd};
+use crate::ConnId;
 use crate::{Output, ProviderCall};
 
 impl LiveCx<'_> {
@@ -123,12 +124,15 @@ impl LiveCx<'_> {
             Effect::HistoryRebuilt => self.sessions.history_built(session_id),
             Effect::Deltas(batch) => {
                 let (limits, now) = (self.svc.delta_limits(), self.svc.now.mono);
-                for (conn, bytes) in self.svc.streams.deltas(session_id, &batch, limits, now) {
+                let fanout = self.sessions.fanout(session_id);
+                let out = (self.svc.streams).deltas(&fanout, session_id, &batch, limits, now);
+                for (conn, bytes) in out {
                     self.svc.send_ungated(conn, bytes);
                 }
             }
             Effect::DeltasEnded { request, reason } => {
-                self.svc.deltas_ended(session_id, &request, reason);
+                let fanout = self.sessions.fanout(session_id);
+                self.svc.deltas_ended(&fanout, session_id, &request, reason);
             }
             Effect::AbortCall(call) => {
                 self.routes.calls.remove(call);
@@ -152,9 +156,14 @@ impl LiveCx<'_> {
         if let Some(bytes) = log.grew {
             self.sessions.history_grew(session_id, bytes);
         }
-        let ev = self
-            .svc
-            .append_event_text(session_id, Some(&key_id), log.event, log.payload);
+        let fanout = self.sessions.fanout(session_id);
+        let ev = (self.svc).append_event_text(
+            &fanout,
+            session_id,
+            Some(&key_id),
+            log.event,
+            log.payload,
+        );
         self.svc.quiet.clear();
         if let Some(core) = self.sessions.core_mut(session_id) {
             core.logged(log.tag, &ev);
@@ -476,12 +485,13 @@ impl Services {
     /// the discard marker does (failed, cancelled).
     pub(crate) fn deltas_ended(
         &mut self,
+        fanout: &[ConnId],
         session_id: &str,
         request: &str,
         reason: Option<proto::jsonrpc::DiscardReason>,
     ) {
         let now = self.now.mono;
-        for (conn, bytes) in self.streams.deltas_ended(session_id, request, reason, now) {
+        for (conn, bytes) in (self.streams).deltas_ended(fanout, session_id, request, reason, now) {
             self.send_ungated(conn, bytes);
         }
     }

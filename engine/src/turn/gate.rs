@@ -159,7 +159,8 @@ impl LiveCx<'_> {
         if let Some(owner_key) = cancelled {
             // Logged now; the next arrival (the owner's too) retires it
             // with error results for every open tool_use.
-            self.svc.log_abandoned(session_id, &owner_key);
+            let fanout = self.sessions.fanout(session_id);
+            self.svc.log_abandoned(&fanout, session_id, &owner_key);
             self.fire_gate_deadlines();
             return Cancelled::Paused;
         }
@@ -201,7 +202,8 @@ impl LiveCx<'_> {
         self.abort_calls(session_id);
         if let Some(request) = t.streaming_deltas() {
             let reason = Some(jsonrpc::DiscardReason::Cancelled);
-            self.svc.deltas_ended(session_id, &request, reason);
+            let fanout = self.sessions.fanout(session_id);
+            self.svc.deltas_ended(&fanout, session_id, &request, reason);
         }
         for token in self.routes.end_mcp_calls_of(t.id) {
             let hub = &mut *self.mcp;

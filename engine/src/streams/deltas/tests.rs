@@ -30,6 +30,9 @@ fn batch(request: &str, first: bool, texts: &[&str]) -> DeltaBatch {
     }
 }
 
+/// Session `s`'s fan-out list: streams 1 to 5 (5 opens in one test).
+const FANOUT: &[ConnId] = &[ConnId(1), ConnId(2), ConnId(3), ConnId(4), ConnId(5)];
+
 /// Streams 1 (turn, opted in), 2 (subscription, opted in), 3 (subscription,
 /// not opted in), 4 (single, opted in).
 fn hub() -> Hub {
@@ -76,6 +79,7 @@ fn params(out: &[(ConnId, Bytes)]) -> Vec<(u64, Value)> {
 fn only_opted_in_turn_and_subscription_streams_get_deltas() {
     let mut h = hub();
     let out = h.deltas(
+        FANOUT,
         "s",
         &batch("evt_r", true, &["Hel", "lo"]),
         LIMITS,
@@ -101,13 +105,31 @@ fn only_opted_in_turn_and_subscription_streams_get_deltas() {
 #[test]
 fn a_stream_that_opens_mid_attempt_sees_none_of_it() {
     let mut h = hub();
-    h.deltas("s", &batch("evt_r", true, &["a"]), LIMITS, MonoMs(1));
+    h.deltas(
+        FANOUT,
+        "s",
+        &batch("evt_r", true, &["a"]),
+        LIMITS,
+        MonoMs(1),
+    );
     h.open(ConnId(5), &SessionId::new("s"), 0, MonoMs(0));
     let s = h.get_mut(ConnId(5)).unwrap();
     (s.kind, s.ext) = (sub(), Extensions::default().with(Extension::TurnDeltas));
-    let out = h.deltas("s", &batch("evt_r", false, &["b"]), LIMITS, MonoMs(2));
+    let out = h.deltas(
+        FANOUT,
+        "s",
+        &batch("evt_r", false, &["b"]),
+        LIMITS,
+        MonoMs(2),
+    );
     assert!(out.iter().all(|(c, _)| c.0 != 5));
-    let out = h.deltas("s", &batch("evt_r2", true, &["c"]), LIMITS, MonoMs(3));
+    let out = h.deltas(
+        FANOUT,
+        "s",
+        &batch("evt_r2", true, &["c"]),
+        LIMITS,
+        MonoMs(3),
+    );
     assert!(
         out.iter().any(|(c, _)| c.0 == 5),
         "the next attempt it follows"
@@ -120,15 +142,28 @@ fn a_stream_that_opens_mid_attempt_sees_none_of_it() {
 fn a_slow_reader_gets_joined_deltas_then_a_lagged_marker() {
     let mut h = hub();
     h.deltas(
+        FANOUT,
         "s",
         &batch("evt_r", true, &["x".repeat(450).as_str()]),
         LIMITS,
         MonoMs(1),
     );
     // Stream 1 is over its window now: held.
-    let out = h.deltas("s", &batch("evt_r", false, &["a", "b"]), LIMITS, MonoMs(2));
+    let out = h.deltas(
+        FANOUT,
+        "s",
+        &batch("evt_r", false, &["a", "b"]),
+        LIMITS,
+        MonoMs(2),
+    );
     assert!(out.iter().all(|(c, _)| c.0 != 1 && c.0 != 2));
-    let out = h.deltas("s", &batch("evt_r", false, &["c"]), LIMITS, MonoMs(3));
+    let out = h.deltas(
+        FANOUT,
+        "s",
+        &batch("evt_r", false, &["c"]),
+        LIMITS,
+        MonoMs(3),
+    );
     assert!(out.is_empty());
     // Stream 1 drains; stream 2 does not.
     h.flushed(ConnId(1), 10_000);
@@ -155,6 +190,7 @@ fn a_slow_reader_gets_joined_deltas_then_a_lagged_marker() {
     // Stream 2 holds more than its bound: dropped with the marker.
     let big = "y".repeat(400 * super::HOLD_WINDOWS);
     let out = h.deltas(
+        FANOUT,
         "s",
         &batch("evt_r", false, &[big.as_str()]),
         LIMITS,
@@ -164,15 +200,27 @@ fn a_slow_reader_gets_joined_deltas_then_a_lagged_marker() {
     let two: Vec<_> = got.iter().filter(|(c, _)| *c == 2).collect();
     assert_eq!(two.len(), 1);
     assert_eq!(two[0].1["reason"], "lagged");
-    let out = h.deltas("s", &batch("evt_r", false, &["z"]), LIMITS, MonoMs(6));
+    let out = h.deltas(
+        FANOUT,
+        "s",
+        &batch("evt_r", false, &["z"]),
+        LIMITS,
+        MonoMs(6),
+    );
     assert!(out.iter().all(|(c, _)| c.0 != 2));
     // Draining does not bring a dropped stream back (it would see a gap).
     h.flushed(ConnId(2), 1 << 20);
     assert!(h.deltas_drained(ConnId(2), LIMITS, MonoMs(6)).is_empty());
-    let out = h.deltas("s", &batch("evt_r", false, &["w"]), LIMITS, MonoMs(6));
+    let out = h.deltas(
+        FANOUT,
+        "s",
+        &batch("evt_r", false, &["w"]),
+        LIMITS,
+        MonoMs(6),
+    );
     assert!(out.iter().all(|(c, _)| c.0 != 2));
     // Its failure discards only where deltas still stand.
-    let out = h.deltas_ended("s", "evt_r", Some(DiscardReason::Failed), MonoMs(7));
+    let out = h.deltas_ended(FANOUT, "s", "evt_r", Some(DiscardReason::Failed), MonoMs(7));
     let got = params(&out);
     assert_eq!(got.len(), 1);
     assert_eq!(
@@ -187,15 +235,24 @@ fn a_slow_reader_gets_joined_deltas_then_a_lagged_marker() {
 fn a_completed_attempt_flushes_held_text() {
     let mut h = hub();
     h.deltas(
+        FANOUT,
         "s",
         &batch("evt_r", true, &["x".repeat(450).as_str()]),
         LIMITS,
         MonoMs(1),
     );
-    h.deltas("s", &batch("evt_r", false, &["tail"]), LIMITS, MonoMs(2));
-    let out = h.deltas_ended("s", "evt_r", None, MonoMs(3));
+    h.deltas(
+        FANOUT,
+        "s",
+        &batch("evt_r", false, &["tail"]),
+        LIMITS,
+        MonoMs(2),
+    );
+    let out = h.deltas_ended(FANOUT, "s", "evt_r", None, MonoMs(3));
     let got = params(&out);
     assert_eq!(got.iter().map(|(c, _)| *c).collect::<Vec<_>>(), [1, 2]);
     assert!(got.iter().all(|(_, p)| p["text"] == "tail"));
-    assert!(h.deltas_ended("s", "evt_r", None, MonoMs(4)).is_empty());
+    assert!(h
+        .deltas_ended(FANOUT, "s", "evt_r", None, MonoMs(4))
+        .is_empty());
 }
