@@ -253,9 +253,9 @@ impl Engine {
             &body.sandbox_tools,
             &body.subagent_tools,
         );
-        let fanout = self.sessions.fanout(&session_id);
+        let fanout = self.sessions.streams_mut(&session_id);
         let (key_id, open) = (Some(key.id.as_str()), EventType::SessionOpen);
-        (self.svc).append_event_text(&fanout, &session_id, key_id, open, payload);
+        (self.svc).append_event_text(fanout, &session_id, key_id, open, payload);
         let response = self
             .catalog
             .open_answer(&self.svc, &session_id, &session_key, &profile_id);
@@ -354,9 +354,9 @@ impl Engine {
             &body.sandbox_tools,
             &body.subagent_tools,
         );
-        let fanout = self.sessions.fanout(session_id);
+        let fanout = self.sessions.streams_mut(session_id);
         let (key_id, join) = (Some(key.id.as_str()), EventType::SessionJoin);
-        (self.svc).append_event_text(&fanout, session_id, key_id, join, payload);
+        (self.svc).append_event_text(fanout, session_id, key_id, join, payload);
         let response = self
             .catalog
             .open_answer(&self.svc, session_id, &session_key, &profile_id);
@@ -436,7 +436,7 @@ impl Engine {
             closed_at: Some(at),
         });
         self.svc.append_event(
-            &self.sessions.fanout(session_id),
+            self.sessions.streams_mut(session_id),
             session_id,
             Some(attributed_to),
             EventType::SessionClose,
@@ -453,8 +453,9 @@ impl Engine {
         self.catalog.drivers.remove(session_id);
         self.sessions.forget_drivers(session_id);
         self.sandbox_cx().teardown_sandbox(&sid);
-        let fanout = self.sessions.fanout(&sid);
-        self.svc.end_subscriptions(&fanout, &sid);
+        if let Some(streams) = self.sessions.streams_mut(&sid) {
+            streams.end_subscriptions(&mut self.svc, &sid);
+        }
         self.live().drop_live(&sid);
         self.sessions.close_mcp(&mut self.mcp, session_id);
     }
@@ -530,8 +531,8 @@ impl Engine {
                 "primary_provider": p,
             }),
         };
-        let fanout = self.sessions.fanout(&id);
-        (self.svc).append_event(&fanout, &id, Some(key_id), EventType::SessionError, payload);
+        let fanout = self.sessions.streams_mut(&id);
+        (self.svc).append_event(fanout, &id, Some(key_id), EventType::SessionError, payload);
     }
 }
 

@@ -127,8 +127,8 @@ impl Services {
                     );
                 }
             },
-            AnswerRead::ReplayStart { conn } => self.on_replay_start(conn, result),
-            AnswerRead::ReplayPage { conn } => self.on_replay_page(conn, result),
+            // The session's (`Sessions::replay_read` routes them there).
+            AnswerRead::ReplayStart { .. } | AnswerRead::ReplayPage { .. } => {}
             AnswerRead::IdemReplay { conn, message } => self.on_idem_replay(conn, message, result),
             AnswerRead::SessionList { conn } => self.on_session_list(conn, result),
             AnswerRead::Usage { conn, scope_json } => self.on_usage(conn, &scope_json, result),

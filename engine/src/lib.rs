@@ -285,7 +285,7 @@ impl Engine {
     /// handlers only record these, so none of them re-enters another.
     fn settle(&mut self) {
         loop {
-            self.unlist_ended_streams();
+            self.sessions.unlist_ended(&mut self.svc.streams);
             for conn in self.svc.streams.take_ended_turns() {
                 // The turn runs on without a consumer.
                 self.sessions
@@ -301,17 +301,8 @@ impl Engine {
                 break;
             }
         }
-        self.unlist_ended_streams();
+        self.sessions.unlist_ended(&mut self.svc.streams);
         self.evict_idle_sessions();
-    }
-
-    /// Streams that ended leave their sessions' fan-out lists (unless the
-    /// connection's next stream is already open on the same session).
-    fn unlist_ended_streams(&mut self) {
-        for (conn, session_id) in self.svc.streams.take_ended() {
-            let reopened = self.svc.streams.is_open_on(conn, &session_id);
-            (self.sessions).stream_ended(&session_id, conn, reopened);
-        }
     }
 
     /// Next thing to do, in order. Drain it completely after every input.
@@ -432,8 +423,8 @@ impl Engine {
                 reason,
                 result,
             } => {
-                let fanout = self.sessions.fanout(&session_id);
-                (self.svc).sandbox_stopped(&fanout, &session_id, requester, &handle, reason, result)
+                let fanout = self.sessions.streams_mut(&session_id);
+                (self.svc).sandbox_stopped(fanout, &session_id, requester, &handle, reason, result)
             }
             SandboxNotice::Executed {
                 session_id,
@@ -454,9 +445,9 @@ impl Engine {
             SandboxNotice::SubagentEnded { session_id, status } => {
                 self.svc.subagent_span_end(&status);
                 if let Some((kind, payload)) = status.terminal_event() {
-                    let fanout = self.sessions.fanout(&session_id);
+                    let fanout = self.sessions.streams_mut(&session_id);
                     let key = Some(status.key_id.as_str());
-                    (self.svc).append_event(&fanout, &session_id, key, kind, payload);
+                    (self.svc).append_event(fanout, &session_id, key, kind, payload);
                 }
             }
             SandboxNotice::Provisioned {
@@ -485,7 +476,7 @@ impl Engine {
             let kind = self.svc.streams.get(id).map(|s| &s.kind);
             match kind {
                 None if !self.svc.conns.get(&id).is_some_and(|c| c.busy) => self.svc.close_conn(id),
-                Some(streams::StreamKind::Subscribe(_)) => self.svc.end_stream(id),
+                Some(streams::StreamKind::Subscribe) => self.svc.end_stream(id),
                 Some(streams::StreamKind::Queued) => {
                     self.svc
                         .terminal_error(id, codes::APPLICATION_ERROR, "server is shutting down")
@@ -528,6 +519,8 @@ impl Engine {
     pub(crate) fn on_flushed(&mut self, conn: ConnId, bytes: usize) {
         self.svc.conns.flushed(conn, bytes);
         self.svc.stream_flushed(conn, bytes);
+        self.sessions.stream_flushed(&mut self.svc, conn);
+        self.svc.send_drained_deltas(conn);
         if self.transfers.has(conn) {
             let unflushed = self.svc.conns.get(&conn).map_or(0, |c| c.unflushed);
             let outs = self.transfers.flushed(conn, unflushed);
@@ -595,7 +588,7 @@ impl Engine {
             return;
         };
         match pending {
-            PendingRead::Answer(read) => self.svc.on_answer_read(read, result),
+            PendingRead::Answer(read) => self.sessions.replay_read(&mut self.svc, read, result),
             PendingRead::Live(read) => self.live().on_read_done(read, result),
             PendingRead::Place(PlaceRead::Claim { session_id, then }) => {
                 self.on_claim_done(&session_id, then, result)

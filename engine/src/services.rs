@@ -12,6 +12,7 @@
 use std::collections::VecDeque;
 
 use crate::store::StoreWrite;
+use crate::streams::Fanout;
 use crate::{
     config::Config, conn, connections, faults, ids, log, metrics, respond, streams, telemetry,
     ConnId, Entropy, Now, Output, ReadId, StoreRead,
@@ -69,12 +70,13 @@ impl Services {
     }
 
     /// Appends one event to `session_id`'s log and publishes it to the
-    /// session's `fanout` list ([`crate::sessions::Sessions::fanout`]).
+    /// session's streams (`fanout`: its part, from
+    /// [`crate::sessions::Sessions::streams_mut`]).
     /// (Message events come only from session cores, which extend their
     /// cached history themselves.)
     pub(crate) fn append_event(
         &mut self,
-        fanout: &[ConnId],
+        fanout: Fanout<'_>,
         session_id: &str,
         client_key_id: Option<&str>,
         event_type: proto::wire::EventType,
@@ -91,7 +93,7 @@ impl Services {
     /// sees the event.
     pub(crate) fn append_event_text(
         &mut self,
-        fanout: &[ConnId],
+        fanout: Fanout<'_>,
         session_id: &str,
         client_key_id: Option<&str>,
         event_type: proto::wire::EventType,
@@ -115,12 +117,16 @@ impl Services {
             json,
         };
         if self.faults.deliver_before_commit() {
-            self.publish(fanout, session_id, &appended);
+            if let Some(streams) = fanout {
+                streams.publish(self, session_id, &appended);
+            }
             self.write(StoreWrite::InsertEvent(row));
             return appended;
         }
         self.write(StoreWrite::InsertEvent(row));
-        self.publish(fanout, session_id, &appended);
+        if let Some(streams) = fanout {
+            streams.publish(self, session_id, &appended);
+        }
         appended
     }
 

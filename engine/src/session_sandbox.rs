@@ -14,6 +14,7 @@ use crate::sandbox::{
 };
 use crate::services::Services;
 use crate::sessions::Sessions;
+use crate::streams::Fanout;
 use crate::ConnId;
 use proto::jsonrpc::codes;
 use proto::wire::EventType;
@@ -102,7 +103,7 @@ impl SandboxCx<'_> {
         }
         let start = json!({"image": image, "dispatch": "remote"});
         self.svc.append_event(
-            &self.sessions.fanout(session_id),
+            self.sessions.streams_mut(session_id),
             session_id,
             Some(key_id),
             EventType::SessionSandboxStart,
@@ -124,7 +125,7 @@ impl SandboxCx<'_> {
                     "image": image, "sandbox_id": handle.container, "dispatch": "remote", "unsandboxed": false,
                 });
                 self.svc.append_event(
-                    &self.sessions.fanout(session_id),
+                    self.sessions.streams_mut(session_id),
                     session_id,
                     key.as_deref(),
                     EventType::SessionSandboxRunning,
@@ -148,7 +149,7 @@ impl SandboxCx<'_> {
                 // silently: nothing is appended after the close's teardown.
                 if !self.is_closed(session_id) {
                     self.svc.append_event(
-                        &self.sessions.fanout(session_id),
+                        self.sessions.streams_mut(session_id),
                         session_id,
                         key.as_deref(),
                         EventType::SessionSandboxError,
@@ -178,8 +179,8 @@ impl SandboxCx<'_> {
         let b = self.sessions.sandbox_mut(session_id);
         match b.and_then(|b| b.stop(hub, requester, StopReason::Explicit)) {
             Some(handle) => {
-                let fanout = self.sessions.fanout(session_id);
-                (self.svc).log_stop(&fanout, session_id, key_id, &handle, StopReason::Explicit)
+                let fanout = self.sessions.streams_mut(session_id);
+                (self.svc).log_stop(fanout, session_id, key_id, &handle, StopReason::Explicit)
             }
             None => {
                 let e = RpcError::sandbox_not_running();
@@ -245,9 +246,9 @@ impl SandboxCx<'_> {
             }
             Err(detail) => {
                 if !self.is_closed(session_id) {
-                    let fanout = self.sessions.fanout(session_id);
+                    let fanout = self.sessions.streams_mut(session_id);
                     let key = Some(key_id);
-                    (self.svc).log_sandbox_error(&fanout, session_id, key, handle, "exec", &detail);
+                    (self.svc).log_sandbox_error(fanout, session_id, key, handle, "exec", &detail);
                 }
                 if self.svc.conns.contains_key(&conn) {
                     self.svc.terminal_error(
@@ -282,8 +283,8 @@ impl SandboxCx<'_> {
             CancelOutcome::Cancelled(status) => {
                 self.svc.subagent_span_end(&status);
                 if let Some((kind, payload)) = status.terminal_event() {
-                    let fanout = self.sessions.fanout(session_id);
-                    (self.svc).append_event(&fanout, session_id, Some(key_id), kind, payload);
+                    let fanout = self.sessions.streams_mut(session_id);
+                    (self.svc).append_event(fanout, session_id, Some(key_id), kind, payload);
                 }
                 let body = json!({"cancelled": true, "subagent_id": id, "was_running": true});
                 self.svc.terminal_result(conn, &json::text(&body));
@@ -313,14 +314,14 @@ impl SandboxCx<'_> {
         for status in cancelled {
             self.svc.subagent_span_end(&status);
             if let Some((kind, payload)) = status.terminal_event() {
-                let fanout = self.sessions.fanout(session_id);
-                (self.svc).append_event(&fanout, session_id, Some(&creator), kind, payload);
+                let fanout = self.sessions.streams_mut(session_id);
+                (self.svc).append_event(fanout, session_id, Some(&creator), kind, payload);
             }
         }
         if let Some(handle) = handle {
-            let fanout = self.sessions.fanout(session_id);
+            let fanout = self.sessions.streams_mut(session_id);
             let reason = StopReason::SessionClose;
-            (self.svc).log_stop(&fanout, session_id, &creator, &handle, reason);
+            (self.svc).log_stop(fanout, session_id, &creator, &handle, reason);
         }
     }
 
@@ -362,7 +363,7 @@ impl Services {
 
     pub(crate) fn log_stop(
         &mut self,
-        fanout: &[ConnId],
+        fanout: Fanout<'_>,
         session_id: &SessionId,
         key_id: &str,
         handle: &Handle,
@@ -382,7 +383,7 @@ impl Services {
 
     pub(crate) fn sandbox_stopped(
         &mut self,
-        fanout: &[ConnId],
+        fanout: Fanout<'_>,
         session_id: &SessionId,
         requester: Requester,
         handle: &Handle,
@@ -424,7 +425,7 @@ impl Services {
 
     pub(crate) fn log_sandbox_error(
         &mut self,
-        fanout: &[ConnId],
+        fanout: Fanout<'_>,
         session_id: &SessionId,
         key_id: Option<&str>,
         handle: &Handle,

@@ -16,7 +16,9 @@ use crate::ids::SessionId;
 use crate::{ConnId, MonoMs};
 
 mod deltas;
+mod session;
 pub use deltas::{DeltaBatch, DeltaCursor, DeltaLimits};
+pub(crate) use session::{Fanout, SessionStreams};
 
 /// An appended event as the streams carry it, with its EventView JSON
 /// rendered once.
@@ -69,8 +71,9 @@ pub struct Stream {
 pub enum StreamKind {
     /// A single-answer method: nothing is forwarded.
     Single,
-    /// `session.subscribe`.
-    Subscribe(Subscription),
+    /// `session.subscribe` (its [`Subscription`] is the session's, in its
+    /// `SessionStreams`).
+    Subscribe,
     /// A gated request waiting in the FIFO: silent until admitted.
     Queued,
     /// The gate holder's stream: every event except its own input.
@@ -325,10 +328,12 @@ impl Hub {
     }
 
     /// A published event reaches stream `conn` (`quiet`: it is the
-    /// stream's own request's input, never echoed to it).
+    /// stream's own request's input, never echoed to it); `sub` is its
+    /// subscription, if a `session.subscribe` stream.
     pub fn publish(
         &mut self,
         conn: ConnId,
+        sub: Option<&mut Subscription>,
         ev: &Appended,
         quiet: bool,
         limits: FlowLimits,
@@ -337,12 +342,13 @@ impl Hub {
             return Live::Skip;
         };
         let gapless = s.ext.has(Extension::SubscribeGapless);
-        match &mut s.kind {
-            StreamKind::Single | StreamKind::Queued => Live::Skip,
-            StreamKind::Turn if quiet => Live::Skip,
-            StreamKind::Turn => self.deliver(conn, ev, limits),
-            StreamKind::Subscribe(sub) => match sub.phase {
-                Phase::Live => self.deliver(conn, ev, limits),
+        match (&s.kind, sub) {
+            (StreamKind::Single | StreamKind::Queued, _) => Live::Skip,
+            (StreamKind::Turn, _) if quiet => Live::Skip,
+            (StreamKind::Turn, _) => self.deliver(conn, None, ev, limits),
+            (StreamKind::Subscribe, None) => Live::Skip,
+            (StreamKind::Subscribe, Some(sub)) => match sub.phase {
+                Phase::Live => self.deliver(conn, Some(sub), ev, limits),
                 // In the store already: read once the consumer drains.
                 Phase::Stalled | Phase::Reading { overflow: true } => Live::Skip,
                 Phase::Reading { overflow: false } => {
@@ -363,14 +369,21 @@ impl Hub {
 
     /// One live event for stream `conn`, unless already delivered. A plain
     /// consumer too far behind lags; a gapless one over its byte window
-    /// stalls (and later catches up from the store).
-    pub fn deliver(&mut self, conn: ConnId, ev: &Appended, limits: FlowLimits) -> Live {
+    /// stalls (and later catches up from the store). `sub`: the stream's
+    /// subscription, if a `session.subscribe` stream.
+    pub fn deliver(
+        &mut self,
+        conn: ConnId,
+        sub: Option<&mut Subscription>,
+        ev: &Appended,
+        limits: FlowLimits,
+    ) -> Live {
         let Some(s) = self.streams.get_mut(&conn) else {
             return Live::Skip;
         };
         let gapless = s.ext.has(Extension::SubscribeGapless);
         let over_window = s.over_window(limits.window_bytes);
-        if let StreamKind::Subscribe(sub) = &mut s.kind {
+        if let Some(sub) = sub {
             if ev.seq <= sub.delivered || sub.phase != Phase::Live {
                 return Live::Skip;
             }

@@ -7,6 +7,11 @@
 //! loses nothing as long as it later reads the store from the last seq it
 //! delivered; events published while a read is in flight are buffered and
 //! deduplicated by seq when the read lands.
+//!
+//! Each subscription's state (phase, buffer, replay progress, marker) is
+//! its session's ([`SessionStreams`]); the logic here is that part's, and
+//! acts on the connection's part (frames, the byte window, the end) through
+//! the [`Services`] it is handed.
 
 use proto::jsonrpc::{self, Extension, Parsed, SubscribeParams};
 use serde_json::Value;
@@ -23,6 +28,7 @@ use proto::jsonrpc::codes;
 const REPLAY_PAGE: usize = 200;
 
 use crate::services::Services;
+use crate::streams::SessionStreams;
 use crate::streams::{FlowLimits, Live};
 pub use crate::streams::{Phase, Subscription, Until};
 
@@ -30,99 +36,109 @@ pub use crate::streams::{Phase, Subscription, Until};
 /// not copied (`Services::event_frame`).
 const SHARE_VIEW_FROM: usize = 4096;
 
-impl Services {
+impl SessionStreams {
     /// Session closed: every subscription of it ends cleanly. A gapless
     /// subscription still behind (stalled or reading the store) would lose
     /// the events up to the close, which it was promised: it reads on to
     /// the end of the log first (found by sim seed 135).
-    pub(crate) fn end_subscriptions(&mut self, fanout: &[ConnId], session_id: &SessionId) {
-        for conn in self.subscriptions(fanout, session_id) {
-            let gapless = self.stream_has(conn, Extension::SubscribeGapless);
-            match self.sub_mut(conn) {
+    pub(crate) fn end_subscriptions(&mut self, svc: &mut Services, session_id: &SessionId) {
+        for conn in self.subscriptions(svc, session_id) {
+            let gapless = svc.stream_has(conn, Extension::SubscribeGapless);
+            match self.sub_mut(svc, conn) {
                 Some(sub) if gapless && sub.phase != Phase::Live => sub.until = Until::LogEnd,
-                _ => self.end_stream(conn),
+                _ => svc.end_stream(conn),
             }
         }
     }
 
     pub(crate) fn subscribe(
         &mut self,
+        svc: &mut Services,
         conn: ConnId,
         session_id: &SessionId,
         params: Parsed<SubscribeParams>,
     ) {
         let (since, asked) = match params {
             Ok(p) => (p.since_event_id, p.extensions),
-            Err(msg) => return self.terminal_error(conn, codes::INVALID_PARAMS, &msg),
+            Err(msg) => return svc.terminal_error(conn, codes::INVALID_PARAMS, &msg),
         };
         // Attach first, then replay, so nothing committed meanwhile is lost.
-        if let Some(s) = self.stream_mut(conn) {
+        if let Some(s) = svc.stream_mut(conn) {
             s.ext = s.ext.union(asked);
-            s.kind = StreamKind::Subscribe(Subscription::new(since.is_some()));
+            s.kind = StreamKind::Subscribe;
+            (self.subs).insert(conn, Subscription::new(since.is_some()));
         }
         match since {
-            Some(event_id) => self.read(
+            Some(event_id) => svc.read(
                 StoreRead::EventSeq {
                     session_id: session_id.to_string(),
                     event_id,
                 },
                 PendingRead::Answer(AnswerRead::ReplayStart { conn }),
             ),
-            None => self.caught_up(conn),
+            None => self.caught_up(svc, conn),
         }
     }
 
-    pub(crate) fn sub_mut(&mut self, conn: ConnId) -> Option<&mut Subscription> {
-        match self.stream_mut(conn).map(|s| &mut s.kind) {
-            Some(StreamKind::Subscribe(sub)) => Some(sub),
-            _ => None,
-        }
+    /// The subscription of `conn`, while its stream is open as one (an
+    /// ended one stays listed until the engine settles).
+    pub(crate) fn sub_mut(&mut self, svc: &Services, conn: ConnId) -> Option<&mut Subscription> {
+        let open = matches!(
+            svc.streams.get(conn).map(|s| &s.kind),
+            Some(StreamKind::Subscribe)
+        );
+        self.subs.get_mut(&conn).filter(|_| open)
     }
 
     /// First switch to live delivery: the `subscribe.replay_complete`
     /// marker between replayed and live events, once per stream.
-    pub(crate) fn caught_up(&mut self, conn: ConnId) {
-        let Some(sub) = self.sub_mut(conn) else {
+    pub(crate) fn caught_up(&mut self, svc: &mut Services, conn: ConnId) {
+        let Some(sub) = self.sub_mut(svc, conn) else {
             return;
         };
         let Some(last_id) = sub.go_live() else {
             return;
         };
-        if self.stream_has(conn, Extension::ReplayComplete) {
+        if svc.stream_has(conn, Extension::ReplayComplete) {
             let frame = jsonrpc::replay_complete_frame(last_id.as_deref());
-            self.frame(conn, &frame);
+            svc.frame(conn, &frame);
         }
     }
 
-    pub(crate) fn on_replay_start(&mut self, conn: ConnId, result: Result<ReadResult, ReadError>) {
+    pub(crate) fn on_replay_start(
+        &mut self,
+        svc: &mut Services,
+        conn: ConnId,
+        result: Result<ReadResult, ReadError>,
+    ) {
         match result {
             // An unknown or foreign id replays from the very first event.
             Ok(ReadResult::EventSeq(seq)) => {
-                let seq = seq.map(|s| s + self.faults.replay_skips_boundary() as u64);
-                if let Some(sub) = self.sub_mut(conn) {
+                let seq = seq.map(|s| s + svc.faults.replay_skips_boundary() as u64);
+                if let Some(sub) = self.sub_mut(svc, conn) {
                     sub.delivered = seq.unwrap_or(0);
                 }
-                self.read_page(conn)
+                self.read_page(svc, conn)
             }
-            _ => self.replay_failed(conn),
+            _ => svc.replay_failed(conn),
         }
     }
 
     /// Reads the next page after the last delivered seq. Everything
     /// published before this read is visible to it, so the buffer restarts.
-    pub(crate) fn read_page(&mut self, conn: ConnId) {
-        let Some(s) = self.stream_mut(conn) else {
+    pub(crate) fn read_page(&mut self, svc: &mut Services, conn: ConnId) {
+        let Some(s) = svc.streams.get(conn) else {
             return;
         };
         let session_id = s.session_id.to_string();
-        let StreamKind::Subscribe(sub) = &mut s.kind else {
+        let Some(sub) = self.sub_mut(svc, conn) else {
             return;
         };
         sub.phase = Phase::Reading { overflow: false };
         sub.buffered.clear();
         let after_seq = sub.delivered;
-        let max_bytes = self.config.max_page_bytes;
-        self.read(
+        let max_bytes = svc.config.max_page_bytes;
+        svc.read(
             StoreRead::ReplayPage {
                 session_id,
                 after_seq,
@@ -133,70 +149,134 @@ impl Services {
         );
     }
 
-    /// Whether a gapless stream is over its window.
-    pub(crate) fn over_window(&self, conn: ConnId) -> bool {
-        (self.streams.get(conn)).is_some_and(|s| s.over_window(self.config.subscriber_window_bytes))
-    }
-
-    pub(crate) fn on_replay_page(&mut self, conn: ConnId, result: Result<ReadResult, ReadError>) {
+    pub(crate) fn on_replay_page(
+        &mut self,
+        svc: &mut Services,
+        conn: ConnId,
+        result: Result<ReadResult, ReadError>,
+    ) {
         // Rendered by the store: this loop only moves bytes.
         let (rows, more): (Vec<RenderedEvent>, bool) = match result {
             Ok(ReadResult::Frames { frames, more }) => (frames, more),
-            _ => return self.replay_failed(conn),
+            _ => return svc.replay_failed(conn),
         };
-        if self.sub_mut(conn).is_none() {
+        if self.sub_mut(svc, conn).is_none() {
             return;
         }
         for row in rows {
-            if self.over_window(conn) {
+            if svc.over_window(conn) {
                 // The rest is re-read once the consumer drains.
-                if let Some(sub) = self.sub_mut(conn) {
+                if let Some(sub) = self.sub_mut(svc, conn) {
                     sub.phase = Phase::Stalled;
                     sub.buffered.clear();
                 }
                 return;
             }
-            let delivered = self.sub_mut(conn).map_or(u64::MAX, |s| s.delivered);
+            let delivered = self.sub_mut(svc, conn).map_or(u64::MAX, |s| s.delivered);
             if row.seq <= delivered {
                 continue;
             }
-            self.encoded_frame(conn, row.frame);
-            if let Some(sub) = self.sub_mut(conn) {
+            svc.encoded_frame(conn, row.frame);
+            if let Some(sub) = self.sub_mut(svc, conn) {
                 sub.replayed(row.seq, row.id);
             }
         }
         let overflow = matches!(
-            self.sub_mut(conn).map(|s| s.phase),
+            self.sub_mut(svc, conn).map(|s| s.phase),
             Some(Phase::Reading { overflow: true })
         );
         if more || overflow {
-            return self.read_page(conn);
+            return self.read_page(svc, conn);
         }
         // Caught up: deliver what arrived meanwhile, skipping duplicates.
-        let pending = match self.sub_mut(conn) {
+        let pending = match self.sub_mut(svc, conn) {
             Some(sub) => std::mem::take(&mut sub.buffered),
             None => return,
         };
-        self.caught_up(conn);
+        self.caught_up(svc, conn);
         for ev in pending {
-            self.deliver(conn, &ev);
+            self.deliver(svc, conn, &ev);
         }
-        if self.sub_mut(conn).is_some_and(|s| s.finished()) {
-            self.end_stream(conn);
+        if self.sub_mut(svc, conn).is_some_and(|s| s.finished()) {
+            svc.end_stream(conn);
         }
     }
 
     /// Flush progress on a stalled gapless stream: once it is down to half
     /// its window, it catches up from the store.
-    pub(crate) fn subscriber_drained(&mut self, conn: ConnId) {
-        let low_water = self.config.subscriber_window_bytes / 2;
-        let Some(s) = self.stream_mut(conn) else {
+    pub(crate) fn subscriber_drained(&mut self, svc: &mut Services, conn: ConnId) {
+        let low_water = svc.config.subscriber_window_bytes / 2;
+        let Some(in_flight) = svc.streams.get(conn).map(|s| s.in_flight_bytes) else {
             return;
         };
-        let stalled = matches!(&s.kind, StreamKind::Subscribe(sub) if sub.phase == Phase::Stalled);
-        if stalled && s.in_flight_bytes <= low_water {
-            self.read_page(conn);
+        let stalled = self
+            .sub_mut(svc, conn)
+            .is_some_and(|s| s.phase == Phase::Stalled);
+        if stalled && in_flight <= low_water {
+            self.read_page(svc, conn);
         }
+    }
+
+    /// Ends every `session.subscribe` stream of the session (level-triggered:
+    /// also those still replaying).
+    pub(crate) fn unsubscribe_all(&mut self, svc: &mut Services, session_id: &SessionId) {
+        for conn in self.subscriptions(svc, session_id) {
+            svc.end_stream(conn);
+        }
+    }
+
+    /// The session's streams still open on it as subscriptions.
+    fn subscriptions(&self, svc: &Services, session_id: &SessionId) -> Vec<ConnId> {
+        svc.session_streams(&self.fanout(), session_id)
+            .into_iter()
+            .filter(|c| {
+                matches!(
+                    svc.streams.get(*c).map(|s| &s.kind),
+                    Some(StreamKind::Subscribe)
+                )
+            })
+            .collect()
+    }
+
+    /// Fans a committed event out to the session's live streams.
+    pub(crate) fn publish(&mut self, svc: &mut Services, session_id: &str, ev: &Appended) {
+        let limits = svc.flow_limits();
+        // Taken for the loop: writing a frame may end a stream and start the
+        // next pipelined request, whose own publishes must not see it.
+        let quiet = std::mem::take(&mut svc.quiet);
+        // Rendered once, at the first stream that takes it, and shared by
+        // the rest; each stream's frame still leaves in this loop's order.
+        let mut shared: Option<std::sync::Arc<[u8]>> = None;
+        for conn in svc.session_streams(&self.fanout(), session_id) {
+            let sub = self.subs.get_mut(&conn);
+            match (svc.streams).publish(conn, sub, ev, quiet.contains(&conn), limits) {
+                Live::Frame if ev.json.len() >= SHARE_VIEW_FROM => svc.event_frame(conn, ev),
+                Live::Frame => {
+                    let frame = shared
+                        .get_or_insert_with(|| crate::store::encode_event_frame(&ev.json).into());
+                    let frame = frame.clone();
+                    svc.encoded_frame(conn, frame);
+                }
+                live => svc.act_live(conn, ev, live),
+            }
+        }
+        svc.quiet = quiet;
+    }
+
+    /// Writes one live event unless already delivered (see
+    /// [`crate::streams::Hub::deliver`]).
+    fn deliver(&mut self, svc: &mut Services, conn: ConnId, ev: &Appended) {
+        let limits = svc.flow_limits();
+        let sub = self.sub_mut(svc, conn);
+        let live = svc.streams.deliver(conn, sub, ev, limits);
+        svc.act_live(conn, ev, live);
+    }
+}
+
+impl Services {
+    /// Whether a gapless stream is over its window.
+    pub(crate) fn over_window(&self, conn: ConnId) -> bool {
+        (self.streams.get(conn)).is_some_and(|s| s.over_window(self.config.subscriber_window_bytes))
     }
 
     pub(crate) fn replay_failed(&mut self, conn: ConnId) {
@@ -207,61 +287,6 @@ impl Services {
         );
         self.frame(conn, &frame);
         self.end_stream(conn);
-    }
-
-    /// Ends every `session.subscribe` stream of the session (level-triggered:
-    /// also those still replaying).
-    pub(crate) fn unsubscribe_all(&mut self, fanout: &[ConnId], session_id: &SessionId) {
-        for conn in self.subscriptions(fanout, session_id) {
-            self.end_stream(conn);
-        }
-    }
-
-    pub(crate) fn subscriptions(&self, fanout: &[ConnId], session_id: &SessionId) -> Vec<ConnId> {
-        self.session_streams(fanout, session_id)
-            .into_iter()
-            .filter(|c| {
-                matches!(
-                    self.streams.get(*c).map(|s| &s.kind),
-                    Some(StreamKind::Subscribe(_))
-                )
-            })
-            .collect()
-    }
-
-    /// Fans a committed event out to the session's live streams (those of
-    /// its `fanout` list still open on it).
-    pub(crate) fn publish(&mut self, fanout: &[ConnId], session_id: &str, ev: &Appended) {
-        let limits = self.flow_limits();
-        // Taken for the loop: writing a frame may end a stream and start the
-        // next pipelined request, whose own publishes must not see it.
-        let quiet = std::mem::take(&mut self.quiet);
-        // Rendered once, at the first stream that takes it, and shared by
-        // the rest; each stream's frame still leaves in this loop's order.
-        let mut shared: Option<std::sync::Arc<[u8]>> = None;
-        for conn in self.session_streams(fanout, session_id) {
-            match self
-                .streams
-                .publish(conn, ev, quiet.contains(&conn), limits)
-            {
-                Live::Frame if ev.json.len() >= SHARE_VIEW_FROM => self.event_frame(conn, ev),
-                Live::Frame => {
-                    let frame = shared
-                        .get_or_insert_with(|| crate::store::encode_event_frame(&ev.json).into());
-                    let frame = frame.clone();
-                    self.encoded_frame(conn, frame);
-                }
-                live => self.act_live(conn, ev, live),
-            }
-        }
-        self.quiet = quiet;
-    }
-
-    /// Writes one live event unless already delivered (see
-    /// [`crate::streams::Hub::deliver`]).
-    pub(crate) fn deliver(&mut self, conn: ConnId, ev: &Appended) {
-        let live = self.streams.deliver(conn, ev, self.flow_limits());
-        self.act_live(conn, ev, live);
     }
 
     pub(crate) fn act_live(&mut self, conn: ConnId, ev: &Appended, live: Live) {

@@ -180,10 +180,16 @@ impl LiveCx<'_> {
                     (self.sandbox_cx()).cancel_subagent(conn, session_id, key_id, p)
                 }
             }
-            P::Subscribe(p) => self.svc.subscribe(conn, session_id, p),
+            P::Subscribe(p) => {
+                // The part exists: this request's stream was opened on it.
+                if let Some(streams) = self.sessions.streams_mut(session_id) {
+                    streams.subscribe(self.svc, conn, session_id, p);
+                }
+            }
             P::Unsubscribe => {
-                let fanout = self.sessions.fanout(session_id);
-                self.svc.unsubscribe_all(&fanout, session_id);
+                if let Some(streams) = self.sessions.streams_mut(session_id) {
+                    streams.unsubscribe_all(self.svc, session_id);
+                }
                 self.svc.terminal_result(conn, r#"{"unsubscribed":true}"#);
             }
         }
@@ -206,8 +212,8 @@ impl LiveCx<'_> {
         }
         match report {
             Ok((event_type, payload)) => {
-                let fanout = self.sessions.fanout(session_id);
-                svc.append_event(&fanout, session_id, Some(key_id), event_type, payload);
+                let fanout = self.sessions.streams_mut(session_id);
+                svc.append_event(fanout, session_id, Some(key_id), event_type, payload);
                 svc.terminal_result(conn, r#"{"reported":true}"#);
             }
             Err(msg) => svc.terminal_error(conn, codes::INVALID_PARAMS, &msg),
@@ -236,7 +242,7 @@ impl LiveCx<'_> {
         let newly = self.catalog.drivers.entry(sid).or_default().insert(kid);
         if newly {
             self.svc.append_event(
-                &self.sessions.fanout(session_id),
+                self.sessions.streams_mut(session_id),
                 session_id,
                 Some(key_id),
                 EventType::SessionDriverRegister,
@@ -251,7 +257,7 @@ impl LiveCx<'_> {
             if !images.is_empty() {
                 let list = self.sandbox_cx().sandbox_images_json(&profile_id, &images);
                 self.svc.append_event(
-                    &self.sessions.fanout(session_id),
+                    self.sessions.streams_mut(session_id),
                     session_id,
                     Some(key_id),
                     EventType::SessionSandboxAvailable,
@@ -374,7 +380,7 @@ impl Services {
         let Some(stream) = self.streams.end(conn) else {
             return;
         };
-        if matches!(stream.kind, StreamKind::Subscribe(_)) {
+        if matches!(stream.kind, StreamKind::Subscribe) {
             // A replay read still in flight belongs to this stream: a later
             // request on the same keep-alive connection must not get its rows.
             self.reads.retain(|p| {
@@ -407,10 +413,15 @@ impl Services {
     }
 
     /// Accounts flushed bytes against in-flight frames.
+    /// (Between the two, a stalled subscription may read on:
+    /// [`crate::sessions::Sessions::stream_flushed`].)
     pub(crate) fn stream_flushed(&mut self, conn: ConnId, bytes: usize) {
         self.streams.flushed(conn, bytes);
-        self.subscriber_drained(conn);
-        // Deltas held for a slow reader (extension `turn.deltas`).
+    }
+
+    /// Deltas held for a slow reader (extension `turn.deltas`) that its
+    /// flush progress lets out.
+    pub(crate) fn send_drained_deltas(&mut self, conn: ConnId) {
         let (limits, now) = (self.delta_limits(), self.now.mono);
         for b in self.streams.deltas_drained(conn, limits, now) {
             self.send_ungated(conn, b);

@@ -25,14 +25,13 @@ use crate::routes::Routes;
 use crate::sandbox::SessionSandbox;
 use crate::services::Services;
 use crate::session_core::{Holder, SessionCore, TurnLoop};
+use crate::streams::SessionStreams;
 use crate::{ConnId, MonoMs};
 
 mod idem;
 mod mcp;
 mod sandbox;
 mod streams;
-
-use streams::SessionStreams;
 
 /// A create answered once its profile's MCP servers are connected.
 #[derive(Debug)]

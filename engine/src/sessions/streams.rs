@@ -1,36 +1,28 @@
-//! The session's part of its NDJSON streams: its fan-out list, the
-//! streams its events go to, in connection order. The connection's part
-//! (bytes in flight, the window, keepalive, what kind of request it
-//! answers) stays in the endpoint's stream hub (`crate::streams`), which
-//! reports every stream that ends; the engine drops it from its session's
-//! list when it next settles. Publication is handed the list
-//! ([`Sessions::fanout`]), so the services that append never reach the
-//! sessions table.
-
-use std::collections::BTreeSet;
+//! The session's part of its NDJSON streams: its fan-out list (the
+//! streams its events go to, in connection order) and each
+//! `session.subscribe` stream's [`Subscription`] (phase, replay progress,
+//! buffer, marker; the logic is `crate::subscribe`'s). The connection's
+//! part (bytes in flight, the window, keepalive, what kind of request it
+//! answers, the extensions it asked for) stays in the endpoint's stream hub
+//! (`crate::streams`), which reports every stream that ends; the engine
+//! drops it from its session's part when it next settles. Publication is
+//! handed the part (`streams::Fanout`; the type lives beside the hub so
+//! that the services need not import the sessions), so the services that append never reach
+//! the sessions table.
 
 use super::Sessions;
+use crate::conn::AnswerRead;
 use crate::ids::SessionId;
+use crate::services::Services;
+use crate::store::{ReadError, ReadResult};
+use crate::streams::{Fanout, Hub, SessionStreams};
 use crate::ConnId;
-
-/// Who gets a session's events: every stream opened on it and not yet
-/// seen to end (the hub filters out any that ended since).
-#[derive(Default)]
-pub(crate) struct SessionStreams {
-    conns: BTreeSet<ConnId>,
-}
-
-impl SessionStreams {
-    pub(crate) fn is_empty(&self) -> bool {
-        self.conns.is_empty()
-    }
-}
 
 impl Sessions {
     /// A stream opened on `id` (any kind: the hub decides per kind what
     /// it takes).
     pub(crate) fn stream_opened(&mut self, id: SessionId, conn: ConnId) {
-        self.table.entry(id).or_default().streams.conns.insert(conn);
+        self.table.entry(id).or_default().streams.opened(conn);
     }
 
     /// `conn`'s stream on `id` ended. `reopened`: the connection already
@@ -40,16 +32,65 @@ impl Sessions {
             return;
         }
         if let Some(s) = self.table.get_mut(id) {
-            s.streams.conns.remove(&conn);
+            s.streams.ended(conn);
         }
         self.prune(id);
+    }
+
+    /// Every stream the hub saw end leaves its session's part (unless the
+    /// connection's next stream is already open on the same session).
+    pub(crate) fn unlist_ended(&mut self, hub: &mut Hub) {
+        for (conn, id) in hub.take_ended() {
+            let reopened = hub.is_open_on(conn, &id);
+            self.stream_ended(&id, conn, reopened);
+        }
+    }
+
+    /// `id`'s part, to publish to (see [`Fanout`]).
+    pub(crate) fn streams_mut(&mut self, id: &str) -> Fanout<'_> {
+        Some(&mut self.table.get_mut(id)?.streams)
+    }
+
+    /// A replay read's answer goes to the subscription of the session its
+    /// stream is open on.
+    pub(crate) fn replay_read(
+        &mut self,
+        svc: &mut Services,
+        read: AnswerRead,
+        result: Result<ReadResult, ReadError>,
+    ) {
+        let (AnswerRead::ReplayStart { conn } | AnswerRead::ReplayPage { conn }) = read else {
+            return svc.on_answer_read(read, result);
+        };
+        let id = svc.streams.get(conn).map(|s| s.session_id.clone());
+        // A stream gone without its read dropped (its connection closed)
+        // still gets the failure frame it always got.
+        let mut gone = SessionStreams::default();
+        let streams = match id.and_then(|id| self.streams_mut(&id)) {
+            Some(s) => s,
+            None => &mut gone,
+        };
+        match read {
+            AnswerRead::ReplayStart { .. } => streams.on_replay_start(svc, conn, result),
+            _ => streams.on_replay_page(svc, conn, result),
+        }
+    }
+
+    /// Flush progress on `conn`: a stalled subscription may read on.
+    pub(crate) fn stream_flushed(&mut self, svc: &mut Services, conn: ConnId) {
+        let Some(id) = svc.streams.get(conn).map(|s| s.session_id.clone()) else {
+            return;
+        };
+        if let Some(streams) = self.streams_mut(&id) {
+            streams.subscriber_drained(svc, conn);
+        }
     }
 
     /// `id`'s fan-out list, in connection order (may name streams that
     /// ended since the engine last settled: the hub filters them).
     pub(crate) fn fanout(&self, id: &str) -> Vec<ConnId> {
         (self.table.get(id))
-            .map(|s| s.streams.conns.iter().copied().collect())
+            .map(|s| s.streams.fanout())
             .unwrap_or_default()
     }
 }

@@ -111,7 +111,7 @@ impl Hub {
     fn takes_deltas(&self, conn: ConnId) -> bool {
         self.streams.get(&conn).is_some_and(|s| {
             s.ext.has(Extension::TurnDeltas)
-                && matches!(s.kind, StreamKind::Turn | StreamKind::Subscribe(_))
+                && matches!(s.kind, StreamKind::Turn | StreamKind::Subscribe)
         })
     }
 

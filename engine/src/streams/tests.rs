@@ -107,22 +107,25 @@ fn with_kind(h: &mut Hub, conn: u64, kind: StreamKind) {
     h.get_mut(ConnId(conn)).unwrap().kind = kind;
 }
 
-fn subscription(phase: Phase) -> StreamKind {
-    StreamKind::Subscribe(Subscription {
+fn subscription(phase: Phase) -> Subscription {
+    Subscription {
         phase,
         buffered: Vec::new(),
         delivered: 0,
         marker: crate::streams::Marker::Done,
         until: crate::streams::Until::Close,
-    })
+    }
 }
 
 #[test]
 fn turn_streams_get_every_event_but_their_own_input() {
     let mut h = Hub::default();
     with_kind(&mut h, 1, StreamKind::Turn);
-    assert_eq!(h.publish(ConnId(1), &ev(1), false, LIMITS), Live::Frame);
-    assert_eq!(h.publish(ConnId(1), &ev(2), true, LIMITS), Live::Skip);
+    assert_eq!(
+        h.publish(ConnId(1), None, &ev(1), false, LIMITS),
+        Live::Frame
+    );
+    assert_eq!(h.publish(ConnId(1), None, &ev(2), true, LIMITS), Live::Skip);
 }
 
 #[test]
@@ -130,21 +133,37 @@ fn single_and_queued_streams_stay_silent() {
     let mut h = Hub::default();
     with_kind(&mut h, 1, StreamKind::Single);
     with_kind(&mut h, 2, StreamKind::Queued);
-    assert_eq!(h.publish(ConnId(1), &ev(1), false, LIMITS), Live::Skip);
-    assert_eq!(h.publish(ConnId(2), &ev(1), false, LIMITS), Live::Skip);
+    assert_eq!(
+        h.publish(ConnId(1), None, &ev(1), false, LIMITS),
+        Live::Skip
+    );
+    assert_eq!(
+        h.publish(ConnId(2), None, &ev(1), false, LIMITS),
+        Live::Skip
+    );
 }
 
 #[test]
 fn a_live_subscriber_gets_each_event_once() {
     let mut h = Hub::default();
-    with_kind(&mut h, 1, subscription(Phase::Live));
-    assert_eq!(h.publish(ConnId(1), &ev(5), false, LIMITS), Live::Frame);
+    with_kind(&mut h, 1, StreamKind::Subscribe);
+    let mut sub = subscription(Phase::Live);
+    let s = &mut sub;
     assert_eq!(
-        h.deliver(ConnId(1), &ev(5), LIMITS),
+        h.publish(ConnId(1), Some(s), &ev(5), false, LIMITS),
+        Live::Frame
+    );
+    assert_eq!(
+        h.deliver(ConnId(1), Some(&mut sub), &ev(5), LIMITS),
         Live::Skip,
         "duplicate"
     );
-    assert_eq!(h.deliver(ConnId(1), &ev(4), LIMITS), Live::Skip, "older");
+    let older = h.deliver(ConnId(1), Some(&mut sub), &ev(4), LIMITS);
+    assert_eq!(older, Live::Skip, "older");
+    assert_eq!(
+        h.publish(ConnId(1), None, &ev(6), false, LIMITS),
+        Live::Skip
+    );
 }
 
 #[test]
@@ -153,29 +172,33 @@ fn a_plain_consumer_with_too_many_frames_in_flight_lags() {
     with_kind(&mut h, 1, StreamKind::Turn);
     h.sent(ConnId(1), 10, MonoMs(0));
     h.sent(ConnId(1), 10, MonoMs(0));
-    assert_eq!(h.publish(ConnId(1), &ev(1), false, LIMITS), Live::Lagged);
+    assert_eq!(
+        h.publish(ConnId(1), None, &ev(1), false, LIMITS),
+        Live::Lagged
+    );
 }
 
 #[test]
 fn a_replaying_subscriber_buffers_then_lags_past_the_limit() {
     let mut h = Hub::default();
-    with_kind(&mut h, 1, subscription(Phase::Reading { overflow: false }));
-    assert_eq!(h.publish(ConnId(1), &ev(1), false, LIMITS), Live::Skip);
-    assert_eq!(h.publish(ConnId(1), &ev(2), false, LIMITS), Live::Skip);
-    assert_eq!(h.publish(ConnId(1), &ev(3), false, LIMITS), Live::Lagged);
+    with_kind(&mut h, 1, StreamKind::Subscribe);
+    let mut sub = subscription(Phase::Reading { overflow: false });
+    let mut publish = |seq| h.publish(ConnId(1), Some(&mut sub), &ev(seq), false, LIMITS);
+    assert_eq!(publish(1), Live::Skip);
+    assert_eq!(publish(2), Live::Skip);
+    assert_eq!(publish(3), Live::Lagged);
 }
 
 #[test]
 fn a_gapless_replaying_subscriber_drops_its_buffer_and_rereads() {
     let mut h = Hub::default();
-    with_kind(&mut h, 1, subscription(Phase::Reading { overflow: false }));
+    with_kind(&mut h, 1, StreamKind::Subscribe);
+    let mut sub = subscription(Phase::Reading { overflow: false });
     h.get_mut(ConnId(1)).unwrap().ext = Extensions::default().with(Extension::SubscribeGapless);
     for seq in 1..=3 {
-        assert_eq!(h.publish(ConnId(1), &ev(seq), false, LIMITS), Live::Skip);
+        let live = h.publish(ConnId(1), Some(&mut sub), &ev(seq), false, LIMITS);
+        assert_eq!(live, Live::Skip);
     }
-    let StreamKind::Subscribe(sub) = &h.get(ConnId(1)).unwrap().kind else {
-        panic!()
-    };
     assert_eq!(sub.phase, Phase::Reading { overflow: true });
     assert!(sub.buffered.is_empty());
 }
@@ -183,18 +206,17 @@ fn a_gapless_replaying_subscriber_drops_its_buffer_and_rereads() {
 #[test]
 fn a_gapless_subscriber_over_its_window_stalls_instead_of_lagging() {
     let mut h = Hub::default();
-    with_kind(&mut h, 1, subscription(Phase::Live));
+    with_kind(&mut h, 1, StreamKind::Subscribe);
+    let mut sub = subscription(Phase::Live);
     h.get_mut(ConnId(1)).unwrap().ext = Extensions::default().with(Extension::SubscribeGapless);
     for _ in 0..5 {
         h.sent(ConnId(1), 30, MonoMs(0));
     }
-    assert_eq!(h.publish(ConnId(1), &ev(1), false, LIMITS), Live::Skip);
-    let StreamKind::Subscribe(sub) = &h.get(ConnId(1)).unwrap().kind else {
-        panic!()
-    };
+    let live = h.publish(ConnId(1), Some(&mut sub), &ev(1), false, LIMITS);
+    assert_eq!(live, Live::Skip);
     assert_eq!(sub.phase, Phase::Stalled);
     assert_eq!(
-        h.publish(ConnId(1), &ev(2), false, LIMITS),
+        h.publish(ConnId(1), Some(&mut sub), &ev(2), false, LIMITS),
         Live::Skip,
         "nothing while stalled"
     );

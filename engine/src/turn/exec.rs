@@ -156,14 +156,9 @@ impl LiveCx<'_> {
         if let Some(bytes) = log.grew {
             self.sessions.history_grew(session_id, bytes);
         }
-        let fanout = self.sessions.fanout(session_id);
-        let ev = (self.svc).append_event_text(
-            &fanout,
-            session_id,
-            Some(&key_id),
-            log.event,
-            log.payload,
-        );
+        let fanout = self.sessions.streams_mut(session_id);
+        let ev =
+            (self.svc).append_event_text(fanout, session_id, Some(&key_id), log.event, log.payload);
         self.svc.quiet.clear();
         if let Some(core) = self.sessions.core_mut(session_id) {
             core.logged(log.tag, &ev);

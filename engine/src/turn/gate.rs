@@ -159,8 +159,8 @@ impl LiveCx<'_> {
         if let Some(owner_key) = cancelled {
             // Logged now; the next arrival (the owner's too) retires it
             // with error results for every open tool_use.
-            let fanout = self.sessions.fanout(session_id);
-            self.svc.log_abandoned(&fanout, session_id, &owner_key);
+            let fanout = self.sessions.streams_mut(session_id);
+            self.svc.log_abandoned(fanout, session_id, &owner_key);
             self.fire_gate_deadlines();
             return Cancelled::Paused;
         }

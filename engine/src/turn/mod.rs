@@ -164,8 +164,8 @@ impl LiveCx<'_> {
             Op::Send(message) => {
                 if let Takeover::Retire(p) = &takeover {
                     if !p.cancelled {
-                        let fanout = self.sessions.fanout(session_id);
-                        self.svc.log_abandoned(&fanout, session_id, &p.owner);
+                        let fanout = self.sessions.streams_mut(session_id);
+                        self.svc.log_abandoned(fanout, session_id, &p.owner);
                     }
                 }
                 self.acquire(waiter.conn, session_id, &waiter.key_id, message, takeover);
@@ -256,8 +256,8 @@ impl LiveCx<'_> {
             // cancelled pause logged its abandonment at the cancel (found
             // by sim seed 514: a compaction logged a second one).
             if !p.cancelled {
-                let fanout = self.sessions.fanout(session_id);
-                self.svc.log_abandoned(&fanout, session_id, &p.owner);
+                let fanout = self.sessions.streams_mut(session_id);
+                self.svc.log_abandoned(fanout, session_id, &p.owner);
             }
         }
         self.with_core(session_id, |core, world, _| {
@@ -499,7 +499,12 @@ impl Services {
         }
     }
 
-    pub(crate) fn log_abandoned(&mut self, fanout: &[ConnId], session_id: &str, owner: &str) {
+    pub(crate) fn log_abandoned(
+        &mut self,
+        fanout: crate::streams::Fanout<'_>,
+        session_id: &str,
+        owner: &str,
+    ) {
         let payload = json!({"reason": "driver_turn_abandoned", "owner_client_key_id": owner});
         self.append_event(
             fanout,

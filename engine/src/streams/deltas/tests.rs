@@ -53,13 +53,7 @@ fn hub() -> Hub {
 }
 
 fn sub() -> StreamKind {
-    StreamKind::Subscribe(crate::streams::Subscription {
-        phase: crate::streams::Phase::Live,
-        buffered: Vec::new(),
-        delivered: 0,
-        marker: crate::streams::Marker::Done,
-        until: crate::streams::Until::Close,
-    })
+    StreamKind::Subscribe
 }
 
 /// The frames' params, per connection.
