@@ -6,10 +6,11 @@
 //! extensions its drivers opted into, its MCP connection set
 //! ([`SessionMcp`]), its sandbox and subagents ([`SessionSandbox`]), the
 //! turn waiting for its MCP servers to be restored, its idempotency keys
-//! ([`SessionKeys`]) and its streams' fan-out list ([`SessionStreams`]).
-//! The table answers with typed results (the
-//! sessions whose histories were dropped, the gates that are due…) that the
-//! engine acts on; it never emits output itself.
+//! ([`SessionKeys`]) and its part of its streams ([`SessionStreams`]: the
+//! fan-out list and subscriptions). The table answers with typed results
+//! (the sessions whose histories were dropped, the gates that are due…)
+//! that the engine acts on; it emits output only through the parts it
+//! routes to (each given the services).
 
 use std::collections::{BTreeMap, BTreeSet};
 
