@@ -100,6 +100,7 @@ mod tests {
     use super::*;
     use crate::faults::Faults;
     use crate::history_cache::HistoryCache;
+    use crate::streams::Subscription;
 
     #[test]
     fn the_list_keeps_connection_order_and_prunes_with_its_last_stream() {
@@ -115,5 +116,20 @@ mod tests {
         }
         assert!(t.fanout("s").is_empty());
         assert_eq!(t.known_id("s"), None, "the entry went with its last stream");
+    }
+
+    /// A connection's subscription ended and its next stream opened on the
+    /// same session before the engine settled: the new stream is no
+    /// subscription, and the late end notice leaves it listed.
+    #[test]
+    fn a_reopened_connection_leaves_its_old_subscription_behind() {
+        let mut t = Sessions::new(HistoryCache::default(), Faults::default());
+        t.stream_opened(SessionId::new("s"), ConnId(1));
+        let part = t.streams_mut("s").unwrap();
+        part.subs.insert(ConnId(1), Subscription::new(false));
+        t.stream_opened(SessionId::new("s"), ConnId(1));
+        assert!(t.streams_mut("s").unwrap().subs.is_empty());
+        t.stream_ended("s", ConnId(1), true);
+        assert_eq!(t.fanout("s"), [ConnId(1)]);
     }
 }
