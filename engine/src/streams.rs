@@ -281,8 +281,12 @@ impl Hub {
 
     /// The streams of `fanout` (a session's list, in connection order)
     /// still open on `session_id`.
-    pub fn of_session(&self, fanout: &[ConnId], session_id: &str) -> Vec<ConnId> {
-        (fanout.iter().copied())
+    pub fn of_session<'a>(
+        &self,
+        fanout: impl IntoIterator<Item = &'a ConnId>,
+        session_id: &str,
+    ) -> Vec<ConnId> {
+        (fanout.into_iter().copied())
             .filter(|c| self.is_open_on(*c, session_id))
             .collect()
     }

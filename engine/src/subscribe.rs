@@ -227,7 +227,8 @@ impl SessionStreams {
 
     /// The session's streams still open on it as subscriptions.
     fn subscriptions(&self, svc: &Services, session_id: &SessionId) -> Vec<ConnId> {
-        svc.session_streams(&self.fanout(), session_id)
+        svc.streams
+            .of_session(self.conns(), session_id)
             .into_iter()
             .filter(|c| {
                 matches!(
@@ -247,7 +248,7 @@ impl SessionStreams {
         // Rendered once, at the first stream that takes it, and shared by
         // the rest; each stream's frame still leaves in this loop's order.
         let mut shared: Option<std::sync::Arc<[u8]>> = None;
-        for conn in svc.session_streams(&self.fanout(), session_id) {
+        for conn in svc.streams.of_session(self.conns(), session_id) {
             let sub = self.subs.get_mut(&conn);
             match (svc.streams).publish(conn, sub, ev, quiet.contains(&conn), limits) {
                 Live::Frame if ev.json.len() >= SHARE_VIEW_FROM => svc.event_frame(conn, ev),

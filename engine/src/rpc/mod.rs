@@ -296,12 +296,6 @@ impl Services {
         }
     }
 
-    /// The streams of `fanout` (the session's list) still open on
-    /// `session_id`, in connection order.
-    pub(crate) fn session_streams(&self, fanout: &[ConnId], session_id: &str) -> Vec<ConnId> {
-        self.streams.of_session(fanout, session_id)
-    }
-
     pub(crate) fn stream_mut(&mut self, conn: ConnId) -> Option<&mut Stream> {
         self.streams.get_mut(conn)
     }

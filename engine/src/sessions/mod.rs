@@ -67,7 +67,7 @@ pub(crate) struct Session {
 }
 
 impl Session {
-    fn is_empty(&self) -> bool {
+    pub(super) fn is_empty(&self) -> bool {
         self.core.is_none()
             && self.create.is_none()
             && self.driver_ext.is_empty()

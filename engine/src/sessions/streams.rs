@@ -31,10 +31,15 @@ impl Sessions {
         if reopened {
             return;
         }
-        if let Some(s) = self.table.get_mut(id) {
-            s.streams.ended(conn);
+        // One lookup (not `prune`'s second one): every request's stream
+        // ends here.
+        let Some(s) = self.table.get_mut(id) else {
+            return;
+        };
+        s.streams.ended(conn);
+        if s.is_empty() {
+            self.table.remove(id);
         }
-        self.prune(id);
     }
 
     /// Every stream the hub saw end leaves its session's part (unless the
@@ -90,7 +95,7 @@ impl Sessions {
     /// ended since the engine last settled: the hub filters them).
     pub(crate) fn fanout(&self, id: &str) -> Vec<ConnId> {
         (self.table.get(id))
-            .map(|s| s.streams.fanout())
+            .map(|s| s.streams.conns().iter().copied().collect())
             .unwrap_or_default()
     }
 }

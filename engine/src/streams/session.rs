@@ -37,7 +37,7 @@ impl SessionStreams {
     }
 
     /// The fan-out list, in connection order.
-    pub(crate) fn fanout(&self) -> Vec<ConnId> {
-        self.conns.iter().copied().collect()
+    pub(crate) fn conns(&self) -> &BTreeSet<ConnId> {
+        &self.conns
     }
 }
