@@ -73,7 +73,7 @@ impl Catalog {
         session_id: &str,
         key_id: &str,
         method: &str,
-        report: Result<(proto::wire::EventType, Value), String>,
+        report: Parsed<(proto::wire::EventType, Value)>,
     ) {
         if !self.require_driver(svc, conn, session_id, key_id, method) {
             return;

@@ -331,9 +331,14 @@ impl Services {
     }
 
     /// Terminal `error` frame (omitted for notifications), then the end.
-    pub(crate) fn terminal_error(&mut self, conn: ConnId, code: i64, message: &str) {
+    pub(crate) fn terminal_error(
+        &mut self,
+        conn: ConnId,
+        code: i64,
+        message: impl std::fmt::Display,
+    ) {
         if let Some(id) = self.stream_mut(conn).and_then(|s| s.id.clone()) {
-            let frame = jsonrpc::error_frame(Some(&id), code, message);
+            let frame = jsonrpc::error_frame(Some(&id), code, &message.to_string());
             self.frame(conn, &frame);
         }
         self.end_stream(conn);
