@@ -19,6 +19,7 @@ use engine::{ConnId, Input, Listener, Now, ProviderCall};
 use crate::driver::host::ProcessHost;
 use crate::driver::provider_stream::{perform_blocking, Abort};
 use crate::driver::reports::{listen_signals, Reports};
+use crate::driver::writes;
 use crate::driver::{spawn_store_thread, Boot, Clock};
 use engine::driver::{self as core, CallHandle, Core, Drain, Runtime, WriterMsg};
 
@@ -230,15 +231,15 @@ fn write_loop(
     rx: mpsc::Receiver<WriterMsg>,
     tx: mpsc::Sender<Event>,
 ) {
-    while let Ok(WriterMsg::Data(bytes)) = rx.recv() {
-        if s.write_all(&bytes).is_err() {
+    while let Ok(WriterMsg::Data(first)) = rx.recv() {
+        // What else is already queued (a burst of frames, a head and its
+        // body) leaves in the same write, reported once (as `baesrv`).
+        let batch = writes::gather(first, || rx.try_recv().ok());
+        if writes::write_blocking(&mut s, &batch.bufs).is_err() {
             break;
         }
-        let n = bytes.len();
-        if tx
-            .send(Event::Net(Input::Flushed { conn, bytes: n }))
-            .is_err()
-        {
+        let bytes = batch.total;
+        if tx.send(Event::Net(Input::Flushed { conn, bytes })).is_err() || batch.close_after {
             break;
         }
     }

@@ -36,7 +36,7 @@ pub mod reports;
 pub mod sandbox;
 mod smol_rt;
 mod store_jobs;
-mod writes;
+pub(crate) mod writes;
 
 pub use engine::driver::StoreDone;
 pub use entropy::OsEntropy;

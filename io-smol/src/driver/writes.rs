@@ -4,11 +4,13 @@
 //! socket takes (no copy: a page's head and its body, a burst of frames, a
 //! live event shared by many streams go out as they are). Also the flush
 //! ledger ([`Flushes`]) and the direct write of small buffers to an idle
-//! connection ([`write_now`]) of `baesrv`'s writers (`outbox.rs`).
+//! connection ([`write_now`]) of `baesrv`'s writers (`outbox.rs`); the
+//! same batching on a blocking socket for `baesrv-threads` ([`write_blocking`]).
 
 use std::cell::{Cell, RefCell};
 use std::io;
-use std::task::{Poll, Waker};
+use std::pin::Pin;
+use std::task::{Context, Poll, Waker};
 
 use engine::bytes::Bytes;
 use engine::ConnId;
@@ -23,17 +25,17 @@ pub(super) const MAX_SLICES: usize = 64;
 
 /// The buffers of one write, and whether the socket closes after them.
 #[derive(Debug)]
-pub(super) struct Batch {
-    pub(super) bufs: Vec<Bytes>,
+pub(crate) struct Batch {
+    pub(crate) bufs: Vec<Bytes>,
     /// Their total length (what the write reports as flushed).
-    pub(super) total: usize,
+    pub(crate) total: usize,
     /// A `Close` was queued right after them.
-    pub(super) close_after: bool,
+    pub(crate) close_after: bool,
 }
 
 /// Gathers `first` and what `try_next` yields without waiting, up to
 /// [`MAX_WRITE`] bytes or [`MAX_SLICES`] buffers, stopping at a `Close`.
-pub(super) fn gather(first: Bytes, mut try_next: impl FnMut() -> Option<WriterMsg>) -> Batch {
+pub(crate) fn gather(first: Bytes, mut try_next: impl FnMut() -> Option<WriterMsg>) -> Batch {
     let mut batch = Batch {
         total: first.len(),
         bufs: vec![first],
@@ -114,6 +116,52 @@ pub(super) async fn write_all_vectored(
         if i < bufs.len() {
             futures_lite::future::yield_now().await;
         }
+    }
+}
+
+/// [`write_all_vectored`] on a blocking socket (`baesrv-threads`' writer
+/// threads): the same pieces, each write waiting for the socket.
+pub(crate) fn write_blocking(out: &mut impl io::Write, bufs: &[Bytes]) -> io::Result<()> {
+    futures_lite::future::block_on(write_all_vectored(&mut Blocking(out), bufs))
+}
+
+/// A blocking writer as an [`AsyncWrite`] that is always ready.
+struct Blocking<'a, W>(&'a mut W);
+
+impl<W: io::Write> Blocking<'_, W> {
+    fn write_with(&mut self, f: impl Fn(&mut W) -> io::Result<usize>) -> Poll<io::Result<usize>> {
+        loop {
+            match f(self.0) {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                r => return Poll::Ready(r),
+            }
+        }
+    }
+}
+
+impl<W: io::Write> AsyncWrite for Blocking<'_, W> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        self.get_mut().write_with(|w| w.write(buf))
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        self.get_mut().write_with(|w| w.write_vectored(bufs))
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(self.get_mut().0.flush())
+    }
+
+    fn poll_close(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
     }
 }
 
@@ -446,5 +494,22 @@ mod tests {
         assert_eq!(out.got, b"fram");
         let e = [io::IoSlice::new(b"e")];
         assert_eq!(write_now(&mut out, &e), 0, "full: nothing, no error");
+    }
+
+    #[test]
+    fn a_blocking_write_resumes_after_a_signal_and_short_writes() {
+        let full = |room| Full {
+            room,
+            interrupted: false,
+            got: Vec::new(),
+        };
+        let bufs = [bytes(b"fra"), bytes(b""), bytes(b"me")];
+        let mut out = full(5);
+        write_blocking(&mut out, &bufs).unwrap();
+        assert_eq!(out.got, b"frame");
+        // A socket error ends the batch (the writer then closes).
+        let mut out = full(3);
+        let e = write_blocking(&mut out, &bufs).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::WouldBlock);
     }
 }
