@@ -213,9 +213,9 @@ impl Engine {
             return crate::admin_api::quota_problem(&mut self.svc, conn, &r);
         }
         // 9. Session row, session key and `session.open`, atomically.
-        let session_id = self.svc.new_id(IdKind::Session);
+        let session_id = SessionId::from(self.svc.new_id(IdKind::Session));
         let mut session = Session {
-            id: SessionId::new(&session_id),
+            id: session_id.clone(),
             creator: key.id.clone(),
             profile_id: self.catalog.profile_id(&profile_id),
             state: SessionState::Open,

@@ -47,12 +47,12 @@ pub enum LiveRead {
 pub enum PlaceRead {
     /// Replica mode: a session lease claim.
     Claim {
-        session_id: String,
+        session_id: crate::ids::SessionId,
         then: crate::replicas::ClaimFor,
     },
     /// A request naming a session the catalogue does not hold.
     LoadSession {
-        session_id: String,
+        session_id: crate::ids::SessionId,
         conn: ConnId,
         req: Box<proto::http::Request>,
         then: LoadFor,

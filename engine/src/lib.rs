@@ -457,7 +457,7 @@ impl Engine {
             } => match result {
                 Ok(()) => tracing::info!(profile = %profile_id, %image, "sandbox image available"),
                 Err(e) => {
-                    tracing::warn!(profile = %profile_id, %image, error = %e, "sandbox image provisioning failed")
+                    tracing::warn!(profile = %profile_id, %image, error = %e.detail(), "sandbox image provisioning failed")
                 }
             },
         }

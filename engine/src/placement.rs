@@ -14,6 +14,7 @@
 use proto::http::Request;
 
 use crate::conn::{LoadFor, PendingRead, PlaceRead};
+use crate::ids::SessionId;
 use crate::mcp::McpServerSpec;
 use crate::model::{Catalog, Key, Session};
 use crate::replicas::{self, ClaimFor, Forward, FORWARDED_HEADER};
@@ -31,7 +32,7 @@ impl Engine {
     /// exists) joins the catalogue and the request is routed again.
     pub(crate) fn on_session_loaded(
         &mut self,
-        session_id: &str,
+        session_id: &SessionId,
         (conn, req, then): (ConnId, Request, LoadFor),
         result: Result<ReadResult, ReadError>,
     ) {
@@ -149,12 +150,12 @@ impl Engine {
                 return self.svc.problem(conn, ProblemType::SessionExists, &detail);
             }
         }
-        let session_id = match plan.keep_id.take() {
+        let session_id = SessionId::from(match plan.keep_id.take() {
             Some(id) => id,
             None => self.svc.new_id(IdKind::Session),
-        };
+        });
         let mut session = Session {
-            id: crate::ids::SessionId::new(&session_id),
+            id: session_id.clone(),
             creator: key.id.clone(),
             profile_id: self.catalog.profile_id(&profile_id),
             state: plan.state,
@@ -228,7 +229,7 @@ impl Engine {
     pub(crate) fn connect_mcp_then_respond(
         &mut self,
         conn: ConnId,
-        session_id: &str,
+        session_id: &SessionId,
         names: &[String],
         body: Vec<u8>,
     ) {
@@ -246,13 +247,12 @@ impl Engine {
         if servers.is_empty() {
             return self.svc.respond_json(conn, 201, &body);
         }
-        let id = self.catalog.session_id(session_id);
         let now = self.svc.now.mono;
-        (self.sessions).connect_mcp(&mut self.mcp, &id, servers, now);
-        self.sessions.park_create(id, PendingCreate { conn, body });
+        (self.sessions).connect_mcp(&mut self.mcp, session_id, servers, now);
+        (self.sessions).park_create(session_id.clone(), PendingCreate { conn, body });
     }
 
-    pub(crate) fn release_create(&mut self, session_id: &str) {
+    pub(crate) fn release_create(&mut self, session_id: &SessionId) {
         if let Some(PendingCreate { conn, body }) = self.sessions.take_create(session_id) {
             if self.svc.conns.contains_key(&conn) {
                 self.svc.respond_json(conn, 201, &body);
@@ -260,9 +260,8 @@ impl Engine {
         }
         if let Some(turn_id) = self.sessions.take_mcp_wait(session_id) {
             if self.sessions.running_turn_id(session_id) == Some(turn_id) {
-                let sid = self.catalog.session_id(session_id);
                 self.live()
-                    .with_core(&sid, |core, world, _| core.mcp_ready(world));
+                    .with_core(session_id, |core, world, _| core.mcp_ready(world));
             }
         }
     }
@@ -290,6 +289,8 @@ impl Engine {
     /// Replica mode: whether `req` must wait for a lease claim first
     /// (`owner_only`: it changes the session or needs its live state;
     /// otherwise it only needs the session to be known here).
+    /// `session_id` is the request path's text, unchecked: it is typed
+    /// once a claim names it.
     pub(crate) fn claim_first(
         &mut self,
         conn: ConnId,
@@ -303,7 +304,7 @@ impl Engine {
             return false;
         }
         self.svc.claim(
-            session_id,
+            &SessionId::new(session_id),
             ClaimFor::Request {
                 conn,
                 req: Box::new(req.clone()),
@@ -314,7 +315,7 @@ impl Engine {
 
     /// Replica mode: a session created here is served here (its MCP
     /// connections and history cache are here already).
-    pub(crate) fn lease_new_session(&mut self, session_id: &str) {
+    pub(crate) fn lease_new_session(&mut self, session_id: &SessionId) {
         let Some(r) = self.replicas.as_mut() else {
             return;
         };
@@ -326,7 +327,7 @@ impl Engine {
 
     pub(crate) fn on_claim_done(
         &mut self,
-        session_id: &str,
+        session_id: &SessionId,
         then: ClaimFor,
         result: Result<ReadResult, ReadError>,
     ) {
@@ -353,7 +354,7 @@ impl Engine {
             Ok(Lease::Mine(_)) | Ok(Lease::NoSession) => self.route_client_ready(conn, *req),
             Ok(Lease::Elsewhere { addr }) => self.svc.forward(conn, &req, session_id, addr),
             Err(e) => {
-                tracing::error!(session = session_id, error = %e, "session lease claim failed");
+                tracing::error!(session = %session_id, error = %e, "session lease claim failed");
                 self.svc
                     .unavailable(conn, "the session's owner could not be determined; retry");
             }
@@ -418,7 +419,7 @@ impl Engine {
 
     /// The revocation cascade's last step (spec 03 §4.2) for a session this
     /// replica owns: open, and every session key bound to it revoked.
-    fn close_if_orphaned(&mut self, session_id: &str, by: &str) {
+    fn close_if_orphaned(&mut self, session_id: &SessionId, by: &str) {
         let open =
             self.catalog.sessions.get(session_id).map(|s| s.state) == Some(SessionState::Open);
         let orphaned = self.catalog.session_candidates(session_id).is_empty();
@@ -509,7 +510,8 @@ impl Engine {
         }
         cascade.sort();
         cascade.dedup_by(|a, b| a.0 == b.0);
-        for (session_id, by) in cascade {
+        for (name, by) in cascade {
+            let session_id = self.catalog.session_id(&name);
             if self.owns_session(&session_id) {
                 self.close_if_orphaned(&session_id, &by);
             } else {
@@ -520,7 +522,7 @@ impl Engine {
 }
 
 impl Services {
-    pub(crate) fn claim(&mut self, session_id: &str, then: ClaimFor) {
+    pub(crate) fn claim(&mut self, session_id: &SessionId, then: ClaimFor) {
         // Durable registrations follow the session to its new owner, as
         // they survive a restart; otherwise drivers register again.
         let drivers_since = match self.config.durable_drivers {
@@ -531,7 +533,7 @@ impl Services {
             session_id: session_id.to_string(),
             drivers_since,
         };
-        let session_id = session_id.to_string();
+        let session_id = session_id.clone();
         self.read(
             read,
             PendingRead::Place(PlaceRead::Claim { session_id, then }),
@@ -547,7 +549,13 @@ impl Services {
     }
 
     /// Hands `conn` with `req` to the owner at `addr`.
-    pub(crate) fn forward(&mut self, conn: ConnId, req: &Request, session_id: &str, addr: String) {
+    pub(crate) fn forward(
+        &mut self,
+        conn: ConnId,
+        req: &Request,
+        session_id: &SessionId,
+        addr: String,
+    ) {
         if req.header(FORWARDED_HEADER).is_some() {
             // The replica that sent it saw us as the owner; the lease moved
             // since. The client retries through the load balancer.
@@ -557,7 +565,7 @@ impl Services {
             target: "baesrv::client",
             method = %req.method.as_str(),
             path = %req.path(),
-            session = session_id,
+            session = %session_id,
             to = %addr,
             "forwarded to the session's owner"
         );
@@ -590,7 +598,8 @@ impl Residency {
     /// this one is not held, or requests that came before this one still
     /// wait for it (reads are answered in order, so requests reach the
     /// session in the order they arrived). Otherwise the session (if held)
-    /// is touched.
+    /// is touched. `session_id` is the request path's text, as in
+    /// [`Engine::claim_first`].
     pub(crate) fn load_first(
         &mut self,
         catalog: &mut Catalog,
@@ -614,7 +623,7 @@ impl Residency {
             drivers_since: svc.drivers_since(),
         };
         let pending = PlaceRead::LoadSession {
-            session_id: session_id.to_string(),
+            session_id: SessionId::new(session_id),
             conn,
             req: Box::new(req.clone()),
             then,

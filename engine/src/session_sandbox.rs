@@ -6,7 +6,7 @@ use proto::jsonrpc::{ExecRemoteSandboxParams, Parsed, RpcError, StartRemoteSandb
 use proto::wire::json;
 use serde_json::{json, Value};
 
-use crate::ids::SessionId;
+use crate::ids::{KeyId, SessionId};
 use crate::model::Catalog;
 use crate::sandbox::SandboxHub;
 use crate::sandbox::{
@@ -66,7 +66,7 @@ impl SandboxCx<'_> {
         &mut self,
         conn: ConnId,
         session_id: &SessionId,
-        key_id: &str,
+        key_id: &KeyId,
         params: Parsed<StartRemoteSandboxParams>,
     ) {
         let image = match params {
@@ -169,7 +169,7 @@ impl SandboxCx<'_> {
         &mut self,
         conn: ConnId,
         session_id: &SessionId,
-        key_id: &str,
+        key_id: &KeyId,
     ) {
         let requester = Requester::Rpc {
             conn,
@@ -202,7 +202,7 @@ impl SandboxCx<'_> {
         &mut self,
         conn: ConnId,
         session_id: &SessionId,
-        key_id: &str,
+        key_id: &KeyId,
         params: Parsed<ExecRemoteSandboxParams>,
     ) {
         let command = match params {
@@ -254,7 +254,7 @@ impl SandboxCx<'_> {
                     self.svc.terminal_error(
                         conn,
                         codes::APPLICATION_ERROR,
-                        &format!("sandbox exec failed: {detail}"),
+                        format_args!("sandbox exec failed: {detail}"),
                     );
                 }
             }
@@ -266,7 +266,7 @@ impl SandboxCx<'_> {
         &mut self,
         conn: ConnId,
         session_id: &SessionId,
-        key_id: &str,
+        key_id: &KeyId,
         params: Parsed<proto::jsonrpc::CancelSubagentParams>,
     ) {
         let id = match params {
@@ -416,7 +416,7 @@ impl Services {
                     self.terminal_error(
                         conn,
                         codes::APPLICATION_ERROR,
-                        &format!("sandbox stop failed: {detail}"),
+                        format_args!("sandbox stop failed: {detail}"),
                     );
                 }
             }

@@ -27,7 +27,7 @@ fn c070_send_message_missing_message() {
         json!([]),
     ] {
         assert_eq!(
-            SendMessageParams::parse(&params).unwrap_err(),
+            SendMessageParams::parse(&params).unwrap_err().to_string(),
             "Invalid params: missing \"message\""
         );
     }
@@ -48,15 +48,21 @@ fn c076_send_message_role_defaults_to_user() {
 #[test]
 fn send_message_detail_errors() {
     assert_eq!(
-        SendMessageParams::parse(&json!({"message":{"role":"user"}})).unwrap_err(),
+        SendMessageParams::parse(&json!({"message":{"role":"user"}}))
+            .unwrap_err()
+            .to_string(),
         "Invalid params: missing field `content`"
     );
     assert_eq!(
-        SendMessageParams::parse(&json!({"message":"hi"})).unwrap_err(),
+        SendMessageParams::parse(&json!({"message":"hi"}))
+            .unwrap_err()
+            .to_string(),
         "Invalid params: invalid type: string \"hi\", expected struct Message"
     );
     assert_eq!(
-        SendMessageParams::parse(&json!({"message":{"role":5,"content":"x"}})).unwrap_err(),
+        SendMessageParams::parse(&json!({"message":{"role":5,"content":"x"}}))
+            .unwrap_err()
+            .to_string(),
         "Invalid params: invalid type: integer `5`, expected a string"
     );
     // Other content values are kept verbatim (classification is the engine's job).
@@ -85,11 +91,15 @@ fn compact_params_c167() {
         Some("Summarize focusing on the open TODOs and their file paths.")
     );
     assert_eq!(
-        CompactParams::parse(&json!({"prompt":5})).unwrap_err(),
+        CompactParams::parse(&json!({"prompt":5}))
+            .unwrap_err()
+            .to_string(),
         "Invalid params: invalid type: integer `5`, expected a string"
     );
     assert_eq!(
-        CompactParams::parse(&json!({"prompt":["a"]})).unwrap_err(),
+        CompactParams::parse(&json!({"prompt":["a"]}))
+            .unwrap_err()
+            .to_string(),
         "Invalid params: invalid type: sequence, expected a string"
     );
     // Same text serde itself would produce for Option<String>.
@@ -97,7 +107,9 @@ fn compact_params_c167() {
         .unwrap_err()
         .to_string();
     assert_eq!(
-        CompactParams::parse(&json!({"prompt":5})).unwrap_err(),
+        CompactParams::parse(&json!({"prompt":5}))
+            .unwrap_err()
+            .to_string(),
         format!("Invalid params: {serde_msg}")
     );
 }
@@ -123,6 +135,7 @@ fn subscribe_params() {
     );
     assert!(SubscribeParams::parse(&json!({"since_event_id":1}))
         .unwrap_err()
+        .to_string()
         .starts_with("Invalid params: "));
 }
 
@@ -140,11 +153,15 @@ fn c115_update_client_tools_params() {
         0
     );
     assert_eq!(
-        UpdateClientToolsParams::parse(&json!({})).unwrap_err(),
+        UpdateClientToolsParams::parse(&json!({}))
+            .unwrap_err()
+            .to_string(),
         "Invalid params: missing \"tools\""
     );
     assert_eq!(
-        UpdateClientToolsParams::parse(&json!({"tools":null})).unwrap_err(),
+        UpdateClientToolsParams::parse(&json!({"tools":null}))
+            .unwrap_err()
+            .to_string(),
         "Invalid params: missing \"tools\""
     );
     for bad in [
@@ -152,24 +169,34 @@ fn c115_update_client_tools_params() {
         json!({"tools":[{"name":"a"},{"name":"  "}]}),
     ] {
         assert_eq!(
-            UpdateClientToolsParams::parse(&bad).unwrap_err(),
+            UpdateClientToolsParams::parse(&bad)
+                .unwrap_err()
+                .to_string(),
             "Invalid params: every tool requires a non-empty \"name\""
         );
     }
     assert_eq!(
-        UpdateClientToolsParams::parse(&json!({"tools":[{}]})).unwrap_err(),
+        UpdateClientToolsParams::parse(&json!({"tools":[{}]}))
+            .unwrap_err()
+            .to_string(),
         "Invalid params: missing field `name`"
     );
     assert_eq!(
-        UpdateClientToolsParams::parse(&json!({"tools":[{"name":3}]})).unwrap_err(),
+        UpdateClientToolsParams::parse(&json!({"tools":[{"name":3}]}))
+            .unwrap_err()
+            .to_string(),
         "Invalid params: invalid type: integer `3`, expected a string"
     );
     assert_eq!(
-        UpdateClientToolsParams::parse(&json!({"tools":"x"})).unwrap_err(),
+        UpdateClientToolsParams::parse(&json!({"tools":"x"}))
+            .unwrap_err()
+            .to_string(),
         "Invalid params: invalid type: string \"x\", expected a sequence"
     );
     assert_eq!(
-        UpdateClientToolsParams::parse(&json!({"tools":[5]})).unwrap_err(),
+        UpdateClientToolsParams::parse(&json!({"tools":[5]}))
+            .unwrap_err()
+            .to_string(),
         "Invalid params: invalid type: integer `5`, expected struct ClientToolDef"
     );
     // Stored form normalizes missing description / schema.
@@ -236,7 +263,9 @@ fn c138_start_remote_sandbox_image() {
         json!({"image":3}),
     ] {
         assert_eq!(
-            StartRemoteSandboxParams::parse(&bad).unwrap_err(),
+            StartRemoteSandboxParams::parse(&bad)
+                .unwrap_err()
+                .to_string(),
             "Invalid params: missing \"image\"",
             "{bad}"
         );
@@ -257,7 +286,9 @@ fn c144_exec_remote_sandbox_command() {
         json!({"command":["ls"]}),
     ] {
         assert_eq!(
-            ExecRemoteSandboxParams::parse(&bad).unwrap_err(),
+            ExecRemoteSandboxParams::parse(&bad)
+                .unwrap_err()
+                .to_string(),
             "Invalid params: missing \"command\""
         );
     }
@@ -290,7 +321,9 @@ fn c149_report_local_sandbox_states() {
         json!({"state":"Running","image":"i"}),
     ] {
         assert_eq!(
-            ReportLocalSandboxParams::parse(&bad).unwrap_err(),
+            ReportLocalSandboxParams::parse(&bad)
+                .unwrap_err()
+                .to_string(),
             "Invalid params: \"state\" must be \"running\", \"stopped\", or \"error\""
         );
     }
@@ -302,7 +335,8 @@ fn c150_report_local_sandbox_unsandboxed_and_image_rules() {
         ReportLocalSandboxParams::parse(
             &json!({"state":"running","image":"python:3.12","unsandboxed":true})
         )
-        .unwrap_err(),
+        .unwrap_err()
+        .to_string(),
         "Invalid params: \"image\" must be null when \"unsandboxed\" is true"
     );
     for ok in [
@@ -321,7 +355,8 @@ fn c150_report_local_sandbox_unsandboxed_and_image_rules() {
         ReportLocalSandboxParams::parse(
             &json!({"state":"running","image":"i","unsandboxed":"yes"})
         )
-        .unwrap_err(),
+        .unwrap_err()
+        .to_string(),
         "Invalid params: \"unsandboxed\" must be a boolean"
     );
     for missing in [
@@ -330,12 +365,16 @@ fn c150_report_local_sandbox_unsandboxed_and_image_rules() {
         json!({"state":"running","unsandboxed":false}),
     ] {
         assert_eq!(
-            ReportLocalSandboxParams::parse(&missing).unwrap_err(),
+            ReportLocalSandboxParams::parse(&missing)
+                .unwrap_err()
+                .to_string(),
             "Invalid params: missing \"image\""
         );
     }
     assert_eq!(
-        ReportLocalSandboxParams::parse(&json!({"state":"running","image":5})).unwrap_err(),
+        ReportLocalSandboxParams::parse(&json!({"state":"running","image":5}))
+            .unwrap_err()
+            .to_string(),
         "Invalid params: \"image\" must be a string or null"
     );
     // C-151: arbitrary images are accepted here (no allowlist at this layer).
@@ -386,29 +425,35 @@ fn c162_c163_report_local_subagent() {
         ReportLocalSubagentParams::parse(&o)
     };
     assert_eq!(
-        base("state", json!("done")).unwrap_err(),
+        base("state", json!("done")).unwrap_err().to_string(),
         "Invalid params: \"state\" must be \"start\", \"running\", \"completed\", \"failed\", or \"cancelled\""
     );
     let ids_msg =
         "Invalid params: \"subagent_id\", \"harness\", and \"model\" must be non-empty strings";
-    assert_eq!(base("harness", json!("")).unwrap_err(), ids_msg);
-    assert_eq!(base("harness", json!(" ")).unwrap_err(), ids_msg);
-    assert_eq!(base("model", json!(null)).unwrap_err(), ids_msg);
-    assert_eq!(base("subagent_id", json!(1)).unwrap_err(), ids_msg);
+    assert_eq!(base("harness", json!("")).unwrap_err().to_string(), ids_msg);
     assert_eq!(
-        base("detail", json!(1)).unwrap_err(),
+        base("harness", json!(" ")).unwrap_err().to_string(),
+        ids_msg
+    );
+    assert_eq!(base("model", json!(null)).unwrap_err().to_string(), ids_msg);
+    assert_eq!(
+        base("subagent_id", json!(1)).unwrap_err().to_string(),
+        ids_msg
+    );
+    assert_eq!(
+        base("detail", json!(1)).unwrap_err().to_string(),
         "Invalid params: \"detail\" must be a string or null"
     );
     assert_eq!(
-        base("reason", json!({})).unwrap_err(),
+        base("reason", json!({})).unwrap_err().to_string(),
         "Invalid params: \"reason\" must be a string or null"
     );
     assert_eq!(
-        base("exit_code", json!("1")).unwrap_err(),
+        base("exit_code", json!("1")).unwrap_err().to_string(),
         "Invalid params: \"exit_code\" must be an integer"
     );
     assert_eq!(
-        base("exit_code", json!(1.5)).unwrap_err(),
+        base("exit_code", json!(1.5)).unwrap_err().to_string(),
         "Invalid params: \"exit_code\" must be an integer"
     );
     assert_eq!(base("exit_code", json!(127)).unwrap().exit_code, Some(127));
@@ -430,7 +475,7 @@ fn cancel_subagent_params() {
         json!({"subagent_id":7}),
     ] {
         assert_eq!(
-            CancelSubagentParams::parse(&bad).unwrap_err(),
+            CancelSubagentParams::parse(&bad).unwrap_err().to_string(),
             "Invalid params: missing \"subagent_id\""
         );
     }
@@ -442,11 +487,15 @@ fn cancel_subagent_params() {
 #[test]
 fn objects_only_and_positional_params_have_no_members() {
     assert_eq!(
-        SendMessageParams::parse(&json!({"message":["user","hi"]})).unwrap_err(),
+        SendMessageParams::parse(&json!({"message":["user","hi"]}))
+            .unwrap_err()
+            .to_string(),
         "Invalid params: invalid type: sequence, expected struct Message"
     );
     assert_eq!(
-        UpdateClientToolsParams::parse(&json!({"tools":[["a"]]})).unwrap_err(),
+        UpdateClientToolsParams::parse(&json!({"tools":[["a"]]}))
+            .unwrap_err()
+            .to_string(),
         "Invalid params: invalid type: sequence, expected struct ClientToolDef"
     );
     assert_eq!(
@@ -454,7 +503,9 @@ fn objects_only_and_positional_params_have_no_members() {
         CompactParams::default()
     );
     assert_eq!(
-        StartRemoteSandboxParams::parse(&json!(["python:3.12"])).unwrap_err(),
+        StartRemoteSandboxParams::parse(&json!(["python:3.12"]))
+            .unwrap_err()
+            .to_string(),
         "Invalid params: missing \"image\""
     );
     // Unknown members are ignored.
@@ -472,18 +523,21 @@ fn objects_only_and_positional_params_have_no_members() {
 fn checks_run_in_documented_order_not_member_order() {
     assert_eq!(
         ReportLocalSandboxParams::parse(&json!({"unsandboxed":"yes","image":5,"state":"x"}))
-            .unwrap_err(),
+            .unwrap_err()
+            .to_string(),
         "Invalid params: \"state\" must be \"running\", \"stopped\", or \"error\""
     );
     assert_eq!(
         ReportLocalSubagentParams::parse(
             &json!({"exit_code":"x","detail":1,"model":"m","harness":"h","subagent_id":"s","state":"failed"})
         )
-        .unwrap_err(),
+        .unwrap_err().to_string(),
         "Invalid params: \"detail\" must be a string or null"
     );
     assert_eq!(
-        SubscribeParams::parse(&json!({"extensions":5,"since_event_id":1})).unwrap_err(),
+        SubscribeParams::parse(&json!({"extensions":5,"since_event_id":1}))
+            .unwrap_err()
+            .to_string(),
         "Invalid params: since_event_id must be a string"
     );
 }
@@ -516,12 +570,12 @@ fn subscribe_and_register_driver_extensions() {
         json!({"extensions":["turn.cancel",1]}),
     ] {
         assert_eq!(
-            RegisterDriverParams::parse(&bad).unwrap_err(),
+            RegisterDriverParams::parse(&bad).unwrap_err().to_string(),
             "Invalid params: \"extensions\" must be an array of strings",
             "{bad}"
         );
         assert_eq!(
-            SubscribeParams::parse(&bad).unwrap_err(),
+            SubscribeParams::parse(&bad).unwrap_err().to_string(),
             "Invalid params: \"extensions\" must be an array of strings"
         );
     }
@@ -539,19 +593,23 @@ fn typed_params_by_method() {
         panic!("not sendMessage");
     };
     assert_eq!(p.message.unwrap().content, json!("hi"));
-    assert!(p.idempotency_key.unwrap_err().contains("idempotency_key"));
+    assert!(p
+        .idempotency_key
+        .unwrap_err()
+        .to_string()
+        .contains("idempotency_key"));
     let compact =
         call(r#"{"jsonrpc":"2.0","id":1,"method":"session.compact","params":{"prompt":5}}"#);
     assert_eq!(
         compact.typed_params(),
-        MethodParams::Compact(Err(
-            "Invalid params: invalid type: integer `5`, expected a string".into()
-        ))
+        MethodParams::Compact(Err(ParamsError::Serde(
+            "invalid type: integer `5`, expected a string".into()
+        )))
     );
     let steer = call(r#"{"jsonrpc":"2.0","id":1,"method":"session.steerTurn"}"#);
     assert_eq!(
         steer.typed_params(),
-        MethodParams::SteerTurn(Err("Invalid params: missing \"message\"".into()))
+        MethodParams::SteerTurn(Err(ParamsError::Missing("message")))
     );
     for (method, want) in [
         ("session.unsubscribe", MethodParams::Unsubscribe),

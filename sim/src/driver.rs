@@ -9,6 +9,7 @@
 
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
+use std::ops::ControlFlow;
 use std::rc::Rc;
 
 use engine::driver::{self, CallHandle, Core, CoreBoot, Event, Host, Limits, Runtime, WriterMsg};
@@ -259,4 +260,56 @@ pub fn new_core(
         faults,
     };
     Core::new(boot, side.clone(), side.clone())
+}
+
+/// A world around one stopped process, as [`drain`] steps it.
+pub trait Draining {
+    /// The process's core, while it lives.
+    fn core(&mut self) -> Option<&mut SimCore>;
+    /// Performs what the last drain step asked for; `Break` when the
+    /// process exited doing it.
+    fn perform_drained(&mut self) -> ControlFlow<()>;
+    /// The oldest store job still pending.
+    fn next_job(&mut self) -> Option<Job>;
+    /// Executes `job` now: what the core hears (`None`: nothing, as for
+    /// the activity summary), or `Break` when the process exited.
+    fn execute(&mut self, job: Job) -> ControlFlow<(), Option<driver::StoreDone>>;
+}
+
+/// Bounds a drain that would never end (a bug under test, not a hang).
+const MAX_DRAIN_STEPS: usize = 100_000;
+
+/// The drain after a graceful shutdown's loop, as a runtime runs it: the
+/// core commits what is pending, each store job answered at once (the
+/// process is exiting, no new work comes in). `true` when it ran to its
+/// end, `false` when the process exited on the way.
+pub fn drain(w: &mut impl Draining) -> bool {
+    let Some(core) = w.core() else {
+        return false;
+    };
+    core.begin_drain();
+    for _ in 0..MAX_DRAIN_STEPS {
+        let Some(core) = w.core() else {
+            return false;
+        };
+        let d = core.drain();
+        if w.perform_drained().is_break() {
+            return false;
+        }
+        if d == driver::Drain::Done {
+            break;
+        }
+        let Some(job) = w.next_job() else {
+            break;
+        };
+        let done = match w.execute(job) {
+            ControlFlow::Break(()) => return false,
+            ControlFlow::Continue(None) => continue,
+            ControlFlow::Continue(Some(done)) => done,
+        };
+        if let Some(core) = w.core() {
+            core.drain_event(Event::Store(done));
+        }
+    }
+    true
 }

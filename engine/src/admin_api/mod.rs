@@ -520,7 +520,7 @@ impl Engine {
         let checked = match declarations.map(transfer::Declarations::typed) {
             None => Ok(()),
             Some(Ok((t, s, a))) => crate::model::check_declarations(profile, &t, &s, &a),
-            Some(Err(e)) => Err((ProblemType::InvalidDocument, e)),
+            Some(Err(e)) => Err((ProblemType::InvalidDocument, e.to_string())),
         };
         let primary = profile.row.primary_provider.clone();
         if mismatch {

@@ -45,11 +45,11 @@ impl Catalog {
             }
             proto::http::Method::Put => {
                 let quota = serde_json::from_slice::<serde_json::Value>(&req.body)
-                    .map_err(|_| "expected a JSON object".to_string())
+                    .map_err(|_| crate::quotas::QuotaError::NotAnObject)
                     .and_then(|v| crate::quotas::parse(&v));
                 let quota = match quota {
                     Ok(q) => q,
-                    Err(detail) => return svc.problem(conn, ProblemType::BadRequest, &detail),
+                    Err(e) => return svc.problem(conn, ProblemType::BadRequest, &e.to_string()),
                 };
                 svc.write(StoreWrite::PutQuota(QuotaRow {
                     scope: scope.clone(),
@@ -102,10 +102,7 @@ impl Catalog {
 
     /// Replica mode: a quota another replica set (a catalogue notice).
     pub(crate) fn quota_changed_elsewhere(&mut self, svc: &mut Services, row: QuotaRow) {
-        let quota = serde_json::from_str::<serde_json::Value>(&row.quota)
-            .map_err(|e| e.to_string())
-            .and_then(|v| crate::quotas::parse(&v));
-        match quota {
+        match crate::quotas::from_stored(&row.quota) {
             Ok(q) if self.quotas.get(&row.scope) == Some(q) => {}
             Ok(q) => {
                 self.quotas.set(row.scope.clone(), q, svc.now.mono);

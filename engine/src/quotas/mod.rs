@@ -22,7 +22,7 @@ mod tests;
 
 use std::collections::BTreeMap;
 
-pub use spec::{parse, render_window, Quota};
+pub use spec::{from_stored, parse, render_window, Quota, QuotaError};
 
 pub use crate::store::QuotaScope as Scope;
 use crate::time::{MonoMs, UnixMs};
@@ -192,10 +192,7 @@ impl Quotas {
     pub fn restore(rows: &[crate::store::QuotaRow], open: &[OpenCount], now: MonoMs) -> Self {
         let mut q = Quotas::default();
         for row in rows {
-            match serde_json::from_str::<serde_json::Value>(&row.quota)
-                .map_err(|e| e.to_string())
-                .and_then(|v| parse(&v).map_err(|e| e.to_string()))
-            {
+            match spec::from_stored(&row.quota) {
                 Ok(quota) => q.set(row.scope.clone(), quota, now),
                 Err(e) => tracing::error!(scope = ?row.scope, error = %e, "stored quota skipped"),
             }

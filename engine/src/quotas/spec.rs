@@ -61,42 +61,86 @@ pub fn render_window(ms: u64) -> String {
     format!("{}s", ms.div_ceil(1000))
 }
 
-fn int(v: &Value, field: &str, max: u64) -> Result<Option<u64>, String> {
+fn int(v: &Value, field: &'static str, max: u64) -> Result<Option<u64>, QuotaError> {
     match v {
         Value::Null => Ok(None),
         _ => match v.as_u64().filter(|n| (1..=max).contains(n)) {
             Some(n) => Ok(Some(n)),
-            None => Err(format!(
-                "{field}: expected an integer from 1 to {max}, or null"
-            )),
+            None => Err(QuotaError::OutOfRange { field, max }),
         },
     }
 }
 
+/// What is wrong with a quota body. `Display` is the admin API's `400`
+/// detail; each names the field and its range.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum QuotaError {
+    NotAnObject,
+    UnknownField(String),
+    /// A numeric field outside `1..=max` (or not an integer).
+    OutOfRange {
+        field: &'static str,
+        max: u64,
+    },
+    /// `window` is a string but not a duration in range.
+    WindowRange,
+    /// `window` is not a string.
+    WindowType,
+    BurstWithoutRate,
+    BudgetWithoutWindow,
+    /// Every field unset.
+    Empty,
+    /// A stored quota that is not JSON (serde's message; logged only).
+    Unreadable(String),
+}
+
+impl std::fmt::Display for QuotaError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let fields = FIELDS.join(", ");
+        match self {
+            QuotaError::NotAnObject => f.write_str("expected a JSON object"),
+            QuotaError::UnknownField(k) => write!(f, "{k}: unknown field (expected {fields})"),
+            QuotaError::OutOfRange { field, max } => {
+                write!(f, "{field}: expected an integer from 1 to {max}, or null")
+            }
+            QuotaError::WindowRange => f.write_str(
+                "window: expected a duration from 1m to 366d such as \"1h\" or \"1d\" (units s, m, h, d)",
+            ),
+            QuotaError::WindowType => {
+                f.write_str("window: expected a string such as \"1h\" or \"1d\"")
+            }
+            QuotaError::BurstWithoutRate => f.write_str("burst: needs requests_per_second"),
+            QuotaError::BudgetWithoutWindow => {
+                f.write_str("token_budget and window: set both or neither")
+            }
+            QuotaError::Empty => {
+                write!(f, "set at least one of {fields} (DELETE removes a quota)")
+            }
+            QuotaError::Unreadable(e) => f.write_str(e),
+        }
+    }
+}
+
+/// A quota as the store keeps it (the text [`Quota::to_json`] wrote).
+pub fn from_stored(text: &str) -> Result<Quota, QuotaError> {
+    let v =
+        serde_json::from_str::<Value>(text).map_err(|e| QuotaError::Unreadable(e.to_string()))?;
+    parse(&v)
+}
+
 /// The quota of a `PUT` body, or what is wrong with it.
-pub fn parse(body: &Value) -> Result<Quota, String> {
+pub fn parse(body: &Value) -> Result<Quota, QuotaError> {
     let Some(obj) = body.as_object() else {
-        return Err("expected a JSON object".into());
+        return Err(QuotaError::NotAnObject);
     };
     if let Some(k) = obj.keys().find(|k| !FIELDS.contains(&k.as_str())) {
-        return Err(format!(
-            "{k}: unknown field (expected {})",
-            FIELDS.join(", ")
-        ));
+        return Err(QuotaError::UnknownField(k.clone()));
     }
     let get = |f: &str| obj.get(f).unwrap_or(&Value::Null);
     let window_ms = match get("window") {
         Value::Null => None,
-        Value::String(s) => match parse_window(s) {
-            Some(ms) => Some(ms),
-            None => {
-                return Err(
-                    "window: expected a duration from 1m to 366d such as \"1h\" or \"1d\" (units s, m, h, d)"
-                        .into(),
-                )
-            }
-        },
-        _ => return Err("window: expected a string such as \"1h\" or \"1d\"".into()),
+        Value::String(s) => Some(parse_window(s).ok_or(QuotaError::WindowRange)?),
+        _ => return Err(QuotaError::WindowType),
     };
     let q = Quota {
         max_open_sessions: int(get("max_open_sessions"), "max_open_sessions", MAX_SESSIONS)?,
@@ -106,16 +150,13 @@ pub fn parse(body: &Value) -> Result<Quota, String> {
         window_ms,
     };
     if q.burst.is_some() && q.requests_per_second.is_none() {
-        return Err("burst: needs requests_per_second".into());
+        return Err(QuotaError::BurstWithoutRate);
     }
     if q.token_budget.is_some() != q.window_ms.is_some() {
-        return Err("token_budget and window: set both or neither".into());
+        return Err(QuotaError::BudgetWithoutWindow);
     }
     if q == Quota::default() {
-        return Err(format!(
-            "set at least one of {} (DELETE removes a quota)",
-            FIELDS.join(", ")
-        ));
+        return Err(QuotaError::Empty);
     }
     Ok(q)
 }

@@ -155,7 +155,7 @@ fn off_by_default_nothing_refuses() {
 
 #[test]
 fn bad_values_name_the_field_and_range() {
-    let bad = |v: serde_json::Value| parse(&v).unwrap_err();
+    let bad = |v: serde_json::Value| parse(&v).unwrap_err().to_string();
     assert_eq!(
         bad(serde_json::json!({"requests_per_second": 0})),
         "requests_per_second: expected an integer from 1 to 1000000, or null"
@@ -173,4 +173,50 @@ fn bad_values_name_the_field_and_range() {
     assert_eq!(ok.window_ms, Some(90 * 60_000));
     assert_eq!(ok.to_json()["window"], "90m");
     assert_eq!(q(ok.to_json()), ok, "the stored form reads back");
+}
+
+/// The admin API's `400` details, byte for byte.
+#[test]
+fn each_quota_error_renders_its_wire_text() {
+    use crate::quotas::QuotaError as E;
+    let fields = "max_open_sessions, requests_per_second, burst, token_budget, window";
+    let texts = [
+        (E::NotAnObject, "expected a JSON object".to_string()),
+        (
+            E::UnknownField("rps".into()),
+            format!("rps: unknown field (expected {fields})"),
+        ),
+        (
+            E::OutOfRange {
+                field: "burst",
+                max: 1_000_000,
+            },
+            "burst: expected an integer from 1 to 1000000, or null".into(),
+        ),
+        (
+            E::WindowRange,
+            "window: expected a duration from 1m to 366d such as \"1h\" or \"1d\" (units s, m, h, d)"
+                .into(),
+        ),
+        (
+            E::WindowType,
+            "window: expected a string such as \"1h\" or \"1d\"".into(),
+        ),
+        (E::BurstWithoutRate, "burst: needs requests_per_second".into()),
+        (
+            E::BudgetWithoutWindow,
+            "token_budget and window: set both or neither".into(),
+        ),
+        (
+            E::Empty,
+            format!("set at least one of {fields} (DELETE removes a quota)"),
+        ),
+    ];
+    for (e, text) in texts {
+        assert_eq!(e.to_string(), text);
+    }
+    assert_eq!(
+        parse(&serde_json::json!({"token_budget": 1, "window": 5})),
+        Err(E::WindowType)
+    );
 }

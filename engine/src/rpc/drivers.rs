@@ -7,6 +7,7 @@
 use proto::jsonrpc::{self, codes, Parsed};
 use serde_json::Value;
 
+use crate::ids::{KeyId, SessionId};
 use crate::model::Catalog;
 use crate::services::Services;
 use crate::ConnId;
@@ -26,8 +27,8 @@ impl Catalog {
         &mut self,
         svc: &mut Services,
         conn: ConnId,
-        session_id: &str,
-        key_id: &str,
+        session_id: &SessionId,
+        key_id: &KeyId,
         method: &str,
     ) -> bool {
         if self.is_driver(session_id, key_id) {
@@ -36,7 +37,7 @@ impl Catalog {
         svc.terminal_error(
             conn,
             codes::DRIVER_NOT_REGISTERED,
-            &format!("call session.registerDriver before {method}"),
+            format_args!("call session.registerDriver before {method}"),
         );
         false
     }
@@ -47,8 +48,8 @@ impl Catalog {
         &mut self,
         svc: &mut Services,
         conn: ConnId,
-        session_id: &str,
-        key_id: &str,
+        session_id: &SessionId,
+        key_id: &KeyId,
         method: &str,
     ) -> bool {
         if !self.require_driver(svc, conn, session_id, key_id, method) {
@@ -69,8 +70,8 @@ impl Catalog {
         &mut self,
         svc: &mut Services,
         conn: ConnId,
-        session_id: &str,
-        key_id: &str,
+        session_id: &SessionId,
+        key_id: &KeyId,
         params: Parsed<jsonrpc::UpdateClientToolsParams>,
     ) {
         if !self.require_open_driver(svc, conn, session_id, key_id, "session.updateClientTools") {

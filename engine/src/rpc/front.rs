@@ -15,7 +15,7 @@ use crate::session_core::{merge, SteerRefusal};
 /// the running turn's next provider call (`session_core/steer.rs` says
 /// where it lands).
 pub(crate) fn steer_content(params: Parsed<SendMessageParams>) -> Result<Value, RpcError> {
-    let message = params.map_err(|msg| RpcError::new(codes::INVALID_PARAMS, msg))?;
+    let message = params?;
     if message.role != "user" {
         return Err(RpcError::new(
             codes::INVALID_PARAMS,
@@ -39,7 +39,5 @@ pub(crate) fn steer_rejected(why: SteerRefusal) -> RpcError {
 /// `session.compact` (spec 07 §4.2): the call-level prompt; the request
 /// then waits on the turn gate like a `sendMessage`.
 pub(crate) fn compact_prompt(params: Parsed<CompactParams>) -> Result<Option<String>, RpcError> {
-    params
-        .map(|p| p.prompt)
-        .map_err(|msg| RpcError::new(codes::INVALID_PARAMS, msg))
+    params.map(|p| p.prompt).map_err(RpcError::from)
 }

@@ -204,7 +204,7 @@ impl LiveCx<'_> {
         session_id: &SessionId,
         key_id: &KeyId,
         method: &str,
-        report: Result<(EventType, Value), String>,
+        report: Parsed<(EventType, Value)>,
     ) {
         let svc = &mut *self.svc;
         if !(self.catalog).require_driver(svc, conn, session_id, key_id, method) {
@@ -361,9 +361,14 @@ impl Services {
     }
 
     /// Terminal `error` frame (omitted for notifications), then the end.
-    pub(crate) fn terminal_error(&mut self, conn: ConnId, code: i64, message: &str) {
+    pub(crate) fn terminal_error(
+        &mut self,
+        conn: ConnId,
+        code: i64,
+        message: impl std::fmt::Display,
+    ) {
         if let Some(id) = self.stream_mut(conn).and_then(|s| s.id.clone()) {
-            let frame = jsonrpc::error_frame(Some(&id), code, message);
+            let frame = jsonrpc::error_frame(Some(&id), code, &message.to_string());
             self.frame(conn, &frame);
         }
         self.end_stream(conn);

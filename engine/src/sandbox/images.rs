@@ -18,10 +18,9 @@ impl SandboxHub {
         let Some(image) = images.pop_front() else {
             return;
         };
-        let result = r.map_err(|e| e.detail().to_string());
-        let state = match &result {
+        let state = match &r {
             Ok(()) => ImageState::Available,
-            Err(t) => ImageState::Error(t.clone()),
+            Err(e) => ImageState::Error(e.detail().to_string()),
         };
         if let Some(list) = self.images.get_mut(&profile_id) {
             for (_, s) in list.iter_mut().filter(|(n, _)| *n == image) {
@@ -31,7 +30,7 @@ impl SandboxHub {
         self.notices.push_back(SandboxNotice::Provisioned {
             profile_id: profile_id.clone(),
             image,
-            result,
+            result: r,
         });
         self.next_provision(profile_id, images);
     }

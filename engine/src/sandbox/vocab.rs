@@ -199,7 +199,7 @@ pub enum SandboxNotice {
     Provisioned {
         profile_id: String,
         image: String,
-        result: Result<(), String>,
+        result: Result<(), DriverError>,
     },
 }
 

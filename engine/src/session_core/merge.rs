@@ -60,7 +60,7 @@ pub struct Merged {
 
 /// Owner + continuation: one result per expected id (server results win),
 /// then the client's non-result blocks in their order.
-pub fn merge_continuation(p: &PausedTurn<'_>, content: &Value) -> Result<Merged, String> {
+pub fn merge_continuation(p: &PausedTurn<'_>, content: &Value) -> Result<Merged, MergeInvalid> {
     let blocks: &[Value] = match content {
         Value::Array(a) => a,
         _ => &[],
@@ -69,14 +69,10 @@ pub fn merge_continuation(p: &PausedTurn<'_>, content: &Value) -> Result<Merged,
     for b in blocks.iter().filter(|b| is_tool_result(b)) {
         let id = result_id(b).unwrap_or("");
         if !p.expected.iter().any(|e| e == id) {
-            return Err(format!(
-                "tool_result id \"{id}\" is not in the paused assistant turn"
-            ));
+            return Err(MergeInvalid::NotInPausedTurn(id.to_string()));
         }
         if client.iter().any(|(c, _)| *c == id) {
-            return Err(format!(
-                "client returned a duplicate tool_result for id \"{id}\""
-            ));
+            return Err(MergeInvalid::DuplicateResult(id.to_string()));
         }
         client.push((id, b));
     }
@@ -89,7 +85,7 @@ pub fn merge_continuation(p: &PausedTurn<'_>, content: &Value) -> Result<Merged,
         } else if let Some((_, b)) = client.iter().find(|(c, _)| c == id) {
             out.push((*b).clone());
         } else {
-            return Err(format!("no tool_result for tool_use id \"{id}\""));
+            return Err(MergeInvalid::MissingResult(id.clone()));
         }
     }
     out.extend(blocks.iter().filter(|b| !is_tool_result(b)).cloned());
@@ -106,7 +102,7 @@ pub fn merge_abandonment(
     p: &PausedTurn<'_>,
     content: Option<&Value>,
     retiring: bool,
-) -> Result<Merged, String> {
+) -> Result<Merged, MergeInvalid> {
     let mut out = Vec::new();
     let mut server_ids = Vec::new();
     for id in p.expected {
@@ -123,16 +119,12 @@ pub fn merge_abandonment(
         Some(Value::String(_)) => {}
         Some(Value::Array(a)) => {
             if retiring && a.iter().any(is_tool_result) {
-                return Err(
-                    "timed-out replacement message must not contain tool_result blocks".to_string(),
-                );
+                return Err(MergeInvalid::ResultsInReplacement);
             }
             out.extend(a.iter().cloned());
         }
         Some(_) => {
-            return Err(
-                "abandonment message content must be a string or content-block array".to_string(),
-            );
+            return Err(MergeInvalid::AbandonmentContent);
         }
     }
     Ok(Merged {
@@ -149,7 +141,53 @@ pub enum Refused {
     NoPausedTurn,
     /// The continuation does not fit the paused turn: logged as the
     /// session's `tool_result_merge_invalid` error.
-    Invalid(String),
+    Invalid(MergeInvalid),
+}
+
+/// Why a message does not fit the paused turn it resumes or retires.
+/// `Display` is the wire text: the `-32000 tool result merge invalid: …`
+/// error and the logged `session.error` detail.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MergeInvalid {
+    /// A `tool_result` answers an id the paused turn did not ask for.
+    NotInPausedTurn(String),
+    /// Two client `tool_result`s answer the same id.
+    DuplicateResult(String),
+    /// A paused `tool_use` id has no result.
+    MissingResult(String),
+    /// A retirement's replacement carries `tool_result`s.
+    ResultsInReplacement,
+    /// An abandonment's content is neither a string nor a block array.
+    AbandonmentContent,
+    /// The continuation's role is not `user`.
+    Role(String),
+}
+
+impl std::fmt::Display for MergeInvalid {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            MergeInvalid::NotInPausedTurn(id) => write!(
+                f,
+                "tool_result id \"{id}\" is not in the paused assistant turn"
+            ),
+            MergeInvalid::DuplicateResult(id) => {
+                write!(f, "client returned a duplicate tool_result for id \"{id}\"")
+            }
+            MergeInvalid::MissingResult(id) => {
+                write!(f, "no tool_result for tool_use id \"{id}\"")
+            }
+            MergeInvalid::ResultsInReplacement => {
+                f.write_str("timed-out replacement message must not contain tool_result blocks")
+            }
+            MergeInvalid::AbandonmentContent => {
+                f.write_str("abandonment message content must be a string or content-block array")
+            }
+            MergeInvalid::Role(role) => write!(
+                f,
+                "paused tool continuation must have role \"user\", got \"{role}\""
+            ),
+        }
+    }
 }
 
 /// The single user message a request records when it takes the gate in
@@ -176,9 +214,7 @@ pub fn user_turn(
                 server_results: &p.server_results,
             };
             if role != "user" {
-                Err(format!(
-                    "paused tool continuation must have role \"user\", got \"{role}\""
-                ))
+                Err(MergeInvalid::Role(role.to_string()))
             } else if !retiring && !is_replacement(content) {
                 merge_continuation(&paused, content)
             } else {
@@ -268,12 +304,12 @@ mod tests {
         let missing = json!([{"type":"tool_result","tool_use_id":"a","content":"x"}]);
         assert_eq!(
             merge_continuation(&p, &missing).unwrap_err(),
-            "no tool_result for tool_use id \"b\""
+            MergeInvalid::MissingResult("b".into())
         );
         let extra = json!([{"type":"tool_result","tool_use_id":"z","content":"x"}]);
         assert_eq!(
             merge_continuation(&p, &extra).unwrap_err(),
-            "tool_result id \"z\" is not in the paused assistant turn"
+            MergeInvalid::NotInPausedTurn("z".into())
         );
         let dup = json!([
             {"type":"tool_result","tool_use_id":"a","content":"x"},
@@ -281,7 +317,7 @@ mod tests {
         ]);
         assert_eq!(
             merge_continuation(&p, &dup).unwrap_err(),
-            "client returned a duplicate tool_result for id \"a\""
+            MergeInvalid::DuplicateResult("a".into())
         );
         assert!(merge_continuation(&p, &json!([])).is_err());
     }
@@ -304,8 +340,14 @@ mod tests {
         let e = ids(&["a"]);
         let p = paused(&e, &[]);
         let with_result = json!([{"type":"tool_result","tool_use_id":"a","content":"x"}]);
-        assert!(merge_abandonment(&p, Some(&with_result), true).is_err());
-        assert!(merge_abandonment(&p, Some(&json!(7)), true).is_err());
+        assert_eq!(
+            merge_abandonment(&p, Some(&with_result), true).unwrap_err(),
+            MergeInvalid::ResultsInReplacement
+        );
+        assert_eq!(
+            merge_abandonment(&p, Some(&json!(7)), true).unwrap_err(),
+            MergeInvalid::AbandonmentContent
+        );
         assert!(merge_abandonment(&p, None, true).is_ok());
     }
 
@@ -350,7 +392,8 @@ mod tests {
         assert_eq!(logged[0]["dispatch"], "client");
         assert_eq!(logged[0]["is_error"], false);
         let bad = user_turn(&Takeover::Resume(p), "assistant", &json!([]));
-        assert!(matches!(bad, Err(Refused::Invalid(m)) if m.contains("role")));
+        let role = MergeInvalid::Role("assistant".into());
+        assert_eq!(bad, Err(Refused::Invalid(role)));
     }
 
     /// A retired pause is abandoned: every unanswered id gets the
@@ -364,5 +407,40 @@ mod tests {
         assert_eq!(logged.len(), 1);
         assert_eq!(logged[0]["is_error"], true);
         assert_eq!(logged[0]["content"], ABANDONED_TEXT);
+    }
+
+    /// The wire text of each merge refusal (after `tool result merge
+    /// invalid: `, and the `session.error` detail), byte for byte.
+    #[test]
+    fn each_merge_refusal_renders_its_wire_text() {
+        let texts = [
+            (
+                MergeInvalid::NotInPausedTurn("z".into()),
+                "tool_result id \"z\" is not in the paused assistant turn",
+            ),
+            (
+                MergeInvalid::DuplicateResult("a".into()),
+                "client returned a duplicate tool_result for id \"a\"",
+            ),
+            (
+                MergeInvalid::MissingResult("b".into()),
+                "no tool_result for tool_use id \"b\"",
+            ),
+            (
+                MergeInvalid::ResultsInReplacement,
+                "timed-out replacement message must not contain tool_result blocks",
+            ),
+            (
+                MergeInvalid::AbandonmentContent,
+                "abandonment message content must be a string or content-block array",
+            ),
+            (
+                MergeInvalid::Role("assistant".into()),
+                "paused tool continuation must have role \"user\", got \"assistant\"",
+            ),
+        ];
+        for (e, text) in texts {
+            assert_eq!(e.to_string(), text);
+        }
     }
 }

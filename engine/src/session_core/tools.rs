@@ -14,7 +14,7 @@ use serde_json::{json, Value};
 use super::effect::{Effect, Ending, Fact, SubagentAnswer, World};
 use super::round::{Round, RoundEnd, Waiting};
 use super::{Pause, SessionCore};
-use crate::sandbox::ExecOutput;
+use crate::sandbox::{ExecOutput, SandboxError};
 use crate::MonoMs;
 
 impl SessionCore {
@@ -170,13 +170,13 @@ impl SessionCore {
         });
     }
 
-    /// The sandbox exec of the block at `index` finished (`Err`: the
-    /// driver's error text); `sandbox` is `(image, container)`.
+    /// The sandbox exec of the block at `index` finished; `sandbox` is
+    /// `(image, container)`.
     pub fn on_exec_done(
         &mut self,
         index: usize,
         sandbox: (&str, &str),
-        result: Result<ExecOutput, String>,
+        result: Result<ExecOutput, SandboxError>,
         world: &dyn World,
         now: MonoMs,
     ) {
@@ -203,6 +203,8 @@ impl SessionCore {
                     (json!([{"type": "text", "text": text}]), out.exit_code != 0)
                 }
                 Err(error) => {
+                    // Logged as its documented text.
+                    let error = error.to_string();
                     // The driver error first (spec 06 §5.5 step 3), as the turn's.
                     c.log(
                         EventType::SessionSandboxError,

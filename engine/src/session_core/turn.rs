@@ -286,7 +286,8 @@ impl SessionCore {
                 );
             }
             Err(merge::Refused::Invalid(reason)) => {
-                let payload = json!({"reason": "tool_result_merge_invalid", "detail": reason});
+                let payload =
+                    json!({"reason": "tool_result_merge_invalid", "detail": reason.to_string()});
                 self.log(EventType::SessionError, payload);
                 self.emit(Effect::SessionError);
                 return self.fail(

@@ -45,22 +45,52 @@ impl Declarations {
 
     /// The typed declarations, for the checks a create makes (allowlist,
     /// reserved names, subagent entries); `Err` names a malformed one.
-    pub fn typed(&self) -> Result<Typed, String> {
+    pub fn typed(&self) -> Result<Typed, BadDeclaration> {
         fn parse<T: serde::de::DeserializeOwned>(
             list: &[Value],
-            what: &str,
-        ) -> Result<Vec<T>, String> {
+            kind: DeclarationKind,
+        ) -> Result<Vec<T>, BadDeclaration> {
             (list.iter())
                 .map(|v| {
-                    serde_json::from_value(v.clone()).map_err(|e| format!("invalid {what}: {e}"))
+                    serde_json::from_value(v.clone()).map_err(|e| BadDeclaration {
+                        kind,
+                        serde: e.to_string(),
+                    })
                 })
                 .collect()
         }
         Ok((
-            parse(&self.tools, "tool declaration")?,
-            parse(&self.sandbox_tools, "sandbox tool declaration")?,
-            parse(&self.subagent_tools, "subagent tool declaration")?,
+            parse(&self.tools, DeclarationKind::Client)?,
+            parse(&self.sandbox_tools, DeclarationKind::Sandbox)?,
+            parse(&self.subagent_tools, DeclarationKind::Subagent)?,
         ))
+    }
+}
+
+/// Which of the creator's declaration lists an entry is from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeclarationKind {
+    Client,
+    Sandbox,
+    Subagent,
+}
+
+/// A stored declaration that does not read as its type: which list, and
+/// serde's message. `Display`: `invalid <kind> declaration: <message>`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BadDeclaration {
+    pub kind: DeclarationKind,
+    pub serde: String,
+}
+
+impl std::fmt::Display for BadDeclaration {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let kind = match self.kind {
+            DeclarationKind::Client => "tool",
+            DeclarationKind::Sandbox => "sandbox tool",
+            DeclarationKind::Subagent => "subagent tool",
+        };
+        write!(f, "invalid {kind} declaration: {}", self.serde)
     }
 }
 
@@ -313,6 +343,28 @@ mod tests {
             tools: vec![json!({"description": "no name"})],
             ..Default::default()
         };
-        assert!(bad.typed().is_err());
+        let e = bad.typed().unwrap_err();
+        assert_eq!(e.kind, DeclarationKind::Client);
+        assert_eq!(
+            e.to_string(),
+            "invalid tool declaration: missing field `name`"
+        );
+    }
+
+    /// The import's `invalid_document` detail names the list.
+    #[test]
+    fn a_bad_declaration_renders_its_wire_text() {
+        let e = |kind| BadDeclaration {
+            kind,
+            serde: "msg".into(),
+        };
+        assert_eq!(
+            e(DeclarationKind::Sandbox).to_string(),
+            "invalid sandbox tool declaration: msg"
+        );
+        assert_eq!(
+            e(DeclarationKind::Subagent).to_string(),
+            "invalid subagent tool declaration: msg"
+        );
     }
 }

@@ -30,8 +30,8 @@ pub struct ImportTarget {
 /// unsupported_format_version`, with a detail naming the line.
 pub type Refusal = (ProblemType, String);
 
-fn invalid(detail: impl Into<String>) -> Refusal {
-    (ProblemType::InvalidDocument, detail.into())
+fn invalid(detail: impl std::fmt::Display) -> Refusal {
+    (ProblemType::InvalidDocument, detail.to_string())
 }
 
 /// The session a document describes, for `target`.

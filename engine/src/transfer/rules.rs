@@ -199,32 +199,29 @@ impl MessageRules {
         line: usize,
         facts: &MessageFacts,
         owner: Option<&str>,
-    ) -> Result<(), String> {
+    ) -> Result<(), RuleBroken> {
         let answering = self.open.take();
         if facts.user {
             let expected = answering.as_ref().map_or(&[][..], |(_, ids, _)| ids);
             if let Some(orphan) = (facts.tool_results.iter()).find(|id| !expected.contains(id)) {
-                return Err(format!(
-                    "line {line}: tool_result {orphan:?} answers no tool_use of the \
-                     assistant message before it"
-                ));
+                return Err(RuleBroken::OrphanResult {
+                    line,
+                    id: orphan.clone(),
+                });
             }
             if let Some((at, ids, _)) = &answering {
                 if let Some(open) = ids.iter().find(|id| !facts.tool_results.contains(id)) {
-                    return Err(orphan_use(*at, open, &format!("line {line}")));
+                    return Err(RuleBroken::unanswered(*at, open, Some(line)));
                 }
             }
             return Ok(());
         }
         if let Some((at, ids, _)) = &answering {
             let first = ids.first().map_or("", String::as_str);
-            return Err(orphan_use(*at, first, &format!("line {line}")));
+            return Err(RuleBroken::unanswered(*at, first, Some(line)));
         }
         if facts.paused && owner.is_none() {
-            return Err(format!(
-                "line {line}: a paused assistant message (tool_use with \"dispatch\") \
-                 must be attributed to its owner's client key"
-            ));
+            return Err(RuleBroken::PauseWithoutOwner { line });
         }
         if !facts.tool_uses.is_empty() {
             self.open = Some((line, facts.tool_uses.clone(), facts.paused));
@@ -233,22 +230,71 @@ impl MessageRules {
     }
 
     /// The log ended: only a pause may be left unanswered.
-    pub fn finish(self) -> Result<(), String> {
+    pub fn finish(self) -> Result<(), RuleBroken> {
         match self.open {
             Some((at, ids, false)) => {
                 let first = ids.first().map_or("", String::as_str);
-                Err(orphan_use(at, first, "the end of the log"))
+                Err(RuleBroken::unanswered(at, first, None))
             }
             _ => Ok(()),
         }
     }
 }
 
-fn orphan_use(at: usize, id: &str, before: &str) -> String {
-    format!(
-        "line {at}: tool_use {id:?} has no tool_result in the user message that follows \
-         it (before {before})"
-    )
+/// Which of the [`MessageRules`] a log breaks, and where (line numbers of
+/// the document). `Display` is the import's `invalid_document` detail.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RuleBroken {
+    /// A `tool_result` at `line` answers no `tool_use` of the message
+    /// before it.
+    OrphanResult { line: usize, id: String },
+    /// The `tool_use` `id` of the message at `at` is not answered before
+    /// the message at `before` (`None`: the end of the log).
+    Unanswered {
+        at: usize,
+        id: String,
+        before: Option<usize>,
+    },
+    /// A paused assistant message at `line` names no owner.
+    PauseWithoutOwner { line: usize },
+}
+
+impl RuleBroken {
+    fn unanswered(at: usize, id: &str, before: Option<usize>) -> Self {
+        RuleBroken::Unanswered {
+            at,
+            id: id.to_string(),
+            before,
+        }
+    }
+}
+
+impl std::fmt::Display for RuleBroken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RuleBroken::OrphanResult { line, id } => write!(
+                f,
+                "line {line}: tool_result {id:?} answers no tool_use of the \
+                 assistant message before it"
+            ),
+            RuleBroken::Unanswered { at, id, before } => {
+                write!(
+                    f,
+                    "line {at}: tool_use {id:?} has no tool_result in the user message that \
+                     follows it (before "
+                )?;
+                match before {
+                    Some(line) => write!(f, "line {line})"),
+                    None => f.write_str("the end of the log)"),
+                }
+            }
+            RuleBroken::PauseWithoutOwner { line } => write!(
+                f,
+                "line {line}: a paused assistant message (tool_use with \"dispatch\") \
+                 must be attributed to its owner's client key"
+            ),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -396,7 +442,7 @@ mod tests {
         let mut r = MessageRules::default();
         r.message(1, &use_, Some("k")).unwrap();
         let e = r.message(2, &one, Some("k")).unwrap_err();
-        assert!(e.contains("\"b\""), "{e}");
+        assert!(e.to_string().contains("\"b\""), "{e}");
 
         let mut r = MessageRules::default();
         r.message(1, &use_, Some("k")).unwrap();
@@ -404,11 +450,15 @@ mod tests {
 
         let mut r = MessageRules::default();
         let e = r.message(1, &one, Some("k")).unwrap_err();
-        assert!(e.contains("answers no tool_use"), "{e}");
+        assert!(matches!(e, RuleBroken::OrphanResult { line: 1, .. }), "{e}");
 
         let mut r = MessageRules::default();
         r.message(1, &use_, Some("k")).unwrap();
-        assert!(r.finish().unwrap_err().contains("end of the log"));
+        let e = r.finish().unwrap_err();
+        assert!(
+            matches!(e, RuleBroken::Unanswered { before: None, .. }),
+            "{e}"
+        );
     }
 
     #[test]
@@ -420,6 +470,34 @@ mod tests {
         r.message(3, &pause, Some("key_1")).unwrap();
         r.finish().unwrap();
         let mut r = MessageRules::default();
-        assert!(r.message(3, &pause, None).unwrap_err().contains("owner"));
+        let e = r.message(3, &pause, None).unwrap_err();
+        assert_eq!(e, RuleBroken::PauseWithoutOwner { line: 3 });
+    }
+
+    /// The texts an import's `invalid_document` detail carries, byte for
+    /// byte.
+    #[test]
+    fn each_broken_rule_renders_its_wire_text() {
+        let texts = [
+            (
+                RuleBroken::OrphanResult { line: 4, id: "tu_9".into() },
+                "line 4: tool_result \"tu_9\" answers no tool_use of the assistant message before it",
+            ),
+            (
+                RuleBroken::unanswered(2, "tu_1", Some(3)),
+                "line 2: tool_use \"tu_1\" has no tool_result in the user message that follows it (before line 3)",
+            ),
+            (
+                RuleBroken::unanswered(2, "tu_1", None),
+                "line 2: tool_use \"tu_1\" has no tool_result in the user message that follows it (before the end of the log)",
+            ),
+            (
+                RuleBroken::PauseWithoutOwner { line: 5 },
+                "line 5: a paused assistant message (tool_use with \"dispatch\") must be attributed to its owner's client key",
+            ),
+        ];
+        for (e, text) in texts {
+            assert_eq!(e.to_string(), text);
+        }
     }
 }

@@ -420,8 +420,6 @@ impl LiveCx<'_> {
         if self.sessions.running_turn_id(session_id) != Some(turn) {
             return;
         }
-        // The core logs the error as its documented text.
-        let result = result.map_err(|e| e.to_string());
         let sandbox = (handle.image.as_str(), handle.container.as_str());
         self.with_core(session_id, |core, world, now| {
             core.on_exec_done(index, sandbox, result, world, now)

@@ -669,10 +669,6 @@ pub fn invalid_params(detail: impl Display) -> (i64, String) {
     (codes::INVALID_PARAMS, format!("Invalid params: {detail}"))
 }
 
-fn ip(detail: impl Display) -> String {
-    invalid_params(detail).1
-}
-
 // ---------------------------------------------------------------------------
 // Results
 
@@ -760,6 +756,8 @@ pub mod results {
 mod extensions;
 mod line_separators;
 mod params;
+mod params_error;
 pub use extensions::*;
 pub use line_separators::escape_line_separators;
 pub use params::*;
+pub use params_error::ParamsError;

@@ -14,7 +14,7 @@ use super::*;
 
 /// Deserializes a method's params. A params value that is not an object
 /// (positional params) has no members.
-fn from_params<T: DeserializeOwned>(params: &Value) -> Result<T, String> {
+fn from_params<T: DeserializeOwned>(params: &Value) -> Parsed<T> {
     let empty;
     let object = if params.is_object() {
         params
@@ -22,7 +22,7 @@ fn from_params<T: DeserializeOwned>(params: &Value) -> Result<T, String> {
         empty = Value::Object(Map::new());
         &empty
     };
-    T::deserialize(object).map_err(ip)
+    T::deserialize(object).map_err(|e| ParamsError::Serde(e.to_string()))
 }
 
 /// One member of the params as sent: absent, `null`, a valid `T`, or
@@ -118,10 +118,10 @@ impl SendMessageParams {
     /// expected struct Message`; `content` absent →
     /// `Invalid params: missing field \`content\``; non-string `role` →
     /// `Invalid params: invalid type: …, expected a string`.
-    pub fn parse(params: &Value) -> Result<Self, String> {
+    pub fn parse(params: &Value) -> Parsed<Self> {
         let wire: SendMessageWire = from_params(params)?;
         let Some(m) = wire.message else {
-            return Err(ip("missing \"message\""));
+            return Err(ParamsError::Missing("message"));
         };
         Ok(SendMessageParams {
             role: m.role.unwrap_or_else(|| "user".to_owned()),
@@ -143,16 +143,14 @@ struct IdempotencyKeyWire {
 /// `send.idempotent`): absent or `null` = none; anything but a string of
 /// 1 to 255 characters is `Invalid params: "idempotency_key" must be a
 /// non-empty string of at most 255 characters`.
-pub fn idempotency_key(params: &Value) -> Result<Option<String>, String> {
+pub fn idempotency_key(params: &Value) -> Parsed<Option<String>> {
     let wire: IdempotencyKeyWire = from_params(params)?;
     match wire.idempotency_key {
         Member::Absent | Member::Null => Ok(None),
         Member::Valid(k) if !k.is_empty() && k.chars().count() <= MAX_IDEMPOTENCY_KEY_CHARS => {
             Ok(Some(k))
         }
-        _ => Err(ip(
-            "\"idempotency_key\" must be a non-empty string of at most 255 characters",
-        )),
+        _ => Err(ParamsError::IdempotencyKey),
     }
 }
 
@@ -166,7 +164,7 @@ pub struct CompactParams {
 impl CompactParams {
     /// Error: `prompt` neither string nor `null` →
     /// `Invalid params: invalid type: …, expected a string` (C-167).
-    pub fn parse(params: &Value) -> Result<Self, String> {
+    pub fn parse(params: &Value) -> Parsed<Self> {
         from_params(params)
     }
 }
@@ -175,7 +173,7 @@ impl CompactParams {
 /// (docs/extensions.md): absent = none; unknown names are ignored (a
 /// client may ask for ones a server does not have); anything but an array
 /// of strings (`null` included) is an error.
-fn extension_set(m: Member<Vec<String>>) -> Result<Option<Extensions>, String> {
+fn extension_set(m: Member<Vec<String>>) -> Parsed<Option<Extensions>> {
     match m {
         Member::Absent => Ok(None),
         Member::Valid(names) => Ok(Some(
@@ -184,7 +182,7 @@ fn extension_set(m: Member<Vec<String>>) -> Result<Option<Extensions>, String> {
                 .filter_map(|n| Extension::parse(n))
                 .fold(Extensions::default(), Extensions::with),
         )),
-        Member::Null | Member::Invalid => Err(ip("\"extensions\" must be an array of strings")),
+        Member::Null | Member::Invalid => Err(ParamsError::Extensions),
     }
 }
 
@@ -196,7 +194,7 @@ struct ExtensionsWire {
 
 impl Extensions {
     /// `params.extensions`: see [`RegisterDriverParams`].
-    pub fn from_params(params: &Value) -> Result<Option<Self>, String> {
+    pub fn from_params(params: &Value) -> Parsed<Option<Self>> {
         extension_set(from_params::<ExtensionsWire>(params)?.extensions)
     }
 }
@@ -212,7 +210,7 @@ pub struct RegisterDriverParams {
 impl RegisterDriverParams {
     /// Error: `extensions` not an array of strings → `Invalid params:
     /// "extensions" must be an array of strings`.
-    pub fn parse(params: &Value) -> Result<Self, String> {
+    pub fn parse(params: &Value) -> Parsed<Self> {
         Ok(RegisterDriverParams {
             extensions: Extensions::from_params(params)?,
         })
@@ -240,12 +238,12 @@ impl SubscribeParams {
     /// Errors, in order: `since_event_id` neither string nor `null` →
     /// `Invalid params: since_event_id must be a string`; then those of
     /// `extensions` (see [`RegisterDriverParams`]).
-    pub fn parse(params: &Value) -> Result<Self, String> {
+    pub fn parse(params: &Value) -> Parsed<Self> {
         let wire: SubscribeWire = from_params(params)?;
         let since_event_id = match wire.since_event_id {
             Member::Absent | Member::Null => None,
             Member::Valid(s) => Some(s),
-            Member::Invalid => return Err(ip("since_event_id must be a string")),
+            Member::Invalid => return Err(ParamsError::SinceEventId),
         };
         Ok(SubscribeParams {
             since_event_id,
@@ -283,13 +281,13 @@ impl UpdateClientToolsParams {
     /// `Invalid params: missing "tools"`; not an array of tool objects with
     /// string `name` → `Invalid params: <serde error>`; a blank name →
     /// `Invalid params: every tool requires a non-empty "name"`.
-    pub fn parse(params: &Value) -> Result<Self, String> {
+    pub fn parse(params: &Value) -> Parsed<Self> {
         let wire: UpdateClientToolsWire = from_params(params)?;
         let Some(tools) = wire.tools else {
-            return Err(ip("missing \"tools\""));
+            return Err(ParamsError::Missing("tools"));
         };
         if tools.iter().any(|t| t.name.trim().is_empty()) {
-            return Err(ip("every tool requires a non-empty \"name\""));
+            return Err(ParamsError::BlankToolName);
         }
         Ok(UpdateClientToolsParams { tools })
     }
@@ -323,11 +321,11 @@ struct ImageWire {
 
 impl StartRemoteSandboxParams {
     /// Error: missing, non-string or blank → `Invalid params: missing "image"` (C-138).
-    pub fn parse(params: &Value) -> Result<Self, String> {
+    pub fn parse(params: &Value) -> Parsed<Self> {
         let wire: ImageWire = from_params(params)?;
         match wire.image.non_blank() {
             Some(image) => Ok(StartRemoteSandboxParams { image }),
-            None => Err(ip("missing \"image\"")),
+            None => Err(ParamsError::Missing("image")),
         }
     }
 }
@@ -347,11 +345,11 @@ struct CommandWire {
 
 impl ExecRemoteSandboxParams {
     /// Error: missing or non-string → `Invalid params: missing "command"` (C-144).
-    pub fn parse(params: &Value) -> Result<Self, String> {
+    pub fn parse(params: &Value) -> Parsed<Self> {
         let wire: CommandWire = from_params(params)?;
         match wire.command.valid() {
             Some(command) => Ok(ExecRemoteSandboxParams { command }),
-            None => Err(ip("missing \"command\"")),
+            None => Err(ParamsError::Missing("command")),
         }
     }
 }
@@ -432,21 +430,20 @@ impl ReportLocalSandboxParams {
     /// 3. unsandboxed with a non-null `image` → `Invalid params: "image" must be null when "unsandboxed" is true`;
     ///    otherwise `image` absent/`null` → `Invalid params: missing "image"`,
     ///    non-string → `Invalid params: "image" must be a string or null`.
-    pub fn parse(params: &Value) -> Result<Self, String> {
+    pub fn parse(params: &Value) -> Parsed<Self> {
         let w: ReportLocalSandboxWire = from_params(params)?;
-        let state = (w.state.valid())
-            .ok_or_else(|| ip("\"state\" must be \"running\", \"stopped\", or \"error\""))?;
+        let state = (w.state.valid()).ok_or(ParamsError::SandboxState)?;
         let unsandboxed = match w.unsandboxed {
             Member::Absent | Member::Null => false,
             Member::Valid(b) => b,
-            Member::Invalid => return Err(ip("\"unsandboxed\" must be a boolean")),
+            Member::Invalid => return Err(ParamsError::Unsandboxed),
         };
         let image = match (unsandboxed, w.image) {
             (true, i) if i.is_missing() => None,
-            (true, _) => return Err(ip("\"image\" must be null when \"unsandboxed\" is true")),
+            (true, _) => return Err(ParamsError::ImageWhenUnsandboxed),
             (false, Member::Valid(s)) => Some(s),
-            (false, Member::Invalid) => return Err(ip("\"image\" must be a string or null")),
-            (false, _) => return Err(ip("missing \"image\"")),
+            (false, Member::Invalid) => return Err(ParamsError::StringOrNull("image")),
+            (false, _) => return Err(ParamsError::Missing("image")),
         };
         Ok(ReportLocalSandboxParams {
             state,
@@ -564,11 +561,11 @@ struct ReportLocalSubagentWire {
 
 /// An optional string member: absent or `null` is none, a string is kept,
 /// anything else is `"<name>" must be a string or null`.
-fn opt_string(m: Member<String>, name: &str) -> Result<Option<String>, String> {
+fn opt_string(m: Member<String>, name: &'static str) -> Parsed<Option<String>> {
     match m {
         Member::Absent | Member::Null => Ok(None),
         Member::Valid(s) => Ok(Some(s)),
-        Member::Invalid => Err(ip(format!("\"{name}\" must be a string or null"))),
+        Member::Invalid => Err(ParamsError::StringOrNull(name)),
     }
 }
 
@@ -578,26 +575,22 @@ impl ReportLocalSubagentParams {
     /// 2. `subagent_id`/`harness`/`model` → `Invalid params: "subagent_id", "harness", and "model" must be non-empty strings`;
     /// 3. `detail` then `reason` → `Invalid params: "<name>" must be a string or null`;
     /// 4. `exit_code` neither integer nor `null` → `Invalid params: "exit_code" must be an integer`.
-    pub fn parse(params: &Value) -> Result<Self, String> {
+    pub fn parse(params: &Value) -> Parsed<Self> {
         let w: ReportLocalSubagentWire = from_params(params)?;
-        let state = w.state.valid().ok_or_else(|| {
-            ip("\"state\" must be \"start\", \"running\", \"completed\", \"failed\", or \"cancelled\"")
-        })?;
+        let state = w.state.valid().ok_or(ParamsError::SubagentState)?;
         let (Some(subagent_id), Some(harness), Some(model)) = (
             w.subagent_id.non_blank(),
             w.harness.non_blank(),
             w.model.non_blank(),
         ) else {
-            return Err(ip(
-                "\"subagent_id\", \"harness\", and \"model\" must be non-empty strings",
-            ));
+            return Err(ParamsError::SubagentNames);
         };
         let detail = opt_string(w.detail, "detail")?;
         let reason = opt_string(w.reason, "reason")?;
         let exit_code = match w.exit_code {
             Member::Absent | Member::Null => None,
             Member::Valid(n) => Some(n),
-            Member::Invalid => return Err(ip("\"exit_code\" must be an integer")),
+            Member::Invalid => return Err(ParamsError::ExitCode),
         };
         Ok(ReportLocalSubagentParams {
             state,
@@ -665,11 +658,11 @@ struct SubagentIdWire {
 
 impl CancelSubagentParams {
     /// Error: missing, non-string or blank → `Invalid params: missing "subagent_id"`.
-    pub fn parse(params: &Value) -> Result<Self, String> {
+    pub fn parse(params: &Value) -> Parsed<Self> {
         let wire: SubagentIdWire = from_params(params)?;
         match wire.subagent_id.non_blank() {
             Some(subagent_id) => Ok(CancelSubagentParams { subagent_id }),
-            None => Err(ip("missing \"subagent_id\"")),
+            None => Err(ParamsError::Missing("subagent_id")),
         }
     }
 }
@@ -677,8 +670,9 @@ impl CancelSubagentParams {
 // ---------------------------------------------------------------------------
 // Typed by method
 
-/// A parse result: the params, or the complete `Invalid params: …` text.
-pub type Parsed<T> = Result<T, String>;
+/// A parse result: the params, or why not (rendered as the complete
+/// `Invalid params: …` text).
+pub type Parsed<T> = Result<T, ParamsError>;
 
 /// `session.sendMessage`'s params: the message, and the extension
 /// `send.idempotent`'s key (read only for a caller that opted in).

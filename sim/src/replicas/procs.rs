@@ -6,6 +6,8 @@
 //! from the database), the store worker against the simulated database,
 //! the renewer, forwarding to another replica, and its exit.
 
+use std::ops::ControlFlow;
+
 use engine::driver::{Event, StoreDone, WriterMsg};
 use engine::pipeline::Job;
 use engine::replicas::ReplicaSettings;
@@ -249,46 +251,15 @@ impl ReplicaWorld {
     /// at once (the process is exiting, no new work comes in), but the
     /// store thread's lease watch and the fence still apply.
     fn drain_if_stopped(&mut self, r: usize) {
-        let token = self.procs[r].token;
         let Some(core) = self.procs[r].core.as_mut() else {
             return;
         };
         if !core.stopped() {
             return self.arm_timer(r);
         }
-        core.begin_drain();
-        loop {
-            let Some(core) = self.procs[r].core.as_mut() else {
-                return;
-            };
-            let d = core.drain();
-            let (effects, exited) = self.take_effects(r);
-            for e in effects {
-                match e {
-                    Effect::Store(jobs) => self.submit(r, jobs),
-                    e => self.perform(r, e),
-                }
-                if self.procs[r].token != token {
-                    return;
-                }
-            }
-            if let Some(why) = exited {
-                return self.exit(r, &why);
-            }
-            if d == engine::driver::Drain::Done {
-                break;
-            }
-            let Some(job) = self.procs[r].running.pop_front() else {
-                break;
-            };
-            let done = match self.execute(r, job) {
-                Ok(Some(done)) => done,
-                Ok(None) => continue,
-                Err(why) => return self.exit(r, &why),
-            };
-            if let Some(core) = self.procs[r].core.as_mut() {
-                core.drain_event(Event::Store(done));
-            }
+        let token = self.procs[r].token;
+        if !crate::driver::drain(&mut Drainer { w: self, r, token }) {
+            return;
         }
         if let Some(core) = self.procs[r].core.take() {
             core.finish();
@@ -537,6 +508,54 @@ impl ReplicaWorld {
         self.relay_owner_closed(id);
         if self.procs[owner].token == owner_token {
             self.proc_at(owner, self.now + 1, ProcEv::Closed { conn });
+        }
+    }
+}
+
+/// Replica `r`'s process `token` stopped, for [`crate::driver::drain`]:
+/// the database executes its jobs; a fence, a stale lease or an effect
+/// may end the process on the way.
+struct Drainer<'a> {
+    w: &'a mut ReplicaWorld,
+    r: usize,
+    token: u64,
+}
+
+impl crate::driver::Draining for Drainer<'_> {
+    fn core(&mut self) -> Option<&mut SimCore> {
+        self.w.procs[self.r].core.as_mut()
+    }
+
+    fn perform_drained(&mut self) -> ControlFlow<()> {
+        let r = self.r;
+        let (effects, exited) = self.w.take_effects(r);
+        for e in effects {
+            match e {
+                Effect::Store(jobs) => self.w.submit(r, jobs),
+                e => self.w.perform(r, e),
+            }
+            if self.w.procs[r].token != self.token {
+                return ControlFlow::Break(());
+            }
+        }
+        if let Some(why) = exited {
+            self.w.exit(r, &why);
+            return ControlFlow::Break(());
+        }
+        ControlFlow::Continue(())
+    }
+
+    fn next_job(&mut self) -> Option<Job> {
+        self.w.procs[self.r].running.pop_front()
+    }
+
+    fn execute(&mut self, job: Job) -> ControlFlow<(), Option<StoreDone>> {
+        match self.w.execute(self.r, job) {
+            Ok(done) => ControlFlow::Continue(done),
+            Err(why) => {
+                self.w.exit(self.r, &why);
+                ControlFlow::Break(())
+            }
         }
     }
 }

@@ -3,7 +3,9 @@
 //! `crate::driver`; the world performs what the core asked for after each
 //! core call, on its virtual clock, with its faults.
 
-use engine::driver::{self, Event, WriterMsg};
+use std::ops::ControlFlow;
+
+use engine::driver::{self, WriterMsg};
 use engine::pipeline::Job;
 use engine::MonoMs;
 
@@ -163,36 +165,48 @@ impl World {
             Ok(true) => {}
             Err(p) => return self.engine_panicked(p),
         }
-        self.core.begin_drain();
-        for _ in 0..100_000 {
-            let d = self.core.drain();
-            let effects = std::mem::take(&mut self.side.out.borrow_mut().effects);
-            for e in effects {
-                match e {
-                    Effect::Store(jobs) => self.running.extend(jobs),
-                    e => self.perform(e),
-                }
-            }
-            if d == driver::Drain::Done {
-                break;
-            }
-            let Some(job) = self.running.pop_front() else {
-                break;
-            };
-            let done = match job {
-                Job::Commit { batch, writes, .. } => {
-                    self.commit(batch, writes);
-                    driver::StoreDone::Committed(batch)
-                }
-                Job::Read { id, .. } => {
-                    driver::StoreDone::Read(id, Err(engine::ReadError::Stopping))
-                }
-                Job::Activity => continue,
-            };
-            self.core.drain_event(Event::Store(done));
-        }
+        crate::driver::drain(&mut Drainer(self));
         self.stats.graceful_restarts += 1;
         self.t("SHUTDOWN complete: drained, restart".into());
         self.restart(true);
+    }
+}
+
+/// The single-node world around its stopped process, for
+/// [`crate::driver::drain`]: reads fail as stopping, commits land.
+struct Drainer<'a>(&'a mut World);
+
+impl crate::driver::Draining for Drainer<'_> {
+    fn core(&mut self) -> Option<&mut SimCore> {
+        Some(&mut self.0.core)
+    }
+
+    fn perform_drained(&mut self) -> ControlFlow<()> {
+        let effects = std::mem::take(&mut self.0.side.out.borrow_mut().effects);
+        for e in effects {
+            match e {
+                Effect::Store(jobs) => self.0.running.extend(jobs),
+                e => self.0.perform(e),
+            }
+        }
+        ControlFlow::Continue(())
+    }
+
+    fn next_job(&mut self) -> Option<Job> {
+        self.0.running.pop_front()
+    }
+
+    fn execute(&mut self, job: Job) -> ControlFlow<(), Option<driver::StoreDone>> {
+        ControlFlow::Continue(match job {
+            Job::Commit { batch, writes, .. } => {
+                self.0.commit(batch, writes);
+                Some(driver::StoreDone::Committed(batch))
+            }
+            Job::Read { id, .. } => Some(driver::StoreDone::Read(
+                id,
+                Err(engine::ReadError::Stopping),
+            )),
+            Job::Activity => None,
+        })
     }
 }

@@ -191,8 +191,13 @@ fn a_failed_exec_logs_the_driver_error_first() {
     h.world.sandbox = Some(("img".into(), "c1".into()));
     h.send("key_a", json!("ls"));
     h.answer(json!([tool_use("tu_1", "bash", json!({"command": "ls"}))]));
-    h.core
-        .on_exec_done(0, ("img", "c1"), Err("gone".into()), &h.world, h.now);
+    h.core.on_exec_done(
+        0,
+        ("img", "c1"),
+        Err(crate::sandbox::SandboxError::Stopped),
+        &h.world,
+        h.now,
+    );
     h.drive();
     let tail: Vec<EventType> = h.events().into_iter().rev().take(4).collect();
     assert_eq!(
@@ -203,6 +208,12 @@ fn a_failed_exec_logs_the_driver_error_first() {
             EventType::SandboxResponse,
             EventType::SessionSandboxError
         ]
+    );
+    // The error is logged as its documented text.
+    let detail = &h.payloads(EventType::SessionSandboxError)[0]["detail"];
+    assert_eq!(
+        detail,
+        "sandbox runtime error: the remote sandbox was stopped"
     );
     // An exec outcome for another block is not this one's.
     h.core
