@@ -15,8 +15,10 @@ use crate::{ConnId, Listener, Output, ReadResult};
 /// services answer their own reads, the live loop its history and pause
 /// reads, the endpoint its placement and admin reads.
 pub enum PendingRead {
-    /// Answered by [`Services`] alone (pages, replays, listings).
+    /// Answered by [`Services`] alone (pages, listings).
     Answer(AnswerRead),
+    /// A subscription's replay: its session's streams (`subscribe.rs`).
+    Replay(ReplayRead),
     /// The live loop's (`crate::live::LiveCx`).
     Live(LiveRead),
     /// Where a session lives (`placement.rs`).
@@ -77,14 +79,26 @@ pub enum AdminRead {
     },
 }
 
+/// A `session.subscribe` stream's replay read.
+pub enum ReplayRead {
+    /// Resolving `since_event_id`.
+    Start { conn: ConnId },
+    /// One page of the replay.
+    Page { conn: ConnId },
+}
+
+impl ReplayRead {
+    pub fn conn(&self) -> ConnId {
+        match self {
+            ReplayRead::Start { conn } | ReplayRead::Page { conn } => *conn,
+        }
+    }
+}
+
 /// A read whose answer goes straight back to the connection that asked.
 pub enum AnswerRead {
     /// `GET …/events` on either port.
     EventsPage { conn: ConnId },
-    /// `session.subscribe` resolving `since_event_id`.
-    ReplayStart { conn: ConnId },
-    /// `session.subscribe` replaying one page.
-    ReplayPage { conn: ConnId },
     /// A retried idempotent `sendMessage` whose first answer is replayed.
     IdemReplay {
         conn: ConnId,
@@ -127,8 +141,6 @@ impl Services {
                     );
                 }
             },
-            // The session's (`Sessions::replay_read` routes them there).
-            AnswerRead::ReplayStart { .. } | AnswerRead::ReplayPage { .. } => {}
             AnswerRead::IdemReplay { conn, message } => self.on_idem_replay(conn, message, result),
             AnswerRead::SessionList { conn } => self.on_session_list(conn, result),
             AnswerRead::Usage { conn, scope_json } => self.on_usage(conn, &scope_json, result),

@@ -588,7 +588,8 @@ impl Engine {
             return;
         };
         match pending {
-            PendingRead::Answer(read) => self.sessions.replay_read(&mut self.svc, read, result),
+            PendingRead::Answer(read) => self.svc.on_answer_read(read, result),
+            PendingRead::Replay(read) => self.sessions.replay_read(&mut self.svc, read, result),
             PendingRead::Live(read) => self.live().on_read_done(read, result),
             PendingRead::Place(PlaceRead::Claim { session_id, then }) => {
                 self.on_claim_done(&session_id, then, result)

@@ -16,7 +16,7 @@
 use proto::jsonrpc::{self, Extension, Parsed, SubscribeParams};
 use serde_json::Value;
 
-use crate::conn::{AnswerRead, PendingRead};
+use crate::conn::{PendingRead, ReplayRead};
 use crate::ids::SessionId;
 use crate::log::Appended;
 use crate::store::{ReadError, ReadResult, RenderedEvent, StoreRead};
@@ -74,7 +74,7 @@ impl SessionStreams {
                     session_id: session_id.to_string(),
                     event_id,
                 },
-                PendingRead::Answer(AnswerRead::ReplayStart { conn }),
+                PendingRead::Replay(ReplayRead::Start { conn }),
             ),
             None => self.caught_up(svc, conn),
         }
@@ -145,7 +145,7 @@ impl SessionStreams {
                 limit: REPLAY_PAGE,
                 max_bytes,
             },
-            PendingRead::Answer(AnswerRead::ReplayPage { conn }),
+            PendingRead::Replay(ReplayRead::Page { conn }),
         );
     }
 

@@ -14,7 +14,7 @@ use serde_json::{json, Value};
 mod drivers;
 mod front;
 
-use crate::conn::{AnswerRead, PendingRead};
+use crate::conn::PendingRead;
 use crate::ids::{KeyId, SessionId};
 use crate::live::LiveCx;
 use crate::services::Services;
@@ -382,9 +382,8 @@ impl Services {
         if matches!(stream.kind, StreamKind::Subscribe) {
             // A replay read still in flight belongs to this stream: a later
             // request on the same keep-alive connection must not get its rows.
-            self.reads.retain(|p| {
-                !matches!(p, PendingRead::Answer(AnswerRead::ReplayStart { conn: c } | AnswerRead::ReplayPage { conn: c }) if *c == conn)
-            });
+            self.reads
+                .retain(|p| !matches!(p, PendingRead::Replay(r) if r.conn() == conn));
         }
         self.send(conn, proto::http::LAST_CHUNK.to_vec());
         self.finish_request(conn);

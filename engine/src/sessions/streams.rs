@@ -11,7 +11,7 @@
 //! the sessions table.
 
 use super::Sessions;
-use crate::conn::AnswerRead;
+use crate::conn::ReplayRead;
 use crate::ids::SessionId;
 use crate::services::Services;
 use crate::store::{ReadError, ReadResult};
@@ -61,12 +61,10 @@ impl Sessions {
     pub(crate) fn replay_read(
         &mut self,
         svc: &mut Services,
-        read: AnswerRead,
+        read: ReplayRead,
         result: Result<ReadResult, ReadError>,
     ) {
-        let (AnswerRead::ReplayStart { conn } | AnswerRead::ReplayPage { conn }) = read else {
-            return svc.on_answer_read(read, result);
-        };
+        let conn = read.conn();
         let id = svc.streams.get(conn).map(|s| s.session_id.clone());
         // A stream gone without its read dropped (its connection closed)
         // still gets the failure frame it always got.
@@ -76,8 +74,8 @@ impl Sessions {
             None => &mut gone,
         };
         match read {
-            AnswerRead::ReplayStart { .. } => streams.on_replay_start(svc, conn, result),
-            _ => streams.on_replay_page(svc, conn, result),
+            ReplayRead::Start { .. } => streams.on_replay_start(svc, conn, result),
+            ReplayRead::Page { .. } => streams.on_replay_page(svc, conn, result),
         }
     }
 
